@@ -1,0 +1,9 @@
+"""lightning_fed: federated learning research on PyTorch Lightning."""
+
+from lightning_fed.client import ClientUpdate
+from lightning_fed.executor import ClientExecutor, SequentialExecutor
+from lightning_fed.loop import FederatedFitLoop
+from lightning_fed.trainer import FederatedTrainer
+
+__all__ = ["ClientExecutor", "ClientUpdate", "FederatedFitLoop", "FederatedTrainer", "SequentialExecutor"]
+__version__ = "0.1.0"

@@ -1,0 +1,28 @@
+"""FedAvg: the server adds the (scaled) pseudo-gradient to the global model."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+
+
+class FedAvg(ServerOptimizer):
+    """Federated averaging: x_{t+1} = x_t + η·Δ_t (McMahan et al. 2017; ServerOpt = SGD with lr η in
+    Reddi et al. 2021, Alg. 1, l. 11). With ``lr=1`` (the default) the new model is the weighted average of the
+    client models. No state.
+
+    Args:
+        lr: Server learning rate η (default 1.0, > 0).
+        weighting: ``"num_samples"`` (default) or ``"uniform"`` client weights.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+    """
+
+    def __init__(self, lr: float = 1.0, weighting: str = "num_samples") -> None:
+        super().__init__(lr=lr, weighting=weighting)
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)

@@ -1,0 +1,50 @@
+"""FedAvgM: server SGD with heavy-ball momentum on the negative pseudo-gradient."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_unit_interval, zeros_like_all
+
+
+class FedAvgM(ServerOptimizer):
+    """FedAvg with server momentum (Hsu et al. 2019; ServerOpt = SGD with momentum in Reddi et al. 2021, Alg. 1).
+
+    The server treats g_t = −Δ_t as a gradient and takes a heavy-ball step, exactly as ``torch.optim.SGD``
+    with ``momentum=μ`` (dampening 0), starting from a zero buffer::
+
+        b_t = μ·b_{t−1} + g_t          (b_0 = g_1 on the first round, as torch's SGD)
+        x_{t+1} = x_t − η·b_t
+
+    With μ = 0 this is :class:`FedAvg`. State: ``momentum_buffer`` (one tensor per parameter).
+
+    Args:
+        lr: Server learning rate η (> 0).
+        momentum: μ in [0, 1) (default 0.9).
+        weighting: ``"num_samples"`` (default) or ``"uniform"``.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, ``momentum`` outside [0, 1), or an unknown ``weighting``.
+    """
+
+    def __init__(self, lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_samples") -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        self.momentum = check_unit_interval("momentum", momentum)
+
+    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
+        return {"momentum_buffer": zeros_like_all(params)}
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        buf = self.state["momentum_buffer"]
+        # b ← μ·b + g with g = −Δ (b starts at 0, so b_1 = g_1 as in torch's SGD).
+        torch._foreach_mul_(buf, self.momentum)
+        torch._foreach_sub_(buf, pseudo_gradient)
+        torch._foreach_add_(params, buf, alpha=-self.lr)
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(lr=self.lr, momentum=self.momentum, weighting=self.weighting)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, momentum={self.momentum}"

@@ -1,0 +1,30 @@
+"""A progress bar that shows the round and the client being trained."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import _update_n
+
+
+class FederatedProgressBar(TQDMProgressBar):
+    """Lightning's tqdm progress bar, counting clients instead of batches: ``Round 12: 4/10 [client=731]``.
+
+    Installed by :class:`~lightning_fed.FederatedTrainer` unless another progress bar is given or
+    ``enable_progress_bar=False``. Arguments as :class:`lightning.pytorch.callbacks.TQDMProgressBar`.
+    """
+
+    def on_train_epoch_start(self, trainer: Any, *_: Any) -> None:
+        super().on_train_epoch_start(trainer)
+        self.train_progress_bar.set_description(f"Round {trainer.current_epoch}")
+
+    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        """Local mini-batches do not move the bar; clients do (:meth:`on_client_end`)."""
+
+    def on_client_end(self, trainer: Any, pl_module: Any, update: Any, position: int) -> None:
+        """Called by the federated loop after each client's local work (``position`` counts from 0)."""
+        n = position + 1
+        if self._should_update(n, self.train_progress_bar.total):
+            _update_n(self.train_progress_bar, n)
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module) | {"client": update.client_id})

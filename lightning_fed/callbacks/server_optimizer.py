@@ -1,0 +1,166 @@
+"""The server optimizer callback: aggregates client updates into the pseudo-gradient and updates the global model."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+
+from lightning_fed.client import ClientUpdate
+
+_WEIGHTINGS = ("num_samples", "uniform")
+
+
+def check_positive(name: str, value: Any) -> float:
+    """Return ``value`` as a float if it is a finite number > 0.
+
+    Raises:
+        ValueError: naming ``name`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
+def check_unit_interval(name: str, value: Any) -> float:
+    """Return ``value`` as a float if it lies in [0, 1).
+
+    Raises:
+        ValueError: naming ``name`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+    return float(value)
+
+
+class ServerOptimizer(Callback):
+    """Base class of the server optimizers (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11).
+
+    After every round the federated loop hands the round's :class:`~lightning_fed.ClientUpdate` list to
+    :meth:`server_update`, which
+
+    1. aggregates the client deltas into the pseudo-gradient Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
+       (``weighting="num_samples"``, the example-weighted average of Reddi et al. 2021, Sec. 4 / Alg. 5) or
+       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10), and
+    2. applies :meth:`step`, the update rule x_{t+1} = ServerOpt(x_t, Δ_t), in place on the module's parameters.
+
+    Subclasses implement :meth:`step` over explicit state kept in ``self.state`` (a dict of tensor lists, created
+    lazily by :meth:`init_state`), so ``state_dict()`` carries it into checkpoints. Exactly one server optimizer
+    may be given to a :class:`~lightning_fed.FederatedTrainer`; none means :class:`FedAvg`.
+
+    Algorithms that need a channel to the clients override :meth:`configure_client` (server → client, at the
+    start of a client's local work) and :meth:`collect_client_extras` (client → server, into
+    ``ClientUpdate.extras``).
+
+    Args:
+        lr: Server learning rate η (> 0).
+        weighting: ``"num_samples"`` (default) or ``"uniform"``.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+    """
+
+    def __init__(self, lr: float = 1.0, weighting: str = "num_samples") -> None:
+        self.lr = check_positive("lr", lr)
+        if weighting not in _WEIGHTINGS:
+            raise ValueError(f"`weighting` must be one of {_WEIGHTINGS}, got {weighting!r}.")
+        self.weighting = weighting
+        #: Number of server steps taken so far (t after the update of round t−1).
+        self.num_steps = 0
+        #: The optimizer state: name -> list of tensors aligned with ``module.parameters()``.
+        self.state: dict[str, list[Tensor]] = {}
+
+    # ------------------------------------------------------------------ the update rule
+    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
+        """Return the initial state for parameters ``params`` (default: no state)."""
+        return {}
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        """Update ``params`` (x_t, in place) to x_{t+1} given the pseudo-gradient Δ_t (same shapes).
+
+        ``self.num_steps`` is already t + 1 when this runs (1 on the first round).
+        """
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ aggregation
+    def client_weights(self, updates: list[ClientUpdate]) -> Tensor:
+        """Normalised aggregation weights w, shape ``[len(updates)]``, float64, summing to 1.
+
+        Raises:
+            ValueError: ``updates`` empty, or all clients with zero samples under ``"num_samples"``.
+        """
+        if not updates:
+            raise ValueError("Cannot aggregate an empty round: no client updates.")
+        if self.weighting == "uniform":
+            raw = torch.ones(len(updates), dtype=torch.float64)
+        else:
+            raw = torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
+        total = raw.sum()
+        if total <= 0:
+            raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
+        return raw / total
+
+    def aggregate(self, updates: list[ClientUpdate]) -> list[Tensor]:
+        """The pseudo-gradient Δ_t = Σ_i w_i Δ_i (one tensor per parameter)."""
+        weights = self.client_weights(updates).tolist()
+        result = [torch.mul(d, weights[0]) for d in updates[0].delta]
+        for w, update in zip(weights[1:], updates[1:]):
+            torch._foreach_add_(result, update.delta, alpha=w)
+        return result
+
+    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
+        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
+        pseudo_gradient = self.aggregate(updates)
+        with torch.no_grad():
+            if not self.state:
+                self.state = self.init_state(params)
+            else:
+                self._move_state(params)
+            self.num_steps += 1
+            self.step(params, pseudo_gradient)
+        return pseudo_gradient
+
+    def _move_state(self, params: list[Tensor]) -> None:
+        for name, tensors in self.state.items():
+            if tensors and (tensors[0].device != params[0].device):
+                self.state[name] = [t.to(p.device) for t, p in zip(tensors, params)]
+
+    # ------------------------------------------------------------------ client channel (no-ops by default)
+    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
+        """Called after a client starts from x_t with a fresh optimizer, before its local steps (server → client)."""
+
+    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
+        """Called after a client's local steps; the result becomes ``ClientUpdate.extras`` (client → server)."""
+        return {}
+
+    # ------------------------------------------------------------------ checkpointing
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(lr=self.lr, weighting=self.weighting)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "num_steps": self.num_steps,
+            "state": {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()},
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.num_steps = int(state_dict["num_steps"])
+        self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
+
+    def extra_repr(self) -> str:
+        return f"lr={self.lr}, weighting={self.weighting!r}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+def zeros_like_all(params: list[Tensor], fill: Optional[float] = None) -> list[Tensor]:
+    """Fresh tensors shaped like ``params``: zeros, or ``fill`` everywhere."""
+    if fill is None:
+        return [torch.zeros_like(p) for p in params]
+    return [torch.full_like(p, fill) for p in params]

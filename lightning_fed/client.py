@@ -1,0 +1,34 @@
+"""What one client sends back to the server after its local work in a round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+
+@dataclass
+class ClientUpdate:
+    """The result of one client's local training in one round (Reddi et al. 2021, Alg. 1, l. 9).
+
+    Attributes:
+        client_id: The client's id in the partition, ``0 <= client_id < num_clients``.
+        delta: Δ_i = x_i − x_t, one tensor per entry of ``module.parameters()`` (same order, shapes, dtype,
+            device): the client's model change over the round.
+        num_samples: |D_i|, the client's number of training samples (the default aggregation weight).
+        num_steps: Local optimizer steps taken (batches processed).
+        loss: Mean training loss over the local steps (``nan`` if the client took none).
+        buffers: The client's final values of ``module.buffers()`` (e.g. BatchNorm running statistics), same
+            order as ``module.buffers()``; averaged by the loop, never passed through the server optimizer.
+        extras: Extra tensors an algorithm asks clients for (see
+            :meth:`~lightning_fed.callbacks.ServerOptimizer.collect_client_extras`), e.g. Fed-LAMB's second moments.
+    """
+
+    client_id: int
+    delta: list[Tensor]
+    num_samples: int
+    num_steps: int
+    loss: float
+    buffers: list[Tensor] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,34 @@
+"""Federated data: partitioners, local-work policies, the FederatedDataModule and task data modules."""
+
+from lightning_fed.datamodules.dirichlet import DirichletPartitioner
+from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.iid import IIDPartitioner
+from lightning_fed.datamodules.local_work import (
+    ClientWork,
+    FixedLocalSteps,
+    FixedLocalWork,
+    LocalWork,
+    SampledLocalWork,
+    batch_schedule,
+)
+from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.partition import Partition, Partitioner
+from lightning_fed.datamodules.pathological import PathologicalPartitioner
+from lightning_fed.datamodules.shard import ShardPartitioner
+
+__all__ = [
+    "ClientWork",
+    "DirichletPartitioner",
+    "FederatedDataModule",
+    "FixedLocalSteps",
+    "FixedLocalWork",
+    "IIDPartitioner",
+    "LocalWork",
+    "NaturalIdPartitioner",
+    "Partition",
+    "Partitioner",
+    "PathologicalPartitioner",
+    "SampledLocalWork",
+    "ShardPartitioner",
+    "batch_schedule",
+]

@@ -1,0 +1,289 @@
+"""The federated data module: a dataset split into clients, a cohort per round, each client's local work."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional, Sequence
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
+from lightning_fed.datamodules.partition import Partition, Partitioner
+
+_DATA_ORDERS = ("reshuffle", "once", "none")
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def _is_hf_dataset(dataset: Any) -> bool:
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        return False
+    return isinstance(dataset, datasets.Dataset)
+
+
+class FederatedDataModule(L.LightningDataModule):
+    """A training dataset partitioned into clients, with per-round cohorts and per-client local work.
+
+    One Lightning epoch of :class:`~lightning_fed.FederatedTrainer` is one communication round. In round ``t``
+    the loop asks :meth:`sample_clients` for the cohort S_t (``clients_per_round`` distinct clients, uniformly
+    without replacement within the round and independently across rounds, Reddi et al. 2021, Alg. 1, l. 3) and
+    trains each client on :meth:`client_dataloader`. Everything random is a pure function of ``seed``, the round
+    and the client id, so runs repeat exactly, on any machine, whatever the order clients are trained in.
+
+    With a plain :class:`lightning.Trainer` the same module trains centrally: :meth:`train_dataloader` covers all
+    clients' data (a centralised baseline with no code change).
+
+    Args:
+        train_dataset: The training data: a map-style torch ``Dataset`` or a Hugging Face ``datasets.Dataset``
+            (given the ``"torch"`` format if it has none). Subclasses may leave it ``None`` and implement
+            :meth:`load_datasets`.
+        val_dataset: Centralized evaluation data for ``validation_step`` (default: none).
+        test_dataset: Data for ``trainer.test`` (default: ``val_dataset``).
+        partitioner: How to split ``train_dataset`` into clients (e.g. :class:`DirichletPartitioner`).
+        clients_per_round: Cohort size C per round (default 10); must not exceed the number of clients.
+        batch_size: Client mini-batch size B (default 20), used when ``local_work`` is not given.
+        local_epochs: Local epochs E per round (default 1), used when ``local_work`` is not given.
+        local_work: A :class:`LocalWork` policy giving each (client, round) its epochs / steps and batch size;
+            overrides ``batch_size``/``local_epochs``.
+        data_order: Order of a client's samples: ``"reshuffle"`` (random reshuffling every local epoch, default),
+            ``"once"`` (shuffle-once: one fixed permutation per client for the whole run; Malinovsky et al.,
+            Nastya) or ``"none"`` (dataset order).
+        seed: Seeds cohort sampling, local-work sampling and data order (default 0).
+        label_column: Column holding labels in a Hugging Face dataset (default ``"label"``).
+        labels: Explicit per-sample labels, shape ``[len(train_dataset)]``; else read from ``targets``
+            (torchvision's convention) or ``label_column`` — never by decoding every sample.
+        eval_batch_size: Batch size of the validation/test loaders (default 256).
+        num_workers: DataLoader workers for every loader (default 0: in-process, fastest for small clients).
+        drop_last: Drop a client's last incomplete batch each local epoch (default ``False``).
+
+    Raises:
+        ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
+            an unknown ``data_order``, a negative ``num_workers``; at :meth:`setup`, ``clients_per_round`` larger
+            than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
+            cannot be found.
+        TypeError: ``partitioner`` or ``local_work`` of the wrong type.
+    """
+
+    def __init__(
+        self,
+        train_dataset: Optional[Any] = None,
+        val_dataset: Optional[Any] = None,
+        test_dataset: Optional[Any] = None,
+        partitioner: Optional[Partitioner] = None,
+        clients_per_round: int = 10,
+        batch_size: int = 20,
+        local_epochs: int = 1,
+        local_work: Optional[LocalWork] = None,
+        data_order: str = "reshuffle",
+        seed: int = 0,
+        label_column: str = "label",
+        labels: Optional[Sequence[int]] = None,
+        eval_batch_size: int = 256,
+        num_workers: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__()
+        if partitioner is not None and not isinstance(partitioner, Partitioner):
+            raise TypeError(f"`partitioner` must be a Partitioner (e.g. IIDPartitioner), got {type(partitioner).__name__}.")
+        if local_work is not None and not isinstance(local_work, LocalWork):
+            raise TypeError(f"`local_work` must be a LocalWork policy, got {type(local_work).__name__}.")
+        if data_order not in _DATA_ORDERS:
+            raise ValueError(f"`data_order` must be one of {_DATA_ORDERS}, got {data_order!r}.")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral) or num_workers < 0:
+            raise ValueError(f"`num_workers` must be a non-negative integer, got {num_workers!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ValueError(f"`seed` must be a non-negative integer, got {seed!r}.")
+        self.clients_per_round = _check_positive_int("clients_per_round", clients_per_round)
+        self.batch_size = _check_positive_int("batch_size", batch_size)
+        self.local_epochs = _check_positive_int("local_epochs", local_epochs)
+        self.eval_batch_size = _check_positive_int("eval_batch_size", eval_batch_size)
+        self.local_work = local_work if local_work is not None else FixedLocalWork(self.local_epochs, self.batch_size)
+        self.partitioner = partitioner
+        self.data_order = data_order
+        self.seed = int(seed)
+        self.label_column = label_column
+        self.labels = None if labels is None else np.asarray(labels)
+        self.num_workers = int(num_workers)
+        self.drop_last = bool(drop_last)
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+        self.test_dataset = test_dataset
+        self._partition: Optional[Partition] = None
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def load_datasets(self) -> tuple[Any, Optional[Any], Optional[Any]]:
+        """Return ``(train, val, test)``; called once in :meth:`setup` when ``train_dataset`` was not given.
+
+        Raises:
+            ValueError: always, in the base class: give ``train_dataset`` or use a task subclass.
+        """
+        raise ValueError(
+            "`train_dataset` is required: pass a torch or Hugging Face dataset, or use a task data module "
+            "(e.g. ShakespeareDataModule) that loads one."
+        )
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Load the datasets (once) and compute the partition (once; deterministic by the partitioner's seed)."""
+        if self._partition is not None:
+            return
+        if self.train_dataset is None:
+            self.train_dataset, val, test = self.load_datasets()
+            self.val_dataset = self.val_dataset if self.val_dataset is not None else val
+            self.test_dataset = self.test_dataset if self.test_dataset is not None else test
+        self.train_dataset = self._as_torch(self.train_dataset)
+        self.val_dataset = self._as_torch(self.val_dataset)
+        self.test_dataset = self._as_torch(self.test_dataset)
+        if self.partitioner is None:
+            raise ValueError("`partitioner` is required: e.g. IIDPartitioner(num_clients=100).")
+        n = len(self.train_dataset)
+        needs = self.partitioner.requires
+        labels = self._read_labels() if needs == "labels" else self._read_labels(required=False)
+        ids = self._read_column(self.partitioner.id_column) if needs == "ids" else None
+        partition = self.partitioner.partition(n, labels=labels, ids=ids)
+        sizes = partition.sizes()
+        if (sizes == 0).any():
+            empty = np.flatnonzero(sizes == 0)
+            raise ValueError(
+                f"The partition has {empty.size} client(s) with zero samples (e.g. client {int(empty[0])}); "
+                f"lower `num_clients` or raise the partitioner's minimum size."
+            )
+        if self.clients_per_round > partition.num_clients:
+            raise ValueError(
+                f"`clients_per_round` ({self.clients_per_round}) must not exceed the number of clients "
+                f"({partition.num_clients})."
+            )
+        self._partition = partition
+
+    @staticmethod
+    def _as_torch(dataset: Any) -> Any:
+        if dataset is not None and _is_hf_dataset(dataset) and dataset.format["type"] is None:
+            return dataset.with_format("torch")
+        return dataset
+
+    def _read_labels(self, required: bool = True) -> Optional[np.ndarray]:
+        if self.labels is not None:
+            labels = self.labels
+        elif hasattr(self.train_dataset, "targets"):
+            labels = self.train_dataset.targets
+        elif _is_hf_dataset(self.train_dataset) and self.label_column in self.train_dataset.column_names:
+            labels = self.train_dataset.with_format("numpy")[self.label_column]
+        elif required:
+            raise ValueError(
+                f"{type(self.partitioner).__name__} needs labels: pass `labels=`, give the dataset a `targets` "
+                f"attribute, or a Hugging Face column named by `label_column` (now {self.label_column!r})."
+            )
+        else:
+            return None
+        labels = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+        if labels.ndim != 1 or len(labels) != len(self.train_dataset):
+            if not required:
+                return None
+            raise ValueError(
+                f"`labels` must have shape [{len(self.train_dataset)}] (one per training sample), got {labels.shape}."
+            )
+        if not np.issubdtype(labels.dtype, np.integer):
+            if not required:
+                return None
+            raise ValueError(f"`labels` must be integers (class indices), got dtype {labels.dtype}.")
+        return labels
+
+    def _read_column(self, name: str) -> np.ndarray:
+        ds = self.train_dataset
+        if _is_hf_dataset(ds):
+            if name not in ds.column_names:
+                raise ValueError(f"`id_column` {name!r} is not a column of the dataset; columns: {ds.column_names}.")
+            return np.asarray(ds.with_format("numpy")[name])
+        if not hasattr(ds, name):
+            raise ValueError(
+                f"`id_column` {name!r} is not an attribute of {type(ds).__name__}; the natural id must be stored "
+                f"per sample as `dataset.{name}` (shape [len(dataset)])."
+            )
+        values = getattr(ds, name)
+        return values.numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+
+    # ------------------------------------------------------------------ clients
+    @property
+    def partition(self) -> Partition:
+        """The computed :class:`Partition` (after :meth:`setup`).
+
+        Raises:
+            RuntimeError: before :meth:`setup`.
+        """
+        if self._partition is None:
+            raise RuntimeError("The partition is computed in `setup()`; call `datamodule.setup()` first.")
+        return self._partition
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients N in the partition."""
+        return self.partition.num_clients
+
+    def client_indices(self, cid: int) -> np.ndarray:
+        """Indices into ``train_dataset`` of client ``cid``'s samples, shape ``[n_cid]``."""
+        return self.partition.client_indices(cid)
+
+    def client_dataset(self, cid: int) -> Dataset:
+        """Client ``cid``'s local dataset, an index view (``Subset``) of ``train_dataset``."""
+        return Subset(self.train_dataset, self.client_indices(cid).tolist())
+
+    def client_num_samples(self, cid: int) -> int:
+        """|D_cid|, the number of training samples client ``cid`` holds."""
+        return len(self.client_indices(cid))
+
+    def sample_clients(self, round_idx: int) -> np.ndarray:
+        """The cohort of round ``round_idx``: ``clients_per_round`` distinct client ids, shape ``[C]``, int64.
+
+        Uniform without replacement within the round, independent across rounds; a pure function of
+        ``(seed, round_idx)`` (Reddi et al. 2021, Alg. 1, l. 3).
+        """
+        rng = np.random.default_rng([self.seed, 0x5A3D, int(round_idx)])
+        return rng.choice(self.num_clients, size=self.clients_per_round, replace=False).astype(np.int64)
+
+    def client_work(self, cid: int, round_idx: int) -> ClientWork:
+        """Local epochs/steps and batch size of client ``cid`` in round ``round_idx`` (from ``local_work``)."""
+        return self.local_work.plan(int(cid), int(round_idx), self.client_num_samples(cid))
+
+    def client_batches(self, cid: int, round_idx: int) -> list[np.ndarray]:
+        """The round's mini-batches of client ``cid``: a list of int64 index arrays into ``train_dataset``."""
+        work = self.client_work(cid, round_idx)
+        return batch_schedule(
+            self.client_indices(cid), work, int(round_idx), int(cid), self.seed, self.data_order, self.drop_last
+        )
+
+    def client_dataloader(self, cid: int, round_idx: int) -> DataLoader:
+        """A loader over client ``cid``'s mini-batches for round ``round_idx`` (its whole local work: all local
+        epochs, or its step budget, in order)."""
+        batches = [b.tolist() for b in self.client_batches(cid, round_idx)]
+        return DataLoader(self.train_dataset, batch_sampler=batches, num_workers=self.num_workers)
+
+    # ------------------------------------------------------------------ Lightning loaders
+    def train_dataloader(self) -> DataLoader:
+        """All training data in one shuffled loader: the centralized baseline for a plain ``lightning.Trainer``."""
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(
+            self.train_dataset, batch_size=self.batch_size, shuffle=True, generator=generator,
+            num_workers=self.num_workers,
+        )
+
+    def val_dataloader(self) -> Any:
+        """The centralized validation loader (``[]`` when there is no ``val_dataset``)."""
+        if self.val_dataset is None:
+            return []
+        return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> Any:
+        """The test loader over ``test_dataset`` (or ``val_dataset``)."""
+        dataset = self.test_dataset if self.test_dataset is not None else self.val_dataset
+        if dataset is None:
+            return []
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)

@@ -1,0 +1,70 @@
+"""Client executors: how the cohort's local work is carried out (the swappable part of the federated loop)."""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from lightning_fed.client import ClientUpdate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_fed.loop import FederatedFitLoop
+
+
+def client_seed(seed: int, round_idx: int, client_id: int) -> int:
+    """The torch seed of client ``client_id``'s local work in round ``round_idx`` (a pure function, so results do
+    not depend on the order or the process clients are trained in)."""
+    return int(np.random.SeedSequence([seed, 0x7C1E, round_idx, client_id]).generate_state(1, dtype=np.uint32)[0])
+
+
+class ClientExecutor(abc.ABC):
+    """Runs the local work of a round's cohort and returns one :class:`ClientUpdate` per client.
+
+    The federated loop owns everything around it (sampling, the global model x_t, aggregation); an executor
+    only decides how clients are trained: one after another in this process (:class:`SequentialExecutor`), or,
+    in later executors, vectorised or spread over ranks.
+    """
+
+    @abc.abstractmethod
+    def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
+        """Train every client of ``cohort`` (shape ``[C]``) from x_t and return their updates, in cohort order."""
+
+
+class SequentialExecutor(ClientExecutor):
+    """Trains the cohort's clients one after another with the module's own ``training_step`` and optimizer.
+
+    For each client (Reddi et al. 2021, Alg. 1, l. 4-9): load x_t into the module in place, give it a fresh
+    client optimizer (state cleared, hyper-parameters as at the start of the round), seed torch with
+    :func:`client_seed`, run its mini-batches through Lightning's optimization loop (so hooks, precision,
+    gradient clipping and ``self.log`` behave as in ordinary training), and record Δ_i = x_i − x_t.
+    """
+
+    def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
+        updates = []
+        for position, cid in enumerate(cohort.tolist()):
+            update = self.train_client(loop, cid, round_idx)
+            updates.append(update)
+            loop.call_client_hook("on_client_end", update, position)
+        return updates
+
+    def train_client(self, loop: "FederatedFitLoop", cid: int, round_idx: int) -> ClientUpdate:
+        """One client's local work in round ``round_idx``, starting from the loop's global model x_t."""
+        datamodule = loop.datamodule
+        loop.start_client(cid, round_idx)
+        torch.manual_seed(client_seed(datamodule.seed, round_idx, cid))
+        loss_sum, steps = None, 0
+        for batch_idx, batch in enumerate(datamodule.client_dataloader(cid, round_idx)):
+            output = loop.local_step(batch, batch_idx)
+            if output is loop.STOP:
+                break
+            steps += 1
+            loss = output.get("loss") if isinstance(output, dict) else None
+            if loss is not None:
+                loss = loss.detach()
+                loss_sum = loss if loss_sum is None else loss_sum + loss
+        mean_loss = math.nan if loss_sum is None or steps == 0 else float(loss_sum) / steps
+        return loop.finish_client(cid, round_idx, num_steps=steps, loss=mean_loss)

@@ -1,0 +1,308 @@
+"""The federated fit loop: one Lightning epoch is one communication round."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Optional
+
+import torch
+from lightning.pytorch.loops.fit_loop import _FitLoop
+from lightning.pytorch.trainer import call
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch import Tensor
+
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client import ClientUpdate
+from lightning_fed.executor import ClientExecutor, SequentialExecutor
+
+#: Names of the per-round metrics the loop logs (TensorBoard step = round).
+ROUND_METRICS = ("round_train_loss", "round_pseudo_grad_norm", "round_time_s", "round_local_steps")
+
+
+def find_server_optimizer(callbacks: list[Any]) -> ServerOptimizer:
+    """The single :class:`ServerOptimizer` among ``callbacks``.
+
+    Raises:
+        ValueError: none or more than one given.
+    """
+    found = [cb for cb in callbacks if isinstance(cb, ServerOptimizer)]
+    if len(found) != 1:
+        names = ", ".join(type(cb).__name__ for cb in found) or "none"
+        raise ValueError(
+            f"A federated trainer needs exactly one server optimizer callback (FedAvg, FedAdam, ...); got "
+            f"{len(found)}: {names}."
+        )
+    return found[0]
+
+
+class FederatedFitLoop(_FitLoop):
+    """Replaces ``trainer.fit_loop``: each epoch is a communication round (Reddi et al. 2021, Alg. 1).
+
+    Round t:
+
+    1. the cohort S_t = ``datamodule.sample_clients(t)`` (l. 3);
+    2. the :class:`~lightning_fed.executor.ClientExecutor` trains every client from x_t with the module's
+       ``training_step`` and ``configure_optimizers`` (l. 4-9) and returns :class:`ClientUpdate` s;
+    3. the server optimizer callback aggregates them into Δ_t and writes x_{t+1} into the module (l. 10-11);
+       floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
+       buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer;
+    4. the per-round metrics ``round_train_loss`` (sample-weighted mean of the clients' mean local losses),
+       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_time_s`` (wall time) and ``round_local_steps`` are
+       logged with the round as the step, then the global model is validated every
+       ``check_val_every_n_epoch`` rounds, then the ``on_train_epoch_end`` hooks run (checkpoints), then
+       epoch-interval LR schedulers step (a client learning-rate schedule by round).
+
+    The client optimizer is the one Lightning built from ``configure_optimizers``; before each client its state
+    is cleared and its hyper-parameters (learning rate included) reset to their start-of-round values, which is
+    what a freshly built optimizer would be (cross-device: no client state survives a round).
+
+    Lightning's ``max_epochs`` counts rounds, ``log_every_n_steps`` counts rounds, ``global_step`` counts client
+    optimizer steps. Learning-rate schedulers must use ``interval="epoch"`` (per round); gradient accumulation is
+    not supported.
+
+    Args:
+        trainer: The trainer whose ``fit_loop`` this replaces.
+        min_epochs: Minimum number of rounds.
+        max_epochs: Maximum number of rounds.
+        executor: How clients are trained (default :class:`SequentialExecutor`).
+    """
+
+    #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
+    STOP = object()
+
+    def __init__(
+        self,
+        trainer: Any,
+        min_epochs: Optional[int] = 0,
+        max_epochs: Optional[int] = None,
+        executor: Optional[ClientExecutor] = None,
+    ) -> None:
+        super().__init__(trainer, min_epochs=min_epochs, max_epochs=max_epochs)
+        self.executor = executor if executor is not None else SequentialExecutor()
+        self.server_optimizer: Optional[ServerOptimizer] = None
+        self.round_metrics: dict[str, float] = {}
+        self._params: list[Tensor] = []
+        self._buffers: list[Tensor] = []
+        self._global_params: list[Tensor] = []
+        self._global_buffers: list[Tensor] = []
+        self._optimizer_defaults: list[list[dict[str, Any]]] = []
+        self._partition_logged = False
+
+    # ------------------------------------------------------------------ data
+    @property
+    def datamodule(self) -> Any:
+        """The trainer's :class:`~lightning_fed.datamodules.FederatedDataModule`.
+
+        Raises:
+            TypeError: the trainer has no federated data module.
+        """
+        dm = self.trainer.datamodule
+        if dm is None or not all(hasattr(dm, a) for a in ("sample_clients", "client_dataloader", "seed")):
+            raise TypeError(
+                "Federated training needs a FederatedDataModule: call "
+                "`trainer.fit(model, datamodule=FederatedDataModule(...))`."
+            )
+        return dm
+
+    def setup_data(self) -> None:
+        """No global train loader: a round is ``clients_per_round`` clients (the progress bar's 'batches')."""
+        dm = self.datamodule
+        self.max_batches = dm.clients_per_round
+        self.trainer.val_check_batch = self.max_batches
+
+    # ------------------------------------------------------------------ run
+    def on_run_start(self) -> None:
+        trainer = self.trainer
+        self.server_optimizer = find_server_optimizer(trainer.callbacks)
+        if trainer.accumulate_grad_batches != 1:
+            raise ValueError(
+                f"`accumulate_grad_batches` must be 1 in federated training, got {trainer.accumulate_grad_batches}."
+            )
+        for config in trainer.lr_scheduler_configs:
+            if config.interval != "epoch":
+                raise ValueError(
+                    f"LR scheduler {type(config.scheduler).__name__} has interval={config.interval!r}; federated "
+                    "training supports interval='epoch' only (one epoch = one round: a client learning-rate "
+                    "schedule by round)."
+                )
+        module = trainer.lightning_module
+        self._params = list(module.parameters())
+        self._buffers = list(module.buffers())
+        self._log_partition()
+        super().on_run_start()
+
+    def on_advance_start(self) -> None:
+        trainer = self.trainer
+        if self.restarted_mid_epoch or self.restarted_on_epoch_end:
+            raise RuntimeError(
+                "This checkpoint was saved in the middle of a round; federated training resumes only from "
+                "checkpoints saved at the end of a round (ModelCheckpoint's default)."
+            )
+        if not self.restarted_on_epoch_start:
+            self.epoch_progress.increment_ready()
+        call._call_callback_hooks(trainer, "on_train_epoch_start")
+        call._call_lightning_module_hook(trainer, "on_train_epoch_start")
+        self.epoch_progress.increment_started()
+
+    def advance(self) -> None:
+        """Runs one communication round: cohort, local work, server update."""
+        trainer = self.trainer
+        round_idx = trainer.current_epoch
+        self.epoch_loop._batches_that_stepped = round_idx
+        start = time.perf_counter()
+        with torch.no_grad():
+            self._global_params = [p.detach().clone() for p in self._params]
+            self._global_buffers = [b.detach().clone() for b in self._buffers]
+        self._optimizer_defaults = [
+            [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
+            for opt in trainer.optimizers
+        ]
+        cohort = self.datamodule.sample_clients(round_idx)
+        with trainer.profiler.profile("run_federated_round"):
+            updates = self.executor.run_round(self, cohort, round_idx)
+        with torch.no_grad():
+            torch._foreach_copy_(self._params, self._global_params)
+            pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
+            self._average_buffers(updates)
+        weights = self.server_optimizer.client_weights(updates)
+        losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(d.float()) for d in pseudo_gradient]))
+        self.round_metrics = {
+            "round_train_loss": float((weights * losses).sum()),
+            "round_pseudo_grad_norm": float(norm),
+            "round_time_s": time.perf_counter() - start,
+            "round_local_steps": float(sum(u.num_steps for u in updates)),
+        }
+        if trainer._logger_connector._first_loop_iter is not None:
+            trainer._logger_connector.update_train_step_metrics()
+
+    def on_advance_end(self) -> None:
+        trainer = self.trainer
+        module = trainer.lightning_module
+        round_idx = trainer.current_epoch
+        trainer._logger_connector.epoch_end_reached()
+        self.epoch_progress.increment_processed()
+        self._log_round_metrics(module)
+        if self.epoch_loop._should_check_val_epoch() and trainer.limit_val_batches != 0:
+            trainer.validating = True
+            call._call_lightning_module_hook(trainer, "on_validation_model_zero_grad")
+            self.epoch_loop.val_loop.run()
+            trainer.training = True
+            trainer._logger_connector._first_loop_iter = None
+        self.epoch_loop._batches_that_stepped = round_idx + 1
+        call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=False)
+        call._call_lightning_module_hook(trainer, "on_train_epoch_end")
+        call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=True)
+        trainer._logger_connector.on_epoch_end()
+        self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=False)
+        self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=True)
+        self.epoch_loop._batches_that_stepped -= 1
+        trainer._logger_connector.update_train_epoch_metrics()
+        self.epoch_loop._batches_that_stepped += 1
+        self.epoch_progress.increment_completed()
+        if trainer.received_sigterm:
+            raise SIGTERMException
+
+    # ------------------------------------------------------------------ client helpers (used by executors)
+    def start_client(self, client_id: int, round_idx: int) -> None:
+        """Load x_t into the module in place and reset the client optimizer(s) to a fresh state."""
+        with torch.no_grad():
+            torch._foreach_copy_(self._params, self._global_params)
+            if self._buffers:
+                for b, g in zip(self._buffers, self._global_buffers):
+                    b.copy_(g)
+        for opt, defaults in zip(self.trainer.optimizers, self._optimizer_defaults):
+            opt.state.clear()
+            for group, saved in zip(opt.param_groups, defaults):
+                group.update(saved)
+        self.call_client_hook("on_client_start", client_id, round_idx)
+        self.server_optimizer.configure_client(self.trainer, self.trainer.lightning_module, client_id, round_idx)
+
+    def local_step(self, batch: Any, batch_idx: int) -> Any:
+        """One local mini-batch through Lightning's optimization loop (hooks, precision, clipping, logging)."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        batch = trainer.precision_plugin.convert_input(batch)
+        batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
+        batch = call._call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
+        trainer._logger_connector.on_batch_start(batch)
+        call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
+        response = call._call_lightning_module_hook(trainer, "on_train_batch_start", batch, batch_idx)
+        call._call_strategy_hook(trainer, "on_train_batch_start", batch, batch_idx)
+        if response == -1:
+            trainer._logger_connector.on_batch_end()
+            return self.STOP
+        kwargs = self.epoch_loop._build_kwargs(OrderedDict(), batch, batch_idx)
+        if module.automatic_optimization:
+            output = self.epoch_loop.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)
+        else:
+            output = self.epoch_loop.manual_optimization.run(kwargs)
+        call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+        call._call_lightning_module_hook(trainer, "on_train_batch_end", output, batch, batch_idx)
+        trainer._logger_connector.on_batch_end()
+        return output
+
+    def finish_client(self, client_id: int, round_idx: int, num_steps: int, loss: float) -> ClientUpdate:
+        """Package the module's current weights as client ``client_id``'s :class:`ClientUpdate`."""
+        module = self.trainer.lightning_module
+        extras = self.server_optimizer.collect_client_extras(self.trainer, module, client_id, round_idx)
+        with torch.no_grad():
+            delta = torch._foreach_sub(self._params, self._global_params)
+            buffers = [b.detach().clone() for b in self._buffers]
+        return ClientUpdate(
+            client_id=int(client_id),
+            delta=delta,
+            num_samples=self.datamodule.client_num_samples(client_id),
+            num_steps=num_steps,
+            loss=loss,
+            buffers=buffers,
+            extras=extras,
+        )
+
+    def call_client_hook(self, name: str, *args: Any) -> None:
+        """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:
+        ``on_client_start(client_id, round_idx)``, ``on_client_end(update, position)``)."""
+        trainer = self.trainer
+        for callback in trainer.callbacks:
+            hook = getattr(callback, name, None)
+            if callable(hook):
+                hook(trainer, trainer.lightning_module, *args)
+
+    # ------------------------------------------------------------------ internals
+    def _average_buffers(self, updates: list[ClientUpdate]) -> None:
+        if not self._buffers:
+            return
+        weights = self.server_optimizer.client_weights(updates).tolist()
+        for i, buf in enumerate(self._buffers):
+            values = [u.buffers[i] for u in updates]
+            if buf.is_floating_point():
+                buf.copy_(sum(w * v.to(torch.float64) for w, v in zip(weights, values)).to(buf.dtype))
+            else:
+                buf.copy_(torch.stack(values).amax(dim=0))
+
+    def _log_round_metrics(self, module: Any) -> None:
+        previous = module._current_fx_name
+        module._current_fx_name = "on_train_epoch_end"
+        try:
+            for name, value in self.round_metrics.items():
+                module.log(name, value, on_step=False, on_epoch=True, batch_size=1, prog_bar=name == "round_train_loss")
+        finally:
+            module._current_fx_name = previous
+
+    def _log_partition(self) -> None:
+        """Log the partition's clients × classes heatmap and size statistics to TensorBoard, once."""
+        if self._partition_logged:
+            return
+        self._partition_logged = True
+        partition = self.datamodule.partition
+        for logger in self.trainer.loggers:
+            experiment = getattr(logger, "experiment", None)
+            if not hasattr(experiment, "add_image"):
+                continue
+            stats = partition.stats()
+            summary = {k: v for k, v in stats.items() if k not in ("sizes", "label_histogram")}
+            experiment.add_text("partition/stats", "  \n".join(f"{k}: {v}" for k, v in summary.items()), 0)
+            if partition.labels is not None:
+                experiment.add_image("partition/clients_x_classes", partition.heatmap(), 0)

@@ -1,0 +1,64 @@
+"""FederatedTrainer: a lightning.Trainer whose fit loop runs communication rounds."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ProgressBar
+
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.callbacks.progress import FederatedProgressBar
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.executor import ClientExecutor
+from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
+
+
+class FederatedTrainer(L.Trainer):
+    """A :class:`lightning.Trainer` that installs :class:`~lightning_fed.FederatedFitLoop`.
+
+    Every ``Trainer`` argument keeps its meaning, with one epoch = one communication round: ``max_epochs``
+    counts rounds, ``check_val_every_n_epoch`` validates the global model every n rounds and
+    ``log_every_n_steps`` (default here 1) logs every n rounds. The server optimizer is a callback: pass exactly
+    one (``callbacks=[FedAdam(...)]``); none means :class:`~lightning_fed.callbacks.FedAvg` with η = 1.
+    Unless a progress bar is given (or ``enable_progress_bar=False``) a
+    :class:`~lightning_fed.callbacks.FederatedProgressBar` shows the round and the client being trained.
+
+    Args:
+        client_executor: How the cohort is trained (default: sequentially in this process).
+        **kwargs: Any :class:`lightning.Trainer` argument.
+
+    Raises:
+        ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``.
+    """
+
+    def __init__(self, *, client_executor: Optional[ClientExecutor] = None, **kwargs: Any) -> None:
+        callbacks = kwargs.get("callbacks")
+        if callbacks is None:
+            callbacks = []
+        elif isinstance(callbacks, Callback):
+            callbacks = [callbacks]
+        else:
+            callbacks = list(callbacks)
+        servers = [cb for cb in callbacks if isinstance(cb, ServerOptimizer)]
+        if not servers:
+            callbacks.append(FedAvg())
+        else:
+            find_server_optimizer(callbacks)  # raises on two or more
+        if kwargs.get("enable_progress_bar", True) is not False and not any(
+            isinstance(cb, ProgressBar) for cb in callbacks
+        ):
+            callbacks.append(FederatedProgressBar())
+        kwargs["callbacks"] = callbacks
+        kwargs.setdefault("log_every_n_steps", 1)
+        super().__init__(**kwargs)
+        loop = FederatedFitLoop(
+            self, min_epochs=self.fit_loop.min_epochs, max_epochs=self.fit_loop.max_epochs, executor=client_executor
+        )
+        loop.epoch_loop = self.fit_loop.epoch_loop
+        self.fit_loop = loop
+
+    @property
+    def server_optimizer(self) -> ServerOptimizer:
+        """The trainer's server optimizer callback."""
+        return find_server_optimizer(self.callbacks)
