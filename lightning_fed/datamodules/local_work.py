@@ -1,0 +1,310 @@
+"""How much local work each client does per round, and the order in which it visits its samples.
+
+A :class:`LocalWork` policy answers "how many epochs (or steps) and which batch size does client
+``cid`` use in round ``round_idx``" with a :class:`ClientWork`; :func:`batch_schedule` turns that
+answer into the concrete sequence of mini-batches (arrays of dataset indices).
+
+All randomness is drawn from ``np.random.default_rng`` seeded by a tuple that contains the
+experiment seed and the (round, client, epoch) it is for, never from global RNG state, so a
+client's work does not depend on the order in which the cohort is processed or on what else was
+sampled, and runs are reproducible on any machine.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .partition import _check_int, _check_seed
+
+__all__ = [
+    "DATA_ORDERS",
+    "ClientWork",
+    "LocalWork",
+    "FixedLocalWork",
+    "FixedLocalSteps",
+    "SampledLocalWork",
+    "batch_schedule",
+    "num_local_steps",
+]
+
+#: Allowed values of ``data_order`` in :func:`batch_schedule`.
+DATA_ORDERS: tuple[str, ...] = ("reshuffle", "once", "none")
+
+# Non-zero stream tags appended to the SeedSequence entropy so the permutation streams never
+# coincide with each other or with SampledLocalWork's ``[seed, round_idx, cid]`` (SeedSequence
+# treats trailing zeros as absent: ``[s, r, c, 0]`` and ``[s, r, c]`` give the same stream).
+_TAG_RESHUFFLE = 0x52534846  # "RSHF"
+_TAG_ONCE = 0x4F4E4345  # "ONCE"
+
+
+@dataclass(frozen=True)
+class ClientWork:
+    """What one client does in one round.
+
+    Attributes:
+        epochs: local epochs (passes over the client's data), int >= 1; ignored when ``steps`` is set.
+        batch_size: samples per mini-batch, int >= 1.
+        steps: a fixed number of local steps (mini-batches) instead of epochs, int >= 1, or ``None``
+            (default) to run ``epochs`` epochs.
+
+    Raises:
+        TypeError / ValueError: a field is not an int in its range (the message names the field).
+    """
+
+    epochs: int
+    batch_size: int
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epochs", _check_int("epochs", self.epochs, minimum=1))
+        object.__setattr__(self, "batch_size", _check_int("batch_size", self.batch_size, minimum=1))
+        if self.steps is not None:
+            object.__setattr__(self, "steps", _check_int("steps", self.steps, minimum=1))
+
+
+def _check_plan_args(cid: Any, round_idx: Any, num_samples: Any) -> tuple[int, int, int]:
+    return (
+        _check_int("cid", cid, minimum=0),
+        _check_int("round_idx", round_idx, minimum=0),
+        _check_int("num_samples", num_samples, minimum=0),
+    )
+
+
+class LocalWork(abc.ABC):
+    """A policy for the local work of each client in each round."""
+
+    @abc.abstractmethod
+    def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
+        """The work of client ``cid`` (int >= 0) in round ``round_idx`` (int >= 0), given its
+        number of samples ``num_samples`` (int >= 0).
+
+        Raises:
+            TypeError / ValueError: an argument is not a non-negative int.
+        """
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+class FixedLocalWork(LocalWork):
+    """Every client runs ``local_epochs`` epochs with batch size ``batch_size`` every round (FedAvg's E and B).
+
+    McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+    AISTATS 2017. Clients with more data therefore take more steps.
+
+    Args:
+        local_epochs: epochs per round (int >= 1, default 1).
+        batch_size: mini-batch size (int >= 1, default 20).
+
+    Raises:
+        TypeError / ValueError: an argument is not an int >= 1.
+    """
+
+    def __init__(self, local_epochs: int = 1, batch_size: int = 20) -> None:
+        self.local_epochs = _check_int("local_epochs", local_epochs, minimum=1)
+        self.batch_size = _check_int("batch_size", batch_size, minimum=1)
+
+    def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
+        _check_plan_args(cid, round_idx, num_samples)
+        return ClientWork(epochs=self.local_epochs, batch_size=self.batch_size)
+
+
+class FixedLocalSteps(LocalWork):
+    """Every client takes exactly ``steps`` mini-batch steps of size ``batch_size`` every round.
+
+    The fixed step budget ``K`` of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (and of
+    local-SGD analyses); the client cycles through its data, reshuffling per pass (see
+    :func:`batch_schedule`).
+
+    Args:
+        steps: local steps per round (int >= 1).
+        batch_size: mini-batch size (int >= 1).
+
+    Raises:
+        TypeError / ValueError: an argument is not an int >= 1.
+    """
+
+    def __init__(self, steps: int, batch_size: int) -> None:
+        self.steps = _check_int("steps", steps, minimum=1)
+        self.batch_size = _check_int("batch_size", batch_size, minimum=1)
+
+    def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
+        _check_plan_args(cid, round_idx, num_samples)
+        return ClientWork(epochs=1, batch_size=self.batch_size, steps=self.steps)
+
+
+def _check_range(name: str, value: Any, minimum: int, allow_none_high: bool) -> tuple[int, int | None]:
+    """Validate an int or a ``(low, high)`` pair with ``minimum <= low <= high`` (high may be None)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        v = _check_int(name, value, minimum=minimum)
+        return v, v
+    allowed = f"an int >= {minimum} or a pair (low, high) with {minimum} <= low <= high" + (
+        " (high=None: the client's dataset size)" if allow_none_high else ""
+    )
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+        raise TypeError(f"`{name}` must be {allowed}, got {value!r}")
+    low = _check_int(f"{name}[0]", value[0], minimum=minimum)
+    if value[1] is None and allow_none_high:
+        return low, None
+    high = _check_int(f"{name}[1]", value[1], minimum=minimum)
+    if low > high:
+        raise ValueError(f"`{name}` must be {allowed}, got low={low} > high={high}")
+    return low, high
+
+
+class SampledLocalWork(LocalWork):
+    """Heterogeneous local work: epochs and batch size drawn per (round, client).
+
+    FedAWARE "Hybrid+" (Zeng et al. 2024, FedAWARE, arXiv:2310.02702, first titled "Tackling Hybrid
+    Heterogeneity on Federated Optimization via Gradient Diversity Maximization", Sec. 5): ``E_i ~ U{2, ..., 5}`` and
+    ``B_i ~ U{10, ..., |D_i|}``, both inclusive. When ``|D_i|`` is below the batch-size low end the
+    batch is the whole client (``B_i = |D_i|``); a given batch-size high end above ``|D_i|`` is
+    clipped to ``|D_i|``; a client with no samples gets ``B_i = 1`` (it has no batches anyway).
+
+    Draws come from ``np.random.default_rng([seed, round_idx, cid])`` (epochs first, then batch
+    size), so they do not depend on cohort order or on what else was sampled.
+
+    Args:
+        epochs: ``(low, high)`` inclusive range of local epochs, ``1 <= low <= high``, or one int
+            (default ``(2, 5)``).
+        batch_size: ``(low, high)`` inclusive range, ``1 <= low <= high``; ``high=None`` means the
+            client's dataset size ``|D_i|``; or one int (default ``(10, None)``).
+        seed: experiment seed (int >= 0, default 0).
+
+    Raises:
+        TypeError / ValueError: a malformed range or seed (the message names the argument).
+    """
+
+    def __init__(
+        self,
+        epochs: int | tuple[int, int] = (2, 5),
+        batch_size: int | tuple[int, int | None] = (10, None),
+        seed: int = 0,
+    ) -> None:
+        self.epochs = _check_range("epochs", epochs, minimum=1, allow_none_high=False)
+        self.batch_size = _check_range("batch_size", batch_size, minimum=1, allow_none_high=True)
+        self.seed = _check_seed(seed)
+
+    def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
+        cid, round_idx, num_samples = _check_plan_args(cid, round_idx, num_samples)
+        rng = np.random.default_rng([self.seed, round_idx, cid])
+        e_low, e_high = self.epochs
+        epochs = int(rng.integers(e_low, e_high, endpoint=True))
+        b_low, b_high = self.batch_size
+        high = num_samples if b_high is None else min(b_high, num_samples)
+        low = min(b_low, high)
+        batch = int(rng.integers(low, high, endpoint=True)) if high >= 1 else 1
+        return ClientWork(epochs=epochs, batch_size=batch)
+
+
+def _epoch_order(n: int, data_order: str, seed: int, round_idx: int, cid: int, epoch: int) -> np.ndarray:
+    """Positions ``0..n-1`` in the order visited in one pass (epoch) over the client's data."""
+    if data_order == "none":
+        return np.arange(n, dtype=np.int64)
+    if data_order == "once":
+        return np.random.default_rng([seed, cid, _TAG_ONCE]).permutation(n)
+    return np.random.default_rng([seed, round_idx, cid, epoch, _TAG_RESHUFFLE]).permutation(n)
+
+
+def _batches_per_pass(n: int, batch_size: int, drop_last: bool) -> int:
+    return n // batch_size if drop_last else math.ceil(n / batch_size)
+
+
+def num_local_steps(num_samples: int, work: ClientWork, drop_last: bool = False) -> int:
+    """How many mini-batches :func:`batch_schedule` yields for a client of ``num_samples`` samples.
+
+    ``work.steps`` when set, else ``epochs * ceil(num_samples / batch_size)`` (``floor`` with
+    ``drop_last``). Useful for step-normalised aggregation (e.g. FedNova's ``tau_i``).
+    """
+    num_samples = _check_int("num_samples", num_samples, minimum=0)
+    if work.steps is not None:
+        return work.steps
+    return work.epochs * _batches_per_pass(num_samples, work.batch_size, drop_last)
+
+
+def batch_schedule(
+    indices: np.ndarray,
+    work: ClientWork,
+    round_idx: int,
+    cid: int,
+    seed: int,
+    data_order: str = "reshuffle",
+    drop_last: bool = False,
+) -> list[np.ndarray]:
+    """The round's sequence of mini-batches for one client (each an int64 array of dataset indices).
+
+    Each epoch (pass) visits every entry of ``indices`` once, in an order set by ``data_order``, and
+    is cut into consecutive batches of ``work.batch_size``; the last batch of a pass is smaller
+    unless ``drop_last`` drops it. Batches never span two passes.
+
+    * ``"reshuffle"`` (default): a fresh permutation every epoch, seeded by
+      ``(seed, round_idx, cid, epoch)`` -- random reshuffling (Mishchenko, Khaled & Richtarik,
+      "Random Reshuffling: Simple Analysis with Vast Improvements", NeurIPS 2020; Malinovsky,
+      Mishchenko & Richtarik, "Server-Side Stepsizes and Sampling Without Replacement Provably Help
+      in Federated Optimization", 2022, "Nastya").
+    * ``"once"``: one permutation per client seeded by ``(seed, cid)``, identical in every epoch and
+      every round (shuffle-once, same sources).
+    * ``"none"``: the order of ``indices`` (for tests and debugging).
+
+    With ``work.steps`` set, passes continue (epoch ``0, 1, ...``, each reshuffled under
+    ``"reshuffle"``) until exactly ``work.steps`` batches: the schedule is the first ``steps``
+    batches of the unbounded epoch sequence, and ``work.epochs`` is ignored.
+
+    Args:
+        indices: int ``[n]``, the client's dataset indices (e.g. ``Partition.client_indices(cid)``).
+        work: the client's :class:`ClientWork` for this round.
+        round_idx: round number (int >= 0).
+        cid: client id (int >= 0).
+        seed: experiment seed (int >= 0).
+        data_order: one of ``"reshuffle"``, ``"once"``, ``"none"``.
+        drop_last: drop each pass's final partial batch (default ``False``).
+
+    Returns:
+        A list of int64 arrays; ``num_local_steps(n, work, drop_last)`` of them.
+
+    Raises:
+        TypeError / ValueError: a bad argument (named in the message); with ``work.steps`` set, a
+            client that cannot form a single batch (no samples, or fewer than ``batch_size`` with
+            ``drop_last``).
+    """
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+        raise ValueError(f"`indices` must be a 1-D integer array, got shape {idx.shape}, dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False)
+    if not isinstance(work, ClientWork):
+        raise TypeError(f"`work` must be a ClientWork, got {type(work).__name__}")
+    round_idx = _check_int("round_idx", round_idx, minimum=0)
+    cid = _check_int("cid", cid, minimum=0)
+    seed = _check_seed(seed)
+    if data_order not in DATA_ORDERS:
+        raise ValueError(f"`data_order` must be one of {DATA_ORDERS}, got {data_order!r}")
+    if not isinstance(drop_last, (bool, np.bool_)):
+        raise TypeError(f"`drop_last` must be a bool, got {drop_last!r}")
+
+    n, bs = idx.shape[0], work.batch_size
+    per_pass = _batches_per_pass(n, bs, bool(drop_last))
+    if work.steps is None:
+        num_passes, total = work.epochs, work.epochs * per_pass
+    else:
+        if per_pass == 0:
+            raise ValueError(
+                f"client {cid} has {n} samples: no batch of `batch_size`={bs} can be formed"
+                + (" with `drop_last`=True" if drop_last else "")
+                + f", so `steps`={work.steps} cannot be taken"
+            )
+        num_passes, total = math.ceil(work.steps / per_pass), work.steps
+
+    batches: list[np.ndarray] = []
+    for epoch in range(num_passes):
+        ordered = idx[_epoch_order(n, data_order, seed, round_idx, cid, epoch)]
+        for b in range(min(per_pass, total - len(batches))):
+            batches.append(ordered[b * bs : (b + 1) * bs])
+    return batches

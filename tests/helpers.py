@@ -1,0 +1,84 @@
+"""Plain LightningModules and data for the tests: nothing federated in them."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset
+
+
+class LinearRegression(L.LightningModule):
+    """y ≈ x·w + b with mean squared error; SGD with a fixed learning rate."""
+
+    def __init__(self, in_features: int = 3, lr: float = 0.1) -> None:
+        super().__init__()
+        self.lr = lr
+        self.linear = torch.nn.Linear(in_features, 1, dtype=torch.float64)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self.linear(x).squeeze(-1), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self.linear(x).squeeze(-1), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class SmallClassifier(L.LightningModule):
+    """A two-layer MLP classifier with dropout, as a researcher would write it."""
+
+    def __init__(self, in_features: int = 5, num_classes: int = 3, lr: float = 0.1, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(in_features, 16), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(16, num_classes)
+        )
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+def regression_data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    y = x @ rng.normal(size=d) + 0.5 + 0.1 * rng.normal(size=n)
+    return x, y
+
+
+def classification_dataset(n: int = 600, d: int = 5, classes: int = 3, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = (x @ torch.randn(d, classes, generator=g)).argmax(1)
+    dataset = TensorDataset(x, y)
+    dataset.targets = y
+    return dataset
+
+
+def quiet_trainer_kwargs(tmp_path) -> dict:
+    return dict(
+        default_root_dir=str(tmp_path),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+    )

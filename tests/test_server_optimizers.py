@@ -1,0 +1,161 @@
+"""The FedOpt update rules against a NumPy transcription of Reddi et al. 2021, Alg. 2 (and FedAvgM)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_fed import ClientUpdate
+from lightning_fed.callbacks import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi
+
+ROUNDS = 3
+
+
+def _rounds(seed: int = 0):
+    """Three rounds of two clients' deltas for a model with two parameter tensors, and their sample counts."""
+    rng = np.random.default_rng(seed)
+    shapes = [(3, 2), (2,)]
+    x0 = [rng.normal(size=s) for s in shapes]
+    rounds = []
+    for _ in range(ROUNDS):
+        clients = [([rng.normal(scale=0.1, size=s) for s in shapes], int(rng.integers(1, 50))) for _ in range(2)]
+        rounds.append(clients)
+    return x0, rounds
+
+
+def _run(server, x0, rounds):
+    params = [torch.tensor(p, dtype=torch.float64) for p in x0]
+    for r, clients in enumerate(rounds):
+        updates = [
+            ClientUpdate(client_id=i, delta=[torch.tensor(d) for d in deltas], num_samples=n, num_steps=1, loss=0.0)
+            for i, (deltas, n) in enumerate(clients)
+        ]
+        server.server_update(params, updates)
+    return [p.numpy() for p in params]
+
+
+def _pseudo_gradient(clients, weighting="num_samples"):
+    w = np.array([n for _, n in clients], dtype=float) if weighting == "num_samples" else np.ones(len(clients))
+    w = w / w.sum()
+    return [sum(wi * deltas[k] for wi, (deltas, _) in zip(w, clients)) for k in range(len(clients[0][0]))]
+
+
+def _reference_alg2(rule, x0, rounds, lr, tau, beta1=0.9, beta2=0.99, bias_correction=False, weighting="num_samples"):
+    """Reddi et al. 2021, Alg. 2, l. 10-15, written out independently with NumPy."""
+    x = [p.copy() for p in x0]
+    m = [np.zeros_like(p) for p in x0]
+    v = [np.full_like(p, tau**2) for p in x0]
+    for t, clients in enumerate(rounds):
+        delta = _pseudo_gradient(clients, weighting)
+        for k in range(len(x)):
+            m[k] = beta1 * m[k] + (1 - beta1) * delta[k]
+            d2 = delta[k] ** 2
+            if rule == "adagrad":
+                v[k] = v[k] + d2
+            elif rule == "yogi":
+                v[k] = v[k] - (1 - beta2) * d2 * np.sign(v[k] - d2)
+            elif rule == "adam":
+                v[k] = beta2 * v[k] + (1 - beta2) * d2
+            mh, vh = m[k], v[k]
+            if bias_correction:
+                mh = m[k] / (1 - beta1 ** (t + 1))
+                vh = v[k] / (1 - (0.0 if rule == "adagrad" else beta2) ** (t + 1))
+            x[k] = x[k] + lr * mh / (np.sqrt(vh) + tau)
+    return x
+
+
+@pytest.mark.parametrize(
+    "cls,rule", [(FedAdagrad, "adagrad"), (FedAdam, "adam"), (FedYogi, "yogi")]
+)
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_adaptive_matches_numpy_alg2(cls, rule, bias_correction):
+    x0, rounds = _rounds()
+    server = cls(lr=0.3, tau=1e-2, bias_correction=bias_correction)
+    got = _run(server, x0, rounds)
+    want = _reference_alg2(rule, x0, rounds, lr=0.3, tau=1e-2, bias_correction=bias_correction)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+
+
+def test_yogi_sign_branch_is_exercised():
+    """With tau large, v starts above Δ² (v shrinks); with tau tiny it starts below (v grows): both signs."""
+    x0, rounds = _rounds(seed=3)
+    for tau in (1.0, 1e-6):
+        got = _run(FedYogi(lr=0.1, tau=tau), x0, rounds)
+        want = _reference_alg2("yogi", x0, rounds, lr=0.1, tau=tau)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+
+
+def test_uniform_weighting():
+    x0, rounds = _rounds(seed=1)
+    got = _run(FedAdam(lr=0.1, weighting="uniform"), x0, rounds)
+    want = _reference_alg2("adam", x0, rounds, lr=0.1, tau=1e-3, weighting="uniform")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+
+
+def test_fedavg_and_fedavgm_match_numpy():
+    x0, rounds = _rounds(seed=2)
+    # FedAvg: x ← x + ηΔ.
+    x = [p.copy() for p in x0]
+    for clients in rounds:
+        x = [xk + 0.7 * dk for xk, dk in zip(x, _pseudo_gradient(clients))]
+    for g, w in zip(_run(FedAvg(lr=0.7), x0, rounds), x):
+        np.testing.assert_allclose(g, w, atol=1e-12)
+    # FedAvgM: heavy ball on g = −Δ: b ← μb + g; x ← x − ηb.
+    x = [p.copy() for p in x0]
+    b = [np.zeros_like(p) for p in x0]
+    for clients in rounds:
+        delta = _pseudo_gradient(clients)
+        b = [0.9 * bk - dk for bk, dk in zip(b, delta)]
+        x = [xk - 0.5 * bk for xk, bk in zip(x, b)]
+    for g, w in zip(_run(FedAvgM(lr=0.5, momentum=0.9), x0, rounds), x):
+        np.testing.assert_allclose(g, w, atol=1e-12)
+
+
+def test_fedavgm_equals_torch_sgd_momentum():
+    """Server momentum is exactly torch's SGD(momentum) applied to −Δ."""
+    x0, rounds = _rounds(seed=4)
+    ref = [torch.tensor(p, requires_grad=True) for p in x0]
+    opt = torch.optim.SGD(ref, lr=0.5, momentum=0.9)
+    for clients in rounds:
+        for p, d in zip(ref, _pseudo_gradient(clients)):
+            p.grad = -torch.tensor(d)
+        opt.step()
+    for g, w in zip(_run(FedAvgM(lr=0.5, momentum=0.9), x0, rounds), ref):
+        np.testing.assert_allclose(g, w.detach().numpy(), atol=1e-12)
+
+
+def test_state_dict_round_trip_continues_identically():
+    x0, rounds = _rounds(seed=5)
+    full = _run(FedYogi(lr=0.2), x0, rounds)
+    first = FedYogi(lr=0.2)
+    mid = _run(first, x0, rounds[:2])
+    second = FedYogi(lr=0.2)
+    second.load_state_dict(first.state_dict())
+    assert second.num_steps == 2
+    resumed = _run(second, mid, rounds[2:])
+    for a, b in zip(full, resumed):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: FedAvg(lr=0), "`lr`"),
+        (lambda: FedAvg(lr=-1.0), "`lr`"),
+        (lambda: FedAvg(lr=float("nan")), "`lr`"),
+        (lambda: FedAdam(tau=0), "`tau`"),
+        (lambda: FedYogi(tau=-1e-3), "`tau`"),
+        (lambda: FedAdam(beta1=1.0), "`beta1`"),
+        (lambda: FedAdam(beta2=-0.1), "`beta2`"),
+        (lambda: FedAvgM(momentum=1.5), "`momentum`"),
+        (lambda: FedAdagrad(initial_accumulator=-1.0), "`initial_accumulator`"),
+        (lambda: FedAvg(weighting="tokens"), "`weighting`"),
+    ],
+)
+def test_bad_hyperparameters_name_the_argument(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
