@@ -1,0 +1,162 @@
+"""FedAwareCNN: shapes, parameter counts (hand-computed), optimiser, logging on a hand-made batch."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_fed.models.cnn import FedAwareCNN
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),
+    pytest.mark.filterwarnings("ignore:.*no `val_dataloader`.*"),
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.*"),
+]
+
+
+def _num_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _trainer(**kw) -> L.Trainer:
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kw,
+    )
+
+
+# Hand counts: Conv(cin, cout, k) has cout*cin*k*k + cout parameters, Linear(i, o) has i*o + o.
+# fedavg 1x28x28: conv1 32*1*25+32=832, conv2 64*32*25+64=51,264, fc1 1024*512+512=524,800,
+#                 fc2 512*10+10=5,130                                     -> 582,026
+# fedavg 3x32x32: conv1 32*3*25+32=2,432, conv2 51,264, fc1 1600*512+512=819,712, fc2 5,130
+#                                                                         -> 878,538
+# toy 3x32x32:    conv 32*3*9+32=896, 64*32*9+64=18,496, 64*64*9+64=36,928, fc1 1024*64+64=65,600,
+#                 fc2 64*10+10=650                                        -> 122,570
+# toy 1x28x28:    conv 32*1*9+32=320, 18,496, 36,928, fc1 576*64+64=36,928, fc2 650 -> 93,322
+# mlp 1x28x28:    784*200+200=157,000, 200*200+200=40,200, 200*10+10=2,010 -> 199,210
+@pytest.mark.parametrize(
+    "arch, in_channels, image_size, expected",
+    [
+        ("fedavg", 1, 28, 832 + 51_264 + 524_800 + 5_130),
+        ("fedavg", 3, 32, 2_432 + 51_264 + 819_712 + 5_130),
+        ("toy", 3, 32, 896 + 18_496 + 36_928 + 65_600 + 650),
+        ("toy", 1, 28, 320 + 18_496 + 36_928 + 36_928 + 650),
+        ("mlp", 1, 28, 157_000 + 40_200 + 2_010),
+    ],
+)
+def test_output_shape_and_parameter_count(arch, in_channels, image_size, expected):
+    model = FedAwareCNN(in_channels=in_channels, image_size=image_size, arch=arch)
+    out = model(torch.randn(5, in_channels, image_size, image_size))
+    assert out.shape == (5, 10)
+    assert _num_params(model) == expected
+
+
+def test_default_is_fedavg_cnn_for_fashion_mnist():
+    model = FedAwareCNN()
+    assert dict(model.hparams) == dict(in_channels=1, image_size=28, num_classes=10, lr=0.01, arch="fedavg")
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == [
+        (1, 32, (5, 5), (0, 0)),
+        (32, 64, (5, 5), (0, 0)),
+    ]
+    assert [(m.in_features, m.out_features) for m in linears] == [(1024, 512), (512, 10)]
+    cifar = FedAwareCNN(in_channels=3, image_size=32)
+    assert [(m.in_features, m.out_features) for m in cifar.modules() if isinstance(m, torch.nn.Linear)] == [
+        (1600, 512),
+        (512, 10),
+    ]
+
+
+def test_num_classes():
+    model = FedAwareCNN(in_channels=3, image_size=32, num_classes=100)
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
+
+
+def test_toy_init_matches_authors_code():
+    torch.manual_seed(0)
+    model = FedAwareCNN(in_channels=3, image_size=32, arch="toy")
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            assert torch.count_nonzero(m.bias) == 0
+    fc1 = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][0]
+    assert fc1.weight.std().item() == pytest.approx(0.01, rel=0.05)
+
+
+@pytest.mark.parametrize("kwargs", [dict(arch="resnet"), dict(image_size=12), dict(lr=0.0), dict(arch="toy", image_size=16)])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        FedAwareCNN(**kwargs)
+
+
+def test_configure_optimizers_is_plain_sgd():
+    model = FedAwareCNN(lr=0.05)
+    opt = model.configure_optimizers()
+    assert type(opt) is torch.optim.SGD
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.05 and group["momentum"] == 0 and group["weight_decay"] == 0
+    assert not group["nesterov"]
+    assert sum(p.numel() for p in group["params"]) == _num_params(model)
+    assert FedAwareCNN().configure_optimizers().param_groups[0]["lr"] == 0.01
+
+
+def _constant_model() -> FedAwareCNN:
+    """All weights zero, last bias [2, 0, ..., 0]: logits = that bias for every input, argmax = class 0."""
+    model = FedAwareCNN()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.net[-1].bias[0] = 2.0
+    return model
+
+
+# per-sample cross-entropy with logits b = [2, 0 x 9]: lse = log(e^2 + 9); label 0 -> lse - 2, else lse
+_LSE = math.log(math.exp(2.0) + 9.0)
+
+
+def _hand_loaders():
+    x = torch.randn(6, 1, 28, 28)
+    y = torch.tensor([0, 0, 0, 5, 0, 7])  # predictions are all 0: 4 of 6 correct
+    return DataLoader(TensorDataset(x, y), batch_size=4)  # batches of 4 and 2
+
+
+def test_validation_logs_sample_weighted_loss_and_micro_accuracy():
+    (metrics,) = _trainer().validate(_constant_model(), dataloaders=_hand_loaders(), verbose=False)
+    # micro accuracy over the epoch: 4/6 (a mean of batch accuracies would be (3/4 + 1/2)/2 = 0.625)
+    assert metrics["val_acc"] == pytest.approx(4 / 6)
+    # loss averaged over samples: (4 (lse - 2) + 2 lse) / 6 = lse - 4/3
+    assert metrics["val_loss"] == pytest.approx(_LSE - 4 / 3, rel=1e-5)
+    assert set(metrics) == {"val_loss", "val_acc"}
+
+
+def test_test_step_logs_test_metrics():
+    (metrics,) = _trainer().test(_constant_model(), dataloaders=_hand_loaders(), verbose=False)
+    assert set(metrics) == {"test_loss", "test_acc"}
+    assert metrics["test_acc"] == pytest.approx(4 / 6)
+    assert metrics["test_loss"] == pytest.approx(_LSE - 4 / 3, rel=1e-5)
+
+
+def test_training_step_logs_train_loss_and_takes_an_sgd_step():
+    model = _constant_model()
+    x = torch.randn(4, 1, 28, 28)
+    y = torch.tensor([0, 0, 0, 5])
+    bias_before = model.net[-1].bias.detach().clone()
+    trainer = _trainer(max_steps=1)
+    trainer.fit(model, train_dataloaders=DataLoader(TensorDataset(x, y), batch_size=4))
+    # loss of the (only) step, computed before the update: (3 (lse - 2) + lse) / 4 = lse - 1.5
+    assert trainer.callback_metrics["train_loss"].item() == pytest.approx(_LSE - 1.5, rel=1e-5)
+    # only the last bias has a non-zero gradient at zero weights; SGD: b <- b - lr * (mean softmax - mean onehot)
+    p = torch.softmax(bias_before, 0)
+    onehot = torch.zeros(10)
+    onehot[0], onehot[5] = 3 / 4, 1 / 4
+    expected = bias_before - 0.01 * (p - onehot)
+    assert torch.allclose(model.net[-1].bias.detach(), expected, atol=1e-6)
