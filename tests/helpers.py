@@ -62,12 +62,16 @@ def regression_data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray,
     return x, y
 
 
-def classification_dataset(n: int = 600, d: int = 5, classes: int = 3, seed: int = 0) -> TensorDataset:
+def classification_dataset(n: int = 600, d: int = 5, classes: int = 3, seed: int = 0, n_val: int = 0):
+    """A linearly separable task; with ``n_val`` > 0 returns ``(train, val)`` from the same labelling."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g)
-    y = (x @ torch.randn(d, classes, generator=g)).argmax(1)
-    dataset = TensorDataset(x, y)
-    dataset.targets = y
+    w = torch.randn(d, classes, generator=g)
+    x = torch.randn(n + n_val, d, generator=g)
+    y = (x @ w).argmax(1)
+    dataset = TensorDataset(x[:n], y[:n])
+    dataset.targets = y[:n]
+    if n_val:
+        return dataset, TensorDataset(x[n:], y[n:])
     return dataset
 
 

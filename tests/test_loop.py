@@ -1,0 +1,237 @@
+"""The federated loop end to end, with expected weights computed independently in NumPy."""
+
+from __future__ import annotations
+
+import csv
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import TensorDataset
+
+from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from lightning_fed import FederatedFitLoop, FederatedTrainer
+from lightning_fed.callbacks import FedAdam, FedAvg, FedYogi
+from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
+
+
+def _linear_weights(model: LinearRegression) -> np.ndarray:
+    return np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
+
+
+def _mse_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """∇ of mean((x·w[:-1] + w[-1] − y)²) with respect to w."""
+    xb = np.hstack([x, np.ones((len(x), 1))])
+    return 2.0 / len(x) * xb.T @ (xb @ w - y)
+
+
+def _regression_module(x, y, num_clients, **kwargs):
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    return FederatedDataModule(
+        dataset, partitioner=IIDPartitioner(num_clients=num_clients, seed=0), **kwargs
+    )
+
+
+def test_one_client_one_full_batch_step_is_one_sgd_step(tmp_path):
+    x, y = regression_data(n=40)
+    model = LinearRegression(lr=0.1)
+    w0 = _linear_weights(model)
+    dm = _regression_module(x, y, num_clients=1, clients_per_round=1, batch_size=40, local_epochs=1)
+    FederatedTrainer(max_epochs=1, callbacks=[FedAvg(lr=1.0)], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    np.testing.assert_allclose(_linear_weights(model), w0 - 0.1 * _mse_grad(w0, x, y), atol=1e-12)
+
+
+def test_all_clients_equal_sizes_full_batch_is_gradient_descent(tmp_path):
+    x, y = regression_data(n=40)
+    model = LinearRegression(lr=0.05)
+    w = _linear_weights(model)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=4, batch_size=10, local_epochs=1)
+    FederatedTrainer(max_epochs=3, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    for _ in range(3):  # the mean of the 4 equal-size clients' gradients is the full-batch gradient
+        w = w - 0.05 * _mse_grad(w, x, y)
+    np.testing.assert_allclose(_linear_weights(model), w, atol=1e-12)
+
+
+def test_fedadam_on_real_client_deltas_matches_numpy(tmp_path):
+    """Two local full-batch steps per client, weighted by size, then FedAdam (Alg. 2) — all in NumPy."""
+    x, y = regression_data(n=30, seed=1)
+    model = LinearRegression(lr=0.1)
+    w = _linear_weights(model)
+    dm = _regression_module(x, y, num_clients=3, clients_per_round=3, batch_size=100, local_epochs=2)
+    dm.setup()
+    parts = [dm.client_indices(c) for c in range(3)]
+    FederatedTrainer(max_epochs=2, callbacks=[FedAdam(lr=0.05, tau=1e-2)], **quiet_trainer_kwargs(tmp_path)).fit(
+        model, datamodule=dm
+    )
+    m, v = np.zeros_like(w), np.full_like(w, 1e-4)
+    sizes = np.array([len(p) for p in parts], dtype=float)
+    for _ in range(2):
+        deltas = []
+        for idx in parts:
+            wi = w.copy()
+            for _ in range(2):
+                wi = wi - 0.1 * _mse_grad(wi, x[idx], y[idx])
+            deltas.append(wi - w)
+        delta = (sizes[:, None] * np.array(deltas)).sum(0) / sizes.sum()
+        m = 0.9 * m + 0.1 * delta
+        v = 0.99 * v + 0.01 * delta**2
+        w = w + 0.05 * m / (np.sqrt(v) + 1e-2)
+    np.testing.assert_allclose(_linear_weights(model), w, atol=1e-10)
+
+
+def test_round_indexed_client_lr_schedule(tmp_path):
+    """An ordinary StepLR (interval='epoch') decays the client learning rate per round."""
+
+    class Decayed(LinearRegression):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)}
+
+    x, y = regression_data(n=20)
+    model = Decayed(lr=0.1)
+    w = _linear_weights(model)
+    dm = _regression_module(x, y, num_clients=1, clients_per_round=1, batch_size=20)
+    FederatedTrainer(max_epochs=5, **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    for t in range(5):
+        w = w - 0.1 * 0.1 ** (t // 2) * _mse_grad(w, x, y)
+    np.testing.assert_allclose(_linear_weights(model), w, atol=1e-12)
+
+
+def test_buffers_are_weighted_averages_not_server_optimized(tmp_path):
+    class WithBatchNorm(LinearRegression):
+        def __init__(self):
+            super().__init__(lr=0.1)
+            self.bn = torch.nn.BatchNorm1d(3, dtype=torch.float64)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.mse_loss(self.linear(self.bn(x)).squeeze(-1), y)
+
+    x, y = regression_data(n=30, seed=2)
+    model = WithBatchNorm()
+    dm = _regression_module(x, y, num_clients=3, clients_per_round=3, batch_size=100, drop_last=False)
+    dm.setup()
+    parts = [dm.client_indices(c) for c in range(3)]
+    # Yogi with a large lr would wreck buffers if they went through it.
+    FederatedTrainer(max_epochs=1, callbacks=[FedYogi(lr=10.0)], **quiet_trainer_kwargs(tmp_path)).fit(
+        model, datamodule=dm
+    )
+    sizes = np.array([len(p) for p in parts], dtype=float)
+    client_means = np.array([0.1 * x[p].mean(0) for p in parts])  # momentum 0.1 from running_mean = 0
+    client_vars = np.array([0.9 + 0.1 * x[p].var(0, ddof=1) for p in parts])
+    np.testing.assert_allclose(model.bn.running_mean.numpy(), sizes @ client_means / sizes.sum(), atol=1e-12)
+    np.testing.assert_allclose(model.bn.running_var.numpy(), sizes @ client_vars / sizes.sum(), atol=1e-12)
+    assert int(model.bn.num_batches_tracked) == 1
+
+
+def test_plain_module_trains_and_validation_loss_falls(tmp_path):
+    data, val = classification_dataset(n=800, n_val=200)
+    dm = FederatedDataModule(
+        data, val_dataset=val,
+        partitioner=DirichletPartitioner(num_clients=20, alpha=0.5, seed=0), clients_per_round=5, batch_size=10,
+    )
+    logger = CSVLogger(str(tmp_path), name="run")
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger}
+    trainer = FederatedTrainer(max_epochs=8, callbacks=[FedAdam(lr=0.03)], **kwargs)
+    trainer.fit(SmallClassifier(), datamodule=dm)
+    rows = list(csv.DictReader(open(f"{logger.log_dir}/metrics.csv")))
+    val_losses = {int(r["step"]): float(r["val_loss"]) for r in rows if r.get("val_loss")}
+    assert sorted(val_losses) == list(range(8)), "validation every round, logged at step = round"
+    assert val_losses[7] < 0.8 * val_losses[0]
+    round_rows = {int(r["step"]): r for r in rows if r.get("round_train_loss")}
+    assert sorted(round_rows) == list(range(8))
+    assert all(float(r["round_time_s"]) > 0 and float(r["round_pseudo_grad_norm"]) > 0 for r in round_rows.values())
+    assert all(float(r["round_local_steps"]) > 0 for r in round_rows.values())
+
+
+def _resume_setup(tmp_path, max_epochs, ckpt_dir, ckpt_path=None):
+    torch.manual_seed(0)
+    model = SmallClassifier(dropout=0.3)
+    dm = FederatedDataModule(
+        *classification_dataset(n=300, n_val=60),
+        partitioner=DirichletPartitioner(num_clients=10, alpha=1.0, seed=0), clients_per_round=3, batch_size=8,
+    )
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"enable_checkpointing": True}
+    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1)
+    trainer = FederatedTrainer(max_epochs=max_epochs, callbacks=[FedYogi(lr=0.05), checkpoint], **kwargs)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def test_interrupt_and_resume_equals_uninterrupted(tmp_path):
+    full, _ = _resume_setup(tmp_path / "a", 5, tmp_path / "ckpt_a")
+    _resume_setup(tmp_path / "b", 2, tmp_path / "ckpt_b")
+    resumed, trainer = _resume_setup(tmp_path / "b", 5, tmp_path / "ckpt_b", ckpt_path=str(tmp_path / "ckpt_b" / "last.ckpt"))
+    assert trainer.current_epoch == 5
+    assert trainer.server_optimizer.num_steps == 5
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_runs_repeat_exactly(tmp_path):
+    a, _ = _resume_setup(tmp_path / "a", 2, tmp_path / "ca")
+    b, _ = _resume_setup(tmp_path / "b", 2, tmp_path / "cb")
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_default_server_optimizer_is_fedavg_and_two_is_an_error(tmp_path):
+    assert isinstance(FederatedTrainer(**quiet_trainer_kwargs(tmp_path)).server_optimizer, FedAvg)
+    with pytest.raises(ValueError, match="exactly one server optimizer.*FedAvg, FedAdam"):
+        FederatedTrainer(callbacks=[FedAvg(), FedAdam()], **quiet_trainer_kwargs(tmp_path))
+
+
+def test_loop_without_server_optimizer_is_an_error(tmp_path):
+    x, y = regression_data()
+    trainer = L.Trainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    loop = FederatedFitLoop(trainer, max_epochs=1)
+    loop.epoch_loop = trainer.fit_loop.epoch_loop
+    trainer.fit_loop = loop
+    with pytest.raises(ValueError, match="exactly one server optimizer.*got 0"):
+        trainer.fit(LinearRegression(), datamodule=_regression_module(x, y, num_clients=2, clients_per_round=1))
+
+
+def test_cohort_larger_than_population_is_an_error(tmp_path):
+    x, y = regression_data()
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=5)
+    with pytest.raises(ValueError, match=r"`clients_per_round` \(5\) must not exceed the number of clients \(4\)"):
+        FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=dm)
+
+
+def test_plain_datamodule_is_an_error(tmp_path):
+    x, y = regression_data()
+
+    class Plain(L.LightningDataModule):
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(TensorDataset(torch.tensor(x), torch.tensor(y)))
+
+    with pytest.raises(TypeError, match="FederatedDataModule"):
+        FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=Plain())
+
+
+def test_step_interval_scheduler_is_an_error(tmp_path):
+    class StepSched(LinearRegression):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    x, y = regression_data()
+    with pytest.raises(ValueError, match="interval='epoch'"):
+        FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(
+            StepSched(), datamodule=_regression_module(x, y, num_clients=2, clients_per_round=1)
+        )
+
+
+def test_plain_trainer_trains_centrally_on_the_same_datamodule(tmp_path):
+    """Without the federated loop the data module is an ordinary one (a centralized baseline)."""
+    x, y = regression_data(n=40)
+    model = LinearRegression(lr=0.1)
+    w0 = _linear_weights(model)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=40)
+    L.Trainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    np.testing.assert_allclose(_linear_weights(model), w0 - 0.1 * _mse_grad(w0, x, y), atol=1e-12)
