@@ -50,7 +50,8 @@ class FederatedTrainer(L.Trainer):
         ):
             callbacks.append(FederatedProgressBar())
         kwargs["callbacks"] = callbacks
-        kwargs.setdefault("log_every_n_steps", 1)
+        if kwargs.get("log_every_n_steps") is None:
+            kwargs["log_every_n_steps"] = 1
         super().__init__(**kwargs)
         loop = FederatedFitLoop(
             self, min_epochs=self.fit_loop.min_epochs, max_epochs=self.fit_loop.max_epochs, executor=client_executor

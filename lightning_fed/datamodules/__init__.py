@@ -1,6 +1,7 @@
 """Federated data: partitioners, local-work policies, the FederatedDataModule and task data modules."""
 
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
+from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.iid import IIDPartitioner
 from lightning_fed.datamodules.local_work import (
@@ -14,11 +15,13 @@ from lightning_fed.datamodules.local_work import (
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.partition import Partition, Partitioner
 from lightning_fed.datamodules.pathological import PathologicalPartitioner
+from lightning_fed.datamodules.shakespeare import ShakespeareDataModule
 from lightning_fed.datamodules.shard import ShardPartitioner
 
 __all__ = [
     "ClientWork",
     "DirichletPartitioner",
+    "FashionMNISTDataModule",
     "FederatedDataModule",
     "FixedLocalSteps",
     "FixedLocalWork",
@@ -29,6 +32,7 @@ __all__ = [
     "Partitioner",
     "PathologicalPartitioner",
     "SampledLocalWork",
+    "ShakespeareDataModule",
     "ShardPartitioner",
     "batch_schedule",
 ]

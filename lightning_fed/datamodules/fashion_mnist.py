@@ -34,12 +34,13 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.utils.data import TensorDataset
 
 from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.partition import Partitioner
 
 __all__ = [
     "FashionMNISTDataModule",
@@ -117,7 +118,7 @@ class FashionMNISTDataModule(FederatedDataModule):
     def __init__(
         self,
         data_dir: str | os.PathLike = "data",
-        partitioner: Any = None,
+        partitioner: Optional[Partitioner] = None,
         debian_dir: str | os.PathLike | None = DEBIAN_FASHION_MNIST_DIR,
         download: bool = False,
         normalize: bool = True,
