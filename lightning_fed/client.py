@@ -19,6 +19,7 @@ class ClientUpdate:
         num_samples: |D_i|, the client's number of training samples (the default aggregation weight).
         num_steps: Local optimizer steps taken (batches processed).
         loss: Mean training loss over the local steps (``nan`` if the client took none).
+        client_lr: The client optimizer's learning rate γ (first parameter group) during this round.
         buffers: The client's final values of ``module.buffers()`` (e.g. BatchNorm running statistics), same
             order as ``module.buffers()``; averaged by the loop, never passed through the server optimizer.
         extras: Extra tensors an algorithm asks clients for (see
@@ -30,5 +31,6 @@ class ClientUpdate:
     num_samples: int
     num_steps: int
     loss: float
+    client_lr: float = float("nan")
     buffers: list[Tensor] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)

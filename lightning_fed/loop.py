@@ -18,7 +18,13 @@ from lightning_fed.client import ClientUpdate
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 
 #: Names of the per-round metrics the loop logs (TensorBoard step = round).
-ROUND_METRICS = ("round_train_loss", "round_pseudo_grad_norm", "round_time_s", "round_local_steps")
+ROUND_METRICS = (
+    "round_train_loss",
+    "round_pseudo_grad_norm",
+    "round_gradient_diversity",
+    "round_time_s",
+    "round_local_steps",
+)
 
 
 def find_server_optimizer(callbacks: list[Any]) -> ServerOptimizer:
@@ -49,7 +55,8 @@ class FederatedFitLoop(_FitLoop):
        floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
        buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer;
     4. the per-round metrics ``round_train_loss`` (sample-weighted mean of the clients' mean local losses),
-       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_time_s`` (wall time) and ``round_local_steps`` are
+       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_gradient_diversity`` (Σλ_i‖g_i‖²/‖Σλ_i g_i‖², see
+       :meth:`ServerOptimizer.gradient_diversity`), ``round_time_s`` (wall time) and ``round_local_steps`` are
        logged with the round as the step, then the global model is validated every
        ``check_val_every_n_epoch`` rounds, then the ``on_train_epoch_end`` hooks run (checkpoints), then
        epoch-interval LR schedulers step (a client learning-rate schedule by round).
@@ -172,6 +179,7 @@ class FederatedFitLoop(_FitLoop):
         self.round_metrics = {
             "round_train_loss": float((weights * losses).sum()),
             "round_pseudo_grad_norm": float(norm),
+            "round_gradient_diversity": self.server_optimizer.gradient_diversity(updates, pseudo_gradient),
             "round_time_s": time.perf_counter() - start,
             "round_local_steps": float(sum(u.num_steps for u in updates)),
         }
@@ -206,6 +214,24 @@ class FederatedFitLoop(_FitLoop):
             raise SIGTERMException
 
     # ------------------------------------------------------------------ client helpers (used by executors)
+    @property
+    def global_params(self) -> list[Tensor]:
+        """x_t: the global model's parameters at the start of the current round (same order as
+        ``module.parameters()``; read-only by convention). Client algorithms (FedProx, SCAFFOLD) read it."""
+        return self._global_params
+
+    @property
+    def global_buffers(self) -> list[Tensor]:
+        """The global model's buffers at the start of the current round (same order as ``module.buffers()``)."""
+        return self._global_buffers
+
+    @property
+    def round_client_lr(self) -> float:
+        """The client learning rate γ of the current round (first optimizer's first parameter group)."""
+        if not self._optimizer_defaults or not self._optimizer_defaults[0]:
+            return float("nan")
+        return float(self._optimizer_defaults[0][0].get("lr", float("nan")))
+
     def start_client(self, client_id: int, round_idx: int) -> None:
         """Load x_t into the module in place and reset the client optimizer(s) to a fresh state."""
         with torch.no_grad():
@@ -257,6 +283,7 @@ class FederatedFitLoop(_FitLoop):
             num_samples=self.datamodule.client_num_samples(client_id),
             num_steps=num_steps,
             loss=loss,
+            client_lr=self.round_client_lr,
             buffers=buffers,
             extras=extras,
         )

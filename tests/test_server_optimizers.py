@@ -159,3 +159,21 @@ def test_state_dict_round_trip_continues_identically():
 def test_bad_hyperparameters_name_the_argument(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_gradient_diversity_matches_numpy():
+    _, rounds = _rounds(seed=6)
+    clients = rounds[0]
+    updates = [
+        ClientUpdate(client_id=i, delta=[torch.tensor(d) for d in deltas], num_samples=n, num_steps=1, loss=0.0)
+        for i, (deltas, n) in enumerate(clients)
+    ]
+    server = FedAvg()
+    pseudo_gradient = server.aggregate(updates)
+    w = np.array([n for _, n in clients], dtype=float)
+    w /= w.sum()
+    flat = [np.concatenate([d.ravel() for d in deltas]) for deltas, _ in clients]
+    mean = sum(wi * f for wi, f in zip(w, flat))
+    want = sum(wi * f @ f for wi, f in zip(w, flat)) / (mean @ mean)
+    assert server.gradient_diversity(updates, pseudo_gradient) == pytest.approx(want, rel=1e-12)
+    assert want >= 1.0  # Jensen: diversity is at least 1

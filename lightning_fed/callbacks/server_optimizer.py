@@ -104,13 +104,28 @@ class ServerOptimizer(Callback):
             raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
         return raw / total
 
+    def client_delta(self, update: ClientUpdate) -> list[Tensor]:
+        """The client's contribution to the pseudo-gradient (default Δ_i; e.g. Nastya normalises it)."""
+        return update.delta
+
     def aggregate(self, updates: list[ClientUpdate]) -> list[Tensor]:
-        """The pseudo-gradient Δ_t = Σ_i w_i Δ_i (one tensor per parameter)."""
+        """The pseudo-gradient Δ_t = Σ_i w_i·client_delta(u_i) (one tensor per parameter)."""
         weights = self.client_weights(updates).tolist()
-        result = [torch.mul(d, weights[0]) for d in updates[0].delta]
+        result = [torch.mul(d, weights[0]) for d in self.client_delta(updates[0])]
         for w, update in zip(weights[1:], updates[1:]):
-            torch._foreach_add_(result, update.delta, alpha=w)
+            torch._foreach_add_(result, self.client_delta(update), alpha=w)
         return result
+
+    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
+        """Gradient diversity Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² of the round (Zeng et al. 2024, Fig. 5), with λ the
+        aggregation weights and g_i the clients' contributions; ``nan`` when the aggregate is zero."""
+        weights = self.client_weights(updates)
+        sq_norms = torch.tensor(
+            [float(sum(float(t.double().pow(2).sum()) for t in self.client_delta(u))) for u in updates],
+            dtype=torch.float64,
+        )
+        denom = float(sum(float(t.double().pow(2).sum()) for t in pseudo_gradient))
+        return float((weights * sq_norms).sum()) / denom if denom > 0 else float("nan")
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
