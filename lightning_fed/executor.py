@@ -46,7 +46,13 @@ class SequentialExecutor(ClientExecutor):
     def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
         updates = []
         for position, cid in enumerate(cohort.tolist()):
-            update = self.train_client(loop, cid, round_idx)
+            try:
+                update = self.train_client(loop, cid, round_idx)
+            except Exception as error:  # noqa: BLE001 - a failing client must not end a day-long simulation
+                if loop.on_client_failure == "raise":
+                    raise
+                loop.record_client_failure(cid, f"{type(error).__name__}: {error}")
+                continue
             updates.append(update)
             loop.call_client_hook("on_client_end", update, position)
         return updates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from typing import Any, Optional
@@ -10,6 +11,7 @@ import torch
 from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.trainer import call
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -24,7 +26,11 @@ ROUND_METRICS = (
     "round_gradient_diversity",
     "round_time_s",
     "round_local_steps",
+    "round_clients",
+    "round_clients_dropped",
+    "round_clients_unavailable",
 )
+_FAILURE_POLICIES = ("skip", "raise")
 
 
 def find_server_optimizer(callbacks: list[Any]) -> ServerOptimizer:
@@ -65,6 +71,12 @@ class FederatedFitLoop(_FitLoop):
     is cleared and its hyper-parameters (learning rate included) reset to their start-of-round values, which is
     what a freshly built optimizer would be (cross-device: no client state survives a round).
 
+    Failing clients: a client whose local training raises, or whose update is non-finite (NaN/Inf loss, delta
+    or buffer), is dropped from the round's aggregate with a warning (``on_client_failure="skip"``, the default)
+    or stops training (``"raise"``). Dropped clients are counted in ``round_clients_dropped``; a round in which
+    no client reports back leaves the global model and the server optimizer's state unchanged. Clients removed
+    by the data module's simulated dropout are counted in ``round_clients_unavailable``.
+
     Lightning's ``max_epochs`` counts rounds, ``log_every_n_steps`` counts rounds, ``global_step`` counts client
     optimizer steps. Learning-rate schedulers must use ``interval="epoch"`` (per round); gradient accumulation is
     not supported.
@@ -74,6 +86,10 @@ class FederatedFitLoop(_FitLoop):
         min_epochs: Minimum number of rounds.
         max_epochs: Maximum number of rounds.
         executor: How clients are trained (default :class:`SequentialExecutor`).
+        on_client_failure: ``"skip"`` (default) or ``"raise"``.
+
+    Raises:
+        ValueError: an unknown ``on_client_failure``.
     """
 
     #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
@@ -85,8 +101,13 @@ class FederatedFitLoop(_FitLoop):
         min_epochs: Optional[int] = 0,
         max_epochs: Optional[int] = None,
         executor: Optional[ClientExecutor] = None,
+        on_client_failure: str = "skip",
     ) -> None:
         super().__init__(trainer, min_epochs=min_epochs, max_epochs=max_epochs)
+        if on_client_failure not in _FAILURE_POLICIES:
+            raise ValueError(f"`on_client_failure` must be one of {_FAILURE_POLICIES}, got {on_client_failure!r}.")
+        self.on_client_failure = on_client_failure
+        self._failures: list[tuple[int, str]] = []
         self.executor = executor if executor is not None else SequentialExecutor()
         self.server_optimizer: Optional[ServerOptimizer] = None
         self.round_metrics: dict[str, float] = {}
@@ -166,23 +187,41 @@ class FederatedFitLoop(_FitLoop):
             [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
             for opt in trainer.optimizers
         ]
-        cohort = self.datamodule.sample_clients(round_idx)
+        selection = self.datamodule.select_cohort(round_idx)
+        self._failures = []
         with trainer.profiler.profile("run_federated_round"):
-            updates = self.executor.run_round(self, cohort, round_idx)
+            updates = self.executor.run_round(self, selection.cohort, round_idx)
+        updates = [u for u in updates if self._is_finite(u)]
+        pseudo_gradient: Optional[list[Tensor]] = None
         with torch.no_grad():
             torch._foreach_copy_(self._params, self._global_params)
-            pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
-            self._average_buffers(updates)
-        weights = self.server_optimizer.client_weights(updates)
-        losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(d.float()) for d in pseudo_gradient]))
+            if updates:
+                pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
+                self._average_buffers(updates)
+            elif self._buffers:
+                torch._foreach_copy_(self._buffers, self._global_buffers)
+        nan = float("nan")
         self.round_metrics = {
-            "round_train_loss": float((weights * losses).sum()),
-            "round_pseudo_grad_norm": float(norm),
-            "round_gradient_diversity": self.server_optimizer.gradient_diversity(updates, pseudo_gradient),
+            "round_train_loss": nan,
+            "round_pseudo_grad_norm": nan,
+            "round_gradient_diversity": nan,
             "round_time_s": time.perf_counter() - start,
             "round_local_steps": float(sum(u.num_steps for u in updates)),
+            "round_clients": float(len(updates)),
+            "round_clients_dropped": float(len(self._failures)),
+            "round_clients_unavailable": float(selection.unavailable),
         }
+        if pseudo_gradient is not None:
+            weights = self.server_optimizer.client_weights(updates)
+            losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
+            norms = torch.stack([torch.linalg.vector_norm(d.double()) for d in pseudo_gradient])
+            self.round_metrics["round_train_loss"] = float((weights * losses).nansum())
+            self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
+            self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
+                updates, pseudo_gradient
+            )
+        else:
+            rank_zero_warn(f"Round {round_idx}: no client reported back; the global model is unchanged.")
         if trainer._logger_connector._first_loop_iter is not None:
             trainer._logger_connector.update_train_step_metrics()
 
@@ -287,6 +326,27 @@ class FederatedFitLoop(_FitLoop):
             buffers=buffers,
             extras=extras,
         )
+
+    def record_client_failure(self, client_id: int, reason: str) -> None:
+        """Drop client ``client_id`` from the round (policy ``"skip"``) or raise (policy ``"raise"``).
+
+        Raises:
+            RuntimeError: with policy ``"raise"``.
+        """
+        message = f"Client {client_id} failed in round {self.trainer.current_epoch}: {reason}"
+        if self.on_client_failure == "raise":
+            raise RuntimeError(message + " (on_client_failure='raise').")
+        self._failures.append((int(client_id), reason))
+        rank_zero_warn(message + "; dropped from the round's aggregate.")
+
+    def _is_finite(self, update: ClientUpdate) -> bool:
+        tensors = list(update.delta) + [b for b in update.buffers if b.is_floating_point()]
+        finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
+        if update.num_steps > 0 and not math.isfinite(update.loss):
+            finite = False
+        if not finite:
+            self.record_client_failure(update.client_id, f"non-finite update (loss={update.loss})")
+        return finite
 
     def call_client_hook(self, name: str, *args: Any) -> None:
         """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:

@@ -26,13 +26,19 @@ class FederatedTrainer(L.Trainer):
 
     Args:
         client_executor: How the cohort is trained (default: sequentially in this process).
+        on_client_failure: What a client that raises or returns a non-finite update does to the run:
+            ``"skip"`` (default: dropped from the round with a warning, counted in ``round_clients_dropped``) or
+            ``"raise"``.
         **kwargs: Any :class:`lightning.Trainer` argument.
 
     Raises:
-        ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``.
+        ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, or an
+            unknown ``on_client_failure``.
     """
 
-    def __init__(self, *, client_executor: Optional[ClientExecutor] = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, client_executor: Optional[ClientExecutor] = None, on_client_failure: str = "skip", **kwargs: Any
+    ) -> None:
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -54,7 +60,11 @@ class FederatedTrainer(L.Trainer):
             kwargs["log_every_n_steps"] = 1
         super().__init__(**kwargs)
         loop = FederatedFitLoop(
-            self, min_epochs=self.fit_loop.min_epochs, max_epochs=self.fit_loop.max_epochs, executor=client_executor
+            self,
+            min_epochs=self.fit_loop.min_epochs,
+            max_epochs=self.fit_loop.max_epochs,
+            executor=client_executor,
+            on_client_failure=on_client_failure,
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import numbers
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import lightning as L
@@ -20,6 +22,21 @@ def _check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     return int(value)
+
+
+@dataclass(frozen=True)
+class CohortSelection:
+    """Who was asked and who reports back in one round.
+
+    Attributes:
+        cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order.
+        candidates: The clients sampled (``clients_per_round`` plus the over-selection), int64, in order.
+        unavailable: How many candidates dropped out (simulated device dropout).
+    """
+
+    cohort: np.ndarray
+    candidates: np.ndarray
+    unavailable: int
 
 
 def _is_hf_dataset(dataset: Any) -> bool:
@@ -64,10 +81,15 @@ class FederatedDataModule(L.LightningDataModule):
         eval_batch_size: Batch size of the validation/test loaders (default 256).
         num_workers: DataLoader workers for every loader (default 0: in-process, fastest for small clients).
         drop_last: Drop a client's last incomplete batch each local epoch (default ``False``).
+        client_dropout: Probability p in [0, 1) that a sampled client drops out of the round (device
+            unavailability, stragglers), independently per (round, client), seeded (default 0).
+        over_selection: Sample ⌈C·(1 + over_selection)⌉ candidates and keep the first C that do not drop out
+            (Bonawitz et al. 2019's over-selection), ``>= 0`` (default 0).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
-            an unknown ``data_order``, a negative ``num_workers``; at :meth:`setup`, ``clients_per_round`` larger
+            an unknown ``data_order``, a negative ``num_workers``, ``client_dropout`` outside [0, 1), a negative
+            ``over_selection``; at :meth:`setup`, ``clients_per_round`` larger
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
@@ -90,6 +112,8 @@ class FederatedDataModule(L.LightningDataModule):
         eval_batch_size: int = 256,
         num_workers: int = 0,
         drop_last: bool = False,
+        client_dropout: float = 0.0,
+        over_selection: float = 0.0,
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -102,6 +126,15 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"`num_workers` must be a non-negative integer, got {num_workers!r}.")
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {seed!r}.")
+        if isinstance(client_dropout, bool) or not isinstance(client_dropout, numbers.Real) or not 0 <= client_dropout < 1:
+            raise ValueError(f"`client_dropout` must be a probability in [0, 1), got {client_dropout!r}.")
+        if (
+            isinstance(over_selection, bool) or not isinstance(over_selection, numbers.Real)
+            or not math.isfinite(over_selection) or over_selection < 0
+        ):
+            raise ValueError(f"`over_selection` must be a finite number >= 0, got {over_selection!r}.")
+        self.client_dropout = float(client_dropout)
+        self.over_selection = float(over_selection)
         self.clients_per_round = _check_positive_int("clients_per_round", clients_per_round)
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.local_epochs = _check_positive_int("local_epochs", local_epochs)
@@ -241,13 +274,24 @@ class FederatedDataModule(L.LightningDataModule):
         return len(self.client_indices(cid))
 
     def sample_clients(self, round_idx: int) -> np.ndarray:
-        """The cohort of round ``round_idx``: ``clients_per_round`` distinct client ids, shape ``[C]``, int64.
+        """The cohort of round ``round_idx``: ``clients_per_round`` distinct client ids, shape ``[C]``, int64
+        (fewer when ``client_dropout`` removes more candidates than ``over_selection`` replaces).
 
         Uniform without replacement within the round, independent across rounds; a pure function of
-        ``(seed, round_idx)`` (Reddi et al. 2021, Alg. 1, l. 3).
+        ``(seed, round_idx)`` (Reddi et al. 2021, Alg. 1, l. 3). See :meth:`select_cohort`.
         """
+        return self.select_cohort(round_idx).cohort
+
+    def select_cohort(self, round_idx: int) -> CohortSelection:
+        """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round``."""
+        num = min(self.num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
         rng = np.random.default_rng([self.seed, 0x5A3D, int(round_idx)])
-        return rng.choice(self.num_clients, size=self.clients_per_round, replace=False).astype(np.int64)
+        candidates = rng.choice(self.num_clients, size=num, replace=False).astype(np.int64)
+        available = candidates
+        if self.client_dropout > 0:
+            draws = np.random.default_rng([self.seed, 0xD409, int(round_idx)]).random(num)
+            available = candidates[draws >= self.client_dropout]
+        return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
 
     def client_work(self, cid: int, round_idx: int) -> ClientWork:
         """Local epochs/steps and batch size of client ``cid`` in round ``round_idx`` (from ``local_work``)."""
