@@ -6,16 +6,38 @@ from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.fedyogi import FedYogi
+from lightning_fed.callbacks.fedprox import FedProx
 from lightning_fed.callbacks.progress import FederatedProgressBar
+from lightning_fed.callbacks.scaffold import SCAFFOLD
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.callbacks.server_step_size import (
+    AdaptiveServerStepSize,
+    NormalizedDirection,
+    NormalizedFedAdagrad,
+    NormalizedFedAdam,
+    NormalizedFedAvgM,
+    NormalizedFedYogi,
+    ServerStepSize,
+    normalized_direction,
+)
 
 __all__ = [
     "AdaptiveServerOptimizer",
+    "AdaptiveServerStepSize",
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
     "FedAvgM",
+    "FedProx",
     "FedYogi",
     "FederatedProgressBar",
+    "NormalizedDirection",
+    "NormalizedFedAdagrad",
+    "NormalizedFedAdam",
+    "NormalizedFedAvgM",
+    "NormalizedFedYogi",
+    "SCAFFOLD",
     "ServerOptimizer",
+    "ServerStepSize",
+    "normalized_direction",
 ]

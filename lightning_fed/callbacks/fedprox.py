@@ -1,0 +1,120 @@
+"""FedProx: FedAvg whose clients minimise their loss plus a proximal term μ/2‖w − w_t‖²."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_fed.callbacks.fedavg import FedAvg
+
+
+def check_non_negative(name: str, value: Any) -> float:
+    """Return ``value`` as a float if it is a finite number >= 0.
+
+    Raises:
+        ValueError: naming ``name`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def optimizer_param_indices(optimizer: Any, index: dict[int, int]) -> list[int]:
+    """Positions in ``module.parameters()`` (via ``index``: ``id(param) -> position``) of the parameters that
+    ``optimizer`` (a torch optimizer or Lightning's wrapper of one) updates, in its parameter-group order."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # LightningOptimizer -> torch.optim.Optimizer
+    positions = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            i = index.get(id(p))
+            if i is not None:
+                positions.append(i)
+    return positions
+
+
+class FedProx(FedAvg):
+    """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Algorithm 2).
+
+    Client k of round t approximately minimises (Alg. 2; the local objective of Sec. 3.2, Eq. (2))::
+
+        h_k(w; w_t) = F_k(w) + μ/2·‖w − w_t‖²
+
+    with the user's own ``training_step`` as F_k and its own optimizer as the local solver: at every local step,
+    after the backward pass and before the optimizer step (Lightning's ``on_before_optimizer_step`` hook, which
+    fires before gradient clipping and, under AMP, after unscaling), this callback adds the proximal gradient
+    to each parameter's gradient::
+
+        p.grad ← p.grad + μ·(p − p_t)          (p_t: the parameter's value in the global model x_t)
+
+    so plain SGD with learning rate γ takes ``w ← w − γ·(∇F_k(w) + μ(w − w_t))``, the authors' local solver
+    (``PerturbedGradientDescent`` in their code, github.com/litian96/FedProx, flearn/optimizer/pgd.py). The
+    anchor w_t is ``trainer.fit_loop.global_params`` (the round's starting point). The server side is :class:`FedAvg`:
+    x_{t+1} = x_t + η·Σ_k λ_k Δ_k.
+
+    Choices where the paper leaves room:
+
+    * Aggregation: Alg. 2 samples devices with probability p_k ∝ n_k and averages uniformly; the public code
+      (flearn/trainers/fedbase.py: ``select_clients``, ``aggregate``) — and this framework's cohort sampling —
+      draws devices uniformly and averages with weights ∝ n_k, which is ``weighting="num_samples"`` (the
+      default); ``"uniform"`` gives the unweighted mean.
+    * "γ-inexact minimiser": each client runs the local work its data module prescribes (epochs/steps, batch
+      size; heterogeneous under e.g. :class:`~lightning_fed.datamodules.SampledLocalWork`) and all of it is
+      aggregated — partial work is kept, never dropped, as FedProx does with stragglers (flearn/trainers/fedprox.py).
+    * A parameter whose gradient is ``None`` at a step (not used by the loss, or frozen) gets no proximal
+      gradient at that step, consistent with torch optimizers skipping such parameters.
+
+    With μ = 0 this is :class:`FedAvg` exactly. Hyper-parameters: Li et al. tune μ over {0.001, 0.01, 0.1, 1};
+    Zeng et al. 2024 (FedAWARE, App. C.1) over {0.01, 0.1, 1, 10} with η = 1. No server state.
+
+    Args:
+        mu: Proximal coefficient μ (>= 0).
+        lr: Server learning rate η (> 0, default 1.0).
+        weighting: ``"num_samples"`` (default) or ``"uniform"`` client weights.
+
+    Raises:
+        ValueError: ``mu`` not a finite number >= 0, ``lr`` not a finite number > 0, or an unknown ``weighting``.
+    """
+
+    def __init__(self, mu: float, lr: float = 1.0, weighting: str = "num_samples") -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        self.mu = check_non_negative("mu", mu)
+        self._params: list[Tensor] = []
+        self._index: dict[int, int] = {}
+        self._anchor: Optional[list[Tensor]] = None
+
+    # ------------------------------------------------------------------ client side
+    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
+        """Anchor the proximal term at the round's global model x_t for this client's local steps."""
+        self._params = list(pl_module.parameters())
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        self._anchor = trainer.fit_loop.global_params
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        """Add μ·(p − p_t) to the gradient of every parameter ``optimizer`` is about to update (no-op outside a
+        client's local work, e.g. under a plain ``lightning.Trainer``)."""
+        if self._anchor is None or self.mu == 0.0:
+            return
+        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
+        if not stepped:
+            return
+        with torch.no_grad():
+            grads = [self._params[i].grad for i in stepped]
+            drift = torch._foreach_sub([self._params[i].detach() for i in stepped], [self._anchor[i] for i in stepped])
+            torch._foreach_add_(grads, drift, alpha=self.mu)  # ∇F_k(w) + μ(w − w_t)
+
+    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
+        """The client's local work is over: detach the anchor (nothing is sent beyond the ordinary delta)."""
+        self._anchor = None
+        return {}
+
+    # ------------------------------------------------------------------ bookkeeping
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(lr=self.lr, mu=self.mu, weighting=self.weighting)
+
+    def extra_repr(self) -> str:
+        return f"mu={self.mu}, {super().extra_repr()}"

@@ -1,0 +1,277 @@
+"""SCAFFOLD: stochastic controlled averaging — control variates that correct the clients' drift."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_fed.callbacks.fedprox import optimizer_param_indices
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client import ClientUpdate
+
+
+def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; every other floating dtype (float32, bf16, fp16) accumulates in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _flatten(tensors: list[Tensor], dtype: torch.dtype) -> Tensor:
+    """One 1-D CPU tensor of ``dtype`` holding ``tensors`` one after another."""
+    return torch.cat([t.detach().reshape(-1).to(device="cpu", dtype=dtype) for t in tensors])
+
+
+class SCAFFOLD(ServerOptimizer):
+    """SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020,
+    Algorithm 1 with option II).
+
+    Server control variate c and one client control variate c_i per client, all zero at the start and shaped
+    like the model (one tensor per entry of ``module.parameters()``). Round with cohort S, for client i ∈ S
+    (Alg. 1, l. 7-14)::
+
+        y_i ← x;   K times:  y_i ← y_i − η_l·(g_i(y_i) − c_i + c)                 (l. 10)
+        c_i⁺ = c_i − c + (x − y_i)/(K·η_l)                                         (l. 12, option II)
+        send Δy_i = y_i − x (the ordinary delta) and Δc_i = c_i⁺ − c_i;  c_i ← c_i⁺  (l. 13-14)
+
+    and at the server (l. 16-17)::
+
+        x ← x + η_g·Σ_{i∈S} λ_i·Δy_i        λ_i = 1/|S| (``weighting="uniform"``, the default, as in l. 16)
+        c ← c + (|S|/N)·(1/|S|)·Σ_{i∈S} Δc_i = c + (1/N)·Σ_{i∈S} Δc_i
+
+    so c stays the mean of all N client variates. N is ``trainer.datamodule.num_clients`` (read in ``setup``).
+
+    How it runs inside the user's unchanged LightningModule:
+
+    * the correction c − c_i is added to every parameter's gradient in Lightning's ``on_before_optimizer_step``
+      hook (after the backward pass — and, under AMP, after unscaling — before gradient clipping and the step),
+      so a plain SGD client optimizer with learning rate η_l takes exactly step l. 10; with another optimizer
+      (momentum, Adam, weight decay) the corrected gradient goes through it;
+    * K is counted per parameter: the number of local steps at which the parameter had a gradient (for an
+      ordinary model, every parameter: the client's number of optimizer steps, which differs between clients
+      under heterogeneous local work — each client uses its own K_i). η_l is the learning rate of the
+      parameter's optimizer group at the start of the client's work (``trainer.fit_loop.round_client_lr`` for
+      one group). A parameter with K = 0 (a client that took no step, or an unused parameter) sends Δc = 0 and
+      keeps its c_i;
+    * Δc_i travels in ``ClientUpdate.extras["delta_control"]`` (one tensor per parameter); the server applies
+      c_i ← c_i + Δc_i only for the updates that reach :meth:`server_update`, so a client dropped from the round
+      (failure, non-finite update) changes neither c nor its own c_i.
+
+    Choices where the paper leaves room: ``weighting="num_samples"`` weights the model update Δx by client size
+    instead (not the paper's); the c update is always the plain sum /N above, which keeps c = mean_i c_i.
+    Option I (c_i⁺ = g_i(x), an extra full gradient pass) is not implemented.
+
+    Memory: the simulator keeps each participating client's c_i on the CPU as one flat vector of d numbers
+    (d = number of model parameters; float32, or float64 for a float64 model), created at the client's first
+    participation (absent = zero). After all N clients have participated that is N·d·4 bytes in RAM and in every
+    checkpoint (``state_dict``): e.g. 100 Fashion-MNIST clients × 582k parameters (FedAwareCNN) ≈ 0.23 GB,
+    1,154 Shakespeare clients × 823k parameters (ShakespeareLSTM) ≈ 3.8 GB. c itself lives on the model's device.
+
+    State (checkpointed, tensors/ints only, loadable with ``weights_only=True``): ``state["control"]`` (c),
+    ``client_controls`` (dict client id -> flat c_i), ``num_clients`` (N).
+
+    Reddi et al. 2021 (Sec. 5, "Comparison to SCAFFOLD") and Zeng et al. 2024 (FedAWARE, Table 1, CIFAR-10) find
+    SCAFFOLD at or below FedAvg when only a small fraction of clients is sampled per round (stale c_i); FedAWARE
+    uses η_g = 1 (App. C.1).
+
+    Args:
+        lr: Server (global) learning rate η_g (> 0, default 1.0).
+        weighting: ``"uniform"`` (default, Alg. 1 l. 16) or ``"num_samples"`` weights for Δx.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+    """
+
+    def __init__(self, lr: float = 1.0, weighting: str = "uniform") -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        #: N, the number of clients in the federation (from the data module in :meth:`setup`).
+        self.num_clients: Optional[int] = None
+        #: c_i of every client seen so far: client id -> flat CPU vector (missing = zero).
+        self.client_controls: dict[int, Tensor] = {}
+        # The client being trained (set in configure_client, cleared in collect_client_extras).
+        self._params: list[Tensor] = []
+        self._index: dict[int, int] = {}
+        self._correction: Optional[list[Tensor]] = None
+        self._steps: list[int] = []
+        self._lrs: list[float] = []
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Read N from ``trainer.datamodule.num_clients`` (no-op without a federated data module).
+
+        Raises:
+            ValueError: stored client variates belong to client ids >= N (a different federation).
+        """
+        num_clients = getattr(trainer.datamodule, "num_clients", None) if trainer.datamodule is not None else None
+        if num_clients is None:
+            return
+        num_clients = int(num_clients)
+        if self.client_controls and max(self.client_controls) >= num_clients:
+            raise ValueError(
+                f"SCAFFOLD holds control variates of client ids up to {max(self.client_controls)}, but the data "
+                f"module has only {num_clients} clients."
+            )
+        self.num_clients = num_clients
+
+    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
+        """c = 0, one tensor per parameter (float32, or float64 for float64 parameters)."""
+        return {"control": [torch.zeros(p.shape, dtype=_accumulator_dtype(p.dtype), device=p.device) for p in params]}
+
+    def _table_dtype(self) -> torch.dtype:
+        dtype = torch.float32
+        for c in self.state["control"]:
+            dtype = torch.promote_types(dtype, c.dtype)
+        return dtype
+
+    def client_control(self, client_id: int) -> list[Tensor]:
+        """c_i of client ``client_id`` shaped like c (on c's device; zeros before its first participation).
+
+        Raises:
+            RuntimeError: before the first round (no c yet).
+        """
+        if not self.state:
+            raise RuntimeError("SCAFFOLD has no control variates yet: they are created with the first client.")
+        control = self.state["control"]
+        flat = self.client_controls.get(int(client_id))
+        if flat is None:
+            return [torch.zeros_like(c) for c in control]
+        pieces = torch.split(flat, [c.numel() for c in control])
+        return [t.reshape(c.shape).to(device=c.device, dtype=c.dtype) for t, c in zip(pieces, control)]
+
+    def _check_client_id(self, client_id: int) -> None:
+        if self.num_clients is not None and not 0 <= int(client_id) < self.num_clients:
+            raise ValueError(f"Client id {client_id} is outside [0, {self.num_clients}).")
+
+    # ------------------------------------------------------------------ client side
+    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
+        """Send (x, c) to client ``client_id`` (Alg. 1, l. 5): prepare its gradient correction c − c_i and zero
+        its per-parameter step counts."""
+        self._check_client_id(client_id)
+        self._params = list(pl_module.parameters())
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        if not self.state:
+            self.state = self.init_state(self._params)
+        else:
+            self._move_state(self._params)
+        control = self.state["control"]
+        client = self.client_control(client_id)
+        self._correction = [(c - ci).to(p.dtype) for c, ci, p in zip(control, client, self._params)]
+        self._steps = [0] * len(self._params)
+        self._lrs = [math.nan] * len(self._params)
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    i = self._index.get(id(p))
+                    if i is not None:
+                        self._lrs[i] = float(group.get("lr", math.nan))
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        """Corrected gradient g_i(y_i) − c_i + c (Alg. 1, l. 10) for the parameters ``optimizer`` updates; counts
+        the step for each of them. No-op outside a client's local work."""
+        if self._correction is None:
+            return
+        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
+        if not stepped:
+            return
+        with torch.no_grad():
+            torch._foreach_add_([self._params[i].grad for i in stepped], [self._correction[i] for i in stepped])
+        for i in stepped:
+            self._steps[i] += 1
+
+    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
+        """Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K·η_l) per parameter (Alg. 1, l. 12-13, option II), as
+        ``{"delta_control": [tensor per parameter]}``; zero where K = 0.
+
+        Raises:
+            RuntimeError: called without :meth:`configure_client`, or a stepped parameter's learning rate is not a
+                finite number > 0.
+        """
+        if self._correction is None:
+            raise RuntimeError("SCAFFOLD.collect_client_extras called before configure_client for this client.")
+        global_params = trainer.fit_loop.global_params
+        control = self.state["control"]
+        delta_control = []
+        with torch.no_grad():
+            for i, (p, x, c) in enumerate(zip(self._params, global_params, control)):
+                steps, lr = self._steps[i], self._lrs[i]
+                if steps == 0:
+                    delta_control.append(torch.zeros_like(c))
+                    continue
+                if not (math.isfinite(lr) and lr > 0):
+                    raise RuntimeError(
+                        f"SCAFFOLD option II needs the client learning rate η_l > 0 of every trained parameter; "
+                        f"parameter {i} has lr={lr!r}."
+                    )
+                # (x − y_i)/(K·η_l)
+                drift = (x.to(c.device, c.dtype) - p.detach().to(c.device, c.dtype)) / (steps * lr)
+                delta_control.append(drift - c)
+        self._correction = None
+        return {"delta_control": delta_control}
+
+    # ------------------------------------------------------------------ server side
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        """x ← x + η_g·Δx (Alg. 1, l. 17)."""
+        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
+
+    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
+        """x ← x + η_g·Σλ_iΔy_i, then c ← c + (1/N)·ΣΔc_i and c_i ← c_i + Δc_i for every reporting client
+        (Alg. 1, l. 14, 16-17). Returns Δx.
+
+        Raises:
+            RuntimeError: N unknown (no :meth:`setup` with a federated data module), or an update without
+                ``extras["delta_control"]``.
+            ValueError: a client id outside [0, N).
+        """
+        if self.num_clients is None:
+            raise RuntimeError(
+                "SCAFFOLD needs the number of clients N (read from `trainer.datamodule.num_clients` in `setup`)."
+            )
+        for update in updates:
+            self._check_client_id(update.client_id)
+            if "delta_control" not in update.extras:
+                raise RuntimeError(
+                    f"Client {update.client_id}'s update has no extras['delta_control']: SCAFFOLD clients must be "
+                    "trained through the federated loop (configure_client / collect_client_extras)."
+                )
+        pseudo_gradient = super().server_update(params, updates)
+        with torch.no_grad():
+            control = self.state["control"]
+            dtype = self._table_dtype()
+            for update in updates:
+                delta = [d.to(device=c.device, dtype=c.dtype) for d, c in zip(update.extras["delta_control"], control)]
+                torch._foreach_add_(control, delta, alpha=1.0 / self.num_clients)
+                flat = _flatten(delta, dtype)
+                old = self.client_controls.get(int(update.client_id))
+                # A new tensor (never in place), so state dicts handed out earlier keep their values.
+                self.client_controls[int(update.client_id)] = flat if old is None else old + flat
+        return pseudo_gradient
+
+    # ------------------------------------------------------------------ checkpointing
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(lr=self.lr, weighting=self.weighting)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["num_clients"] = -1 if self.num_clients is None else int(self.num_clients)
+        state["client_controls"] = {int(k): v for k, v in self.client_controls.items()}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore c, the client variates and N.
+
+        Raises:
+            ValueError: the checkpoint's N differs from the data module's.
+        """
+        num_clients = int(state_dict.get("num_clients", -1))
+        if num_clients >= 0 and self.num_clients is not None and num_clients != self.num_clients:
+            raise ValueError(
+                f"This SCAFFOLD checkpoint was saved with {num_clients} clients; the data module has "
+                f"{self.num_clients}."
+            )
+        super().load_state_dict(state_dict)
+        if num_clients >= 0:
+            self.num_clients = num_clients
+        controls = state_dict.get("client_controls", {})
+        self.client_controls = {int(k): v.detach().cpu().clone() for k, v in controls.items()}

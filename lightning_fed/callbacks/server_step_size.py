@@ -1,0 +1,386 @@
+"""Server-side stepsizes on the normalised client direction: Nastya and its adaptive and FedOpt variants.
+
+Source: G. Malinovsky, K. Mishchenko, P. Richtárik, *On Server-Side Stepsizes in Federated Optimization:
+Theory Explaining the Heuristics* (arXiv title: *Server-Side Stepsizes and Sampling Without Replacement
+Provably Help in Federated Optimization*), Algorithm 1 "Nastya" (plain text in
+``shared/seeds/003_773462bd4a63debc.txt``), and for the adaptive stepsize Y. Malitsky, K. Mishchenko,
+*Adaptive Gradient Descent without Descent*, ICML 2020, Algorithm 1.
+
+Every class here replaces the client's model change Δ_m = x_{t,m} − x_t by the *normalised direction*
+Δ_m/(γ·n_m) = −g_{t,m} (Nastya, Alg. 1, l. 8) before aggregation; what differs is the server rule applied to
+the aggregate:
+
+* :class:`ServerStepSize` — Nastya itself: x_{t+1} = x_t − η·g_t (Alg. 1, l. 10);
+* :class:`AdaptiveServerStepSize` — η_t estimated every round from successive directions (Malitsky &
+  Mishchenko's adaptive gradient descent; the paper's Sec. 7 / Fig. 2 "RR (two stepsizes)");
+* :class:`NormalizedFedAvgM`, :class:`NormalizedFedAdam`, :class:`NormalizedFedYogi`,
+  :class:`NormalizedFedAdagrad` — a FedOpt server optimizer (Reddi et al. 2021) run on the normalised direction
+  (the paper's Sec. 7: "we additionally utilize several server-side optimization subroutines on top of the local
+  updates", e.g. Adam with stepsize 10^-2 on LeNet/CIFAR-10). Any other server optimizer ``Opt`` gets the same
+  treatment with ``class NormalizedOpt(NormalizedDirection, Opt): ...``.
+
+Nastya's local data order (Alg. 1, l. 2 / l. 6) and partial participation (l. 3) are data-module options, not
+server ones: ``FederatedDataModule(data_order="reshuffle")`` is the Random-Reshuffling option (a fresh
+permutation of the client's data every local epoch), ``data_order="once"`` the Shuffle-Once option (one
+permutation per client for the whole run), and ``clients_per_round=C`` the cohort size C (S_t uniform among the
+subsets of size C). Alg. 1 makes one local pass of incremental GD over n single data points; with mini-batches
+or several local epochs n_m is the number of local optimizer steps the client actually took.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_fed.callbacks.fedadagrad import FedAdagrad
+from lightning_fed.callbacks.fedadam import FedAdam
+from lightning_fed.callbacks.fedavgm import FedAvgM
+from lightning_fed.callbacks.fedyogi import FedYogi
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer, zeros_like_all
+from lightning_fed.client import ClientUpdate
+
+__all__ = [
+    "AdaptiveServerStepSize",
+    "NormalizedDirection",
+    "NormalizedFedAdagrad",
+    "NormalizedFedAdam",
+    "NormalizedFedAvgM",
+    "NormalizedFedYogi",
+    "ServerStepSize",
+    "normalized_direction",
+]
+
+
+def normalized_direction(update: ClientUpdate) -> list[Tensor]:
+    """Δ_m/(γ·n_m) = −g_{t,m} for one client (Nastya, Alg. 1, l. 8, with the sign of a model change).
+
+    γ is ``update.client_lr`` (the client optimizer's learning rate at the start of the round) and n_m is
+    ``update.num_steps`` (local optimizer steps taken). A client that took no step returns zeros (its Δ is zero
+    and it carries no direction; :meth:`NormalizedDirection.client_weights` also gives it weight 0).
+
+    Args:
+        update: The client's :class:`~lightning_fed.ClientUpdate`; ``delta`` is a list of tensors shaped like
+            the model's parameters.
+
+    Returns:
+        One tensor per parameter, same shapes/dtypes as ``update.delta``.
+
+    Raises:
+        ValueError: ``update.client_lr`` is not a finite number > 0 (e.g. ``nan`` when the client optimizer has
+            no ``lr`` in its first parameter group), or ``update.num_steps`` is negative.
+    """
+    lr = update.client_lr
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(
+            f"The normalised direction Δ/(γ·n) needs the client learning rate γ: `ClientUpdate.client_lr` of client "
+            f"{update.client_id} must be a finite number > 0, got {lr!r} (does the client optimizer have an 'lr' in "
+            "its first parameter group?)."
+        )
+    steps = int(update.num_steps)
+    if steps < 0:
+        raise ValueError(f"`ClientUpdate.num_steps` of client {update.client_id} must be >= 0, got {steps}.")
+    if steps == 0:
+        return [torch.zeros_like(d) for d in update.delta]
+    scale = 1.0 / (float(lr) * steps)
+    return [torch.mul(d, scale) for d in update.delta]
+
+
+class NormalizedDirection:
+    """Mixin for a :class:`~lightning_fed.callbacks.ServerOptimizer`: aggregate Δ_m/(γ·n_m) instead of Δ_m.
+
+    Nastya (Malinovsky, Mishchenko, Richtárik; Alg. 1, l. 8-9): each client's model change is divided by its
+    client learning rate γ and its number of local steps n_m, g_{t,m} = (x_t − x_{t,m})/(γ·n_m), and the server
+    averages the g_{t,m} over the cohort. Here :meth:`client_delta` returns Δ_m/(γ·n_m) = −g_{t,m} (the sign of a
+    model change, so that the FedOpt rules, which add their pseudo-gradient, descend), and the base class's
+    ``aggregate`` gives the pseudo-gradient −g_t = Σ_m w_m·Δ_m/(γ·n_m). The logged ``round_pseudo_grad_norm`` is
+    therefore ‖g_t‖ and ``round_gradient_diversity`` is computed on the normalised directions.
+
+    Weights: Alg. 1, l. 9 averages uniformly over the cohort, g_t = (1/C)·Σ_{m∈S_t} g_{t,m}, so every class in
+    this module defaults to ``weighting="uniform"``; ``"num_samples"`` weights by |D_m| instead. Clients that took
+    no local step (n_m = 0, e.g. a client smaller than the batch size under ``drop_last``) carry no direction:
+    they get weight 0 and the others are renormalised.
+
+    Put it first among the bases: ``class NormalizedFoo(NormalizedDirection, Foo): ...`` (give the subclass an
+    explicit ``__init__`` with ``weighting: str = "uniform"`` to change the default, as the ready classes do).
+    """
+
+    def client_delta(self, update: ClientUpdate) -> list[Tensor]:
+        """Δ_m/(γ·n_m) (see :func:`normalized_direction`, which lists the errors)."""
+        return normalized_direction(update)
+
+    def client_weights(self, updates: list[ClientUpdate]) -> Tensor:
+        """The base class's weights (uniform or by |D_m|) with zero-step clients set to 0, renormalised;
+        shape ``[len(updates)]``, float64.
+
+        Raises:
+            ValueError: ``updates`` empty, or no client in the round took a local step.
+        """
+        weights = super().client_weights(updates)  # type: ignore[misc]
+        took_steps = torch.tensor([int(u.num_steps) > 0 for u in updates], dtype=torch.float64)
+        masked = weights * took_steps
+        total = masked.sum()
+        if total <= 0:
+            raise ValueError(
+                "No client in the round took a local step (all `num_steps` are 0): the normalised direction "
+                "Δ/(γ·n) is undefined."
+            )
+        return masked / total
+
+
+class ServerStepSize(NormalizedDirection, ServerOptimizer):
+    """Nastya: a server stepsize η on the normalised client direction (Malinovsky, Mishchenko, Richtárik, Alg. 1).
+
+    Per round t, with cohort S_t, client learning rate γ and n_m local steps on client m (Alg. 1, l. 8-10)::
+
+        g_{t,m} = (x_t − x_{t,m}) / (γ·n_m)              (l. 8)
+        g_t     = Σ_{m∈S_t} w_m·g_{t,m}                   (l. 9; w_m = 1/C by default)
+        x_{t+1} = x_t − η·g_t                             (l. 10)
+
+    When every client takes the same number n of local steps, η = γ·n gives x_{t+1} = x_t + Σ_m w_m Δ_m, i.e.
+    :class:`~lightning_fed.callbacks.FedAvg` (with the same weighting); η > γ·n is the "large server stepsize"
+    regime of the paper's Theorems 6-8 (small γ, η up to O(1/L)), η < γ·n the "small server stepsize" one of
+    Theorem 9. Random reshuffling / shuffle-once local data (Alg. 1, l. 2/6) and the cohort size C (l. 3) are
+    ``FederatedDataModule(data_order="reshuffle" | "once", clients_per_round=C)``. No state.
+
+    Args:
+        lr: The server stepsize η (> 0), in units of gradient steps (the paper gives no default; η = γ·n is
+            FedAvg).
+        weighting: ``"uniform"`` (default: 1/C, Alg. 1, l. 9) or ``"num_samples"`` (w_m ∝ |D_m|).
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``; at a server update, a client
+            without a finite positive ``client_lr``, or a round in which no client took a local step.
+    """
+
+    def __init__(self, lr: float, weighting: str = "uniform") -> None:
+        super().__init__(lr=lr, weighting=weighting)
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        # pseudo_gradient = −g_t, so x ← x − η·g_t.
+        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
+
+
+def _distance(a: list[Tensor], b: list[Tensor]) -> float:
+    """‖a − b‖₂ over all tensors together, accumulated in float64."""
+    total = 0.0
+    for x, y in zip(a, b):
+        total += float((x.double() - y.double()).pow(2).sum())
+    return math.sqrt(total)
+
+
+class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
+    """Nastya with the server stepsize estimated each round by Malitsky & Mishchenko's adaptive gradient descent.
+
+    The paper's experiments (Sec. 7, Fig. 2, "RR (two stepsizes)") "combine the local passes over the data with
+    the adaptive estimation of smoothness proposed by [17]" (Malitsky & Mishchenko, *Adaptive Gradient Descent
+    without Descent*, ICML 2020, Alg. 1), with the normalised direction g_t of Nastya (Alg. 1, l. 8-9; see
+    :class:`ServerStepSize`) in place of ∇f(x_t). The Nastya paper gives no further detail (no η_0, no θ_0), so
+    this follows Malitsky & Mishchenko's Alg. 1 literally::
+
+        round 0:   x_1 = x_0 − η_0·g_0,                        θ_0 = +∞
+        round t≥1: η_t = min( √(1 + θ_{t−1})·η_{t−1},  ‖x_t − x_{t−1}‖ / (2‖g_t − g_{t−1}‖) )
+                   x_{t+1} = x_t − η_t·g_t,                    θ_t = η_t/η_{t−1}
+
+    (so in round 1 only the second branch counts). Guards: when ‖g_t − g_{t−1}‖ = 0 or ‖x_t − x_{t−1}‖ = 0 the
+    secant ratio carries no curvature information and only the first branch is used; if that is +∞ as well
+    (round 1, θ_0 = +∞) the stepsize is kept, η_t = η_{t−1}. Nothing is ever divided by zero.
+
+    Departures of the authors' public AdGD code (``ad_grad``) from their paper, *not* followed here: it divides
+    θ_1 by 1 instead of λ_0 (``la_old = 1`` after the first step) and uses θ_0 = 10^9 for +∞. Its default
+    λ_0 = 10^-6 is this class's default ``lr``: a negligible first step that only provides the first secant pair.
+
+    With partial participation the directions of successive rounds come from different cohorts, so the estimate
+    also sees client-sampling noise (the paper's experiment is single-node). The stepsize used in the last
+    round is :attr:`current_lr` and is logged every round as ``server_lr`` (step = round).
+
+    State (carried by ``state_dict``, so checkpoints resume exactly): ``prev_params`` (x_{t−1}) and
+    ``prev_direction`` (−g_{t−1}), one tensor per parameter, and the scalars η_{t−1} (``eta``) and θ_{t−1}
+    (``theta``).
+
+    Args:
+        lr: The initial server stepsize η_0 (> 0, default 1e-6 as the public AdGD code's ``la_0``).
+        weighting: ``"uniform"`` (default: 1/C, Nastya Alg. 1, l. 9) or ``"num_samples"``.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``; at a server update, the errors of
+            :class:`ServerStepSize`.
+    """
+
+    def __init__(self, lr: float = 1e-6, weighting: str = "uniform") -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        #: η_{t−1}: the stepsize of the last server step (``None`` before the first).
+        self.eta: Optional[float] = None
+        #: θ_{t−1} = η_{t−1}/η_{t−2} (+∞ until the second server step).
+        self.theta: float = math.inf
+
+    @property
+    def current_lr(self) -> float:
+        """The server stepsize η used in the last round (η_0 = ``lr`` before the first)."""
+        return self.lr if self.eta is None else self.eta
+
+    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
+        return {"prev_params": zeros_like_all(params), "prev_direction": zeros_like_all(params)}
+
+    def next_step_size(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> tuple[float, float]:
+        """(η_t, θ_t) for x_t = ``params`` and −g_t = ``pseudo_gradient``, from the stored x_{t−1}, −g_{t−1},
+        η_{t−1}, θ_{t−1} (Malitsky & Mishchenko 2020, Alg. 1, l. 3 and 5; guards in the class docstring)."""
+        if self.eta is None:
+            return self.lr, math.inf
+        first = math.sqrt(1.0 + self.theta) * self.eta if math.isfinite(self.theta) else math.inf
+        dx = _distance(params, self.state["prev_params"])
+        dg = _distance(pseudo_gradient, self.state["prev_direction"])
+        second = dx / (2.0 * dg) if dx > 0 and dg > 0 else math.inf
+        eta = min(first, second)
+        if not math.isfinite(eta):
+            eta = self.eta
+        return eta, (eta / self.eta if self.eta > 0 else math.inf)
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        eta, theta = self.next_step_size(params, pseudo_gradient)
+        torch._foreach_copy_(self.state["prev_params"], params)
+        torch._foreach_copy_(self.state["prev_direction"], pseudo_gradient)
+        torch._foreach_add_(params, pseudo_gradient, alpha=eta)  # x ← x − η_t·g_t
+        self.eta, self.theta = eta, theta
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """Log ``server_lr`` (the round's η_t) with the round as the step."""
+        if self.eta is not None:
+            pl_module.log("server_lr", self.eta, on_step=False, on_epoch=True, batch_size=1)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["eta"] = self.eta
+        state["theta"] = self.theta
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        eta = state_dict.get("eta")
+        self.eta = None if eta is None else float(eta)
+        self.theta = float(state_dict.get("theta", math.inf))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, eta={self.eta}, theta={self.theta}"
+
+
+class NormalizedFedAvgM(NormalizedDirection, FedAvgM):
+    """:class:`~lightning_fed.callbacks.FedAvgM` (heavy-ball server momentum) on Nastya's normalised direction.
+
+    b_t = μ·b_{t−1} + g_t, x_{t+1} = x_t − η·b_t with g_t the cohort mean of (x_t − x_{t,m})/(γ·n_m)
+    (Malinovsky et al., Alg. 1, l. 8-9, and Sec. 7: server-side optimizers "on top of the local updates").
+    With μ = 0 it is :class:`ServerStepSize`.
+
+    Args:
+        lr: Server stepsize η (> 0), in units of gradient steps (η = γ·n matches FedAvgM when all n_m = n).
+        momentum: μ in [0, 1) (default 0.9).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+
+    Raises:
+        ValueError: ``lr`` not finite and > 0, ``momentum`` outside [0, 1), an unknown ``weighting``; at a server
+            update, the errors of :class:`ServerStepSize`.
+    """
+
+    def __init__(self, lr: float, momentum: float = 0.9, weighting: str = "uniform") -> None:
+        super().__init__(lr=lr, momentum=momentum, weighting=weighting)
+
+
+class NormalizedFedAdam(NormalizedDirection, FedAdam):
+    """:class:`~lightning_fed.callbacks.FedAdam` (Reddi et al. 2021, Alg. 2, l. 11, 14-15) on Nastya's normalised
+    direction: Δ_t is replaced by −g_t, the cohort mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
+
+    The paper's Sec. 7 / Fig. 2 (right) runs "Adam with stepsize 10^-2" on the per-pass direction of LeNet on
+    CIFAR-10; ``lr=1e-2`` is the default here (the other defaults are Reddi et al.'s: β₁ = 0.9, β₂ = 0.99,
+    τ = 1e-3, v_{−1} = τ², no bias correction; ``bias_correction=True`` gives torch/Keras-style Adam).
+
+    Args:
+        lr: Server learning rate η (> 0, default 1e-2).
+        beta1: β₁ in [0, 1) (default 0.9).
+        beta2: β₂ in [0, 1) (default 0.99).
+        tau: Adaptivity τ (> 0, default 1e-3).
+        initial_accumulator: v_{−1} ≥ 0 (default τ²).
+        bias_correction: Adam-style bias correction (default ``False``).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+
+    Raises:
+        ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
+            of :class:`ServerStepSize`.
+    """
+
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        initial_accumulator: Optional[float] = None,
+        bias_correction: bool = False,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
+                         bias_correction=bias_correction, weighting=weighting)
+
+
+class NormalizedFedYogi(NormalizedDirection, FedYogi):
+    """:class:`~lightning_fed.callbacks.FedYogi` (Reddi et al. 2021, Alg. 2, l. 11, 13, 15) on Nastya's normalised
+    direction −g_t = mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
+
+    Args:
+        lr: Server learning rate η (> 0, default 1e-2).
+        beta1: β₁ in [0, 1) (default 0.9).
+        beta2: β₂ in [0, 1) (default 0.99).
+        tau: Adaptivity τ (> 0, default 1e-3).
+        initial_accumulator: v_{−1} ≥ 0 (default τ²).
+        bias_correction: Adam-style bias correction (default ``False``).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+
+    Raises:
+        ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
+            of :class:`ServerStepSize`.
+    """
+
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        initial_accumulator: Optional[float] = None,
+        bias_correction: bool = False,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
+                         bias_correction=bias_correction, weighting=weighting)
+
+
+class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
+    """:class:`~lightning_fed.callbacks.FedAdagrad` (Reddi et al. 2021, Alg. 2, l. 11, 12, 15) on Nastya's
+    normalised direction −g_t = mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
+
+    Args:
+        lr: Server learning rate η (> 0, default 1e-2).
+        tau: Adaptivity τ (> 0, default 1e-3).
+        initial_accumulator: v_{−1} ≥ 0 (default τ²).
+        beta1: β₁ in [0, 1) (default 0.9).
+        bias_correction: bias-correct m (default ``False``).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+
+    Raises:
+        ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
+            of :class:`ServerStepSize`.
+    """
+
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        tau: float = 1e-3,
+        initial_accumulator: Optional[float] = None,
+        beta1: float = 0.9,
+        bias_correction: bool = False,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(lr=lr, tau=tau, initial_accumulator=initial_accumulator, beta1=beta1,
+                         bias_correction=bias_correction, weighting=weighting)
