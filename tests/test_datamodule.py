@@ -111,3 +111,30 @@ def test_partition_is_computed_once_and_is_seed_deterministic():
     b.setup()
     assert all(np.array_equal(a.client_indices(c), b.client_indices(c)) for c in range(4))
     assert all(np.array_equal(a.sample_clients(r), b.sample_clients(r)) for r in range(10))
+
+
+def test_tensor_fast_path_yields_what_a_dataloader_collates():
+    from torch.utils.data import DataLoader
+
+    from lightning_fed.datamodules.federated import TensorBatches
+    from lightning_fed.datamodules.shakespeare import ShakespeareSequences
+
+    g = torch.Generator().manual_seed(0)
+    tensor_ds = TensorDataset(torch.randn(50, 2, 3, generator=g), torch.randint(0, 5, (50,), generator=g))
+    tokens = torch.randint(0, 90, (50, 81), generator=g)
+    shakespeare_ds = ShakespeareSequences(tokens, np.zeros(50, dtype=np.int64), ["play/ROLE"])
+    batches = [np.array([3, 1, 4]), np.array([15, 9, 2, 6]), np.array([49])]
+    for ds in (tensor_ds, shakespeare_ds):
+        assert TensorBatches.supports(ds)
+        fast = list(TensorBatches(ds, batches))
+        slow = list(DataLoader(ds, batch_sampler=[b.tolist() for b in batches]))
+        assert len(fast) == len(slow) == 3
+        for a, b in zip(fast, slow):
+            assert all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a, b))
+    tensor_ds.targets = tensor_ds.tensors[1]
+    dm = FederatedDataModule(tensor_ds, partitioner=ShardPartitioner(5, 1), clients_per_round=1, batch_size=4)
+    dm.setup()
+    assert isinstance(dm.client_dataloader(0, 0), TensorBatches)
+    dm = FederatedDataModule(_hf_dataset(), partitioner=ShardPartitioner(5, 1), clients_per_round=1)
+    dm.setup()
+    assert isinstance(dm.client_dataloader(0, 0), DataLoader)

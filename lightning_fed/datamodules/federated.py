@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
@@ -37,6 +37,35 @@ class CohortSelection:
     cohort: np.ndarray
     candidates: np.ndarray
     unavailable: int
+
+
+class TensorBatches:
+    """A client's mini-batches fetched by slicing: ``dataset.get_batch(index)`` or, for a ``TensorDataset``,
+    ``tuple(t[index] for t in dataset.tensors)`` — the same tensors a ``DataLoader`` would collate, without
+    per-sample ``__getitem__`` calls or worker processes.
+
+    Args:
+        dataset: A dataset with ``get_batch(index: LongTensor)`` or a ``torch.utils.data.TensorDataset``.
+        batches: The index arrays of the batches, in order.
+    """
+
+    def __init__(self, dataset: Any, batches: list[np.ndarray]) -> None:
+        self.dataset = dataset
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        get_batch = getattr(self.dataset, "get_batch", None)
+        for idx in self.batches:
+            index = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
+            yield get_batch(index) if get_batch is not None else tuple(t[index] for t in self.dataset.tensors)
+
+    @staticmethod
+    def supports(dataset: Any) -> bool:
+        """Whether ``dataset`` can be sliced directly."""
+        return callable(getattr(dataset, "get_batch", None)) or isinstance(dataset, TensorDataset)
 
 
 def _is_hf_dataset(dataset: Any) -> bool:
@@ -304,11 +333,18 @@ class FederatedDataModule(L.LightningDataModule):
             self.client_indices(cid), work, int(round_idx), int(cid), self.seed, self.data_order, self.drop_last
         )
 
-    def client_dataloader(self, cid: int, round_idx: int) -> DataLoader:
-        """A loader over client ``cid``'s mini-batches for round ``round_idx`` (its whole local work: all local
-        epochs, or its step budget, in order)."""
-        batches = [b.tolist() for b in self.client_batches(cid, round_idx)]
-        return DataLoader(self.train_dataset, batch_sampler=batches, num_workers=self.num_workers)
+    def client_dataloader(self, cid: int, round_idx: int) -> Any:
+        """An iterable over client ``cid``'s mini-batches for round ``round_idx`` (its whole local work: all local
+        epochs, or its step budget, in order).
+
+        Tensor-backed datasets (a ``TensorDataset``, or any dataset with ``get_batch(index)``) are sliced
+        directly (:class:`TensorBatches`) when ``num_workers == 0``; others go through a ``DataLoader`` with the
+        batches as its ``batch_sampler``. Both yield the same batches.
+        """
+        batches = self.client_batches(cid, round_idx)
+        if self.num_workers == 0 and TensorBatches.supports(self.train_dataset):
+            return TensorBatches(self.train_dataset, batches)
+        return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
 
     # ------------------------------------------------------------------ Lightning loaders
     def train_dataloader(self) -> DataLoader:

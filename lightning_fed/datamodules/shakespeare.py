@@ -806,6 +806,12 @@ class ShakespeareSequences(Dataset):
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of the samples ``index`` (LongTensor ``[B]``), each ``[B, 80]`` int64: the batch a
+        ``DataLoader`` would collate, by one slice."""
+        rows = self.tokens[index]
+        return rows[:, :-1], rows[:, 1:]
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         row = self.tokens[i]
         return row[:-1], row[1:]
