@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from lightning_fed.client import ClientUpdate
+from lightning_fed.distributed import assign_clients, gather_updates
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.loop import FederatedFitLoop
@@ -41,11 +43,23 @@ class SequentialExecutor(ClientExecutor):
     client optimizer (state cleared, hyper-parameters as at the start of the round), seed torch with
     :func:`client_seed`, run its mini-batches through Lightning's optimization loop (so hooks, precision,
     gradient clipping and ``self.log`` behave as in ordinary training), and record Δ_i = x_i − x_t.
+
+    Under several processes (``FederatedTrainer(strategy="ddp", devices=..., num_nodes=...)``) each rank trains
+    its share of the cohort (:func:`~lightning_fed.distributed.assign_clients`: balanced by client sample count,
+    largest first) and the round's updates are gathered on every rank
+    (:func:`~lightning_fed.distributed.gather_updates`), in cohort order: since every client's randomness is a
+    pure function of (seed, round, client), the result equals a single-process run.
     """
 
     def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
+        trainer = loop.trainer
+        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+        mine = cohort.tolist()
+        if distributed:
+            sizes = [loop.datamodule.client_num_samples(c) for c in mine]
+            mine = assign_clients(mine, sizes, trainer.world_size)[trainer.global_rank]
         updates = []
-        for position, cid in enumerate(cohort.tolist()):
+        for position, cid in enumerate(mine):
             try:
                 update = self.train_client(loop, cid, round_idx)
             except Exception as error:  # noqa: BLE001 - a failing client must not end a day-long simulation
@@ -55,6 +69,10 @@ class SequentialExecutor(ClientExecutor):
                 continue
             updates.append(update)
             loop.call_client_hook("on_client_end", update, position)
+        if distributed:
+            updates, loop.round_failures = gather_updates(
+                updates, loop.round_failures, cohort, trainer.strategy.root_device
+            )
         return updates
 
     def train_client(self, loop: "FederatedFitLoop", cid: int, round_idx: int) -> ClientUpdate:

@@ -107,7 +107,8 @@ class FederatedFitLoop(_FitLoop):
         if on_client_failure not in _FAILURE_POLICIES:
             raise ValueError(f"`on_client_failure` must be one of {_FAILURE_POLICIES}, got {on_client_failure!r}.")
         self.on_client_failure = on_client_failure
-        self._failures: list[tuple[int, str]] = []
+        #: (client id, reason) of the clients dropped from the current round.
+        self.round_failures: list[tuple[int, str]] = []
         self.executor = executor if executor is not None else SequentialExecutor()
         self.server_optimizer: Optional[ServerOptimizer] = None
         self.round_metrics: dict[str, float] = {}
@@ -156,6 +157,11 @@ class FederatedFitLoop(_FitLoop):
                     "schedule by round)."
                 )
         module = trainer.lightning_module
+        if trainer.strategy.model is not module and isinstance(trainer.strategy.model, torch.nn.parallel.DistributedDataParallel):
+            raise ValueError(
+                "The module is wrapped in DistributedDataParallel, which would average gradients across ranks "
+                "training different clients; use FederatedTrainer(strategy='ddp') (FederatedDDPStrategy)."
+            )
         self._params = list(module.parameters())
         self._buffers = list(module.buffers())
         self._log_partition()
@@ -188,7 +194,7 @@ class FederatedFitLoop(_FitLoop):
             for opt in trainer.optimizers
         ]
         selection = self.datamodule.select_cohort(round_idx)
-        self._failures = []
+        self.round_failures = []
         with trainer.profiler.profile("run_federated_round"):
             updates = self.executor.run_round(self, selection.cohort, round_idx)
         updates = [u for u in updates if self._is_finite(u)]
@@ -208,7 +214,7 @@ class FederatedFitLoop(_FitLoop):
             "round_time_s": time.perf_counter() - start,
             "round_local_steps": float(sum(u.num_steps for u in updates)),
             "round_clients": float(len(updates)),
-            "round_clients_dropped": float(len(self._failures)),
+            "round_clients_dropped": float(len(self.round_failures)),
             "round_clients_unavailable": float(selection.unavailable),
         }
         if pseudo_gradient is not None:
@@ -336,7 +342,7 @@ class FederatedFitLoop(_FitLoop):
         message = f"Client {client_id} failed in round {self.trainer.current_epoch}: {reason}"
         if self.on_client_failure == "raise":
             raise RuntimeError(message + " (on_client_failure='raise').")
-        self._failures.append((int(client_id), reason))
+        self.round_failures.append((int(client_id), reason))
         rank_zero_warn(message + "; dropped from the round's aggregate.")
 
     def _is_finite(self, update: ClientUpdate) -> bool:

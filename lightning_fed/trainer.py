@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.progress import FederatedProgressBar
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.executor import ClientExecutor
 from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
 
@@ -23,6 +24,9 @@ class FederatedTrainer(L.Trainer):
     one (``callbacks=[FedAdam(...)]``); none means :class:`~lightning_fed.callbacks.FedAvg` with η = 1.
     Unless a progress bar is given (or ``enable_progress_bar=False``) a
     :class:`~lightning_fed.callbacks.FederatedProgressBar` shows the round and the client being trained.
+    ``strategy="ddp"`` (or ``"ddp_spawn"``, ``"ddp_fork"``, ``"ddp_notebook"``) becomes
+    :class:`~lightning_fed.distributed.FederatedDDPStrategy`: the cohort is split across ranks (devices and
+    nodes) and validation is sharded by Lightning's distributed sampler.
 
     Args:
         client_executor: How the cohort is trained (default: sequentially in this process).
@@ -56,6 +60,9 @@ class FederatedTrainer(L.Trainer):
         ):
             callbacks.append(FederatedProgressBar())
         kwargs["callbacks"] = callbacks
+        strategy = kwargs.get("strategy")
+        if isinstance(strategy, str) and strategy in DDP_STRATEGY_NAMES:
+            kwargs["strategy"] = FederatedDDPStrategy(start_method=DDP_STRATEGY_NAMES[strategy])
         if kwargs.get("log_every_n_steps") is None:
             kwargs["log_every_n_steps"] = 1
         super().__init__(**kwargs)
