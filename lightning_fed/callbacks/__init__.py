@@ -5,6 +5,7 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
+from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.callbacks.fedyogi import FedYogi
 from lightning_fed.callbacks.fedprox import FedProx
 from lightning_fed.callbacks.progress import FederatedProgressBar
@@ -27,6 +28,7 @@ __all__ = [
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
+    "FedAWARE",
     "FedAvgM",
     "FedProx",
     "FedYogi",

@@ -1,0 +1,384 @@
+"""FedAWARE: per-client momenta on the server, aggregated with min-norm (gradient-diversity-maximising) weights."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightning_fed.callbacks.min_norm import MinNormResult, min_norm_frank_wolfe
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client import ClientUpdate
+
+_CONVENTIONS = ("paper", "code")
+
+
+class FedAWARE(ServerOptimizer):
+    """FedAWARE (Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
+    Maximization*, ICML 2024, Algorithm 1).
+
+    The server keeps one momentum vector m_i ∈ R^d for **every** client i ∈ [N] (not only the cohort). In round t,
+    with g_i = x_t − x_i = −Δ_i the update of a sampled client (Alg. 1, l. 8)::
+
+        m_i ← α·m_i + (1−α)·g_i   if i ∈ S_t,   m_i unchanged otherwise        (l. 10; m_i = 0 before i is seen)
+        λ   = argmin_{λ ∈ simplex} ‖Σ_i λ_i v_i‖²,   v_i = m_i / ‖m_i‖  (or m_i)  (l. 11, Eq. 8)
+        d_t = Σ_i λ_i v_i
+        x_{t+1} = x_t − η·d_t                                                   (l. 12)
+
+    λ is the minimum-norm point of the convex hull of the v_i (the weights that maximise the surrogate gradient
+    diversity, Eq. 6-8), found by Frank–Wolfe with exact line search on the Gram matrix
+    (:func:`~lightning_fed.callbacks.min_norm.min_norm_frank_wolfe`, started at the best pair, stopped when the L1
+    change of λ is below ``fw_tol`` or after ``fw_max_iter`` iterations).
+
+    Options matching the authors' public code (github.com/dunzeng/FedAWARE), where it departs from the paper:
+
+    * ``normalize`` (default ``True``, as the code): solve for λ on the unit-normalised momenta and step along
+      their λ-combination (so ‖d_t‖ ≤ 1 and the step length is set by η). Default because the published results
+      were produced this way, and because without it the min-norm weights are driven by the momenta's *lengths*
+      rather than their directions: the shortest momentum (typically the client that did the least local work,
+      the very imbalance FedAWARE targets) dominates, and ‖d_t‖ collapses towards 0. ``normalize=False`` is
+      the paper's Alg. 1 as written.
+    * ``alpha_convention="code"``: m_i ← (1−α)·m_i + α·g_i (the code's α weighs the *new* update; the paper's
+      α = 0.5 is the same under both; the code's α = 0.3 for (Fashion-)MNIST is the paper's α = 0.7).
+    * ``fedavg_warmup`` (default ``True``, as the code): until every one of the N clients has been seen once,
+      step with the ``weighting``-weighted FedAvg of the round's updates (x_{t+1} = x_t + η·Σ w_i Δ_i); the
+      momenta are updated during warm-up all the same. With ``False`` (the paper), FedAWARE runs from round 1.
+    * ``projection`` (default ``False``): replace d_t by the projection of the ``weighting``-weighted average of
+      the (raw) momenta m̄ = Σ_i w_i m_i onto d_t, i.e. d_t ← (⟨m̄, d_t⟩ / ‖d_t‖²)·d_t: the FedAWARE direction
+      with the magnitude of the average update (the code's ``-projection``). A zero d_t gives a zero step.
+
+    Clients never seen yet (m_i = 0) — and any client whose momentum is exactly zero (e.g. it took no local
+    step on its first visit) — are left out of the min-norm problem: a zero vector in the hull would make the
+    min-norm point 0 and stop training; their λ_i is reported as 0. The public code instead waits, through
+    ``fedavg_warmup``, until no momentum is zero.
+
+    Memory: the momentum table is a dense ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
+    an ``[N, N]`` float64 Gram matrix kept up to date row by row (C·N·d multiply-adds per round for a cohort of
+    C). E.g. 100 clients × 582,026 parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients
+    × 822,570 parameters × 4 B = 2.35 GB. All of it is in :meth:`state_dict`, hence in every checkpoint.
+
+    N is read from ``trainer.datamodule.num_clients`` in :meth:`setup`; pass ``num_clients`` to use
+    :meth:`server_update` without a trainer (it must then agree with the data module).
+
+    After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
+    (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`) and, in the logged metrics,
+    ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` and ``fedaware_min_norm_sq``
+    (‖Σλ_i v_i‖²). :meth:`gradient_diversity` (``round_gradient_diversity``) is Σλ_i‖v_i‖² / ‖Σλ_i v_i‖² with
+    FedAWARE's λ and the vectors it was solved on (so 1/‖d_t‖² under ``normalize``); the FedAvg diversity of the
+    round's updates during warm-up.
+
+    Args:
+        lr: Server learning rate η (> 0; the paper uses 1).
+        alpha: Momentum coefficient α (paper convention: [0, 1), the weight of the old momentum; code convention:
+            (0, 1], the weight of the new update). Default 0.5 (the paper's value; the same in both conventions).
+        normalize: Normalise the momenta to unit L2 norm before solving (default ``True``, see above).
+        alpha_convention: ``"paper"`` (default) or ``"code"``.
+        fedavg_warmup: FedAvg until every client has been seen once (default ``True``).
+        projection: Keep the magnitude of the average momentum (default ``False``).
+        fw_max_iter: Frank–Wolfe iteration cap (≥ 1, default 1000; the public code uses 250 in one version and
+            1000 in another).
+        fw_tol: Frank–Wolfe stops when the L1 change of λ is below this (≥ 0, default 1e-5 as the code).
+        fw_away_steps: Use away-step Frank–Wolfe (linear convergence; default ``False``: plain Frank–Wolfe).
+        num_clients: N, when known up front (default ``None``: read from the data module).
+        weighting: Weights of the warm-up FedAvg and of the ``projection`` average: ``"num_samples"`` (default)
+            or ``"uniform"``.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, ``alpha`` outside its convention's range, an unknown
+            ``alpha_convention`` or ``weighting``, ``fw_max_iter`` < 1, ``fw_tol`` negative or not finite,
+            ``num_clients`` not a positive integer, or a non-boolean flag. At run time: no N known, client ids
+            outside [0, N) or repeated within a round, or an N that disagrees with the data module / a checkpoint.
+    """
+
+    def __init__(
+        self,
+        lr: float = 1.0,
+        alpha: float = 0.5,
+        normalize: bool = True,
+        alpha_convention: str = "paper",
+        fedavg_warmup: bool = True,
+        projection: bool = False,
+        fw_max_iter: int = 1000,
+        fw_tol: float = 1e-5,
+        fw_away_steps: bool = False,
+        num_clients: Optional[int] = None,
+        weighting: str = "num_samples",
+    ) -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        if alpha_convention not in _CONVENTIONS:
+            raise ValueError(f"`alpha_convention` must be one of {_CONVENTIONS}, got {alpha_convention!r}.")
+        self.alpha_convention = alpha_convention
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+            raise ValueError(f"`alpha` must be a finite number, got {alpha!r}.")
+        if alpha_convention == "paper" and not 0.0 <= alpha < 1.0:
+            raise ValueError(
+                f"`alpha` must lie in [0, 1) with alpha_convention='paper' (weight of the old momentum), got {alpha!r}."
+            )
+        if alpha_convention == "code" and not 0.0 < alpha <= 1.0:
+            raise ValueError(
+                f"`alpha` must lie in (0, 1] with alpha_convention='code' (weight of the new update), got {alpha!r}."
+            )
+        self.alpha = float(alpha)
+        for name, flag in (
+            ("normalize", normalize), ("fedavg_warmup", fedavg_warmup), ("projection", projection),
+            ("fw_away_steps", fw_away_steps),
+        ):
+            if not isinstance(flag, bool):
+                raise ValueError(f"`{name}` must be a bool, got {flag!r}.")
+        self.normalize = normalize
+        self.fedavg_warmup = fedavg_warmup
+        self.projection = projection
+        self.fw_away_steps = fw_away_steps
+        if isinstance(fw_max_iter, bool) or not isinstance(fw_max_iter, int) or fw_max_iter < 1:
+            raise ValueError(f"`fw_max_iter` must be an integer >= 1, got {fw_max_iter!r}.")
+        self.fw_max_iter = fw_max_iter
+        if isinstance(fw_tol, bool) or not isinstance(fw_tol, (int, float)) or not math.isfinite(fw_tol) or fw_tol < 0:
+            raise ValueError(f"`fw_tol` must be a finite number >= 0, got {fw_tol!r}.")
+        self.fw_tol = float(fw_tol)
+        if num_clients is not None and (
+            isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1
+        ):
+            raise ValueError(f"`num_clients` must be a positive integer or None, got {num_clients!r}.")
+        #: N, the number of clients (from the constructor or the data module).
+        self.num_clients: Optional[int] = num_clients
+        #: m_i, ``[N, d]`` on CPU (``None`` until the first round).
+        self.momenta: Optional[Tensor] = None
+        #: Whether client i has been seen, bool ``[N]``.
+        self.seen: Optional[Tensor] = None
+        #: |D_i| as last reported by client i, int64 ``[N]`` (0 for unseen clients).
+        self.client_num_samples: Optional[Tensor] = None
+        #: ⟨m_i, m_j⟩, float64 ``[N, N]``.
+        self.gram: Optional[Tensor] = None
+        #: λ of the last round over all N clients (float64), ``None`` in a warm-up round.
+        self.last_weights: Optional[np.ndarray] = None
+        #: The last round's solver result (``None`` in a warm-up round or with no usable momentum).
+        self.last_solve: Optional[MinNormResult] = None
+        self._last_diversity: Optional[float] = None
+
+    # ------------------------------------------------------------------ N from the data module
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Read N from ``trainer.datamodule.num_clients`` (called by Lightning after the data module's setup).
+
+        Raises:
+            ValueError: it disagrees with ``num_clients`` or with a momentum table already built.
+        """
+        datamodule = getattr(trainer, "datamodule", None)
+        n = getattr(datamodule, "num_clients", None) if datamodule is not None else None
+        if n is None:
+            return
+        n = int(n)
+        if self.num_clients is not None and self.num_clients != n:
+            raise ValueError(
+                f"FedAWARE was built for num_clients={self.num_clients}, but the data module has {n} clients."
+            )
+        self.num_clients = n
+
+    # ------------------------------------------------------------------ the update rule
+    def _momentum_coefficients(self) -> tuple[float, float]:
+        """(weight of the old momentum, weight of the new update)."""
+        if self.alpha_convention == "paper":
+            return self.alpha, 1.0 - self.alpha
+        return 1.0 - self.alpha, self.alpha
+
+    def _ensure_table(self, params: list[Tensor]) -> None:
+        if self.num_clients is None:
+            raise ValueError(
+                "FedAWARE needs the number of clients N: train through a FederatedTrainer with a "
+                "FederatedDataModule (N is read from `datamodule.num_clients`) or pass `num_clients=`."
+            )
+        d = sum(p.numel() for p in params)
+        if self.momenta is not None:
+            if tuple(self.momenta.shape) != (self.num_clients, d):
+                raise ValueError(
+                    f"FedAWARE's momentum table has shape {tuple(self.momenta.shape)}, but the run has "
+                    f"{self.num_clients} clients and {d} parameters."
+                )
+            return
+        dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])
+        n = self.num_clients
+        self.momenta = torch.zeros(n, d, dtype=dtype)
+        self.seen = torch.zeros(n, dtype=torch.bool)
+        self.client_num_samples = torch.zeros(n, dtype=torch.int64)
+        self.gram = torch.zeros(n, n, dtype=torch.float64)
+
+    def _check_ids(self, updates: list[ClientUpdate]) -> list[int]:
+        ids = [int(u.client_id) for u in updates]
+        bad = [i for i in ids if not 0 <= i < self.num_clients]
+        if bad:
+            raise ValueError(f"Client ids {bad} are outside [0, {self.num_clients}) (num_clients={self.num_clients}).")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"A client appears more than once in the round: ids {ids}.")
+        return ids
+
+    def _update_momenta(self, ids: list[int], updates: list[ClientUpdate]) -> None:
+        m = self.momenta
+        rows = torch.tensor(ids, dtype=torch.long)
+        # Δ_i flattened in module.parameters() order, straight into one CPU buffer [C, d].
+        deltas = torch.empty(len(updates), m.shape[1], dtype=m.dtype)
+        for i, update in enumerate(updates):
+            offset = 0
+            for t in update.delta:
+                deltas[i, offset:offset + t.numel()].copy_(t.detach().reshape(-1))
+                offset += t.numel()
+        old_w, new_w = self._momentum_coefficients()
+        # m_i ← old_w·m_i + new_w·g_i with g_i = x_t − x_i = −Δ_i.
+        cohort = m.index_select(0, rows).mul_(old_w).sub_(deltas, alpha=new_w)
+        m.index_copy_(0, rows, cohort)
+        self.seen[rows] = True
+        self.client_num_samples[rows] = torch.tensor([int(u.num_samples) for u in updates], dtype=torch.int64)
+        # Gram rows/columns of the changed momenta only: C·N·d work.
+        new_rows = (cohort @ m.T).to(torch.float64)
+        self.gram[rows, :] = new_rows
+        self.gram[:, rows] = new_rows.T
+
+    def _weighting_vector(self, idx: np.ndarray) -> np.ndarray:
+        if self.weighting == "uniform":
+            w = np.ones(len(idx))
+        else:
+            w = self.client_num_samples.numpy()[idx].astype(np.float64)
+            if w.sum() <= 0:
+                w = np.ones(len(idx))
+        return w / w.sum()
+
+    def _direction(self) -> Tensor:
+        """d_t (flat, CPU, table dtype); sets :attr:`last_weights`, :attr:`last_solve` and the diversity."""
+        n = self.num_clients
+        gram = self.gram.numpy()
+        diag = np.diag(gram)
+        idx = np.flatnonzero(self.seen.numpy() & (diag > 0))
+        lam_full = np.zeros(n)
+        coef_full = np.zeros(n)  # d_t = Σ_i coef_i·m_i
+        self.last_solve = None
+        self._last_diversity = float("nan")
+        if len(idx) > 0:
+            g_raw = gram[np.ix_(idx, idx)]
+            if self.normalize:
+                norms = np.sqrt(diag[idx])
+                g_solve = g_raw / np.outer(norms, norms)
+            else:
+                norms = np.ones(len(idx))
+                g_solve = g_raw
+            result = min_norm_frank_wolfe(
+                g_solve, max_iter=self.fw_max_iter, tol=self.fw_tol, away_steps=self.fw_away_steps
+            )
+            lam = result.weights
+            coef = lam / norms
+            denom = float(lam @ g_solve @ lam)
+            numer = float(lam @ np.diag(g_solve))
+            self._last_diversity = numer / denom if denom > 0 else float("nan")
+            if self.projection:
+                # d ← (⟨m̄, d⟩ / ‖d‖²)·d with m̄ = Σ w_i m_i (raw momenta), all from the Gram matrix.
+                w = self._weighting_vector(idx)
+                dd = float(coef @ g_raw @ coef)
+                coef = coef * (float(w @ g_raw @ coef) / dd) if dd > 0 else np.zeros_like(coef)
+            lam_full[idx] = lam
+            coef_full[idx] = coef
+            self.last_solve = result
+        self.last_weights = lam_full
+        return torch.from_numpy(coef_full).to(self.momenta.dtype) @ self.momenta
+
+    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
+        """Alg. 1, l. 10-12: update the cohort's momenta, solve for λ, step ``params`` (x_t, in place) to x_{t+1}.
+
+        Returns the applied update as a pseudo-gradient Δ_t = −d_t (x_{t+1} = x_t + η·Δ_t), one tensor per
+        parameter; during warm-up the FedAvg pseudo-gradient.
+
+        Raises:
+            ValueError: ``updates`` empty, N unknown, bad or repeated client ids, or a table of the wrong shape.
+        """
+        if not updates:
+            raise ValueError("Cannot aggregate an empty round: no client updates.")
+        with torch.no_grad():
+            self._ensure_table(params)
+            ids = self._check_ids(updates)
+            self._update_momenta(ids, updates)
+            self.num_steps += 1
+            if self.fedavg_warmup and not bool(self.seen.all()):
+                self.last_weights, self.last_solve, self._last_diversity = None, None, None
+                pseudo_gradient = self.aggregate(updates)
+            else:
+                flat = -self._direction()
+                pseudo_gradient, offset = [], 0
+                for p in params:
+                    chunk = flat[offset:offset + p.numel()].view(p.shape)
+                    pseudo_gradient.append(chunk.to(device=p.device, dtype=p.dtype))
+                    offset += p.numel()
+            torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
+        return pseudo_gradient
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:  # pragma: no cover - unused
+        raise RuntimeError("FedAWARE overrides server_update; step() is not used.")
+
+    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
+        """Σλ_i‖v_i‖² / ‖Σλ_i v_i‖² with FedAWARE's λ and the vectors v_i it was solved on (unit momenta under
+        ``normalize``, else the momenta); ``nan`` when the combination is zero. In warm-up rounds, the base
+        class's diversity of the round's updates."""
+        if self._last_diversity is None:
+            return super().gradient_diversity(updates, pseudo_gradient)
+        return self._last_diversity
+
+    @property
+    def warming_up(self) -> bool:
+        """Whether the next round would still be a FedAvg warm-up round."""
+        return self.fedavg_warmup and (self.seen is None or not bool(self.seen.all()))
+
+    # ------------------------------------------------------------------ logging
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.last_solve is None or self.last_weights is None:
+            return
+        metrics = {
+            "fedaware_support": float((self.last_weights > 0).sum()),
+            "fedaware_fw_iters": float(self.last_solve.num_iters),
+            "fedaware_min_norm_sq": float(self.last_solve.value),
+        }
+        for name, value in metrics.items():
+            pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
+
+    # ------------------------------------------------------------------ checkpointing
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            lr=self.lr, alpha=self.alpha, alpha_convention=self.alpha_convention, normalize=self.normalize,
+            projection=self.projection, weighting=self.weighting,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["fedaware"] = {
+            "num_clients": self.num_clients,
+            "momenta": None if self.momenta is None else self.momenta.clone(),
+            "seen": None if self.seen is None else self.seen.clone(),
+            "client_num_samples": None if self.client_num_samples is None else self.client_num_samples.clone(),
+            "gram": None if self.gram is None else self.gram.clone(),
+        }
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the momentum table, seen mask, sample counts and Gram matrix.
+
+        Raises:
+            ValueError: the checkpoint's N differs from the one already known.
+        """
+        super().load_state_dict(state_dict)
+        saved = state_dict.get("fedaware", {})
+        n = saved.get("num_clients")
+        if n is not None:
+            if self.num_clients is not None and int(n) != self.num_clients:
+                raise ValueError(
+                    f"The checkpoint's FedAWARE state is for {n} clients, but this run has {self.num_clients}."
+                )
+            self.num_clients = int(n)
+        for name in ("momenta", "seen", "client_num_samples", "gram"):
+            value = saved.get(name)
+            setattr(self, name, None if value is None else value.detach().cpu().clone())
+        self.last_weights, self.last_solve, self._last_diversity = None, None, None
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, alpha={self.alpha}, alpha_convention={self.alpha_convention!r}, "
+            f"normalize={self.normalize}, fedavg_warmup={self.fedavg_warmup}, projection={self.projection}"
+        )

@@ -1,0 +1,446 @@
+"""FedAWARE (Zeng et al. 2024, Alg. 1) and its min-norm solver, against NumPy written from the paper."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import TensorDataset
+
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from lightning_fed import ClientUpdate, FederatedTrainer
+from lightning_fed.callbacks.fedaware import FedAWARE
+from lightning_fed.callbacks.min_norm import min_norm_frank_wolfe, min_norm_pair, min_norm_weights
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+
+# ---------------------------------------------------------------------------------------------- NumPy references
+def _exact_min_norm(gram: np.ndarray) -> np.ndarray:
+    """argmin_{λ ∈ simplex} λᵀGλ by enumerating supports S and solving the KKT system of the equality-constrained
+    QP on S (2G_S λ_S + ν1 = 0, 1ᵀλ_S = 1); the best feasible (λ_S ≥ 0) candidate wins."""
+    n = len(gram)
+    best_value, best = np.inf, None
+    for r in range(1, n + 1):
+        for support in itertools.combinations(range(n), r):
+            s = list(support)
+            kkt = np.zeros((r + 1, r + 1))
+            kkt[:r, :r] = 2 * gram[np.ix_(s, s)]
+            kkt[:r, r] = kkt[r, :r] = 1.0
+            rhs = np.zeros(r + 1)
+            rhs[r] = 1.0
+            try:
+                sol = np.linalg.solve(kkt, rhs)[:r]
+            except np.linalg.LinAlgError:
+                continue
+            if np.all(sol >= -1e-12):
+                lam = np.zeros(n)
+                lam[s] = np.clip(sol, 0, None)
+                value = lam @ gram @ lam
+                if value < best_value - 1e-15:
+                    best_value, best = value, lam
+    return best
+
+
+class ReferenceFedAWARE:
+    """Alg. 1, l. 8-12, plus the public code's options, with the exact min-norm weights (Eq. 8), in NumPy."""
+
+    def __init__(self, num_clients, dim, lr, alpha, normalize=False, convention="paper", warmup=False,
+                 projection=False, weighting="num_samples"):
+        self.lr, self.alpha, self.normalize, self.convention = lr, alpha, normalize, convention
+        self.warmup, self.projection, self.weighting = warmup, projection, weighting
+        self.m = np.zeros((num_clients, dim))
+        self.seen = np.zeros(num_clients, dtype=bool)
+        self.sizes = np.zeros(num_clients)
+
+    def round(self, x, clients):
+        """One round from x_t with ``clients`` = [(client id, Δ_i flat, |D_i|)]; returns (x_{t+1}, (λ, diversity))."""
+        a = self.alpha
+        for cid, delta, n in clients:
+            g = -delta  # l. 8: g_i = x_t − x_i
+            self.m[cid] = a * self.m[cid] + (1 - a) * g if self.convention == "paper" else (1 - a) * self.m[cid] + a * g
+            self.seen[cid] = True
+            self.sizes[cid] = n
+        if self.warmup and not self.seen.all():
+            w = np.array([n for _, _, n in clients], float) if self.weighting == "num_samples" else np.ones(len(clients))
+            w /= w.sum()
+            return x + self.lr * sum(wi * delta for wi, (_, delta, _) in zip(w, clients)), None
+        idx = np.flatnonzero(self.seen & (np.linalg.norm(self.m, axis=1) > 0))
+        v = self.m[idx] / np.linalg.norm(self.m[idx], axis=1, keepdims=True) if self.normalize else self.m[idx]
+        lam = _exact_min_norm(v @ v.T)  # l. 11
+        d = lam @ v  # l. 12
+        if self.projection:
+            w = self.sizes[idx] if self.weighting == "num_samples" else np.ones(len(idx))
+            avg = (w / w.sum()) @ self.m[idx]
+            d = (avg @ d) / (d @ d) * d
+        full = np.zeros(len(self.seen))
+        full[idx] = lam
+        diversity = (lam @ np.einsum("ij,ij->i", v, v)) / (lam @ v @ v.T @ lam)
+        return x - self.lr * d, (full, diversity)
+
+
+def _reference_fedaware(x0, rounds, num_clients, lr, alpha, **options):
+    ref = ReferenceFedAWARE(num_clients, len(x0), lr, alpha, **options)
+    x, history = x0.copy(), []
+    for clients in rounds:
+        x, info = ref.round(x, clients)
+        history.append(info)
+    return x, history
+
+
+# ---------------------------------------------------------------------------------------------- the solver
+def test_two_vectors_match_the_closed_form():
+    rng = np.random.default_rng(0)
+    cases = [rng.normal(size=(2, 5)) for _ in range(20)]
+    cases += [np.array([[1.0, 0.0], [2.0, 0.0]]), np.array([[3.0, 1.0], [-1.0, 0.5]]), np.array([[1.0, 1.0], [1.0, 1.0]])]
+    for a, b in cases:
+        denom = (a - b) @ (a - b)
+        want = np.clip(((b - a) @ b) / denom, 0, 1) if denom > 0 else 1.0
+        gamma, value = min_norm_pair(a @ a, a @ b, b @ b)
+        assert gamma == pytest.approx(want, abs=1e-12)
+        assert value == pytest.approx(np.sum((want * a + (1 - want) * b) ** 2), abs=1e-12)
+        result = min_norm_weights(torch.tensor(np.stack([a, b])))
+        np.testing.assert_allclose(result.weights, [want, 1 - want], atol=1e-12)
+        assert result.num_iters == 0 and result.converged
+
+
+def test_three_vectors_plain_frank_wolfe_matches_exact_qp():
+    """3 vectors in 2 or 3 dims: the optimum is a vertex, an edge point (both found exactly by the best-pair start)
+    or interior to the triangle (linear convergence): plain Frank–Wolfe reaches the exact QP solution."""
+    rng = np.random.default_rng(1)
+    kinds = set()
+    for trial in range(150):
+        dim = 2 + trial % 2
+        v = rng.normal(size=(3, dim)) + rng.normal(size=dim) * rng.uniform(0, 2)
+        want = _exact_min_norm(v @ v.T)
+        kinds.add(int((want > 1e-9).sum()))
+        got = min_norm_frank_wolfe(v @ v.T, max_iter=20000, tol=1e-14)
+        np.testing.assert_allclose(got.weights, want, atol=1e-7)
+        np.testing.assert_allclose(got.weights @ v, want @ v, atol=1e-8)
+        assert got.value == pytest.approx(float(want @ v @ v.T @ want), abs=1e-12)
+        assert got.weights.min() >= 0 and got.weights.sum() == pytest.approx(1.0, abs=1e-12)
+    assert kinds == {1, 2, 3}, "vertex, edge and interior optima are all exercised"
+
+
+def test_away_step_frank_wolfe_matches_exact_qp_on_larger_sets():
+    rng = np.random.default_rng(2)
+    for trial in range(120):
+        n, dim = 3 + trial % 4, 2 + trial % 4
+        v = rng.normal(size=(n, dim)) + rng.normal(size=dim) * rng.uniform(0, 2)
+        want = _exact_min_norm(v @ v.T)
+        got = min_norm_frank_wolfe(torch.tensor(v @ v.T), max_iter=20000, tol=1e-14, away_steps=True)
+        np.testing.assert_allclose(got.weights @ v, want @ v, atol=1e-8)  # the min-norm point is unique
+        assert got.value == pytest.approx(float(want @ v @ v.T @ want), abs=1e-12)
+        if n <= dim:  # affinely independent: λ unique too
+            np.testing.assert_allclose(got.weights, want, atol=1e-7)
+
+
+def _pair_weight(a, b):
+    """Weight of a in the min-norm point of the segment [a, b]: clip(((b − a)·b) / ‖a − b‖², 0, 1)."""
+    return float(np.clip(((b - a) @ b) / ((a - b) @ (a - b)), 0, 1))
+
+
+def test_first_frank_wolfe_iterate_and_stopping_rules():
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(6, 3)) + 0.3
+    gram = v @ v.T
+    # By hand: the best pair, then one Frank–Wolfe step towards the vertex minimising ⟨v_i, u⟩ with exact line search.
+    pairs = [(i, j, _pair_weight(v[i], v[j])) for i, j in itertools.combinations(range(6), 2)]
+    i, j, c = min(pairs, key=lambda p: np.sum((p[2] * v[p[0]] + (1 - p[2]) * v[p[1]]) ** 2))
+    lam = np.zeros(6)
+    lam[i], lam[j] = c, 1 - c
+    u = lam @ v
+    t = int(np.argmin(v @ u))
+    gamma = _pair_weight(u, v[t])
+    lam = gamma * lam + (1 - gamma) * np.eye(6)[t]
+    capped = min_norm_frank_wolfe(gram, max_iter=1, tol=0.0)
+    np.testing.assert_allclose(capped.weights, lam, atol=1e-12)
+    assert capped.num_iters == 1 and not capped.converged
+    loose = min_norm_frank_wolfe(gram, max_iter=100000, tol=1e-2)
+    tight = min_norm_frank_wolfe(gram, max_iter=100000, tol=1e-9)
+    assert loose.converged and loose.num_iters < tight.num_iters
+    single = min_norm_frank_wolfe(np.array([[4.0]]))
+    np.testing.assert_allclose(single.weights, [1.0])
+    assert single.value == 4.0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(gram=np.ones((2, 3))), "square"),
+        (dict(gram=np.zeros((0, 0))), "non-empty"),
+        (dict(gram=np.array([[np.nan]])), "non-finite"),
+        (dict(gram=np.eye(2), max_iter=0), "`max_iter`"),
+        (dict(gram=np.eye(2), tol=-1.0), "`tol`"),
+    ],
+)
+def test_solver_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        min_norm_frank_wolfe(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- the update rule
+def _random_rounds(num_clients=5, cohorts=((0, 1), (2, 1), (3, 4), (0, 2)), seed=0, shapes=((3, 2), (2,))):
+    rng = np.random.default_rng(seed)
+    x0 = [rng.normal(size=s) for s in shapes]
+    rounds = []
+    for cohort in cohorts:
+        rounds.append([(cid, [rng.normal(scale=0.1, size=s) + 0.05 for s in shapes], int(rng.integers(1, 50)))
+                       for cid in cohort])
+    return x0, rounds
+
+
+def _flat(tensors):
+    return np.concatenate([np.asarray(t).ravel() for t in tensors])
+
+
+def _run_direct(server, x0, rounds):
+    params = [torch.tensor(p, dtype=torch.float64) for p in x0]
+    diversities = []
+    for clients in rounds:
+        updates = [
+            ClientUpdate(client_id=cid, delta=[torch.tensor(d) for d in deltas], num_samples=n, num_steps=1, loss=0.0)
+            for cid, deltas, n in clients
+        ]
+        pseudo = server.server_update(params, updates)
+        diversities.append(server.gradient_diversity(updates, pseudo))
+    return _flat(p.numpy() for p in params), diversities
+
+
+OPTIONS = [
+    dict(normalize=False, alpha_convention="paper", fedavg_warmup=False, projection=False),  # Alg. 1 as written
+    dict(normalize=True, alpha_convention="paper", fedavg_warmup=False, projection=False),
+    dict(normalize=True, alpha_convention="code", fedavg_warmup=True, projection=False),  # the public code
+    dict(normalize=True, alpha_convention="code", fedavg_warmup=True, projection=True),
+    dict(normalize=False, alpha_convention="paper", fedavg_warmup=False, projection=True, weighting="uniform"),
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_update_rule_matches_numpy_alg1(options):
+    """Partial participation over 4 rounds and 5 clients: momenta of unsampled clients persist, unseen ones are
+    left out, then everyone is in; the exact QP weights give the same model."""
+    x0, rounds = _random_rounds()
+    server = FedAWARE(lr=0.7, alpha=0.3, num_clients=5, fw_away_steps=True, fw_tol=1e-14, fw_max_iter=20000, **options)
+    got, diversities = _run_direct(server, x0, rounds)
+    flat_rounds = [[(cid, _flat(deltas), n) for cid, deltas, n in clients] for clients in rounds]
+    ref_options = dict(options)
+    ref_options["convention"] = ref_options.pop("alpha_convention")
+    ref_options["warmup"] = ref_options.pop("fedavg_warmup")
+    want, history = _reference_fedaware(_flat(x0), flat_rounds, 5, lr=0.7, alpha=0.3, **ref_options)
+    np.testing.assert_allclose(got, want, atol=1e-9)
+    final = history[-1]
+    np.testing.assert_allclose(server.last_weights, final[0], atol=1e-7)
+    assert diversities[-1] == pytest.approx(final[1], rel=1e-7)
+    if options["fedavg_warmup"]:
+        assert history[0] is None and server.warming_up is False
+
+
+def test_default_plain_frank_wolfe_is_within_its_tolerance_of_alg1():
+    """The defaults' plain Frank–Wolfe stops at an L1 change of λ below 1e-5, so it is Alg. 1 up to ~1e-5 (the
+    exact match above uses tight tolerances); with the cap at 1 iteration it is visibly not."""
+    x0, rounds = _random_rounds(seed=4)
+    flat_rounds = [[(cid, _flat(deltas), n) for cid, deltas, n in clients] for clients in rounds]
+    want, _ = _reference_fedaware(_flat(x0), flat_rounds, 5, lr=1.0, alpha=0.5)
+    server = FedAWARE(lr=1.0, alpha=0.5, num_clients=5, normalize=False, fedavg_warmup=False)
+    got, _ = _run_direct(server, x0, rounds)
+    assert server.last_solve.converged and server.last_solve.num_iters > 1
+    assert np.abs(got - want).max() < 1e-4
+    capped, _ = _run_direct(FedAWARE(num_clients=5, normalize=False, fedavg_warmup=False, fw_max_iter=1), x0, rounds)
+    assert np.abs(capped - want).max() > 1e-4
+
+
+def test_unseen_clients_are_excluded_and_momenta_persist():
+    x0, rounds = _random_rounds(cohorts=((0, 1), (1, 2)))
+    server = FedAWARE(alpha=0.25, num_clients=4, normalize=False, fedavg_warmup=False, fw_away_steps=True)
+    _run_direct(server, x0, rounds)
+    assert server.seen.tolist() == [True, True, True, False]
+    assert server.last_weights[3] == 0.0
+    m0 = -0.75 * _flat(rounds[0][0][1])  # client 0: one visit, m = (1−α)·g
+    m1 = 0.25 * (-0.75 * _flat(rounds[0][1][1])) + 0.75 * -_flat(rounds[1][0][1])  # client 1: two visits
+    np.testing.assert_allclose(server.momenta[0].numpy(), m0, atol=1e-15)
+    np.testing.assert_allclose(server.momenta[1].numpy(), m1, atol=1e-15)
+    assert not server.momenta[3].any() and server.momenta.device.type == "cpu"
+    table = server.momenta.numpy()
+    np.testing.assert_allclose(server.gram.numpy(), table @ table.T, atol=1e-14)
+
+
+def test_warmup_is_fedavg_and_reports_the_base_diversity():
+    x0, rounds = _random_rounds(cohorts=((0, 1),))
+    server = FedAWARE(lr=0.5, num_clients=3)
+    got, diversities = _run_direct(server, x0, rounds)
+    sizes = np.array([n for _, _, n in rounds[0]], float)
+    deltas = [_flat(d) for _, d, _ in rounds[0]]
+    avg = (sizes[0] * deltas[0] + sizes[1] * deltas[1]) / sizes.sum()
+    np.testing.assert_allclose(got, _flat(x0) + 0.5 * avg, atol=1e-14)
+    w = sizes / sizes.sum()
+    want_div = (w[0] * deltas[0] @ deltas[0] + w[1] * deltas[1] @ deltas[1]) / (avg @ avg)
+    assert diversities[0] == pytest.approx(want_div, rel=1e-12)
+    assert server.last_weights is None and server.warming_up
+
+
+def test_state_dict_round_trip_continues_identically():
+    x0, rounds = _random_rounds(seed=7)
+    make = lambda: FedAWARE(lr=0.5, alpha=0.3, num_clients=5, fedavg_warmup=False)  # noqa: E731
+    full, _ = _run_direct(make(), x0, rounds)
+    first = make()
+    mid, _ = _run_direct(first, x0, rounds[:2])
+    state = first.state_dict()
+    second = make()
+    second.load_state_dict(state)
+    assert second.num_steps == 2 and second.seen.sum() == 3
+    shapes = [p.shape for p in x0]
+    mid_split = np.split(mid, np.cumsum([int(np.prod(s)) for s in shapes])[:-1])
+    resumed, _ = _run_direct(second, [a.reshape(s) for a, s in zip(mid_split, shapes)], rounds[2:])
+    np.testing.assert_allclose(full, resumed, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="for 5 clients, but this run has 6"):
+        FedAWARE(num_clients=6).load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+def _regression_module(x, y, num_clients, clients_per_round, **kwargs):
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    return FederatedDataModule(
+        dataset, partitioner=IIDPartitioner(num_clients=num_clients, seed=0), clients_per_round=clients_per_round,
+        **kwargs,
+    )
+
+
+def _linear_weights(model: LinearRegression) -> np.ndarray:
+    return np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
+
+
+def _mse_grad(w, x, y):
+    xb = np.hstack([x, np.ones((len(x), 1))])
+    return 2.0 / len(x) * xb.T @ (xb @ w - y)
+
+
+@pytest.mark.parametrize("options", [OPTIONS[0], OPTIONS[3]])
+def test_trainer_partial_participation_matches_numpy(tmp_path, options):
+    """LinearRegression, 4 full-batch clients of which 2 per round, 2 local steps, 3 rounds (4 under warm-up)."""
+    x, y = regression_data(n=40, seed=3)
+    rounds = 4 if options["fedavg_warmup"] else 3
+    model = LinearRegression(lr=0.05)
+    w = _linear_weights(model)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=100, local_epochs=2)
+    server = FedAWARE(lr=0.8, alpha=0.3, fw_away_steps=True, fw_tol=1e-14, fw_max_iter=20000, **options)
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    assert server.num_clients == 4
+    parts = [dm.client_indices(c) for c in range(4)]
+    # The reference runs its own local SGD on each round's cohort (the sampler is the data module's).
+    ref_options = dict(options)
+    ref_options["convention"] = ref_options.pop("alpha_convention")
+    ref_options["warmup"] = ref_options.pop("fedavg_warmup")
+    ref = ReferenceFedAWARE(4, len(w), lr=0.8, alpha=0.3, **ref_options)
+    for t in range(rounds):
+        clients = []
+        for cid in dm.sample_clients(t).tolist():
+            wi = w.copy()
+            for _ in range(2):
+                wi = wi - 0.05 * _mse_grad(wi, x[parts[cid]], y[parts[cid]])
+            clients.append((cid, wi - w, len(parts[cid])))
+        w, info = ref.round(w, clients)
+    assert info is not None, "the last round is a FedAWARE round"
+    np.testing.assert_allclose(server.last_weights, info[0], atol=1e-7)
+    np.testing.assert_allclose(_linear_weights(model), w, atol=1e-10)
+
+
+def test_trainer_resume_equals_uninterrupted(tmp_path):
+    """The momentum table, seen mask and Gram matrix travel through a Lightning checkpoint."""
+    x, y = regression_data(n=48, seed=4)
+
+    def fit(root, max_epochs, ckpt_path=None):
+        torch.manual_seed(0)
+        model = LinearRegression(lr=0.05)
+        dm = _regression_module(x, y, num_clients=6, clients_per_round=2, batch_size=4)
+        checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True, save_top_k=-1, every_n_epochs=1)
+        server = FedAWARE(lr=0.5, alpha=0.3, fedavg_warmup=False)
+        kwargs = quiet_trainer_kwargs(root) | {"enable_checkpointing": True}
+        FederatedTrainer(max_epochs=max_epochs, callbacks=[server, checkpoint], **kwargs).fit(
+            model, datamodule=dm, ckpt_path=ckpt_path
+        )
+        return model, server
+
+    full, full_server = fit(tmp_path / "a", 5)
+    fit(tmp_path / "b", 3)
+    resumed, server = fit(tmp_path / "b", 5, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert server.num_steps == 5
+    torch.testing.assert_close(server.momenta, full_server.momenta, rtol=0, atol=0)
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_logs_solver_metrics_and_fedaware_diversity(tmp_path):
+    x, y = regression_data(n=30, seed=5)
+    dm = _regression_module(x, y, num_clients=3, clients_per_round=2, batch_size=100)
+    logger = CSVLogger(str(tmp_path), name="run")
+    server = FedAWARE(lr=1.0, alpha=0.5)
+    FederatedTrainer(max_epochs=4, callbacks=[server], **(quiet_trainer_kwargs(tmp_path) | {"logger": logger})).fit(
+        LinearRegression(lr=0.1), datamodule=dm
+    )
+    rows = [r for r in csv.DictReader(open(f"{logger.log_dir}/metrics.csv")) if r.get("round_train_loss")]
+    last = rows[-1]
+    lam = server.last_weights
+    gram = server.gram.numpy()
+    unit = gram / np.sqrt(np.outer(np.diag(gram), np.diag(gram)))
+    assert float(last["fedaware_support"]) == (lam > 0).sum()
+    assert float(last["fedaware_min_norm_sq"]) == pytest.approx(lam @ unit @ lam, rel=1e-6)
+    assert float(last["round_gradient_diversity"]) == pytest.approx(1.0 / (lam @ unit @ lam), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(lr=0.0), "`lr`"),
+        (dict(alpha=1.0), "`alpha`.*\\[0, 1\\)"),
+        (dict(alpha=-0.1), "`alpha`"),
+        (dict(alpha=0.0, alpha_convention="code"), "`alpha`.*\\(0, 1\\]"),
+        (dict(alpha=float("nan")), "`alpha`"),
+        (dict(alpha_convention="torch"), "`alpha_convention`"),
+        (dict(normalize="yes"), "`normalize`"),
+        (dict(projection=1), "`projection`"),
+        (dict(fw_max_iter=0), "`fw_max_iter`"),
+        (dict(fw_max_iter=2.5), "`fw_max_iter`"),
+        (dict(fw_tol=-1e-5), "`fw_tol`"),
+        (dict(num_clients=0), "`num_clients`"),
+        (dict(weighting="tokens"), "`weighting`"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FedAWARE(**kwargs)
+
+
+def _update(cid, value=0.1):
+    return ClientUpdate(client_id=cid, delta=[torch.full((2,), value, dtype=torch.float64)], num_samples=3,
+                        num_steps=1, loss=0.0)
+
+
+def test_runtime_errors():
+    params = [torch.zeros(2, dtype=torch.float64)]
+    with pytest.raises(ValueError, match="needs the number of clients N"):
+        FedAWARE().server_update(params, [_update(0)])
+    with pytest.raises(ValueError, match=r"Client ids \[3\] are outside \[0, 3\)"):
+        FedAWARE(num_clients=3).server_update(params, [_update(3)])
+    with pytest.raises(ValueError, match="more than once"):
+        FedAWARE(num_clients=3).server_update(params, [_update(1), _update(1)])
+    with pytest.raises(ValueError, match="empty round"):
+        FedAWARE(num_clients=3).server_update(params, [])
+    server = FedAWARE(num_clients=3)
+    server.server_update(params, [_update(0)])
+    with pytest.raises(ValueError, match="momentum table has shape \\(3, 2\\).*3 clients and 5 parameters"):
+        server.server_update([torch.zeros(5, dtype=torch.float64)], [_update(0)])
+
+
+def test_num_clients_must_agree_with_the_datamodule(tmp_path):
+    x, y = regression_data(n=20)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=100)
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAWARE(num_clients=5)], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match="num_clients=5, but the data module has 4 clients"):
+        trainer.fit(LinearRegression(), datamodule=dm)
