@@ -6,10 +6,13 @@ from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.fedaware import FedAWARE
+from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB, LocalAdaptiveServer
+from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient, LocalAMSGrad
 from lightning_fed.callbacks.fedyogi import FedYogi
 from lightning_fed.callbacks.fedprox import FedProx
 from lightning_fed.callbacks.progress import FederatedProgressBar
 from lightning_fed.callbacks.scaffold import SCAFFOLD
+from lightning_fed.callbacks.server_lamb import ServerLAMB
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.callbacks.server_step_size import (
     AdaptiveServerStepSize,
@@ -23,22 +26,29 @@ from lightning_fed.callbacks.server_step_size import (
 )
 
 __all__ = [
+    "AMSGradClient",
     "AdaptiveServerOptimizer",
     "AdaptiveServerStepSize",
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
+    "FedAMS",
     "FedAWARE",
     "FedAvgM",
+    "FedLAMB",
+    "FedLAMBClient",
     "FedProx",
     "FedYogi",
     "FederatedProgressBar",
+    "LocalAMSGrad",
+    "LocalAdaptiveServer",
     "NormalizedDirection",
     "NormalizedFedAdagrad",
     "NormalizedFedAdam",
     "NormalizedFedAvgM",
     "NormalizedFedYogi",
     "SCAFFOLD",
+    "ServerLAMB",
     "ServerOptimizer",
     "ServerStepSize",
     "normalized_direction",

@@ -1,0 +1,382 @@
+"""Fed-LAMB and Fed-AMS (Karimi, Li, Li, *Layerwise and Dimensionwise Locally Adaptive Optimization*, Alg. 1):
+adaptive local optimizers on the clients, model averaging and max-averaged second moments on the server."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from torch import Tensor
+
+from lightning_fed.callbacks.lamb_client import (
+    BIAS_CORRECTIONS,
+    RATIO_DENOMINATORS,
+    AMSGradClient,
+    FedLAMBClient,
+    LocalAMSGrad,
+    check_choice,
+    check_in_range,
+    check_phi_bounds,
+)
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_positive, check_unit_interval
+from lightning_fed.client import ClientUpdate
+
+#: Accepted values of ``first_moment``: m restarts at 0 every round, or the server broadcasts the clients' mean m.
+FIRST_MOMENTS = ("reset", "average")
+
+
+def _track_step_for_schedulers(optimizer: torch.optim.Optimizer) -> None:
+    """Mark ``optimizer.step`` the way ``torch.optim.lr_scheduler.LRScheduler.__init__`` does, so a scheduler
+    re-bound to ``optimizer`` does not warn that ``optimizer.step()`` was overridden."""
+    step = optimizer.step
+    if hasattr(step, "_wrapped_by_lr_sched"):
+        return
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        optimizer._opt_called = True  # type: ignore[attr-defined]
+        return step(*args, **kwargs)
+
+    wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = wrapper  # type: ignore[method-assign]
+
+
+class LocalAdaptiveServer(ServerOptimizer):
+    """Karimi et al., Algorithm 1, with the client optimizer left to subclasses (:class:`FedLAMB`,
+    :class:`FedAMS`); not used directly.
+
+    **Clients** (Alg. 1, l. 5-14). At fit start the callback replaces the module's client optimizer (whatever
+    ``configure_optimizers`` returned, e.g. SGD) by ``client_optimizer_class`` over the same parameter groups,
+    with learning rate α = ``client_lr`` or, if ``None``, the user's optimizer's learning rate per group
+    (:meth:`install_client_optimizer`). Each client of round r starts from the global model θ̄_r (l. 5) with
+    the optimizer state seeded by :meth:`configure_client`: local step 0, v⁰ = v̂⁰ = v̂_r, the broadcast second
+    moment (l. 6), and m⁰ = 0 (``first_moment="reset"``) or the broadcast m̄_r (``"average"``). It then takes its
+    local steps (l. 7-13, :class:`~lightning_fed.callbacks.lamb_client.LocalAMSGrad`) and sends back its model
+    and its uncorrected second moment v_i^T (l. 14; :meth:`collect_client_extras`, ``ClientUpdate.extras``).
+
+    **Server** (Alg. 1, l. 16), with w_i the aggregation weights (1/|S| by default, the paper's plain mean)::
+
+        θ̄_{r+1} = θ̄_r + η·Σ_i w_i·(θ_i^T − θ̄_r)       (η = ``lr`` = 1: model averaging, as the paper)
+        v̂_{r+1} = max(v̂_r, Σ_i w_i·v_i^T)               (v̂_0 = ``initial_second_moment`` = ε·1, l. 2)
+        m̄_{r+1} = Σ_i w_i·m_i^T                          (only with ``first_moment="average"``)
+
+    Server state: ``second_moment`` (v̂) and, with ``first_moment="average"``, ``first_moment`` (m̄); one tensor
+    per parameter, checkpointed with the callback.
+
+    Choices where Algorithm 1 is ambiguous (the alternatives are options):
+
+    * **m across rounds** (l. 9 writes m_i^t without a round index): the bias correction 1 − β₁ᵗ of l. 9 counts
+      t = 1..T within the round (l. 7), which is only a correction for an m restarted at 0, and clients of a
+      cross-device cohort keep no state between rounds; so by default m restarts at 0 every round
+      (``first_moment="reset"``). ``"average"`` broadcasts the clients' weighted mean final m instead (the
+      bias correction still counts local steps).
+    * **The ratio's denominator** (l. 11 writes v̂_r^t, defined nowhere else): by default the client runs
+      AMSGrad's max v̂^t = max(v̂^{t−1}, v^t) from v̂^0 = v̂_r (``ratio_denominator="amsgrad"``, which keeps the
+      denominator ≥ the broadcast v̂_r as the max of l. 16 intends); ``"broadcast"`` divides by the broadcast
+      v̂_r for the whole round (then round 0 divides by √ε + ε: enormous steps for Fed-AMS).
+    * **Bias corrections** (l. 9-10 overwrite m, v with their corrected values): read as Adam's temporaries;
+      m, v are kept uncorrected, the max and the message to the server use uncorrected values (sending the
+      corrected v^T would multiply v̂ by about β₂^T/(1 − β₂^T) every round). The correction of v, applied as the
+      paper says (``bias_correction="both"``, default), also divides the broadcast-initialised v̂ by 1 − β₂ᵗ:
+      early in rounds r ≥ 1 it shrinks the steps (up to √(1/(1 − β₂)) ≈ 32× at t = 1 for β₂ = 0.999).
+      Without it (``"first_moment"``/``"none"``) v is under-estimated by 1 − β₂^(local steps so far) until some
+      1/(1 − β₂) local steps have accumulated, so the first round's steps are up to 32× larger — Fed-AMS with
+      α = 1e-3 diverged that way on Fashion-MNIST Hybrid+, and trained with ``"both"``. For Fed-LAMB with
+      λ = 0 a per-tensor rescaling of p is normalised away, so the choice matters little.
+    * l. 8 computes g at θ^0 and l. 10 uses v_{r−1,i}^t: read as θ^{t−1} and v^{t−1} (typos).
+    * "Layers" are parameter tensors (a weight and its bias are two layers), as in LAMB implementations.
+
+    Args:
+        client_lr: α > 0 for every parameter group; ``None`` (default): the learning rate(s) of the module's own
+            optimizer.
+        beta1: β₁ in [0, 1) (default 0.9, the paper's Sec. 4).
+        beta2: β₂ in [0, 1) (default 0.999, the paper's Sec. 4).
+        eps: ε > 0 (default 1e-8).
+        weight_decay: λ ≥ 0 (default 0; the paper tunes it in {0, 0.01, 0.1}).
+        bias_correction: ``"both"`` (default, l. 9-10), ``"first_moment"`` or ``"none"``.
+        ratio_denominator: ``"amsgrad"`` (default) or ``"broadcast"``.
+        first_moment: ``"reset"`` (default) or ``"average"``.
+        initial_second_moment: v̂_0 ≥ 0 (default ``None``: ε, Alg. 1, l. 2).
+        lr: Server learning rate η > 0 (default 1: plain model averaging, l. 16).
+        weighting: ``"uniform"`` (default, the paper's 1/n mean in l. 16) or ``"num_samples"``; used for both
+            the models and the second moments.
+
+    Raises:
+        ValueError: an argument outside its range (the message names it and what is allowed).
+    """
+
+    #: The client optimizer class the callback installs.
+    client_optimizer_class: type[LocalAMSGrad] = LocalAMSGrad
+
+    def __init__(
+        self,
+        client_lr: Optional[float] = None,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        bias_correction: str = "both",
+        ratio_denominator: str = "amsgrad",
+        first_moment: str = "reset",
+        initial_second_moment: Optional[float] = None,
+        lr: float = 1.0,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        self.client_lr = None if client_lr is None else check_positive("client_lr", client_lr)
+        self.beta1 = check_unit_interval("beta1", beta1)
+        self.beta2 = check_unit_interval("beta2", beta2)
+        self.eps = check_positive("eps", eps)
+        self.weight_decay = check_in_range("weight_decay", weight_decay, low=0.0, low_open=False)
+        self.bias_correction = check_choice("bias_correction", bias_correction, BIAS_CORRECTIONS)
+        self.ratio_denominator = check_choice("ratio_denominator", ratio_denominator, RATIO_DENOMINATORS)
+        self.first_moment = check_choice("first_moment", first_moment, FIRST_MOMENTS)
+        if initial_second_moment is None:
+            initial_second_moment = self.eps
+        self.initial_second_moment = check_in_range(
+            "initial_second_moment", initial_second_moment, low=0.0, low_open=False
+        )
+
+    # ------------------------------------------------------------------ the client optimizer
+    def client_optimizer_kwargs(self) -> dict[str, Any]:
+        """The client optimizer's hyper-parameters other than ``params`` and ``lr``."""
+        return dict(
+            betas=(self.beta1, self.beta2),
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+            bias_correction=self.bias_correction,
+            ratio_denominator=self.ratio_denominator,
+            initial_second_moment=self.initial_second_moment,
+        )
+
+    def install_client_optimizer(self, trainer: Any) -> LocalAMSGrad:
+        """Replace the trainer's single optimizer by ``client_optimizer_class`` and return it.
+
+        The new optimizer gets the old one's parameter groups (same parameters, same grouping), the learning
+        rate ``client_lr`` or each group's own, and this callback's other hyper-parameters. It is set with
+        ``trainer.strategy.optimizers = [new]``, which also re-creates Lightning's ``LightningOptimizer``
+        wrappers (so ``self.optimizers()`` in manual optimization returns it), and every LR scheduler of the old
+        optimizer is re-bound to the new one (with ``client_lr``, its base learning rates become ``client_lr``
+        and the current factor is kept). An optimizer that already is a ``client_optimizer_class`` is kept
+        unchanged, with its own hyper-parameters.
+
+        Raises:
+            ValueError: not exactly one optimizer, or one without parameters.
+        """
+        optimizers = list(trainer.optimizers)
+        if len(optimizers) != 1 or not optimizers[0].param_groups:
+            raise ValueError(
+                f"{type(self).__name__} needs exactly one client optimizer with parameters from the module's "
+                f"`configure_optimizers` (its parameter groups and learning rate are reused); got "
+                f"{[type(o).__name__ for o in optimizers]}."
+            )
+        old = optimizers[0]
+        cls = self.client_optimizer_class
+        if type(old) is cls:
+            rank_zero_info(f"{type(self).__name__}: the module's optimizer already is {cls.__name__}; kept as is.")
+            return old
+        groups = []
+        for group in old.param_groups:
+            new_group: dict[str, Any] = {"params": group["params"]}
+            lr = float(group["lr"])
+            initial = group.get("initial_lr")
+            if self.client_lr is not None:
+                factor = lr / float(initial) if initial is not None and float(initial) > 0 else 1.0
+                lr = self.client_lr * factor
+                initial = self.client_lr if initial is not None else None
+            new_group["lr"] = lr
+            if initial is not None:
+                new_group["initial_lr"] = float(initial)
+            groups.append(new_group)
+        lr0 = groups[0]["lr"]
+        new = cls(groups, lr=lr0, **self.client_optimizer_kwargs())
+        for config in trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if getattr(scheduler, "optimizer", None) is old:
+                scheduler.optimizer = new
+                if self.client_lr is not None and hasattr(scheduler, "base_lrs"):
+                    scheduler.base_lrs = [self.client_lr for _ in new.param_groups]
+                if hasattr(scheduler, "_last_lr"):
+                    scheduler._last_lr = [g["lr"] for g in new.param_groups]
+                _track_step_for_schedulers(new)
+        trainer.strategy.optimizers = [new]
+        return new
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Install the client optimizer (before the optimizer state is restored from a checkpoint and before
+        the loop snapshots the hyper-parameters at the start of the first round)."""
+        super().on_fit_start(trainer, pl_module)
+        self.install_client_optimizer(trainer)
+
+    def _client_optimizer(self, trainer: Any) -> LocalAMSGrad:
+        optimizers = list(trainer.optimizers)
+        if len(optimizers) != 1 or not isinstance(optimizers[0], LocalAMSGrad):
+            raise RuntimeError(
+                f"{type(self).__name__}: the client optimizer is {[type(o).__name__ for o in optimizers]}, not "
+                f"{self.client_optimizer_class.__name__}; it is installed in `on_fit_start` — was the callback "
+                "passed to the trainer that runs `fit`?"
+            )
+        return optimizers[0]
+
+    # ------------------------------------------------------------------ client channel
+    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
+        """Seed the (just cleared) client optimizer: step 0, v⁰ = v̂⁰ = v̂_r (Alg. 1, l. 6) and m⁰ = 0 or m̄_r."""
+        params = list(pl_module.parameters())
+        if not self.state:
+            self.state = self.init_state(params)
+        else:
+            self._move_state(params)
+        optimizer = self._client_optimizer(trainer)
+        index = {id(p): k for k, p in enumerate(params)}
+        v_hat = self.state["second_moment"]
+        m_bar = self.state.get("first_moment")
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                k = index.get(id(p))
+                if k is None:
+                    continue
+                first = None if m_bar is None else m_bar[k]
+                optimizer.state[p] = LocalAMSGrad.make_state(p, v_hat[k], first)
+
+    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
+        """``{"exp_avg_sq": [v_i^T per parameter]}`` (uncorrected, Alg. 1, l. 14), plus ``"exp_avg"`` (m_i^T)
+        with ``first_moment="average"``; a parameter the client never stepped reports the broadcast values."""
+        params = list(pl_module.parameters())
+        optimizer = self._client_optimizer(trainer)
+        extras: dict[str, Any] = {"exp_avg_sq": []}
+        if self.first_moment == "average":
+            extras["exp_avg"] = []
+        for k, p in enumerate(params):
+            state = optimizer.state.get(p) or {}
+            v = state.get("exp_avg_sq")
+            extras["exp_avg_sq"].append((self.state["second_moment"][k] if v is None else v).detach().clone())
+            if "exp_avg" in extras:
+                m = state.get("exp_avg")
+                extras["exp_avg"].append((self.state["first_moment"][k] if m is None else m).detach().clone())
+        return extras
+
+    # ------------------------------------------------------------------ server
+    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
+        state = {"second_moment": [torch.full_like(p, self.initial_second_moment) for p in params]}
+        if self.first_moment == "average":
+            state["first_moment"] = [torch.zeros_like(p) for p in params]
+        return state
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)  # θ̄ + η·Σ w_i Δ_i (l. 16)
+
+    def _weighted_mean(self, updates: list[ClientUpdate], weights: list[float], key: str) -> list[Tensor]:
+        for u in updates:
+            if key not in u.extras:
+                raise ValueError(
+                    f"{type(self).__name__}: client {u.client_id}'s update has no `extras[{key!r}]`; the client "
+                    "executor must call `collect_client_extras`."
+                )
+        result = [torch.mul(t, weights[0]) for t in updates[0].extras[key]]
+        for w, u in zip(weights[1:], updates[1:]):
+            torch._foreach_add_(result, [t.to(r.device) for t, r in zip(u.extras[key], result)], alpha=w)
+        return result
+
+    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
+        """Average the models (:meth:`step`), then v̂_{r+1} = max(v̂_r, Σ_i w_i·v_i^T) (Alg. 1, l. 16) and,
+        with ``first_moment="average"``, m̄_{r+1} = Σ_i w_i·m_i^T."""
+        pseudo_gradient = super().server_update(params, updates)
+        weights = self.client_weights(updates).tolist()
+        with torch.no_grad():
+            mean_v = self._weighted_mean(updates, weights, "exp_avg_sq")
+            for v_hat, v in zip(self.state["second_moment"], mean_v):
+                torch.maximum(v_hat, v.to(v_hat.device, v_hat.dtype), out=v_hat)
+            if self.first_moment == "average":
+                mean_m = self._weighted_mean(updates, weights, "exp_avg")
+                for m_bar, m in zip(self.state["first_moment"], mean_m):
+                    m_bar.copy_(m)
+        return pseudo_gradient
+
+    # ------------------------------------------------------------------ bookkeeping
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            lr=self.lr, client_lr=self.client_lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps,
+            weight_decay=self.weight_decay, first_moment=self.first_moment, weighting=self.weighting,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, client_lr={self.client_lr}, beta1={self.beta1}, beta2={self.beta2}, "
+            f"eps={self.eps}, weight_decay={self.weight_decay}, bias_correction={self.bias_correction!r}, "
+            f"ratio_denominator={self.ratio_denominator!r}, first_moment={self.first_moment!r}, "
+            f"initial_second_moment={self.initial_second_moment}"
+        )
+
+
+class FedLAMB(LocalAdaptiveServer):
+    """Fed-LAMB (Karimi, Li, Li, *Layerwise and Dimensionwise Locally Adaptive Optimization*, Algorithm 1).
+
+    Clients run :class:`~lightning_fed.callbacks.lamb_client.FedLAMBClient` — local AMSGrad moments and the
+    layerwise step θ^ℓ ← θ^ℓ − α·φ(‖θ^ℓ‖)·(p^ℓ + λθ^ℓ)/‖p^ℓ + λθ^ℓ‖ (l. 8-12) — from the global model and the
+    broadcast second moment v̂_r; the server averages the models and sets v̂_{r+1} = max(v̂_r, mean_i v_i^T)
+    (l. 16). The module's own ``configure_optimizers`` (e.g. SGD) is replaced at fit start; see
+    :class:`LocalAdaptiveServer` for the whole rule, the choices made where the paper is ambiguous, and the
+    shared arguments.
+
+    Paper settings (Sec. 4): β₁ = 0.9, β₂ = 0.999, φ = identity, λ ∈ {0, 0.01, 0.1}, α tuned on a log grid,
+    uniform averaging, 50 clients with half of them per round, batch size 32.
+
+    Args:
+        phi_min: γ_l ≥ 0 of φ(z) = min(max(z, γ_l), γ_u) (default 0; the paper's H4 asks φ ≥ φ_m > 0).
+        phi_max: γ_u > 0 (default ``None``: ∞; φ = identity by default, as the paper's experiments).
+        **kwargs: see :class:`LocalAdaptiveServer` (``client_lr``, ``beta1``, ``beta2``, ``eps``,
+            ``weight_decay``, ``bias_correction``, ``ratio_denominator``, ``first_moment``,
+            ``initial_second_moment``, ``lr``, ``weighting``).
+
+    Raises:
+        ValueError: an argument outside its range (the message names it).
+    """
+
+    client_optimizer_class = FedLAMBClient
+
+    def __init__(
+        self,
+        client_lr: Optional[float] = None,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        phi_min: float = 0.0,
+        phi_max: Optional[float] = None,
+        bias_correction: str = "both",
+        ratio_denominator: str = "amsgrad",
+        first_moment: str = "reset",
+        initial_second_moment: Optional[float] = None,
+        lr: float = 1.0,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(
+            client_lr=client_lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+            bias_correction=bias_correction, ratio_denominator=ratio_denominator, first_moment=first_moment,
+            initial_second_moment=initial_second_moment, lr=lr, weighting=weighting,
+        )
+        self.phi_min, self.phi_max = check_phi_bounds(phi_min, phi_max)
+
+    def client_optimizer_kwargs(self) -> dict[str, Any]:
+        kwargs = super().client_optimizer_kwargs()
+        kwargs.update(phi_min=self.phi_min, phi_max=None if math.isinf(self.phi_max) else self.phi_max)
+        return kwargs
+
+    def extra_repr(self) -> str:
+        phi_max = None if math.isinf(self.phi_max) else self.phi_max
+        return f"{super().extra_repr()}, phi_min={self.phi_min}, phi_max={phi_max}"
+
+
+class FedAMS(LocalAdaptiveServer):
+    """Fed-AMS, the baseline of Karimi et al. (Sec. 4): Algorithm 1 with plain local AMSGrad on the clients
+    (:class:`~lightning_fed.callbacks.lamb_client.AMSGradClient`, θ ← θ − α·(p + λθ), no layerwise
+    normalisation; the Local AMSGrad of Chen, Li, Li 2020), the same model averaging and v̂ max-averaging on
+    the server. (Not the server-side AMSGrad that Wang et al. 2022 also call FedAMS.)
+
+    See :class:`LocalAdaptiveServer` for the rule, the ambiguity choices and the arguments. The paper's
+    settings: β₁ = 0.9, β₂ = 0.999, α tuned on a log grid.
+    """
+
+    client_optimizer_class = AMSGradClient

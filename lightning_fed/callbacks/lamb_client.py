@@ -1,0 +1,263 @@
+"""Client optimizers of Fed-LAMB and Fed-AMS (Karimi, Li, Li, *Layerwise and Dimensionwise Locally Adaptive
+Optimization*, Algorithm 1, l. 7-13): local AMSGrad moments, with (Fed-LAMB) or without (Fed-AMS) a layerwise
+trust ratio.
+
+These are ordinary ``torch.optim.Optimizer`` s; they work without the federated server too. Inside federated
+training the server callbacks :class:`~lightning_fed.callbacks.FedLAMB` / :class:`~lightning_fed.callbacks.FedAMS`
+install them in place of the module's own optimizer and seed their state with the broadcast second moment.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+#: Accepted values of ``bias_correction``: correct m and v (Alg. 1, l. 9-10), m only, or neither.
+BIAS_CORRECTIONS = ("both", "first_moment", "none")
+#: Accepted values of ``ratio_denominator``: which second moment divides the ratio p of Alg. 1, l. 11.
+RATIO_DENOMINATORS = ("amsgrad", "broadcast")
+
+
+def check_in_range(name: str, value: Any, *, low: float, low_open: bool, high: float = math.inf) -> float:
+    """``value`` as a float if it is a finite real number in (low, high) / [low, high), else ``ValueError``."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and value < high
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high})"
+        raise ValueError(f"`{name}` must be a finite number in {interval}, got {value!r}.")
+    return float(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``.
+
+    Raises:
+        ValueError: naming ``name``, the value and the allowed choices otherwise.
+    """
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+    return value
+
+
+def check_phi_bounds(phi_min: Any, phi_max: Any) -> tuple[float, float]:
+    """Validate the bounds γ_l = ``phi_min`` ≥ 0 and γ_u = ``phi_max`` > 0 (``None``: ∞) with γ_l ≤ γ_u.
+
+    Raises:
+        ValueError: naming the offending argument.
+    """
+    low = check_in_range("phi_min", phi_min, low=0.0, low_open=False)
+    if phi_max is None:
+        return low, math.inf
+    high = check_in_range("phi_max", phi_max, low=0.0, low_open=True)
+    if high < low:
+        raise ValueError(f"`phi_max` ({high}) must be >= `phi_min` ({low}).")
+    return low, high
+
+
+def layerwise_scale(param: Tensor, update: Tensor, phi_min: float = 0.0, phi_max: float = math.inf) -> Tensor:
+    """The layerwise trust ratio φ(‖θ‖)/‖u‖ of one parameter tensor (a 0-d tensor, on ``param``'s device).
+
+    φ(z) = min(max(z, γ_l), γ_u) (You et al. 2020, *Large Batch Optimization for Deep Learning*, Sec. 3;
+    identity for γ_l = 0, γ_u = ∞, Karimi et al., Sec. 4 "we use the identity function for φ").
+
+    Where φ(‖θ‖) = 0 (a tensor that is all zeros, e.g. a zero-initialised bias, with γ_l = 0) or ‖u‖ = 0, the
+    ratio is 1: the paper's rule would multiply the step by 0 and freeze a zero tensor forever; ratio 1 is the
+    convention of the LAMB reference implementations (trust ratio 1 when a norm is zero).
+    """
+    phi = torch.linalg.vector_norm(param).clamp(min=phi_min, max=phi_max)
+    unorm = torch.linalg.vector_norm(update)
+    ok = (phi > 0) & (unorm > 0)
+    return torch.where(ok, phi / torch.where(ok, unorm, torch.ones_like(unorm)), torch.ones_like(phi))
+
+
+class LocalAMSGrad(Optimizer):
+    """Local AMSGrad with Fed-LAMB's update rule, shared by :class:`FedLAMBClient` (``layerwise = True``) and
+    :class:`AMSGradClient` (``layerwise = False``). Use one of those two.
+
+    Per parameter tensor θ^ℓ with gradient g, at local step t = 1, 2, ... (Karimi et al., Alg. 1, l. 8-12)::
+
+        m ← β₁·m + (1 − β₁)·g                              (l. 9;  m⁰ = 0 unless seeded)
+        v ← β₂·v + (1 − β₂)·g²                             (l. 10; v⁰ = v₀ unless seeded)
+        v̂ ← max(v̂, v)        [ratio_denominator="amsgrad"; v̂⁰ = v⁰]
+        m̃ = m/(1 − β₁ᵗ),  ṽ = v̂/(1 − β₂ᵗ)                 (l. 9-10 bias corrections; see ``bias_correction``)
+        p = m̃/(√ṽ + ε)                                      (l. 11)
+        u = p + λ·θ
+        θ ← θ − α·φ(‖θ‖)/‖u‖·u      (layerwise, Fed-LAMB, l. 12)
+        θ ← θ − α·u                 (not layerwise, Fed-AMS)
+
+    The corrected m̃, ṽ are temporaries (as in Adam); m, v, v̂ are stored uncorrected. Bias correction and
+    max follow ``torch.optim.Adam(amsgrad=True)``: the max is over the uncorrected v and the correction divides
+    the max. With v₀ = 0, λ = 0 and ``bias_correction="both"``, :class:`AMSGradClient` *is* torch's
+    ``Adam(amsgrad=True)``.
+
+    State per parameter: ``step`` (t), ``exp_avg`` (m), ``exp_avg_sq`` (v), ``max_exp_avg_sq`` (v̂; with
+    ``ratio_denominator="broadcast"`` it is never updated and keeps its initial value).
+
+    Args:
+        params: Parameters or parameter groups.
+        lr: α > 0.
+        betas: (β₁, β₂), each in [0, 1) (default (0.9, 0.999), the paper's Sec. 4).
+        eps: ε > 0 (default 1e-8).
+        weight_decay: λ ≥ 0, added to p as in Alg. 1, l. 12 (decoupled from the moments; default 0).
+        bias_correction: ``"both"`` (default, Alg. 1, l. 9-10), ``"first_moment"`` (m only) or ``"none"``.
+        ratio_denominator: ``"amsgrad"`` (default: the running max v̂ above) or ``"broadcast"`` (the initial
+            v̂⁰ — the server's v̂_r when seeded by the server — for the whole round, no correction).
+        initial_second_moment: v₀ = v̂⁰ for a parameter whose state was not seeded (default ``None``: ε, the
+            paper's v̂₀ = v₀ = ε·1, Alg. 1, l. 2); ≥ 0.
+        phi_min: γ_l ≥ 0 of φ(z) = min(max(z, γ_l), γ_u) (layerwise only; default 0).
+        phi_max: γ_u > 0 (layerwise only; default ``None``: ∞, so φ = identity).
+
+    Raises:
+        ValueError: an argument outside its range (the message names it).
+        RuntimeError: a sparse gradient.
+    """
+
+    #: Whether the step is normalised per parameter tensor (Fed-LAMB) or not (Fed-AMS).
+    layerwise: bool = False
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        bias_correction: str = "both",
+        ratio_denominator: str = "amsgrad",
+        initial_second_moment: Optional[float] = None,
+        phi_min: float = 0.0,
+        phi_max: Optional[float] = None,
+    ) -> None:
+        lr = check_in_range("lr", lr, low=0.0, low_open=True)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"`betas` must be a pair (beta1, beta2), got {betas!r}.")
+        beta1 = check_in_range("beta1", betas[0], low=0.0, low_open=False, high=1.0)
+        beta2 = check_in_range("beta2", betas[1], low=0.0, low_open=False, high=1.0)
+        eps = check_in_range("eps", eps, low=0.0, low_open=True)
+        weight_decay = check_in_range("weight_decay", weight_decay, low=0.0, low_open=False)
+        check_choice("bias_correction", bias_correction, BIAS_CORRECTIONS)
+        check_choice("ratio_denominator", ratio_denominator, RATIO_DENOMINATORS)
+        if initial_second_moment is None:
+            initial_second_moment = eps
+        initial_second_moment = check_in_range("initial_second_moment", initial_second_moment, low=0.0, low_open=False)
+        phi_min, phi_max = check_phi_bounds(phi_min, phi_max)
+        defaults = dict(
+            lr=lr,
+            betas=(beta1, beta2),
+            eps=eps,
+            weight_decay=weight_decay,
+            bias_correction=bias_correction,
+            ratio_denominator=ratio_denominator,
+            initial_second_moment=initial_second_moment,
+            phi_min=phi_min,
+            phi_max=phi_max,
+        )
+        super().__init__(params, defaults)
+
+    # ------------------------------------------------------------------ state
+    @staticmethod
+    def make_state(
+        param: Tensor, second_moment: Tensor | float, first_moment: Optional[Tensor] = None
+    ) -> dict[str, Any]:
+        """A fresh per-parameter state at local step 0 with v⁰ = v̂⁰ = ``second_moment`` and m⁰ =
+        ``first_moment`` (zeros if ``None``); tensors are copied to ``param``'s device and dtype."""
+        if isinstance(second_moment, Tensor):
+            v = second_moment.detach().to(device=param.device, dtype=param.dtype).clone()
+        else:
+            v = torch.full_like(param, float(second_moment), memory_format=torch.preserve_format)
+        if first_moment is None:
+            m = torch.zeros_like(param, memory_format=torch.preserve_format)
+        else:
+            m = first_moment.detach().to(device=param.device, dtype=param.dtype).clone()
+        return {"step": 0, "exp_avg": m, "exp_avg_sq": v, "max_exp_avg_sq": v.clone()}
+
+    # ------------------------------------------------------------------ step
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One local step of every parameter that has a gradient (see the class docstring)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            correction = group["bias_correction"]
+            amsgrad = group["ratio_denominator"] == "amsgrad"
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                if grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients.")
+                state = self.state[p]
+                if not state:
+                    state.update(self.make_state(p, group["initial_second_moment"]))
+                state["step"] += 1
+                t = state["step"]
+                m, v, v_hat = state["exp_avg"], state["exp_avg_sq"], state["max_exp_avg_sq"]
+                m.lerp_(grad, 1.0 - beta1)  # l. 9
+                v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)  # l. 10
+                c1 = 1.0 - beta1**t if correction in ("both", "first_moment") else 1.0
+                c2 = 1.0
+                if amsgrad:
+                    torch.maximum(v_hat, v, out=v_hat)
+                    if correction == "both":
+                        c2 = 1.0 - beta2**t
+                denom = v_hat.div(c2).sqrt_().add_(group["eps"])
+                update = m.div(c1).div_(denom)  # p, l. 11
+                if group["weight_decay"] != 0:
+                    update.add_(p, alpha=group["weight_decay"])  # p + λθ, l. 12
+                if self.layerwise:
+                    update.mul_(layerwise_scale(p, update, group["phi_min"], group["phi_max"]))
+                p.add_(update, alpha=-group["lr"])
+        return loss
+
+
+class FedLAMBClient(LocalAMSGrad):
+    """Fed-LAMB's client optimizer (Karimi et al., Alg. 1, l. 8-12): local AMSGrad moments and the layerwise
+    step θ^ℓ ← θ^ℓ − α·φ(‖θ^ℓ‖)·(p^ℓ + λθ^ℓ)/‖p^ℓ + λθ^ℓ‖, one "layer" ℓ per parameter tensor.
+
+    See :class:`LocalAMSGrad` for the full rule, the state and the arguments (φ(z) = min(max(z, γ_l), γ_u) with
+    ``phi_min`` = γ_l, ``phi_max`` = γ_u; identity by default). When φ(‖θ^ℓ‖) = 0 or the update is zero the
+    trust ratio is 1 (see :func:`layerwise_scale`).
+    """
+
+    layerwise = True
+
+
+class AMSGradClient(LocalAMSGrad):
+    """Fed-AMS's client optimizer: the same local AMSGrad without the layerwise normalisation,
+    θ ← θ − α·(p + λθ) (Karimi et al., Sec. 4 baseline "Fed-AMS"; Local AMSGrad of Chen, Li, Li 2020).
+
+    With ``initial_second_moment=0``, ``weight_decay=0`` and ``bias_correction="both"`` it equals
+    ``torch.optim.Adam(amsgrad=True)``. See :class:`LocalAMSGrad` for the rule and the arguments.
+    """
+
+    layerwise = False
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        bias_correction: str = "both",
+        ratio_denominator: str = "amsgrad",
+        initial_second_moment: Optional[float] = None,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            bias_correction=bias_correction,
+            ratio_denominator=ratio_denominator,
+            initial_second_moment=initial_second_moment,
+        )

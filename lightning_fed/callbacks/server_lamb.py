@@ -1,0 +1,109 @@
+"""ServerLAMB: LAMB (You et al. 2020) applied by the server to the pseudo-gradient — layerwise adaptivity with no
+client state."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from torch import Tensor
+
+from lightning_fed.callbacks.lamb_client import check_in_range, check_phi_bounds, layerwise_scale
+from lightning_fed.callbacks.server_optimizer import (
+    ServerOptimizer,
+    check_positive,
+    check_unit_interval,
+    zeros_like_all,
+)
+
+
+class ServerLAMB(ServerOptimizer):
+    """The server treats g_t = −Δ_t as a gradient and takes one LAMB step (You et al. 2020, *Large Batch
+    Optimization for Deep Learning: Training BERT in 76 Minutes*, Algorithm 2; the ServerOpt slot of Reddi et
+    al. 2021, Alg. 1, l. 11; FLSim's ``FedLAMBOptimizer`` offers the same).
+
+    Round t = 1, 2, ... (``self.num_steps``), per parameter tensor x^ℓ::
+
+        g_t = −Δ_t
+        m_t = β₁·m_{t−1} + (1 − β₁)·g_t                      (m_0 = 0)
+        v_t = β₂·v_{t−1} + (1 − β₂)·g_t²                     (v_0 = 0)
+        m̂_t = m_t/(1 − β₁ᵗ),  v̂_t = v_t/(1 − β₂ᵗ)            (if ``bias_correction``, as Alg. 2)
+        r_t = m̂_t/(√v̂_t + ε)
+        u_t = r_t + λ·x_t^ℓ
+        x_{t+1}^ℓ = x_t^ℓ − η·φ(‖x_t^ℓ‖)/‖u_t^ℓ‖·u_t^ℓ
+
+    with φ(z) = min(max(z, γ_l), γ_u) (Sec. 3 of You et al.; identity by default). Each parameter tensor moves
+    by η·φ(‖x^ℓ‖) per round, whatever the scale of Δ. Where φ(‖x^ℓ‖) = 0 or u^ℓ = 0 the trust ratio is 1
+    (the step is η·u^ℓ), as in the LAMB reference implementations; otherwise a zero-initialised tensor would
+    never move. State: ``exp_avg`` (m) and ``exp_avg_sq`` (v), one tensor per parameter.
+
+    Defaults: η = 0.01, β₁ = 0.9, β₂ = 0.999, ε = 1e-6 (You et al.'s BERT setting), λ = 0, bias correction on.
+
+    Args:
+        lr: Server learning rate η (> 0): the per-round step relative to each tensor's norm.
+        beta1: β₁ in [0, 1).
+        beta2: β₂ in [0, 1).
+        eps: ε > 0.
+        weight_decay: λ ≥ 0 (decoupled, added to r_t).
+        bias_correction: Apply Adam's bias correction (default ``True``, as Alg. 2).
+        phi_min: γ_l ≥ 0 (default 0).
+        phi_max: γ_u > 0, ≥ γ_l (default ``None``: ∞).
+        weighting: ``"num_samples"`` (default) or ``"uniform"`` aggregation of the client deltas.
+
+    Raises:
+        ValueError: an argument outside its range (the message names it), or an unknown ``weighting``.
+    """
+
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        bias_correction: bool = True,
+        phi_min: float = 0.0,
+        phi_max: Optional[float] = None,
+        weighting: str = "num_samples",
+    ) -> None:
+        super().__init__(lr=lr, weighting=weighting)
+        self.beta1 = check_unit_interval("beta1", beta1)
+        self.beta2 = check_unit_interval("beta2", beta2)
+        self.eps = check_positive("eps", eps)
+        self.weight_decay = check_in_range("weight_decay", weight_decay, low=0.0, low_open=False)
+        if not isinstance(bias_correction, bool):
+            raise ValueError(f"`bias_correction` must be a bool, got {bias_correction!r}.")
+        self.bias_correction = bias_correction
+        self.phi_min, self.phi_max = check_phi_bounds(phi_min, phi_max)
+
+    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
+        return {"exp_avg": zeros_like_all(params), "exp_avg_sq": zeros_like_all(params)}
+
+    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
+        t = self.num_steps
+        c1 = 1.0 - self.beta1**t if self.bias_correction else 1.0
+        c2 = 1.0 - self.beta2**t if self.bias_correction else 1.0
+        for x, delta, m, v in zip(params, pseudo_gradient, self.state["exp_avg"], self.state["exp_avg_sq"]):
+            g = -delta
+            m.lerp_(g, 1.0 - self.beta1)
+            v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+            update = m.div(c1).div_(v.div(c2).sqrt_().add_(self.eps))
+            if self.weight_decay != 0:
+                update.add_(x, alpha=self.weight_decay)
+            update.mul_(layerwise_scale(x, update, self.phi_min, self.phi_max))
+            x.add_(update, alpha=-self.lr)
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps, weight_decay=self.weight_decay,
+            weighting=self.weighting,
+        )
+
+    def extra_repr(self) -> str:
+        phi_max = None if math.isinf(self.phi_max) else self.phi_max
+        return (
+            f"{super().extra_repr()}, beta1={self.beta1}, beta2={self.beta2}, eps={self.eps}, "
+            f"weight_decay={self.weight_decay}, bias_correction={self.bias_correction}, "
+            f"phi_min={self.phi_min}, phi_max={phi_max}"
+        )
