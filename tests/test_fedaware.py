@@ -271,7 +271,7 @@ def test_unseen_clients_are_excluded_and_momenta_persist():
 
 def test_warmup_is_fedavg_and_reports_the_base_diversity():
     x0, rounds = _random_rounds(cohorts=((0, 1),))
-    server = FedAWARE(lr=0.5, num_clients=3)
+    server = FedAWARE(lr=0.5, num_clients=3, fedavg_warmup=True)
     got, diversities = _run_direct(server, x0, rounds)
     sizes = np.array([n for _, _, n in rounds[0]], float)
     deltas = [_flat(d) for _, d, _ in rounds[0]]

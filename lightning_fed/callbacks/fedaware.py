@@ -44,9 +44,10 @@ class FedAWARE(ServerOptimizer):
       the paper's Alg. 1 as written.
     * ``alpha_convention="code"``: m_i ← (1−α)·m_i + α·g_i (the code's α weighs the *new* update; the paper's
       α = 0.5 is the same under both; the code's α = 0.3 for (Fashion-)MNIST is the paper's α = 0.7).
-    * ``fedavg_warmup`` (default ``True``, as the code): until every one of the N clients has been seen once,
-      step with the ``weighting``-weighted FedAvg of the round's updates (x_{t+1} = x_t + η·Σ w_i Δ_i); the
-      momenta are updated during warm-up all the same. With ``False`` (the paper), FedAWARE runs from round 1.
+    * ``fedavg_warmup`` (default ``False``, the paper: FedAWARE from round 1; ``True`` is the public code):
+      until every one of the N clients has been seen once, step with the ``weighting``-weighted FedAvg of the
+      round's updates (x_{t+1} = x_t + η·Σ w_i Δ_i); the momenta are updated during warm-up all the same.
+      With 10 of 100 clients per round the warm-up lasts about 50 rounds (coupon collector: N·H_N/C).
     * ``projection`` (default ``False``): replace d_t by the projection of the ``weighting``-weighted average of
       the (raw) momenta m̄ = Σ_i w_i m_i onto d_t, i.e. d_t ← (⟨m̄, d_t⟩ / ‖d_t‖²)·d_t: the FedAWARE direction
       with the magnitude of the average update (the code's ``-projection``). A zero d_t gives a zero step.
@@ -77,7 +78,7 @@ class FedAWARE(ServerOptimizer):
             (0, 1], the weight of the new update). Default 0.5 (the paper's value; the same in both conventions).
         normalize: Normalise the momenta to unit L2 norm before solving (default ``True``, see above).
         alpha_convention: ``"paper"`` (default) or ``"code"``.
-        fedavg_warmup: FedAvg until every client has been seen once (default ``True``).
+        fedavg_warmup: FedAvg until every client has been seen once (default ``False``, as the paper).
         projection: Keep the magnitude of the average momentum (default ``False``).
         fw_max_iter: Frank–Wolfe iteration cap (≥ 1, default 1000; the public code uses 250 in one version and
             1000 in another).
@@ -100,7 +101,7 @@ class FedAWARE(ServerOptimizer):
         alpha: float = 0.5,
         normalize: bool = True,
         alpha_convention: str = "paper",
-        fedavg_warmup: bool = True,
+        fedavg_warmup: bool = False,
         projection: bool = False,
         fw_max_iter: int = 1000,
         fw_tol: float = 1e-5,
