@@ -118,6 +118,7 @@ class FederatedFitLoop(_FitLoop):
         self._global_buffers: list[Tensor] = []
         self._optimizer_defaults: list[list[dict[str, Any]]] = []
         self._partition_logged = False
+        self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
 
     # ------------------------------------------------------------------ data
     @property
@@ -220,7 +221,7 @@ class FederatedFitLoop(_FitLoop):
         if pseudo_gradient is not None:
             weights = self.server_optimizer.client_weights(updates)
             losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
-            norms = torch.stack([torch.linalg.vector_norm(d.double()) for d in pseudo_gradient])
+            norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()
             self.round_metrics["round_train_loss"] = float((weights * losses).nansum())
             self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
             self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
@@ -305,7 +306,11 @@ class FederatedFitLoop(_FitLoop):
         if response == -1:
             trainer._logger_connector.on_batch_end()
             return self.STOP
-        kwargs = self.epoch_loop._build_kwargs(OrderedDict(), batch, batch_idx)
+        kwargs = OrderedDict(batch=batch)
+        if self._pass_batch_idx is None:
+            self._pass_batch_idx = "batch_idx" in self.epoch_loop._build_kwargs(OrderedDict(), batch, batch_idx)
+        if self._pass_batch_idx:
+            kwargs["batch_idx"] = batch_idx
         if module.automatic_optimization:
             output = self.epoch_loop.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)
         else:
@@ -347,7 +352,8 @@ class FederatedFitLoop(_FitLoop):
 
     def _is_finite(self, update: ClientUpdate) -> bool:
         tensors = list(update.delta) + [b for b in update.buffers if b.is_floating_point()]
-        finite = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
+        # one host sync per client: a sum of norms is finite iff every entry is
+        finite = bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors)).sum())) if tensors else True
         if update.num_steps > 0 and not math.isfinite(update.loss):
             finite = False
         if not finite:

@@ -120,11 +120,10 @@ class ServerOptimizer(Callback):
         """Gradient diversity Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² of the round (Zeng et al. 2024, Fig. 5), with λ the
         aggregation weights and g_i the clients' contributions; ``nan`` when the aggregate is zero."""
         weights = self.client_weights(updates)
-        sq_norms = torch.tensor(
-            [float(sum(float(t.double().pow(2).sum()) for t in self.client_delta(u))) for u in updates],
-            dtype=torch.float64,
+        sq_norms = torch.stack(
+            [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
         )
-        denom = float(sum(float(t.double().pow(2).sum()) for t in pseudo_gradient))
+        denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
         return float((weights * sq_norms).sum()) / denom if denom > 0 else float("nan")
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -69,11 +70,8 @@ class TensorBatches:
 
 
 def _is_hf_dataset(dataset: Any) -> bool:
-    try:
-        import datasets
-    except ImportError:  # pragma: no cover - datasets is a dependency
-        return False
-    return isinstance(dataset, datasets.Dataset)
+    datasets = sys.modules.get("datasets")  # a Hugging Face dataset implies the library is already imported
+    return datasets is not None and isinstance(dataset, datasets.Dataset)
 
 
 class FederatedDataModule(L.LightningDataModule):

@@ -43,7 +43,7 @@ class NaturalIdPartitioner(Partitioner):
     def _partition(self, num_samples, labels, ids, num_classes) -> Partition:
         if np.issubdtype(ids.dtype, np.floating) and np.isnan(ids).any():
             raise ValueError(f"`ids` (column {self.id_column!r}) contain NaN; every sample needs a client id")
-        order = np.argsort(ids, kind="stable").astype(np.int64)
+        order = np.argsort(ids, kind="stable").astype(np.int64, copy=False)
         sorted_ids = ids[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
         offsets = np.append(starts, num_samples).astype(np.int64)
