@@ -25,7 +25,7 @@ def test_example_config_parses(config, tmp_path, monkeypatch):
     cli = FederatedCLI(args=["--config", str(config)], run=False)
     assert cli.trainer.server_optimizer is not None
     assert cli.trainer.max_epochs >= 100
-    assert cli.datamodule.clients_per_round == 10
+    assert cli.datamodule.clients_per_round >= 10  # every paper setting samples 10 or more
 
 
 def test_shakespeare_config_runs_one_round_via_cli(tmp_path, monkeypatch):
