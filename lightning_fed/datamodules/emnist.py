@@ -1,0 +1,343 @@
+"""EMNIST-62 (Cohen et al., 2017) as a federated data module: character recognition (CR) or autoencoding (AE).
+
+The two EMNIST tasks of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (Sec. 5): EMNIST CR
+(62-class character recognition with a CNN) and EMNIST AE (a bottleneck autoencoder); see
+:mod:`lightning_fed.models.emnist` for the models. Reddi et al. use TFF's federated EMNIST, i.e. LEAF's FEMNIST
+split by writer (3,400 writers, 671,585 train / 77,483 test examples).
+
+Data sources
+------------
+* ``leaf_path`` given: LEAF's FEMNIST JSON files (``python preprocess.sh -s niid --sf 1.0 -k 0 -t sample`` in
+  LEAF's ``data/femnist``), read from ``{leaf_path}/train/*.json`` and ``{leaf_path}/test/*.json`` (all files of
+  each folder, sorted by name and concatenated). Each file is LEAF's
+  ``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [[784 floats]], "y": [labels]}}}``.
+  The train samples keep their writer in ``dataset.writer_ids`` (int64, index into ``dataset.writer_names``,
+  the sorted writer names of the train files), and the default partitioner is
+  ``NaturalIdPartitioner("writer_ids")``: one client per writer -- the natural split of the paper. The LEAF test
+  files (each writer's held-out samples) form one centralized test set, as in the paper ("for all other
+  tasks, we use the entire test set").
+* otherwise: torchvision's ``EMNIST(root=data_dir, split="byclass")``, i.e. the decompressed IDX files
+  ``{data_dir}/EMNIST/raw/emnist-byclass-{train,test}-{images-idx3,labels-idx1}-ubyte`` (697,932 train /
+  116,323 test images). With ``download=True`` torchvision downloads NIST's ``gzip.zip`` (about 560 MB, needs
+  internet) and extracts them; otherwise a :class:`FileNotFoundError` says how to get them. These files carry
+  no writer ids, so a ``partitioner`` is **required** (e.g. ``DirichletPartitioner(num_clients=3400,
+  alpha=0.1)`` for 3,400 clients like the paper's writers; we do not pick an ``alpha`` for you, because the
+  paper's split is the natural one and any Dirichlet ``alpha`` is a separate, heterogeneity-controlling choice).
+
+Pixel conventions (both sources give the same tensors)
+------------------------------------------------------
+* Orientation: the IDX files of the EMNIST release store every image transposed (rows and columns swapped;
+  a known quirk of the conversion from NIST SD19). We fix this the usual way, ``image.transpose(-1, -2)``
+  (equivalently ``torchvision.transforms.functional.rotate(hflip(x), 90)``), so characters read upright
+  like MNIST digits. LEAF's FEMNIST is already upright (row-major 28x28).
+* Polarity: values in [0, 1] with **0 = background, 1 = ink** (MNIST's convention). torchvision's EMNIST
+  already is so (uint8 / 255). LEAF/TFF FEMNIST store 1 = background, so LEAF ``x`` becomes ``1 - x``; this is
+  exactly TFF's EMNIST AE preprocessing (``x = 1 - pixels``), while TFF's CR preprocessing feeds the raw
+  LEAF pixels (an affine change of the input the CNN's first layer absorbs; we use one convention for both).
+* Storage: images are kept in memory as uint8 ``[N, 28, 28]`` (LEAF floats are ``k / 255``; they are
+  rounded back to ``k``), converted to float32 per batch, so the 698 k torchvision images need 550 MB, not 2.2 GB.
+* Labels: 62 classes in torchvision's ``byclass`` order ``0-9, A-Z, a-z`` (= LEAF's order).
+
+Tasks
+-----
+* ``task="cr"``: a batch is ``(x [B, 1, 28, 28] float32, y [B] int64)``.
+* ``task="ae"``: a batch is ``(x [B, 784] float32, x [B, 784])`` -- the target is the input.
+In both tasks ``dataset.targets`` holds the class labels (int64 ``[N]``), which label partitioners read.
+
+Defaults from Reddi et al. 2021 (Sec. 5, App. D): 10 clients per round, batch size 20, 1 local epoch, for both
+EMNIST CR and EMNIST AE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.partition import Partitioner
+
+__all__ = ["EMNISTDataModule", "EMNISTDataset", "EMNIST_CLASSES", "EMNIST_TASKS", "read_leaf_femnist"]
+
+#: The 62 ``byclass`` classes, index -> character (torchvision's ``EMNIST.classes_split_dict["byclass"]``).
+EMNIST_CLASSES: list[str] = sorted(string.digits + string.ascii_letters)
+#: ``"cr"``: character recognition; ``"ae"``: autoencoder (target = input).
+EMNIST_TASKS = ("cr", "ae")
+_NUM_CLASSES = 62
+_SPLIT = "byclass"
+
+_INSTALL_HINT = (
+    "Pass download=True to let torchvision download EMNIST (NIST's gzip.zip, ~560 MB, needs internet), put the "
+    "decompressed IDX files emnist-byclass-{train,test}-{images-idx3,labels-idx1}-ubyte into {raw}, or pass "
+    "`leaf_path` = a LEAF FEMNIST data folder holding train/*.json and test/*.json (LEAF's data/femnist, "
+    "./preprocess.sh -s niid --sf 1.0 -k 0 -t sample)."
+)
+
+
+def _raw_file_names() -> list[str]:
+    """The decompressed IDX file names torchvision's ``EMNIST(split="byclass")._check_exists`` requires."""
+    parts, kinds = ("train", "test"), ("images-idx3", "labels-idx1")
+    return [f"emnist-{_SPLIT}-{part}-{kind}-ubyte" for part in parts for kind in kinds]
+
+
+class EMNISTDataset(Dataset):
+    """In-memory EMNIST samples with ``targets`` (class labels) and, for LEAF data, ``writer_ids``.
+
+    Args:
+        images: uint8 ``[N, 28, 28]``, upright, 0 = background, 255 = ink.
+        targets: int64 ``[N]`` class indices in ``[0, 62)``.
+        task: ``"cr"`` or ``"ae"``.
+        writer_ids: optional int64 ``[N]``: each sample's writer (index into ``writer_names``).
+        writer_names: optional list of writer names.
+
+    ``dataset[i]`` / ``dataset.get_batch(index)`` return ``(x, y)``: for ``"cr"`` ``x`` is float32
+    ``[(B,) 1, 28, 28]`` in [0, 1] and ``y`` the int64 label(s); for ``"ae"`` ``x`` is float32 ``[(B,) 784]`` and
+    ``y`` is ``x``.
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        task: str = "cr",
+        writer_ids: Optional[torch.Tensor] = None,
+        writer_names: Optional[list[str]] = None,
+    ) -> None:
+        if task not in EMNIST_TASKS:
+            raise ValueError(f"`task` must be one of {EMNIST_TASKS}, got {task!r}.")
+        if images.dtype != torch.uint8 or images.ndim != 3 or tuple(images.shape[1:]) != (28, 28):
+            raise ValueError(f"`images` must be uint8 [N, 28, 28], got {images.dtype} {tuple(images.shape)}.")
+        if targets.dtype != torch.long or targets.shape != (images.shape[0],):
+            raise ValueError(
+                f"`targets` must be int64 [{images.shape[0]}], got {targets.dtype} {tuple(targets.shape)}."
+            )
+        if writer_ids is not None and (writer_ids.dtype != torch.long or writer_ids.shape != targets.shape):
+            raise ValueError(
+                f"`writer_ids` must be int64 [{images.shape[0]}], got {writer_ids.dtype} {tuple(writer_ids.shape)}."
+            )
+        self.data = images
+        self.targets = targets
+        self.task = task
+        self.classes = list(EMNIST_CLASSES)
+        if writer_ids is not None:
+            self.writer_ids = writer_ids
+            self.writer_names = list(writer_names) if writer_names is not None else None
+
+    def __len__(self) -> int:
+        return int(self.data.shape[0])
+
+    def _convert(self, images: torch.Tensor, labels: torch.Tensor):
+        x = images.to(torch.float32).div_(255.0)
+        if self.task == "ae":
+            x = x.reshape(*images.shape[:-2], 28 * 28)
+            return x, x
+        return x.unsqueeze(-3), labels
+
+    def __getitem__(self, i: int):
+        return self._convert(self.data[i], self.targets[i])
+
+    def get_batch(self, index: torch.Tensor):
+        """The batch of samples ``index`` (int64 ``[B]``), as a DataLoader would collate it."""
+        return self._convert(self.data[index], self.targets[index])
+
+
+def _read_leaf_file(path: Path) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    with open(path, "r", encoding="utf-8") as f:
+        blob = json.load(f)
+    if not isinstance(blob, dict) or "users" not in blob or "user_data" not in blob:
+        raise ValueError(f"{path} is not a LEAF JSON file: expected keys 'users' and 'user_data'.")
+    users, xs, ys = [], [], []
+    for user in blob["users"]:
+        data = blob["user_data"].get(user)
+        if data is None:
+            raise ValueError(f"{path}: user {user!r} is listed in 'users' but has no 'user_data'.")
+        x = np.asarray(data["x"], dtype=np.float64)
+        y = np.asarray(data["y"])
+        if x.ndim != 2 or x.shape[1] != 784 or len(y) != len(x):
+            raise ValueError(
+                f"{path}: user {user!r} must have x of shape [n, 784] and n labels, got x {x.shape}, y {y.shape}."
+            )
+        if len(x) == 0:
+            continue
+        if not np.issubdtype(y.dtype, np.integer) and not np.all(np.mod(y, 1) == 0):
+            raise ValueError(f"{path}: user {user!r} has non-integer labels.")
+        y = y.astype(np.int64)
+        if y.min() < 0 or y.max() >= _NUM_CLASSES:
+            raise ValueError(f"{path}: user {user!r} has labels outside [0, {_NUM_CLASSES}).")
+        if x.min() < 0 or x.max() > 1:
+            raise ValueError(f"{path}: user {user!r} has pixels outside [0, 1].")
+        users.append(str(user))
+        xs.append(x)
+        ys.append(y)
+    return users, xs, ys
+
+
+def read_leaf_femnist(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor, list[str], torch.Tensor]:
+    """Read every ``*.json`` LEAF FEMNIST file in ``folder`` (sorted by file name).
+
+    Returns:
+        ``(images, labels, writers, writer_of_sample)``: uint8 ``[N, 28, 28]`` (converted to 0 = background:
+        ``round((1 - x) * 255)``), int64 ``[N]``, the writer names in order of first appearance, and int64
+        ``[N]`` indices into that list.
+
+    Raises:
+        FileNotFoundError: no folder or no ``*.json`` in it. ValueError: malformed content.
+    """
+    folder = Path(folder)
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not files:
+        hint = _INSTALL_HINT.replace("{raw}", "{data_dir}/EMNIST/raw")
+        raise FileNotFoundError(f"No LEAF *.json files in {folder}. {hint}")
+    writers: list[str] = []
+    index: dict[str, int] = {}
+    imgs, labels, owner = [], [], []
+    for path in files:
+        users, xs, ys = _read_leaf_file(path)
+        for user, x, y in zip(users, xs, ys):
+            if user not in index:
+                index[user] = len(writers)
+                writers.append(user)
+            imgs.append(np.rint((1.0 - x) * 255.0).astype(np.uint8).reshape(-1, 28, 28))
+            labels.append(y)
+            owner.append(np.full(len(y), index[user], dtype=np.int64))
+    if not imgs:
+        raise ValueError(f"The LEAF files in {folder} hold no samples.")
+    return (
+        torch.from_numpy(np.concatenate(imgs)),
+        torch.from_numpy(np.concatenate(labels)),
+        writers,
+        torch.from_numpy(np.concatenate(owner)),
+    )
+
+
+class EMNISTDataModule(FederatedDataModule):
+    """Federated EMNIST-62 for Reddi et al.'s EMNIST CR and EMNIST AE tasks (see the module docstring).
+
+    Args:
+        data_dir: torchvision ``root``; its files live in ``{data_dir}/EMNIST/raw/``.
+        task: ``"cr"`` (character recognition, default) or ``"ae"`` (autoencoder, target = input).
+        leaf_path: a LEAF FEMNIST data folder with ``train/`` and ``test/`` subfolders of ``*.json``; gives the
+            natural one-client-per-writer split (default ``None``: torchvision's EMNIST byclass).
+        partitioner: how to split the train set; default with ``leaf_path`` is
+            ``NaturalIdPartitioner("writer_ids")``; **required** without ``leaf_path`` (no writer ids there),
+            e.g. ``DirichletPartitioner(num_clients=3400, alpha=0.1)``.
+        download: let torchvision download EMNIST if the raw files are missing (needs internet).
+        val_from_test: also use the test set for validation (default ``True``: Reddi et al. validate on the
+            entire test set every evaluation); ``False`` gives no validation set.
+        clients_per_round, batch_size, local_epochs: Reddi et al. 2021 defaults (10, 20, 1).
+        **kwargs: passed to :class:`FederatedDataModule` (``seed``, ``data_order``, ``eval_batch_size``, ...).
+
+    Raises:
+        ValueError: unknown ``task``; no ``partitioner`` and no ``leaf_path``; non-bool flags.
+        FileNotFoundError: at :meth:`prepare_data` / :meth:`setup`, when the data is missing.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike = "data",
+        task: str = "cr",
+        leaf_path: str | os.PathLike | None = None,
+        partitioner: Optional[Partitioner] = None,
+        download: bool = False,
+        val_from_test: bool = True,
+        clients_per_round: int = 10,
+        batch_size: int = 20,
+        local_epochs: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        if task not in EMNIST_TASKS:
+            raise ValueError(
+                f"`task` must be one of {EMNIST_TASKS} ('cr': character recognition, 'ae': autoencoder), got {task!r}."
+            )
+        for name, flag in (("download", download), ("val_from_test", val_from_test)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
+        if partitioner is None:
+            if leaf_path is None:
+                raise ValueError(
+                    "`partitioner` is required without `leaf_path` (torchvision's EMNIST has no writer ids): e.g. "
+                    "DirichletPartitioner(num_clients=3400, alpha=0.1); or pass `leaf_path` (LEAF FEMNIST JSON) "
+                    "for the natural split by writer."
+                )
+            partitioner = NaturalIdPartitioner("writer_ids")
+        super().__init__(
+            partitioner=partitioner,
+            clients_per_round=clients_per_round,
+            batch_size=batch_size,
+            local_epochs=local_epochs,
+            **kwargs,
+        )
+        self.data_dir = str(data_dir)
+        self.task = task
+        self.leaf_path = None if leaf_path is None else str(leaf_path)
+        self.download = download
+        self.val_from_test = val_from_test
+
+    # ------------------------------------------------------------------ files
+    @property
+    def raw_folder(self) -> Path:
+        """``{data_dir}/EMNIST/raw`` -- torchvision's ``EMNIST.raw_folder``."""
+        return Path(self.data_dir) / "EMNIST" / "raw"
+
+    def _raw_present(self) -> bool:
+        return all((self.raw_folder / name).is_file() for name in _raw_file_names())
+
+    def _leaf_dirs(self) -> tuple[Path, Path]:
+        root = Path(self.leaf_path)
+        return root / "train", root / "test"
+
+    def prepare_data(self) -> None:
+        """Check the LEAF folders, or make sure torchvision's raw files exist (download if allowed)."""
+        if self.leaf_path is not None:
+            for folder in self._leaf_dirs():
+                if not folder.is_dir() or not any(folder.glob("*.json")):
+                    raise FileNotFoundError(
+                        f"`leaf_path` {self.leaf_path!r}: {folder} holds no LEAF *.json files; expected "
+                        f"{{leaf_path}}/train/*.json and {{leaf_path}}/test/*.json (LEAF's data/femnist/data)."
+                    )
+            return
+        if self._raw_present():
+            return
+        if self.download:
+            from torchvision.datasets import EMNIST
+
+            EMNIST(self.data_dir, split=_SPLIT, train=True, download=True)
+            EMNIST(self.data_dir, split=_SPLIT, train=False, download=True)
+            return
+        missing = [n for n in _raw_file_names() if not (self.raw_folder / n).is_file()]
+        hint = _INSTALL_HINT.replace("{raw}", str(self.raw_folder))
+        raise FileNotFoundError(f"EMNIST not found: {self.raw_folder} lacks {missing}. {hint}")
+
+    # ------------------------------------------------------------------ datasets
+    def _load_torchvision(self, train: bool) -> EMNISTDataset:
+        from torchvision.datasets import EMNIST
+
+        ds = EMNIST(self.data_dir, split=_SPLIT, train=train, download=False)
+        images = ds.data.transpose(1, 2).contiguous()  # the IDX files are transposed: make characters upright
+        return EMNISTDataset(images, ds.targets.to(torch.long), task=self.task)
+
+    def load_datasets(self):
+        """``(train, val, test)`` in-memory :class:`EMNISTDataset` s; val is the test set if ``val_from_test``."""
+        self.prepare_data()  # raises a clear FileNotFoundError when the data is missing
+        if self.leaf_path is not None:
+            train_dir, test_dir = self._leaf_dirs()
+            images, labels, writers, owner = read_leaf_femnist(train_dir)
+            # writer ids index the *sorted* writer names, so client c is the c-th writer by name
+            order = np.argsort(np.asarray(writers, dtype=object), kind="stable")
+            rank = np.empty(len(writers), dtype=np.int64)
+            rank[order] = np.arange(len(writers))
+            writer_ids = torch.from_numpy(rank)[owner]
+            train = EMNISTDataset(images, labels, self.task, writer_ids, [writers[i] for i in order])
+            t_images, t_labels, _, _ = read_leaf_femnist(test_dir)
+            test = EMNISTDataset(t_images, t_labels, self.task)
+        else:
+            train = self._load_torchvision(train=True)
+            test = self._load_torchvision(train=False)
+        return train, (test if self.val_from_test else None), test
