@@ -1,6 +1,7 @@
 """Federated data: partitioners, local-work policies, the FederatedDataModule and task data modules."""
 
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
+from lightning_fed.datamodules.emnist import EMNISTDataModule
 from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.iid import IIDPartitioner
@@ -17,10 +18,12 @@ from lightning_fed.datamodules.partition import Partition, Partitioner
 from lightning_fed.datamodules.pathological import PathologicalPartitioner
 from lightning_fed.datamodules.shakespeare import ShakespeareDataModule
 from lightning_fed.datamodules.shard import ShardPartitioner
+from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
 
 __all__ = [
     "ClientWork",
     "DirichletPartitioner",
+    "EMNISTDataModule",
     "FashionMNISTDataModule",
     "FederatedDataModule",
     "FixedLocalSteps",
@@ -34,5 +37,7 @@ __all__ = [
     "SampledLocalWork",
     "ShakespeareDataModule",
     "ShardPartitioner",
+    "StackOverflowNWPDataModule",
+    "StackOverflowTagDataModule",
     "batch_schedule",
 ]

@@ -2,5 +2,7 @@
 
 from lightning_fed.models.char_lstm import ShakespeareLSTM
 from lightning_fed.models.cnn import FedAwareCNN
+from lightning_fed.models.emnist import EMNISTCNN, EMNISTAutoencoder
+from lightning_fed.models.stackoverflow import StackOverflowNWP, StackOverflowTagLR
 
-__all__ = ["FedAwareCNN", "ShakespeareLSTM"]
+__all__ = ["EMNISTAutoencoder", "EMNISTCNN", "FedAwareCNN", "ShakespeareLSTM", "StackOverflowNWP", "StackOverflowTagLR"]
