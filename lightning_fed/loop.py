@@ -14,7 +14,6 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
-from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 from lightning_fed.executor import ClientExecutor, SequentialExecutor

@@ -53,11 +53,10 @@ aggregation is done by the federated loop / server optimiser.
 
 from __future__ import annotations
 
-import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_fed.models.classifier import Classifier
 
 __all__ = ["FedAwareCNN"]
 
@@ -133,7 +132,7 @@ def _build_mlp(in_channels: int, image_size: int, num_classes: int) -> nn.Sequen
 _BUILDERS = {"fedavg": _build_fedavg, "toy": _build_toy, "mlp": _build_mlp}
 
 
-class FedAwareCNN(L.LightningModule):
+class FedAwareCNN(Classifier):
     """Client model for the FedAWARE image benchmarks (see the module docstring for sources).
 
     Args:
@@ -169,35 +168,8 @@ class FedAwareCNN(L.LightningModule):
             raise ValueError(f"lr must be positive, got {lr}")
         self.save_hyperparameters()
         self.net = _BUILDERS[arch](in_channels, image_size, num_classes)
-        self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.init_metrics(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, C, H, W]`` images -> ``[B, num_classes]`` logits."""
         return self.net(x)
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss, prog_bar=True, batch_size=y.shape[0])
-        return loss
-
-    def _eval_step(self, batch, stage: str, metric: MulticlassAccuracy) -> torch.Tensor:
-        x, y = batch
-        logits = self(x)
-        loss = F.cross_entropy(logits, y)
-        metric(logits, y)
-        n = y.shape[0]
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log(f"{stage}_acc", metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "val", self.val_acc)
-
-    def test_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "test", self.test_acc)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Plain local SGD (no momentum, no weight decay), FedAWARE App. C.1."""
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)

@@ -35,7 +35,8 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_fed.models.classifier import Classifier
 
 __all__ = ["EMNISTCNN", "EMNISTAutoencoder"]
 
@@ -46,7 +47,7 @@ def _check_lr(lr) -> float:
     return float(lr)
 
 
-class EMNISTCNN(L.LightningModule):
+class EMNISTCNN(Classifier):
     """Reddi et al.'s EMNIST CR model (TFF ``create_conv_dropout_model``; see the module docstring).
 
     Args:
@@ -80,38 +81,11 @@ class EMNISTCNN(L.LightningModule):
             nn.Dropout(0.5),
             nn.Linear(128, num_classes),
         )
-        self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.init_metrics(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, 1, 28, 28]`` images -> ``[B, num_classes]`` logits."""
         return self.net(x)
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss, prog_bar=True, batch_size=y.shape[0])
-        return loss
-
-    def _eval_step(self, batch, stage: str, metric: MulticlassAccuracy) -> torch.Tensor:
-        x, y = batch
-        logits = self(x)
-        loss = F.cross_entropy(logits, y)
-        metric(logits, y)
-        n = y.shape[0]
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log(f"{stage}_acc", metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "val", self.val_acc)
-
-    def test_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "test", self.test_acc)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Plain client SGD with ``lr`` (no momentum, no weight decay)."""
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
 class EMNISTAutoencoder(L.LightningModule):
