@@ -1,5 +1,6 @@
 """Federated data: partitioners, local-work policies, the FederatedDataModule and task data modules."""
 
+from lightning_fed.datamodules.cifar import CIFAR10DataModule, CIFAR100DataModule
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
 from lightning_fed.datamodules.emnist import EMNISTDataModule
 from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
@@ -14,6 +15,7 @@ from lightning_fed.datamodules.local_work import (
     batch_schedule,
 )
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.pachinko import PachinkoPartitioner
 from lightning_fed.datamodules.partition import Partition, Partitioner
 from lightning_fed.datamodules.pathological import PathologicalPartitioner
 from lightning_fed.datamodules.shakespeare import ShakespeareDataModule
@@ -21,6 +23,8 @@ from lightning_fed.datamodules.shard import ShardPartitioner
 from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
 
 __all__ = [
+    "CIFAR100DataModule",
+    "CIFAR10DataModule",
     "ClientWork",
     "DirichletPartitioner",
     "EMNISTDataModule",
@@ -31,6 +35,7 @@ __all__ = [
     "IIDPartitioner",
     "LocalWork",
     "NaturalIdPartitioner",
+    "PachinkoPartitioner",
     "Partition",
     "Partitioner",
     "PathologicalPartitioner",

@@ -3,6 +3,7 @@
 from lightning_fed.models.char_lstm import ShakespeareLSTM
 from lightning_fed.models.cnn import FedAwareCNN
 from lightning_fed.models.emnist import EMNISTCNN, EMNISTAutoencoder
+from lightning_fed.models.resnet import ResNet9, ResNet18GN
 from lightning_fed.models.stackoverflow import StackOverflowNWP, StackOverflowTagLR
 
-__all__ = ["EMNISTAutoencoder", "EMNISTCNN", "FedAwareCNN", "ShakespeareLSTM", "StackOverflowNWP", "StackOverflowTagLR"]
+__all__ = ["EMNISTAutoencoder", "EMNISTCNN", "FedAwareCNN", "ResNet18GN", "ResNet9", "ShakespeareLSTM", "StackOverflowNWP", "StackOverflowTagLR"]
