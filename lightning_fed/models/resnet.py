@@ -16,55 +16,14 @@ from __future__ import annotations
 
 import functools
 
-import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_fed.models.classifier import Classifier
 
 __all__ = ["ResNet18GN", "ResNet9"]
 
 _NORMS = ("group", "batch")
-
-
-class _ImageClassifier(L.LightningModule):
-    """Shared steps: cross-entropy, ``train_loss``, ``val_loss``/``val_acc``, ``test_loss``/``test_acc``."""
-
-    net: nn.Module
-
-    def _init_metrics(self, num_classes: int) -> None:
-        self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, 3, H, W]`` images -> ``[B, num_classes]`` logits."""
-        return self.net(x)
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss, prog_bar=True, batch_size=y.shape[0])
-        return loss
-
-    def _eval_step(self, batch, stage: str, metric: MulticlassAccuracy) -> torch.Tensor:
-        x, y = batch
-        logits = self(x)
-        loss = F.cross_entropy(logits, y)
-        metric(logits, y)
-        n = y.shape[0]
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log(f"{stage}_acc", metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "val", self.val_acc)
-
-    def test_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "test", self.test_acc)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Plain client SGD (no momentum, no weight decay), as ClientOpt = SGD in Reddi et al. 2021."""
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
 def _check(num_classes, lr, norm, num_groups) -> None:
@@ -85,7 +44,7 @@ def _norm_factory(norm: str, num_groups: int):
     return functools.partial(nn.GroupNorm, num_groups)
 
 
-class ResNet18GN(_ImageClassifier):
+class ResNet18GN(Classifier):
     """ResNet-18 with group norm and a CIFAR stem (Reddi et al. 2021's CIFAR-10/100 model).
 
     torchvision's ``resnet18(num_classes=...)`` with every ``BatchNorm2d`` replaced by
@@ -115,7 +74,7 @@ class ResNet18GN(_ImageClassifier):
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
         net.maxpool = nn.Identity()
         self.net = net
-        self._init_metrics(num_classes)
+        self.init_metrics(num_classes)
 
 
 def _conv_norm(c_in: int, c_out: int, norm, pool: bool = False) -> nn.Sequential:
@@ -134,7 +93,7 @@ class _Residual(nn.Module):
         return x + self.block(x)
 
 
-class ResNet9(_ImageClassifier):
+class ResNet9(Classifier):
     """The DAWNBench ResNet-9 (D. Page, "How to train your ResNet", 2018), group norm by default::
 
         prep:   conv(3, 64)                                     (conv = 3x3 conv, no bias, norm, ReLU)
@@ -172,7 +131,7 @@ class ResNet9(_ImageClassifier):
             nn.Linear(512, num_classes, bias=False),
         )
         self.scale = 0.125
-        self._init_metrics(num_classes)
+        self.init_metrics(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` images -> ``[B, num_classes]`` logits."""
