@@ -103,7 +103,53 @@ class MaskedTokenAccuracy(Metric):
         return self.correct.float() / self.total.clamp(min=1).float()
 
 
-class ShakespeareLSTM(L.LightningModule):
+class NextTokenModel(L.LightningModule):
+    """Training and evaluation shared by the next-token language models (Shakespeare, Stack Overflow NWP).
+
+    ``training_step`` returns :func:`masked_token_loss` (pad targets ignored) and logs ``train_loss``;
+    ``validation_step``/``test_step`` log the token-weighted ``{stage}_loss`` and ``{stage}_acc``
+    (:class:`MaskedTokenAccuracy`); ``configure_optimizers`` is the client's plain SGD
+    (``lr=hparams.lr``, ``momentum=hparams.momentum``). Subclasses define ``forward`` and call :meth:`init_metrics`.
+    """
+
+    def init_metrics(self, masked_tokens: Sequence[int]) -> None:
+        """Create the evaluation metrics; ``masked_tokens`` are target ids the accuracy does not count."""
+        masked = tuple(int(t) for t in masked_tokens)
+        self.val_acc = MaskedTokenAccuracy(masked)
+        self.test_acc = MaskedTokenAccuracy(masked)
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss, _ = masked_token_loss(self(x), y)
+        self.log("train_loss", loss, prog_bar=True, batch_size=y.shape[0])
+        return loss
+
+    def _eval_step(self, batch, stage: str) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss, n = masked_token_loss(logits, y)
+        loss_metric = getattr(self, f"{stage}_loss")
+        acc_metric = getattr(self, f"{stage}_acc")
+        loss_metric.update(loss.detach(), weight=n.to(loss.dtype))
+        acc_metric.update(logits.detach(), y)
+        self.log(f"{stage}_loss", loss_metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=y.shape[0])
+        self.log(f"{stage}_acc", acc_metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=y.shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._eval_step(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._eval_step(batch, "test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Plain SGD (ClientOpt): ``SGD(params, lr=hparams.lr, momentum=hparams.momentum)``."""
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.momentum)
+
+
+class ShakespeareLSTM(NextTokenModel):
     """Embedding(90, 8) -> 2-layer LSTM(256) -> Linear(256, 90), next-character logits at every position.
 
     Args:
@@ -148,11 +194,7 @@ class ShakespeareLSTM(L.LightningModule):
         self.head = nn.Linear(hidden_size, vocab_size)
         if keras_init:
             self.reset_parameters_keras()
-        masked = tuple(int(t) for t in accuracy_masked_tokens)
-        self.val_acc = MaskedTokenAccuracy(masked)
-        self.test_acc = MaskedTokenAccuracy(masked)
-        self.val_loss = MeanMetric()
-        self.test_loss = MeanMetric()
+        self.init_metrics(accuracy_masked_tokens)
 
     @torch.no_grad()
     def reset_parameters_keras(self) -> None:
@@ -177,31 +219,3 @@ class ShakespeareLSTM(L.LightningModule):
         """Logits ``[B, T, vocab_size]`` for int64 token ids ``x`` ``[B, T]`` (T = 80 in the task)."""
         out, _ = self.lstm(self.embedding(x))
         return self.head(out)
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss, _ = masked_token_loss(self(x), y)
-        self.log("train_loss", loss, prog_bar=True, batch_size=y.shape[0])
-        return loss
-
-    def _eval_step(self, batch, stage: str) -> torch.Tensor:
-        x, y = batch
-        logits = self(x)
-        loss, n = masked_token_loss(logits, y)
-        loss_metric = getattr(self, f"{stage}_loss")
-        acc_metric = getattr(self, f"{stage}_acc")
-        loss_metric.update(loss.detach(), weight=n.to(loss.dtype))
-        acc_metric.update(logits.detach(), y)
-        self.log(f"{stage}_loss", loss_metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=y.shape[0])
-        self.log(f"{stage}_acc", acc_metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=y.shape[0])
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "test")
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Plain SGD (ClientOpt): ``SGD(params, lr=hparams.lr, momentum=hparams.momentum)``."""
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.momentum)

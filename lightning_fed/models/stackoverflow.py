@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, Metric
 
-from lightning_fed.models.char_lstm import MaskedTokenAccuracy, masked_token_loss
+from lightning_fed.models.char_lstm import NextTokenModel
 
 __all__ = ["StackOverflowNWP", "StackOverflowTagLR", "RecallAtK"]
 
@@ -85,7 +85,7 @@ class RecallAtK(Metric):
         return self.tp.float() / self.pos.clamp(min=1).float()
 
 
-class StackOverflowNWP(L.LightningModule):
+class StackOverflowNWP(NextTokenModel):
     """Embedding(V+4, 96) -> LSTM(670) -> Linear(670, 96) -> Linear(96, V+4): next-word logits at every position.
 
     Args:
@@ -114,42 +114,11 @@ class StackOverflowNWP(L.LightningModule):
         self.projection = nn.Linear(hidden_size, embedding_dim)
         self.head = nn.Linear(embedding_dim, n)
         self.special_ids = (0, vocab_size + 1, vocab_size + 2, vocab_size + 3)
-        self.val_acc = MaskedTokenAccuracy(self.special_ids)
-        self.test_acc = MaskedTokenAccuracy(self.special_ids)
-        self.val_loss = MeanMetric()
-        self.test_loss = MeanMetric()
+        self.init_metrics(self.special_ids)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(self.embedding(x))
         return self.head(self.projection(out))
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss, _ = masked_token_loss(self(x), y)
-        self.log("train_loss", loss, prog_bar=True, batch_size=y.shape[0])
-        return loss
-
-    def _eval_step(self, batch, stage: str) -> torch.Tensor:
-        x, y = batch
-        logits = self(x)
-        loss, n = masked_token_loss(logits, y)
-        getattr(self, f"{stage}_loss").update(loss.detach(), weight=n.to(loss.dtype))
-        getattr(self, f"{stage}_acc").update(logits.detach(), y)
-        self.log(f"{stage}_loss", getattr(self, f"{stage}_loss"), on_step=False, on_epoch=True, prog_bar=True,
-                 batch_size=y.shape[0])
-        self.log(f"{stage}_acc", getattr(self, f"{stage}_acc"), on_step=False, on_epoch=True, prog_bar=True,
-                 batch_size=y.shape[0])
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._eval_step(batch, "test")
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Plain SGD (ClientOpt): ``SGD(params, lr=hparams.lr, momentum=hparams.momentum)``."""
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.momentum)
 
 
 class StackOverflowTagLR(L.LightningModule):
