@@ -237,7 +237,6 @@ class FederatedFitLoop(_FitLoop):
         round_idx = trainer.current_epoch
         trainer._logger_connector.epoch_end_reached()
         self.epoch_progress.increment_processed()
-        self._log_round_metrics(module)
         if self.epoch_loop._should_check_val_epoch() and trainer.limit_val_batches != 0:
             trainer.validating = True
             call._call_lightning_module_hook(trainer, "on_validation_model_zero_grad")
@@ -245,6 +244,10 @@ class FederatedFitLoop(_FitLoop):
             trainer.training = True
             trainer._logger_connector._first_loop_iter = None
         self.epoch_loop._batches_that_stepped = round_idx + 1
+        # After validation, right before the callbacks' own on_train_epoch_end: Lightning resets an fx's tensor
+        # results when logging switches to it from another fx, so logging these before validation would let a
+        # callback that logs in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) wipe them.
+        self._log_round_metrics(module)
         call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=False)
         call._call_lightning_module_hook(trainer, "on_train_epoch_end")
         call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=True)

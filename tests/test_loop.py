@@ -235,3 +235,21 @@ def test_plain_trainer_trains_centrally_on_the_same_datamodule(tmp_path):
     dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=40)
     L.Trainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
     np.testing.assert_allclose(_linear_weights(model), w0 - 0.1 * _mse_grad(w0, x, y), atol=1e-12)
+
+
+class _LogsAtRoundEnd(L.Callback):
+    def on_train_epoch_end(self, trainer, pl_module):
+        pl_module.log("extra_metric", 1.0, on_step=False, on_epoch=True, batch_size=1)
+
+
+def test_round_metrics_survive_a_callback_logging_at_round_end(tmp_path):
+    """Regression: a callback logging in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) used to make Lightning
+    reset the round metrics logged before validation, so they never reached the loggers."""
+    train, val = classification_dataset(n=120, n_val=30)
+    dm = FederatedDataModule(train, val_dataset=val, partitioner=IIDPartitioner(num_clients=4), clients_per_round=2,
+                             batch_size=20)
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(), _LogsAtRoundEnd()], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(SmallClassifier(), datamodule=dm)
+    logged = trainer.logged_metrics
+    assert logged["extra_metric"] == 1.0 and "val_loss" in logged
+    assert logged["round_clients"] == 2 and logged["round_local_steps"] == 2 * 2  # 30 samples, batch 20: 2 steps
