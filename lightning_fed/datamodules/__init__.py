@@ -4,6 +4,7 @@ from lightning_fed.datamodules.cifar import CIFAR10DataModule, CIFAR100DataModul
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
 from lightning_fed.datamodules.emnist import EMNISTDataModule
 from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
+from lightning_fed.datamodules.mnist import MNISTDataModule
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.iid import IIDPartitioner
 from lightning_fed.datamodules.local_work import (
@@ -29,6 +30,7 @@ __all__ = [
     "DirichletPartitioner",
     "EMNISTDataModule",
     "FashionMNISTDataModule",
+    "MNISTDataModule",
     "FederatedDataModule",
     "FixedLocalSteps",
     "FixedLocalWork",

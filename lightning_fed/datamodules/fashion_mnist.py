@@ -16,6 +16,7 @@ Data sources, tried in this order by :meth:`FashionMNISTDataModule.prepare_data`
 
 Otherwise a :class:`FileNotFoundError` explains how to get the data.
 
+The loading logic is shared with MNIST (:mod:`lightning_fed.datamodules._idx_images`).
 Reading is always done by torchvision's own IDX reader; the images are then turned into an
 in-memory :class:`FashionMNISTTensorDataset` (float32 ``[1, 28, 28]`` images, normalised
 with mean 0.2860 / std 0.3530 -- the train-set pixel statistics -- and a LongTensor
@@ -29,17 +30,10 @@ settings): 10 % of 100 clients per round (``clients_per_round=10``), batch size 
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
-import uuid
-from pathlib import Path
 from typing import Any, Optional
 
-import torch
-from torch.utils.data import TensorDataset
-
-from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules._idx_images import IDXImageDataModule, IDXImageTensorDataset
 from lightning_fed.datamodules.partition import Partitioner
 
 __all__ = [
@@ -64,15 +58,8 @@ _INSTALL_HINT = (
 )
 
 
-def _raw_file_names() -> list[str]:
-    """The decompressed file names torchvision's ``FashionMNIST._check_exists`` requires."""
-    from torchvision.datasets import FashionMNIST
-
-    return [os.path.splitext(os.path.basename(url))[0] for url, _ in FashionMNIST.resources]
-
-
-class FashionMNISTTensorDataset(TensorDataset):
-    """In-memory ``(image, label)`` dataset with a torchvision-style ``targets`` attribute.
+class FashionMNISTTensorDataset(IDXImageTensorDataset):
+    """In-memory Fashion-MNIST ``(image, label)`` dataset with a torchvision-style ``targets`` attribute.
 
     Args:
         images: float tensor ``[N, 1, 28, 28]`` (already normalised).
@@ -83,16 +70,8 @@ class FashionMNISTTensorDataset(TensorDataset):
     0-d LongTensor; a DataLoader batch is ``([B, 1, 28, 28], [B])``.
     """
 
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor, classes: list[str] | None = None):
-        if targets.dtype != torch.long:
-            raise TypeError(f"targets must be a LongTensor, got {targets.dtype}")
-        super().__init__(images, targets)
-        self.data = images
-        self.targets = targets
-        self.classes = list(classes) if classes is not None else []
 
-
-class FashionMNISTDataModule(FederatedDataModule):
+class FashionMNISTDataModule(IDXImageDataModule):
     """Federated Fashion-MNIST: 60,000 train / 10,000 test images, 10 classes, 1x28x28.
 
     Args:
@@ -115,6 +94,18 @@ class FashionMNISTDataModule(FederatedDataModule):
             ``local_work``, ``eval_batch_size``, ``num_workers``, ...).
     """
 
+    torchvision_class = "FashionMNIST"
+    display_name = "Fashion-MNIST"
+    pixel_mean = FASHION_MNIST_MEAN
+    pixel_std = FASHION_MNIST_STD
+    dataset_class = FashionMNISTTensorDataset
+    supports_debian = True
+    partitioner_hint = (
+        "ShardPartitioner(num_clients=100, shards_per_client=2) or "
+        "DirichletPartitioner(num_clients=100, alpha=0.1)"
+    )
+    install_hint = _INSTALL_HINT
+
     def __init__(
         self,
         data_dir: str | os.PathLike = "data",
@@ -128,87 +119,15 @@ class FashionMNISTDataModule(FederatedDataModule):
         local_epochs: int = 3,
         **kwargs: Any,
     ) -> None:
-        if partitioner is None:
-            raise ValueError(
-                "FashionMNISTDataModule needs a partitioner, e.g. "
-                "ShardPartitioner(num_clients=100, shards_per_client=2) or "
-                "DirichletPartitioner(num_clients=100, alpha=0.1)"
-            )
         super().__init__(
+            data_dir=data_dir,
             partitioner=partitioner,
+            debian_dir=debian_dir,
+            download=download,
+            normalize=normalize,
+            val_from_test=val_from_test,
             clients_per_round=clients_per_round,
             batch_size=batch_size,
             local_epochs=local_epochs,
             **kwargs,
         )
-        self.data_dir = str(data_dir)
-        self.debian_dir = None if debian_dir is None else str(debian_dir)
-        self.download = bool(download)
-        self.normalize = bool(normalize)
-        self.val_from_test = bool(val_from_test)
-
-    # ------------------------------------------------------------------ files
-    @property
-    def raw_folder(self) -> Path:
-        """``{data_dir}/FashionMNIST/raw`` -- torchvision's ``FashionMNIST.raw_folder``."""
-        return Path(self.data_dir) / "FashionMNIST" / "raw"
-
-    def _raw_present(self) -> bool:
-        return all((self.raw_folder / name).is_file() for name in _raw_file_names())
-
-    def _debian_present(self) -> bool:
-        if not self.debian_dir:
-            return False
-        return all((Path(self.debian_dir) / f"{name}.gz").is_file() for name in _raw_file_names())
-
-    def prepare_data(self) -> None:
-        """Make sure torchvision's raw files exist (Debian copy > download > clear error).
-
-        Idempotent; writes each file atomically (temporary name + ``os.replace``).
-        """
-        if self._raw_present():
-            return
-        if self._debian_present():
-            self.raw_folder.mkdir(parents=True, exist_ok=True)
-            for name in _raw_file_names():
-                dst = self.raw_folder / name
-                if dst.is_file():
-                    continue
-                tmp = dst.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
-                try:
-                    with gzip.open(Path(self.debian_dir) / f"{name}.gz", "rb") as fin, open(tmp, "wb") as fout:
-                        shutil.copyfileobj(fin, fout, length=1 << 20)
-                    os.replace(tmp, dst)
-                finally:
-                    if tmp.exists():
-                        tmp.unlink()
-            return
-        if self.download:
-            from torchvision.datasets import FashionMNIST
-
-            FashionMNIST(self.data_dir, train=True, download=True)
-            FashionMNIST(self.data_dir, train=False, download=True)
-            return
-        missing = [n for n in _raw_file_names() if not (self.raw_folder / n).is_file()]
-        raise FileNotFoundError(
-            f"Fashion-MNIST not found: {self.raw_folder} lacks {missing}, and debian_dir="
-            f"{self.debian_dir!r} does not hold the four *-ubyte.gz files. {_INSTALL_HINT}"
-        )
-
-    # ------------------------------------------------------------------ datasets
-    def _load_split(self, train: bool) -> FashionMNISTTensorDataset:
-        from torchvision.datasets import FashionMNIST
-
-        ds = FashionMNIST(self.data_dir, train=train, download=False)
-        images = ds.data.unsqueeze(1).to(torch.float32).div_(255.0)  # [N, 1, 28, 28] in [0, 1]
-        if self.normalize:
-            images.sub_(FASHION_MNIST_MEAN).div_(FASHION_MNIST_STD)
-        return FashionMNISTTensorDataset(images, ds.targets.to(torch.long), classes=ds.classes)
-
-    def load_datasets(self):
-        """``(train, val, test)`` in-memory datasets; val is the test set if ``val_from_test``."""
-        if not self._raw_present():
-            self.prepare_data()  # e.g. setup() called without a Trainer; raises if unavailable
-        train = self._load_split(train=True)
-        test = self._load_split(train=False)
-        return train, (test if self.val_from_test else None), test
