@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: federated FedAdam on real Shakespeare (CPU, offline), logged to runs/ for TensorBoard.
 # The paper's configuration (examples/shakespeare_fedadam.yaml) shortened to a few minutes on 2 CPU cores:
-# 60 rounds instead of 1200, validation on 2,000 held-out sequences every 10 rounds.
-# Any extra arguments go to `lightning-fed fit` (e.g. --trainer.max_epochs 1200 for the full run).
+# 60 rounds instead of 1500, validation on 2,000 held-out sequences every 10 rounds.
+# Any extra arguments go to `lightning-fed fit` (e.g. --trainer.max_epochs 1500 for the full run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lightning_fed.cli import FederatedCLI
 from lightning_fed.datamodules import ShakespeareDataModule
@@ -26,6 +27,18 @@ def test_example_config_parses(config, tmp_path, monkeypatch):
     assert cli.trainer.server_optimizer is not None
     assert cli.trainer.max_epochs >= 100
     assert cli.datamodule.clients_per_round >= 10  # every paper setting samples 10 or more
+
+
+@pytest.mark.parametrize("config", EXAMPLES[::7], ids=lambda p: p.name)
+def test_print_config_succeeds(config, tmp_path, monkeypatch, capsys):
+    """`lightning-fed fit --config X --print_config` prints the resolved config and exits 0 (a sample of configs;
+    every config is instantiated above and run in tests/test_examples.py)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        FederatedCLI(args=["fit", "--config", str(config), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["max_epochs"] == yaml.safe_load(config.read_text())["trainer"]["max_epochs"]
 
 
 def test_shakespeare_config_runs_one_round_via_cli(tmp_path, monkeypatch):

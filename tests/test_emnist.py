@@ -272,20 +272,3 @@ def test_one_federated_round(tmp_path, task):
     metrics = trainer.callback_metrics
     assert "val_loss" in metrics and torch.isfinite(metrics["val_loss"])
     assert ("val_acc" if task == "cr" else "val_mse_x1000") in metrics
-
-
-@pytest.mark.parametrize("name", ["emnist_cr_fedadam.yaml", "emnist_ae_fedyogi.yaml"])
-def test_example_config_runs_one_round_on_tiny_leaf(tmp_path, monkeypatch, name):
-    from lightning_fed.cli import FederatedCLI
-
-    monkeypatch.chdir(tmp_path)
-    make_leaf(tmp_path / "data" / "femnist" / "data")  # the configs' leaf_path, relative to the working dir
-    config = Path(__file__).resolve().parents[1] / "examples" / name
-    cli = FederatedCLI(
-        args=["fit", "--config", str(config), "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
-              "--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--trainer.accelerator", "cpu",
-              "--data.clients_per_round", "2", "--trainer.check_val_every_n_epoch", "1"],
-    )
-    assert isinstance(cli.model, EMNISTCNN if "cr" in name else EMNISTAutoencoder)
-    assert cli.trainer.current_epoch == 1 and cli.datamodule.num_clients == 4
-    assert ("val_acc" if "cr" in name else "val_mse_x1000") in cli.trainer.callback_metrics
