@@ -86,3 +86,22 @@ def quiet_trainer_kwargs(tmp_path) -> dict:
         accelerator="cpu",
         devices=1,
     )
+
+
+def write_idx(path, array: np.ndarray, compress: bool = False) -> bytes:
+    """Write ``array`` (uint8, 1-D labels or 3-D images) as an IDX file, gzipped if ``compress``; return the
+    uncompressed bytes. The format torchvision's MNIST-family readers parse: a big-endian magic 0x00000801 (uint8,
+    1 dim) or 0x00000803 (3 dims), the dimensions as big-endian uint32, then the row-major data."""
+    import gzip
+    import struct
+    from pathlib import Path
+
+    assert array.dtype == np.uint8 and array.ndim in (1, 3)
+    magic = 2049 if array.ndim == 1 else 2051
+    raw = struct.pack(">I" + "I" * array.ndim, magic, *array.shape) + array.tobytes(order="C")
+    if compress:
+        with gzip.open(path, "wb") as f:
+            f.write(raw)
+    else:
+        Path(path).write_bytes(raw)
+    return raw

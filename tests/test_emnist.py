@@ -8,14 +8,13 @@ torchvision's own ``EMNIST`` reader; the LEAF files follow LEAF's femnist JSON l
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import quiet_trainer_kwargs
+from helpers import quiet_trainer_kwargs, write_idx
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
 from lightning_fed.datamodules.emnist import EMNIST_CLASSES, EMNISTDataModule, EMNISTDataset, read_leaf_femnist
 from lightning_fed.datamodules.iid import IIDPartitioner
@@ -33,12 +32,6 @@ RAW = {
     ("test", "images"): "emnist-byclass-test-images-idx3-ubyte",
     ("test", "labels"): "emnist-byclass-test-labels-idx1-ubyte",
 }
-
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    assert array.dtype == np.uint8 and array.ndim in (1, 3)
-    magic = 2049 if array.ndim == 1 else 2051
-    path.write_bytes(struct.pack(">I" + "I" * array.ndim, magic, *array.shape) + array.tobytes(order="C"))
 
 
 def make_torchvision_emnist(data_dir: Path, n_train: int = 120, n_test: int = 40, seed: int = 0) -> dict:

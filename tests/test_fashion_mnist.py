@@ -6,9 +6,7 @@ The fake "Debian" files are written in the real on-disk IDX format (big-endian h
 
 from __future__ import annotations
 
-import gzip
 import inspect
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from lightning_fed.datamodules.fashion_mnist import (
     FashionMNISTDataModule,
     FashionMNISTTensorDataset,
 )
+from helpers import write_idx
 from lightning_fed.datamodules.iid import IIDPartitioner
 from lightning_fed.datamodules.shard import ShardPartitioner
 
@@ -31,17 +30,6 @@ pytestmark = [
 ]
 
 RAW_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-
-
-def write_idx_gz(path: Path, array: np.ndarray) -> bytes:
-    """Write ``array`` (uint8, 1-D labels or 3-D images) as a gzipped IDX file; return the raw bytes."""
-    assert array.dtype == np.uint8 and array.ndim in (1, 3)
-    magic = 2049 if array.ndim == 1 else 2051  # 0x00000801 / 0x00000803: type uint8 (0x08), ndim
-    header = struct.pack(">I" + "I" * array.ndim, magic, *array.shape)
-    raw = header + array.tobytes(order="C")
-    with gzip.open(path, "wb") as f:
-        f.write(raw)
-    return raw
 
 
 def make_fake_debian(folder: Path, n_train: int = 200, n_test: int = 30, seed: int = 0) -> dict:
@@ -54,7 +42,7 @@ def make_fake_debian(folder: Path, n_train: int = 200, n_test: int = 30, seed: i
         "t10k-images-idx3-ubyte": rng.integers(0, 256, size=(n_test, 28, 28), dtype=np.uint8),
         "t10k-labels-idx1-ubyte": (np.arange(n_test) % 10).astype(np.uint8)[::-1].copy(),
     }
-    raw = {name: write_idx_gz(folder / f"{name}.gz", arr) for name, arr in arrays.items()}
+    raw = {name: write_idx(folder / f"{name}.gz", arr, compress=True) for name, arr in arrays.items()}
     return {"arrays": arrays, "raw": raw}
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import quiet_trainer_kwargs
+from helpers import quiet_trainer_kwargs, write_idx
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks.fedlamb import FedLAMB
 from lightning_fed.callbacks.lamb_client import FedLAMBClient
@@ -32,15 +31,6 @@ pytestmark = [
 ]
 
 RAW_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-
-
-def write_idx(path: Path, array: np.ndarray) -> bytes:
-    """Write ``array`` (uint8, 1-D labels or 3-D images) as an uncompressed IDX file; return its bytes."""
-    assert array.dtype == np.uint8 and array.ndim in (1, 3)
-    magic = 2049 if array.ndim == 1 else 2051  # 0x00000801 / 0x00000803: type uint8 (0x08), ndim
-    raw = struct.pack(">I" + "I" * array.ndim, magic, *array.shape) + array.tobytes(order="C")
-    path.write_bytes(raw)
-    return raw
 
 
 def _digit_images(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
