@@ -36,9 +36,16 @@ def test_generated_examples_are_up_to_date():
     assert not stale, f"run `python scripts/make_examples.py`: {stale}"
 
 
+SEC4_ROUNDS = {"cifar10": 4000, "cifar100": 4000, "emnist_cr": 1500, "emnist_ae": 3000, "shakespeare": 1500,
+               "stackoverflow_nwp": 1500, "stackoverflow_lr": 1500}
+APP_D3_BATCH = {"cifar10": 20, "cifar100": 20, "emnist_cr": 20, "emnist_ae": 20, "shakespeare": 4,
+                "stackoverflow_nwp": 16, "stackoverflow_lr": 100}
+
+
 def test_reddi_table1_is_complete():
     """One config per (Table 1 row, optimizer), and the server/client lrs are 10**(table value)."""
     gen = _load_generator()
+    assert set(gen.REDDI_TASKS) == set(SEC4_ROUNDS)
     for task in gen.REDDI_TASKS:
         for opt in gen.OPTIMIZERS:
             cfg = yaml.safe_load((ROOT / "examples" / f"{task}_{opt}.yaml").read_text())
@@ -49,6 +56,9 @@ def test_reddi_table1_is_complete():
             assert cfg["model"]["init_args"]["lr"] == pytest.approx(10.0 ** log_client, rel=1e-6)
             if opt in gen.REDDI_LOG_TAU[task]:
                 assert server["init_args"]["tau"] == pytest.approx(10.0 ** gen.REDDI_LOG_TAU[task][opt], rel=1e-6)
+            # Sec. 4 of the seed text (rounds, cohort, E = 1) and App. D.3 (batch sizes), written out here
+            assert cfg["trainer"]["max_epochs"] == SEC4_ROUNDS[task]
+            assert cfg["data"]["init_args"]["batch_size"] == APP_D3_BATCH[task]
             assert cfg["data"]["init_args"]["local_epochs"] == 1
             assert cfg["data"]["init_args"]["clients_per_round"] == (50 if task == "stackoverflow_nwp" else 10)
     readme = (ROOT / "examples" / "README.md").read_text()
