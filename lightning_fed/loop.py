@@ -248,11 +248,14 @@ class FederatedFitLoop(_FitLoop):
         # results when logging switches to it from another fx, so logging these before validation would let a
         # callback that logs in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) wipe them.
         self._log_round_metrics(module)
+        # As Lightning's epoch loop: epoch-interval schedulers (the client learning rate by round) step before the
+        # on_train_epoch_end callbacks, so a checkpoint saved there holds the stepped scheduler and a resumed run
+        # continues the same schedule; plateau schedulers step after, once the round's metrics are monitored.
+        self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=False)
         call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=False)
         call._call_lightning_module_hook(trainer, "on_train_epoch_end")
         call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=True)
         trainer._logger_connector.on_epoch_end()
-        self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=False)
         self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=True)
         self.epoch_loop._batches_that_stepped -= 1
         trainer._logger_connector.update_train_epoch_metrics()

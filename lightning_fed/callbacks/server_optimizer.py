@@ -151,6 +151,22 @@ class ServerOptimizer(Callback):
         """Called after a client's local steps; the result becomes ``ClientUpdate.extras`` (client → server)."""
         return {}
 
+    # ------------------------------------------------------------------ trainer check
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
+
+        Raises:
+            RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
+        """
+        from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
+
+        if not isinstance(trainer.fit_loop, FederatedFitLoop):
+            raise RuntimeError(
+                f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
+                f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "
+                "the server optimizer from `callbacks` for a centralized baseline."
+            )
+
     # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
