@@ -17,6 +17,7 @@ from torch import Tensor
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
+from lightning_fed.trainer_args import check_trainer_arguments
 
 #: Names of the per-round metrics the loop logs (TensorBoard step = round).
 ROUND_METRICS = (
@@ -145,10 +146,7 @@ class FederatedFitLoop(_FitLoop):
     def on_run_start(self) -> None:
         trainer = self.trainer
         self.server_optimizer = find_server_optimizer(trainer.callbacks)
-        if trainer.accumulate_grad_batches != 1:
-            raise ValueError(
-                f"`accumulate_grad_batches` must be 1 in federated training, got {trainer.accumulate_grad_batches}."
-            )
+        self.datamodule.local_batch_limit = check_trainer_arguments(trainer)
         for config in trainer.lr_scheduler_configs:
             if config.interval != "epoch":
                 raise ValueError(

@@ -178,6 +178,9 @@ class FederatedDataModule(L.LightningDataModule):
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
         self._partition: Optional[Partition] = None
+        #: The most local batches a client takes per round (``None``: its whole local work). Set at fit start by
+        #: :class:`~lightning_fed.FederatedTrainer` from ``limit_train_batches`` / ``fast_dev_run``.
+        self.local_batch_limit: Optional[int] = None
 
     # ------------------------------------------------------------------ hooks for subclasses
     def load_datasets(self) -> tuple[Any, Optional[Any], Optional[Any]]:
@@ -325,11 +328,15 @@ class FederatedDataModule(L.LightningDataModule):
         return self.local_work.plan(int(cid), int(round_idx), self.client_num_samples(cid))
 
     def client_batches(self, cid: int, round_idx: int) -> list[np.ndarray]:
-        """The round's mini-batches of client ``cid``: a list of int64 index arrays into ``train_dataset``."""
+        """The round's mini-batches of client ``cid``: a list of int64 index arrays into ``train_dataset`` (the
+        first ``local_batch_limit`` of them when that is set)."""
         work = self.client_work(cid, round_idx)
-        return batch_schedule(
+        batches = batch_schedule(
             self.client_indices(cid), work, int(round_idx), int(cid), self.seed, self.data_order, self.drop_last
         )
+        if self.local_batch_limit is not None:
+            batches = batches[: self.local_batch_limit]
+        return batches
 
     def client_dataloader(self, cid: int, round_idx: int) -> Any:
         """An iterable over client ``cid``'s mini-batches for round ``round_idx`` (its whole local work: all local
