@@ -303,8 +303,8 @@ def reddi_configs() -> list[Config]:
                 f"{t.rounds} rounds, client SGD; batch size {t.batch_size} (App. D.3).",
                 f"Client lr eta_l = {fmt_log(log_eta_l)}; server {OPT_TITLE[opt]}: {server_text}.",
                 source_text,
-                *([f"Where the authors' document differs, the paper is followed: {'; '.join(d[1] for d in paper_over_doc)}."]
-                  if paper_over_doc else []),
+                *([f"Where the authors' document differs, the paper is followed: "
+                   f"{'; '.join(d[1] for d in paper_over_doc)}."] if paper_over_doc else []),
                 f"Paper result (Table 1, average over the last 100 rounds, {t.metric}): {reported}.",
             ]
             out.append(Config(f"{task}_{opt}", header, t.rounds, server, model, data, t.val_every,

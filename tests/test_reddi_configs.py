@@ -5,9 +5,10 @@ Sources, typed from the stored copies (not generated from the script):
 
 * the authors' tables, google-research/federated ``optimization/docs/hyperparameters.md``, section "Best
   hyperparameters": client learning rates, server learning rates and epsilon (= τ), all log10;
-* Flower's reproduction of the paper (third party), adap/flower ``baselines/flwr_baselines/flwr_baselines/
-  publications/adaptive_federated_optimization/conf/cifar10/strategy/{fedadagrad,fedadam,fedavg}.yaml`` for CIFAR-10,
-  which the authors' tables lack; the stored copy has no FedYogi or FedAvgM file, so those two stay unverified;
+* Flower's reproduction of the paper (third party), adap/flower
+  ``baselines/flwr_baselines/flwr_baselines/publications/adaptive_federated_optimization/conf/cifar10/strategy/``
+  ``{fedadagrad,fedadam,fedavg}.yaml`` for CIFAR-10, which the authors' tables lack; the stored copy has no FedYogi
+  or FedAvgM file, so those two stay unverified;
 * Sec. 4 of the paper (β₁ = 0.9, β₂ = 0.99, 1,500 Shakespeare rounds), where the authors' document says otherwise.
 """
 
@@ -53,7 +54,8 @@ OUR_TASK = {"cifar100_image": "cifar100", "emnist_autoencoder": "emnist_ae", "em
 AUTHORS_DOC = "google-research/federated, optimization/docs/hyperparameters.md"
 
 # Flower's CIFAR-10 strategy files, as written there (not log10): eta_l, eta (FedAvg: none, plain averaging), tau.
-FLOWER_CIFAR10 = {"fedadagrad": (0.03162, 0.1, 0.01), "fedadam": (0.03162, 0.01, 0.001), "fedavg": (0.3162, 1.0, None)}
+FLOWER_CIFAR10 = {"fedadagrad": (0.03162, 0.1, 0.01), "fedadam": (0.03162, 0.01, 0.001),
+                  "fedavg": (0.3162, 1.0, None)}
 UNVERIFIED = {("cifar10", "fedyogi"), ("cifar10", "fedavgm")}
 
 
