@@ -18,7 +18,9 @@ class ClientUpdate:
             device): the client's model change over the round.
         num_samples: |D_i|, the client's number of training samples (the default aggregation weight).
         num_steps: Local optimizer steps taken (batches processed).
-        loss: Mean training loss over the local steps (``nan`` if the client took none).
+        loss: Mean training loss over the local steps that returned one (``nan`` if none did).
+        loss_steps: How many local steps returned a loss (``training_step`` under manual optimization may return
+            none); ``-1`` (default) means all ``num_steps``.
         client_lr: The client optimizer's learning rate γ (first parameter group) during this round.
         buffers: The client's final values of ``module.buffers()`` (e.g. BatchNorm running statistics), same
             order as ``module.buffers()``; averaged by the loop, never passed through the server optimizer.
@@ -34,3 +36,8 @@ class ClientUpdate:
     client_lr: float = float("nan")
     buffers: list[Tensor] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
+    loss_steps: int = -1
+
+    def __post_init__(self) -> None:
+        if self.loss_steps < 0:
+            self.loss_steps = self.num_steps

@@ -80,15 +80,16 @@ class SequentialExecutor(ClientExecutor):
         datamodule = loop.datamodule
         loop.start_client(cid, round_idx)
         torch.manual_seed(client_seed(datamodule.seed, round_idx, cid))
-        loss_sum, steps = None, 0
+        loss_sum, steps, loss_steps = None, 0, 0
         for batch_idx, batch in enumerate(datamodule.client_dataloader(cid, round_idx)):
             output = loop.local_step(batch, batch_idx)
             if output is loop.STOP:
                 break
             steps += 1
             loss = output.get("loss") if isinstance(output, dict) else None
-            if loss is not None:
+            if loss is not None:  # manual optimization may return nothing: no loss reported, not a NaN
                 loss = loss.detach()
                 loss_sum = loss if loss_sum is None else loss_sum + loss
-        mean_loss = math.nan if loss_sum is None or steps == 0 else float(loss_sum) / steps
-        return loop.finish_client(cid, round_idx, num_steps=steps, loss=mean_loss)
+                loss_steps += 1
+        mean_loss = math.nan if loss_sum is None else float(loss_sum) / loss_steps
+        return loop.finish_client(cid, round_idx, num_steps=steps, loss=mean_loss, loss_steps=loss_steps)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import torch
+from lightning.pytorch.callbacks import ProgressBar, Timer
 from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.trainer import call
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -17,6 +19,7 @@ from torch import Tensor
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
+from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 
 #: Names of the per-round metrics the loop logs (TensorBoard step = round).
@@ -119,6 +122,11 @@ class FederatedFitLoop(_FitLoop):
         self._optimizer_defaults: list[list[dict[str, Any]]] = []
         self._partition_logged = False
         self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
+        self._round_log = RoundLogAccumulator()
+        #: Callbacks whose batch hooks run at every local step (not progress bars and timers: they follow rounds).
+        self._step_callbacks: list[Any] = []
+        self._rounds_run = 0
+        self._rounds_with_updates = 0
 
     # ------------------------------------------------------------------ data
     @property
@@ -162,8 +170,23 @@ class FederatedFitLoop(_FitLoop):
             )
         self._params = list(module.parameters())
         self._buffers = list(module.buffers())
+        self._step_callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, (ProgressBar, Timer))]
+        check_local_work = getattr(self.datamodule, "check_local_work", None)
+        if check_local_work is not None:
+            check_local_work()
+        self._rounds_run = self._rounds_with_updates = 0
         self._log_partition()
         super().on_run_start()
+
+    def on_run_end(self) -> Any:
+        """Raises ``RuntimeError`` when rounds ran but no client ever reported back (the model is untrained)."""
+        output = super().on_run_end()
+        if self._rounds_run > 0 and self._rounds_with_updates == 0:
+            raise RuntimeError(
+                f"No client reported back in any of the {self._rounds_run} round(s) of this run (every client "
+                "failed or was dropped; see the warnings above): the global model was never updated."
+            )
+        return output
 
     def on_advance_start(self) -> None:
         trainer = self.trainer
@@ -193,9 +216,12 @@ class FederatedFitLoop(_FitLoop):
         ]
         selection = self.datamodule.select_cohort(round_idx)
         self.round_failures = []
+        self._round_log.start_round()
         with trainer.profiler.profile("run_federated_round"):
             updates = self.executor.run_round(self, selection.cohort, round_idx)
         updates = [u for u in updates if self._is_finite(u)]
+        self._rounds_run += 1
+        self._rounds_with_updates += bool(updates)
         pseudo_gradient: Optional[list[Tensor]] = None
         with torch.no_grad():
             torch._foreach_copy_(self._params, self._global_params)
@@ -215,17 +241,19 @@ class FederatedFitLoop(_FitLoop):
             "round_clients_dropped": float(len(self.round_failures)),
             "round_clients_unavailable": float(selection.unavailable),
         }
+        weights: dict[int, float] = {}
         if pseudo_gradient is not None:
-            weights = self.server_optimizer.client_weights(updates)
-            losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
+            weights_t = self.server_optimizer.client_weights(updates)
+            weights = {u.client_id: float(w) for u, w in zip(updates, weights_t.tolist())}
+            self.round_metrics["round_train_loss"] = self._round_train_loss(updates, weights_t, round_idx)
             norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()
-            self.round_metrics["round_train_loss"] = float((weights * losses).nansum())
             self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
             self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
                 updates, pseudo_gradient
             )
         else:
             rank_zero_warn(f"Round {round_idx}: no client reported back; the global model is unchanged.")
+        self._round_log.end_round(trainer._results, weights)
         if trainer._logger_connector._first_loop_iter is not None:
             trainer._logger_connector.update_train_step_metrics()
 
@@ -246,6 +274,9 @@ class FederatedFitLoop(_FitLoop):
         # results when logging switches to it from another fx, so logging these before validation would let a
         # callback that logs in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) wipe them.
         self._log_round_metrics(module)
+        for timer in trainer.callbacks:  # max_time is checked at round ends: a round is never cut short
+            if isinstance(timer, Timer):
+                timer.on_train_batch_end(trainer, module, None, None, 0)
         # As Lightning's epoch loop: epoch-interval schedulers (the client learning rate by round) step before the
         # on_train_epoch_end callbacks, so a checkpoint saved there holds the stepped scheduler and a resumed run
         # continues the same schedule; plateau schedulers step after, once the round's metrics are monitored.
@@ -294,6 +325,7 @@ class FederatedFitLoop(_FitLoop):
                 group.update(saved)
         self.call_client_hook("on_client_start", client_id, round_idx)
         self.server_optimizer.configure_client(self.trainer, self.trainer.lightning_module, client_id, round_idx)
+        self._round_log.start_client(self.trainer._results)
 
     def local_step(self, batch: Any, batch_idx: int) -> Any:
         """One local mini-batch through Lightning's optimization loop (hooks, precision, clipping, logging)."""
@@ -303,7 +335,10 @@ class FederatedFitLoop(_FitLoop):
         batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
         batch = call._call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
         trainer._logger_connector.on_batch_start(batch)
-        call._call_callback_hooks(trainer, "on_train_batch_start", batch, batch_idx)
+        if isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
+            size = next((v.shape[0] for v in batch.values() if isinstance(v, Tensor) and v.ndim > 0), None)
+            trainer._results.batch_size = size
+        self._call_step_callbacks("on_train_batch_start", batch, batch_idx)
         response = call._call_lightning_module_hook(trainer, "on_train_batch_start", batch, batch_idx)
         call._call_strategy_hook(trainer, "on_train_batch_start", batch, batch_idx)
         if response == -1:
@@ -318,14 +353,31 @@ class FederatedFitLoop(_FitLoop):
             output = self.epoch_loop.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)
         else:
             output = self.epoch_loop.manual_optimization.run(kwargs)
-        call._call_callback_hooks(trainer, "on_train_batch_end", output, batch, batch_idx)
+        self._call_step_callbacks("on_train_batch_end", output, batch, batch_idx)
         call._call_lightning_module_hook(trainer, "on_train_batch_end", output, batch, batch_idx)
         trainer._logger_connector.on_batch_end()
+        self._round_log.after_step(trainer._results)
         return output
 
-    def finish_client(self, client_id: int, round_idx: int, num_steps: int, loss: float) -> ClientUpdate:
-        """Package the module's current weights as client ``client_id``'s :class:`ClientUpdate`."""
+    def _call_step_callbacks(self, name: str, *args: Any) -> None:
+        """A batch hook of the callbacks that follow local steps (as Lightning's ``_call_callback_hooks``)."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        previous, module._current_fx_name = module._current_fx_name, name
+        try:
+            for callback in self._step_callbacks:
+                with trainer.profiler.profile(f"[Callback]{callback.state_key}.{name}"):
+                    getattr(callback, name)(trainer, module, *args)
+        finally:
+            module._current_fx_name = previous
+
+    def finish_client(
+        self, client_id: int, round_idx: int, num_steps: int, loss: float, loss_steps: Optional[int] = None
+    ) -> ClientUpdate:
+        """Package the module's current weights as client ``client_id``'s :class:`ClientUpdate` (``loss``: the
+        mean over the ``loss_steps`` local steps that returned a loss; default all ``num_steps``)."""
         module = self.trainer.lightning_module
+        self._round_log.finish_client(client_id, self.trainer._results)
         extras = self.server_optimizer.collect_client_extras(self.trainer, module, client_id, round_idx)
         with torch.no_grad():
             delta = torch._foreach_sub(self._params, self._global_params)
@@ -336,6 +388,7 @@ class FederatedFitLoop(_FitLoop):
             num_samples=self.datamodule.client_num_samples(client_id),
             num_steps=num_steps,
             loss=loss,
+            loss_steps=num_steps if loss_steps is None else int(loss_steps),
             client_lr=self.round_client_lr,
             buffers=buffers,
             extras=extras,
@@ -357,11 +410,26 @@ class FederatedFitLoop(_FitLoop):
         tensors = list(update.delta) + [b for b in update.buffers if b.is_floating_point()]
         # one host sync per client: a sum of norms is finite iff every entry is
         finite = bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors)).sum())) if tensors else True
-        if update.num_steps > 0 and not math.isfinite(update.loss):
+        if update.loss_steps > 0 and not math.isfinite(update.loss):  # no loss reported (manual optimization): fine
             finite = False
         if not finite:
+            self._round_log.discard(update.client_id)
             self.record_client_failure(update.client_id, f"non-finite update (loss={update.loss})")
         return finite
+
+    def _round_train_loss(self, updates: list[ClientUpdate], weights: Tensor, round_idx: int) -> float:
+        """Σ_i w_i L̄_i over the clients that reported a loss (weights renormalised over them); NaN if none did."""
+        reported = [u.loss_steps > 0 for u in updates]
+        if not any(reported):
+            rank_zero_warn(f"Round {round_idx}: no client reported a training loss; round_train_loss is NaN.")
+            return float("nan")
+        losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
+        if not all(reported):
+            mask = torch.tensor(reported)
+            weights = torch.where(mask, weights, torch.zeros_like(weights))
+            weights = weights / weights.sum()
+            losses = torch.where(mask, losses, torch.zeros_like(losses))
+        return float((weights * losses).nansum())
 
     def call_client_hook(self, name: str, *args: Any) -> None:
         """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:
@@ -371,6 +439,9 @@ class FederatedFitLoop(_FitLoop):
             hook = getattr(callback, name, None)
             if callable(hook):
                 hook(trainer, trainer.lightning_module, *args)
+            elif name == "on_client_end" and isinstance(callback, ProgressBar):
+                # a user's TQDMProgressBar / RichProgressBar counts clients: the bar's 'batch' is a client
+                callback.on_train_batch_end(trainer, trainer.lightning_module, None, None, args[1])
 
     # ------------------------------------------------------------------ internals
     def _average_buffers(self, updates: list[ClientUpdate]) -> None:

@@ -74,6 +74,33 @@ def _is_hf_dataset(dataset: Any) -> bool:
     return datasets is not None and isinstance(dataset, datasets.Dataset)
 
 
+def _check_map_style(name: str, dataset: Any) -> None:
+    """Refuse datasets that cannot be partitioned by index: a Hugging Face ``DatasetDict`` (a dict of splits) or an
+    iterable (streaming) dataset.
+
+    Raises:
+        TypeError: naming ``name``, the splits to choose from, or what to do with a stream.
+    """
+    if dataset is None:
+        return
+    datasets = sys.modules.get("datasets")
+    if datasets is not None and isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        raise TypeError(
+            f"`{name}` is a Hugging Face {type(dataset).__name__} with splits {sorted(dataset)}; select one split, "
+            f"e.g. `dataset[{sorted(dataset)[0]!r}]`."
+        )
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset) or (
+        datasets is not None and isinstance(dataset, datasets.IterableDataset)
+    )
+    if iterable:
+        raise TypeError(
+            f"`{name}` is an iterable (streaming) {type(dataset).__name__}: clients are index sets, so it must be a "
+            "map-style dataset with `__len__` and `__getitem__` (for Hugging Face, load without `streaming=True`)."
+        )
+    if isinstance(dataset, dict):
+        raise TypeError(f"`{name}` is a dict with keys {sorted(map(str, dataset))}; pass one dataset (one split).")
+
+
 class FederatedDataModule(L.LightningDataModule):
     """A training dataset partitioned into clients, with per-round cohorts and per-client local work.
 
@@ -203,6 +230,8 @@ class FederatedDataModule(L.LightningDataModule):
             self.train_dataset, val, test = self.load_datasets()
             self.val_dataset = self.val_dataset if self.val_dataset is not None else val
             self.test_dataset = self.test_dataset if self.test_dataset is not None else test
+        for name in ("train_dataset", "val_dataset", "test_dataset"):
+            _check_map_style(name, getattr(self, name))
         self.train_dataset = self._as_torch(self.train_dataset)
         self.val_dataset = self._as_torch(self.val_dataset)
         self.test_dataset = self._as_torch(self.test_dataset)
@@ -322,6 +351,25 @@ class FederatedDataModule(L.LightningDataModule):
             draws = np.random.default_rng([self.seed, 0xD409, int(round_idx)]).random(num)
             available = candidates[draws >= self.client_dropout]
         return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+
+    def check_local_work(self) -> None:
+        """Refuse local work that trains nothing: with ``drop_last=True`` and a fixed batch size, a client with fewer
+        samples than a batch takes no local step (called at fit start by the federated loop).
+
+        Raises:
+            ValueError: naming ``drop_last``, ``batch_size`` and how many clients are too small.
+        """
+        batch_size = getattr(self.local_work, "batch_size", None)
+        if not self.drop_last or not isinstance(batch_size, numbers.Integral):
+            return
+        sizes = self.partition.sizes()
+        small = int((sizes < batch_size).sum())
+        if small:
+            raise ValueError(
+                f"With `drop_last=True` and `batch_size={batch_size}`, {small} of {len(sizes)} clients (the smallest "
+                f"holds {int(sizes.min())} samples) cannot form one batch and would take no local step; use "
+                "`drop_last=False` or a smaller `batch_size`."
+            )
 
     def client_work(self, cid: int, round_idx: int) -> ClientWork:
         """Local epochs/steps and batch size of client ``cid`` in round ``round_idx`` (from ``local_work``)."""

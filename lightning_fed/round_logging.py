@@ -1,0 +1,119 @@
+"""What a value logged in ``training_step`` means in a round: one client-weighted value per round.
+
+In ordinary Lightning, ``self.log("train_loss", loss)`` in ``training_step`` logs every step (``on_step=True``) and
+``on_epoch=True`` averages over the epoch's batches. In federated training the server's step is the round, so
+both become one value per round, computed from the clients that reported back:
+
+* within client i, Lightning's own reduction over its local steps gives m_i — for a step-level value
+  (``on_step=True``) the mean over its local steps (each step counts once, as Lightning's step values carry batch
+  size 1), for an epoch-level value (``on_epoch=True``, mean reduction) the batch-size-weighted mean;
+* across the round, the value is Σ_i w_i m_i with w_i the server optimizer's aggregation weights
+  (:meth:`~lightning_fed.callbacks.ServerOptimizer.client_weights`: sample counts, or uniform) renormalised over
+  the clients that logged it. Dropped clients (failed, non-finite, timed out) contribute nothing.
+
+The values are logged at the round's step under Lightning's names (``train_loss``, or ``train_loss_step`` and
+``train_loss_epoch`` when both are asked for). Logging the loss that ``training_step`` returns therefore gives
+exactly ``round_train_loss`` (the loop's sample-weighted mean of the clients' mean local losses). A round in which
+no client reported a value logs NaN. Values logged with other reductions (``reduce_fx="max"``, ...) and
+``torchmetrics.Metric`` objects keep Lightning's accumulation over all local steps of the round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+#: The hooks whose ``self.log`` values are per local step in a round.
+TRAINING_FX = frozenset({"training_step", "on_train_batch_start", "on_train_batch_end", "on_before_backward",
+                         "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
+                         "optimizer_step", "optimizer_zero_grad", "backward"})
+
+
+def _mean_tensor_metrics(results: Any) -> list[tuple[str, Any]]:
+    return [
+        (key, rm) for key, rm in results.items()
+        if rm.meta.fx in TRAINING_FX and rm.is_tensor and rm.meta.is_mean_reduction
+    ]
+
+
+class RoundLogAccumulator:
+    """Collects each client's logged training values and writes the round's client-weighted values back.
+
+    Owned by :class:`~lightning_fed.FederatedFitLoop` (like Lightning's epoch loop owns its optimization helpers);
+    the loop calls :meth:`start_client`, :meth:`after_step` after each local step, :meth:`finish_client` for a
+    client that reported back, :meth:`discard` for one dropped later, and :meth:`end_round` with the aggregation
+    weights before the round's values are logged.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[int, dict[str, float]] = {}
+        self._start: dict[str, tuple[Tensor, Tensor]] = {}
+        self._step_sum: dict[str, Tensor] = {}
+        self._step_count: dict[str, int] = {}
+
+    def start_round(self) -> None:
+        self._pending = {}
+
+    def start_client(self, results: Any) -> None:
+        self._step_sum, self._step_count = {}, {}
+        self._start = {
+            key: (rm.value.detach().clone(), rm.cumulated_batch_size.detach().clone())
+            for key, rm in _mean_tensor_metrics(results) if rm.meta.on_epoch
+        }
+
+    def after_step(self, results: Any) -> None:
+        """Add this step's step-level values (``on_step=True``) to the client's sums."""
+        for key, rm in _mean_tensor_metrics(results):
+            if rm.meta.on_step and rm._forward_cache is not None and not rm.has_reset:
+                value = rm._forward_cache.detach().to(torch.float64)
+                self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
+                self._step_count[key] = self._step_count.get(key, 0) + 1
+                rm._forward_cache = None  # consumed: a later step that does not log this value adds nothing
+
+    def finish_client(self, client_id: int, results: Any) -> None:
+        """Record client ``client_id``'s m_i for every value it logged."""
+        values: dict[str, float] = {}
+        for key, total in self._step_sum.items():
+            values[key + "/step"] = float(total) / self._step_count[key]
+        for key, rm in _mean_tensor_metrics(results):
+            if not rm.meta.on_epoch:
+                continue
+            v0, c0 = self._start.get(key, (torch.zeros((), dtype=rm.value.dtype), torch.zeros((), dtype=torch.long)))
+            count = float(rm.cumulated_batch_size - c0)
+            if count > 0:
+                values[key + "/epoch"] = float(rm.value.double() - v0.double()) / count
+        self._pending[int(client_id)] = values
+
+    def discard(self, client_id: int) -> None:
+        """Client ``client_id`` was dropped after finishing: its values do not count."""
+        self._pending.pop(int(client_id), None)
+
+    def end_round(self, results: Any, weights: dict[int, float]) -> None:
+        """Write Σ_i w_i m_i (``weights``: client id → aggregation weight) into the round's logged values."""
+        pending = self._pending
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, pending)
+            pending = {cid: vals for part in gathered for cid, vals in part.items()}
+        pending = {cid: vals for cid, vals in pending.items() if cid in weights}
+        for key, rm in _mean_tensor_metrics(results):
+            parts = {"/step": rm.meta.on_step, "/epoch": rm.meta.on_epoch}
+            for suffix, wanted in parts.items():
+                if not wanted:
+                    continue
+                pairs = [(weights[cid], vals[key + suffix]) for cid, vals in pending.items() if key + suffix in vals]
+                total_w = sum(w for w, _ in pairs)
+                value = sum(w * v for w, v in pairs) / total_w if pairs and total_w > 0 else float("nan")
+                tensor = torch.tensor(value, dtype=rm.value.dtype if rm.value.is_floating_point() else torch.float64,
+                                      device=rm.value.device)
+                if suffix == "/step":
+                    rm._forward_cache = tensor
+                    if not rm.meta.on_epoch:
+                        rm.value = tensor
+                else:
+                    rm.value = tensor.clone()
+                    rm.cumulated_batch_size = torch.ones_like(rm.cumulated_batch_size)
+            rm._computed = None
