@@ -151,6 +151,11 @@ class FederatedFitLoop(_FitLoop):
         self.trainer.val_check_batch = self.max_batches
 
     # ------------------------------------------------------------------ run
+    @property
+    def skip(self) -> bool:
+        """Only a finished run is skipped: ``limit_train_batches=0`` reaches the argument check and is refused."""
+        return self.done
+
     def on_run_start(self) -> None:
         trainer = self.trainer
         self.server_optimizer = find_server_optimizer(trainer.callbacks)
@@ -255,6 +260,7 @@ class FederatedFitLoop(_FitLoop):
             rank_zero_warn(f"Round {round_idx}: no client reported back; the global model is unchanged.")
         self._round_log.end_round(trainer._results, weights)
         if trainer._logger_connector._first_loop_iter is not None:
+            trainer._logger_connector.on_batch_end()  # the round's step values into callback/progress-bar metrics
             trainer._logger_connector.update_train_step_metrics()
 
     def on_advance_end(self) -> None:
