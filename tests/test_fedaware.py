@@ -15,7 +15,12 @@ from torch.utils.data import TensorDataset
 from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.fedaware import FedAWARE
-from lightning_fed.callbacks.min_norm import min_norm_frank_wolfe, min_norm_pair, min_norm_weights
+from lightning_fed.callbacks.min_norm import (
+    MinNormConvergenceWarning,
+    min_norm_frank_wolfe,
+    min_norm_pair,
+    min_norm_weights,
+)
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
 
@@ -157,7 +162,8 @@ def test_first_frank_wolfe_iterate_and_stopping_rules():
     t = int(np.argmin(v @ u))
     gamma = _pair_weight(u, v[t])
     lam = gamma * lam + (1 - gamma) * np.eye(6)[t]
-    capped = min_norm_frank_wolfe(gram, max_iter=1, tol=0.0)
+    with pytest.warns(MinNormConvergenceWarning, match="max_iter`=1"):
+        capped = min_norm_frank_wolfe(gram, max_iter=1, tol=0.0)
     np.testing.assert_allclose(capped.weights, lam, atol=1e-12)
     assert capped.num_iters == 1 and not capped.converged
     loose = min_norm_frank_wolfe(gram, max_iter=100000, tol=1e-2)
@@ -225,7 +231,8 @@ def test_update_rule_matches_numpy_alg1(options):
     """Partial participation over 4 rounds and 5 clients: momenta of unsampled clients persist, unseen ones are
     left out, then everyone is in; the exact QP weights give the same model."""
     x0, rounds = _random_rounds()
-    server = FedAWARE(lr=0.7, alpha=0.3, num_clients=5, fw_away_steps=True, fw_tol=1e-14, fw_max_iter=20000, **options)
+    server = FedAWARE(lr=0.7, alpha=0.3, num_clients=5, solver="frank_wolfe", fw_away_steps=True, fw_tol=1e-14,
+                      fw_max_iter=20000, **options)
     got, diversities = _run_direct(server, x0, rounds)
     flat_rounds = [[(cid, _flat(deltas), n) for cid, deltas, n in clients] for clients in rounds]
     ref_options = dict(options)
@@ -241,22 +248,28 @@ def test_update_rule_matches_numpy_alg1(options):
 
 
 def test_default_plain_frank_wolfe_is_within_its_tolerance_of_alg1():
-    """The defaults' plain Frank–Wolfe stops at an L1 change of λ below 1e-5, so it is Alg. 1 up to ~1e-5 (the
-    exact match above uses tight tolerances); with the cap at 1 iteration it is visibly not."""
+    """solver="frank_wolfe" (the default before the exact active-set solver) with its default options: plain
+    Frank–Wolfe stops at an L1 change of λ below 1e-5, so it is Alg. 1 up to ~1e-5 (the exact match above uses tight
+    tolerances); with the cap at 1 iteration it is visibly not."""
     x0, rounds = _random_rounds(seed=4)
     flat_rounds = [[(cid, _flat(deltas), n) for cid, deltas, n in clients] for clients in rounds]
     want, _ = _reference_fedaware(_flat(x0), flat_rounds, 5, lr=1.0, alpha=0.5)
-    server = FedAWARE(lr=1.0, alpha=0.5, num_clients=5, normalize=False, fedavg_warmup=False)
+    server = FedAWARE(lr=1.0, alpha=0.5, num_clients=5, normalize=False, fedavg_warmup=False, solver="frank_wolfe")
     got, _ = _run_direct(server, x0, rounds)
     assert server.last_solve.converged and server.last_solve.num_iters > 1
     assert np.abs(got - want).max() < 1e-4
-    capped, _ = _run_direct(FedAWARE(num_clients=5, normalize=False, fedavg_warmup=False, fw_max_iter=1), x0, rounds)
+    with pytest.warns(MinNormConvergenceWarning, match="max_iter`=1"):
+        capped, _ = _run_direct(
+            FedAWARE(num_clients=5, normalize=False, fedavg_warmup=False, solver="frank_wolfe", fw_max_iter=1),
+            x0, rounds,
+        )
     assert np.abs(capped - want).max() > 1e-4
 
 
 def test_unseen_clients_are_excluded_and_momenta_persist():
     x0, rounds = _random_rounds(cohorts=((0, 1), (1, 2)))
-    server = FedAWARE(alpha=0.25, num_clients=4, normalize=False, fedavg_warmup=False, fw_away_steps=True)
+    server = FedAWARE(alpha=0.25, num_clients=4, normalize=False, fedavg_warmup=False, solver="frank_wolfe",
+                      fw_away_steps=True)
     _run_direct(server, x0, rounds)
     assert server.seen.tolist() == [True, True, True, False]
     assert server.last_weights[3] == 0.0
@@ -327,7 +340,8 @@ def test_trainer_partial_participation_matches_numpy(tmp_path, options):
     model = LinearRegression(lr=0.05)
     w = _linear_weights(model)
     dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=100, local_epochs=2)
-    server = FedAWARE(lr=0.8, alpha=0.3, fw_away_steps=True, fw_tol=1e-14, fw_max_iter=20000, **options)
+    server = FedAWARE(lr=0.8, alpha=0.3, solver="frank_wolfe", fw_away_steps=True, fw_tol=1e-14, fw_max_iter=20000,
+                      **options)
     trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
     trainer.fit(model, datamodule=dm)
     assert server.num_clients == 4

@@ -64,7 +64,7 @@ def test_sampled_local_work_ranges_and_coverage():
     for r in range(20):
         for cid, n in enumerate(sizes):
             w = policy.plan(cid, r, int(n))
-            assert w.steps is None
+            assert w.steps == (w.epochs * int(n)) // w.batch_size  # steps_rule="paper": K = floor(E |D| / B)
             assert 2 <= w.epochs <= 5 and 10 <= w.batch_size <= n
             epochs.append(w.epochs)
             ratios.append(w.batch_size)
@@ -82,7 +82,8 @@ def test_sampled_local_work_small_client_and_bounds():
     assert all(10 <= policy.plan(c, 0, 1000).batch_size <= 64 for c in range(50))
     assert all(policy.plan(c, 0, 30).batch_size <= 30 for c in range(50))  # high clipped to |D_i|
     assert policy.plan(0, 0, 0).batch_size == 1
-    assert SampledLocalWork(epochs=3, batch_size=16).plan(4, 4, 100) == ClientWork(3, 16)
+    assert SampledLocalWork(epochs=3, batch_size=16).plan(4, 4, 100) == ClientWork(3, 16, steps=18)  # floor(300/16)
+    assert SampledLocalWork(epochs=3, batch_size=16, steps_rule="epochs").plan(4, 4, 100) == ClientWork(3, 16)
 
 
 def test_sampled_local_work_determinism_independent_of_order():
@@ -96,7 +97,7 @@ def test_sampled_local_work_determinism_independent_of_order():
     rng = np.random.default_rng([7, 4, 5])
     e = int(rng.integers(2, 5, endpoint=True))
     bsz = int(rng.integers(10, 115, endpoint=True))
-    assert forward[5] == ClientWork(e, bsz)
+    assert forward[5] == ClientWork(e, bsz, steps=(e * 115) // bsz)
     other_seed = [SampledLocalWork(seed=8).plan(c, 4, n) for c, n in cohort]
     assert other_seed != [forward[c] for c, _ in cohort]
     other_round = [a.plan(c, 5, n) for c, n in cohort]

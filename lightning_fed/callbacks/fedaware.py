@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.min_norm import MinNormResult, min_norm_frank_wolfe
+from lightning_fed.callbacks.min_norm import SOLVERS, MinNormResult, min_norm_active_set, min_norm_frank_wolfe
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 
@@ -30,9 +30,14 @@ class FedAWARE(ServerOptimizer):
         x_{t+1} = x_t − η·d_t                                                   (l. 12)
 
     λ is the minimum-norm point of the convex hull of the v_i (the weights that maximise the surrogate gradient
-    diversity, Eq. 6-8), found by Frank–Wolfe with exact line search on the Gram matrix
-    (:func:`~lightning_fed.callbacks.min_norm.min_norm_frank_wolfe`, started at the best pair, stopped when the L1
-    change of λ is below ``fw_tol`` or after ``fw_max_iter`` iterations).
+    diversity, Eq. 6-8). By default it is solved exactly on the Gram matrix
+    (``solver="active_set"``: :func:`~lightning_fed.callbacks.min_norm.min_norm_active_set`, duality gap
+    ≤ 1e-9·max_i ‖v_i‖², i.e. ≤ 1e-9 on the unit momenta). ``solver="frank_wolfe"`` is the public code's
+    Frank–Wolfe with exact line search (:func:`~lightning_fed.callbacks.min_norm.min_norm_frank_wolfe`, started at
+    the best pair, stopped when the L1 change of λ is below ``fw_tol`` or after ``fw_max_iter`` iterations), the
+    default before; it can stop at its cap well short of the optimum (plain Frank–Wolfe zig-zags when the optimum
+    is inside a face: with 6 clients the direction can stay ~4 % off after 1,000 iterations). Either solver emits
+    a :class:`~lightning_fed.callbacks.min_norm.MinNormConvergenceWarning` when it stops short.
 
     Options matching the authors' public code (github.com/dunzeng/FedAWARE), where it departs from the paper:
 
@@ -67,7 +72,8 @@ class FedAWARE(ServerOptimizer):
 
     After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
     (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`) and, in the logged metrics,
-    ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` and ``fedaware_min_norm_sq``
+    ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
+    solver) and ``fedaware_min_norm_sq``
     (‖Σλ_i v_i‖²). :meth:`gradient_diversity` (``round_gradient_diversity``) is Σλ_i‖v_i‖² / ‖Σλ_i v_i‖² with
     FedAWARE's λ and the vectors it was solved on (so 1/‖d_t‖² under ``normalize``); the FedAvg diversity of the
     round's updates during warm-up.
@@ -80,17 +86,22 @@ class FedAWARE(ServerOptimizer):
         alpha_convention: ``"paper"`` (default) or ``"code"``.
         fedavg_warmup: FedAvg until every client has been seen once (default ``False``, as the paper).
         projection: Keep the magnitude of the average momentum (default ``False``).
-        fw_max_iter: Frank–Wolfe iteration cap (≥ 1, default 1000; the public code uses 250 in one version and
-            1000 in another).
-        fw_tol: Frank–Wolfe stops when the L1 change of λ is below this (≥ 0, default 1e-5 as the code).
-        fw_away_steps: Use away-step Frank–Wolfe (linear convergence; default ``False``: plain Frank–Wolfe).
+        fw_max_iter: Frank–Wolfe iteration cap (≥ 1; ``None``, the default, means 1000; the public code uses 250
+            in one version and 1000 in another). Only with ``solver="frank_wolfe"``.
+        fw_tol: Frank–Wolfe stops when the L1 change of λ is below this (≥ 0; ``None``, the default, means 1e-5 as
+            the code). Only with ``solver="frank_wolfe"``.
+        fw_away_steps: Use away-step Frank–Wolfe (``None``, the default, means ``False``: plain Frank–Wolfe). Only
+            with ``solver="frank_wolfe"``.
         num_clients: N, when known up front (default ``None``: read from the data module).
         weighting: Weights of the warm-up FedAvg and of the ``projection`` average: ``"num_samples"`` (default)
             or ``"uniform"``.
+        solver: The min-norm solver: ``"active_set"`` (default, exact) or ``"frank_wolfe"`` (the public code's;
+            reproduces results of the earlier default with the ``fw_*`` options left at ``None``).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, ``alpha`` outside its convention's range, an unknown
-            ``alpha_convention`` or ``weighting``, ``fw_max_iter`` < 1, ``fw_tol`` negative or not finite,
+            ``alpha_convention``, ``weighting`` or ``solver``, ``fw_max_iter`` < 1, ``fw_tol`` negative or not
+            finite, an ``fw_*`` option given with ``solver="active_set"``,
             ``num_clients`` not a positive integer, or a non-boolean flag. At run time: no N known, client ids
             outside [0, N) or repeated within a round, or an N that disagrees with the data module / a checkpoint.
     """
@@ -103,11 +114,12 @@ class FedAWARE(ServerOptimizer):
         alpha_convention: str = "paper",
         fedavg_warmup: bool = False,
         projection: bool = False,
-        fw_max_iter: int = 1000,
-        fw_tol: float = 1e-5,
-        fw_away_steps: bool = False,
+        fw_max_iter: Optional[int] = None,
+        fw_tol: Optional[float] = None,
+        fw_away_steps: Optional[bool] = None,
         num_clients: Optional[int] = None,
         weighting: str = "num_samples",
+        solver: str = "active_set",
     ) -> None:
         super().__init__(lr=lr, weighting=weighting)
         if alpha_convention not in _CONVENTIONS:
@@ -126,20 +138,35 @@ class FedAWARE(ServerOptimizer):
         self.alpha = float(alpha)
         for name, flag in (
             ("normalize", normalize), ("fedavg_warmup", fedavg_warmup), ("projection", projection),
-            ("fw_away_steps", fw_away_steps),
+            ("fw_away_steps", False if fw_away_steps is None else fw_away_steps),
         ):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be a bool, got {flag!r}.")
         self.normalize = normalize
         self.fedavg_warmup = fedavg_warmup
         self.projection = projection
-        self.fw_away_steps = fw_away_steps
-        if isinstance(fw_max_iter, bool) or not isinstance(fw_max_iter, int) or fw_max_iter < 1:
-            raise ValueError(f"`fw_max_iter` must be an integer >= 1, got {fw_max_iter!r}.")
-        self.fw_max_iter = fw_max_iter
-        if isinstance(fw_tol, bool) or not isinstance(fw_tol, (int, float)) or not math.isfinite(fw_tol) or fw_tol < 0:
-            raise ValueError(f"`fw_tol` must be a finite number >= 0, got {fw_tol!r}.")
-        self.fw_tol = float(fw_tol)
+        if fw_max_iter is not None and (
+            isinstance(fw_max_iter, bool) or not isinstance(fw_max_iter, int) or fw_max_iter < 1
+        ):
+            raise ValueError(f"`fw_max_iter` must be an integer >= 1 or None, got {fw_max_iter!r}.")
+        if fw_tol is not None and (
+            isinstance(fw_tol, bool) or not isinstance(fw_tol, (int, float)) or not math.isfinite(fw_tol) or fw_tol < 0
+        ):
+            raise ValueError(f"`fw_tol` must be a finite number >= 0 or None, got {fw_tol!r}.")
+        if solver not in SOLVERS:
+            raise ValueError(f"`solver` must be one of {SOLVERS}, got {solver!r}.")
+        given = [n for n, v in (("fw_max_iter", fw_max_iter), ("fw_tol", fw_tol), ("fw_away_steps", fw_away_steps))
+                 if v is not None]
+        if solver != "frank_wolfe" and given:
+            raise ValueError(
+                f"{', '.join(f'`{n}`' for n in given)} only apply to solver='frank_wolfe', got solver={solver!r}: "
+                "pass solver='frank_wolfe' or leave them at None."
+            )
+        #: The min-norm solver, ``"active_set"`` or ``"frank_wolfe"``.
+        self.solver = solver
+        self.fw_away_steps = False if fw_away_steps is None else fw_away_steps
+        self.fw_max_iter = 1000 if fw_max_iter is None else fw_max_iter
+        self.fw_tol = 1e-5 if fw_tol is None else float(fw_tol)
         if num_clients is not None and (
             isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1
         ):
@@ -263,9 +290,12 @@ class FedAWARE(ServerOptimizer):
             else:
                 norms = np.ones(len(idx))
                 g_solve = g_raw
-            result = min_norm_frank_wolfe(
-                g_solve, max_iter=self.fw_max_iter, tol=self.fw_tol, away_steps=self.fw_away_steps
-            )
+            if self.solver == "frank_wolfe":
+                result = min_norm_frank_wolfe(
+                    g_solve, max_iter=self.fw_max_iter, tol=self.fw_tol, away_steps=self.fw_away_steps
+                )
+            else:
+                result = min_norm_active_set(g_solve)
             lam = result.weights
             coef = lam / norms
             denom = float(lam @ g_solve @ lam)
@@ -381,5 +411,6 @@ class FedAWARE(ServerOptimizer):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, alpha={self.alpha}, alpha_convention={self.alpha_convention!r}, "
-            f"normalize={self.normalize}, fedavg_warmup={self.fedavg_warmup}, projection={self.projection}"
+            f"normalize={self.normalize}, fedavg_warmup={self.fedavg_warmup}, projection={self.projection}, "
+            f"solver={self.solver!r}"
         )

@@ -1,40 +1,54 @@
-"""The minimum-norm point of a convex hull, by Frank–Wolfe on the Gram matrix (the λ-step of FedAWARE).
+"""The minimum-norm point of a convex hull from the Gram matrix (the λ-step of FedAWARE).
 
 Given vectors v_1..v_n (never materialised here: only their Gram matrix G_ij = ⟨v_i, v_j⟩ is needed), find
 weights λ on the probability simplex Δ_n = {λ ≥ 0, Σλ_i = 1} minimising
 
-    ‖Σ_i λ_i v_i‖² = λᵀ G λ,
+    f(λ) = ‖Σ_i λ_i v_i‖² = λᵀ G λ,
 
 i.e. the point of conv{v_1..v_n} closest to the origin (Zeng et al. 2024, *Tackling Hybrid Heterogeneity on
 Federated Optimization via Gradient Diversity Maximization*, Eq. (8) and Alg. 1, l. 11; the same sub-problem as
-MGDA in Sener & Koltun 2018). The solver is Frank–Wolfe (Jaggi 2013) with exact line search:
+MGDA in Sener & Koltun 2018). λ is optimal iff (Gλ)_i ≥ λᵀGλ for every i (with equality on the support), and
+the Frank–Wolfe duality gap λᵀGλ − min_i (Gλ)_i (:func:`duality_gap`) bounds f(λ) − f* from above.
 
-1. start at the best pair: over all i < j, the closed-form minimiser of ‖γ v_i + (1−γ) v_j‖² (:func:`min_norm_pair`),
-   keeping the pair with the smallest value (the initialisation of the FedAWARE / MGDA public code);
-2. repeat: the Frank–Wolfe vertex t = argmin_i (Gλ)_i (the linear minimiser of the gradient 2Gλ over the
-   simplex), then the exact line search λ ← γ·λ + (1−γ)·e_t with γ = :func:`min_norm_pair` of the current point u
-   and v_t (⟨u,u⟩ = λᵀGλ, ⟨u,v_t⟩ = (Gλ)_t, ⟨v_t,v_t⟩ = G_tt);
-3. stop when the L1 change of λ falls below ``tol`` (1e-5 in the public code), when the Frank–Wolfe duality gap
-   λᵀGλ − (Gλ)_t is ≤ 0 (λ is optimal), or after ``max_iter`` iterations.
+Two solvers (:func:`min_norm_point` picks one; ``SOLVERS`` lists them):
 
-With ``away_steps=True`` the away-step variant (Lacoste-Julien & Jaggi 2015, Alg. 1) is used: it may also move
-weight *away* from the worst vertex of the current support (and drop it exactly), which converges linearly on
-this problem, where plain Frank–Wolfe can zig-zag when the optimum lies inside a face. Plain Frank–Wolfe is the
-default (paper and public code).
+* ``"active_set"`` (default, :func:`min_norm_active_set`): exact. The problem is rewritten as non-negative least
+  squares, min_{μ ≥ 0} ‖Σμ_i v_i‖² + (1 − Σμ_i)², whose solution is μ* = λ*/(1 + f*) (for μ = tλ the inner
+  minimum over t is f(λ)/(1 + f(λ)), increasing in f), and solved by the Lawson–Hanson active-set method
+  (Lawson & Hanson 1974, *Solving Least Squares Problems*, Ch. 23, Alg. NNLS), which terminates after finitely
+  many steps; λ = μ/Σμ. It stops when the duality gap is ≤ ``tol``·max_i G_ii (default 1e-9).
+* ``"frank_wolfe"`` (:func:`min_norm_frank_wolfe`): the solver of the paper's public code. Frank–Wolfe
+  (Jaggi 2013) with exact line search started at the best pair, stopped when the L1 change of λ is below
+  ``tol`` (1e-5 in the public code) or after ``max_iter`` iterations; ``away_steps=True`` gives the away-step
+  variant (Lacoste-Julien & Jaggi 2015, Alg. 1). Plain Frank–Wolfe converges sublinearly and zig-zags when the
+  optimum lies inside a face: on 6 unit vectors it can stop at its 1,000-iteration cap with λ still visibly
+  off (see ``tests/test_min_norm.py``). Kept so that results of the earlier default are reproducible.
+
+Every solver emits a :class:`MinNormConvergenceWarning` when it stops at its iteration cap without meeting its
+stopping test (``converged=False`` in the result).
 
 Everything runs in float64 NumPy on CPU: the Gram matrix is n × n with n the number of clients.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
 ArrayLike = Union[np.ndarray, Tensor]
+
+#: The solvers :func:`min_norm_point` accepts.
+SOLVERS: tuple[str, ...] = ("active_set", "frank_wolfe")
+
+
+class MinNormConvergenceWarning(RuntimeWarning):
+    """A min-norm solve stopped at its iteration cap before its stopping test held: λ is not (yet) optimal."""
 
 
 @dataclass
@@ -44,14 +58,19 @@ class MinNormResult:
     Attributes:
         weights: λ, float64 ``[n]``, on the simplex.
         value: λᵀGλ = ‖Σλ_i v_i‖² at ``weights``.
-        num_iters: Frank–Wolfe iterations run (0 when the initial pair or a single vector is the answer).
-        converged: Whether a stopping test (change < ``tol`` or zero duality gap) fired before ``max_iter``.
+        num_iters: Solver iterations run (0 when the initial pair or a single vector is the answer); Frank–Wolfe
+            steps, or least-squares solves of the active-set method.
+        converged: Whether the solver's stopping test held before its iteration cap (Frank–Wolfe: change <
+            ``tol`` or zero duality gap; active set: duality gap ≤ ``tol``·max_i G_ii).
+        gap: The Frank–Wolfe duality gap λᵀGλ − min_i (Gλ)_i at ``weights`` (≥ 0 up to rounding; an upper bound
+            on ``value`` − the optimal value), in the units of G; ``nan`` when not computed.
     """
 
     weights: np.ndarray
     value: float
     num_iters: int
     converged: bool
+    gap: float = float("nan")
 
 
 def min_norm_pair(aa: float, ab: float, bb: float) -> tuple[float, float]:
@@ -122,6 +141,9 @@ def min_norm_frank_wolfe(
     Returns:
         :class:`MinNormResult`.
 
+    Warns:
+        MinNormConvergenceWarning: ``max_iter`` iterations ran without the change falling below ``tol``.
+
     Raises:
         ValueError: ``gram`` not a non-empty finite square matrix, ``max_iter`` < 1 or ``tol`` < 0.
     """
@@ -132,7 +154,7 @@ def min_norm_frank_wolfe(
     g = _as_gram(gram)
     lam = _best_pair(g)
     if g.shape[0] <= 2:  # the pair's closed form is exact
-        return MinNormResult(lam, float(lam @ g @ lam), 0, True)
+        return MinNormResult(lam, float(lam @ g @ lam), 0, True, duality_gap(g, lam))
     converged = False
     iters = 0
     for iters in range(1, int(max_iter) + 1):
@@ -177,14 +199,149 @@ def min_norm_frank_wolfe(
         if change < tol:
             converged = True
             break
-    return MinNormResult(lam, float(lam @ g @ lam), iters, converged)
+    gap = duality_gap(g, lam)
+    if not converged:
+        warnings.warn(
+            f"Frank–Wolfe min-norm solve stopped at `max_iter`={max_iter} iterations before the L1 change of λ fell "
+            f"below `tol`={tol:g} (duality gap {gap:.3g}): λ may not be optimal. The exact solver "
+            "(solver='active_set') has no such cap.",
+            MinNormConvergenceWarning,
+            stacklevel=2,
+        )
+    return MinNormResult(lam, float(lam @ g @ lam), iters, converged, gap)
 
 
-def min_norm_weights(
-    vectors: ArrayLike, max_iter: int = 1000, tol: float = 1e-5, away_steps: bool = False
-) -> MinNormResult:
-    """:func:`min_norm_frank_wolfe` for explicit vectors ``[n, d]`` (rows are the v_i; Gram computed in float64)."""
+def duality_gap(gram: ArrayLike, weights: ArrayLike) -> float:
+    """The Frank–Wolfe duality gap λᵀGλ − min_i (Gλ)_i of weights λ on the simplex.
+
+    ≥ 0 for every λ on the simplex, 0 exactly at the optimum (KKT: (Gλ)_i ≥ λᵀGλ for all i), and
+    f(λ) − min f ≤ 2·gap for f(λ) = λᵀGλ (convexity: f(λ*) ≥ f(λ) + ⟨2Gλ, λ* − λ⟩ ≥ f(λ) − 2·gap). Units of G.
+
+    Args:
+        gram: G, ``[n, n]``.
+        weights: λ, ``[n]``.
+    """
+    g = np.asarray(gram.detach().cpu().double() if isinstance(gram, Tensor) else gram, dtype=np.float64)
+    lam = np.asarray(weights.detach().cpu().double() if isinstance(weights, Tensor) else weights, dtype=np.float64)
+    g_lam = g @ lam
+    return float(lam @ g_lam - g_lam.min())
+
+
+def min_norm_active_set(gram: ArrayLike, tol: float = 1e-9, max_iter: Optional[int] = None) -> MinNormResult:
+    """Exact minimum-norm point of conv{v_i}: λ* = argmin_{λ ∈ simplex} λᵀGλ by an active-set method.
+
+    The simplex QP is solved as the non-negative least-squares problem
+    min_{μ ≥ 0} ‖Aμ − b‖² with A = [R; 1ᵀ] (RᵀR = G/s, s = max_i G_ii, R from the eigendecomposition of G/s
+    with negative rounding-level eigenvalues set to 0) and b = (0, …, 0, 1), i.e. ‖Σμ_i v_i‖²/s + (1 − Σμ_i)²;
+    its solution is μ* = λ*/(1 + f*/s), so λ* = μ*/Σμ* (module docstring). NNLS is solved by Lawson & Hanson's
+    active-set algorithm (*Solving Least Squares Problems*, 1974, Ch. 23, Alg. NNLS), which terminates in
+    finitely many steps; each step is a least-squares solve (``numpy.linalg.lstsq``) on the current support.
+    Two vectors use the closed form of :func:`min_norm_pair` (0 iterations).
+
+    Args:
+        gram: G, ``[n, n]`` symmetric positive semi-definite (Tensor or array; symmetrised, used in float64).
+        tol: Optimality tolerance (finite, ≥ 0; default 1e-9): the answer is accepted when its duality gap
+            λᵀGλ − min_i (Gλ)_i (:func:`duality_gap`) is ≤ ``tol``·max_i G_ii, so λᵀGλ − f* ≤ 2·``tol``·max_i G_ii.
+        max_iter: Cap on the least-squares solves (int ≥ 1; default ``None``: 10·n + 10).
+
+    Returns:
+        :class:`MinNormResult` (``converged``: the gap test held).
+
+    Warns:
+        MinNormConvergenceWarning: the cap was reached, or the final duality gap exceeds ``tol``·max_i G_ii
+            (rounding trouble on a near-degenerate G).
+
+    Raises:
+        ValueError: ``gram`` not a non-empty finite square matrix, ``tol`` negative or not finite, ``max_iter`` < 1.
+    """
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
+    if max_iter is not None and (
+        isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1
+    ):
+        raise ValueError(f"`max_iter` must be an integer >= 1 or None, got {max_iter!r}.")
+    g = _as_gram(gram)
+    n = g.shape[0]
+    cap = 10 * n + 10 if max_iter is None else int(max_iter)
+    scale = float(np.max(np.diag(g)))
+    if n <= 2 or scale <= 0.0:  # closed form (or all vectors zero: every λ is optimal)
+        lam = _best_pair(g)
+        return MinNormResult(lam, float(lam @ g @ lam), 0, True, duality_gap(g, lam))
+    gs = g / scale
+    evals, evecs = np.linalg.eigh(gs)
+    a = np.vstack([np.sqrt(np.clip(evals, 0.0, None))[:, None] * evecs.T, np.ones((1, n))])
+    b = np.zeros(n + 1)
+    b[-1] = 1.0
+    mu = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    w = a.T @ (b - a @ mu)
+    w_tol = 10.0 * np.finfo(np.float64).eps * n * max(1.0, float(np.abs(a).sum(axis=0).max()))
+    iters, capped = 0, False
+    while (~passive).any() and float(np.max(np.where(passive, -np.inf, w))) > w_tol:
+        if iters >= cap:
+            capped = True
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            iters += 1
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if np.all(z[passive] > 0.0):
+                mu = z
+                break
+            if iters >= cap:
+                capped = True
+                break
+            blocking = np.flatnonzero(passive & (z <= 0.0))
+            ratios = mu[blocking] / (mu[blocking] - z[blocking])
+            step = float(np.min(ratios))
+            mu = mu + step * (z - mu)
+            mu[blocking[ratios <= step]] = 0.0  # the blocking coordinate(s) leave the support exactly
+            passive &= mu > 0.0
+            mu[~passive] = 0.0
+            if not passive.any():  # numerical breakdown: nothing left to solve on
+                break
+        if capped:
+            break
+        w = a.T @ (b - a @ mu)
+    total = float(mu.sum())
+    lam = mu / total if total > 0 else _best_pair(g)
+    gap = duality_gap(g, lam)
+    converged = gap <= tol * scale
+    if not converged:
+        reason = f"stopped at `max_iter`={cap} least-squares solves" if capped else "ended"
+        warnings.warn(
+            f"Active-set min-norm solve {reason} with duality gap {gap:.3g} > `tol`·max G_ii = {tol * scale:.3g}: "
+            "λ is not optimal to the requested tolerance.",
+            MinNormConvergenceWarning,
+            stacklevel=2,
+        )
+    return MinNormResult(lam, float(lam @ g @ lam), iters, converged, gap)
+
+
+def min_norm_point(gram: ArrayLike, solver: str = "active_set", **options: Any) -> MinNormResult:
+    """λ* = argmin_{λ ∈ simplex} λᵀGλ with the named solver.
+
+    Args:
+        gram: G, ``[n, n]`` symmetric positive semi-definite.
+        solver: ``"active_set"`` (default; exact, :func:`min_norm_active_set`) or ``"frank_wolfe"`` (the public
+            code's solver, :func:`min_norm_frank_wolfe`).
+        **options: Passed to the solver (``tol``, ``max_iter``; ``away_steps`` for Frank–Wolfe only).
+
+    Raises:
+        ValueError: an unknown ``solver``, or the solver's own errors. TypeError: an option the solver lacks.
+    """
+    if solver == "active_set":
+        return min_norm_active_set(gram, **options)
+    if solver == "frank_wolfe":
+        return min_norm_frank_wolfe(gram, **options)
+    raise ValueError(f"`solver` must be one of {SOLVERS}, got {solver!r}.")
+
+
+def min_norm_weights(vectors: ArrayLike, solver: str = "active_set", **options: Any) -> MinNormResult:
+    """:func:`min_norm_point` for explicit vectors ``[n, d]`` (rows are the v_i; Gram computed in float64)."""
     v = vectors.detach().cpu().double() if isinstance(vectors, Tensor) else torch.as_tensor(np.asarray(vectors, dtype=np.float64))
     if v.ndim != 2:
         raise ValueError(f"`vectors` must have shape [n, d], got {tuple(v.shape)}.")
-    return min_norm_frank_wolfe(v @ v.T, max_iter=max_iter, tol=tol, away_steps=away_steps)
+    return min_norm_point((v @ v.T).numpy(), solver=solver, **options)

@@ -25,6 +25,7 @@ from .partition import _check_int, _check_seed
 
 __all__ = [
     "DATA_ORDERS",
+    "STEPS_RULES",
     "ClientWork",
     "LocalWork",
     "FixedLocalWork",
@@ -36,6 +37,9 @@ __all__ = [
 
 #: Allowed values of ``data_order`` in :func:`batch_schedule`.
 DATA_ORDERS: tuple[str, ...] = ("reshuffle", "once", "none")
+
+#: Allowed values of ``steps_rule`` in :class:`SampledLocalWork`.
+STEPS_RULES: tuple[str, ...] = ("paper", "epochs")
 
 # Non-zero stream tags appended to the SeedSequence entropy so the permutation streams never
 # coincide with each other or with SampledLocalWork's ``[seed, round_idx, cid]`` (SeedSequence
@@ -169,8 +173,31 @@ class SampledLocalWork(LocalWork):
     batch is the whole client (``B_i = |D_i|``); a given batch-size high end above ``|D_i|`` is
     clipped to ``|D_i|``; a client with no samples gets ``B_i = 1`` (it has no batches anyway).
 
+    How many local steps follow from ``(E_i, B_i)`` (``steps_rule``):
+
+    * ``"paper"`` (default): ``K_i = floor(E_i * |D_i| / B_i)`` mini-batch steps, the paper's count
+      (Sec. 5, Hybrid+: "the local steps K_i = ⌊E_i*|D_i|/B_i⌋"). The plan is
+      ``ClientWork(epochs=E_i, batch_size=B_i, steps=K_i)``, so :func:`batch_schedule` yields the first
+      ``K_i`` batches of the unbounded epoch sequence, in the data module's ``data_order``
+      (``"reshuffle"``: a fresh permutation per epoch; ``"once"``; ``"none"``). Without ``drop_last``
+      each epoch is cut into ``ceil(|D_i|/B_i)`` batches (the last one smaller), and
+      ``K_i <= E_i * ceil(|D_i|/B_i)``: the schedule is exactly the first ``K_i`` batches of the
+      ``"epochs"`` schedule, the last epoch possibly partial. With ``drop_last`` (``floor(|D_i|/B_i)``
+      full batches per epoch) ``K_i`` can exceed ``E_i * floor(|D_i|/B_i)``, and the client goes on
+      into epoch ``E_i`` (further epochs), still ``K_i`` steps of ``B_i`` samples.
+    * ``"epochs"``: ``E_i`` full passes, ``E_i * ceil(|D_i|/B_i)`` steps (``floor`` with ``drop_last``):
+      what the authors' public code runs (a ``DataLoader(shuffle=True)`` iterated ``E_i`` times), and
+      this class's behaviour before ``steps_rule`` existed. With ``|D_i| = q B_i + r`` the counts are
+      ``E_i q + floor(E_i r / B_i)`` and ``E_i q + E_i [r > 0]``: they differ exactly when ``B_i``
+      does not divide ``|D_i|``, and then the paper's is smaller by ``E_i - floor(E_i r / B_i) >= 1``.
+
+    ``K_i >= E_i >= 1`` for every client with samples (``B_i <= |D_i|``). A client with no samples
+    gets ``ClientWork(epochs=E_i, batch_size=1)`` under both rules (no steps; ``K_i = 0``); what a
+    zero-step client does is left to the data module / loop.
+
     Draws come from ``np.random.default_rng([seed, round_idx, cid])`` (epochs first, then batch
-    size), so they do not depend on cohort order or on what else was sampled.
+    size), so they do not depend on cohort order or on what else was sampled; ``steps_rule`` does
+    not change the draws.
 
     Args:
         epochs: ``(low, high)`` inclusive range of local epochs, ``1 <= low <= high``, or one int
@@ -178,9 +205,12 @@ class SampledLocalWork(LocalWork):
         batch_size: ``(low, high)`` inclusive range, ``1 <= low <= high``; ``high=None`` means the
             client's dataset size ``|D_i|``; or one int (default ``(10, None)``).
         seed: experiment seed (int >= 0, default 0).
+        steps_rule: ``"paper"`` (default, ``K_i = floor(E_i |D_i| / B_i)`` steps) or ``"epochs"``
+            (``E_i`` full epochs), see above.
 
     Raises:
-        TypeError / ValueError: a malformed range or seed (the message names the argument).
+        TypeError / ValueError: a malformed range or seed, or an unknown ``steps_rule`` (the message
+            names the argument).
     """
 
     def __init__(
@@ -188,10 +218,14 @@ class SampledLocalWork(LocalWork):
         epochs: int | tuple[int, int] = (2, 5),
         batch_size: int | tuple[int, int | None] = (10, None),
         seed: int = 0,
+        steps_rule: str = "paper",
     ) -> None:
         self.epochs = _check_range("epochs", epochs, minimum=1, allow_none_high=False)
         self.batch_size = _check_range("batch_size", batch_size, minimum=1, allow_none_high=True)
         self.seed = _check_seed(seed)
+        if not isinstance(steps_rule, str) or steps_rule not in STEPS_RULES:
+            raise ValueError(f"`steps_rule` must be one of {STEPS_RULES}, got {steps_rule!r}")
+        self.steps_rule = steps_rule
 
     def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
         cid, round_idx, num_samples = _check_plan_args(cid, round_idx, num_samples)
@@ -202,6 +236,9 @@ class SampledLocalWork(LocalWork):
         high = num_samples if b_high is None else min(b_high, num_samples)
         low = min(b_low, high)
         batch = int(rng.integers(low, high, endpoint=True)) if high >= 1 else 1
+        if self.steps_rule == "paper" and num_samples > 0:
+            # FedAWARE Sec. 5: K_i = floor(E_i * |D_i| / B_i) >= E_i >= 1 (B_i <= |D_i|).
+            return ClientWork(epochs=epochs, batch_size=batch, steps=(epochs * num_samples) // batch)
         return ClientWork(epochs=epochs, batch_size=batch)
 
 
