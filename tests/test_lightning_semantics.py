@@ -295,7 +295,7 @@ def test_client_executor_by_name(tmp_path):
 # ---------------------------------------------------------------- #11.7 dict batches, #11.8 progress bars
 class _DictRegression(LinearRegression):
     def training_step(self, batch, batch_idx):
-        loss = torch.nn.functional.mse_loss(self.linear(batch["x"]).squeeze(-1), batch["y"])
+        loss = torch.nn.functional.mse_loss(self.linear(batch["x"].double()).squeeze(-1), batch["y"].double())
         self.log("train_loss", loss, on_epoch=True)
         return loss
 
