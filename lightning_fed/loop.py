@@ -60,7 +60,7 @@ class FederatedFitLoop(_FitLoop):
        floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
        buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer;
     4. the per-round metrics ``round_train_loss`` (sample-weighted mean of the clients' mean local losses),
-       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_gradient_diversity`` (Σλ_i‖g_i‖²/‖Σλ_i g_i‖², see
+       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_gradient_diversity`` (√(Σλ_i‖g_i‖²/‖Σλ_i g_i‖²), see
        :meth:`ServerOptimizer.gradient_diversity`), ``round_time_s`` (wall time) and ``round_local_steps`` are
        logged with the round as the step, then the global model is validated every
        ``check_val_every_n_epoch`` rounds, then the ``on_train_epoch_end`` hooks run (checkpoints), then

@@ -117,14 +117,25 @@ class ServerOptimizer(Callback):
         return result
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """Gradient diversity Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² of the round (Zeng et al. 2024, Fig. 5), with λ the
-        aggregation weights and g_i the clients' contributions; ``nan`` when the aggregate is zero."""
+        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
+        ``round_gradient_diversity``.
+
+        Source: Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
+        Maximization* (FedAWARE, ICML 2024), Definition 3.1, Eq. 3 — the **square root** of the ratio, so D ≥ 1
+        (Jensen) and D = 1 exactly when all g_i are equal (the IID case); Fig. 3 and Fig. 5 plot this D. Here
+        λ are the round's aggregation weights (:meth:`client_weights`), g_i the clients' contributions
+        (:meth:`client_delta`) and Σ_i λ_i g_i the pseudo-gradient; norms are over all parameters together,
+        accumulated in float64.
+
+        Returns:
+            D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
+        """
         weights = self.client_weights(updates)
         sq_norms = torch.stack(
             [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
         )
         denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
-        return float((weights * sq_norms).sum()) / denom if denom > 0 else float("nan")
+        return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
