@@ -60,7 +60,7 @@ def normalized_direction(update: ClientUpdate) -> list[Tensor]:
 
     γ is ``update.client_lr`` (the client optimizer's learning rate at the start of the round) and n_m is
     ``update.num_steps`` (local optimizer steps taken). A client that took no step returns zeros (its Δ is zero
-    and it carries no direction; :meth:`NormalizedDirection.client_weights` also gives it weight 0).
+    and it carries no direction; :meth:`NormalizedDirection.client_weight_counts` also gives it weight 0).
 
     Args:
         update: The client's :class:`~lightning_fed.ClientUpdate`; ``delta`` is a list of tensors shaped like
@@ -112,23 +112,22 @@ class NormalizedDirection:
         """Δ_m/(γ·n_m) (see :func:`normalized_direction`, which lists the errors)."""
         return normalized_direction(update)
 
-    def client_weights(self, updates: list[ClientUpdate]) -> Tensor:
-        """The base class's weights (uniform or by |D_m|) with zero-step clients set to 0, renormalised;
-        shape ``[len(updates)]``, float64.
+    def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
+        """The base class's unnormalised weights (1 or |D_m|) with zero-step clients set to 0; shape
+        ``[len(updates)]``, float64 (normalised by their sum in ``client_weights`` and ``aggregate``).
 
         Raises:
             ValueError: ``updates`` empty, or no client in the round took a local step.
         """
-        weights = super().client_weights(updates)  # type: ignore[misc]
+        counts = super().client_weight_counts(updates)  # type: ignore[misc]
         took_steps = torch.tensor([int(u.num_steps) > 0 for u in updates], dtype=torch.float64)
-        masked = weights * took_steps
-        total = masked.sum()
-        if total <= 0:
+        masked = counts * took_steps
+        if masked.sum() <= 0:
             raise ValueError(
                 "No client in the round took a local step (all `num_steps` are 0): the normalised direction "
                 "Δ/(γ·n) is undefined."
             )
-        return masked / total
+        return masked
 
 
 class ServerStepSize(NormalizedDirection, ServerOptimizer):
