@@ -15,7 +15,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client import ClientUpdate
+from lightning_fed.client import ClientUpdate, parameter_client_lrs
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 
 #: Names of the per-round metrics the loop logs (TensorBoard step = round).
@@ -280,6 +280,12 @@ class FederatedFitLoop(_FitLoop):
             return float("nan")
         return float(self._optimizer_defaults[0][0].get("lr", float("nan")))
 
+    @property
+    def round_client_lrs(self) -> list[float]:
+        """γ of each parameter's optimizer group in the current round, aligned with ``module.parameters()``."""
+        lrs = [[g.get("lr", float("nan")) for g in defaults] for defaults in self._optimizer_defaults]
+        return parameter_client_lrs(self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs)
+
     def start_client(self, client_id: int, round_idx: int) -> None:
         """Load x_t into the module in place and reset the client optimizer(s) to a fresh state."""
         with torch.no_grad():
@@ -338,6 +344,7 @@ class FederatedFitLoop(_FitLoop):
             client_lr=self.round_client_lr,
             buffers=buffers,
             extras=extras,
+            client_lrs=self.round_client_lrs,
         )
 
     def record_client_failure(self, client_id: int, reason: str) -> None:
