@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +23,15 @@ class ClientUpdate:
         loss: Mean training loss over the local steps that returned one (``nan`` if none did).
         loss_steps: How many local steps returned a loss (``training_step`` under manual optimization may return
             none); ``-1`` (default) means all ``num_steps``.
-        client_lr: The client optimizer's learning rate γ (first parameter group) during this round.
+        client_lr: The client optimizer's learning rate γ (first parameter group) during this round (see also
+            ``client_lrs``).
         buffers: The client's final values of ``module.buffers()`` (e.g. BatchNorm running statistics), same
             order as ``module.buffers()``; averaged by the loop, never passed through the server optimizer.
         extras: Extra tensors an algorithm asks clients for (see
             :meth:`~lightning_fed.callbacks.ServerOptimizer.collect_client_extras`), e.g. Fed-LAMB's second moments.
+        client_lrs: The client learning rate γ of each parameter's optimizer group during this round, one float
+            per entry of ``delta`` (``nan`` for a parameter in no group, or in several groups with different
+            rates); see :func:`parameter_client_lrs`. Empty (the default) means ``client_lr`` for every parameter.
     """
 
     client_id: int
@@ -36,8 +42,35 @@ class ClientUpdate:
     client_lr: float = float("nan")
     buffers: list[Tensor] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
+    client_lrs: list[float] = field(default_factory=list)
     loss_steps: int = -1
 
     def __post_init__(self) -> None:
         if self.loss_steps < 0:
             self.loss_steps = self.num_steps
+
+
+def parameter_client_lrs(
+    params: Sequence[Tensor], param_groups: Sequence[Sequence[dict[str, Any]]], group_lrs: Sequence[Sequence[float]]
+) -> list[float]:
+    """The learning rate γ of the optimizer group holding each parameter, one float per entry of ``params``.
+
+    Args:
+        params: The module's parameters (``module.parameters()`` order).
+        param_groups: For each optimizer, its ``param_groups`` (only their ``"params"`` lists are read).
+        group_lrs: For each optimizer, the learning rate of each of its groups (same nesting as
+            ``param_groups``), e.g. the rates at the start of the round.
+
+    Returns:
+        ``lrs[i]`` = the rate of the group that holds ``params[i]``; ``nan`` if no group holds it, or if groups with
+        different rates do.
+    """
+    lr_of: dict[int, float] = {}
+    for groups, lrs in zip(param_groups, group_lrs):
+        for group, lr in zip(groups, lrs):
+            for p in group["params"]:
+                key = id(p)
+                lr = float(lr)
+                previous = lr_of.get(key)
+                lr_of[key] = lr if previous is None or previous == lr else math.nan
+    return [lr_of.get(id(p), math.nan) for p in params]

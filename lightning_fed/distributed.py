@@ -70,7 +70,7 @@ def _to(update: ClientUpdate, device: torch.device) -> ClientUpdate:
     return ClientUpdate(
         client_id=update.client_id, delta=move(update.delta), num_samples=update.num_samples,
         num_steps=update.num_steps, loss=update.loss, client_lr=update.client_lr, buffers=move(update.buffers),
-        extras=move(update.extras), loss_steps=update.loss_steps,
+        extras=move(update.extras), client_lrs=list(update.client_lrs), loss_steps=update.loss_steps,
     )
 
 

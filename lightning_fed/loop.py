@@ -17,7 +17,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client import ClientUpdate
+from lightning_fed.client import ClientUpdate, parameter_client_lrs
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
@@ -64,7 +64,7 @@ class FederatedFitLoop(_FitLoop):
        floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
        buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer;
     4. the per-round metrics ``round_train_loss`` (sample-weighted mean of the clients' mean local losses),
-       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_gradient_diversity`` (Σλ_i‖g_i‖²/‖Σλ_i g_i‖², see
+       ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_gradient_diversity`` (√(Σλ_i‖g_i‖²/‖Σλ_i g_i‖²), see
        :meth:`ServerOptimizer.gradient_diversity`), ``round_time_s`` (wall time) and ``round_local_steps`` are
        logged with the round as the step, then the global model is validated every
        ``check_val_every_n_epoch`` rounds, then the ``on_train_epoch_end`` hooks run (checkpoints), then
@@ -318,6 +318,12 @@ class FederatedFitLoop(_FitLoop):
             return float("nan")
         return float(self._optimizer_defaults[0][0].get("lr", float("nan")))
 
+    @property
+    def round_client_lrs(self) -> list[float]:
+        """γ of each parameter's optimizer group in the current round, aligned with ``module.parameters()``."""
+        lrs = [[g.get("lr", float("nan")) for g in defaults] for defaults in self._optimizer_defaults]
+        return parameter_client_lrs(self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs)
+
     def start_client(self, client_id: int, round_idx: int) -> None:
         """Load x_t into the module in place and reset the client optimizer(s) to a fresh state."""
         with torch.no_grad():
@@ -398,6 +404,7 @@ class FederatedFitLoop(_FitLoop):
             client_lr=self.round_client_lr,
             buffers=buffers,
             extras=extras,
+            client_lrs=self.round_client_lrs,
         )
 
     def record_client_failure(self, client_id: int, reason: str) -> None:

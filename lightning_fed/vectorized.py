@@ -385,6 +385,7 @@ class VectorizedExecutor(ClientExecutor):
                 num_steps=len(schedules[cid]),
                 loss=loss,
                 client_lr=loop.round_client_lr,
+                client_lrs=loop.round_client_lrs,
                 buffers=[b.clone() for b in buffers],
                 extras={},
             )

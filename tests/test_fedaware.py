@@ -84,7 +84,7 @@ class ReferenceFedAWARE:
             d = (avg @ d) / (d @ d) * d
         full = np.zeros(len(self.seen))
         full[idx] = lam
-        diversity = (lam @ np.einsum("ij,ij->i", v, v)) / (lam @ v @ v.T @ lam)
+        diversity = np.sqrt((lam @ np.einsum("ij,ij->i", v, v)) / (lam @ v @ v.T @ lam))  # Eq. 6: the square root
         return x - self.lr * d, (full, diversity)
 
 
@@ -291,7 +291,7 @@ def test_warmup_is_fedavg_and_reports_the_base_diversity():
     avg = (sizes[0] * deltas[0] + sizes[1] * deltas[1]) / sizes.sum()
     np.testing.assert_allclose(got, _flat(x0) + 0.5 * avg, atol=1e-14)
     w = sizes / sizes.sum()
-    want_div = (w[0] * deltas[0] @ deltas[0] + w[1] * deltas[1] @ deltas[1]) / (avg @ avg)
+    want_div = np.sqrt((w[0] * deltas[0] @ deltas[0] + w[1] * deltas[1] @ deltas[1]) / (avg @ avg))
     assert diversities[0] == pytest.approx(want_div, rel=1e-12)
     assert server.last_weights is None and server.warming_up
 
@@ -404,7 +404,7 @@ def test_logs_solver_metrics_and_fedaware_diversity(tmp_path):
     unit = gram / np.sqrt(np.outer(np.diag(gram), np.diag(gram)))
     assert float(last["fedaware_support"]) == (lam > 0).sum()
     assert float(last["fedaware_min_norm_sq"]) == pytest.approx(lam @ unit @ lam, rel=1e-6)
-    assert float(last["round_gradient_diversity"]) == pytest.approx(1.0 / (lam @ unit @ lam), rel=1e-6)
+    assert float(last["round_gradient_diversity"]) == pytest.approx(1.0 / np.sqrt(lam @ unit @ lam), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- errors

@@ -174,6 +174,6 @@ def test_gradient_diversity_matches_numpy():
     w /= w.sum()
     flat = [np.concatenate([d.ravel() for d in deltas]) for deltas, _ in clients]
     mean = sum(wi * f for wi, f in zip(w, flat))
-    want = sum(wi * f @ f for wi, f in zip(w, flat)) / (mean @ mean)
+    want = np.sqrt(sum(wi * f @ f for wi, f in zip(w, flat)) / (mean @ mean))  # FedAWARE Eq. 3: the square root
     assert server.gradient_diversity(updates, pseudo_gradient) == pytest.approx(want, rel=1e-12)
     assert want >= 1.0  # Jensen: diversity is at least 1

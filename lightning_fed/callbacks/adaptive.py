@@ -16,18 +16,55 @@ from lightning_fed.callbacks.server_optimizer import (
 )
 
 
+#: The named conventions of :class:`AdaptiveServerOptimizer` (``convention=``).
+CONVENTIONS = ("reddi", "flower", "tff")
+
+#: Default v_{−1} per (convention, rule) where the framework fixes or defaults it (``None``: τ², Reddi et al.).
+_INITIAL_ACCUMULATOR = {
+    ("flower", "adam"): 0.0, ("flower", "yogi"): 0.0, ("flower", "adagrad"): 0.0,
+    ("tff", "adam"): 0.0, ("tff", "yogi"): 1e-6, ("tff", "adagrad"): 0.1,
+}
+#: (convention, rule) pairs whose framework has no option for v_{−1} (always zeros).
+_FIXED_ZERO_ACCUMULATOR = {("flower", "adam"), ("flower", "yogi"), ("flower", "adagrad"), ("tff", "adam")}
+
+
 class AdaptiveServerOptimizer(ServerOptimizer):
     """Reddi et al. 2021, Alg. 2, with the second-moment rule left to subclasses (:meth:`update_second_moment`).
 
-    Per round t (Alg. 2, l. 11-15)::
+    Per round t (Alg. 2, l. 11-15; t counted from 0 in the paper, ``num_steps`` = t + 1 here)::
 
         m_t = β₁·m_{t−1} + (1 − β₁)·Δ_t                      (l. 11; m_{−1} = 0)
         v_t = <FedAdagrad | FedYogi | FedAdam rule>           (l. 12 / 13 / 14; v_{−1} = initial_accumulator)
         x_{t+1} = x_t + η·m_t / (√v_t + τ)                   (l. 15)
 
-    Defaults are the paper's: β₁ = 0.9, β₂ = 0.99, τ = 1e-3, v_{−1} = τ², no bias correction. With
-    ``bias_correction=True`` (Keras/Flower-style, the paper's public code) the step uses
-    m̂_t = m_t/(1 − β₁^{t+1}) and v̂_t = v_t/(1 − β₂^{t+1}) (t counted from 0) in place of m_t, v_t.
+    Defaults are the paper's: β₁ = 0.9, β₂ = 0.99, τ = 1e-3, v_{−1} = τ², no bias correction.
+
+    ``convention`` reproduces another framework's formula exactly (hyper-parameters η, β₁, β₂, τ stay yours; the
+    frameworks' own defaults differ, e.g. Flower's τ = 1e-9 for FedAdam). With k = ``num_steps`` (1 in the first
+    round) and ε the framework's name for τ:
+
+    * ``"reddi"`` (default): the formula above, Alg. 2 as printed.
+    * ``"flower"``: Flower's strategies (``flwr/server/strategy/fedadam.py``, ``fedyogi.py``, ``fedadagrad.py``,
+      ``FedX.aggregate_fit``; checked at adap/flower commit aa9582d, ``framework/py/flwr/server/strategy/
+      fedadam.py`` l. 157-186): m and v start at 0 (v_{−1} = 0, no option), x ← x + η_k·m/(√v + τ) with τ
+      outside the root; FedAdam alone bias-corrects the *step size*, η_k = η·√(1 − β₂^{k+1})/(1 − β₁^{k+1}) — the
+      exponent is ``server_round + 1`` and Flower's ``server_round`` starts at 1 (``Server.fit``:
+      ``for current_round in range(1, num_rounds + 1)``), so it is k + 1, not k; FedYogi and FedAdagrad use η_k = η.
+      Flower's FedAdagrad fixes β₁ = 0 (m = Δ), so :class:`FedAdagrad` requires ``beta1=0`` (its default under
+      this convention).
+    * ``"tff"``: TensorFlow Federated's ``tff.learning.optimizers`` (``build_adam``, ``build_yogi``,
+      ``build_adagrad``; google-parfait/tensorflow-federated, ``tensorflow_federated/python/learning/optimizers/
+      adam.py``, ``yogi.py``, ``adagrad.py``, ``_X.initialize`` / ``_X.next``), applied to the gradient −Δ_t:
+      Adam and Yogi: m starts at 0, v_{−1} = 0 for Adam (no option) and ``initial_preconditioner_value`` = 1e-6 by
+      default for Yogi, x ← x + η_k·m/(√v + τ) with η_k = η·√(1 − β₂^k)/(1 − β₁^k) (``normalized_lr``, step
+      counted from 1). Adagrad: no momentum (``beta1=0`` required, the default under this convention),
+      v_{−1} = ``initial_preconditioner_value`` = 0.1 by default, x ← x + η·Δ/√(v + τ) — τ *inside* the root —
+      and no bias correction. TFF evaluates η_k in float32 (``tf.math.pow`` of Python floats); here it is float64.
+
+    ``bias_correction=True`` (only with ``convention="reddi"``) is a third variant, kept for compatibility: the
+    placement of ``torch.optim.Adam`` — step size η/(1 − β₁^k) and denominator √v/√(1 − β₂^k) + τ, i.e. √v is
+    corrected *before* τ is added — on top of v_{−1} = ``initial_accumulator`` (τ² by default). It equals
+    neither Flower's nor TFF's formula; use ``convention`` for those.
 
     State: ``exp_avg`` (m) and ``exp_avg_sq`` (v), one tensor per parameter.
 
@@ -35,15 +72,23 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         lr: Server learning rate η (> 0).
         beta1: β₁ in [0, 1) (default 0.9).
         beta2: β₂ in [0, 1) (default 0.99; unused by FedAdagrad).
-        tau: Adaptivity τ (> 0, default 1e-3); smaller is more adaptive.
-        initial_accumulator: v_{−1}, ≥ 0 (default τ², the paper's "v_{−1} ≥ τ²").
-        bias_correction: Apply Adam-style bias correction (default ``False``, as the paper).
+        tau: Adaptivity τ (> 0, default 1e-3); smaller is more adaptive. Flower's and TFF's ε.
+        initial_accumulator: v_{−1}, ≥ 0 (default: τ² under ``"reddi"``; 0 under ``"flower"`` and for TFF's Adam,
+            where it cannot be set otherwise; TFF's defaults 1e-6 for Yogi and 0.1 for Adagrad).
+        bias_correction: torch-style bias correction on top of ``"reddi"`` (default ``False``, as the paper).
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
+        convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"``, see above.
 
     Raises:
         ValueError: ``lr``/``tau`` not finite and > 0, ``beta1``/``beta2`` outside [0, 1), a negative or
-            non-finite ``initial_accumulator``, or an unknown ``weighting``.
+            non-finite ``initial_accumulator``, an unknown ``weighting`` or ``convention``,
+            ``bias_correction=True`` with a convention other than ``"reddi"``, or a nonzero ``initial_accumulator``
+            where the chosen framework always starts v at 0.
     """
+
+    #: The second-moment rule of the subclass (``"adam"``, ``"yogi"`` or ``"adagrad"``), which picks the
+    #: framework's formula under ``convention="flower"``/``"tff"``.
+    rule: str = "adam"
 
     def __init__(
         self,
@@ -54,15 +99,31 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         initial_accumulator: Optional[float] = None,
         bias_correction: bool = False,
         weighting: str = "num_samples",
+        convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, weighting=weighting)
+        if convention not in CONVENTIONS:
+            raise ValueError(f"`convention` must be one of {CONVENTIONS}, got {convention!r}.")
+        self.convention = convention
         self.beta1 = check_unit_interval("beta1", beta1)
         self.beta2 = check_unit_interval("beta2", beta2)
         self.tau = check_positive("tau", tau)
+        if bias_correction and convention != "reddi":
+            raise ValueError(
+                f"`bias_correction=True` is the torch-style correction on top of convention='reddi'; "
+                f"convention={convention!r} already fixes the framework's own correction. Pass one or the other."
+            )
+        key = (convention, self.rule)
         if initial_accumulator is None:
-            initial_accumulator = self.tau**2
+            initial_accumulator = _INITIAL_ACCUMULATOR.get(key, self.tau**2)
         if not isinstance(initial_accumulator, (int, float)) or not math.isfinite(initial_accumulator) or initial_accumulator < 0:
             raise ValueError(f"`initial_accumulator` must be a finite number >= 0, got {initial_accumulator!r}.")
+        if key in _FIXED_ZERO_ACCUMULATOR and initial_accumulator != 0:
+            raise ValueError(
+                f"convention={convention!r} starts the second moment v at 0 for this optimizer (the framework has no "
+                f"such option); got `initial_accumulator`={initial_accumulator!r}. Leave it unset or use "
+                "convention='reddi'."
+            )
         self.initial_accumulator = float(initial_accumulator)
         self.bias_correction = bool(bias_correction)
 
@@ -73,10 +134,26 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         """Update v (in place) given Δ_t² (Alg. 2, l. 12-14)."""
         raise NotImplementedError
 
+    def framework_step_size(self, k: int) -> float:
+        """The step size η_k of round k (k = ``num_steps``, 1 in the first round) under ``"flower"``/``"tff"``."""
+        if self.convention == "flower" and self.rule == "adam":
+            return self.lr * math.sqrt(1.0 - self.beta2 ** (k + 1)) / (1.0 - self.beta1 ** (k + 1))
+        if self.convention == "tff" and self.rule in ("adam", "yogi"):
+            return self.lr * math.sqrt(1.0 - self.beta2**k) / (1.0 - self.beta1**k)
+        return self.lr
+
     def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
         m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
         torch._foreach_lerp_(m, pseudo_gradient, 1.0 - self.beta1)  # m ← β₁m + (1−β₁)Δ
         self.update_second_moment(v, torch._foreach_mul(pseudo_gradient, pseudo_gradient))
+        if self.convention != "reddi":
+            step_size = self.framework_step_size(self.num_steps)
+            if self.convention == "tff" and self.rule == "adagrad":
+                denom = torch._foreach_sqrt(torch._foreach_add(v, self.tau))  # √(v + ε)
+            else:
+                denom = torch._foreach_add(torch._foreach_sqrt(v), self.tau)  # √v + ε
+            torch._foreach_addcdiv_(params, m, denom, value=step_size)
+            return
         step_size = self.lr
         denom = torch._foreach_sqrt(v)
         if self.bias_correction:
@@ -95,5 +172,6 @@ class AdaptiveServerOptimizer(ServerOptimizer):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, beta1={self.beta1}, beta2={self.beta2}, tau={self.tau}, "
-            f"initial_accumulator={self.initial_accumulator}, bias_correction={self.bias_correction}"
+            f"initial_accumulator={self.initial_accumulator}, bias_correction={self.bias_correction}, "
+            f"convention={self.convention!r}"
         )

@@ -16,21 +16,41 @@ class FedAdagrad(AdaptiveServerOptimizer):
 
     Defaults: β₁ = 0.9 (the paper's Alg. 2 keeps momentum for all three methods; pass ``beta1=0`` for plain
     Adagrad), τ = 1e-3, v_{−1} = ``initial_accumulator`` = τ². With ``bias_correction=True`` only m is
-    corrected (β₂ = 0: the sum has nothing to correct). See :class:`AdaptiveServerOptimizer` for the arguments
-    and errors.
+    corrected (β₂ = 0: the sum has nothing to correct).
+
+    ``convention="flower"`` is Flower's FedAdagrad (β₁ = 0, v_{−1} = 0, x ← x + η·Δ/(√v + τ));
+    ``convention="tff"`` is TFF's ``build_adagrad`` (no momentum, v_{−1} = 0.1 by default, x ← x + η·Δ/√(v + τ),
+    τ inside the root). Both have no momentum, so ``beta1`` defaults to 0 there and any other value is an error.
+    See :class:`AdaptiveServerOptimizer` for the other arguments, sources and errors.
+
+    Args:
+        beta1: β₁ in [0, 1); ``None`` (default) means 0.9 under ``"reddi"`` and 0 under ``"flower"``/``"tff"``.
+
+    Raises:
+        ValueError: as :class:`AdaptiveServerOptimizer`, or ``beta1`` ≠ 0 with ``convention="flower"``/``"tff"``.
     """
+
+    rule = "adagrad"
 
     def __init__(
         self,
         lr: float = 1e-2,
         tau: float = 1e-3,
         initial_accumulator: Optional[float] = None,
-        beta1: float = 0.9,
+        beta1: Optional[float] = None,
         bias_correction: bool = False,
         weighting: str = "num_samples",
+        convention: str = "reddi",
     ) -> None:
+        if beta1 is None:
+            beta1 = 0.9 if convention == "reddi" else 0.0
+        elif convention in ("flower", "tff") and beta1 != 0:
+            raise ValueError(
+                f"convention={convention!r}: the framework's Adagrad has no momentum (β₁ = 0), got `beta1`={beta1!r}. "
+                "Leave `beta1` unset or use convention='reddi'."
+            )
         super().__init__(lr=lr, beta1=beta1, beta2=0.0, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention)
 
     def update_second_moment(self, v: list[Tensor], delta_sq: list[Tensor]) -> None:
         torch._foreach_add_(v, delta_sq)  # v ← v + Δ²

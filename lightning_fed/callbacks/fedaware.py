@@ -73,9 +73,9 @@ class FedAWARE(ServerOptimizer):
     After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
     (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`) and, in the logged metrics,
     ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
-    solver) and ``fedaware_min_norm_sq``
-    (‖Σλ_i v_i‖²). :meth:`gradient_diversity` (``round_gradient_diversity``) is Σλ_i‖v_i‖² / ‖Σλ_i v_i‖² with
-    FedAWARE's λ and the vectors it was solved on (so 1/‖d_t‖² under ``normalize``); the FedAvg diversity of the
+    solver) and ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²). :meth:`gradient_diversity` (``round_gradient_diversity``) is
+    √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (the square root, Eq. 3/6) with FedAWARE's λ and the vectors it was solved on (so
+    1/‖d_t‖ under ``normalize``); the FedAvg diversity of the
     round's updates during warm-up.
 
     Args:
@@ -300,7 +300,7 @@ class FedAWARE(ServerOptimizer):
             coef = lam / norms
             denom = float(lam @ g_solve @ lam)
             numer = float(lam @ np.diag(g_solve))
-            self._last_diversity = numer / denom if denom > 0 else float("nan")
+            self._last_diversity = math.sqrt(numer / denom) if denom > 0 else float("nan")  # Eq. 3/6: √ratio
             if self.projection:
                 # d ← (⟨m̄, d⟩ / ‖d‖²)·d with m̄ = Σ w_i m_i (raw momenta), all from the Gram matrix.
                 w = self._weighting_vector(idx)
@@ -345,7 +345,7 @@ class FedAWARE(ServerOptimizer):
         raise RuntimeError("FedAWARE overrides server_update; step() is not used.")
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """Σλ_i‖v_i‖² / ‖Σλ_i v_i‖² with FedAWARE's λ and the vectors v_i it was solved on (unit momenta under
+        """√(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 3/6: the square root) with FedAWARE's λ and the vectors v_i it was solved on (unit momenta under
         ``normalize``, else the momenta); ``nan`` when the combination is zero. In warm-up rounds, the base
         class's diversity of the round's updates."""
         if self._last_diversity is None:

@@ -87,8 +87,9 @@ class ServerOptimizer(Callback):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ aggregation
-    def client_weights(self, updates: list[ClientUpdate]) -> Tensor:
-        """Normalised aggregation weights w, shape ``[len(updates)]``, float64, summing to 1.
+    def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
+        """Unnormalised aggregation weights, shape ``[len(updates)]``, float64: |D_i| (``"num_samples"``) or 1
+        (``"uniform"``). :meth:`client_weights` and :meth:`aggregate` normalise them by their sum.
 
         Raises:
             ValueError: ``updates`` empty, or all clients with zero samples under ``"num_samples"``.
@@ -99,32 +100,66 @@ class ServerOptimizer(Callback):
             raw = torch.ones(len(updates), dtype=torch.float64)
         else:
             raw = torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
-        total = raw.sum()
-        if total <= 0:
+        if raw.sum() <= 0:
             raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
-        return raw / total
+        return raw
+
+    def client_weights(self, updates: list[ClientUpdate]) -> Tensor:
+        """Normalised aggregation weights w, shape ``[len(updates)]``, float64, summing to 1
+        (:meth:`client_weight_counts` divided by their sum).
+
+        Raises:
+            ValueError: as :meth:`client_weight_counts`.
+        """
+        raw = self.client_weight_counts(updates)
+        return raw / raw.sum()
 
     def client_delta(self, update: ClientUpdate) -> list[Tensor]:
         """The client's contribution to the pseudo-gradient (default Δ_i; e.g. Nastya normalises it)."""
         return update.delta
 
     def aggregate(self, updates: list[ClientUpdate]) -> list[Tensor]:
-        """The pseudo-gradient Δ_t = Σ_i w_i·client_delta(u_i) (one tensor per parameter)."""
-        weights = self.client_weights(updates).tolist()
-        result = [torch.mul(d, weights[0]) for d in self.client_delta(updates[0])]
-        for w, update in zip(weights[1:], updates[1:]):
-            torch._foreach_add_(result, self.client_delta(update), alpha=w)
-        return result
+        """The pseudo-gradient Δ_t = Σ_i w_i·client_delta(u_i), one tensor per parameter (shapes, dtypes and
+        devices of the clients' deltas), with w_i = c_i / Σ_j c_j and c the :meth:`client_weight_counts`.
+
+        Precision: computed as (Σ_i c_i·client_delta(u_i)) / Σ_j c_j, the sum accumulated in float64 and divided
+        once, then rounded once to the parameters' dtype. For a float32 (or half-precision) model with integer
+        counts the float64 sum is exact (unless the deltas span more than ~2^25 in magnitude), so the result is
+        the exact weighted mean correctly rounded to float32 — e.g. clients of 1 and 2 samples average exactly,
+        where adding w_i·Δ_i with w = (1/3, 2/3) in float32 rounds once per client. A float64 model gets
+        (Σ c_i·Δ_i)/Σc in float64. On devices without float64 (Apple MPS) the sum is accumulated in the
+        parameters' dtype.
+        """
+        counts = self.client_weight_counts(updates)
+        total = float(counts.sum())
+        counts = counts.tolist()
+        first = self.client_delta(updates[0])
+        result = [torch.mul(d.to(_accumulation_dtype(d)), counts[0]) for d in first]
+        for c, update in zip(counts[1:], updates[1:]):
+            torch._foreach_add_(result, self.client_delta(update), alpha=c)  # in float64: exact for float32 Δ
+        torch._foreach_div_(result, total)
+        return [acc.to(d.dtype) for acc, d in zip(result, first)]
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """Gradient diversity Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² of the round (Zeng et al. 2024, Fig. 5), with λ the
-        aggregation weights and g_i the clients' contributions; ``nan`` when the aggregate is zero."""
+        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
+        ``round_gradient_diversity``.
+
+        Source: Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
+        Maximization* (FedAWARE, ICML 2024), Definition 3.1, Eq. 3 — the **square root** of the ratio, so D ≥ 1
+        (Jensen) and D = 1 exactly when all g_i are equal (the IID case); Fig. 3 and Fig. 5 plot this D. Here
+        λ are the round's aggregation weights (:meth:`client_weights`), g_i the clients' contributions
+        (:meth:`client_delta`) and Σ_i λ_i g_i the pseudo-gradient; norms are over all parameters together,
+        accumulated in float64.
+
+        Returns:
+            D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
+        """
         weights = self.client_weights(updates)
         sq_norms = torch.stack(
             [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
         )
         denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
-        return float((weights * sq_norms).sum()) / denom if denom > 0 else float("nan")
+        return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
@@ -187,6 +222,13 @@ class ServerOptimizer(Callback):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()})"
+
+
+def _accumulation_dtype(t: Tensor) -> torch.dtype:
+    """float64 for floating-point tensors (float32 on Apple MPS, which has no float64); ``t.dtype`` otherwise."""
+    if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type == "mps":
+        return t.dtype
+    return torch.float64
 
 
 def zeros_like_all(params: list[Tensor], fill: Optional[float] = None) -> list[Tensor]:

@@ -55,12 +55,27 @@ __all__ = [
 ]
 
 
+def _is_positive_finite(lr: Any) -> bool:
+    return not isinstance(lr, bool) and isinstance(lr, numbers.Real) and math.isfinite(lr) and lr > 0
+
+
 def normalized_direction(update: ClientUpdate) -> list[Tensor]:
     """Δ_m/(γ·n_m) = −g_{t,m} for one client (Nastya, Alg. 1, l. 8, with the sign of a model change).
 
-    γ is ``update.client_lr`` (the client optimizer's learning rate at the start of the round) and n_m is
-    ``update.num_steps`` (local optimizer steps taken). A client that took no step returns zeros (its Δ is zero
-    and it carries no direction; :meth:`NormalizedDirection.client_weights` also gives it weight 0).
+    n_m is ``update.num_steps`` (local optimizer steps taken). γ is the client learning rate of each parameter's
+    optimizer group (``update.client_lrs``, one per parameter, filled by the loop from the optimizer's parameter
+    groups at the start of the round); when that list is empty (a hand-built update), ``update.client_lr`` for every
+    parameter.
+
+    Per-parameter-group γ: Alg. 1 has one client stepsize, and l. 8 turns the model change back into the
+    "gradient-type estimator" g_{t,m} = (1/n)·Σ_i ∇f_m^{π^i}(x^i_{t,m}) (Sec. 4), the mean of the local gradients.
+    With plain SGD and group rates γ_j, the block of parameters in group j moves by −γ_j·Σ_i ∇_j f_m^{π^i}, so
+    dividing each block by its own γ_j·n_m gives exactly that estimator; dividing all blocks by one group's rate
+    would scale block j by γ_j/γ_1 instead.
+
+    A client that took no step returns zeros (its Δ is zero and it carries no direction;
+    :meth:`NormalizedDirection.client_weight_counts` also gives it weight 0). A parameter held by no optimizer
+    group (``nan`` rate) is accepted only if its Δ is zero (a frozen parameter), and contributes zeros.
 
     Args:
         update: The client's :class:`~lightning_fed.ClientUpdate`; ``delta`` is a list of tensors shaped like
@@ -70,30 +85,54 @@ def normalized_direction(update: ClientUpdate) -> list[Tensor]:
         One tensor per parameter, same shapes/dtypes as ``update.delta``.
 
     Raises:
-        ValueError: ``update.client_lr`` is not a finite number > 0 (e.g. ``nan`` when the client optimizer has
-            no ``lr`` in its first parameter group), or ``update.num_steps`` is negative.
+        ValueError: ``update.client_lr`` (when ``client_lrs`` is empty) or a parameter's rate in
+            ``update.client_lrs`` is not a finite number > 0 (a parameter with a nonzero Δ that no group holds,
+            or that groups with different rates hold, included); ``client_lrs`` not one per parameter; or
+            ``update.num_steps`` negative.
     """
-    lr = update.client_lr
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(
-            f"The normalised direction Δ/(γ·n) needs the client learning rate γ: `ClientUpdate.client_lr` of client "
-            f"{update.client_id} must be a finite number > 0, got {lr!r} (does the client optimizer have an 'lr' in "
-            "its first parameter group?)."
-        )
     steps = int(update.num_steps)
     if steps < 0:
         raise ValueError(f"`ClientUpdate.num_steps` of client {update.client_id} must be >= 0, got {steps}.")
+    if not update.client_lrs:
+        lr = update.client_lr
+        if not _is_positive_finite(lr):
+            raise ValueError(
+                f"The normalised direction Δ/(γ·n) needs the client learning rate γ: `ClientUpdate.client_lr` of "
+                f"client {update.client_id} must be a finite number > 0, got {lr!r} (does the client optimizer have "
+                "an 'lr' in its first parameter group?)."
+            )
+        if steps == 0:
+            return [torch.zeros_like(d) for d in update.delta]
+        scale = 1.0 / (float(lr) * steps)
+        return [torch.mul(d, scale) for d in update.delta]
+    if len(update.client_lrs) != len(update.delta):
+        raise ValueError(
+            f"`ClientUpdate.client_lrs` of client {update.client_id} must hold one learning rate per parameter "
+            f"({len(update.delta)}), got {len(update.client_lrs)}."
+        )
     if steps == 0:
         return [torch.zeros_like(d) for d in update.delta]
-    scale = 1.0 / (float(lr) * steps)
-    return [torch.mul(d, scale) for d in update.delta]
+    result = []
+    for index, (d, lr) in enumerate(zip(update.delta, update.client_lrs)):
+        if _is_positive_finite(lr):
+            result.append(torch.mul(d, 1.0 / (float(lr) * steps)))
+        elif isinstance(lr, numbers.Real) and math.isnan(lr) and not bool(d.any()):
+            result.append(torch.zeros_like(d))  # a parameter no optimizer group updates: no direction
+        else:
+            raise ValueError(
+                f"The normalised direction Δ/(γ·n) needs the client learning rate γ of every parameter's optimizer "
+                f"group: parameter {index} (in `module.parameters()` order) of client {update.client_id} has "
+                f"`ClientUpdate.client_lrs[{index}]` = {lr!r}, but it must be a finite number > 0 (is the parameter "
+                "in no optimizer group, in several groups with different 'lr', or in a group without an 'lr'?)."
+            )
+    return result
 
 
 class NormalizedDirection:
     """Mixin for a :class:`~lightning_fed.callbacks.ServerOptimizer`: aggregate Δ_m/(γ·n_m) instead of Δ_m.
 
     Nastya (Malinovsky, Mishchenko, Richtárik; Alg. 1, l. 8-9): each client's model change is divided by its
-    client learning rate γ and its number of local steps n_m, g_{t,m} = (x_t − x_{t,m})/(γ·n_m), and the server
+    client learning rate γ (per optimizer parameter group) and its number of local steps n_m, g_{t,m} = (x_t − x_{t,m})/(γ·n_m), and the server
     averages the g_{t,m} over the cohort. Here :meth:`client_delta` returns Δ_m/(γ·n_m) = −g_{t,m} (the sign of a
     model change, so that the FedOpt rules, which add their pseudo-gradient, descend), and the base class's
     ``aggregate`` gives the pseudo-gradient −g_t = Σ_m w_m·Δ_m/(γ·n_m). The logged ``round_pseudo_grad_norm`` is
@@ -112,29 +151,30 @@ class NormalizedDirection:
         """Δ_m/(γ·n_m) (see :func:`normalized_direction`, which lists the errors)."""
         return normalized_direction(update)
 
-    def client_weights(self, updates: list[ClientUpdate]) -> Tensor:
-        """The base class's weights (uniform or by |D_m|) with zero-step clients set to 0, renormalised;
-        shape ``[len(updates)]``, float64.
+    def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
+        """The base class's unnormalised weights (1 or |D_m|) with zero-step clients set to 0; shape
+        ``[len(updates)]``, float64 (normalised by their sum in ``client_weights`` and ``aggregate``).
 
         Raises:
             ValueError: ``updates`` empty, or no client in the round took a local step.
         """
-        weights = super().client_weights(updates)  # type: ignore[misc]
+        counts = super().client_weight_counts(updates)  # type: ignore[misc]
         took_steps = torch.tensor([int(u.num_steps) > 0 for u in updates], dtype=torch.float64)
-        masked = weights * took_steps
-        total = masked.sum()
-        if total <= 0:
+        masked = counts * took_steps
+        if masked.sum() <= 0:
             raise ValueError(
                 "No client in the round took a local step (all `num_steps` are 0): the normalised direction "
                 "Δ/(γ·n) is undefined."
             )
-        return masked / total
+        return masked
 
 
 class ServerStepSize(NormalizedDirection, ServerOptimizer):
     """Nastya: a server stepsize η on the normalised client direction (Malinovsky, Mishchenko, Richtárik, Alg. 1).
 
-    Per round t, with cohort S_t, client learning rate γ and n_m local steps on client m (Alg. 1, l. 8-10)::
+    Per round t, with cohort S_t, client learning rate γ and n_m local steps on client m (Alg. 1, l. 8-10; with
+    several optimizer parameter groups each parameter is divided by its own group's γ, see
+    :func:`normalized_direction`)::
 
         g_{t,m} = (x_t − x_{t,m}) / (γ·n_m)              (l. 8)
         g_t     = Σ_{m∈S_t} w_m·g_{t,m}                   (l. 9; w_m = 1/C by default)
@@ -153,7 +193,8 @@ class ServerStepSize(NormalizedDirection, ServerOptimizer):
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``; at a server update, a client
-            without a finite positive ``client_lr``, or a round in which no client took a local step.
+            without a finite positive client learning rate for a parameter that moved (see
+            :func:`normalized_direction`), or a round in which no client took a local step.
     """
 
     def __init__(self, lr: float, weighting: str = "uniform") -> None:
@@ -294,7 +335,8 @@ class NormalizedFedAdam(NormalizedDirection, FedAdam):
 
     The paper's Sec. 7 / Fig. 2 (right) runs "Adam with stepsize 10^-2" on the per-pass direction of LeNet on
     CIFAR-10; ``lr=1e-2`` is the default here (the other defaults are Reddi et al.'s: β₁ = 0.9, β₂ = 0.99,
-    τ = 1e-3, v_{−1} = τ², no bias correction; ``bias_correction=True`` gives torch/Keras-style Adam).
+    τ = 1e-3, v_{−1} = τ², no bias correction; ``bias_correction=True`` gives torch.optim.Adam's correction,
+    ``convention="flower"``/``"tff"`` Flower's/TFF's formulas).
 
     Args:
         lr: Server learning rate η (> 0, default 1e-2).
@@ -302,8 +344,10 @@ class NormalizedFedAdam(NormalizedDirection, FedAdam):
         beta2: β₂ in [0, 1) (default 0.99).
         tau: Adaptivity τ (> 0, default 1e-3).
         initial_accumulator: v_{−1} ≥ 0 (default τ²).
-        bias_correction: Adam-style bias correction (default ``False``).
+        bias_correction: torch-style bias correction on top of ``"reddi"`` (default ``False``).
         weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+        convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"`` (see
+            :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`).
 
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
@@ -319,9 +363,10 @@ class NormalizedFedAdam(NormalizedDirection, FedAdam):
         initial_accumulator: Optional[float] = None,
         bias_correction: bool = False,
         weighting: str = "uniform",
+        convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention)
 
 
 class NormalizedFedYogi(NormalizedDirection, FedYogi):
@@ -334,8 +379,10 @@ class NormalizedFedYogi(NormalizedDirection, FedYogi):
         beta2: β₂ in [0, 1) (default 0.99).
         tau: Adaptivity τ (> 0, default 1e-3).
         initial_accumulator: v_{−1} ≥ 0 (default τ²).
-        bias_correction: Adam-style bias correction (default ``False``).
+        bias_correction: torch-style bias correction on top of ``"reddi"`` (default ``False``).
         weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+        convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"`` (see
+            :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`).
 
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
@@ -351,9 +398,10 @@ class NormalizedFedYogi(NormalizedDirection, FedYogi):
         initial_accumulator: Optional[float] = None,
         bias_correction: bool = False,
         weighting: str = "uniform",
+        convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention)
 
 
 class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
@@ -364,9 +412,10 @@ class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
         lr: Server learning rate η (> 0, default 1e-2).
         tau: Adaptivity τ (> 0, default 1e-3).
         initial_accumulator: v_{−1} ≥ 0 (default τ²).
-        beta1: β₁ in [0, 1) (default 0.9).
+        beta1: β₁ in [0, 1) (``None``, the default: 0.9 under ``"reddi"``, 0 under ``"flower"``/``"tff"``).
         bias_correction: bias-correct m (default ``False``).
         weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
+        convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"`` (see :class:`~lightning_fed.callbacks.FedAdagrad`).
 
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
@@ -378,9 +427,10 @@ class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
         lr: float = 1e-2,
         tau: float = 1e-3,
         initial_accumulator: Optional[float] = None,
-        beta1: float = 0.9,
+        beta1: Optional[float] = None,
         bias_correction: bool = False,
         weighting: str = "uniform",
+        convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, tau=tau, initial_accumulator=initial_accumulator, beta1=beta1,
-                         bias_correction=bias_correction, weighting=weighting)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention)
