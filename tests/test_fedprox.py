@@ -114,15 +114,13 @@ def test_mu_zero_is_fedavg_exactly(tmp_path):
     assert any(not torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
 
 
-def test_no_proximal_term_under_a_plain_trainer(tmp_path):
-    """Outside federated rounds (a plain lightning.Trainer: centralized baseline) the callback does nothing."""
+def test_plain_trainer_is_refused(tmp_path):
+    """Under a plain lightning.Trainer (centralized) the callback would silently do nothing: refused (issue #11.2)."""
     x, y = regression_data(n=20)
     dm = _datamodule(x, y, num_clients=2, clients_per_round=1, local_epochs=1)
-    dm.batch_size = 20
-    model = LinearRegression(lr=0.1)
-    w0 = _weights(model)
-    L.Trainer(max_epochs=1, callbacks=[FedProx(mu=5.0)], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
-    np.testing.assert_allclose(_weights(model), w0 - 0.1 * _mse_grad(w0, x, y), atol=1e-12)
+    trainer = L.Trainer(max_epochs=1, callbacks=[FedProx(mu=5.0)], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match="FederatedTrainer"):
+        trainer.fit(LinearRegression(lr=0.1), datamodule=dm)
 
 
 @pytest.mark.parametrize(
