@@ -118,6 +118,8 @@ class FederatedFitLoop(_FitLoop):
         self._optimizer_defaults: list[list[dict[str, Any]]] = []
         self._partition_logged = False
         self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
+        #: True while a round's clients train (the module holds a local model): FederatedTrainer.save_checkpoint refuses.
+        self.in_round = False
 
     # ------------------------------------------------------------------ data
     @property
@@ -195,6 +197,7 @@ class FederatedFitLoop(_FitLoop):
         ]
         selection = self.datamodule.select_cohort(round_idx)
         self.round_failures = []
+        self.in_round = True
         with trainer.profiler.profile("run_federated_round"):
             updates = self.executor.run_round(self, selection.cohort, round_idx)
         updates = [u for u in updates if self._is_finite(u)]
@@ -206,6 +209,7 @@ class FederatedFitLoop(_FitLoop):
                 self._average_buffers(updates)
             elif self._buffers:
                 torch._foreach_copy_(self._buffers, self._global_buffers)
+        self.in_round = False
         nan = float("nan")
         self.round_metrics = {
             "round_train_loss": nan,
