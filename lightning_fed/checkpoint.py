@@ -56,6 +56,11 @@ _DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", 
 _ABSENT = "<absent>"
 
 
+class MidRoundCheckpointError(RuntimeError):
+    """:meth:`FederatedTrainer.save_checkpoint` called inside a round (the module holds a client's local model). The
+    executors re-raise it whatever ``on_client_failure`` says: it is a usage error, not a failing client."""
+
+
 class CorruptCheckpointError(RuntimeError):
     """A checkpoint file exists but cannot be read: empty, truncated, damaged or not a PyTorch checkpoint."""
 

@@ -16,6 +16,7 @@ from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.checkpoint import (
     AtomicCheckpointIO,
     FederatedCheckpointConnector,
+    MidRoundCheckpointError,
     RoundCheckpointGuard,
     normalize_allowed_changes,
 )
@@ -126,11 +127,11 @@ class FederatedTrainer(L.Trainer):
         """:meth:`lightning.Trainer.save_checkpoint`, refused inside a round.
 
         Raises:
-            RuntimeError: called while a round's clients train (e.g. from ``on_train_batch_end``): the module then
+            MidRoundCheckpointError: (a ``RuntimeError``) called while a round's clients train (e.g. from ``on_train_batch_end``): the module then
                 holds a client's local model, not the global model.
         """
         if getattr(self.fit_loop, "in_round", False):
-            raise RuntimeError(
+            raise MidRoundCheckpointError(
                 f"save_checkpoint({str(filepath)!r}) was called inside round {self.current_epoch}, while the module "
                 "holds a client's local model, not the global model; save at the end of a round instead "
                 "(ModelCheckpoint(every_n_epochs=...), or from on_train_epoch_end)."
