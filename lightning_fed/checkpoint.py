@@ -124,14 +124,23 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _diagnose(path: str) -> Optional[str]:
-    """What is wrong with the checkpoint file at ``path``, or ``None`` if it looks like an intact archive."""
+#: The first bytes of torch's legacy (pre-1.6, non-zip) format: the pickled magic number 0x1950A86A20F9469CFC6C.
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+def _diagnose(path: str, error: BaseException) -> Optional[str]:
+    """What is wrong with the checkpoint file at ``path`` given the ``error`` loading it raised, or ``None`` if
+    the file looks intact (the error is then about its content, e.g. a weights-only refusal, and is re-raised)."""
     size = os.path.getsize(path)
     if size == 0:
         return "the file is empty (0 bytes; a save that was interrupted before writing anything)"
     if not zipfile.is_zipfile(path):
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(len(_LEGACY_MAGIC))
+        if head == _LEGACY_MAGIC:  # torch's legacy format: a truncation shows as EOFError
+            if isinstance(error, EOFError) or "EOF" in str(error) or "corrupt" in str(error).lower():
+                return f"the legacy-format (non-zip) torch file is truncated ({size} bytes)"
+            return None
         if head.startswith(b"PK"):
             return f"the file is truncated ({size} bytes: a PyTorch zip archive without its end record)"
         return f"the file is not a PyTorch checkpoint ({size} bytes, no zip archive: truncated or another format)"
@@ -226,7 +235,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 raise
             local = _local_path(path)
             try:
-                problem = _diagnose(local)
+                problem = _diagnose(local, err)
             except OSError:
                 raise err
             if problem is None:
@@ -257,7 +266,15 @@ def _plain(value: Any) -> Any:
         return _plain(value.tolist())
     if isinstance(value, torch.Tensor):
         return _plain(value.tolist())
-    return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if inspect.isroutine(value) or inspect.isclass(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+    text = repr(value)
+    if re.search(r" at 0x[0-9a-fA-F]+", text):  # the default repr holds a memory address: use the settings
+        settings = ", ".join(f"{k}={v!r}" for k, v in object_settings(value).items())
+        return f"{_class_name(value)}({settings})"
+    return text
 
 
 def _class_name(obj: Any) -> str:

@@ -339,18 +339,20 @@ def test_round_checkpoints_follow_rounds_not_validation(tmp_path, val, check_eve
 
 
 def test_monitored_round_metric_is_the_current_rounds(tmp_path):
+    """Validation every 2 rounds: Lightning alone would save at validation end only (rounds 1, 3), before the
+    round's metrics are logged, i.e. scored with the previous round's round_train_loss."""
     checkpoint = ModelCheckpoint(
         dirpath=str(tmp_path / "ckpt"), monitor="round_train_loss", mode="min", save_top_k=-1, filename="{epoch}"
     )
     losses = _RoundLosses()
     torch.manual_seed(0)
-    trainer = _trainer(tmp_path, [FedAdam(lr=0.02), checkpoint, losses], max_epochs=3)
+    trainer = _trainer(tmp_path, [FedAdam(lr=0.02), checkpoint, losses], max_epochs=4, check_val_every_n_epoch=2)
     trainer.fit(SmallClassifier(dropout=0.0), datamodule=_dm())
     scores = {int(re.search(r"epoch=(\d+)", p).group(1)): float(s) for p, s in checkpoint.best_k_models.items()}
-    assert sorted(scores) == [0, 1, 2]
+    assert sorted(scores) == [0, 1, 2, 3]
     for epoch, score in scores.items():
         assert score == pytest.approx(losses.losses[epoch], rel=1e-6)
-    assert len(set(losses.losses.values())) == 3
+    assert len(set(losses.losses.values())) == 4
 
 
 def test_save_on_train_epoch_end_false_is_refused(tmp_path):
@@ -410,3 +412,22 @@ def test_save_checkpoint_between_rounds_holds_the_global_model(tmp_path):
     for (name, p), q in zip(model.named_parameters(), saver.params):
         torch.testing.assert_close(state[name], q, rtol=0, atol=0)
         torch.testing.assert_close(state[name], p.detach(), rtol=0, atol=0)
+
+
+def test_truncated_legacy_format_is_named_and_a_content_error_is_not_disguised(tmp_path):
+    legacy = tmp_path / "legacy.ckpt"
+    torch.save({"w": torch.ones(1000)}, legacy, _use_new_zipfile_serialization=False)
+    io = AtomicCheckpointIO()
+    assert io.load_checkpoint(legacy, weights_only=False)["w"].shape == (1000,)
+    legacy.write_bytes(legacy.read_bytes()[:2000])
+    with pytest.raises(CorruptCheckpointError, match="legacy-format .* truncated"):
+        io.load_checkpoint(legacy, weights_only=False)
+    intact = tmp_path / "object.ckpt"  # an intact file whose content weights_only refuses: the original error
+    torch.save({"f": _Unsafe()}, intact)
+    with pytest.raises(Exception, match="Weights only load failed") as info:
+        io.load_checkpoint(intact, weights_only=True)
+    assert not isinstance(info.value, CorruptCheckpointError)
+
+
+class _Unsafe:
+    pass
