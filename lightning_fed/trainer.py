@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Optional, Union
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
@@ -72,7 +72,7 @@ class FederatedTrainer(L.Trainer):
         *,
         client_executor: Optional[ClientExecutor] = None,
         on_client_failure: str = "skip",
-        allow_resume_changes: Union[bool, Iterable[str]] = False,
+        allow_resume_changes: Union[bool, list[str]] = False,
         **kwargs: Any,
     ) -> None:
         allowed = normalize_allowed_changes(allow_resume_changes)
