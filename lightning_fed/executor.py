@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from lightning_fed.checkpoint import MidRoundCheckpointError
 from lightning_fed.client import ClientUpdate
 from lightning_fed.distributed import assign_clients, gather_updates
 
@@ -63,7 +64,7 @@ class SequentialExecutor(ClientExecutor):
             try:
                 update = self.train_client(loop, cid, round_idx)
             except Exception as error:  # noqa: BLE001 - a failing client must not end a day-long simulation
-                if loop.on_client_failure == "raise":
+                if loop.on_client_failure == "raise" or isinstance(error, MidRoundCheckpointError):
                     raise
                 loop.record_client_failure(cid, f"{type(error).__name__}: {error}")
                 continue

@@ -127,6 +127,8 @@ class FederatedFitLoop(_FitLoop):
         self._step_callbacks: list[Any] = []
         self._rounds_run = 0
         self._rounds_with_updates = 0
+        #: True while a round's clients train (the module holds a local model): FederatedTrainer.save_checkpoint refuses.
+        self.in_round = False
 
     # ------------------------------------------------------------------ data
     @property
@@ -222,6 +224,7 @@ class FederatedFitLoop(_FitLoop):
         selection = self.datamodule.select_cohort(round_idx)
         self.round_failures = []
         self._round_log.start_round()
+        self.in_round = True
         with trainer.profiler.profile("run_federated_round"):
             updates = self.executor.run_round(self, selection.cohort, round_idx)
         updates = [u for u in updates if self._is_finite(u)]
@@ -235,6 +238,7 @@ class FederatedFitLoop(_FitLoop):
                 self._average_buffers(updates)
             elif self._buffers:
                 torch._foreach_copy_(self._buffers, self._global_buffers)
+        self.in_round = False
         nan = float("nan")
         self.round_metrics = {
             "round_train_loss": nan,

@@ -6,11 +6,21 @@ import math
 from typing import Any, Optional, Union
 
 import lightning as L
+from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import Callback, ProgressBar
+from lightning.pytorch.strategies import Strategy
 
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.progress import FederatedProgressBar
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.checkpoint import (
+    AtomicCheckpointIO,
+    FederatedCheckpointConnector,
+    MidRoundCheckpointError,
+    RoundCheckpointGuard,
+    normalize_allowed_changes,
+)
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
@@ -54,6 +64,16 @@ class FederatedTrainer(L.Trainer):
     :class:`~lightning_fed.distributed.FederatedDDPStrategy`: the cohort is split across ranks (devices and
     nodes) and validation is sharded by Lightning's distributed sampler.
 
+    Checkpoints (see :mod:`lightning_fed.checkpoint`): unless a checkpoint IO plugin is given (in ``plugins`` or on
+    the strategy), :class:`~lightning_fed.checkpoint.AtomicCheckpointIO` writes them crash-safely (temporary file in
+    the target directory, fsync, rename) and names the file and the damage when one cannot be read.
+    ``ModelCheckpoint`` saves at the end of rounds (``save_on_train_epoch_end`` becomes ``True``), after the round's
+    metrics are logged; step- or time-based saving (``every_n_train_steps``, ``train_time_interval``),
+    ``save_on_train_epoch_end=False``, ``save_on_exception=True`` and ``OnExceptionCheckpoint`` are refused at fit
+    start, and :meth:`save_checkpoint` refuses to run inside a round. Every checkpoint records the run's
+    configuration (:func:`~lightning_fed.checkpoint.run_config`); ``fit(ckpt_path=...)`` refuses to resume with a
+    different one unless ``allow_resume_changes`` allows it, and always restores the server optimizer's state.
+
     Args:
         client_executor: How the cohort is trained: a :class:`~lightning_fed.executor.ClientExecutor`, or
             ``"sequential"`` (default: one client after another in this process) or ``"vectorized"``
@@ -61,11 +81,18 @@ class FederatedTrainer(L.Trainer):
         on_client_failure: What a client that raises or returns a non-finite update does to the run:
             ``"skip"`` (default: dropped from the round with a warning, counted in ``round_clients_dropped``) or
             ``"raise"``.
+        allow_resume_changes: Which configuration changes ``fit(ckpt_path=...)`` accepts: ``False`` (default:
+            none; a changed partition, data seed, cohort size, local work, data order or server optimizer raises a
+            ``ValueError`` naming each setting with its old and new value), ``True`` (all, each reported in a
+            warning), or a list of setting names of :func:`~lightning_fed.checkpoint.run_config`, e.g.
+            ``["server_optimizer.lr"]``; a name allows its sub-settings (``"local_work"`` allows
+            ``"local_work.batch_size"``). The server optimizer's state (step count, moments) is restored across an
+            allowed hyper-parameter change; across an allowed change of its class it starts afresh, with a warning.
         **kwargs: Any :class:`lightning.Trainer` argument.
 
     Raises:
-        ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, or an
-            unknown ``on_client_failure``.
+        ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
+            unknown ``on_client_failure``, or a malformed ``allow_resume_changes``.
     """
 
     def __init__(
@@ -73,9 +100,11 @@ class FederatedTrainer(L.Trainer):
         *,
         client_executor: Optional[Union[ClientExecutor, str]] = None,
         on_client_failure: str = "skip",
+        allow_resume_changes: Union[bool, list[str]] = False,
         **kwargs: Any,
     ) -> None:
         client_executor = _resolve_executor(client_executor)
+        allowed = normalize_allowed_changes(allow_resume_changes)
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -92,7 +121,13 @@ class FederatedTrainer(L.Trainer):
             isinstance(cb, ProgressBar) for cb in callbacks
         ):
             callbacks.append(FederatedProgressBar())
+        callbacks.append(RoundCheckpointGuard())
         kwargs["callbacks"] = callbacks
+        plugins = kwargs.get("plugins")
+        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        strategy_io = isinstance(kwargs.get("strategy"), Strategy) and kwargs["strategy"]._checkpoint_io is not None
+        if not strategy_io and not any(isinstance(p, CheckpointIO) for p in plugins):
+            kwargs["plugins"] = plugins + [AtomicCheckpointIO()]
         strategy = kwargs.get("strategy")
         if isinstance(strategy, str) and strategy in DDP_STRATEGY_NAMES:
             kwargs["strategy"] = FederatedDDPStrategy(start_method=DDP_STRATEGY_NAMES[strategy])
@@ -108,6 +143,7 @@ class FederatedTrainer(L.Trainer):
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop
+        self._checkpoint_connector = FederatedCheckpointConnector(self, allowed)
 
     @property
     def estimated_stepping_batches(self) -> Union[int, float]:
@@ -146,3 +182,20 @@ class FederatedTrainer(L.Trainer):
     def server_optimizer(self) -> ServerOptimizer:
         """The trainer's server optimizer callback."""
         return find_server_optimizer(self.callbacks)
+
+    def save_checkpoint(
+        self, filepath: _PATH, weights_only: Optional[bool] = None, storage_options: Optional[Any] = None
+    ) -> None:
+        """:meth:`lightning.Trainer.save_checkpoint`, refused inside a round.
+
+        Raises:
+            MidRoundCheckpointError: (a ``RuntimeError``) called while a round's clients train (e.g. from ``on_train_batch_end``): the module then
+                holds a client's local model, not the global model.
+        """
+        if getattr(self.fit_loop, "in_round", False):
+            raise MidRoundCheckpointError(
+                f"save_checkpoint({str(filepath)!r}) was called inside round {self.current_epoch}, while the module "
+                "holds a client's local model, not the global model; save at the end of a round instead "
+                "(ModelCheckpoint(every_n_epochs=...), or from on_train_epoch_end)."
+            )
+        super().save_checkpoint(filepath, weights_only=weights_only, storage_options=storage_options)

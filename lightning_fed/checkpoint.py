@@ -1,0 +1,551 @@
+"""Checkpoints of federated runs: atomic writes, readable errors, a record of the run's configuration.
+
+* :class:`AtomicCheckpointIO` — the checkpoint IO plugin :class:`~lightning_fed.FederatedTrainer` installs by
+  default: writes to a temporary file next to the target, fsyncs it, renames it over the target and fsyncs the
+  directory, so a checkpoint file is always either the previous complete one or the new complete one, on every
+  local filesystem; removes partial files that killed runs left behind; names the file and the damage when a
+  checkpoint cannot be read.
+* :func:`run_config` — the settings that define a federated run (partition, data seed, cohort size, local work,
+  data order, server optimizer and its hyper-parameters), stored in every checkpoint under
+  ``checkpoint["lightning_fed"]["run_config"]`` and compared on resume.
+* :class:`FederatedCheckpointConnector` — Lightning's checkpoint connector plus that record: refuses a resume whose
+  configuration differs (unless allowed) and loads the server optimizer's state even when its ``state_key``
+  (which contains hyper-parameters) changed.
+* :class:`RoundCheckpointGuard` — a callback checking at fit start that every checkpoint callback saves once per
+  round, after the round's metrics are logged, and never inside a round.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import os
+import re
+import secrets
+import socket
+import zipfile
+from typing import Any, Callable, Iterable, Optional, Union
+
+import numpy as np
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import _is_local_file_protocol, get_filesystem
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
+from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+import torch
+
+#: Key of the lightning_fed record in a checkpoint dict.
+CHECKPOINT_KEY = "lightning_fed"
+#: The top-level names of :func:`run_config` (the first part of every name ``allow_resume_changes`` accepts).
+RUN_CONFIG_NAMES = (
+    "partitioner",
+    "partition",
+    "seed",
+    "clients_per_round",
+    "local_work",
+    "data_order",
+    "drop_last",
+    "client_dropout",
+    "over_selection",
+    "server_optimizer",
+)
+_DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection")
+_ABSENT = "<absent>"
+
+
+class MidRoundCheckpointError(RuntimeError):
+    """:meth:`FederatedTrainer.save_checkpoint` called inside a round (the module holds a client's local model). The
+    executors re-raise it whatever ``on_client_failure`` says: it is a usage error, not a failing client."""
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file exists but cannot be read: empty, truncated, damaged or not a PyTorch checkpoint."""
+
+
+# ---------------------------------------------------------------------------------------------- atomic IO
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})$")
+
+
+def _host() -> str:
+    return socket.gethostname().replace(os.sep, "_") or "localhost"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def remove_orphaned_partials(directory: _PATH) -> list[str]:
+    """Delete the partial checkpoint files that :class:`AtomicCheckpointIO` processes on this host left in
+    ``directory`` when they were killed mid-save (``.<name>.partial-<host>-<pid>-<token>`` of a pid that no longer
+    runs). Files of live processes and of other hosts are kept. Returns the removed paths."""
+    removed = []
+    host = _host()
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = _PARTIAL.match(name)
+        if match is None or match["host"] != host:
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows: directories cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+#: The first bytes of torch's legacy (pre-1.6, non-zip) format: the pickled magic number 0x1950A86A20F9469CFC6C.
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+def _diagnose(path: str, error: BaseException) -> Optional[str]:
+    """What is wrong with the checkpoint file at ``path`` given the ``error`` loading it raised, or ``None`` if
+    the file looks intact (the error is then about its content, e.g. a weights-only refusal, and is re-raised)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return "the file is empty (0 bytes; a save that was interrupted before writing anything)"
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as f:
+            head = f.read(len(_LEGACY_MAGIC))
+        if head == _LEGACY_MAGIC:  # torch's legacy format: a truncation shows as EOFError
+            if isinstance(error, EOFError) or "EOF" in str(error) or "corrupt" in str(error).lower():
+                return f"the legacy-format (non-zip) torch file is truncated ({size} bytes)"
+            return None
+        if head.startswith(b"PK"):
+            return f"the file is truncated ({size} bytes: a PyTorch zip archive without its end record)"
+        return f"the file is not a PyTorch checkpoint ({size} bytes, no zip archive: truncated or another format)"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+        return f"the zip archive is damaged ({type(err).__name__}: {err})"
+    if bad is not None:
+        return f"archive member {bad!r} is damaged (CRC mismatch)"
+    if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
+        return "the zip archive holds no `data.pkl` record (not a torch.save file)"
+    return None
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """:class:`lightning.pytorch.plugins.TorchCheckpointIO` with crash-safe writes on every local filesystem.
+
+    Lightning's own writer (``fsspec`` transaction) writes the new checkpoint to a temporary file in ``$TMPDIR``
+    and moves it over the target; when ``$TMPDIR`` is on another filesystem the move is a copy, and a process
+    killed during the copy leaves a truncated (often 0-byte) ``last.ckpt`` and an orphaned temporary file. Here
+    a local checkpoint is
+
+    1. serialised with :func:`torch.save` into ``.<name>.partial-<host>-<pid>-<token>`` in the target directory,
+    2. flushed and ``fsync``-ed,
+    3. renamed over the target with :func:`os.replace` (atomic on POSIX and Windows within a filesystem),
+    4. made durable by ``fsync`` of the directory.
+
+    A failure or kill at any point leaves the previous checkpoint intact; a failing save removes its partial
+    file, and partial files of killed processes on this host are removed at the next save into the same
+    directory (:func:`remove_orphaned_partials`). Remote paths (``s3://``, ``gs://``, ... any non-``file``
+    ``fsspec`` protocol) keep Lightning's behaviour.
+
+    Loading names the file and the damage: an empty, truncated or damaged file raises
+    :class:`CorruptCheckpointError` instead of a bare ``EOFError``/``KeyError``/``RuntimeError``.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+        """Write ``checkpoint`` to ``path`` atomically (see the class docstring).
+
+        Raises:
+            TypeError: ``storage_options`` given (as :class:`TorchCheckpointIO`).
+        """
+        if storage_options is not None or not _is_local_file_protocol(path):
+            return super().save_checkpoint(checkpoint, path, storage_options=storage_options)
+        target = os.path.abspath(_local_path(path))
+        directory = os.path.dirname(target)
+        os.makedirs(directory, exist_ok=True)
+        remove_orphaned_partials(directory)
+        prefix = f".{os.path.basename(target)}.partial-{_host()}-{os.getpid()}-"
+        while True:
+            partial = os.path.join(directory, prefix + secrets.token_hex(4))
+            try:  # mode 0o666 minus the umask, like an ordinary new file
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+                break
+            except FileExistsError:
+                continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, target)
+        except BaseException:
+            try:
+                os.unlink(partial)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(directory)
+
+    def load_checkpoint(
+        self,
+        path: _PATH,
+        map_location: Optional[Callable] = lambda storage, loc: storage,
+        weights_only: Optional[bool] = None,
+    ) -> dict[str, Any]:
+        """Load the checkpoint at ``path`` (as :class:`TorchCheckpointIO`).
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            CorruptCheckpointError: the file is empty, truncated, damaged or not a PyTorch checkpoint; the message
+                names the file and the damage.
+        """
+        try:
+            return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        except FileNotFoundError:
+            raise
+        except Exception as err:
+            if not _is_local_file_protocol(path):
+                raise
+            local = _local_path(path)
+            try:
+                problem = _diagnose(local, err)
+            except OSError:
+                raise err
+            if problem is None:
+                raise
+            raise CorruptCheckpointError(
+                f"Cannot read checkpoint {os.path.abspath(local)!r}: {problem}. Underlying error: "
+                f"{type(err).__name__}: {err!s}. Resume from an earlier checkpoint (e.g. a `epoch=*.ckpt` kept by "
+                "ModelCheckpoint(save_top_k=...)) or start afresh."
+            ) from err
+
+
+def _local_path(path: _PATH) -> str:
+    return get_filesystem(path)._strip_protocol(str(path))
+
+
+# ---------------------------------------------------------------------------------------------- run configuration
+def _plain(value: Any) -> Any:
+    """``value`` as a weights-only-loadable, comparable value: numbers, strings, lists; other objects as repr."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, torch.Tensor):
+        return _plain(value.tolist())
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if inspect.isroutine(value) or inspect.isclass(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+    text = repr(value)
+    if re.search(r" at 0x[0-9a-fA-F]+", text):  # the default repr holds a memory address: use the settings
+        settings = ", ".join(f"{k}={v!r}" for k, v in object_settings(value).items())
+        return f"{_class_name(value)}({settings})"
+    return text
+
+
+def _class_name(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def object_settings(obj: Any) -> dict[str, Any]:
+    """The constructor settings of ``obj``: ``{name: value}`` for every ``__init__`` parameter stored as an
+    attribute of the same name (the convention of lightning_fed's partitioners, local-work policies and server
+    optimizers), values made plain by :func:`_plain`."""
+    settings: dict[str, Any] = {}
+    try:
+        params = inspect.signature(type(obj).__init__).parameters
+    except (TypeError, ValueError):
+        return settings
+    for name, param in params.items():
+        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if name in vars(obj) or isinstance(getattr(type(obj), name, None), property):
+            settings[name] = _plain(getattr(obj, name))
+    return settings
+
+
+def _add_object(config: dict[str, Any], key: str, obj: Any) -> None:
+    if obj is None:
+        return
+    config[key] = _class_name(obj)
+    for name, value in object_settings(obj).items():
+        config[f"{key}.{name}"] = value
+
+
+def _partition_digest(partition: Any) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for array in (partition.offsets, partition.indices):
+        digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+    return f"{partition.num_clients} clients, {len(partition.indices)} samples, sha256 {digest.hexdigest()[:16]}"
+
+
+def run_config(trainer: Any) -> dict[str, Any]:
+    """The settings that define a federated run, as a flat ``{name: value}`` dict stored in every checkpoint.
+
+    Names (the first part is one of :data:`RUN_CONFIG_NAMES`):
+
+    * ``partitioner`` (class) and ``partitioner.<arg>`` (its constructor settings, e.g. ``partitioner.alpha``);
+    * ``partition``: the client → sample assignment (number of clients, of samples, SHA-256 of the index arrays),
+      which also changes when the training data change;
+    * ``seed``, ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``: the
+      data module's arguments;
+    * ``local_work`` (class) and ``local_work.<arg>`` (e.g. ``local_work.batch_size``, ``local_work.local_epochs``);
+    * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``).
+
+    Settings the trainer does not have (no data module, partition not computed yet) are left out.
+    """
+    config: dict[str, Any] = {}
+    dm = getattr(trainer, "datamodule", None)
+    if dm is not None:
+        _add_object(config, "partitioner", getattr(dm, "partitioner", None))
+        partition = getattr(dm, "_partition", None)
+        if partition is not None:
+            cached = getattr(dm, "_lightning_fed_partition_digest", None)
+            if cached is None or cached[0] is not partition:
+                cached = (partition, _partition_digest(partition))
+                dm._lightning_fed_partition_digest = cached
+            config["partition"] = cached[1]
+        for name in _DATAMODULE_SETTINGS:
+            if hasattr(dm, name):
+                config[name] = _plain(getattr(dm, name))
+        _add_object(config, "local_work", getattr(dm, "local_work", None))
+    server = _server_optimizer(trainer)
+    _add_object(config, "server_optimizer", server)
+    return config
+
+
+def _server_optimizer(trainer: Any) -> Any:
+    from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+
+    found = [cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, ServerOptimizer)]
+    return found[0] if len(found) == 1 else None
+
+
+def normalize_allowed_changes(allow: Union[bool, Iterable[str], None]) -> Union[bool, tuple[str, ...]]:
+    """Validate ``FederatedTrainer(allow_resume_changes=...)``.
+
+    Raises:
+        ValueError: not a bool or an iterable of names whose first part is one of :data:`RUN_CONFIG_NAMES`.
+    """
+    if allow is None:
+        return ()
+    if isinstance(allow, bool):
+        return allow
+    if isinstance(allow, str):
+        allow = [allow]
+    try:
+        names = tuple(allow)
+    except TypeError:
+        raise ValueError(
+            f"`allow_resume_changes` must be True, False or a list of setting names, got {allow!r}."
+        ) from None
+    for name in names:
+        if not isinstance(name, str) or name.split(".", 1)[0] not in RUN_CONFIG_NAMES:
+            raise ValueError(
+                f"`allow_resume_changes` got {name!r}; names are one of {RUN_CONFIG_NAMES}, optionally followed by "
+                "`.<argument>` (e.g. 'server_optimizer.lr', 'local_work.batch_size'), or pass True to allow all."
+            )
+    return names
+
+
+def _is_allowed(key: str, allowed: Union[bool, tuple[str, ...]]) -> bool:
+    if allowed is True:
+        return True
+    if allowed is False:
+        return False
+    for name in allowed:
+        if key == name or key.startswith(name + "."):
+            return True
+        # a changed partitioner setting changes the assignment it computes
+        if key == "partition" and (name == "partitioner" or name.startswith("partitioner.")):
+            return True
+    return False
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(name, old value, new value)`` of every setting that differs (``'<absent>'`` for a missing one)."""
+    diffs = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if a != b:
+            diffs.append((key, a, b))
+    return diffs
+
+
+class FederatedCheckpointConnector(_CheckpointConnector):
+    """Lightning's checkpoint connector, plus the run's configuration in every checkpoint and its check on resume.
+
+    Saving adds ``checkpoint["lightning_fed"] = {"run_config": run_config(trainer), "server_optimizer_state_key":
+    ...}``. Resuming ``fit`` from a checkpoint compares its ``run_config`` with the current one and raises
+    :class:`ValueError` listing every differing setting (old → new) that ``allowed`` does not allow, then files the
+    server optimizer's saved state under the current optimizer's ``state_key`` — Lightning matches callback states
+    by ``state_key``, which contains hyper-parameters such as ``lr``, so a changed learning rate would otherwise
+    drop FedAdam's m, v and step count without a word. An allowed change of the server optimizer's class cannot
+    carry the state over: it starts afresh, with a warning.
+
+    Args:
+        trainer: The trainer.
+        allowed: ``True`` (every change allowed), ``False``/``()`` (none), or setting names (see
+            :func:`run_config`); a name allows its sub-settings (``"server_optimizer"`` allows
+            ``"server_optimizer.lr"``), any ``partitioner`` name also allows ``partition``.
+    """
+
+    def __init__(self, trainer: Any, allowed: Union[bool, tuple[str, ...]] = ()) -> None:
+        super().__init__(trainer)
+        self.allowed = allowed
+
+    def dump_checkpoint(self, weights_only: Optional[bool] = None) -> dict:
+        checkpoint = super().dump_checkpoint(weights_only)
+        server = _server_optimizer(self.trainer)
+        checkpoint[CHECKPOINT_KEY] = {
+            "format": 1,
+            "run_config": run_config(self.trainer),
+            "server_optimizer_state_key": None if server is None else server.state_key,
+        }
+        return checkpoint
+
+    def resume_start(self, checkpoint_path: Optional[_PATH] = None, weights_only: Optional[bool] = None) -> None:
+        super().resume_start(checkpoint_path, weights_only=weights_only)
+        if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
+            self._check_resume(str(checkpoint_path))
+
+    def _check_resume(self, path: str) -> None:
+        checkpoint = self._loaded_checkpoint
+        record = checkpoint.get(CHECKPOINT_KEY)
+        server = _server_optimizer(self.trainer)
+        if record is None:
+            rank_zero_warn(
+                f"Checkpoint {path} has no lightning_fed run record (written by an older version or a plain "
+                "Trainer): the partition, seed, cohort size, local work and server optimizer cannot be checked."
+            )
+            old_key = None
+            if server is not None:
+                prefix = type(server).__qualname__ + "{"
+                keys = [k for k in checkpoint.get("callbacks", {}) if isinstance(k, str) and k.startswith(prefix)]
+                old_key = keys[0] if len(keys) == 1 else None
+            self._move_server_state(old_key, server, path)
+            return
+        old, new = record.get("run_config", {}), run_config(self.trainer)
+        diffs = config_differences(old, new)
+        refused = [d for d in diffs if not _is_allowed(d[0], self.allowed)]
+        if refused:
+            lines = "\n".join(f"  {key}: {a!r} -> {b!r}" for key, a, b in refused)
+            raise ValueError(
+                f"Cannot resume from {path}: the run's configuration differs from the checkpoint's "
+                f"(checkpoint -> now):\n{lines}\nResuming with other settings changes the experiment. To change "
+                "them deliberately pass FederatedTrainer(allow_resume_changes=[...]) with these names (or True "
+                "for all)."
+            )
+        if diffs:
+            rank_zero_warn(
+                f"Resuming from {path} with allowed changes: "
+                + "; ".join(f"{key}: {a!r} -> {b!r}" for key, a, b in diffs)
+            )
+        if server is None:
+            return
+        if old.get("server_optimizer", _class_name(server)) != _class_name(server):
+            old_key = record.get("server_optimizer_state_key")
+            if old_key is not None and old_key in checkpoint.get("callbacks", {}):
+                del checkpoint["callbacks"][old_key]
+            rank_zero_warn(
+                f"The server optimizer changed from {old.get('server_optimizer')} to {_class_name(server)} (allowed): "
+                "its saved state (step count, moments) is not carried over; the new one starts afresh."
+            )
+            return
+        self._move_server_state(record.get("server_optimizer_state_key"), server, path)
+
+    def _move_server_state(self, old_key: Optional[str], server: Any, path: str) -> None:
+        states = self._loaded_checkpoint.get("callbacks")
+        if server is None or not states or old_key is None or old_key == server.state_key:
+            return
+        if old_key not in states:
+            raise ValueError(
+                f"Checkpoint {path} names the server optimizer state {old_key!r} but holds no such state; "
+                "refusing to resume with a fresh server optimizer silently."
+            )
+        states[server.state_key] = states.pop(old_key)
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint callbacks
+class RoundCheckpointGuard(Callback):
+    """Installed by :class:`~lightning_fed.FederatedTrainer`: at ``fit`` start, makes every checkpoint callback
+    save once per round, with the round's global model and metrics.
+
+    * :class:`ModelCheckpoint` with ``save_on_train_epoch_end=None`` (the default) is set to save on train epoch
+      end: the loop runs ``on_train_epoch_end`` after the round's validation and after logging the round metrics,
+      so ``every_n_epochs`` counts rounds whatever ``check_val_every_n_epoch`` is (with or without validation data),
+      and a monitored ``round_*`` metric is the current round's.
+
+    Raises (``ValueError``, naming the argument), because these save inside a round, where the module holds a
+    client's half-trained local model rather than the global model, or before the round's metrics exist:
+
+    * ``ModelCheckpoint(every_n_train_steps=n)`` with n > 0, ``ModelCheckpoint(train_time_interval=...)``;
+    * ``ModelCheckpoint(save_on_train_epoch_end=False)``;
+    * ``ModelCheckpoint(save_on_exception=True)`` and :class:`OnExceptionCheckpoint`.
+    """
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            return
+        for callback in trainer.callbacks:
+            if isinstance(callback, OnExceptionCheckpoint):
+                raise ValueError(
+                    "OnExceptionCheckpoint saves the module when an exception is raised, usually inside a round, "
+                    "where it holds a client's local model, not the global model; federated checkpoints are taken "
+                    "at the end of rounds (ModelCheckpoint(every_n_epochs=...), 1 epoch = 1 round)."
+                )
+            if not isinstance(callback, ModelCheckpoint):
+                continue
+            inside = "saves inside a round, where the module holds a client's half-trained local model, not the " \
+                "global model; federated checkpoints are per round: use `every_n_epochs` (1 epoch = 1 round)."
+            if callback._every_n_train_steps:
+                raise ValueError(f"ModelCheckpoint(every_n_train_steps={callback._every_n_train_steps}) {inside}")
+            if callback._train_time_interval is not None:
+                raise ValueError(f"ModelCheckpoint(train_time_interval={callback._train_time_interval}) {inside}")
+            if getattr(callback, "save_on_exception", False):
+                raise ValueError(f"ModelCheckpoint(save_on_exception=True) {inside}")
+            if callback._save_on_train_epoch_end is False:
+                raise ValueError(
+                    "ModelCheckpoint(save_on_train_epoch_end=False) saves at the end of validation, which runs only "
+                    "every `check_val_every_n_epoch` rounds and before the round's metrics are logged; leave "
+                    "`save_on_train_epoch_end` at None (or True): federated checkpoints are saved at the end of "
+                    "every `every_n_epochs`-th round."
+                )
+            callback._save_on_train_epoch_end = True

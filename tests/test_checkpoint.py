@@ -1,0 +1,433 @@
+"""Checkpoints of federated runs (lightning_fed.checkpoint): crash-safe writes, readable errors on damaged files,
+the run's configuration checked on resume, one checkpoint per round holding the global model."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
+from lightning.pytorch.plugins import TorchCheckpointIO
+
+from helpers import SmallClassifier, classification_dataset, quiet_trainer_kwargs
+from lightning_fed import FederatedTrainer
+from lightning_fed.callbacks import FedAdam, FedYogi
+from lightning_fed.checkpoint import AtomicCheckpointIO, CorruptCheckpointError, MidRoundCheckpointError
+from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
+
+TESTS = Path(__file__).parent
+
+
+def _dm(val: bool = True, **overrides) -> FederatedDataModule:
+    train, val_ds = classification_dataset(n=300, n_val=60)
+    kwargs = dict(
+        partitioner=DirichletPartitioner(num_clients=10, alpha=1.0, seed=0), clients_per_round=3, batch_size=8,
+    )
+    kwargs.update(overrides)
+    return FederatedDataModule(train, val_dataset=val_ds if val else None, **kwargs)
+
+
+def _trainer(tmp_path, callbacks, max_epochs=2, **kwargs) -> FederatedTrainer:
+    base = quiet_trainer_kwargs(tmp_path) | {"enable_checkpointing": True}
+    return FederatedTrainer(max_epochs=max_epochs, callbacks=callbacks, **(base | kwargs))
+
+
+def _fit(tmp_path, ckpt_dir, max_epochs=2, server=None, dm=None, ckpt_path=None, **kwargs):
+    torch.manual_seed(0)
+    model = SmallClassifier(dropout=0.0)
+    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1)
+    server = server if server is not None else FedAdam(lr=0.02)
+    trainer = _trainer(tmp_path, [server, checkpoint], max_epochs=max_epochs, **kwargs)
+    trainer.fit(model, datamodule=dm if dm is not None else _dm(), ckpt_path=ckpt_path)
+    return model, trainer
+
+
+# ---------------------------------------------------------------------------------------------- #16.10 atomic writes
+class _Probe:
+    """Pickled inside a checkpoint: records the directories' contents at the moment torch.save serialises it, and
+    optionally raises (a failure in the middle of writing)."""
+
+    def __init__(self, dirs, fail=False):
+        self.dirs, self.fail, self.seen = dirs, fail, None
+
+    def __reduce__(self):
+        self.seen = {d: sorted(os.listdir(d)) for d in self.dirs}
+        if self.fail:
+            raise RuntimeError("serialisation failed half-way")
+        return (int, (0,))
+
+
+class _AddToCheckpoint(Callback):
+    def __init__(self):
+        self.extra = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        if self.extra is not None:
+            checkpoint["probe"] = self.extra
+
+
+def _partials(directory) -> list[str]:
+    return [n for n in os.listdir(directory) if ".partial-" in n]
+
+
+def test_default_checkpoint_io_is_atomic_and_a_given_one_is_kept(tmp_path):
+    assert type(FederatedTrainer(**quiet_trainer_kwargs(tmp_path)).strategy.checkpoint_io) is AtomicCheckpointIO
+    mine = TorchCheckpointIO()
+    assert FederatedTrainer(plugins=[mine], **quiet_trainer_kwargs(tmp_path)).strategy.checkpoint_io is mine
+
+
+def test_checkpoint_is_written_in_the_target_directory_not_tmpdir(tmp_path, monkeypatch):
+    other_tmp = tmp_path / "other_tmp"
+    other_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(other_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(other_tmp))
+    ckpt_dir = tmp_path / "ckpt"
+    adder = _AddToCheckpoint()
+    torch.manual_seed(0)
+    trainer = _trainer(tmp_path, [FedAdam(lr=0.02), adder], max_epochs=1)
+    trainer.fit(SmallClassifier(dropout=0.0), datamodule=_dm())
+    adder.extra = probe = _Probe([ckpt_dir, other_tmp])
+    ckpt_dir.mkdir()
+    trainer.save_checkpoint(ckpt_dir / "last.ckpt")
+    # while torch.save ran, the bytes went to a partial file next to the target, nothing to $TMPDIR
+    assert len(probe.seen[ckpt_dir]) == 1 and probe.seen[ckpt_dir][0].startswith(".last.ckpt.partial-")
+    assert probe.seen[other_tmp] == []
+    assert sorted(os.listdir(ckpt_dir)) == ["last.ckpt"] and os.listdir(other_tmp) == []
+    assert (os.stat(ckpt_dir / "last.ckpt").st_mode & 0o777) == (0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_failure_while_writing_keeps_the_previous_checkpoint(tmp_path):
+    ckpt_dir = tmp_path / "ckpt"
+    adder = _AddToCheckpoint()
+    torch.manual_seed(0)
+    trainer = _trainer(tmp_path, [FedAdam(lr=0.02), adder], max_epochs=1)
+    trainer.fit(SmallClassifier(dropout=0.0), datamodule=_dm())
+    trainer.save_checkpoint(ckpt_dir / "last.ckpt")
+    before = (ckpt_dir / "last.ckpt").read_bytes()
+    adder.extra = probe = _Probe([ckpt_dir], fail=True)
+    with pytest.raises(RuntimeError, match="serialisation failed half-way"):
+        trainer.save_checkpoint(ckpt_dir / "last.ckpt")
+    assert any(".partial-" in n for n in probe.seen[ckpt_dir]), "the save had started writing"
+    assert (ckpt_dir / "last.ckpt").read_bytes() == before
+    assert os.listdir(ckpt_dir) == ["last.ckpt"], "the partial file is removed"
+    assert torch.load(ckpt_dir / "last.ckpt", weights_only=True)["epoch"] == 1  # after round 0
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch
+    from lightning_fed.checkpoint import AtomicCheckpointIO
+
+    class KillMidWrite:
+        def __reduce__(self):  # the process dies while torch.save is writing the new checkpoint
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    AtomicCheckpointIO().save_checkpoint({"step": 2, "w": torch.zeros(1000), "kill": KillMidWrite()}, sys.argv[1])
+    """
+)
+
+
+def test_sigkill_in_the_middle_of_a_save_keeps_the_previous_checkpoint_and_the_leftover_is_cleaned(tmp_path):
+    ckpt = tmp_path / "ckpt" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1, "w": torch.ones(3)}, ckpt)
+    script = tmp_path / "kill.py"
+    script.write_text(KILL_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(TESTS.parent), OMP_NUM_THREADS="1")
+    previous = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(script), str(ckpt)], env=env, capture_output=True, timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+        # the killed save left its partial file; the next save removed the earlier one
+        leftovers = _partials(ckpt.parent)
+        assert len(leftovers) == 1 and leftovers != previous
+        previous = leftovers
+    assert io.load_checkpoint(ckpt)["step"] == 1  # the previous checkpoint, intact
+    io.save_checkpoint({"step": 3}, ckpt)  # the next save removes the killed processes' partial files
+    assert os.listdir(ckpt.parent) == ["last.ckpt"]
+    assert io.load_checkpoint(ckpt)["step"] == 3
+
+
+# ---------------------------------------------------------------------------------------------- #16.13 damaged files
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("real")
+    _fit(tmp, tmp / "ckpt", max_epochs=1)
+    return tmp / "ckpt" / "last.ckpt"
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        ("truncate", "truncated"),
+        ("garbage", "not a PyTorch checkpoint"),
+        ("empty", r"empty \(0 bytes"),
+    ],
+)
+def test_damaged_checkpoint_error_names_the_file_and_the_damage(tmp_path, real_checkpoint, damage, problem):
+    data = real_checkpoint.read_bytes()
+    bad = tmp_path / f"{damage}.ckpt"
+    if damage == "truncate":
+        bad.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        bad.write_bytes(np.random.default_rng(0).bytes(4096))
+    else:
+        bad.write_bytes(b"")
+    with pytest.raises(CorruptCheckpointError, match=re.escape(str(bad)) + ".*" + problem):
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=2, ckpt_path=str(bad))
+    trainer = _trainer(tmp_path, [FedAdam(lr=0.02)], max_epochs=1)
+    with pytest.raises(CorruptCheckpointError, match=problem):
+        trainer.validate(SmallClassifier(dropout=0.0), datamodule=_dm(), ckpt_path=str(bad))
+
+
+def test_intact_checkpoint_still_loads(real_checkpoint):
+    assert AtomicCheckpointIO().load_checkpoint(real_checkpoint)["epoch"] == 0
+
+
+# ---------------------------------------------------------------------------------------------- #16.11 resume checks
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("two_rounds")
+    _fit(tmp, tmp / "ckpt", max_epochs=2)
+    return tmp / "ckpt" / "last.ckpt"
+
+
+@pytest.mark.parametrize(
+    "dm_kwargs, server, expected",
+    [
+        ({"partitioner": DirichletPartitioner(num_clients=10, alpha=0.5, seed=0)}, None,
+         ["partitioner.alpha: 1.0 -> 0.5", "partition: '10 clients"]),
+        ({"partitioner": IIDPartitioner(num_clients=10)}, None,
+         ["partitioner: 'lightning_fed.datamodules.dirichlet.DirichletPartitioner' -> "
+          "'lightning_fed.datamodules.iid.IIDPartitioner'"]),
+        ({"seed": 1}, None, ["seed: 0 -> 1"]),
+        ({"clients_per_round": 4}, None, ["clients_per_round: 3 -> 4"]),
+        ({"batch_size": 16}, None, ["local_work.batch_size: 8 -> 16"]),
+        ({"local_epochs": 2}, None, ["local_work.local_epochs: 1 -> 2"]),
+        ({"data_order": "once"}, None, ["data_order: 'reshuffle' -> 'once'"]),
+        ({}, FedYogi(lr=0.02), ["server_optimizer: 'lightning_fed.callbacks.fedadam.FedAdam' -> "
+                                "'lightning_fed.callbacks.fedyogi.FedYogi'"]),
+        ({}, FedAdam(lr=0.01), ["server_optimizer.lr: 0.02 -> 0.01"]),
+        ({}, FedAdam(lr=0.02, beta2=0.9), ["server_optimizer.beta2: 0.99 -> 0.9"]),
+        ({"seed": 3, "clients_per_round": 2}, None, ["clients_per_round: 3 -> 2", "seed: 0 -> 3"]),
+    ],
+)
+def test_resume_with_a_different_configuration_is_refused(tmp_path, two_rounds, dm_kwargs, server, expected):
+    with pytest.raises(ValueError, match="configuration differs") as info:
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=3, server=server, dm=_dm(**dm_kwargs), ckpt_path=str(two_rounds))
+    message = str(info.value)
+    assert str(two_rounds) in message and "allow_resume_changes" in message
+    for line in expected:
+        assert line in message
+    listed = [line.split(":")[0].strip() for line in message.splitlines() if line.startswith("  ")]
+    names = sorted(e.split(":")[0] for e in expected)
+    if names[0].startswith("partition"):  # a partitioner change lists its settings and the partition too
+        assert set(names) <= set(listed) and all(n.startswith("partition") for n in listed)
+    else:
+        assert listed == names
+
+
+def test_resume_with_the_same_configuration_is_accepted(tmp_path, two_rounds):
+    _, trainer = _fit(tmp_path, tmp_path / "resumed", max_epochs=3, ckpt_path=str(two_rounds))
+    assert trainer.current_epoch == 3 and trainer.server_optimizer.num_steps == 3
+
+
+class _RecordAtStart(Callback):
+    def on_train_epoch_start(self, trainer, pl_module):
+        if not hasattr(self, "num_steps"):
+            server = trainer.server_optimizer
+            self.num_steps = server.num_steps
+            self.state = {k: [t.clone() for t in v] for k, v in server.state.items()}
+            self.params = [p.detach().clone() for p in pl_module.parameters()]
+
+
+def test_allowed_server_lr_change_keeps_fedadam_state(tmp_path, two_rounds):
+    saved = torch.load(two_rounds, weights_only=True)
+    (key,) = [k for k in saved["callbacks"] if k.startswith("FedAdam")]
+    m2, v2 = (saved["callbacks"][key]["state"][n] for n in ("exp_avg", "exp_avg_sq"))
+    assert saved["callbacks"][key]["num_steps"] == 2
+    torch.manual_seed(0)
+    recorder = _RecordAtStart()
+    server = FedAdam(lr=0.01)
+    checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "resumed"), save_last=True)
+    trainer = _trainer(
+        tmp_path, [server, checkpoint, recorder], max_epochs=3, allow_resume_changes=["server_optimizer.lr"]
+    )
+    model = SmallClassifier(dropout=0.0)
+    with pytest.warns(UserWarning, match=r"allowed changes: server_optimizer.lr: 0.02 -> 0.01"):
+        trainer.fit(model, datamodule=_dm(), ckpt_path=str(two_rounds))
+    # restored: step count and the moments exactly as saved
+    assert recorder.num_steps == 2
+    for name, saved_tensors in (("exp_avg", m2), ("exp_avg_sq", v2)):
+        for a, b in zip(recorder.state[name], saved_tensors):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # round 3 continued them with the new lr: m3 = β1 m2 + (1-β1)Δ, v3 = β2 v2 + (1-β2)Δ², x3 = x2 + η' m3/(√v3+τ)
+    assert server.num_steps == 3
+    for x2, x3, m_2, v_2, m3, v3 in zip(
+        recorder.params, model.parameters(), m2, v2, server.state["exp_avg"], server.state["exp_avg_sq"]
+    ):
+        x2, x3, m_2, v_2, m3, v3 = (t.detach().double().numpy() for t in (x2, x3, m_2, v_2, m3, v3))
+        delta = (m3 - 0.9 * m_2) / 0.1
+        np.testing.assert_allclose(v3, 0.99 * v_2 + 0.01 * delta**2, rtol=1e-4, atol=1e-12)
+        np.testing.assert_allclose(x3, x2 + 0.01 * m3 / (np.sqrt(v3) + 1e-3), rtol=1e-5, atol=1e-7)
+
+
+def test_allow_all_changes_and_a_class_change_starts_the_server_afresh_with_a_warning(tmp_path, two_rounds):
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="not carried over"):
+        _, trainer = _fit(
+            tmp_path, tmp_path / "resumed", max_epochs=3, server=FedYogi(lr=0.02), dm=_dm(seed=5),
+            ckpt_path=str(two_rounds), allow_resume_changes=True,
+        )
+    assert trainer.current_epoch == 3 and trainer.server_optimizer.num_steps == 1
+
+
+def test_a_name_allows_its_sub_settings_and_a_partitioner_change_its_partition(tmp_path, two_rounds):
+    _fit(
+        tmp_path, tmp_path / "r1", max_epochs=3, dm=_dm(batch_size=16, partitioner=DirichletPartitioner(10, 0.5)),
+        ckpt_path=str(two_rounds), allow_resume_changes=["local_work", "partitioner.alpha"],
+    )
+    with pytest.raises(ValueError, match=r"seed: 0 -> 2") as info:
+        _fit(tmp_path, tmp_path / "r2", max_epochs=3, dm=_dm(seed=2, batch_size=16), ckpt_path=str(two_rounds),
+             allow_resume_changes=["local_work"])
+    assert "local_work" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["lr", ["server_optimizer.lr", "learning_rate"], 3])
+def test_malformed_allow_resume_changes_is_an_error(tmp_path, bad):
+    with pytest.raises(ValueError, match="allow_resume_changes"):
+        FederatedTrainer(allow_resume_changes=bad, **quiet_trainer_kwargs(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------- #16.12 timing
+class _RoundLosses(Callback):
+    def __init__(self):
+        self.losses = {}
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.losses[trainer.current_epoch] = trainer.fit_loop.round_metrics["round_train_loss"]
+
+
+def _epochs(directory) -> list[int]:
+    return sorted(int(re.search(r"epoch=(\d+)", n).group(1)) for n in os.listdir(directory) if n.startswith("epoch="))
+
+
+@pytest.mark.parametrize("val, check_every", [(True, 2), (False, 1), (False, 3)])
+def test_round_checkpoints_follow_rounds_not_validation(tmp_path, val, check_every):
+    checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_top_k=-1, every_n_epochs=1, filename="{epoch}")
+    torch.manual_seed(0)
+    trainer = _trainer(tmp_path, [FedAdam(lr=0.02), checkpoint], max_epochs=3, check_val_every_n_epoch=check_every)
+    trainer.fit(SmallClassifier(dropout=0.0), datamodule=_dm(val=val))
+    assert _epochs(tmp_path / "ckpt") == [0, 1, 2]
+
+
+def test_monitored_round_metric_is_the_current_rounds(tmp_path):
+    """Validation every 2 rounds: Lightning alone would save at validation end only (rounds 1, 3), before the
+    round's metrics are logged, i.e. scored with the previous round's round_train_loss."""
+    checkpoint = ModelCheckpoint(
+        dirpath=str(tmp_path / "ckpt"), monitor="round_train_loss", mode="min", save_top_k=-1, filename="{epoch}"
+    )
+    losses = _RoundLosses()
+    torch.manual_seed(0)
+    trainer = _trainer(tmp_path, [FedAdam(lr=0.02), checkpoint, losses], max_epochs=4, check_val_every_n_epoch=2)
+    trainer.fit(SmallClassifier(dropout=0.0), datamodule=_dm())
+    scores = {int(re.search(r"epoch=(\d+)", p).group(1)): float(s) for p, s in checkpoint.best_k_models.items()}
+    assert sorted(scores) == [0, 1, 2, 3]
+    for epoch, score in scores.items():
+        assert score == pytest.approx(losses.losses[epoch], rel=1e-6)
+    assert len(set(losses.losses.values())) == 4
+
+
+def test_save_on_train_epoch_end_false_is_refused(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_on_train_epoch_end=False)
+    with pytest.raises(ValueError, match=r"save_on_train_epoch_end=False"):
+        _trainer(tmp_path, [checkpoint]).fit(SmallClassifier(), datamodule=_dm())
+
+
+# ---------------------------------------------------------------------------------------------- #11.4 global models only
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"every_n_train_steps": 2}, r"ModelCheckpoint\(every_n_train_steps=2\) saves inside a round"),
+        ({"train_time_interval": __import__("datetime").timedelta(seconds=1)},
+         r"ModelCheckpoint\(train_time_interval=0:00:01\) saves inside a round"),
+        ({"save_on_exception": True}, r"ModelCheckpoint\(save_on_exception=True\)"),
+    ],
+)
+def test_checkpoints_inside_a_round_are_refused_at_fit_start(tmp_path, kwargs, match):
+    checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), **kwargs)
+    with pytest.raises(ValueError, match=match):
+        _trainer(tmp_path, [checkpoint]).fit(SmallClassifier(), datamodule=_dm())
+    assert not (tmp_path / "ckpt").exists() or os.listdir(tmp_path / "ckpt") == []
+
+
+def test_on_exception_checkpoint_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="OnExceptionCheckpoint"):
+        _trainer(tmp_path, [OnExceptionCheckpoint(str(tmp_path))]).fit(SmallClassifier(), datamodule=_dm())
+
+
+class _SaveEveryBatch(Callback):
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        trainer.save_checkpoint(self.path)
+
+
+def test_save_checkpoint_inside_a_round_raises(tmp_path):
+    path = tmp_path / "mid.ckpt"
+    with pytest.raises(MidRoundCheckpointError, match="inside round 0.*client's local model"):
+        _trainer(tmp_path, [_SaveEveryBatch(path)]).fit(SmallClassifier(), datamodule=_dm())  # on_client_failure="skip"
+    assert not path.exists()
+
+
+def test_save_checkpoint_between_rounds_holds_the_global_model(tmp_path):
+    class SaveAtRoundEnd(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            trainer.save_checkpoint(tmp_path / f"round{trainer.current_epoch}.ckpt")
+            self.params = [p.detach().clone() for p in pl_module.parameters()]
+
+    saver = SaveAtRoundEnd()
+    torch.manual_seed(0)
+    model = SmallClassifier(dropout=0.0)
+    _trainer(tmp_path, [FedAdam(lr=0.02), saver], max_epochs=2).fit(model, datamodule=_dm())
+    state = torch.load(tmp_path / "round1.ckpt", weights_only=True)["state_dict"]
+    for (name, p), q in zip(model.named_parameters(), saver.params):
+        torch.testing.assert_close(state[name], q, rtol=0, atol=0)
+        torch.testing.assert_close(state[name], p.detach(), rtol=0, atol=0)
+
+
+def test_truncated_legacy_format_is_named_and_a_content_error_is_not_disguised(tmp_path):
+    legacy = tmp_path / "legacy.ckpt"
+    torch.save({"w": torch.ones(1000)}, legacy, _use_new_zipfile_serialization=False)
+    io = AtomicCheckpointIO()
+    assert io.load_checkpoint(legacy, weights_only=False)["w"].shape == (1000,)
+    legacy.write_bytes(legacy.read_bytes()[:2000])
+    with pytest.raises(CorruptCheckpointError, match="legacy-format .* truncated"):
+        io.load_checkpoint(legacy, weights_only=False)
+    intact = tmp_path / "object.ckpt"  # an intact file whose content weights_only refuses: the original error
+    torch.save({"f": _Unsafe()}, intact)
+    with pytest.raises(Exception, match="Weights only load failed") as info:
+        io.load_checkpoint(intact, weights_only=True)
+    assert not isinstance(info.value, CorruptCheckpointError)
+
+
+class _Unsafe:
+    pass
