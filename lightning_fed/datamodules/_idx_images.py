@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.partition import Partitioner
-from lightning_fed.datamodules.pip_archive import ArchiveTooLargeError, copy_bounded
+from lightning_fed.datamodules.pip_archive import copy_bounded
 
 __all__ = ["IDXImageDataModule", "IDXImageTensorDataset", "raw_file_names", "check_idx_file", "IDXFormatError"]
 
