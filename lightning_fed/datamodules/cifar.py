@@ -4,9 +4,14 @@ Data: torchvision's python-pickle layout, ``{data_dir}/cifar-10-batches-py/`` (`
 ``data_batch_5``, ``test_batch``, ``batches.meta``) or ``{data_dir}/cifar-100-python/`` (``train``,
 ``test``, ``meta``). With ``download=True`` torchvision downloads and extracts them (needs internet);
 otherwise a :class:`FileNotFoundError` explains how to get them. Reading is done by torchvision's own
-``CIFAR10`` / ``CIFAR100`` reader (which checks every file's md5; ``check_md5=False`` only checks that
-the files exist, e.g. for re-packed or test files). CIFAR-100's coarse labels, which torchvision does
-not expose, are read from the same pickle files (key ``coarse_labels``).
+``CIFAR10`` / ``CIFAR100`` reader, which checks every file's md5 against its pinned value before unpickling it.
+
+Files are pickles, and unpickling runs code: a file whose md5 is unknown or wrong is never given to
+:mod:`pickle`. With ``check_md5=False`` (re-packed or test files) the files are read by :func:`safe_load_batch`, a
+restricted unpickler that builds only plain containers, numbers, strings and uint8 numpy arrays and refuses any
+other object (the "Restricting Globals" recipe of the :mod:`pickle` documentation), so no code of the file can run.
+CIFAR-100's coarse labels, which torchvision does not expose, are read from the same files (key
+``coarse_labels``) by the same restricted reader.
 
 Images stay in memory as uint8 ``[N, 3, 32, 32]`` (150 MB for CIFAR's 50,000 training images) in a
 :class:`CIFARTensorDataset`, which preprocesses a whole batch at once with torch ops in
@@ -29,6 +34,7 @@ Table-1 settings: 10 clients per round, batch size 20, 1 local epoch.
 
 from __future__ import annotations
 
+import io
 import numbers
 import os
 import pickle
@@ -45,6 +51,8 @@ from lightning_fed.datamodules.pachinko import PachinkoPartitioner
 from lightning_fed.datamodules.partition import Partitioner
 
 __all__ = [
+    "CIFARFormatError",
+    "safe_load_batch",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "CIFARTensorDataset",
@@ -59,6 +67,61 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+
+
+class CIFARFormatError(ValueError):
+    """A CIFAR file is not in the expected layout or holds something other than plain data (names the file)."""
+
+
+#: The only globals a CIFAR batch file may name: numpy's array reconstruction (``numpy.core`` before numpy 2,
+#: ``numpy._core`` after) and ``_codecs.encode`` (how protocol-2 pickles written by Python 3 store bytes).
+_SAFE_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    def __init__(self, file, path: Path) -> None:
+        super().__init__(file, encoding="latin1")
+        self.path = path
+
+    def find_class(self, module: str, name: str):  # noqa: D401
+        if (module, name) not in _SAFE_GLOBALS:
+            raise CIFARFormatError(
+                f"{self.path} is not plain CIFAR data: it asks to load {module}.{name}, which could run code. "
+                f"Refused (only dicts, lists, numbers, strings and numpy arrays are read without an md5 check)."
+            )
+        return super().find_class(module, name)
+
+
+def safe_load_batch(path: str | os.PathLike) -> dict:
+    """Read one CIFAR python batch file (a pickled dict) without running any code from it.
+
+    Only dicts, lists, tuples, numbers, strings, bytes and numpy arrays of a non-object dtype are built; any other
+    global the file names is refused. Strings are decoded as latin-1 (as torchvision does).
+
+    Raises:
+        CIFARFormatError: the file names another global, holds an object array, or is not a dict; the message
+            names the file.
+    """
+    path = Path(path)
+    with open(path, "rb") as fh:
+        try:
+            obj = _PlainDataUnpickler(io.BufferedReader(fh), path).load()
+        except CIFARFormatError:
+            raise
+        except Exception as err:  # truncated / not a pickle
+            raise CIFARFormatError(f"{path} is not a readable CIFAR batch file: {type(err).__name__}: {err}") from err
+    if not isinstance(obj, dict):
+        raise CIFARFormatError(f"{path} must hold a dict, got {type(obj).__name__}.")
+    for key, value in obj.items():
+        if isinstance(value, np.ndarray) and value.dtype.hasobject:
+            raise CIFARFormatError(f"{path}: entry {key!r} is an object array; only plain numeric arrays are read.")
+    return obj
 
 
 class CIFARTensorDataset(Dataset):
@@ -195,21 +258,40 @@ class _CIFARDataModule(FederatedDataModule):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ files
-    def _reader(self) -> type:
-        """torchvision's reader class; with ``check_md5=False`` a subclass whose md5s are ``None``
-        (torchvision's ``check_integrity(path, None)`` only checks that the file exists)."""
+    def _read_split_unverified(self, train: bool) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """``(images uint8 [N, 32, 32, 3], labels int64 [N], classes)`` read with :func:`safe_load_batch` (no md5,
+        no code from the files), in torchvision's file order and layout."""
         cls = self._torchvision_class()
-        if self.check_md5:
-            return cls
-        return type(
-            f"{cls.__name__}NoMD5",
-            (cls,),
-            {
-                "train_list": [[name, None] for name, _ in cls.train_list],
-                "test_list": [[name, None] for name, _ in cls.test_list],
-                "meta": {**cls.meta, "md5": None},
-            },
-        )
+        label_key = "labels" if "labels" in self._label_keys() else "fine_labels"
+        data, labels = [], []
+        for name, _ in cls.train_list if train else cls.test_list:
+            path = self.folder / name
+            entry = safe_load_batch(path)
+            x = entry.get("data")
+            y = entry.get(label_key)
+            if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072:
+                raise CIFARFormatError(f"{path}: 'data' must be a uint8 array [N, 3072], got "
+                                       f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}.")
+            if not isinstance(y, (list, np.ndarray)) or len(y) != x.shape[0]:
+                raise CIFARFormatError(f"{path}: {label_key!r} must be a list of {x.shape[0]} labels.")
+            data.append(x)
+            labels.append(np.asarray(y, dtype=np.int64).reshape(-1))
+        images = np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))  # torchvision's HWC
+        meta_path = self.folder / cls.meta["filename"]
+        meta = safe_load_batch(meta_path)
+        classes = meta.get(cls.meta["key"])
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise CIFARFormatError(f"{meta_path}: {cls.meta['key']!r} must be a list of class names.")
+        y = np.concatenate(labels)
+        bad = np.flatnonzero((y < 0) | (y >= len(classes)))
+        if bad.size:
+            raise CIFARFormatError(f"{self.folder}: label {int(y[bad[0]])} of sample {int(bad[0])} is outside the "
+                                   f"{len(classes)} classes 0..{len(classes) - 1}.")
+        return images, y, classes
+
+    @staticmethod
+    def _label_keys() -> tuple[str, ...]:
+        return ("labels",)
 
     @property
     def folder(self) -> Path:
@@ -225,9 +307,8 @@ class _CIFARDataModule(FederatedDataModule):
         missing = [n for n in self._file_names() if not (self.folder / n).is_file()]
         if not missing:
             return
-        if self.download:
-            cls = self._reader()
-            cls(self.data_dir, train=True, download=True)
+        if self.download:  # torchvision downloads the archive, checks its md5, extracts it
+            self._torchvision_class()(self.data_dir, train=True, download=True)
             return
         cls = self._torchvision_class()
         raise FileNotFoundError(
@@ -241,18 +322,25 @@ class _CIFARDataModule(FederatedDataModule):
         return None
 
     def _load_split(self, train: bool) -> CIFARTensorDataset:
-        cls = self._reader()
-        try:
-            ds = cls(self.data_dir, train=train, download=False)
-        except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
-            hint = "" if not self.check_md5 else " (pass check_md5=False to skip torchvision's md5 check)"
-            raise FileNotFoundError(f"{self._name} in {self.folder} could not be read: {err}{hint}") from err
-        images = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))  # HWC -> CHW, uint8
-        targets = torch.as_tensor(np.asarray(ds.targets, dtype=np.int64))
+        if self.check_md5:
+            cls = self._torchvision_class()
+            try:  # torchvision checks every file's md5 before it unpickles anything
+                ds = cls(self.data_dir, train=train, download=False)
+            except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
+                raise FileNotFoundError(
+                    f"{self._name} in {self.folder} could not be read: {err} The files are missing, damaged or not "
+                    f"torchvision's {cls.filename}; they were not unpickled. Delete them and get them again "
+                    f"(download=True, or extract {cls.filename}, md5 {cls.tgz_md5})."
+                ) from err
+            data, labels, classes = ds.data, ds.targets, ds.classes
+        else:
+            data, labels, classes = self._read_split_unverified(train)
+        images = torch.from_numpy(np.ascontiguousarray(data.transpose(0, 3, 1, 2)))  # HWC -> CHW, uint8
+        targets = torch.as_tensor(np.asarray(labels, dtype=np.int64))
         mean, std = (self._mean, self._std) if self.normalize else ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
         return CIFARTensorDataset(
             images, targets, mean, std, crop_size=self.crop_size, augment=train and self.augment,
-            classes=ds.classes, coarse_targets=self._coarse_labels(train),
+            classes=classes, coarse_targets=self._coarse_labels(train),
         )
 
     def load_datasets(self):
@@ -272,7 +360,9 @@ class CIFAR10DataModule(_CIFARDataModule):
         partitioner: default ``DirichletPartitioner(num_clients=500, alpha=0.1, method="per_client")``
             (Reddi et al. 2021: 500 clients x 100 images, label distribution ``Dir(0.1)``).
         download: let torchvision download the data (needs internet).
-        check_md5: let torchvision check the files' md5s (default ``True``).
+        check_md5: let torchvision check the files' md5s before unpickling them (default ``True``). ``False``
+            reads files with unknown md5s (re-packed or test files) with the restricted :func:`safe_load_batch`
+            instead of :mod:`pickle`: no code in them can run.
         crop_size: crop side (default 24; 32 = no crop).
         augment: random crop + flip on the training set (default ``True``); ``False`` center-crops it.
         normalize: standardise with :data:`CIFAR10_MEAN` / :data:`CIFAR10_STD` (default ``True``).
@@ -281,7 +371,8 @@ class CIFAR10DataModule(_CIFARDataModule):
         **kwargs: passed to :class:`FederatedDataModule`.
 
     Raises:
-        ValueError: a bad argument. FileNotFoundError: at setup, data missing or unreadable.
+        ValueError: a bad argument. FileNotFoundError: at setup, data missing, unreadable or failing the md5 check.
+        CIFARFormatError: (``check_md5=False``) a file is not plain CIFAR data (e.g. a pickle that would run code).
     """
 
     _name = "CIFAR-10"
@@ -325,12 +416,19 @@ class CIFAR100DataModule(_CIFARDataModule):
 
         return CIFAR100
 
+    @staticmethod
+    def _label_keys() -> tuple[str, ...]:
+        return ("fine_labels",)
+
     def _coarse_labels(self, train: bool) -> torch.Tensor:
         cls = self._torchvision_class()
         coarse: list[int] = []
         for name, _ in cls.train_list if train else cls.test_list:
-            with open(self.folder / name, "rb") as f:
-                coarse.extend(pickle.load(f, encoding="latin1")["coarse_labels"])
+            path = self.folder / name
+            entry = safe_load_batch(path)  # never full pickle, even after torchvision's md5 check
+            if not isinstance(entry.get("coarse_labels"), (list, np.ndarray)):
+                raise CIFARFormatError(f"{path} has no 'coarse_labels' list.")
+            coarse.extend(entry["coarse_labels"])
         return torch.as_tensor(np.asarray(coarse, dtype=np.int64))
 
     def load_datasets(self):

