@@ -131,7 +131,9 @@ class FederatedCLI(LightningCLI):
     :class:`~lightning_fed.callbacks.ServerOptimizer` subclass, by short name (``--server_optimizer FedYogi``) or
     class path, with its settings as ``--server_optimizer.lr 0.01``; ``null`` (the default) means
     :class:`~lightning_fed.callbacks.FedAvg` with η = 1. It becomes the first of the trainer's callbacks, so swapping
-    it leaves ``trainer.callbacks`` (checkpoints, ...) alone. Configs that give the server optimizer the old way, in
+    it leaves ``trainer.callbacks`` (checkpoints, ...) alone. Replacing the class keeps the settings of the same name
+    (jsonargparse's rule: ``--server_optimizer FedYogi`` on a FedAdam config keeps its lr, β₁, β₂ and τ; the others
+    take FedYogi's defaults): give them explicitly, and check with ``--print_config``. Configs that give the server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
     shows it there).
 
