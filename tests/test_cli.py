@@ -184,8 +184,6 @@ def _mnist_config(tmp_path: Path) -> Path:
                 {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                  "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}},
             ],
-            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                       "init_args": {"save_dir": str(tmp_path / "runs"), "default_hp_metric": False}},
         },
         "model": {"class_path": "lightning_fed.models.mnist.MNISTMLP", "init_args": {"hidden": 16, "lr": 0.05}},
         "data": {"class_path": "lightning_fed.datamodules.mnist.MNISTDataModule",
@@ -198,7 +196,7 @@ def _mnist_config(tmp_path: Path) -> Path:
     return path
 
 
-def test_fit_with_a_swapped_server_optimizer_runs_it_and_keeps_checkpointing(tmp_path, monkeypatch):
+def test_fit_with_a_swapped_server_optimizer_runs_it_and_keeps_checkpointing(tmp_path, monkeypatch, recwarn):
     monkeypatch.chdir(tmp_path)
     config = _mnist_config(tmp_path)
     cli = FederatedCLI(args=["fit", "--config", str(config), "--server_optimizer", "FedYogi",
@@ -207,6 +205,16 @@ def test_fit_with_a_swapped_server_optimizer_runs_it_and_keeps_checkpointing(tmp
     assert type(server) is FedYogi and server.lr == 0.02 and server.num_steps == 1  # it ran the round
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()  # the configured ModelCheckpoint still ran
     assert cli.trainer.callbacks[0] is server
+    # the default logger (TensorBoard under ./runs) got the run's HParams session and the partition figure
+    from test_tensorboard import _events, _session_hparams
+
+    acc = _events(cli.trainer.logger.log_dir)
+    assert Path(cli.trainer.logger.log_dir).resolve().is_relative_to(tmp_path / "runs")
+    written = _session_hparams(acc)
+    assert written["server_optimizer"] == "FedYogi" and written["server_optimizer/lr"] == pytest.approx(0.02)
+    assert written["partitioner"] == "IIDPartitioner" and written["clients_per_round"] == 2
+    assert len(acc.Images("partition/clients_x_classes")) == 1
+    assert not [w for w in recwarn if "hyper-parameter session" in str(w.message)]
 
 
 class PredictMNIST(MNISTDataModule):
