@@ -482,17 +482,12 @@ class FederatedFitLoop(_FitLoop):
             module._current_fx_name = previous
 
     def _log_partition(self) -> None:
-        """Log the partition's clients × classes heatmap and size statistics to TensorBoard, once."""
+        """Once per run, to every TensorBoard logger: the federated hyper-parameters (HParams tab), the partition's
+        size statistics and its clients × classes figure (see :mod:`lightning_fed.tensorboard`)."""
         if self._partition_logged:
             return
         self._partition_logged = True
-        partition = self.datamodule.partition
-        for logger in self.trainer.loggers:
-            experiment = getattr(logger, "experiment", None)
-            if not hasattr(experiment, "add_image"):
-                continue
-            stats = partition.stats()
-            summary = {k: v for k, v in stats.items() if k not in ("sizes", "label_histogram")}
-            experiment.add_text("partition/stats", "  \n".join(f"{k}: {v}" for k, v in summary.items()), 0)
-            if partition.labels is not None:
-                experiment.add_image("partition/clients_x_classes", partition.heatmap(), 0)
+        from lightning_fed.tensorboard import log_federated_hparams, log_partition
+
+        log_federated_hparams(self.trainer)
+        log_partition(self.trainer, self.datamodule.partition)

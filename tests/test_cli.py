@@ -1,19 +1,30 @@
-"""The lightning-fed CLI: every example config parses; the main job's config runs a round on generated data."""
+"""The lightning-fed CLI: every example config parses; the main job's config runs a round on generated data; the
+`server_optimizer` argument (swapping keeps the other callbacks; old configs keep working; given twice is an error);
+`predict` runs on a data module's predict set or is refused up front."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader
 
+from lightning_fed.callbacks import FedAdam, FedAvg, FedAWARE, FedYogi
 from lightning_fed.cli import FederatedCLI
-from lightning_fed.datamodules import ShakespeareDataModule
+from lightning_fed.datamodules import MNISTDataModule, ShakespeareDataModule
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.models import ShakespeareLSTM
+from lightning_fed.models.mnist import MNISTMLP
 from test_shakespeare import _speech_play, _write_wheel
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
+
+
+def _callback_types(trainer) -> list[str]:
+    return [type(cb).__name__ for cb in trainer.callbacks]
 
 
 def test_there_are_examples():
@@ -24,7 +35,16 @@ def test_there_are_examples():
 def test_example_config_parses(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = FederatedCLI(args=["--config", str(config)], run=False)
-    assert cli.trainer.server_optimizer is not None
+    # old-style configs (the server optimizer in trainer.callbacks): the same server optimizer and settings, first
+    # among the callbacks as written, and the other callbacks kept
+    written = yaml.safe_load(config.read_text())["trainer"]["callbacks"]
+    server = cli.trainer.server_optimizer
+    assert written[0]["class_path"].rsplit(".", 1)[1] == type(server).__name__
+    for key, value in written[0].get("init_args", {}).items():
+        assert getattr(server, key) == pytest.approx(value), key
+    assert cli.trainer.callbacks[0] is server
+    others = [c["class_path"].rsplit(".", 1)[1] for c in written[1:]]
+    assert [name for name in _callback_types(cli.trainer) if name in others] == others
     assert cli.trainer.max_epochs >= 100
     assert cli.datamodule.clients_per_round >= 10  # every paper setting samples 10 or more
 
@@ -57,3 +77,179 @@ def test_shakespeare_config_runs_one_round_via_cli(tmp_path, monkeypatch):
     assert cli.trainer.current_epoch == 1
     assert {"val_acc", "round_train_loss"} <= set(cli.trainer.callback_metrics)
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*"))
+
+
+# ------------------------------------------------------------------------------------------------ server_optimizer
+FEDAWARE = next(p for p in EXAMPLES if p.name == "shakespeare_fedaware.yaml")  # [FedAWARE, ModelCheckpoint]
+
+
+def test_swapping_the_server_optimizer_keeps_the_other_callbacks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = FederatedCLI(
+        args=["--config", str(FEDAWARE), "--server_optimizer", "FedYogi", "--server_optimizer.lr", "0.01",
+              "--server_optimizer.tau", "0.001"],
+        run=False,
+    )
+    server = cli.trainer.server_optimizer
+    assert type(server) is FedYogi and (server.lr, server.tau, server.beta1, server.beta2) == (0.01, 0.001, 0.9, 0.99)
+    (checkpoint,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+    assert checkpoint._every_n_epochs == 100 and checkpoint.save_last  # the config's, untouched
+    assert not any(isinstance(cb, FedAWARE) for cb in cli.trainer.callbacks)
+
+
+def test_server_optimizer_settings_apply_to_an_old_style_config(tmp_path, monkeypatch):
+    """`--server_optimizer.lr` changes the server optimizer a config gives in trainer.callbacks (today the
+    equivalent `--trainer.callbacks.lr` would hit ModelCheckpoint, the last callback)."""
+    monkeypatch.chdir(tmp_path)
+    cli = FederatedCLI(args=["--config", str(FEDAWARE), "--server_optimizer.lr", "0.3"], run=False)
+    server = cli.trainer.server_optimizer
+    assert type(server) is FedAWARE and server.lr == 0.3 and server.alpha == 0.5
+    assert sum(isinstance(cb, ModelCheckpoint) for cb in cli.trainer.callbacks) == 1
+
+
+def test_no_server_optimizer_means_fedavg_with_lr_1(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(FEDAWARE.read_text())
+    del cfg["trainer"]["callbacks"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    cli = FederatedCLI(args=["--config", str(tmp_path / "c.yaml")], run=False)
+    assert type(cli.trainer.server_optimizer) is FedAvg and cli.trainer.server_optimizer.lr == 1.0
+
+
+def _print_config(args, capsys) -> dict:
+    with pytest.raises(SystemExit) as exit_info:
+        FederatedCLI(args=[*args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_print_config_shows_the_server_optimizer(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    printed = _print_config(["fit", "--config", str(FEDAWARE)], capsys)
+    assert printed["server_optimizer"]["class_path"] == "lightning_fed.callbacks.fedaware.FedAWARE"
+    assert printed["server_optimizer"]["init_args"]["alpha"] == 0.5
+    assert [c["class_path"] for c in printed["trainer"]["callbacks"]] == ["lightning.pytorch.callbacks.ModelCheckpoint"]
+    printed = _print_config(["fit", "--config", str(FEDAWARE), "--server_optimizer", "FedAdam"], capsys)
+    assert printed["server_optimizer"]["class_path"].endswith("FedAdam")
+    # jsonargparse's rule when a class is replaced: settings of the same name carry over (FedAWARE's lr = 1 and
+    # weighting), the others take the new class's defaults (FedAdam's τ = 1e-3)
+    assert printed["server_optimizer"]["init_args"]["lr"] == 1.0
+    assert printed["server_optimizer"]["init_args"]["tau"] == 0.001
+    assert len(printed["trainer"]["callbacks"]) == 1
+    # the printed config is new-style and reads back to the same run
+    for fit_argument in ("ckpt_path", "weights_only"):
+        del printed[fit_argument]
+    (tmp_path / "printed.yaml").write_text(yaml.safe_dump(printed))
+    cli = FederatedCLI(args=["--config", str(tmp_path / "printed.yaml")], run=False)
+    assert type(cli.trainer.server_optimizer) is FedAdam
+    assert sum(isinstance(cb, ModelCheckpoint) for cb in cli.trainer.callbacks) == 1
+
+
+def _parse_error(args, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        FederatedCLI(args=args, run=False)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_server_optimizer_given_both_ways_is_an_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(FEDAWARE.read_text())
+    cfg["server_optimizer"] = {"class_path": "lightning_fed.callbacks.FedAdam"}
+    (tmp_path / "both.yaml").write_text(yaml.safe_dump(cfg))
+    err = _parse_error(["--config", str(tmp_path / "both.yaml")], capsys)
+    assert "both as `server_optimizer`" in err and "FedAdam" in err and "FedAWARE" in err
+    # added on the command line next to the configured one
+    err = _parse_error(["--config", str(FEDAWARE), "--trainer.callbacks+", "FedYogi"], capsys)
+    assert "more than once" in err and "FedAWARE" in err and "FedYogi" in err and "--server_optimizer" in err
+    # two in trainer.callbacks
+    cfg = yaml.safe_load(FEDAWARE.read_text())
+    cfg["trainer"]["callbacks"].append({"class_path": "lightning_fed.callbacks.FedAvg"})
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(cfg))
+    err = _parse_error(["--config", str(tmp_path / "two.yaml")], capsys)
+    assert "2 server optimizers" in err and "exactly one" in err
+
+
+# ------------------------------------------------------------------------------------------------ runs and predict
+def _mnist_config(tmp_path: Path) -> Path:
+    from test_mnist import make_mnist_raw
+
+    make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
+    cfg = {
+        "seed_everything": 0,
+        "trainer": {
+            "max_epochs": 1, "enable_progress_bar": False, "accelerator": "cpu", "num_sanity_val_steps": 0,
+            "callbacks": [
+                {"class_path": "lightning_fed.callbacks.FedAdam", "init_args": {"lr": 0.01}},
+                {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                 "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}},
+            ],
+        },
+        "model": {"class_path": "lightning_fed.models.mnist.MNISTMLP", "init_args": {"hidden": 16, "lr": 0.05}},
+        "data": {"class_path": "lightning_fed.datamodules.mnist.MNISTDataModule",
+                 "init_args": {"data_dir": str(tmp_path / "data"), "clients_per_round": 2, "batch_size": 20,
+                               "partitioner": {"class_path": "lightning_fed.datamodules.IIDPartitioner",
+                                               "init_args": {"num_clients": 4}}}},
+    }
+    path = tmp_path / "mnist.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_fit_with_a_swapped_server_optimizer_runs_it_and_keeps_checkpointing(tmp_path, monkeypatch, recwarn):
+    monkeypatch.chdir(tmp_path)
+    config = _mnist_config(tmp_path)
+    cli = FederatedCLI(args=["fit", "--config", str(config), "--server_optimizer", "FedYogi",
+                             "--server_optimizer.lr", "0.02"])
+    server = cli.trainer.server_optimizer
+    assert type(server) is FedYogi and server.lr == 0.02 and server.num_steps == 1  # it ran the round
+    assert (tmp_path / "ckpt" / "last.ckpt").is_file()  # the configured ModelCheckpoint still ran
+    assert cli.trainer.callbacks[0] is server
+    # the default logger (TensorBoard under ./runs) got the run's HParams session and the partition figure
+    from test_tensorboard import _events, _session_hparams
+
+    acc = _events(cli.trainer.logger.log_dir)
+    assert Path(cli.trainer.logger.log_dir).resolve().is_relative_to(tmp_path / "runs")
+    written = _session_hparams(acc)
+    assert written["server_optimizer"] == "FedYogi" and written["server_optimizer/lr"] == pytest.approx(0.02)
+    assert written["partitioner"] == "IIDPartitioner" and written["clients_per_round"] == 2
+    assert len(acc.Images("partition/clients_x_classes")) == 1
+    assert not [w for w in recwarn if "hyper-parameter session" in str(w.message)]
+
+
+class PredictMNIST(MNISTDataModule):
+    """MNIST with a prediction set: the test images, without labels."""
+
+    def predict_dataloader(self):
+        images = [self.test_dataset[i][0] for i in range(len(self.test_dataset))]
+        return DataLoader(images, batch_size=8)
+
+
+def test_predict_runs_the_global_model_on_the_predict_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = _mnist_config(tmp_path)
+    FederatedCLI(args=["fit", "--config", str(config)])
+    ckpt = tmp_path / "ckpt" / "last.ckpt"
+    cli = FederatedCLI(args=["predict", "--config", str(config), "--data", f"{__name__}.PredictMNIST",
+                             "--ckpt_path", str(ckpt), "--trainer.logger", "false"])
+    predictions = torch.cat(cli.trainer.predict_loop.predictions)
+    assert predictions.shape == (20, 10)
+    # the checkpoint's global model applied by hand
+    model = MNISTMLP.load_from_checkpoint(ckpt).eval()
+    images = torch.stack([cli.datamodule.test_dataset[i][0] for i in range(20)])
+    with torch.no_grad():
+        torch.testing.assert_close(predictions, model(images))
+    assert not torch.equal(predictions, MNISTMLP(hidden=16, lr=0.05).eval()(images))  # not an untrained model
+
+
+def test_predict_without_a_predict_dataloader_is_refused_before_loading_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(_mnist_config(tmp_path).read_text())
+    cfg["data"]["init_args"]["data_dir"] = str(tmp_path / "nothing_here")  # no data: nothing may be read
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(SystemExit) as exit_info:
+        FederatedCLI(args=["predict", "--config", str(tmp_path / "c.yaml")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "`predict_dataloader`" in err and "MNISTDataModule" in err and "MNISTMLP" in err
+    assert not (tmp_path / "nothing_here").exists()

@@ -298,7 +298,9 @@ class Partition:
 
         Rows are the first ``max_clients`` clients, columns the classes; a cell's colour (viridis-like,
         dark = 0, yellow = 1) is the fraction of that client's samples in that class (0 for an empty
-        client). Rendered in pure numpy.
+        client). Rendered in pure numpy, without axes or colour scale: the fit loop logs
+        :func:`lightning_fed.tensorboard.partition_figure` (the same fractions as a labelled matplotlib figure
+        with a colour bar) instead.
 
         Args:
             max_clients: number of client rows (default 100).

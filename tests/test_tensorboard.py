@@ -1,0 +1,176 @@
+"""TensorBoard output of a federated run: the HParams session (read back from the event files, and through
+TensorBoard's own HParams backend) and the partition figure."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hp_metadata
+
+from helpers import SmallClassifier, classification_dataset, quiet_trainer_kwargs
+from lightning_fed import FederatedTrainer
+from lightning_fed.callbacks import FedAdam, FedAvg
+from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, Partition
+from lightning_fed.tensorboard import PARTITION_FIGURE_TAG, flatten_settings, partition_figure
+
+
+def _fit(tmp_path, name, server, default_hp_metric=False, rounds=2):
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(
+        train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3), clients_per_round=3,
+        batch_size=16, local_epochs=2, data_order="once", seed=7,
+    )
+    logger = TensorBoardLogger(str(tmp_path), name=name, version=0, default_hp_metric=default_hp_metric)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": rounds, "callbacks": [server]}
+    torch.manual_seed(0)
+    trainer = FederatedTrainer(**kwargs)
+    trainer.fit(SmallClassifier(in_features=5, num_classes=3, lr=0.05, dropout=0.1), datamodule=dm)
+    return trainer, logger
+
+
+def _events(log_dir) -> EventAccumulator:
+    (path,) = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+    acc = EventAccumulator(path, size_guidance={"images": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def _session_hparams(acc: EventAccumulator) -> dict:
+    content = acc.PluginTagToContent(hp_metadata.PLUGIN_NAME)[hp_metadata.SESSION_START_INFO_TAG]
+    info = hp_metadata.parse_session_start_info_plugin_data(content)
+    return {k: getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()}
+
+
+# The settings of _fit written out by hand (FedAdam's defaults: Reddi et al. 2021 Alg. 2; SGD's param group).
+EXPECTED = {
+    "server_optimizer": "FedAdam", "server_optimizer/lr": 0.03, "server_optimizer/beta1": 0.9,
+    "server_optimizer/beta2": 0.99, "server_optimizer/tau": 1e-3, "server_optimizer/initial_accumulator": 1e-6,  # τ² when not given
+    "server_optimizer/bias_correction": False, "server_optimizer/weighting": "num_samples",
+    "partitioner": "DirichletPartitioner", "partitioner/num_clients": 6, "partitioner/alpha": 0.5,
+    "partitioner/min_partition_size": 10, "partitioner/max_tries": 100, "partitioner/seed": 3,
+    "partitioner/method": "per_class",
+    "num_clients": 6, "clients_per_round": 3,
+    "local_work": "FixedLocalWork", "local_work/local_epochs": 2, "local_work/batch_size": 16,
+    "data_order": "once", "seed": 7, "client_dropout": 0.0, "over_selection": 0.0, "drop_last": False,
+    "data": "FederatedDataModule", "rounds": 2,
+    "client_optimizer": "SGD", "client_optimizer/lr": 0.05, "client_optimizer/momentum": 0,
+    "client_optimizer/dampening": 0, "client_optimizer/weight_decay": 0, "client_optimizer/nesterov": False,
+    "model": "SmallClassifier", "model/in_features": 5, "model/num_classes": 3, "model/lr": 0.05,
+    "model/dropout": 0.1,
+}
+
+
+def test_hparams_session_holds_the_federated_settings(tmp_path):
+    server = FedAdam(lr=0.03, beta1=0.9, beta2=0.99, tau=1e-3)
+    _, logger = _fit(tmp_path, "fedadam", server)
+    acc = _events(logger.log_dir)
+    written = _session_hparams(acc)
+    expected = dict(EXPECTED, global_seed=os.environ.get("PL_GLOBAL_SEED", "None"))
+    if expected["global_seed"] != "None":
+        expected["global_seed"] = int(expected["global_seed"])
+    assert set(written) == set(expected)
+    for key, value in expected.items():
+        assert written[key] == pytest.approx(value) if isinstance(value, float) else written[key] == value, key
+    # no experiment summary (TensorBoard builds the table from all runs) and no placeholder hp_metric
+    assert hp_metadata.EXPERIMENT_TAG not in acc.PluginTagToContent(hp_metadata.PLUGIN_NAME)
+    assert "hp_metric" not in acc.Tags()["scalars"]
+    assert {"round_train_loss", "val_loss"} <= set(acc.Tags()["scalars"])
+    # and in hparams.yaml through the logger's log_hyperparams
+    assert logger.hparams["server_optimizer/lr"] == pytest.approx(0.03)
+    assert logger.hparams["partitioner/alpha"] == 0.5
+
+
+def test_hparams_tab_compares_two_runs(tmp_path):
+    """TensorBoard's own HParams backend, on a log dir with a FedAdam and a FedAvg run: the table has the union of
+    both runs' settings as columns and the logged scalars as metric columns."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import backend_context
+
+    _fit(tmp_path, "fedadam", FedAdam(lr=0.03))
+    _fit(tmp_path, "fedavg", FedAvg(lr=1.0))
+    logdir = str(tmp_path)
+    mux = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(logdir)
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, logdir)
+    ctx = backend_context.Context(base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider))
+    request = context.RequestContext()
+    experiment = ctx.experiment_from_metadata(
+        request, "", True, ctx.hparams_metadata(request, ""), ctx.hparams_from_data_provider(request, "", None)
+    )
+    hparams = {h.name: h for h in experiment.hparam_infos}
+    assert {"server_optimizer", "server_optimizer/lr", "server_optimizer/beta1", "partitioner/alpha",
+            "clients_per_round", "local_work/local_epochs", "data_order", "seed"} <= set(hparams)
+    assert sorted(v.string_value for v in hparams["server_optimizer"].domain_discrete.values) == ["FedAdam", "FedAvg"]
+    metrics = {m.name.tag for m in experiment.metric_infos}
+    assert {"round_train_loss", "round_pseudo_grad_norm", "val_loss"} <= metrics
+
+
+def test_warns_when_lightning_wrote_the_hparams_session_first(tmp_path):
+    with pytest.warns(UserWarning, match="default_hp_metric=False"):
+        _, logger = _fit(tmp_path, "hp", FedAvg(), default_hp_metric=True, rounds=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*(num_workers|does not have many workers|LeafSpec).*")
+        _fit(tmp_path, "no_hp", FedAvg(), default_hp_metric=False, rounds=1)
+
+
+def test_partition_figure_is_written_as_an_image(tmp_path):
+    _, logger = _fit(tmp_path, "fig", FedAvg(), rounds=1)
+    acc = _events(logger.log_dir)
+    (image,) = acc.Images(PARTITION_FIGURE_TAG)
+    assert (image.width, image.height) == (640, 480)  # the 6.4 x 4.8 in figure at 100 dpi, not 8-px cells
+    from matplotlib.image import imread
+
+    pixels = imread(io.BytesIO(image.encoded_image_string), format="png")
+    assert pixels.shape[:2] == (480, 640) and pixels[..., :3].std() > 0.05  # drawn, not blank
+    (text,) = acc.Tensors("partition/stats/text_summary")
+    assert b"num_clients: 6" in text.tensor_proto.string_val[0]
+
+
+def test_partition_figure_axes_colour_scale_and_values():
+    # client 0: classes 0,0,1 ; client 1: class 2 ; client 2: classes 1,2,2,2
+    labels = np.array([0, 0, 1, 2, 1, 2, 2, 2])
+    p = Partition.from_client_lists([[0, 1, 2], [3], [4, 5, 6, 7]], labels=labels)
+    fig = partition_figure(p)
+    ax, bar_ax = fig.axes
+    assert ax.get_xlabel() == "class" and ax.get_ylabel() == "client"
+    assert bar_ax.get_ylabel() == "fraction of the client's samples"
+    assert "3 clients, 3 classes" in ax.get_title()
+    (image,) = ax.get_images()
+    assert image.get_clim() == (0.0, 1.0) and image.get_cmap().name == "viridis"
+    expected = np.array([[2 / 3, 1 / 3, 0.0], [0.0, 0.0, 1.0], [0.0, 1 / 4, 3 / 4]])
+    np.testing.assert_allclose(np.asarray(image.get_array()), expected, rtol=0, atol=1e-15)
+    # the first max_clients rows, titled as a subset
+    top = partition_figure(p, max_clients=2)
+    np.testing.assert_allclose(np.asarray(top.axes[0].get_images()[0].get_array()), expected[:2], atol=1e-15)
+    assert "clients 0-1 of 3" in top.axes[0].get_title()
+    with pytest.raises(ValueError, match="no `labels`"):
+        partition_figure(Partition.from_client_lists([[0], [1]]))
+    with pytest.raises(ValueError, match="max_clients"):
+        partition_figure(p, max_clients=0)
+
+
+def test_flatten_settings_gives_plain_values():
+    flat = flatten_settings("data", {
+        "partitioner": DirichletPartitioner(num_clients=4, alpha=0.3, seed=1),
+        "sizes": np.arange(100), "short": (1, 2), "none": None, "n": np.int64(3), "x": torch.tensor(0.5),
+        "nested": {"a": {"b": True}},
+    })
+    assert flat == {
+        "data/partitioner": "DirichletPartitioner", "data/partitioner/num_clients": 4,
+        "data/partitioner/alpha": 0.3, "data/partitioner/min_partition_size": 10, "data/partitioner/max_tries": 100,
+        "data/partitioner/seed": 1, "data/partitioner/method": "per_class",
+        "data/sizes": "int64[100]", "data/short": "[1, 2]", "data/none": "None", "data/n": 3, "data/x": 0.5,
+        "data/nested/a/b": True,
+    }
+    assert all(type(v) in (bool, int, float, str) for v in flat.values())
