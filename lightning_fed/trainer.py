@@ -51,6 +51,20 @@ def _resolve_executor(executor: Any) -> Optional[ClientExecutor]:
     )
 
 
+def _default_logger(root_dir: Optional[str]) -> Any:
+    """Lightning's default logger (TensorBoard when installed, else CSV), with ``default_hp_metric=False`` so that
+    the run's HParams session is the federated one (:mod:`lightning_fed.tensorboard`)."""
+    import os
+
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from lightning.pytorch.loggers.tensorboard import _TENSORBOARD_AVAILABLE
+
+    save_dir = os.fspath(root_dir) if root_dir is not None else os.getcwd()
+    if _TENSORBOARD_AVAILABLE:
+        return TensorBoardLogger(save_dir=save_dir, default_hp_metric=False)
+    return CSVLogger(save_dir=save_dir)
+
+
 class FederatedTrainer(L.Trainer):
     """A :class:`lightning.Trainer` that installs :class:`~lightning_fed.FederatedFitLoop`.
 
@@ -133,6 +147,8 @@ class FederatedTrainer(L.Trainer):
             kwargs["strategy"] = FederatedDDPStrategy(start_method=DDP_STRATEGY_NAMES[strategy])
         if kwargs.get("log_every_n_steps") is None:
             kwargs["log_every_n_steps"] = 1
+        if kwargs.get("logger", True) is True:
+            kwargs["logger"] = _default_logger(kwargs.get("default_root_dir"))
         super().__init__(**kwargs)
         loop = FederatedFitLoop(
             self,
