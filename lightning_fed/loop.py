@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 import signal
@@ -24,6 +25,8 @@ from lightning_fed.client import ClientUpdate
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm
 from lightning_fed.interrupts import RoundInterrupted, StopSignals, check_client_timeout
+
+log = logging.getLogger(__name__)
 
 #: Names of the per-round metrics the loop logs (TensorBoard step = round).
 ROUND_METRICS = (
@@ -481,7 +484,7 @@ class FederatedFitLoop(_FitLoop):
             f"Round {round_idx} stopped by {name}: its local work was discarded and the global model reset to the "
             f"round's start; checkpoint written to {path} (resume with trainer.fit(..., ckpt_path={path!r}))."
         )
-        rank_zero_warn(message)
+        log.warning(message)  # logging, not a warning: shown even where warnings are filtered
         if signum == getattr(signal, "SIGINT", None):
             raise KeyboardInterrupt(message) from None
         raise SIGTERMException(message) from None
