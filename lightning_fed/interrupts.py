@@ -66,7 +66,9 @@ def check_client_timeout(value: Any) -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`client_timeout_s` must be None (no limit) or a finite number of seconds > 0, got {value!r}.")
+        raise ValueError(
+            f"`client_timeout_s` must be None (no limit) or a finite number of seconds > 0, got {value!r}."
+        )
     return float(value)
 
 
@@ -173,7 +175,8 @@ class StopSignals:
             try:
                 previous(signum, frame)
             except Exception:  # noqa: BLE001 - the round must still stop
-                log.warning("The previous SIGTERM handler %r raised; stopping the round anyway.", previous, exc_info=True)
+                log.warning("The previous SIGTERM handler %r raised; stopping the round anyway.", previous,
+                            exc_info=True)
         raise RoundInterrupted(signum)
 
     def __enter__(self) -> "StopSignals":
@@ -190,4 +193,48 @@ class StopSignals:
         for signum, previous in self._previous.items():
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._previous = {}
+        return False
+
+
+class DeferSigterm:
+    """Context manager: a SIGTERM received inside the block is held back and handed to the previous handler when
+    the block ends.
+
+    The loop wraps the global model's validation in it: Lightning's evaluation loop stops at the next batch once
+    ``trainer.received_sigterm`` is set, which would end the run in the middle of a round's end (after the server
+    update, before the round's callbacks and checkpoints) — neither resumable from the round's start nor from its
+    end. Deferred, the SIGTERM reaches Lightning's handler after validation, and the loop stops at the round's end
+    with a checkpoint. Not installed when disabled, outside the main thread, or when SIGTERM is ignored.
+
+    Args:
+        enabled: Install the handler (the loop passes ``False`` under several processes).
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = (
+            enabled and hasattr(signal, "SIGTERM") and threading.current_thread() is threading.main_thread()
+        )
+        self.received = False
+        self._previous: _Handler = None
+        self._installed = False
+
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.received = True
+
+    def __enter__(self) -> "DeferSigterm":
+        if self.enabled and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self._installed:
+            previous = self._previous
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+            self._installed = False
+            if self.received:
+                if callable(previous):
+                    previous(signal.SIGTERM, None)
+                elif previous in (signal.SIG_DFL, None):
+                    signal.raise_signal(signal.SIGTERM)  # the default action: terminate, as it would have
         return False

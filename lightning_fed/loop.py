@@ -24,7 +24,7 @@ from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm
-from lightning_fed.interrupts import RoundInterrupted, StopSignals, check_client_timeout
+from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,13 @@ class FederatedFitLoop(_FitLoop):
     :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (SIGTERM; exit status 1 in a script) or
     ``KeyboardInterrupt`` (SIGINT; Lightning exits with status 1). ``trainer.fit(..., ckpt_path=that path)``
     resumes exactly (same weights as an uninterrupted run). A SIGTERM that arrives after the round's aggregation
-    keeps Lightning's behaviour (``trainer.received_sigterm``; the run stops at the next validation batch or at the
-    round's end, where the same checkpoint is written after the round's own callbacks). Under several processes
-    (``strategy="ddp"``) rounds are not stopped early (a rank leaving a round alone would leave the others waiting
-    in the gather); Lightning's round-end stop applies.
+    stops the run at the round's end, after validation (held back until it is done, see
+    :class:`~lightning_fed.interrupts.DeferSigterm`) and the round's callbacks, with the same checkpoint of the
+    state between rounds and ``SIGTERMException`` (exit status 1). A SIGINT outside the cohort's training is
+    Lightning's ``KeyboardInterrupt`` (exit status 1, no checkpoint written). Under several processes
+    (``strategy="ddp"``) rounds are not stopped early and validation is not deferred (a rank leaving a round alone
+    would leave the others waiting in a collective); Lightning's SIGTERM handling applies, and the round-end stop
+    writes no extra checkpoint.
 
     Lightning's ``max_epochs`` counts rounds, ``log_every_n_steps`` counts rounds, ``global_step`` counts client
     optimizer steps. Learning-rate schedulers must use ``interval="epoch"`` (per round); gradient accumulation is
@@ -293,7 +296,8 @@ class FederatedFitLoop(_FitLoop):
         if self.epoch_loop._should_check_val_epoch() and trainer.limit_val_batches != 0:
             trainer.validating = True
             call._call_lightning_module_hook(trainer, "on_validation_model_zero_grad")
-            self.epoch_loop.val_loop.run()
+            with DeferSigterm(enabled=trainer.world_size == 1):  # a SIGTERM stops the run at the round's end
+                self.epoch_loop.val_loop.run()
             trainer.training = True
             trainer._logger_connector._first_loop_iter = None
         self.epoch_loop._batches_that_stepped = round_idx + 1
@@ -313,7 +317,8 @@ class FederatedFitLoop(_FitLoop):
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
             path = self._save_stop_checkpoint() if trainer.world_size == 1 else None
-            raise SIGTERMException(f"Stopped by SIGTERM after round {round_idx}" + (f"; checkpoint: {path}" if path else "."))
+            where = f"; checkpoint written to {path}" if path else ""
+            raise SIGTERMException(f"Stopped by SIGTERM after round {round_idx}{where}.")
 
     # ------------------------------------------------------------------ client helpers (used by executors)
     @property

@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import TensorDataset
 
 from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
@@ -51,14 +52,17 @@ class Hanging(LinearRegression):
         return F.mse_loss(self.linear(x).squeeze(-1), y)
 
 
-def _data(batch_size=100):
+def _data(batch_size=100, val=False):
     x, y = regression_data(n=10 * NUM_CLIENTS)
     ids = np.repeat(np.arange(NUM_CLIENTS), 10)
     x[ids == HUNG, 0] = HANG_MARK  # every batch of the hung client is marked
     dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
     dataset.client_id = ids
+    val_dataset = None
+    if val:  # 12 samples in batches of 4: three validation steps
+        val_dataset = TensorDataset(*(torch.tensor(a) for a in regression_data(n=12, seed=1)))
     dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=NUM_CLIENTS,
-                             batch_size=batch_size)
+                             batch_size=batch_size, val_dataset=val_dataset, eval_batch_size=4)
     return dm, x, y, ids
 
 
@@ -192,6 +196,65 @@ def test_bad_client_timeout_is_refused(bad):
 
 
 # ---------------------------------------------------------------------------------------------- stop signals
+class SignalsItself(LinearRegression):
+    """Sends itself SIGTERM once: in a client's first local step of round 1 (``"in_round"``), while the global
+    model of round 0 is validated (``"in_validation"``), or at the end of round 0 (``"after_round"``, from
+    ``on_train_epoch_end``)."""
+
+    def __init__(self, when: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.when, self.sent = when, False
+
+    def _send(self) -> None:
+        if not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def training_step(self, batch, batch_idx):
+        if self.when == "in_round" and self.trainer.current_epoch == 1:
+            self._send()
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        if self.when == "in_validation" and self.trainer.current_epoch == 0:
+            self._send()
+        return super().validation_step(batch, batch_idx)
+
+    def on_train_epoch_end(self):
+        if self.when == "after_round" and self.trainer.current_epoch == 0:
+            self._send()
+
+
+@pytest.mark.parametrize(
+    "when, message, rounds_done",
+    [
+        ("in_round", "Round 1 stopped by SIGTERM", 1),
+        ("in_validation", "Stopped by SIGTERM after round 0", 1),  # validation finishes, then the round's end
+        ("after_round", "Stopped by SIGTERM after round 0", 1),
+    ],
+)
+def test_sigterm_without_model_checkpoint_writes_default_root_dir_last_and_resumes_exactly(
+    tmp_path, when, message, rounds_done
+):
+    dm, *_ = _data(val=True)
+    torch.manual_seed(0)
+    reference = LinearRegression(lr=LR)
+    FederatedTrainer(max_epochs=3, **quiet_trainer_kwargs(tmp_path / "ref")).fit(reference, datamodule=dm)
+    torch.manual_seed(0)
+    model = SignalsItself(when, lr=LR)
+    trainer = FederatedTrainer(max_epochs=3, **quiet_trainer_kwargs(tmp_path))  # no ModelCheckpoint
+    with pytest.raises(SIGTERMException, match=message):
+        trainer.fit(model, datamodule=dm)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Lightning's and the round's handlers are gone
+    checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == rounds_done
+    resumed = LinearRegression(lr=LR)
+    FederatedTrainer(max_epochs=3, **quiet_trainer_kwargs(tmp_path)).fit(
+        resumed, datamodule=dm, ckpt_path=str(tmp_path / "last.ckpt")
+    )
+    torch.testing.assert_close(_weights(resumed), _weights(reference), rtol=0, atol=0)
+
+
 ROUNDS, HANG_ROUND = 4, 2
 
 SCRIPT = textwrap.dedent(
