@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ import torch.distributed as dist
 from lightning_fed.checkpoint import MidRoundCheckpointError
 from lightning_fed.client import ClientUpdate
 from lightning_fed.distributed import assign_clients, gather_updates
+from lightning_fed.interrupts import ClientTimeLimit, ClientTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.loop import FederatedFitLoop
@@ -32,6 +34,9 @@ class ClientExecutor(abc.ABC):
     in later executors, vectorised or spread over ranks.
     """
 
+    #: Whether :meth:`run_round` applies the loop's ``client_timeout_s`` (the loop refuses a time limit otherwise).
+    supports_client_timeout: bool = False
+
     @abc.abstractmethod
     def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
         """Train every client of ``cohort`` (shape ``[C]``) from x_t and return their updates, in cohort order."""
@@ -50,7 +55,15 @@ class SequentialExecutor(ClientExecutor):
     largest first) and the round's updates are gathered on every rank
     (:func:`~lightning_fed.distributed.gather_updates`), in cohort order: since every client's randomness is a
     pure function of (seed, round, client), the result equals a single-process run.
+
+    With the loop's ``client_timeout_s`` each client's :meth:`train_client` runs under a
+    :class:`~lightning_fed.interrupts.ClientTimeLimit` (interrupted by ``SIGALRM`` in the main thread; elsewhere
+    checked between local steps only); a client past the limit is dropped through the loop's
+    ``record_client_failure`` (``on_client_failure="raise"`` raises).
     """
+
+    supports_client_timeout = True
+    _time_limit: Optional[ClientTimeLimit] = None  # the current client's limit (checked between local steps)
 
     def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
         trainer = loop.trainer
@@ -60,14 +73,23 @@ class SequentialExecutor(ClientExecutor):
             sizes = [loop.datamodule.client_num_samples(c) for c in mine]
             mine = assign_clients(mine, sizes, trainer.world_size)[trainer.global_rank]
         updates = []
+        timeout_s = getattr(loop, "client_timeout_s", None)
         for position, cid in enumerate(mine):
+            limit = None if timeout_s is None else ClientTimeLimit(timeout_s, cid, round_idx)
             try:
-                update = self.train_client(loop, cid, round_idx)
+                self._time_limit = limit
+                with limit if limit is not None else contextlib.nullcontext():
+                    update = self.train_client(loop, cid, round_idx)
+            except ClientTimeout as timeout:
+                loop.record_client_failure(cid, f"timed out (client_timeout_s={timeout.limit_s:g} s)")
+                continue
             except Exception as error:  # noqa: BLE001 - a failing client must not end a day-long simulation
                 if loop.on_client_failure == "raise" or isinstance(error, MidRoundCheckpointError):
                     raise
                 loop.record_client_failure(cid, f"{type(error).__name__}: {error}")
                 continue
+            finally:
+                self._time_limit = None
             updates.append(update)
             loop.call_client_hook("on_client_end", update, position)
         if distributed:
@@ -84,6 +106,8 @@ class SequentialExecutor(ClientExecutor):
         loss_sum, steps, loss_steps = None, 0, 0
         for batch_idx, batch in enumerate(datamodule.client_dataloader(cid, round_idx)):
             output = loop.local_step(batch, batch_idx)
+            if self._time_limit is not None:
+                self._time_limit.check()  # the only check where SIGALRM cannot be used
             if output is loop.STOP:
                 break
             steps += 1

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import logging
 import math
+import os
+import signal
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Optional
 
+import numpy as np
 import torch
-from lightning.pytorch.callbacks import ProgressBar, Timer
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
 from lightning.pytorch.loops.fit_loop import _FitLoop
 from lightning.pytorch.trainer import call
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -21,6 +26,10 @@ from lightning_fed.client import ClientUpdate, parameter_client_lrs
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
+from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm
+from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
+
+log = logging.getLogger(__name__)
 
 #: Names of the per-round metrics the loop logs (TensorBoard step = round).
 ROUND_METRICS = (
@@ -80,6 +89,28 @@ class FederatedFitLoop(_FitLoop):
     no client reports back leaves the global model and the server optimizer's state unchanged. Clients removed
     by the data module's simulated dropout are counted in ``round_clients_unavailable``.
 
+    Hung clients: with ``client_timeout_s`` a client whose local work (from loading x_t to packaging its update)
+    runs longer is interrupted and dropped like a failing client (see :class:`~lightning_fed.interrupts.
+    ClientTimeLimit`: a ``SIGALRM`` timer in the main thread, else a check between local steps). Absurd updates:
+    with ``max_update_norm_ratio`` = k, after the finite check a client whose ‖Δ_i‖₂ exceeds k times the median
+    of the round's (finite) update norms is dropped like a failing client
+    (:func:`~lightning_fed.guards.norm_outliers`; it needs at least three reporting clients to single one out).
+
+    Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
+    ``time.sleep`` included): the round's local work is discarded, the module gets back the global model x_t and
+    the loop's progress goes back to the end of the previous round (the server optimizer has not been touched:
+    aggregation had not happened), a checkpoint is written (:attr:`stop_checkpoint_path`) and the run ends with
+    :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (SIGTERM; exit status 1 in a script) or
+    ``KeyboardInterrupt`` (SIGINT; Lightning exits with status 1). ``trainer.fit(..., ckpt_path=that path)``
+    resumes exactly (same weights as an uninterrupted run). A SIGTERM that arrives after the round's aggregation
+    stops the run at the round's end, after validation (held back until it is done, see
+    :class:`~lightning_fed.interrupts.DeferSigterm`) and the round's callbacks, with the same checkpoint of the
+    state between rounds and ``SIGTERMException`` (exit status 1). A SIGINT outside the cohort's training is
+    Lightning's ``KeyboardInterrupt`` (exit status 1, no checkpoint written). Under several processes
+    (``strategy="ddp"``) rounds are not stopped early and validation is not deferred (a rank leaving a round alone
+    would leave the others waiting in a collective); Lightning's SIGTERM handling applies, and the round-end stop
+    writes no extra checkpoint.
+
     Lightning's ``max_epochs`` counts rounds, ``log_every_n_steps`` counts rounds, ``global_step`` counts client
     optimizer steps. Learning-rate schedulers must use ``interval="epoch"`` (per round); gradient accumulation is
     not supported.
@@ -90,9 +121,13 @@ class FederatedFitLoop(_FitLoop):
         max_epochs: Maximum number of rounds.
         executor: How clients are trained (default :class:`SequentialExecutor`).
         on_client_failure: ``"skip"`` (default) or ``"raise"``.
+        client_timeout_s: Wall-clock limit of one client's local work in seconds, ``None`` (default) for none.
+        max_update_norm_ratio: k > 1 for the update-norm guard, ``None`` (default) for none.
 
     Raises:
-        ValueError: an unknown ``on_client_failure``.
+        ValueError: an unknown ``on_client_failure``; a ``client_timeout_s`` that is not ``None`` or a finite
+            number > 0; a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1; (when the run
+            starts) a ``client_timeout_s`` with an executor that does not support it.
     """
 
     #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
@@ -105,11 +140,16 @@ class FederatedFitLoop(_FitLoop):
         max_epochs: Optional[int] = None,
         executor: Optional[ClientExecutor] = None,
         on_client_failure: str = "skip",
+        client_timeout_s: Optional[float] = None,
+        max_update_norm_ratio: Optional[float] = None,
     ) -> None:
         super().__init__(trainer, min_epochs=min_epochs, max_epochs=max_epochs)
         if on_client_failure not in _FAILURE_POLICIES:
             raise ValueError(f"`on_client_failure` must be one of {_FAILURE_POLICIES}, got {on_client_failure!r}.")
         self.on_client_failure = on_client_failure
+        self.client_timeout_s = check_client_timeout(client_timeout_s)
+        self.max_update_norm_ratio = check_max_update_norm_ratio(max_update_norm_ratio)
+        self._round_start_state: dict[str, Any] = {}
         #: (client id, reason) of the clients dropped from the current round.
         self.round_failures: list[tuple[int, str]] = []
         self.executor = executor if executor is not None else SequentialExecutor()
@@ -175,6 +215,11 @@ class FederatedFitLoop(_FitLoop):
                 "The module is wrapped in DistributedDataParallel, which would average gradients across ranks "
                 "training different clients; use FederatedTrainer(strategy='ddp') (FederatedDDPStrategy)."
             )
+        if self.client_timeout_s is not None and not getattr(self.executor, "supports_client_timeout", False):
+            raise ValueError(
+                f"`client_timeout_s` is set but the client executor {type(self.executor).__name__} does not support "
+                "a per-client time limit (SequentialExecutor and VectorizedExecutor do)."
+            )
         self._params = list(module.parameters())
         self._buffers = list(module.buffers())
         self._step_callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, (ProgressBar, Timer))]
@@ -224,10 +269,20 @@ class FederatedFitLoop(_FitLoop):
         selection = self.datamodule.select_cohort(round_idx)
         self.round_failures = []
         self._round_log.start_round()
+        self._round_start_state = copy.deepcopy(self.epoch_loop.state_dict())
+        single = trainer.world_size == 1
         self.in_round = True
-        with trainer.profiler.profile("run_federated_round"):
-            updates = self.executor.run_round(self, selection.cohort, round_idx)
+        try:
+            with StopSignals(enabled=single):
+                if single and trainer.received_sigterm:  # arrived between the previous round's end and here
+                    raise RoundInterrupted(signal.SIGTERM)
+                with trainer.profiler.profile("run_federated_round"):
+                    updates = self.executor.run_round(self, selection.cohort, round_idx)
+        except RoundInterrupted as interrupt:
+            self._stop_round(round_idx, interrupt.signum)
         updates = [u for u in updates if self._is_finite(u)]
+        if self.max_update_norm_ratio is not None:
+            updates = self._drop_norm_outliers(updates)
         self._rounds_run += 1
         self._rounds_with_updates += bool(updates)
         pseudo_gradient: Optional[list[Tensor]] = None
@@ -276,7 +331,8 @@ class FederatedFitLoop(_FitLoop):
         if self.epoch_loop._should_check_val_epoch() and trainer.limit_val_batches != 0:
             trainer.validating = True
             call._call_lightning_module_hook(trainer, "on_validation_model_zero_grad")
-            self.epoch_loop.val_loop.run()
+            with DeferSigterm(enabled=trainer.world_size == 1):  # a SIGTERM stops the run at the round's end
+                self.epoch_loop.val_loop.run()
             trainer.training = True
             trainer._logger_connector._first_loop_iter = None
         self.epoch_loop._batches_that_stepped = round_idx + 1
@@ -301,7 +357,9 @@ class FederatedFitLoop(_FitLoop):
         self.epoch_loop._batches_that_stepped += 1
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
-            raise SIGTERMException
+            path = self._save_stop_checkpoint() if trainer.world_size == 1 else None
+            where = f"; checkpoint written to {path}" if path else ""
+            raise SIGTERMException(f"Stopped by SIGTERM after round {round_idx}{where}.")
 
     # ------------------------------------------------------------------ client helpers (used by executors)
     @property
@@ -447,6 +505,81 @@ class FederatedFitLoop(_FitLoop):
             weights = weights / weights.sum()
             losses = torch.where(mask, losses, torch.zeros_like(losses))
         return float((weights * losses).nansum())
+
+    def _drop_norm_outliers(self, updates: list[ClientUpdate]) -> list[ClientUpdate]:
+        """Drop (record as failed) the updates with ‖Δ_i‖₂ > k·median (:func:`~lightning_fed.guards.norm_outliers`)."""
+        if not updates:
+            return updates
+        norms = [update_norm(u.delta) for u in updates]
+        outliers = set(norm_outliers(norms, self.max_update_norm_ratio))
+        if not outliers:
+            return updates
+        median = float(np.median(norms))
+        for i in sorted(outliers):
+            self._round_log.discard(updates[i].client_id)
+            self.record_client_failure(
+                updates[i].client_id,
+                f"update norm {norms[i]:.4g} > max_update_norm_ratio={self.max_update_norm_ratio:g} × the round's "
+                f"median client update norm {median:.4g}",
+            )
+        return [u for i, u in enumerate(updates) if i not in outliers]
+
+    # ------------------------------------------------------------------ stop signals
+    @property
+    def stop_checkpoint_path(self) -> str:
+        """Where a stop signal's checkpoint goes: the trainer's :class:`ModelCheckpoint`'s "last" file
+        (``<dirpath>/last.ckpt``, so ``ckpt_path="last"`` finds it; a ``save_last="link"`` symlink is replaced by
+        a file), else ``<default_root_dir>/last.ckpt``."""
+        trainer = self.trainer
+        callback = trainer.checkpoint_callback
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath is not None:
+            metrics = {"epoch": torch.tensor(trainer.current_epoch), "step": torch.tensor(trainer.global_step)}
+            return callback.format_checkpoint_name(metrics, callback.CHECKPOINT_NAME_LAST)
+        return os.path.join(trainer.default_root_dir, "last.ckpt")
+
+    def _save_stop_checkpoint(self) -> str:
+        """Write the trainer's checkpoint (taken between rounds) to :attr:`stop_checkpoint_path`; returns it."""
+        path = self.stop_checkpoint_path
+        if os.path.islink(path):
+            os.unlink(path)
+        self.trainer.save_checkpoint(path, weights_only=False)
+        return path
+
+    def _stop_round(self, round_idx: int, signum: int) -> None:
+        """Discard round ``round_idx``'s local work, go back to its start, write the checkpoint and end the run.
+
+        Raises:
+            SIGTERMException: after SIGTERM.
+            KeyboardInterrupt: after SIGINT.
+        """
+        trainer = self.trainer
+        with torch.no_grad():
+            torch._foreach_copy_(self._params, self._global_params)
+            for b, g in zip(self._buffers, self._global_buffers):
+                b.copy_(g)
+        trainer.lightning_module.zero_grad(set_to_none=True)
+        for opt, defaults in zip(trainer.optimizers, self._optimizer_defaults):
+            opt.state.clear()
+            for group, saved in zip(opt.param_groups, defaults):
+                group.update(saved)
+        # Progress as at the end of round t-1: optimizer-step counts (global_step) from before this round's clients,
+        # the epoch counters back from "round t ready/started" to "t rounds processed and completed".
+        self.epoch_loop.load_state_dict(self._round_start_state)
+        for tracker in (self.epoch_progress.total, self.epoch_progress.current):
+            tracker.ready = tracker.started = tracker.processed
+            tracker.completed = tracker.processed
+        self.round_failures = []
+        self.in_round = False  # the module holds x_t again: the checkpoint is a global model
+        path = self._save_stop_checkpoint()
+        name = signal.Signals(signum).name
+        message = (
+            f"Round {round_idx} stopped by {name}: its local work was discarded and the global model reset to the "
+            f"round's start; checkpoint written to {path} (resume with trainer.fit(..., ckpt_path={path!r}))."
+        )
+        log.warning(message)  # logging, not a warning: shown even where warnings are filtered
+        if signum == getattr(signal, "SIGINT", None):
+            raise KeyboardInterrupt(message) from None
+        raise SIGTERMException(message) from None
 
     def call_client_hook(self, name: str, *args: Any) -> None:
         """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:

@@ -23,6 +23,8 @@ from lightning_fed.checkpoint import (
 )
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
+from lightning_fed.guards import check_max_update_norm_ratio
+from lightning_fed.interrupts import check_client_timeout
 from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
 
 
@@ -102,11 +104,27 @@ class FederatedTrainer(L.Trainer):
             ``["server_optimizer.lr"]``; a name allows its sub-settings (``"local_work"`` allows
             ``"local_work.batch_size"``). The server optimizer's state (step count, moments) is restored across an
             allowed hyper-parameter change; across an allowed change of its class it starts afresh, with a warning.
+        client_timeout_s: Wall-clock limit of one client's local work, in seconds (default ``None``: no limit). A
+            client that runs longer is interrupted (``SIGALRM`` in the main thread on Linux/macOS, so a client hung
+            in ``time.sleep`` or a Python loop is stopped; in another thread or on Windows the limit is checked
+            between local steps only) and treated like a failing client (see ``on_client_failure``), with a
+            warning naming the client and the round. With :class:`~lightning_fed.VectorizedExecutor` it makes
+            the executor train clients sequentially.
+        max_update_norm_ratio: k > 1 (default ``None``: off): a client whose update norm ‖Δ_i‖₂ is more than k
+            times the median of the round's client update norms is treated like a failing client (a finite but
+            absurd update, e.g. 1e15, would otherwise dominate the aggregate). Needs at least three reporting
+            clients to single one out.
         **kwargs: Any :class:`lightning.Trainer` argument.
+
+    SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
+    round's local work is discarded, a checkpoint of the state at the round's start is written to the
+    ModelCheckpoint's ``dirpath/last.ckpt`` (else ``default_root_dir/last.ckpt``) and the run ends with exit status
+    1; ``fit(..., ckpt_path=...)`` on it resumes exactly. See :class:`~lightning_fed.FederatedFitLoop`.
 
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
-            unknown ``on_client_failure``, or a malformed ``allow_resume_changes``.
+            unknown ``on_client_failure``, a malformed ``allow_resume_changes``, a ``client_timeout_s`` that is not
+            ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1.
     """
 
     def __init__(
@@ -115,10 +133,14 @@ class FederatedTrainer(L.Trainer):
         client_executor: Optional[Union[ClientExecutor, str]] = None,
         on_client_failure: str = "skip",
         allow_resume_changes: Union[bool, list[str]] = False,
+        client_timeout_s: Optional[float] = None,
+        max_update_norm_ratio: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
         client_executor = _resolve_executor(client_executor)
         allowed = normalize_allowed_changes(allow_resume_changes)
+        check_client_timeout(client_timeout_s)  # before Lightning's set-up, so a bad value fails first
+        check_max_update_norm_ratio(max_update_norm_ratio)
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -156,6 +178,8 @@ class FederatedTrainer(L.Trainer):
             max_epochs=self.fit_loop.max_epochs,
             executor=client_executor,
             on_client_failure=on_client_failure,
+            client_timeout_s=client_timeout_s,
+            max_update_norm_ratio=max_update_norm_ratio,
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop

@@ -217,7 +217,9 @@ class VectorizedExecutor(ClientExecutor):
     :class:`ModelCheckpoint` without step-based saving), callbacks defining ``on_client_start`` (they may change
     the module per client), a server optimizer with a client channel (``configure_client`` /
     ``collect_client_extras`` overridden: client-side algorithms), a data module that overrides
-    ``client_dataloader`` or the batch-transfer hooks, or an operation ``vmap`` cannot batch.
+    ``client_dataloader`` or the batch-transfer hooks, a per-client time limit (the loop's ``client_timeout_s``:
+    vmapped clients cannot be stopped one by one, so the sequential executor applies it), or an operation ``vmap``
+    cannot batch.
 
     Failures: if the vectorized training of a round raises, the error propagates with the loop's
     ``on_client_failure="raise"``; with ``"skip"`` the round is retried by the sequential executor, which isolates
@@ -246,6 +248,8 @@ class VectorizedExecutor(ClientExecutor):
         ValueError: an unknown ``randomness`` or a ``max_parallel`` that is not a positive integer.
     """
 
+    supports_client_timeout = True  # by falling back to sequential training
+
     def __init__(self, randomness: str = "error", max_parallel: Optional[int] = None) -> None:
         if randomness not in _RANDOMNESS:
             raise ValueError(f"`randomness` must be one of {_RANDOMNESS}, got {randomness!r}.")
@@ -272,6 +276,8 @@ class VectorizedExecutor(ClientExecutor):
         """
         trainer = loop.trainer
         module = trainer.lightning_module
+        if getattr(loop, "client_timeout_s", None) is not None:
+            return "client_timeout_s is set (a per-client time limit needs the clients trained one at a time)"
         if not module.automatic_optimization:
             return "the module uses manual optimization"
         if len(trainer.optimizers) != 1:

@@ -1,0 +1,58 @@
+"""Guards against absurd client updates: finite but far larger than the rest of the round's."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def check_max_update_norm_ratio(value: Any) -> Optional[float]:
+    """Validate ``max_update_norm_ratio``: ``None`` (guard off) or a finite number k > 1.
+
+    Raises:
+        ValueError: anything else (booleans included; k ≤ 1 would drop every client above the median, a trimming
+            rule rather than a guard against outliers).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 1:
+        raise ValueError(f"`max_update_norm_ratio` must be None (off) or a finite number > 1, got {value!r}.")
+    return float(value)
+
+
+def update_norm(delta: Sequence[Tensor]) -> float:
+    """‖Δ_i‖₂ over all of a client's parameter changes (the tensors flattened and concatenated), accumulated in
+    float64 (a float32 update with entries ~1e20 has a finite float64 norm where a float32 one would be ``inf``)."""
+    if not delta:
+        return 0.0
+    norms = torch._foreach_norm(list(delta), 2, dtype=torch.float64)
+    return float(torch.linalg.vector_norm(torch.stack([n.cpu() for n in norms])))
+
+
+def norm_outliers(norms: Sequence[float], max_ratio: float) -> list[int]:
+    """Indices i with ``norms[i] > max_ratio * median(norms)``, in increasing order.
+
+    The median is the usual one (for an even count the mean of the two middle values, ``numpy.median``) over all
+    of ``norms``, the outliers included. With a median of 0 (most clients did not move) nothing is flagged: there
+    is no scale to compare with. With two clients and k ≥ 2 nothing can be flagged (the larger norm is at most
+    twice the median): the guard needs at least three reporting clients to single one out.
+
+    Args:
+        norms: The round's client update norms ‖Δ_i‖₂, shape ``[C]``, finite and ≥ 0 (``inf`` is flagged).
+        max_ratio: k > 1.
+
+    Returns:
+        The indices of the updates to drop (possibly empty).
+    """
+    values = np.asarray(norms, dtype=np.float64)
+    if values.size == 0:
+        return []
+    median = float(np.median(values))
+    if not 0.0 < median < math.inf:
+        return [int(i) for i in np.flatnonzero(~np.isfinite(values))]
+    return [int(i) for i in np.flatnonzero(values > max_ratio * median)]
