@@ -53,6 +53,13 @@ def _resolve_executor(executor: Any) -> Optional[ClientExecutor]:
     )
 
 
+def _use_default_logger(trainer_kwargs: dict[str, Any]) -> None:
+    """Where no logger is given (or ``logger=True``), Lightning's default logger, with ``default_hp_metric=False``
+    (written as a separate function: jsonargparse reads the trainer's own body to type its ``**kwargs``)."""
+    if trainer_kwargs.get("logger", True) is True:
+        trainer_kwargs.update(logger=_default_logger(trainer_kwargs.get("default_root_dir")))
+
+
 def _default_logger(root_dir: Optional[str]) -> Any:
     """Lightning's default logger (TensorBoard when installed, else CSV), with ``default_hp_metric=False`` so that
     the run's HParams session is the federated one (:mod:`lightning_fed.tensorboard`)."""
@@ -169,8 +176,7 @@ class FederatedTrainer(L.Trainer):
             kwargs["strategy"] = FederatedDDPStrategy(start_method=DDP_STRATEGY_NAMES[strategy])
         if kwargs.get("log_every_n_steps") is None:
             kwargs["log_every_n_steps"] = 1
-        if kwargs.get("logger", True) is True:
-            kwargs["logger"] = _default_logger(kwargs.get("default_root_dir"))
+        _use_default_logger(kwargs)
         super().__init__(**kwargs)
         loop = FederatedFitLoop(
             self,
