@@ -326,9 +326,9 @@ FEDAWARE_SETTINGS = {
                          cls(f"{DM}.ShardPartitioner", num_clients=100, shards_per_client=2, seed=0), None),
     "hybrid": ("Hybrid: Dirichlet(0.1) label skew over 100 clients (Hsu et al. 2019); fixed E and B.",
                cls(f"{DM}.DirichletPartitioner", num_clients=100, alpha=0.1, seed=0), None),
-    "hybrid_plus": ("Hybrid+: Dirichlet(0.1), and per round and client E_i ~ U{2..5}, B_i ~ U{10..|D_i|}.",
+    "hybrid_plus": ("Hybrid+: Dirichlet(0.1), and per round and client E_i ~ U{2..5}, B_i ~ U{10..|D_i|}, K_i = floor(E_i |D_i| / B_i) local steps (Sec. 5).",
                     cls(f"{DM}.DirichletPartitioner", num_clients=100, alpha=0.1, seed=0),
-                    cls(f"{DM}.SampledLocalWork", epochs=[2, 5], batch_size=[10, None], seed=0)),
+                    cls(f"{DM}.SampledLocalWork", epochs=[2, 5], batch_size=[10, None], seed=0, steps_rule="paper")),
 }
 FEDAWARE_METHODS = {
     "fedaware": (cls(f"{CB}.fedaware.FedAWARE", lr=1.0, alpha=0.5, alpha_convention="code", normalize=True,
