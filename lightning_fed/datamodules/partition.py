@@ -215,6 +215,7 @@ class Partition:
         labels: Any = None,
         num_classes: int | None = None,
         client_names: Any = None,
+        label_names: Any = None,
     ) -> Partition:
         """Build a partition from one index array per client (client ``c`` = ``client_indices[c]``).
 
@@ -227,7 +228,7 @@ class Partition:
         sizes = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        return cls(np.concatenate(arrays), offsets, labels, num_classes, client_names)
+        return cls(np.concatenate(arrays), offsets, labels, num_classes, client_names, label_names)
 
     @classmethod
     def from_assignment(
