@@ -26,11 +26,22 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
-__all__ = ["federated_hparams", "flatten_settings", "log_federated_hparams", "log_partition", "partition_figure"]
+__all__ = [
+    "federated_hparams",
+    "flatten_settings",
+    "label_distribution_figure",
+    "log_federated_hparams",
+    "log_partition",
+    "partition_figure",
+]
 
 #: Tag of the partition figure (image) and of the size statistics (text).
 PARTITION_FIGURE_TAG = "partition/clients_x_classes"
 PARTITION_STATS_TAG = "partition/stats"
+#: Tag of the per-client label distribution (stacked bars, :func:`label_distribution_figure`).
+PARTITION_DISTRIBUTION_TAG = "partition/label_distribution"
+
+_SIZE_UNITS = ("absolute", "percent")
 
 #: Client-optimizer settings reported from ``trainer.optimizers[0].param_groups[0]``.
 _CLIENT_OPTIMIZER_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "betas", "eps")
@@ -262,14 +273,103 @@ def partition_figure(partition: Any, max_clients: int = 100) -> Any:
     return fig
 
 
+def label_distribution_figure(
+    partition: Any, size_unit: str = "absolute", max_clients: int = 30, legend: bool = True, title: Optional[str] = None
+) -> Any:
+    """Per-client label distribution as stacked horizontal bars (the layout of Flower's
+    ``flwr_datasets.visualization.plot_label_distributions``, its default ``plot_type="bar"``).
+
+    One bar per client (client 0 at the top, the first ``max_clients`` clients), split into one coloured segment per
+    class whose length is n_{c,k}, the number of client c's samples with label k (``size_unit="absolute"``), or
+    100 · n_{c,k} / n_c (``"percent"``, every bar then spans 100; an empty client has an empty bar). The legend names
+    the classes: ``Partition.label_names`` for text labels, else the class index. Without labels, each bar is the
+    client's size (one segment, no legend), e.g. for a natural partition such as Shakespeare.
+
+    Args:
+        partition: a :class:`~lightning_fed.datamodules.Partition`.
+        size_unit: ``"absolute"`` (default, sample counts) or ``"percent"`` (share of the client's samples).
+        max_clients: number of client bars (int >= 1, default 30).
+        legend: draw the class legend (bool, default ``True``), right of the bars.
+        title: figure title (default: a description of what is shown).
+
+    Returns:
+        A ``matplotlib.figure.Figure`` with an Agg canvas (no pyplot state), width 8 in, height growing with the number
+        of clients; ``fig.savefig(path)`` writes it, ``SummaryWriter.add_figure`` logs it.
+
+    Raises:
+        ValueError: ``size_unit`` not in ``("absolute", "percent")`` or ``max_clients`` < 1.
+        TypeError: ``legend`` is not a bool.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from lightning_fed.datamodules.partition import _check_int
+
+    if size_unit not in _SIZE_UNITS:
+        raise ValueError(f"`size_unit` must be one of {_SIZE_UNITS}, got {size_unit!r}")
+    max_clients = _check_int("max_clients", max_clients, minimum=1)
+    if not isinstance(legend, (bool, np.bool_)):
+        raise TypeError(f"`legend` must be a bool, got {legend!r}")
+    rows = min(max_clients, partition.num_clients)
+    has_labels = partition.labels is not None
+    if has_labels:
+        values = partition.label_histogram(rows).astype(np.float64)  # [rows, C]
+    else:
+        values = partition.sizes()[:rows].astype(np.float64)[:, None]
+    if size_unit == "percent":
+        totals = values.sum(axis=1, keepdims=True)
+        values = np.divide(100.0 * values, totals, out=np.zeros_like(values), where=totals > 0)
+    num_classes = values.shape[1]
+    fig = Figure(figsize=(8.0, max(2.5, 0.9 + 0.22 * rows)), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    cmap = _class_colours(num_classes)
+    y = np.arange(rows)
+    left = np.zeros(rows)
+    names = getattr(partition, "label_names", None)
+    for k in range(num_classes):
+        label = (str(names[k]) if names is not None else str(k)) if has_labels else "samples"
+        ax.barh(y, values[:, k], left=left, height=0.8, color=cmap[k], label=label)
+        left += values[:, k]
+    ax.set_yticks(y, [str(c) for c in range(rows)], fontsize=7 if rows > 40 else 9)
+    ax.invert_yaxis()
+    ax.set_ylabel("client")
+    ax.set_xlabel("share of the client's samples (%)" if size_unit == "percent" else "number of samples")
+    if size_unit == "percent":
+        ax.set_xlim(0, 100)
+    if title is None:
+        shown = f"clients 0-{rows - 1} of {partition.num_clients}" if rows < partition.num_clients else f"{rows} clients"
+        what = "Label distribution per client" if has_labels else "Samples per client"
+        title = f"{what} ({shown}" + (f", {num_classes} classes)" if has_labels else ")")
+    ax.set_title(title)
+    if legend and has_labels:
+        fig.legend(*ax.get_legend_handles_labels(), title="class", loc="outside right upper",
+                   ncols=1 if num_classes <= 25 else 2, fontsize=8)
+    return fig
+
+
+def _class_colours(num_classes: int) -> list:
+    """One colour per class: tab10 / tab20 for up to 20 classes, then evenly spaced viridis."""
+    from matplotlib import colormaps
+
+    if num_classes <= 10:
+        return [colormaps["tab10"](k) for k in range(num_classes)]
+    if num_classes <= 20:
+        return [colormaps["tab20"](k) for k in range(num_classes)]
+    return [colormaps["viridis"](x) for x in np.linspace(0, 1, num_classes)]
+
+
 @rank_zero_only
 def log_partition(trainer: Any, partition: Any, max_clients: int = 100) -> None:
-    """Write the partition's size statistics (text, ``partition/stats``) and, when it has labels, its
-    :func:`partition_figure` (image, ``partition/clients_x_classes``) to every TensorBoard logger, at step 0."""
+    """Write the partition's size statistics (text, ``partition/stats``), its :func:`label_distribution_figure`
+    (image, ``partition/label_distribution``: stacked per-client class counts with a legend, or client sizes without
+    labels) and, when it has labels, its :func:`partition_figure` (image, ``partition/clients_x_classes``) to every
+    TensorBoard logger, at step 0."""
     for logger in _tensorboard_loggers(trainer):
         experiment = logger.experiment
         stats = partition.stats(label_histogram=False)
         summary = {k: v for k, v in stats.items() if k != "sizes"}
         experiment.add_text(PARTITION_STATS_TAG, "  \n".join(f"{k}: {v}" for k, v in summary.items()), 0)
+        experiment.add_figure(PARTITION_DISTRIBUTION_TAG, label_distribution_figure(partition), 0)
         if partition.labels is not None:
             experiment.add_figure(PARTITION_FIGURE_TAG, partition_figure(partition, max_clients), 0)

@@ -56,7 +56,7 @@ EXPECTED = {
     "server_optimizer/bias_correction": False, "server_optimizer/weighting": "num_samples",
     "partitioner": "DirichletPartitioner", "partitioner/num_clients": 6, "partitioner/alpha": 0.5,
     "partitioner/min_partition_size": 10, "partitioner/max_tries": 100, "partitioner/seed": 3,
-    "partitioner/method": "per_class",
+    "partitioner/method": "per_class", "partitioner/self_balancing": False,
     "num_clients": 6, "clients_per_round": 3,
     "local_work": "FixedLocalWork", "local_work/local_epochs": 2, "local_work/batch_size": 16,
     "data_order": "once", "seed": 7, "client_dropout": 0.0, "over_selection": 0.0, "drop_last": False,
@@ -169,7 +169,7 @@ def test_flatten_settings_gives_plain_values():
     assert flat == {
         "data/partitioner": "DirichletPartitioner", "data/partitioner/num_clients": 4,
         "data/partitioner/alpha": 0.3, "data/partitioner/min_partition_size": 10, "data/partitioner/max_tries": 100,
-        "data/partitioner/seed": 1, "data/partitioner/method": "per_class",
+        "data/partitioner/seed": 1, "data/partitioner/method": "per_class", "data/partitioner/self_balancing": False,
         "data/sizes": "int64[100]", "data/short": "[1, 2]", "data/none": "None", "data/n": 3, "data/x": 0.5,
         "data/nested/a/b": True,
     }

@@ -6,7 +6,9 @@ from lightning_fed.datamodules.emnist import EMNISTDataModule
 from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
 from lightning_fed.datamodules.mnist import MNISTDataModule
 from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.grouped_natural_id import GroupedNaturalIdPartitioner
 from lightning_fed.datamodules.iid import IIDPartitioner
+from lightning_fed.datamodules.inner_dirichlet import InnerDirichletPartitioner
 from lightning_fed.datamodules.local_work import (
     ClientWork,
     FixedLocalSteps,
@@ -21,6 +23,12 @@ from lightning_fed.datamodules.partition import Partition, Partitioner
 from lightning_fed.datamodules.pathological import PathologicalPartitioner
 from lightning_fed.datamodules.shakespeare import ShakespeareDataModule
 from lightning_fed.datamodules.shard import ShardPartitioner
+from lightning_fed.datamodules.size_skew import (
+    ExponentialPartitioner,
+    LinearPartitioner,
+    SizeLabelSkewPartitioner,
+    SquarePartitioner,
+)
 from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
 
 __all__ = [
@@ -29,12 +37,16 @@ __all__ = [
     "ClientWork",
     "DirichletPartitioner",
     "EMNISTDataModule",
+    "ExponentialPartitioner",
     "FashionMNISTDataModule",
     "MNISTDataModule",
     "FederatedDataModule",
     "FixedLocalSteps",
     "FixedLocalWork",
+    "GroupedNaturalIdPartitioner",
     "IIDPartitioner",
+    "InnerDirichletPartitioner",
+    "LinearPartitioner",
     "LocalWork",
     "NaturalIdPartitioner",
     "PachinkoPartitioner",
@@ -44,6 +56,8 @@ __all__ = [
     "SampledLocalWork",
     "ShakespeareDataModule",
     "ShardPartitioner",
+    "SizeLabelSkewPartitioner",
+    "SquarePartitioner",
     "StackOverflowNWPDataModule",
     "StackOverflowTagDataModule",
     "batch_schedule",

@@ -283,10 +283,16 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(
                 f"`labels` must have shape [{len(self.train_dataset)}] (one per training sample), got {labels.shape}."
             )
+        if labels.dtype.kind in "USO":
+            # text / object class names: the partitioner encodes them once as 0..C-1 (sorted) and keeps the
+            # mapping in `Partition.label_names`
+            return labels
         if not np.issubdtype(labels.dtype, np.integer):
             if not required:
                 return None
-            raise ValueError(f"`labels` must be integers (class indices), got dtype {labels.dtype}.")
+            raise ValueError(
+                f"`labels` must be integer class indices or text / object class names, got dtype {labels.dtype}."
+            )
         return labels
 
     def _read_column(self, name: str) -> np.ndarray:

@@ -69,6 +69,40 @@ def _as_labels(labels: Any, num_samples: int | None = None) -> np.ndarray:
     return arr
 
 
+def _encode_labels(labels: Any) -> tuple[Any, np.ndarray | None]:
+    """Encode string / bytes / object class labels once as ``0 .. C-1``; other labels pass through unchanged.
+
+    Returns:
+        ``(codes, names)``: for text or object labels, ``codes`` is int64 ``[num_samples]`` with
+        ``names[codes[i]] == labels[i]`` and ``names`` the sorted distinct labels (``np.unique`` order);
+        for any other input, ``(labels, None)`` (integer labels are validated later, floats refused).
+
+    Raises:
+        ValueError: a label is ``None`` / NaN, or the labels are not 1-D.
+        TypeError: the labels mix kinds that cannot be ordered (e.g. ``str`` and ``int``).
+    """
+    arr = np.asarray(labels)
+    if arr.dtype.kind not in "USO":
+        return labels, None
+    if arr.ndim != 1:
+        raise ValueError(f"`labels` must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype.kind == "O":
+        values = arr.tolist()
+        bad = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and v != v)]
+        if bad:
+            raise ValueError(f"`labels` hold {values[bad[0]]!r} at sample {bad[0]} ({len(bad)} such samples); every "
+                             "sample needs a class label")
+        kinds = {type(v).__name__ for v in values}
+        if len(kinds) > 1:
+            raise TypeError(f"`labels` mix kinds ({', '.join(sorted(kinds))}); class labels must all be of one kind "
+                            "(all str, or all int) to be encoded as class indices")
+    try:
+        names, codes = np.unique(arr, return_inverse=True)
+    except TypeError as err:
+        raise TypeError(f"`labels` cannot be ordered to be encoded as class indices ({err})") from err
+    return codes.reshape(-1).astype(np.int64), names
+
+
 # Five viridis anchor colours (RGB, 0..255) for the pure-numpy heatmap.
 _VIRIDIS = np.array(
     [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float64
@@ -96,6 +130,9 @@ class Partition:
         num_classes: number of classes (``labels.max() + 1`` when not given), or ``None`` without labels.
         client_names: ``[num_clients]`` array naming each client (the natural id of a natural
             partition), or ``None``.
+        label_names: ``[num_classes]`` array, ``label_names[k]`` = the original label of class index ``k``
+            when the labels were given as text or objects and encoded by :meth:`Partitioner.partition`
+            (sorted distinct labels), else ``None`` (class index ``k`` is label ``k``).
 
     Args:
         indices: see above (any integer array-like; stored as int64).
@@ -103,6 +140,7 @@ class Partition:
         labels: see above (default ``None``).
         num_classes: see above (default ``None``: inferred from ``labels``).
         client_names: see above (default ``None``).
+        label_names: see above (default ``None``).
 
     Raises:
         ValueError: malformed CSR arrays, an index outside ``[0, len(labels))``, ``num_classes`` not
@@ -116,6 +154,7 @@ class Partition:
         labels: Any = None,
         num_classes: int | None = None,
         client_names: Any = None,
+        label_names: Any = None,
     ) -> None:
         idx = np.asarray(indices)
         off = np.asarray(offsets)
@@ -159,6 +198,14 @@ class Partition:
                     f"`client_names` must have shape ({self.num_clients},), one per client, got {names.shape}"
                 )
             self.client_names = names
+        self.label_names: np.ndarray | None = None
+        if label_names is not None:
+            lnames = np.asarray(label_names)
+            if self.num_classes is None or lnames.shape != (self.num_classes,):
+                raise ValueError(
+                    f"`label_names` must have shape ({self.num_classes},), one per class, got {lnames.shape}"
+                )
+            self.label_names = lnames
 
     # ---------------------------------------------------------------------------------- builders
     @classmethod
@@ -168,6 +215,7 @@ class Partition:
         labels: Any = None,
         num_classes: int | None = None,
         client_names: Any = None,
+        label_names: Any = None,
     ) -> Partition:
         """Build a partition from one index array per client (client ``c`` = ``client_indices[c]``).
 
@@ -180,7 +228,7 @@ class Partition:
         sizes = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        return cls(np.concatenate(arrays), offsets, labels, num_classes, client_names)
+        return cls(np.concatenate(arrays), offsets, labels, num_classes, client_names, label_names)
 
     @classmethod
     def from_assignment(
@@ -350,8 +398,11 @@ class Partitioner(abc.ABC):
 
         Args:
             num_samples: dataset size (>= 1).
-            labels: int ``[num_samples]`` class labels; required when ``requires == "labels"``, and
-                otherwise, when given, attached to the result for statistics.
+            labels: ``[num_samples]`` class labels; required when ``requires == "labels"``, and
+                otherwise, when given, attached to the result for statistics. Integer labels are class
+                indices; text (``str`` / ``bytes``) or object labels are encoded once as ``0 .. C-1`` in
+                sorted order (``np.unique``), the scheme runs on the codes and the result's
+                ``label_names`` keeps the mapping. Float labels are refused.
             ids: ``[num_samples]`` natural client ids (any sortable dtype); required when
                 ``requires == "ids"``.
             num_classes: number of classes when known (default: ``labels.max() + 1``); only affects
@@ -363,7 +414,8 @@ class Partitioner(abc.ABC):
         Raises:
             ValueError: a required input is missing, lengths disagree, or the scheme cannot satisfy its
                 parameters on this data.
-            TypeError: ``num_samples`` is not an int or ``labels`` are not integers.
+            TypeError: ``num_samples`` is not an int, ``labels`` are floats, or text/object labels mix
+                kinds (``str`` with ``int``).
         """
         num_samples = _check_int("num_samples", num_samples, minimum=1)
         name = type(self).__name__
@@ -371,13 +423,25 @@ class Partitioner(abc.ABC):
             raise ValueError(f"{name} requires `labels` (integer class labels of the {num_samples} samples)")
         if self.requires == "ids" and ids is None:
             raise ValueError(f"{name} requires `ids` (the natural client id of each of the {num_samples} samples)")
+        label_names = None
+        if labels is not None:
+            labels, label_names = _encode_labels(labels)
         lab = None if labels is None else _as_labels(labels, num_samples)
+        if label_names is not None and num_classes is None:
+            num_classes = int(label_names.shape[0])
         id_arr = None
         if ids is not None:
             id_arr = np.asarray(ids)
             if id_arr.ndim != 1 or id_arr.shape[0] != num_samples:
                 raise ValueError(f"`ids` must be 1-D with num_samples={num_samples} entries, got shape {id_arr.shape}")
-        return self._partition(num_samples, lab, id_arr, num_classes)
+        result = self._partition(num_samples, lab, id_arr, num_classes)
+        if label_names is not None:
+            if result.num_classes != label_names.shape[0]:
+                raise ValueError(
+                    f"`num_classes`={result.num_classes} but the text labels hold {label_names.shape[0]} classes"
+                )
+            result.label_names = label_names
+        return result
 
     @abc.abstractmethod
     def _partition(

@@ -24,24 +24,65 @@ class ShardPartitioner(Partitioner):
     every sample is assigned and client sizes differ by at most ``shards_per_client``. When ``S``
     divides ``n`` every client holds exactly ``shards_per_client * n // S`` samples.
 
+    Fixed shard size (Flower's ``shard_size`` / ``keep_incomplete_shard``): with ``shard_size = s`` the
+    label-sorted data is cut into ``floor(n / s)`` complete shards of ``s`` consecutive samples, plus, when
+    ``keep_incomplete_shard=True`` and ``s`` does not divide ``n``, one last shard of the ``n % s`` remaining
+    samples (otherwise those samples belong to no client). A seeded permutation of these ``S`` usable shards is then
+    dealt in order:
+
+    - ``shards_per_client = k`` given: client ``c`` gets the ``k`` shards at permutation positions
+      ``c*k .. c*k+k-1``; the ``S - N*k`` shards left over belong to no client (their samples are left out of the
+      partition). ``N * k > S`` is an error.
+    - ``shards_per_client=None``: every usable shard is dealt, client ``c`` getting ``floor(S / N)`` shards plus one
+      more for the first ``S % N`` clients (Flower's ``num_shards_per_partition=None``).
+
+    (Flower, given both ``shard_size`` and ``num_shards_per_partition``, never uses the incomplete shard; here a kept
+    incomplete shard is one of the usable shards in both cases.)
+
     Args:
         num_clients: number of clients (int >= 1).
-        shards_per_client: shards per client (int >= 1, default 2).
+        shards_per_client: shards per client (int >= 1, default 2); ``None`` only with ``shard_size`` (deal all).
         seed: seed of the shard dealing (int >= 0, default 0).
+        shard_size: samples per shard (int >= 1, keyword-only, default ``None``: ``n // (N * k)`` with the remainder
+            spread as above, every sample used).
+        keep_incomplete_shard: keep the last, smaller shard (bool, keyword-only, default ``False``); only with
+            ``shard_size``.
 
     Raises:
-        TypeError: an argument is not an int.
-        ValueError: an argument is out of range; at :meth:`partition` time, more shards than samples.
+        TypeError: an argument of the wrong type.
+        ValueError: an argument is out of range, ``shards_per_client=None`` without ``shard_size``,
+            ``keep_incomplete_shard=True`` without ``shard_size``; at :meth:`partition` time, more shards than
+            samples, more shards wanted than usable, or (``shards_per_client=None``) fewer usable shards than clients.
     """
 
     requires = "labels"
 
-    def __init__(self, num_clients: int, shards_per_client: int = 2, seed: int = 0) -> None:
+    def __init__(
+        self,
+        num_clients: int,
+        shards_per_client: int | None = 2,
+        seed: int = 0,
+        *,
+        shard_size: int | None = None,
+        keep_incomplete_shard: bool = False,
+    ) -> None:
         self.num_clients = _check_int("num_clients", num_clients, minimum=1)
-        self.shards_per_client = _check_int("shards_per_client", shards_per_client, minimum=1)
+        if shards_per_client is None and shard_size is None:
+            raise ValueError("`shards_per_client`=None (deal every shard) needs `shard_size` (an int >= 1)")
+        self.shards_per_client = (
+            None if shards_per_client is None else _check_int("shards_per_client", shards_per_client, minimum=1)
+        )
         self.seed = _check_seed(seed)
+        self.shard_size = None if shard_size is None else _check_int("shard_size", shard_size, minimum=1)
+        if not isinstance(keep_incomplete_shard, (bool, np.bool_)):
+            raise TypeError(f"`keep_incomplete_shard` must be a bool, got {keep_incomplete_shard!r}")
+        if keep_incomplete_shard and shard_size is None:
+            raise ValueError("`keep_incomplete_shard`=True needs `shard_size` (without it every sample is used)")
+        self.keep_incomplete_shard = bool(keep_incomplete_shard)
 
     def _partition(self, num_samples, labels, ids, num_classes) -> Partition:
+        if self.shard_size is not None:
+            return self._fixed_size(num_samples, labels, num_classes)
         num_shards = self.num_clients * self.shards_per_client
         if num_shards > num_samples:
             raise ValueError(
@@ -66,3 +107,36 @@ class ShardPartitioner(Partitioner):
         offsets = np.zeros(self.num_clients + 1, dtype=np.int64)
         np.cumsum(client_sizes, out=offsets[1:])
         return Partition(indices, offsets, labels, num_classes)
+
+    def _fixed_size(self, num_samples, labels, num_classes) -> Partition:
+        """``shard_size`` given: see the class docstring."""
+        s, n, k = self.shard_size, self.num_clients, self.shards_per_client
+        complete, rest = divmod(num_samples, s)
+        usable = complete + (1 if self.keep_incomplete_shard and rest else 0)
+        if k is not None and n * k > usable:
+            raise ValueError(
+                f"`num_clients`={n} x `shards_per_client`={k} = {n * k} shards but only {usable} shards of "
+                f"`shard_size`={s} fit in {num_samples} samples; lower num_clients, shards_per_client or shard_size"
+            )
+        if k is None and usable < n:
+            raise ValueError(
+                f"only {usable} shards of `shard_size`={s} fit in {num_samples} samples, fewer than "
+                f"`num_clients`={n}; lower shard_size or num_clients"
+            )
+        by_label = np.argsort(labels, kind="stable").astype(np.int64)
+        dealt = np.random.default_rng(self.seed).permutation(usable)
+        if k is not None:
+            per_client = np.full(n, k, dtype=np.int64)
+        else:
+            per_client = np.full(n, usable // n, dtype=np.int64)
+            per_client[: usable % n] += 1
+        dealt = dealt[: int(per_client.sum())]
+        starts = dealt * s
+        lengths = np.minimum(starts + s, num_samples) - starts
+        out_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        gather = np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        client_of_shard = np.repeat(np.arange(n), per_client)
+        client_sizes = np.bincount(client_of_shard, weights=lengths, minlength=n).astype(np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(client_sizes, out=offsets[1:])
+        return Partition(by_label[gather], offsets, labels, num_classes)
