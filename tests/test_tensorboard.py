@@ -53,7 +53,7 @@ def _session_hparams(acc: EventAccumulator) -> dict:
 EXPECTED = {
     "server_optimizer": "FedAdam", "server_optimizer/lr": 0.03, "server_optimizer/beta1": 0.9,
     "server_optimizer/beta2": 0.99, "server_optimizer/tau": 1e-3, "server_optimizer/initial_accumulator": 1e-6,  # τ² when not given
-    "server_optimizer/bias_correction": False, "server_optimizer/weighting": "num_samples",
+    "server_optimizer/bias_correction": False, "server_optimizer/weighting": "num_samples", "server_optimizer/convention": "reddi",
     "partitioner": "DirichletPartitioner", "partitioner/num_clients": 6, "partitioner/alpha": 0.5,
     "partitioner/min_partition_size": 10, "partitioner/max_tries": 100, "partitioner/seed": 3,
     "partitioner/method": "per_class", "partitioner/self_balancing": False,
