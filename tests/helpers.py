@@ -55,6 +55,17 @@ class SmallClassifier(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
+def linear_weights(model: LinearRegression) -> np.ndarray:
+    """A :class:`LinearRegression`'s parameters as one vector ``[w..., b]``."""
+    return np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
+
+
+def mse_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """∇ of mean((x·w[:-1] + w[-1] − y)²) with respect to w (NumPy, for expected values)."""
+    xb = np.hstack([x, np.ones((len(x), 1))])
+    return 2.0 / len(x) * xb.T @ (xb @ w - y)
+
+
 def regression_data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, d))

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data, linear_weights, mse_grad
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAvg
 from lightning_fed.datamodules import FederatedDataModule, NaturalIdPartitioner
@@ -46,13 +46,7 @@ def _data():
     return dm, x, y, ids
 
 
-def _grad(w, x, y):
-    xb = np.hstack([x, np.ones((len(x), 1))])
-    return 2.0 / len(x) * xb.T @ (xb @ w - y)
-
-
-def _weights(model):
-    return np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
+_grad, _weights = mse_grad, linear_weights
 
 
 def _client_delta(w, x, y, c, ids):
