@@ -1,38 +1,16 @@
-"""Clients spread over DDP ranks: a DDP strategy without gradient synchronisation, and the cohort split."""
+"""Clients spread over DDP ranks: the cohort split and the gather of the round's updates and failures."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import DDPStrategy
-from lightning.pytorch.strategies.ddp import _sync_module_states
 
-from lightning_fed.client import ClientUpdate
-
-#: Strategy names that FederatedTrainer turns into :class:`FederatedDDPStrategy` (with the same start method).
-DDP_STRATEGY_NAMES = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
-
-
-class FederatedDDPStrategy(DDPStrategy):
-    """Lightning's DDP strategy for federated simulation: processes, devices, nodes and collectives as
-    ``strategy="ddp"``, but the module is not wrapped in ``DistributedDataParallel``.
-
-    Ranks train different clients for different numbers of local steps, so per-step gradient all-reduce (and
-    DDP's buffer broadcasts) must not happen; the federated loop combines the clients' updates once per round
-    instead (:func:`gather_updates`). At setup, every rank's module is made equal to rank 0's (a broadcast), so
-    all ranks start from the same x_0 and, applying the same server update to the same gathered updates, stay
-    equal. ``FederatedTrainer(strategy="ddp")`` selects this strategy; arguments are those of
-    :class:`lightning.pytorch.strategies.DDPStrategy`.
-    """
-
-    strategy_name = "federated_ddp"
-
-    def configure_ddp(self) -> None:
-        _sync_module_states(self.model)
+from lightning_fed.client.update import ClientUpdate
 
 
 def assign_clients(cohort: Sequence[int], num_samples: Sequence[int], world_size: int) -> list[list[int]]:
@@ -58,6 +36,9 @@ def assign_clients(cohort: Sequence[int], num_samples: Sequence[int], world_size
 
 
 def _to(update: ClientUpdate, device: torch.device) -> ClientUpdate:
+    """The same update with its tensors on ``device`` (a copy: ``dataclasses.replace``, not a new ``ClientUpdate``
+    built field by field, so the runner stays the one place updates are made)."""
+
     def move(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.to(device)
@@ -67,10 +48,9 @@ def _to(update: ClientUpdate, device: torch.device) -> ClientUpdate:
             return type(value)(move(v) for v in value)
         return value
 
-    return ClientUpdate(
-        client_id=update.client_id, delta=move(update.delta), num_samples=update.num_samples,
-        num_steps=update.num_steps, loss=update.loss, client_lr=update.client_lr, buffers=move(update.buffers),
-        extras=move(update.extras), client_lrs=list(update.client_lrs), loss_steps=update.loss_steps,
+    return dataclasses.replace(
+        update, delta=move(update.delta), buffers=move(update.buffers), extras=move(update.extras),
+        client_lrs=list(update.client_lrs),
     )
 
 

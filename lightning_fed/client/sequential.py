@@ -1,23 +1,27 @@
-"""Client executors: how the cohort's local work is carried out (the swappable part of the federated loop)."""
+"""Client executors: how the cohort's local work is carried out (the swappable part of the federated loop).
+
+An executor receives the loop's :class:`~lightning_fed.client.runner.ClientRunner`, never the loop, and returns the
+round's ``(updates, failures)``."""
 
 from __future__ import annotations
 
 import abc
 import contextlib
 import math
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from lightning_fed.checkpoint import MidRoundCheckpointError
-from lightning_fed.client import ClientUpdate
-from lightning_fed.distributed import assign_clients, gather_updates
+from lightning_fed.client.distributed import assign_clients, gather_updates
+from lightning_fed.client.runner import ClientRunner
+from lightning_fed.client.update import ClientUpdate
 from lightning_fed.interrupts import ClientTimeLimit, ClientTimeout
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lightning_fed.loop import FederatedFitLoop
+#: What :meth:`ClientExecutor.run_round` returns: the updates of the clients that reported back (cohort order) and
+#: ``(client id, reason)`` of those dropped (:meth:`ClientRunner.report_failure`).
+RoundResult = tuple[list[ClientUpdate], list[tuple[int, str]]]
 
 
 def client_seed(seed: int, round_idx: int, client_id: int) -> int:
@@ -27,19 +31,23 @@ def client_seed(seed: int, round_idx: int, client_id: int) -> int:
 
 
 class ClientExecutor(abc.ABC):
-    """Runs the local work of a round's cohort and returns one :class:`ClientUpdate` per client.
+    """Runs the local work of a round's cohort and returns one :class:`ClientUpdate` per client that reported back.
 
     The federated loop owns everything around it (sampling, the global model x_t, aggregation); an executor
-    only decides how clients are trained: one after another in this process (:class:`SequentialExecutor`), or,
-    in later executors, vectorised or spread over ranks.
+    only decides how clients are trained: one after another in this process (:class:`SequentialExecutor`),
+    vectorised (:class:`~lightning_fed.client.vectorized.VectorizedExecutor`) or spread over ranks. It works
+    through the :class:`~lightning_fed.client.runner.ClientRunner` it is given (start a client from x_t, local
+    steps, finish it into a ``ClientUpdate``, report a failure) and never touches the loop.
     """
 
     #: Whether :meth:`run_round` applies the loop's ``client_timeout_s`` (the loop refuses a time limit otherwise).
     supports_client_timeout: bool = False
 
     @abc.abstractmethod
-    def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
-        """Train every client of ``cohort`` (shape ``[C]``) from x_t and return their updates, in cohort order."""
+    def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
+        """Train every client of ``cohort`` (shape ``[C]``) from x_t; return ``(updates, failures)``: the updates in
+        cohort order, and ``(client id, reason)`` for each client dropped (each from
+        :meth:`ClientRunner.report_failure` / :meth:`ClientRunner.client_failed`, which apply the failure policy)."""
 
 
 class SequentialExecutor(ClientExecutor):
@@ -58,57 +66,54 @@ class SequentialExecutor(ClientExecutor):
 
     With the loop's ``client_timeout_s`` each client's :meth:`train_client` runs under a
     :class:`~lightning_fed.interrupts.ClientTimeLimit` (interrupted by ``SIGALRM`` in the main thread; elsewhere
-    checked between local steps only); a client past the limit is dropped through the loop's
-    ``record_client_failure`` (``on_client_failure="raise"`` raises).
+    checked between local steps only); a client past the limit is dropped through the runner's
+    :meth:`~lightning_fed.client.runner.ClientRunner.report_failure` (``on_client_failure="raise"`` raises).
     """
 
     supports_client_timeout = True
     _time_limit: Optional[ClientTimeLimit] = None  # the current client's limit (checked between local steps)
 
-    def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
-        trainer = loop.trainer
+    def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
+        trainer = runner.trainer
         distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
         mine = cohort.tolist()
         if distributed:
-            sizes = [loop.datamodule.client_num_samples(c) for c in mine]
+            sizes = [runner.datamodule.client_num_samples(c) for c in mine]
             mine = assign_clients(mine, sizes, trainer.world_size)[trainer.global_rank]
-        updates = []
-        timeout_s = getattr(loop, "client_timeout_s", None)
+        updates: list[ClientUpdate] = []
+        failures: list[tuple[int, str]] = []
+        timeout_s = runner.client_timeout_s
         for position, cid in enumerate(mine):
             limit = None if timeout_s is None else ClientTimeLimit(timeout_s, cid, round_idx)
             try:
                 self._time_limit = limit
                 with limit if limit is not None else contextlib.nullcontext():
-                    update = self.train_client(loop, cid, round_idx)
+                    update = self.train_client(runner, cid, round_idx)
             except ClientTimeout as timeout:
-                loop.record_client_failure(cid, f"timed out (client_timeout_s={timeout.limit_s:g} s)")
+                failures.append(runner.report_failure(cid, f"timed out (client_timeout_s={timeout.limit_s:g} s)"))
                 continue
             except Exception as error:  # noqa: BLE001 - a failing client must not end a day-long simulation
-                if loop.on_client_failure == "raise" or isinstance(error, MidRoundCheckpointError):
-                    raise
-                loop.record_client_failure(cid, f"{type(error).__name__}: {error}")
+                failures.append(runner.client_failed(cid, error))
                 continue
             finally:
                 self._time_limit = None
             updates.append(update)
-            loop.call_client_hook("on_client_end", update, position)
+            runner.client_end(update, position)
         if distributed:
-            updates, loop.round_failures = gather_updates(
-                updates, loop.round_failures, cohort, trainer.strategy.root_device
-            )
-        return updates
+            updates, failures = gather_updates(updates, failures, cohort, trainer.strategy.root_device)
+        return updates, failures
 
-    def train_client(self, loop: "FederatedFitLoop", cid: int, round_idx: int) -> ClientUpdate:
-        """One client's local work in round ``round_idx``, starting from the loop's global model x_t."""
-        datamodule = loop.datamodule
-        loop.start_client(cid, round_idx)
+    def train_client(self, runner: ClientRunner, cid: int, round_idx: int) -> ClientUpdate:
+        """One client's local work in round ``round_idx``, starting from the round's global model x_t."""
+        datamodule = runner.datamodule
+        runner.start_client(cid)
         torch.manual_seed(client_seed(datamodule.seed, round_idx, cid))
         loss_sum, steps, loss_steps = None, 0, 0
         for batch_idx, batch in enumerate(datamodule.client_dataloader(cid, round_idx)):
-            output = loop.local_step(batch, batch_idx)
+            output = runner.local_step(batch, batch_idx)
             if self._time_limit is not None:
                 self._time_limit.check()  # the only check where SIGALRM cannot be used
-            if output is loop.STOP:
+            if output is runner.STOP:
                 break
             steps += 1
             loss = output.get("loss") if isinstance(output, dict) else None
@@ -117,4 +122,4 @@ class SequentialExecutor(ClientExecutor):
                 loss_sum = loss if loss_sum is None else loss_sum + loss
                 loss_steps += 1
         mean_loss = math.nan if loss_sum is None else float(loss_sum) / loss_steps
-        return loop.finish_client(cid, round_idx, num_steps=steps, loss=mean_loss, loss_steps=loss_steps)
+        return runner.finish_client(cid, num_steps=steps, loss=mean_loss, loss_steps=loss_steps)

@@ -20,7 +20,7 @@ import logging
 import math
 import numbers
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -35,13 +35,12 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.utils._pytree import tree_map
 from torch.utils.data import TensorDataset, default_collate
 
+from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client import ClientUpdate
+from lightning_fed.client.runner import ClientRunner
+from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed
+from lightning_fed.client.update import ClientUpdate
 from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.executor import ClientExecutor, SequentialExecutor, client_seed
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lightning_fed.loop import FederatedFitLoop
 
 __all__ = ["VectorizedExecutor"]
 
@@ -224,7 +223,7 @@ class VectorizedExecutor(ClientExecutor):
     Failures: if the vectorized training of a round raises, the error propagates with the loop's
     ``on_client_failure="raise"``; with ``"skip"`` the round is retried by the sequential executor, which isolates
     and drops the failing client(s) as usual. A client whose update is not finite does not affect the others (vmap
-    rows are independent) and is dropped by the loop.
+    rows are independent) and is dropped by the runner.
 
     Randomness: with the default ``randomness="error"`` every random operation inside ``training_step`` makes the
     executor fall back, so results equal the sequential executor's. ``randomness="different"`` runs such modules
@@ -267,16 +266,16 @@ class VectorizedExecutor(ClientExecutor):
         self._frozen: dict[tuple[int, int], frozenset[int]] = {}
 
     # ------------------------------------------------------------------ compatibility
-    def incompatibility(self, loop: "FederatedFitLoop") -> Optional[str]:
+    def incompatibility(self, runner: ClientRunner) -> Optional[str]:
         """Why this trainer/module/optimizer cannot be trained vectorized (static checks), or ``None``.
 
         A ``None`` here is followed, on the first round of a fit, by a probe step (one ordinary and one vmapped
         ``training_step`` on cohort data) that catches what only running shows: random operations, in-place buffer
         updates, operations without a batching rule, a ``training_step`` that does not return a loss.
         """
-        trainer = loop.trainer
+        trainer = runner.trainer
         module = trainer.lightning_module
-        if getattr(loop, "client_timeout_s", None) is not None:
+        if runner.client_timeout_s is not None:
             return "client_timeout_s is set (a per-client time limit needs the clients trained one at a time)"
         if not module.automatic_optimization:
             return "the module uses manual optimization"
@@ -295,7 +294,7 @@ class VectorizedExecutor(ClientExecutor):
         for name in _MODULE_STEP_HOOKS + _TRANSFER_HOOKS:
             if is_overridden(name, module):
                 return f"the module overrides the per-step hook `{name}`"
-        datamodule = loop.datamodule
+        datamodule = runner.datamodule
         for name in _TRANSFER_HOOKS:
             if is_overridden(name, datamodule, parent=DataHooks):
                 return f"the data module overrides `{name}`"
@@ -306,7 +305,7 @@ class VectorizedExecutor(ClientExecutor):
                 return f"{type(sub).__name__} updates its running statistics in train mode"
             if getattr(sub, "sparse", False) is True:
                 return f"{type(sub).__name__} has sparse gradients"
-        server = loop.server_optimizer
+        server = runner.server_optimizer
         for name in ("configure_client", "collect_client_extras"):
             if server is not None and is_overridden(name, server, parent=ServerOptimizer):
                 return f"server optimizer {type(server).__name__} overrides `{name}` (a client-side algorithm)"
@@ -316,37 +315,37 @@ class VectorizedExecutor(ClientExecutor):
                 return f"callback {name} defines `on_client_start` (it may change the module per client)"
             if isinstance(callback, (ProgressBar, ModelSummary)):
                 continue
-            if isinstance(callback, ModelCheckpoint) and not callback._every_n_train_steps and (
-                callback._train_time_interval is None
-            ):
-                continue
+            if isinstance(callback, ModelCheckpoint):
+                every_n_train_steps, train_time_interval = pl_private.model_checkpoint_step_triggers(callback)
+                if not every_n_train_steps and train_time_interval is None:
+                    continue
             for name in _CALLBACK_STEP_HOOKS:
                 if is_overridden(name, callback, parent=Callback):
                     return f"callback {type(callback).__name__} overrides the per-step hook `{name}`"
         return None
 
-    def _fall_back(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int, reason: str):
+    def _fall_back(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, reason: str):
         self.fallback_reason = reason
         if reason not in self._warned:
             self._warned.add(reason)
             log.warning("VectorizedExecutor: training clients sequentially because %s.", reason)
-        return self.sequential.run_round(loop, cohort, round_idx)
+        return self.sequential.run_round(runner, cohort, round_idx)
 
     # ------------------------------------------------------------------ the round
-    def run_round(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int) -> list[ClientUpdate]:
-        reason = self.incompatibility(loop)
+    def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
+        reason = self.incompatibility(runner)
         if reason is not None:
-            return self._fall_back(loop, cohort, round_idx, reason)
-        trainer = loop.trainer
+            return self._fall_back(runner, cohort, round_idx, reason)
+        trainer = runner.trainer
         module = trainer.lightning_module
         key = (id(trainer), id(module))
         if key not in self._probed:
-            self._probed[key] = self._probe(loop, cohort, round_idx, key)
+            self._probed[key] = self._probe(runner, cohort, round_idx, key)
         if self._probed[key] is not None:
-            return self._fall_back(loop, cohort, round_idx, self._probed[key])
+            return self._fall_back(runner, cohort, round_idx, self._probed[key])
         self.fallback_reason = None
 
-        datamodule = loop.datamodule
+        datamodule = runner.datamodule
         cids = [int(c) for c in cohort.tolist()]
         schedules = {cid: datamodule.client_batches(cid, round_idx) for cid in cids}
         steps = np.array([len(schedules[c]) for c in cids], dtype=np.int64)
@@ -359,50 +358,34 @@ class VectorizedExecutor(ClientExecutor):
                     members = [cids[i] for i in order[start : start + chunk]]
                     if self.randomness == "different":
                         torch.manual_seed(client_seed(datamodule.seed, round_idx, members[0]))
-                    results.update(self._train_chunk(loop, members, [schedules[c] for c in members], key))
+                    results.update(self._train_chunk(runner, members, [schedules[c] for c in members], key))
         except _Unsupported as err:  # found only at a later step (e.g. training_step returned None): fall back for good
             self._probed[key] = str(err)
-            return self._fall_back(loop, cohort, round_idx, str(err))
+            return self._fall_back(runner, cohort, round_idx, str(err))
         except Exception as error:  # noqa: BLE001 - isolate the failing client(s) as the sequential executor does
-            if getattr(loop, "on_client_failure", "raise") == "raise":
+            if runner.raises_on_failure:
                 raise
             log.warning(
                 "VectorizedExecutor: round %d failed (%s: %s); retrying it sequentially to isolate the failing "
                 "client(s).", round_idx, type(error).__name__, error,
             )
             self.fallback_reason = f"round {round_idx} failed under vmap ({type(error).__name__})"
-            return self.sequential.run_round(loop, cohort, round_idx)
+            return self.sequential.run_round(runner, cohort, round_idx)
         for opt in trainer.optimizers:
             opt.state.clear()  # as a fresh client optimizer would be; the sequential run leaves the last client's state
-        progress = loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step
-        total_steps = int(steps.sum())
-        for tracker in (progress.total, progress.current):
-            tracker.ready += total_steps
-            tracker.completed += total_steps
-
+        runner.count_optimizer_steps(int(steps.sum()))
         updates = []
-        buffers = [b.detach().clone() for b in loop.global_buffers]
         for position, cid in enumerate(cids):
             delta, loss = results[cid]
-            update = ClientUpdate(
-                client_id=cid,
-                delta=delta,
-                num_samples=datamodule.client_num_samples(cid),
-                num_steps=len(schedules[cid]),
-                loss=loss,
-                client_lr=loop.round_client_lr,
-                client_lrs=loop.round_client_lrs,
-                buffers=[b.clone() for b in buffers],
-                extras={},
-            )
+            update = runner.build_update(cid, delta, num_steps=len(schedules[cid]), loss=loss)
             updates.append(update)
-            loop.call_client_hook("on_client_end", update, position)
-        return updates
+            runner.client_end(update, position)
+        return updates, []
 
     # ------------------------------------------------------------------ internals
-    def _setup(self, loop: "FederatedFitLoop", key: tuple[int, int]):
+    def _setup(self, runner: ClientRunner, key: tuple[int, int]):
         """Trainable parameters (name, index in ``module.parameters()``, group hyper-parameters) and the wrapper."""
-        trainer = loop.trainer
+        trainer = runner.trainer
         module = trainer.lightning_module
         optimizer = trainer.optimizers[0]
         hparams = _group_hparams(optimizer)
@@ -430,9 +413,9 @@ class VectorizedExecutor(ClientExecutor):
         finally:
             torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled = saved
 
-    def _fetch(self, loop: "FederatedFitLoop", index_batches: list[np.ndarray], device: torch.device) -> Any:
+    def _fetch(self, runner: ClientRunner, index_batches: list[np.ndarray], device: torch.device) -> Any:
         """Stack the given clients' mini-batches (equal sizes) into one batch with a leading client dimension."""
-        dataset = loop.datamodule.train_dataset
+        dataset = runner.datamodule.train_dataset
         get_batch = getattr(dataset, "get_batch", None)
         if callable(get_batch):  # the TensorBatches protocol of the data module: one slicing call per client
             parts = [get_batch(torch.from_numpy(np.ascontiguousarray(i, dtype=np.int64))) for i in index_batches]
@@ -458,19 +441,19 @@ class VectorizedExecutor(ClientExecutor):
 
         return vmap(grad_and_value(loss_fn), in_dims=(0, 0), randomness=self.randomness)
 
-    def _probe(self, loop: "FederatedFitLoop", cohort: np.ndarray, round_idx: int, key: tuple[int, int]):
+    def _probe(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, key: tuple[int, int]):
         """One ordinary and one vmapped ``training_step`` on the first cohort clients' first batches; returns a
         fallback reason or ``None``. Also records the trainable parameters the loss does not use (the sequential
         optimizer skips them: no gradient, no weight decay)."""
-        trainer = loop.trainer
+        trainer = runner.trainer
         module = trainer.lightning_module
-        datamodule = loop.datamodule
-        device = loop.global_params[0].device if loop.global_params else torch.device("cpu")
+        datamodule = runner.datamodule
+        device = runner.global_params[0].device if runner.global_params else torch.device("cpu")
         params = list(module.parameters())
         buffers = list(module.buffers())
         versions = [b._version for b in buffers]
         try:
-            trainable, _, wrapper = self._setup(loop, key)
+            trainable, _, wrapper = self._setup(runner, key)
             firsts = []
             for cid in cohort.tolist()[:2]:
                 batches = datamodule.client_batches(int(cid), round_idx)
@@ -479,7 +462,7 @@ class VectorizedExecutor(ClientExecutor):
             if not firsts:
                 return None
             firsts = [b for b in firsts if len(b) == len(firsts[0])]
-            batch = self._fetch(loop, firsts, device)
+            batch = self._fetch(runner, firsts, device)
             with _logging_disabled(module), self._kernel_flags(module):
                 with torch.enable_grad():
                     single = tree_map(lambda x: x[0] if isinstance(x, Tensor) else x, batch)
@@ -489,7 +472,7 @@ class VectorizedExecutor(ClientExecutor):
                         torch.autograd.grad(loss, wrt, allow_unused=True) if loss.requires_grad else [None] * len(wrt)
                     )
                 self._frozen[key] = frozenset(i for (_, i, _), g in zip(trainable, grads) if g is None)
-                trainable, _, wrapper = self._setup(loop, key)
+                trainable, _, wrapper = self._setup(runner, key)
                 names = ["module." + n for n, _, _ in trainable]
                 stacked = {
                     n: params[i].detach().unsqueeze(0).expand(len(firsts), *params[i].shape)
@@ -505,20 +488,20 @@ class VectorizedExecutor(ClientExecutor):
             changed = [b._version != v for b, v in zip(buffers, versions)]
             if any(changed):
                 with torch.no_grad():
-                    for b, g in zip(buffers, loop.global_buffers):
+                    for b, g in zip(buffers, runner.global_buffers):
                         b.copy_(g)
         if any(changed):
             return "training_step updates module buffers in place"
         return None
 
     def _train_chunk(
-        self, loop: "FederatedFitLoop", members: list[int], schedules: list[list[np.ndarray]], key: tuple[int, int]
+        self, runner: ClientRunner, members: list[int], schedules: list[list[np.ndarray]], key: tuple[int, int]
     ) -> dict[int, tuple[list[Tensor], float]]:
         """Train ``members`` (sorted by number of steps, descending) together; returns cid -> (Δ, mean loss)."""
-        module = loop.trainer.lightning_module
-        trainable, hparams, wrapper = self._setup(loop, key)
+        module = runner.trainer.lightning_module
+        trainable, hparams, wrapper = self._setup(runner, key)
         names = ["module." + n for n, _, _ in trainable]
-        x_t = loop.global_params
+        x_t = runner.global_params
         device = x_t[0].device
         n = len(members)
         stacked = [x_t[i].detach().unsqueeze(0).repeat(n, *([1] * x_t[i].dim())) for _, i, _ in trainable]
@@ -540,7 +523,7 @@ class VectorizedExecutor(ClientExecutor):
                 views = [p[:active] for p in stacked]
                 grad_fn = self._grad_fn(wrapper, names, k)
                 if len(by_size) == 1:
-                    batch = self._fetch(loop, [schedules[i][k] for i in range(active)], device)
+                    batch = self._fetch(runner, [schedules[i][k] for i in range(active)], device)
                     with torch.enable_grad():
                         grads_dict, losses = grad_fn(dict(zip(names, views)), batch)
                     grads = [grads_dict[nm] for nm in names]
@@ -549,7 +532,7 @@ class VectorizedExecutor(ClientExecutor):
                     losses = torch.empty(active, dtype=loss_sum.dtype, device=device)
                     for rows in by_size.values():
                         index = torch.tensor(rows, dtype=torch.long, device=device)
-                        batch = self._fetch(loop, [schedules[i][k] for i in rows], device)
+                        batch = self._fetch(runner, [schedules[i][k] for i in rows], device)
                         sub = {nm: v.index_select(0, index) for nm, v in zip(names, views)}
                         with torch.enable_grad():
                             g_dict, l_group = grad_fn(sub, batch)
