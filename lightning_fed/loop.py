@@ -65,7 +65,7 @@ class FederatedFitLoop(pl_private.FitLoop):
     Round t:
 
     1. the cohort S_t = ``datamodule.sample_clients(t)`` (l. 3);
-    2. the :class:`~lightning_fed.executor.ClientExecutor` trains every client from x_t with the module's
+    2. the :class:`~lightning_fed.client.sequential.ClientExecutor` trains every client from x_t with the module's
        ``training_step`` and ``configure_optimizers`` (l. 4-9) through the loop's
        :class:`~lightning_fed.client.runner.ClientRunner` (:attr:`client_runner`) and returns the round's
        :class:`ClientUpdate` s and failures;

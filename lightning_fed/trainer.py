@@ -99,7 +99,7 @@ class FederatedTrainer(L.Trainer):
     different one unless ``allow_resume_changes`` allows it, and always restores the server optimizer's state.
 
     Args:
-        client_executor: How the cohort is trained: a :class:`~lightning_fed.executor.ClientExecutor`, or
+        client_executor: How the cohort is trained: a :class:`~lightning_fed.client.sequential.ClientExecutor`, or
             ``"sequential"`` (default: one client after another in this process) or ``"vectorized"``
             (:class:`~lightning_fed.vectorized.VectorizedExecutor` with its defaults).
         on_client_failure: What a client that raises or returns a non-finite update does to the run:

@@ -1,7 +1,7 @@
 """A client executor that trains the whole cohort at once with ``torch.func`` (``vmap`` over clients).
 
 The cross-device FL simulation of Reddi et al. 2021 (Alg. 1, l. 4-9) trains C clients from the same x_t, each
-with its own data and a fresh client optimizer. :class:`~lightning_fed.executor.SequentialExecutor` does that one
+with its own data and a fresh client optimizer. :class:`~lightning_fed.client.sequential.SequentialExecutor` does that one
 client and one mini-batch at a time through Lightning's optimization loop; :class:`VectorizedExecutor` instead keeps
 one stacked copy of the trainable parameters per client (``[C, *shape]``) and, at local step k, computes every
 still-active client's gradient of its own k-th mini-batch in one call,
@@ -206,7 +206,7 @@ class VectorizedExecutor(ClientExecutor):
     differ in size (a short last batch) are run in separate vmapped calls, never padded (a padded mean would change
     the loss).
 
-    Falls back to :class:`~lightning_fed.executor.SequentialExecutor` (exactly the sequential result; the reason is
+    Falls back to :class:`~lightning_fed.client.sequential.SequentialExecutor` (exactly the sequential result; the reason is
     logged once at WARNING and kept in :attr:`fallback_reason`) when :meth:`incompatibility` names a reason: module
     buffers updated in train mode (BatchNorm/InstanceNorm running statistics, or any buffer the first probe step
     changes in place), random operations in ``training_step`` (e.g. Dropout with p > 0; vmap's
@@ -228,7 +228,7 @@ class VectorizedExecutor(ClientExecutor):
     Randomness: with the default ``randomness="error"`` every random operation inside ``training_step`` makes the
     executor fall back, so results equal the sequential executor's. ``randomness="different"`` runs such modules
     vectorized with independent random draws per client (vmap's ``randomness="different"``), seeded per round by
-    :func:`~lightning_fed.executor.client_seed` of the chunk's first client: statistically the same training,
+    :func:`~lightning_fed.client.sequential.client_seed` of the chunk's first client: statistically the same training,
     but the dropout masks differ from the sequential executor's, so results are not bitwise comparable.
 
     Memory: the stacked parameters, gradients and optimizer state (momentum buffer; Adam's two moments) take about
