@@ -273,19 +273,19 @@ _BREAKDOWN = (
     ("whole fit (Trainer.fit)", "pytorch/trainer/trainer.py", "fit"),
     ("  trainer set-up/teardown outside the fit loop", None, None),
     ("  rounds (FederatedFitLoop.advance)", "lightning_fed/loop.py", "advance"),
-    ("    executor.run_round", "lightning_fed/executor.py", "run_round"),
-    ("      loop.start_client", "lightning_fed/loop.py", "start_client"),
+    ("    executor.run_round", "lightning_fed/client/sequential.py", "run_round"),
+    ("      runner.start_client", "lightning_fed/client/runner.py", "start_client"),
     ("      datamodule.client_dataloader (loader creation)", "lightning_fed/datamodules/federated.py",
      "client_dataloader"),
     ("      TensorBatches.__iter__ (batch slicing, per batch)", "lightning_fed/datamodules/federated.py", "__iter__"),
     ("      DataLoader __next__ (other datasets: fetch + collate)", "torch/utils/data/dataloader.py", "__next__"),
-    ("      loop.local_step", "lightning_fed/loop.py", "local_step"),
+    ("      runner.local_step", "lightning_fed/client/runner.py", "local_step"),
     ("        module.training_step (forward + loss + self.log)", None, "training_step"),
     ("          LightningModule.log", "pytorch/core/module.py", "log"),
     ("        loss.backward (autograd)", "torch/autograd/__init__.py", "backward"),
     ("        SGD update (_single_tensor_sgd)", "torch/optim/sgd.py", "_single_tensor_sgd"),
     ("        Lightning step machinery (rest of local_step)", None, None),
-    ("      loop.finish_client", "lightning_fed/loop.py", "finish_client"),
+    ("      runner.finish_client", "lightning_fed/client/runner.py", "finish_client"),
     ("    server_update (aggregate + step)", "callbacks/server_optimizer.py", "server_update"),
     ("    gradient_diversity (round metric)", "callbacks/server_optimizer.py", "gradient_diversity"),
     ("    loop._is_finite (update checks)", "lightning_fed/loop.py", "_is_finite"),
@@ -308,14 +308,14 @@ def print_breakdown(stats: pstats.Stats) -> None:
     fit = get("pytorch/trainer/trainer.py", "fit")[0]
     rounds = get("lightning_fed/loop.py", "advance")[0]
     end = get("lightning_fed/loop.py", "on_advance_end")[0]
-    local = get("lightning_fed/loop.py", "local_step")[0]
+    local = get("lightning_fed/client/runner.py", "local_step")[0]
     inner = sum(get(s, n)[0] for _, s, n in _BREAKDOWN[9:13] if n not in ("log",))
     print("\n=== where run (a)'s time goes (cProfile cumulative seconds; profiling inflates Python-heavy parts) ===")
     for label, suffix, name in _BREAKDOWN:
         if name is None and label.strip().startswith("trainer"):
             value, calls = fit - rounds - end, 1
         elif name is None:
-            value, calls = local - inner, get("lightning_fed/loop.py", "local_step")[1]
+            value, calls = local - inner, get("lightning_fed/client/runner.py", "local_step")[1]
         else:
             value, calls = get(suffix, name)
         share = 100.0 * value / fit if fit else float("nan")

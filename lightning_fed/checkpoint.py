@@ -27,15 +27,21 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol, get_filesystem
-from lightning.fabric.utilities.types import _PATH
+from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
-from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 import torch
 
+from lightning_fed._lightning import (
+    PATH,
+    CheckpointConnector,
+    is_local_file_protocol,
+    model_checkpoint_saves_on_train_epoch_end,
+    model_checkpoint_step_triggers,
+    set_model_checkpoint_saves_on_train_epoch_end,
+)
 from lightning_fed.atomic_io import atomic_write
 
 #: Key of the lightning_fed record in a checkpoint dict.
@@ -86,7 +92,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_orphaned_partials(directory: _PATH) -> list[str]:
+def remove_orphaned_partials(directory: PATH) -> list[str]:
     """Delete the partial checkpoint files that :class:`AtomicCheckpointIO` processes on this host left in
     ``directory`` when they were killed mid-save (``.<name>.partial-<host>-<pid>-<token>`` of a pid that no longer
     runs). Files of live processes and of other hosts are kept. Returns the removed paths."""
@@ -167,13 +173,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     :class:`CorruptCheckpointError` instead of a bare ``EOFError``/``KeyError``/``RuntimeError``.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: PATH, storage_options: Optional[Any] = None) -> None:
         """Write ``checkpoint`` to ``path`` atomically (see the class docstring).
 
         Raises:
             TypeError: ``storage_options`` given (as :class:`TorchCheckpointIO`).
         """
-        if storage_options is not None or not _is_local_file_protocol(path):
+        if storage_options is not None or not is_local_file_protocol(path):
             return super().save_checkpoint(checkpoint, path, storage_options=storage_options)
         target = os.path.abspath(_local_path(path))
         directory = os.path.dirname(target)
@@ -185,7 +191,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(
         self,
-        path: _PATH,
+        path: PATH,
         map_location: Optional[Callable] = lambda storage, loc: storage,
         weights_only: Optional[bool] = None,
     ) -> dict[str, Any]:
@@ -201,7 +207,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except FileNotFoundError:
             raise
         except Exception as err:
-            if not _is_local_file_protocol(path):
+            if not is_local_file_protocol(path):
                 raise
             local = _local_path(path)
             try:
@@ -217,7 +223,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             ) from err
 
 
-def _local_path(path: _PATH) -> str:
+def _local_path(path: PATH) -> str:
     return get_filesystem(path)._strip_protocol(str(path))
 
 
@@ -379,7 +385,7 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[s
     return diffs
 
 
-class FederatedCheckpointConnector(_CheckpointConnector):
+class FederatedCheckpointConnector(CheckpointConnector):
     """Lightning's checkpoint connector, plus the run's configuration in every checkpoint and its check on resume.
 
     Saving adds ``checkpoint["lightning_fed"] = {"run_config": run_config(trainer), "server_optimizer_state_key":
@@ -411,7 +417,7 @@ class FederatedCheckpointConnector(_CheckpointConnector):
         }
         return checkpoint
 
-    def resume_start(self, checkpoint_path: Optional[_PATH] = None, weights_only: Optional[bool] = None) -> None:
+    def resume_start(self, checkpoint_path: Optional[PATH] = None, weights_only: Optional[bool] = None) -> None:
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
@@ -505,17 +511,18 @@ class RoundCheckpointGuard(Callback):
                 continue
             inside = "saves inside a round, where the module holds a client's half-trained local model, not the " \
                 "global model; federated checkpoints are per round: use `every_n_epochs` (1 epoch = 1 round)."
-            if callback._every_n_train_steps:
-                raise ValueError(f"ModelCheckpoint(every_n_train_steps={callback._every_n_train_steps}) {inside}")
-            if callback._train_time_interval is not None:
-                raise ValueError(f"ModelCheckpoint(train_time_interval={callback._train_time_interval}) {inside}")
+            every_n_train_steps, train_time_interval = model_checkpoint_step_triggers(callback)
+            if every_n_train_steps:
+                raise ValueError(f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}) {inside}")
+            if train_time_interval is not None:
+                raise ValueError(f"ModelCheckpoint(train_time_interval={train_time_interval}) {inside}")
             if getattr(callback, "save_on_exception", False):
                 raise ValueError(f"ModelCheckpoint(save_on_exception=True) {inside}")
-            if callback._save_on_train_epoch_end is False:
+            if model_checkpoint_saves_on_train_epoch_end(callback) is False:
                 raise ValueError(
                     "ModelCheckpoint(save_on_train_epoch_end=False) saves at the end of validation, which runs only "
                     "every `check_val_every_n_epoch` rounds and before the round's metrics are logged; leave "
                     "`save_on_train_epoch_end` at None (or True): federated checkpoints are saved at the end of "
                     "every `every_n_epochs`-th round."
                 )
-            callback._save_on_train_epoch_end = True
+            set_model_checkpoint_saves_on_train_epoch_end(callback, True)

@@ -8,22 +8,20 @@ import math
 import os
 import signal
 import time
-from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
-from lightning.pytorch.loops.fit_loop import _FitLoop
-from lightning.pytorch.trainer import call
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
+from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client import ClientUpdate, parameter_client_lrs
-from lightning_fed.executor import ClientExecutor, SequentialExecutor
+from lightning_fed.client.runner import FAILURE_POLICIES, ClientRunner
+from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
+from lightning_fed.client.update import ClientUpdate
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm
@@ -42,7 +40,7 @@ ROUND_METRICS = (
     "round_clients_dropped",
     "round_clients_unavailable",
 )
-_FAILURE_POLICIES = ("skip", "raise")
+_FAILURE_POLICIES = FAILURE_POLICIES
 
 
 def find_server_optimizer(callbacks: list[Any]) -> ServerOptimizer:
@@ -61,14 +59,16 @@ def find_server_optimizer(callbacks: list[Any]) -> ServerOptimizer:
     return found[0]
 
 
-class FederatedFitLoop(_FitLoop):
+class FederatedFitLoop(pl_private.FitLoop):
     """Replaces ``trainer.fit_loop``: each epoch is a communication round (Reddi et al. 2021, Alg. 1).
 
     Round t:
 
     1. the cohort S_t = ``datamodule.sample_clients(t)`` (l. 3);
-    2. the :class:`~lightning_fed.executor.ClientExecutor` trains every client from x_t with the module's
-       ``training_step`` and ``configure_optimizers`` (l. 4-9) and returns :class:`ClientUpdate` s;
+    2. the :class:`~lightning_fed.client.sequential.ClientExecutor` trains every client from x_t with the module's
+       ``training_step`` and ``configure_optimizers`` (l. 4-9) through the loop's
+       :class:`~lightning_fed.client.runner.ClientRunner` (:attr:`client_runner`) and returns the round's
+       :class:`ClientUpdate` s and failures;
     3. the server optimizer callback aggregates them into Δ_t and writes x_{t+1} into the module (l. 10-11);
        floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
        buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer;
@@ -130,8 +130,8 @@ class FederatedFitLoop(_FitLoop):
             starts) a ``client_timeout_s`` with an executor that does not support it.
     """
 
-    #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
-    STOP = object()
+    #: Returned by :meth:`ClientRunner.local_step` when the module's ``on_train_batch_start`` returned -1.
+    STOP = ClientRunner.STOP
 
     def __init__(
         self,
@@ -144,10 +144,8 @@ class FederatedFitLoop(_FitLoop):
         max_update_norm_ratio: Optional[float] = None,
     ) -> None:
         super().__init__(trainer, min_epochs=min_epochs, max_epochs=max_epochs)
-        if on_client_failure not in _FAILURE_POLICIES:
-            raise ValueError(f"`on_client_failure` must be one of {_FAILURE_POLICIES}, got {on_client_failure!r}.")
-        self.on_client_failure = on_client_failure
-        self.client_timeout_s = check_client_timeout(client_timeout_s)
+        #: Starts, steps and finishes clients from x_t; what the executor works through (it never sees the loop).
+        self.client_runner = ClientRunner(on_client_failure, check_client_timeout(client_timeout_s))
         self.max_update_norm_ratio = check_max_update_norm_ratio(max_update_norm_ratio)
         self._round_start_state: dict[str, Any] = {}
         #: (client id, reason) of the clients dropped from the current round.
@@ -157,14 +155,8 @@ class FederatedFitLoop(_FitLoop):
         self.round_metrics: dict[str, float] = {}
         self._params: list[Tensor] = []
         self._buffers: list[Tensor] = []
-        self._global_params: list[Tensor] = []
-        self._global_buffers: list[Tensor] = []
-        self._optimizer_defaults: list[list[dict[str, Any]]] = []
         self._partition_logged = False
-        self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
         self._round_log = RoundLogAccumulator()
-        #: Callbacks whose batch hooks run at every local step (not progress bars and timers: they follow rounds).
-        self._step_callbacks: list[Any] = []
         self._rounds_run = 0
         self._rounds_with_updates = 0
         #: True while a round's clients train (the module holds a local model): FederatedTrainer.save_checkpoint refuses.
@@ -220,9 +212,11 @@ class FederatedFitLoop(_FitLoop):
                 f"`client_timeout_s` is set but the client executor {type(self.executor).__name__} does not support "
                 "a per-client time limit (SequentialExecutor and VectorizedExecutor do)."
             )
-        self._params = list(module.parameters())
-        self._buffers = list(module.buffers())
-        self._step_callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, (ProgressBar, Timer))]
+        # Callbacks whose batch hooks run at every local step (not progress bars and timers: they follow rounds).
+        step_callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, (ProgressBar, Timer))]
+        runner = self.client_runner
+        runner.setup(trainer, self.epoch_loop, self.datamodule, self.server_optimizer, self._round_log, step_callbacks)
+        self._params, self._buffers = runner.params, runner.buffers
         check_local_work = getattr(self.datamodule, "check_local_work", None)
         if check_local_work is not None:
             check_local_work()
@@ -249,23 +243,18 @@ class FederatedFitLoop(_FitLoop):
             )
         if not self.restarted_on_epoch_start:
             self.epoch_progress.increment_ready()
-        call._call_callback_hooks(trainer, "on_train_epoch_start")
-        call._call_lightning_module_hook(trainer, "on_train_epoch_start")
+        pl_private.call_callback_hooks(trainer, "on_train_epoch_start")
+        pl_private.call_module_hook(trainer, "on_train_epoch_start")
         self.epoch_progress.increment_started()
 
     def advance(self) -> None:
         """Runs one communication round: cohort, local work, server update."""
         trainer = self.trainer
         round_idx = trainer.current_epoch
-        self.epoch_loop._batches_that_stepped = round_idx
+        pl_private.set_batches_that_stepped(self.epoch_loop, round_idx)
         start = time.perf_counter()
-        with torch.no_grad():
-            self._global_params = [p.detach().clone() for p in self._params]
-            self._global_buffers = [b.detach().clone() for b in self._buffers]
-        self._optimizer_defaults = [
-            [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
-            for opt in trainer.optimizers
-        ]
+        runner = self.client_runner
+        runner.start_round(round_idx)
         selection = self.datamodule.select_cohort(round_idx)
         self.round_failures = []
         self._round_log.start_round()
@@ -277,9 +266,11 @@ class FederatedFitLoop(_FitLoop):
                 if single and trainer.received_sigterm:  # arrived between the previous round's end and here
                     raise RoundInterrupted(signal.SIGTERM)
                 with trainer.profiler.profile("run_federated_round"):
-                    updates = self.executor.run_round(self, selection.cohort, round_idx)
+                    result = self.executor.run_round(runner, selection.cohort, round_idx)
         except RoundInterrupted as interrupt:
             self._stop_round(round_idx, interrupt.signum)
+        updates, failures = _round_result(self.executor, result)
+        self.round_failures = list(failures)
         updates = [u for u in updates if self._is_finite(u)]
         if self.max_update_norm_ratio is not None:
             updates = self._drop_norm_outliers(updates)
@@ -287,12 +278,12 @@ class FederatedFitLoop(_FitLoop):
         self._rounds_with_updates += bool(updates)
         pseudo_gradient: Optional[list[Tensor]] = None
         with torch.no_grad():
-            torch._foreach_copy_(self._params, self._global_params)
+            torch._foreach_copy_(self._params, runner.global_params)
             if updates:
                 pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
                 self._average_buffers(updates)
             elif self._buffers:
-                torch._foreach_copy_(self._buffers, self._global_buffers)
+                torch._foreach_copy_(self._buffers, runner.global_buffers)
         self.in_round = False
         nan = float("nan")
         self.round_metrics = {
@@ -317,25 +308,23 @@ class FederatedFitLoop(_FitLoop):
             )
         else:
             rank_zero_warn(f"Round {round_idx}: no client reported back; the global model is unchanged.")
-        self._round_log.end_round(trainer._results, weights)
-        if trainer._logger_connector._first_loop_iter is not None:
-            trainer._logger_connector.on_batch_end()  # the round's step values into callback/progress-bar metrics
-            trainer._logger_connector.update_train_step_metrics()
+        self._round_log.end_round(pl_private.results(trainer), weights)
+        pl_private.log_round_step_values(trainer)  # the round's step values into callback/progress-bar metrics
 
     def on_advance_end(self) -> None:
         trainer = self.trainer
         module = trainer.lightning_module
         round_idx = trainer.current_epoch
-        trainer._logger_connector.epoch_end_reached()
+        pl_private.log_epoch_end_reached(trainer)
         self.epoch_progress.increment_processed()
-        if self.epoch_loop._should_check_val_epoch() and trainer.limit_val_batches != 0:
+        if pl_private.should_check_val_epoch(self.epoch_loop) and trainer.limit_val_batches != 0:
             trainer.validating = True
-            call._call_lightning_module_hook(trainer, "on_validation_model_zero_grad")
+            pl_private.call_module_hook(trainer, "on_validation_model_zero_grad")
             with DeferSigterm(enabled=trainer.world_size == 1):  # a SIGTERM stops the run at the round's end
                 self.epoch_loop.val_loop.run()
             trainer.training = True
-            trainer._logger_connector._first_loop_iter = None
-        self.epoch_loop._batches_that_stepped = round_idx + 1
+            pl_private.reset_first_loop_iter(trainer)
+        pl_private.set_batches_that_stepped(self.epoch_loop, round_idx + 1)
         # After validation, right before the callbacks' own on_train_epoch_end: Lightning resets an fx's tensor
         # results when logging switches to it from another fx, so logging these before validation would let a
         # callback that logs in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) wipe them.
@@ -346,140 +335,62 @@ class FederatedFitLoop(_FitLoop):
         # As Lightning's epoch loop: epoch-interval schedulers (the client learning rate by round) step before the
         # on_train_epoch_end callbacks, so a checkpoint saved there holds the stepped scheduler and a resumed run
         # continues the same schedule; plateau schedulers step after, once the round's metrics are monitored.
-        self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=False)
-        call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=False)
-        call._call_lightning_module_hook(trainer, "on_train_epoch_end")
-        call._call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=True)
-        trainer._logger_connector.on_epoch_end()
-        self.epoch_loop._update_learning_rates("epoch", update_plateau_schedulers=True)
-        self.epoch_loop._batches_that_stepped -= 1
-        trainer._logger_connector.update_train_epoch_metrics()
-        self.epoch_loop._batches_that_stepped += 1
+        pl_private.update_learning_rates(self.epoch_loop, "epoch", update_plateau_schedulers=False)
+        pl_private.call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=False)
+        pl_private.call_module_hook(trainer, "on_train_epoch_end")
+        pl_private.call_callback_hooks(trainer, "on_train_epoch_end", monitoring_callbacks=True)
+        pl_private.log_epoch_end(trainer)
+        pl_private.update_learning_rates(self.epoch_loop, "epoch", update_plateau_schedulers=True)
+        stepped = pl_private.batches_that_stepped(self.epoch_loop)
+        pl_private.set_batches_that_stepped(self.epoch_loop, stepped - 1)  # the epoch's metrics at the round's step
+        pl_private.log_train_epoch_metrics(trainer)
+        pl_private.set_batches_that_stepped(self.epoch_loop, stepped)
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
             path = self._save_stop_checkpoint() if trainer.world_size == 1 else None
             where = f"; checkpoint written to {path}" if path else ""
             raise SIGTERMException(f"Stopped by SIGTERM after round {round_idx}{where}.")
 
-    # ------------------------------------------------------------------ client helpers (used by executors)
+    # ------------------------------------------------------------------ the client runner's settings and round state
+    @property
+    def on_client_failure(self) -> str:
+        """``"skip"`` or ``"raise"`` (applied by :meth:`ClientRunner.report_failure`)."""
+        return self.client_runner.on_client_failure
+
+    @property
+    def client_timeout_s(self) -> Optional[float]:
+        """The per-client time limit in seconds, or ``None``."""
+        return self.client_runner.client_timeout_s
+
     @property
     def global_params(self) -> list[Tensor]:
         """x_t: the global model's parameters at the start of the current round (same order as
-        ``module.parameters()``; read-only by convention). Client algorithms (FedProx, SCAFFOLD) read it."""
-        return self._global_params
+        ``module.parameters()``; read-only by convention). Client algorithms get it from their
+        :class:`~lightning_fed.client.runner.ClientContext`."""
+        return self.client_runner.global_params
 
     @property
     def global_buffers(self) -> list[Tensor]:
         """The global model's buffers at the start of the current round (same order as ``module.buffers()``)."""
-        return self._global_buffers
+        return self.client_runner.global_buffers
 
     @property
     def round_client_lr(self) -> float:
         """The client learning rate γ of the current round (first optimizer's first parameter group)."""
-        if not self._optimizer_defaults or not self._optimizer_defaults[0]:
-            return float("nan")
-        return float(self._optimizer_defaults[0][0].get("lr", float("nan")))
+        return self.client_runner.round_client_lr
 
     @property
     def round_client_lrs(self) -> list[float]:
         """γ of each parameter's optimizer group in the current round, aligned with ``module.parameters()``."""
-        lrs = [[g.get("lr", float("nan")) for g in defaults] for defaults in self._optimizer_defaults]
-        return parameter_client_lrs(self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs)
-
-    def start_client(self, client_id: int, round_idx: int) -> None:
-        """Load x_t into the module in place and reset the client optimizer(s) to a fresh state."""
-        with torch.no_grad():
-            torch._foreach_copy_(self._params, self._global_params)
-            if self._buffers:
-                for b, g in zip(self._buffers, self._global_buffers):
-                    b.copy_(g)
-        for opt, defaults in zip(self.trainer.optimizers, self._optimizer_defaults):
-            opt.state.clear()
-            for group, saved in zip(opt.param_groups, defaults):
-                group.update(saved)
-        self.call_client_hook("on_client_start", client_id, round_idx)
-        self.server_optimizer.configure_client(self.trainer, self.trainer.lightning_module, client_id, round_idx)
-        self._round_log.start_client(self.trainer._results)
-
-    def local_step(self, batch: Any, batch_idx: int) -> Any:
-        """One local mini-batch through Lightning's optimization loop (hooks, precision, clipping, logging)."""
-        trainer = self.trainer
-        module = trainer.lightning_module
-        batch = trainer.precision_plugin.convert_input(batch)
-        batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
-        batch = call._call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
-        trainer._logger_connector.on_batch_start(batch)
-        if isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
-            size = next((v.shape[0] for v in batch.values() if isinstance(v, Tensor) and v.ndim > 0), None)
-            trainer._results.batch_size = size
-        self._call_step_callbacks("on_train_batch_start", batch, batch_idx)
-        response = call._call_lightning_module_hook(trainer, "on_train_batch_start", batch, batch_idx)
-        call._call_strategy_hook(trainer, "on_train_batch_start", batch, batch_idx)
-        if response == -1:
-            trainer._logger_connector.on_batch_end()
-            return self.STOP
-        kwargs = OrderedDict(batch=batch)
-        if self._pass_batch_idx is None:
-            self._pass_batch_idx = "batch_idx" in self.epoch_loop._build_kwargs(OrderedDict(), batch, batch_idx)
-        if self._pass_batch_idx:
-            kwargs["batch_idx"] = batch_idx
-        if module.automatic_optimization:
-            output = self.epoch_loop.automatic_optimization.run(trainer.optimizers[0], batch_idx, kwargs)
-        else:
-            output = self.epoch_loop.manual_optimization.run(kwargs)
-        self._call_step_callbacks("on_train_batch_end", output, batch, batch_idx)
-        call._call_lightning_module_hook(trainer, "on_train_batch_end", output, batch, batch_idx)
-        trainer._logger_connector.on_batch_end()
-        self._round_log.after_step(trainer._results)
-        return output
-
-    def _call_step_callbacks(self, name: str, *args: Any) -> None:
-        """A batch hook of the callbacks that follow local steps (as Lightning's ``_call_callback_hooks``)."""
-        trainer = self.trainer
-        module = trainer.lightning_module
-        previous, module._current_fx_name = module._current_fx_name, name
-        try:
-            for callback in self._step_callbacks:
-                with trainer.profiler.profile(f"[Callback]{callback.state_key}.{name}"):
-                    getattr(callback, name)(trainer, module, *args)
-        finally:
-            module._current_fx_name = previous
-
-    def finish_client(
-        self, client_id: int, round_idx: int, num_steps: int, loss: float, loss_steps: Optional[int] = None
-    ) -> ClientUpdate:
-        """Package the module's current weights as client ``client_id``'s :class:`ClientUpdate` (``loss``: the
-        mean over the ``loss_steps`` local steps that returned a loss; default all ``num_steps``)."""
-        module = self.trainer.lightning_module
-        self._round_log.finish_client(client_id, self.trainer._results)
-        extras = self.server_optimizer.collect_client_extras(self.trainer, module, client_id, round_idx)
-        with torch.no_grad():
-            delta = torch._foreach_sub(self._params, self._global_params)
-            buffers = [b.detach().clone() for b in self._buffers]
-        return ClientUpdate(
-            client_id=int(client_id),
-            delta=delta,
-            num_samples=self.datamodule.client_num_samples(client_id),
-            num_steps=num_steps,
-            loss=loss,
-            loss_steps=num_steps if loss_steps is None else int(loss_steps),
-            client_lr=self.round_client_lr,
-            buffers=buffers,
-            extras=extras,
-            client_lrs=self.round_client_lrs,
-        )
+        return self.client_runner.round_client_lrs
 
     def record_client_failure(self, client_id: int, reason: str) -> None:
-        """Drop client ``client_id`` from the round (policy ``"skip"``) or raise (policy ``"raise"``).
+        """Drop client ``client_id`` (which reported back) from the round (policy ``"skip"``) or raise (``"raise"``).
 
         Raises:
             RuntimeError: with policy ``"raise"``.
         """
-        message = f"Client {client_id} failed in round {self.trainer.current_epoch}: {reason}"
-        if self.on_client_failure == "raise":
-            raise RuntimeError(message + " (on_client_failure='raise').")
-        self.round_failures.append((int(client_id), reason))
-        rank_zero_warn(message + "; dropped from the round's aggregate.")
+        self.round_failures.append(self.client_runner.report_failure(client_id, reason))
 
     def _is_finite(self, update: ClientUpdate) -> bool:
         tensors = list(update.delta) + [b for b in update.buffers if b.is_floating_point()]
@@ -553,15 +464,8 @@ class FederatedFitLoop(_FitLoop):
             KeyboardInterrupt: after SIGINT.
         """
         trainer = self.trainer
-        with torch.no_grad():
-            torch._foreach_copy_(self._params, self._global_params)
-            for b, g in zip(self._buffers, self._global_buffers):
-                b.copy_(g)
+        self.client_runner.reset_to_global()
         trainer.lightning_module.zero_grad(set_to_none=True)
-        for opt, defaults in zip(trainer.optimizers, self._optimizer_defaults):
-            opt.state.clear()
-            for group, saved in zip(opt.param_groups, defaults):
-                group.update(saved)
         # Progress as at the end of round t-1: optimizer-step counts (global_step) from before this round's clients,
         # the epoch counters back from "round t ready/started" to "t rounds processed and completed".
         self.epoch_loop.load_state_dict(self._round_start_state)
@@ -581,18 +485,6 @@ class FederatedFitLoop(_FitLoop):
             raise KeyboardInterrupt(message) from None
         raise SIGTERMException(message) from None
 
-    def call_client_hook(self, name: str, *args: Any) -> None:
-        """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:
-        ``on_client_start(client_id, round_idx)``, ``on_client_end(update, position)``)."""
-        trainer = self.trainer
-        for callback in trainer.callbacks:
-            hook = getattr(callback, name, None)
-            if callable(hook):
-                hook(trainer, trainer.lightning_module, *args)
-            elif name == "on_client_end" and isinstance(callback, ProgressBar):
-                # a user's TQDMProgressBar / RichProgressBar counts clients: the bar's 'batch' is a client
-                callback.on_train_batch_end(trainer, trainer.lightning_module, None, None, args[1])
-
     # ------------------------------------------------------------------ internals
     def _average_buffers(self, updates: list[ClientUpdate]) -> None:
         if not self._buffers:
@@ -606,13 +498,9 @@ class FederatedFitLoop(_FitLoop):
                 buf.copy_(torch.stack(values).amax(dim=0))
 
     def _log_round_metrics(self, module: Any) -> None:
-        previous = module._current_fx_name
-        module._current_fx_name = "on_train_epoch_end"
-        try:
+        with pl_private.hook_name(module, "on_train_epoch_end"):
             for name, value in self.round_metrics.items():
                 module.log(name, value, on_step=False, on_epoch=True, batch_size=1, prog_bar=name == "round_train_loss")
-        finally:
-            module._current_fx_name = previous
 
     def _log_partition(self) -> None:
         """Once per run, to every TensorBoard logger: the federated hyper-parameters (HParams tab), the partition's
@@ -624,3 +512,17 @@ class FederatedFitLoop(_FitLoop):
 
         log_federated_hparams(self.trainer)
         log_partition(self.trainer, self.datamodule.partition)
+
+
+def _round_result(executor: Any, result: Any) -> tuple[list[ClientUpdate], list[tuple[int, str]]]:
+    """An executor's ``run_round`` result as ``(updates, failures)``.
+
+    Raises:
+        TypeError: anything else (e.g. a bare list of updates, the return value before executors reported failures).
+    """
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list) and isinstance(result[1], list):
+        return result
+    raise TypeError(
+        f"{type(executor).__name__}.run_round must return (updates, failures): a list of ClientUpdate and a list of "
+        f"(client id, reason) from ClientRunner.report_failure; got {type(result).__name__}."
+    )

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from lightning_fed._lightning import clear_metric_computed, metric_forward_cache, set_metric_forward_cache
+
 #: The hooks whose ``self.log`` values are per local step in a round.
 TRAINING_FX = frozenset({"training_step", "on_train_batch_start", "on_train_batch_end", "on_before_backward",
                          "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
@@ -67,11 +69,12 @@ class RoundLogAccumulator:
     def after_step(self, results: Any) -> None:
         """Add this step's step-level values (``on_step=True``) to the client's sums."""
         for key, rm in _mean_tensor_metrics(results):
-            if rm.meta.on_step and rm._forward_cache is not None and not rm.has_reset:
-                value = rm._forward_cache.detach().to(torch.float64)
+            cached = metric_forward_cache(rm)
+            if rm.meta.on_step and cached is not None and not rm.has_reset:
+                value = cached.detach().to(torch.float64)
                 self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
                 self._step_count[key] = self._step_count.get(key, 0) + 1
-                rm._forward_cache = None  # consumed: a later step that does not log this value adds nothing
+                set_metric_forward_cache(rm, None)  # consumed: a later step that does not log this value adds nothing
 
     def finish_client(self, client_id: int, results: Any) -> None:
         """Record client ``client_id``'s m_i for every value it logged."""
@@ -110,10 +113,10 @@ class RoundLogAccumulator:
                 tensor = torch.tensor(value, dtype=rm.value.dtype if rm.value.is_floating_point() else torch.float64,
                                       device=rm.value.device)
                 if suffix == "/step":
-                    rm._forward_cache = tensor
+                    set_metric_forward_cache(rm, tensor)
                     if not rm.meta.on_epoch:
                         rm.value = tensor
                 else:
                     rm.value = tensor.clone()
                     rm.cumulated_batch_size = torch.ones_like(rm.cumulated_batch_size)
-            rm._computed = None
+            clear_metric_computed(rm)

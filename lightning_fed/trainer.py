@@ -7,10 +7,10 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.strategies import Strategy
 
+from lightning_fed._lightning import PATH, set_checkpoint_connector, strategy_has_checkpoint_io
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.progress import FederatedProgressBar
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
@@ -66,10 +66,11 @@ def _default_logger(root_dir: Optional[str]) -> Any:
     import os
 
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-    from lightning.pytorch.loggers.tensorboard import _TENSORBOARD_AVAILABLE
+
+    from lightning_fed._lightning import tensorboard_available
 
     save_dir = os.fspath(root_dir) if root_dir is not None else os.getcwd()
-    if _TENSORBOARD_AVAILABLE:
+    if tensorboard_available():
         return TensorBoardLogger(save_dir=save_dir, default_hp_metric=False)
     return CSVLogger(save_dir=save_dir)
 
@@ -98,7 +99,7 @@ class FederatedTrainer(L.Trainer):
     different one unless ``allow_resume_changes`` allows it, and always restores the server optimizer's state.
 
     Args:
-        client_executor: How the cohort is trained: a :class:`~lightning_fed.executor.ClientExecutor`, or
+        client_executor: How the cohort is trained: a :class:`~lightning_fed.client.sequential.ClientExecutor`, or
             ``"sequential"`` (default: one client after another in this process) or ``"vectorized"``
             (:class:`~lightning_fed.vectorized.VectorizedExecutor` with its defaults).
         on_client_failure: What a client that raises or returns a non-finite update does to the run:
@@ -168,7 +169,7 @@ class FederatedTrainer(L.Trainer):
         kwargs["callbacks"] = callbacks
         plugins = kwargs.get("plugins")
         plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
-        strategy_io = isinstance(kwargs.get("strategy"), Strategy) and kwargs["strategy"]._checkpoint_io is not None
+        strategy_io = isinstance(kwargs.get("strategy"), Strategy) and strategy_has_checkpoint_io(kwargs["strategy"])
         if not strategy_io and not any(isinstance(p, CheckpointIO) for p in plugins):
             kwargs["plugins"] = plugins + [AtomicCheckpointIO()]
         strategy = kwargs.get("strategy")
@@ -189,7 +190,7 @@ class FederatedTrainer(L.Trainer):
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop
-        self._checkpoint_connector = FederatedCheckpointConnector(self, allowed)
+        set_checkpoint_connector(self, FederatedCheckpointConnector(self, allowed))
 
     @property
     def estimated_stepping_batches(self) -> Union[int, float]:
@@ -230,7 +231,7 @@ class FederatedTrainer(L.Trainer):
         return find_server_optimizer(self.callbacks)
 
     def save_checkpoint(
-        self, filepath: _PATH, weights_only: Optional[bool] = None, storage_options: Optional[Any] = None
+        self, filepath: PATH, weights_only: Optional[bool] = None, storage_options: Optional[Any] = None
     ) -> None:
         """:meth:`lightning.Trainer.save_checkpoint`, refused inside a round.
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
+from lightning_fed._lightning import sync_batchnorm
 from lightning_fed.distributed import FederatedDDPStrategy
 
 
@@ -65,7 +66,7 @@ def check_trainer_arguments(trainer: Any) -> Optional[int]:
                 "every n rounds with `check_val_every_n_epoch`.")
     if trainer.check_val_every_n_epoch is None:
         _refuse("check_val_every_n_epoch", None, "validation follows rounds; give an int (rounds).")
-    if getattr(trainer._accelerator_connector, "sync_batchnorm", False):
+    if sync_batchnorm(trainer):
         _refuse("sync_batchnorm", True, "ranks train different clients, whose BatchNorm statistics must not be "
                 "synchronised per step; buffers are averaged once per round.")
     strategy = trainer.strategy

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
 
 from lightning_fed.callbacks.fedavg import FedAvg
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_fed.client.runner import ClientContext
 
 
 def check_non_negative(name: str, value: Any) -> float:
@@ -52,7 +55,8 @@ class FedProx(FedAvg):
 
     so plain SGD with learning rate γ takes ``w ← w − γ·(∇F_k(w) + μ(w − w_t))``, the authors' local solver
     (``PerturbedGradientDescent`` in their code, github.com/litian96/FedProx, flearn/optimizer/pgd.py). The
-    anchor w_t is ``trainer.fit_loop.global_params`` (the round's starting point). The server side is :class:`FedAvg`:
+    anchor w_t is the round's starting point x_t, sent to the client with its
+    :class:`~lightning_fed.client.runner.ClientContext` (``context.global_params``). The server side is :class:`FedAvg`:
     x_{t+1} = x_t + η·Σ_k λ_k Δ_k.
 
     Choices where the paper leaves room:
@@ -87,11 +91,22 @@ class FedProx(FedAvg):
         self._anchor: Optional[list[Tensor]] = None
 
     # ------------------------------------------------------------------ client side
-    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
-        """Anchor the proximal term at the round's global model x_t for this client's local steps."""
+    def configure_client(
+        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
+    ) -> None:
+        """Anchor the proximal term at the round's global model x_t (``context.global_params``) for this client's
+        local steps.
+
+        Raises:
+            RuntimeError: no ``context`` (the federated loop's client runner always sends one).
+        """
+        if context is None:
+            raise RuntimeError(
+                "FedProx.configure_client needs the ClientContext (x_t) that the federated loop's ClientRunner sends."
+            )
         self._params = list(pl_module.parameters())
         self._index = {id(p): i for i, p in enumerate(self._params)}
-        self._anchor = trainer.fit_loop.global_params
+        self._anchor = context.global_params
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         """Add μ·(p − p_t) to the gradient of every parameter ``optimizer`` is about to update (no-op outside a
@@ -106,7 +121,9 @@ class FedProx(FedAvg):
             drift = torch._foreach_sub([self._params[i].detach() for i in stepped], [self._anchor[i] for i in stepped])
             torch._foreach_add_(grads, drift, alpha=self.mu)  # ∇F_k(w) + μ(w − w_t)
 
-    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
+    def collect_client_extras(
+        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
+    ) -> dict[str, Any]:
         """The client's local work is over: detach the anchor (nothing is sent beyond the ordinary delta)."""
         self._anchor = None
         return {}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.callbacks.progress.tqdm_progress import _update_n
+
+from lightning_fed._lightning import tqdm_update_n
 
 
 class FederatedProgressBar(TQDMProgressBar):
@@ -26,5 +27,5 @@ class FederatedProgressBar(TQDMProgressBar):
         """Called by the federated loop after each client's local work (``position`` counts from 0)."""
         n = position + 1
         if self._should_update(n, self.train_progress_bar.total):
-            _update_n(self.train_progress_bar, n)
+            tqdm_update_n(self.train_progress_bar, n)
             self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module) | {"client": update.client_id})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
@@ -11,6 +11,9 @@ from torch import Tensor
 from lightning_fed.callbacks.fedprox import optimizer_param_indices
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_fed.client.runner import ClientContext
 
 
 def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -51,8 +54,8 @@ class SCAFFOLD(ServerOptimizer):
     * K is counted per parameter: the number of local steps at which the parameter had a gradient (for an
       ordinary model, every parameter: the client's number of optimizer steps, which differs between clients
       under heterogeneous local work — each client uses its own K_i). η_l is the learning rate of the
-      parameter's optimizer group at the start of the client's work (``trainer.fit_loop.round_client_lr`` for
-      one group). A parameter with K = 0 (a client that took no step, or an unused parameter) sends Δc = 0 and
+      parameter's optimizer group at the start of the client's work (``context.client_lr`` of the
+      :class:`~lightning_fed.client.runner.ClientContext` for one group). x is ``context.global_params``. A parameter with K = 0 (a client that took no step, or an unused parameter) sends Δc = 0 and
       keeps its c_i;
     * Δc_i travels in ``ClientUpdate.extras["delta_control"]`` (one tensor per parameter); the server applies
       c_i ← c_i + Δc_i only for the updates that reach :meth:`server_update`, so a client dropped from the round
@@ -95,6 +98,7 @@ class SCAFFOLD(ServerOptimizer):
         self._correction: Optional[list[Tensor]] = None
         self._steps: list[int] = []
         self._lrs: list[float] = []
+        self._global_params: list[Tensor] = []
 
     # ------------------------------------------------------------------ set-up
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -144,10 +148,21 @@ class SCAFFOLD(ServerOptimizer):
             raise ValueError(f"Client id {client_id} is outside [0, {self.num_clients}).")
 
     # ------------------------------------------------------------------ client side
-    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
-        """Send (x, c) to client ``client_id`` (Alg. 1, l. 5): prepare its gradient correction c − c_i and zero
-        its per-parameter step counts."""
+    def configure_client(
+        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
+    ) -> None:
+        """Send (x, c) to client ``client_id`` (Alg. 1, l. 5; x is ``context.global_params``): prepare its gradient
+        correction c − c_i and zero its per-parameter step counts.
+
+        Raises:
+            RuntimeError: no ``context`` (the federated loop's client runner always sends one).
+        """
+        if context is None:
+            raise RuntimeError(
+                "SCAFFOLD.configure_client needs the ClientContext (x_t) that the federated loop's ClientRunner sends."
+            )
         self._check_client_id(client_id)
+        self._global_params = context.global_params
         self._params = list(pl_module.parameters())
         self._index = {id(p): i for i, p in enumerate(self._params)}
         if not self.state:
@@ -179,7 +194,9 @@ class SCAFFOLD(ServerOptimizer):
         for i in stepped:
             self._steps[i] += 1
 
-    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
+    def collect_client_extras(
+        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
+    ) -> dict[str, Any]:
         """Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K·η_l) per parameter (Alg. 1, l. 12-13, option II), as
         ``{"delta_control": [tensor per parameter]}``; zero where K = 0.
 
@@ -189,7 +206,7 @@ class SCAFFOLD(ServerOptimizer):
         """
         if self._correction is None:
             raise RuntimeError("SCAFFOLD.collect_client_extras called before configure_client for this client.")
-        global_params = trainer.fit_loop.global_params
+        global_params = context.global_params if context is not None else self._global_params
         control = self.state["control"]
         delta_control = []
         with torch.no_grad():
@@ -207,6 +224,7 @@ class SCAFFOLD(ServerOptimizer):
                 drift = (x.to(c.device, c.dtype) - p.detach().to(c.device, c.dtype)) / (steps * lr)
                 delta_control.append(drift - c)
         self._correction = None
+        self._global_params = []
         return {"delta_control": delta_control}
 
     # ------------------------------------------------------------------ server side

@@ -1,0 +1,289 @@
+"""Every private Lightning symbol lightning_fed uses, in one place, each behind a small named function.
+
+Lightning's public API has no seam for a loop whose epoch is a communication round: the federated loop subclasses
+``_FitLoop``, drives the epoch loop's optimization helpers one local step at a time and feeds the logger
+connector by hand. Those private names live here and nowhere else in the package (``tests/test_client_boundaries.py``
+checks it), so a Lightning upgrade that renames one breaks this module, loudly, at import
+(:data:`REQUIRED_SYMBOLS`) or in ``tests/test_lightning_adapter.py`` (:data:`INSTANCE_ATTRIBUTES`), never a
+simulation silently.
+
+Supported Lightning: :data:`SUPPORTED_LIGHTNING` (the ``pyproject.toml`` pin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import OrderedDict
+from typing import Any, Iterator
+
+import lightning
+
+#: The Lightning versions these private symbols were checked against (``pyproject.toml``: ``lightning>=2.6,<2.7``).
+SUPPORTED_LIGHTNING = ">=2.6,<2.7"
+
+#: (module, attribute path) of every private module-level or class-level symbol used below; checked at import.
+REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
+    ("lightning.pytorch.loops.fit_loop", "_FitLoop"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop._build_kwargs"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop._should_check_val_epoch"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop._update_learning_rates"),
+    ("lightning.pytorch.trainer.call", "_call_callback_hooks"),
+    ("lightning.pytorch.trainer.call", "_call_lightning_module_hook"),
+    ("lightning.pytorch.trainer.call", "_call_strategy_hook"),
+    ("lightning.pytorch.trainer.connectors.checkpoint_connector", "_CheckpointConnector"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.on_batch_start"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.on_batch_end"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+     "_LoggerConnector.update_train_step_metrics"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+     "_LoggerConnector.update_train_epoch_metrics"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.epoch_end_reached"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.on_epoch_end"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultMetric"),
+    ("lightning.pytorch.core.module", "LightningModule._on_before_batch_transfer"),
+    ("lightning.pytorch.callbacks.progress.tqdm_progress", "_update_n"),
+    ("lightning.pytorch.strategies.ddp", "_sync_module_states"),
+    ("lightning.pytorch.loggers.tensorboard", "_TENSORBOARD_AVAILABLE"),
+    ("lightning.fabric.utilities.cloud_io", "_is_local_file_protocol"),
+    ("lightning.fabric.utilities.types", "_PATH"),
+)
+
+#: Private instance attributes (set in ``__init__``, so not checkable on the class): (owner, attribute).
+#: ``tests/test_lightning_adapter.py`` checks each on a real trainer, module and callback.
+INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
+    ("Trainer", "_logger_connector"),
+    ("Trainer", "_results"),
+    ("Trainer", "_checkpoint_connector"),
+    ("Trainer", "_accelerator_connector"),
+    ("Strategy", "_checkpoint_io"),
+    ("_LoggerConnector", "_first_loop_iter"),
+    ("_TrainingEpochLoop", "_batches_that_stepped"),
+    ("_TrainingEpochLoop", "automatic_optimization"),
+    ("_TrainingEpochLoop", "manual_optimization"),
+    ("_AutomaticOptimization", "optim_progress.optimizer.step"),
+    ("LightningModule", "_current_fx_name"),
+    ("ModelCheckpoint", "_every_n_train_steps"),
+    ("ModelCheckpoint", "_train_time_interval"),
+    ("ModelCheckpoint", "_save_on_train_epoch_end"),
+    ("_ResultMetric", "_forward_cache"),
+    ("_ResultMetric", "_computed"),
+)
+
+
+def _resolve(module: str, path: str) -> Any:
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in path.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as error:
+        raise ImportError(
+            f"lightning_fed needs the private Lightning symbol {module}.{path}, which the installed lightning "
+            f"{lightning.__version__} lacks ({error}); lightning_fed supports lightning{SUPPORTED_LIGHTNING}: "
+            f"install a supported version (pip install 'lightning{SUPPORTED_LIGHTNING}')."
+        ) from error
+    return obj
+
+
+def _check_required() -> dict[str, Any]:
+    return {f"{module}:{path}": _resolve(module, path) for module, path in REQUIRED_SYMBOLS}
+
+
+_SYMBOLS = _check_required()
+
+
+def _symbol(module: str, path: str) -> Any:
+    return _SYMBOLS[f"{module}:{path}"]
+
+
+_call = "lightning.pytorch.trainer.call"
+
+#: Lightning's fit loop, the base class of :class:`~lightning_fed.FederatedFitLoop`.
+FitLoop = _symbol("lightning.pytorch.loops.fit_loop", "_FitLoop")
+#: Lightning's checkpoint connector, the base class of :class:`~lightning_fed.checkpoint.FederatedCheckpointConnector`.
+CheckpointConnector = _symbol("lightning.pytorch.trainer.connectors.checkpoint_connector", "_CheckpointConnector")
+#: Lightning's path type (``str | Path``).
+PATH = _symbol("lightning.fabric.utilities.types", "_PATH")
+
+
+def tensorboard_available() -> bool:
+    """Whether TensorBoard is installed (Lightning's own test, read at call time, used for its default logger)."""
+    return bool(importlib.import_module("lightning.pytorch.loggers.tensorboard")._TENSORBOARD_AVAILABLE)
+
+
+# ---------------------------------------------------------------------------------------------- hooks
+def call_callback_hooks(trainer: Any, hook: str, *args: Any, **kwargs: Any) -> None:
+    """Run callback hook ``hook`` on every callback, as Lightning's loops do (profiling, ``_current_fx_name``)."""
+    _symbol(_call, "_call_callback_hooks")(trainer, hook, *args, **kwargs)
+
+
+def call_module_hook(trainer: Any, hook: str, *args: Any, **kwargs: Any) -> Any:
+    """Run LightningModule hook ``hook`` as Lightning's loops do; returns its result."""
+    return _symbol(_call, "_call_lightning_module_hook")(trainer, hook, *args, **kwargs)
+
+
+def call_strategy_hook(trainer: Any, hook: str, *args: Any, **kwargs: Any) -> Any:
+    """Run strategy hook ``hook`` as Lightning's loops do; returns its result."""
+    return _symbol(_call, "_call_strategy_hook")(trainer, hook, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def hook_name(module: Any, name: str) -> Iterator[None]:
+    """Within the block, ``self.log`` in ``module`` files values under hook ``name`` (``_current_fx_name``)."""
+    previous, module._current_fx_name = module._current_fx_name, name
+    try:
+        yield
+    finally:
+        module._current_fx_name = previous
+
+
+def before_batch_transfer(module: Any, batch: Any) -> Any:
+    """The module's and data module's ``on_before_batch_transfer`` hooks, as Lightning's fetcher calls them."""
+    return module._on_before_batch_transfer(batch, dataloader_idx=0)
+
+
+# ---------------------------------------------------------------------------------------------- logging
+def results(trainer: Any) -> Any:
+    """The trainer's current result collection (the values ``self.log`` recorded), or ``None``."""
+    return trainer._results
+
+
+def log_batch_start(trainer: Any, batch: Any) -> None:
+    """The logger connector's start of a training batch (infers the batch size from ``batch``)."""
+    trainer._logger_connector.on_batch_start(batch)
+
+
+def set_logged_batch_size(trainer: Any, size: Any) -> None:
+    """Override the batch size ``self.log`` uses for the current batch."""
+    trainer._results.batch_size = size
+
+
+def log_batch_end(trainer: Any) -> None:
+    """The logger connector's end of a training batch."""
+    trainer._logger_connector.on_batch_end()
+
+
+def log_round_step_values(trainer: Any) -> None:
+    """Move the round's step-level values into the callback/progress-bar metrics and to the loggers (only once the
+    connector has seen a batch)."""
+    connector = trainer._logger_connector
+    if connector._first_loop_iter is not None:
+        connector.on_batch_end()
+        connector.update_train_step_metrics()
+
+
+def log_epoch_end_reached(trainer: Any) -> None:
+    trainer._logger_connector.epoch_end_reached()
+
+
+def log_epoch_end(trainer: Any) -> None:
+    trainer._logger_connector.on_epoch_end()
+
+
+def log_train_epoch_metrics(trainer: Any) -> None:
+    trainer._logger_connector.update_train_epoch_metrics()
+
+
+def reset_first_loop_iter(trainer: Any) -> None:
+    """After validation: the next training batch starts a fresh step in the logger connector."""
+    trainer._logger_connector._first_loop_iter = None
+
+
+def metric_forward_cache(metric: Any) -> Any:
+    """A ``_ResultMetric``'s value of the latest step (``None`` once consumed)."""
+    return metric._forward_cache
+
+
+def set_metric_forward_cache(metric: Any, value: Any) -> None:
+    metric._forward_cache = value
+
+
+def clear_metric_computed(metric: Any) -> None:
+    """Forget a ``_ResultMetric``'s cached ``compute()`` result (its value was rewritten)."""
+    metric._computed = None
+
+
+# ---------------------------------------------------------------------------------------------- epoch loop
+def batches_that_stepped(epoch_loop: Any) -> int:
+    """The step that loggers see (``log_every_n_steps`` counts it)."""
+    return epoch_loop._batches_that_stepped
+
+
+def set_batches_that_stepped(epoch_loop: Any, value: int) -> None:
+    epoch_loop._batches_that_stepped = value
+
+
+def training_step_takes_batch_idx(epoch_loop: Any, batch: Any, batch_idx: int) -> bool:
+    """Whether ``training_step`` is called with ``batch_idx`` (Lightning's own signature inspection)."""
+    return "batch_idx" in epoch_loop._build_kwargs(OrderedDict(), batch, batch_idx)
+
+
+def run_automatic_optimization(epoch_loop: Any, optimizer: Any, batch_idx: int, kwargs: OrderedDict) -> Any:
+    """One step of Lightning's automatic optimization (closure, backward, clipping, ``optimizer.step``)."""
+    return epoch_loop.automatic_optimization.run(optimizer, batch_idx, kwargs)
+
+
+def run_manual_optimization(epoch_loop: Any, kwargs: OrderedDict) -> Any:
+    """One ``training_step`` under manual optimization."""
+    return epoch_loop.manual_optimization.run(kwargs)
+
+
+def count_optimizer_steps(epoch_loop: Any, steps: int) -> None:
+    """Advance the optimizer-step progress (``trainer.global_step``) by ``steps`` taken outside Lightning."""
+    progress = epoch_loop.automatic_optimization.optim_progress.optimizer.step
+    for tracker in (progress.total, progress.current):
+        tracker.ready += steps
+        tracker.completed += steps
+
+
+def should_check_val_epoch(epoch_loop: Any) -> bool:
+    """Whether this epoch (round) validates (``check_val_every_n_epoch``)."""
+    return bool(epoch_loop._should_check_val_epoch())
+
+
+def update_learning_rates(epoch_loop: Any, interval: str, update_plateau_schedulers: bool) -> None:
+    """Step the LR schedulers of ``interval`` (plateau ones or the others)."""
+    epoch_loop._update_learning_rates(interval, update_plateau_schedulers=update_plateau_schedulers)
+
+
+# ---------------------------------------------------------------------------------------------- trainer parts
+def set_checkpoint_connector(trainer: Any, connector: Any) -> None:
+    trainer._checkpoint_connector = connector
+
+
+def strategy_has_checkpoint_io(strategy: Any) -> bool:
+    """Whether a strategy object was given its own ``CheckpointIO``."""
+    return strategy._checkpoint_io is not None
+
+
+def sync_batchnorm(trainer: Any) -> bool:
+    """The trainer's ``sync_batchnorm`` argument."""
+    return bool(getattr(trainer._accelerator_connector, "sync_batchnorm", False))
+
+
+def sync_module_states(model: Any) -> None:
+    """Broadcast rank 0's parameters and buffers to every rank (as DDP does at wrap time)."""
+    _symbol("lightning.pytorch.strategies.ddp", "_sync_module_states")(model)
+
+
+def is_local_file_protocol(path: Any) -> bool:
+    return bool(_symbol("lightning.fabric.utilities.cloud_io", "_is_local_file_protocol")(path))
+
+
+def tqdm_update_n(bar: Any, n: int) -> None:
+    """Set a tqdm bar's count to ``n`` and refresh it (Lightning's own helper)."""
+    _symbol("lightning.pytorch.callbacks.progress.tqdm_progress", "_update_n")(bar, n)
+
+
+def model_checkpoint_step_triggers(callback: Any) -> tuple[Any, Any]:
+    """A ``ModelCheckpoint``'s (``every_n_train_steps``, ``train_time_interval``) as given."""
+    return callback._every_n_train_steps, callback._train_time_interval
+
+
+def model_checkpoint_saves_on_train_epoch_end(callback: Any) -> Any:
+    """A ``ModelCheckpoint``'s ``save_on_train_epoch_end`` as given (``None``: decided by Lightning)."""
+    return callback._save_on_train_epoch_end
+
+
+def set_model_checkpoint_saves_on_train_epoch_end(callback: Any, value: bool) -> None:
+    callback._save_on_train_epoch_end = value

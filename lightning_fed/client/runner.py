@@ -1,0 +1,357 @@
+"""One client's local work in a round, as the federated loop's executors see it.
+
+:class:`ClientRunner` is to :class:`~lightning_fed.FederatedFitLoop` what Lightning's ``_AutomaticOptimization`` is
+to its epoch loop: a part the loop owns and sets up at the start of each round, which does one thing — turn x_t and
+a client's data into a :class:`~lightning_fed.ClientUpdate` (Reddi et al. 2021, Alg. 1, l. 4-9) — and which the
+executors (sequential, vectorized, over DDP ranks) drive instead of the loop:
+
+1. :meth:`ClientRunner.start_client` — the module gets x_t in place, the client optimizer(s) a fresh state, the
+   callbacks ``on_client_start``, the server optimizer's client channel the :class:`ClientContext`;
+2. :meth:`ClientRunner.local_step` — one mini-batch through Lightning's optimization loop;
+3. :meth:`ClientRunner.finish_client` — Δ_i = x_i − x_t and the client's extras into a ``ClientUpdate``
+   (:meth:`ClientRunner.build_update` is the only place a ``ClientUpdate`` is made);
+4. :meth:`ClientRunner.report_failure` — the failure policy (``on_client_failure``) applied in one place.
+
+Client-side algorithms (FedProx, SCAFFOLD, Fed-LAMB's client) get x_t and the round's client learning rates from
+the :class:`ClientContext` passed to their ``configure_client`` / ``collect_client_extras`` (the server → client
+channel), never from ``trainer.fit_loop``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from torch import Tensor
+
+from lightning_fed import _lightning as pl_private
+from lightning_fed.checkpoint import MidRoundCheckpointError
+from lightning_fed.client.update import ClientUpdate, parameter_client_lrs
+
+FAILURE_POLICIES = ("skip", "raise")
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """What the server sends client ``client_id`` in round ``round_idx`` (pfl's ``central_context``).
+
+    Attributes:
+        client_id: The client's id in the partition.
+        round_idx: The round t (0-based).
+        global_params: x_t, one tensor per entry of ``module.parameters()`` (same order; read-only by convention).
+        global_buffers: The global model's buffers, one per entry of ``module.buffers()``.
+        client_lr: γ, the client learning rate of the round (first optimizer's first parameter group; ``nan``
+            without one).
+        client_lrs: γ of each parameter's optimizer group in the round, aligned with ``global_params``
+            (:func:`~lightning_fed.client.update.parameter_client_lrs`).
+    """
+
+    client_id: int
+    round_idx: int
+    global_params: list[Tensor]
+    global_buffers: list[Tensor]
+    client_lr: float
+    client_lrs: list[float] = field(default_factory=list)
+
+
+_ACCEPTS_CONTEXT: dict[Any, bool] = {}
+
+
+def _accepts_context(method: Callable) -> bool:
+    """Whether a client-channel method takes ``context=`` (older overrides without it still work)."""
+    key = getattr(method, "__func__", method)
+    found = _ACCEPTS_CONTEXT.get(key)
+    if found is None:
+        params = inspect.signature(method).parameters
+        found = "context" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        _ACCEPTS_CONTEXT[key] = found
+    return found
+
+
+class ClientRunner:
+    """Starts, steps and finishes clients from the round's global model x_t; owned by the federated loop.
+
+    The loop calls :meth:`setup` at the start of a run and :meth:`start_round` at the start of each round; the
+    round's executor then uses :meth:`start_client`, :meth:`local_step`, :meth:`finish_client` (or
+    :meth:`build_update` for clients trained outside the module, e.g. vectorized), :meth:`client_failed` /
+    :meth:`report_failure` and :meth:`client_end`, and reads :attr:`global_params`, :attr:`round_client_lr`,
+    :attr:`trainer`, :attr:`datamodule`, :attr:`server_optimizer`, :attr:`client_timeout_s`.
+
+    Args:
+        on_client_failure: ``"skip"`` (drop the client from the round with a warning) or ``"raise"``.
+        client_timeout_s: The per-client time limit in seconds, or ``None`` (checked by the loop).
+
+    Raises:
+        ValueError: an unknown ``on_client_failure``.
+    """
+
+    #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
+    STOP = object()
+
+    def __init__(self, on_client_failure: str = "skip", client_timeout_s: Optional[float] = None) -> None:
+        if on_client_failure not in FAILURE_POLICIES:
+            raise ValueError(f"`on_client_failure` must be one of {FAILURE_POLICIES}, got {on_client_failure!r}.")
+        self.on_client_failure = on_client_failure
+        self.client_timeout_s = client_timeout_s
+        self.trainer: Any = None
+        self.datamodule: Any = None
+        self.server_optimizer: Any = None
+        self.round_log: Any = None
+        self.round_idx = -1
+        self._epoch_loop: Any = None
+        self._params: list[Tensor] = []
+        self._buffers: list[Tensor] = []
+        self._global_params: list[Tensor] = []
+        self._global_buffers: list[Tensor] = []
+        self._optimizer_defaults: list[list[dict[str, Any]]] = []
+        self._step_callbacks: list[Any] = []
+        self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
+
+    # ------------------------------------------------------------------ set-up (the loop)
+    def setup(
+        self, trainer: Any, epoch_loop: Any, datamodule: Any, server_optimizer: Any, round_log: Any,
+        step_callbacks: list[Any],
+    ) -> None:
+        """Bind the run's trainer parts (called by the loop at the start of a run)."""
+        self.trainer = trainer
+        self._epoch_loop = epoch_loop
+        self.datamodule = datamodule
+        self.server_optimizer = server_optimizer
+        self.round_log = round_log
+        self._step_callbacks = step_callbacks
+        module = trainer.lightning_module
+        self._params = list(module.parameters())
+        self._buffers = list(module.buffers())
+
+    @property
+    def params(self) -> list[Tensor]:
+        """The module's parameters (the tensors clients train in place)."""
+        return self._params
+
+    @property
+    def buffers(self) -> list[Tensor]:
+        return self._buffers
+
+    def start_round(self, round_idx: int) -> None:
+        """Snapshot x_t, the global buffers and the client optimizers' hyper-parameters for round ``round_idx``."""
+        self.round_idx = round_idx
+        with torch.no_grad():
+            self._global_params = [p.detach().clone() for p in self._params]
+            self._global_buffers = [b.detach().clone() for b in self._buffers]
+        self._optimizer_defaults = [
+            [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
+            for opt in self.trainer.optimizers
+        ]
+
+    def reset_to_global(self) -> None:
+        """The module back to x_t and the global buffers; the client optimizers fresh (state cleared,
+        hyper-parameters as at the round's start)."""
+        with torch.no_grad():
+            torch._foreach_copy_(self._params, self._global_params)
+            if self._buffers:
+                for b, g in zip(self._buffers, self._global_buffers):
+                    b.copy_(g)
+        self._reset_optimizers()
+
+    def _reset_optimizers(self) -> None:
+        for opt, defaults in zip(self.trainer.optimizers, self._optimizer_defaults):
+            opt.state.clear()
+            for group, saved in zip(opt.param_groups, defaults):
+                group.update(saved)
+
+    # ------------------------------------------------------------------ what the server sends
+    @property
+    def global_params(self) -> list[Tensor]:
+        """x_t: the global model's parameters at the start of the round (``module.parameters()`` order)."""
+        return self._global_params
+
+    @property
+    def global_buffers(self) -> list[Tensor]:
+        """The global model's buffers at the start of the round (``module.buffers()`` order)."""
+        return self._global_buffers
+
+    @property
+    def round_client_lr(self) -> float:
+        """The client learning rate γ of the round (first optimizer's first parameter group; ``nan`` if none)."""
+        if not self._optimizer_defaults or not self._optimizer_defaults[0]:
+            return float("nan")
+        return float(self._optimizer_defaults[0][0].get("lr", float("nan")))
+
+    @property
+    def round_client_lrs(self) -> list[float]:
+        """γ of each parameter's optimizer group in the round, aligned with ``module.parameters()``."""
+        lrs = [[g.get("lr", float("nan")) for g in defaults] for defaults in self._optimizer_defaults]
+        return parameter_client_lrs(self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs)
+
+    def context(self, client_id: int) -> ClientContext:
+        """The :class:`ClientContext` of client ``client_id`` in this round."""
+        return ClientContext(
+            client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
+            global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
+        )
+
+    # ------------------------------------------------------------------ one client
+    def start_client(self, client_id: int) -> None:
+        """Load x_t into the module in place, give the client fresh optimizer(s), run ``on_client_start`` and the
+        server optimizer's ``configure_client`` (with the :class:`ClientContext` where it takes ``context``)."""
+        self.reset_to_global()
+        trainer = self.trainer
+        self.call_client_hook("on_client_start", client_id, self.round_idx)
+        configure = self.server_optimizer.configure_client
+        if _accepts_context(configure):
+            configure(trainer, trainer.lightning_module, client_id, self.round_idx, context=self.context(client_id))
+        else:
+            configure(trainer, trainer.lightning_module, client_id, self.round_idx)
+        self.round_log.start_client(pl_private.results(trainer))
+
+    def local_step(self, batch: Any, batch_idx: int) -> Any:
+        """One local mini-batch through Lightning's optimization loop (hooks, precision, clipping, logging); returns
+        ``training_step``'s output, or :attr:`STOP` when ``on_train_batch_start`` returned -1."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        epoch_loop = self._epoch_loop
+        batch = trainer.precision_plugin.convert_input(batch)
+        batch = pl_private.before_batch_transfer(module, batch)
+        batch = pl_private.call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
+        pl_private.log_batch_start(trainer, batch)
+        if isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
+            size = next((v.shape[0] for v in batch.values() if isinstance(v, Tensor) and v.ndim > 0), None)
+            pl_private.set_logged_batch_size(trainer, size)
+        self._call_step_callbacks("on_train_batch_start", batch, batch_idx)
+        response = pl_private.call_module_hook(trainer, "on_train_batch_start", batch, batch_idx)
+        pl_private.call_strategy_hook(trainer, "on_train_batch_start", batch, batch_idx)
+        if response == -1:
+            pl_private.log_batch_end(trainer)
+            return self.STOP
+        kwargs = OrderedDict(batch=batch)
+        if self._pass_batch_idx is None:
+            self._pass_batch_idx = pl_private.training_step_takes_batch_idx(epoch_loop, batch, batch_idx)
+        if self._pass_batch_idx:
+            kwargs["batch_idx"] = batch_idx
+        if module.automatic_optimization:
+            output = pl_private.run_automatic_optimization(epoch_loop, trainer.optimizers[0], batch_idx, kwargs)
+        else:
+            output = pl_private.run_manual_optimization(epoch_loop, kwargs)
+        self._call_step_callbacks("on_train_batch_end", output, batch, batch_idx)
+        pl_private.call_module_hook(trainer, "on_train_batch_end", output, batch, batch_idx)
+        pl_private.log_batch_end(trainer)
+        self.round_log.after_step(pl_private.results(trainer))
+        return output
+
+    def _call_step_callbacks(self, name: str, *args: Any) -> None:
+        """A batch hook of the callbacks that follow local steps (as Lightning's ``_call_callback_hooks``)."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        with pl_private.hook_name(module, name):
+            for callback in self._step_callbacks:
+                with trainer.profiler.profile(f"[Callback]{callback.state_key}.{name}"):
+                    getattr(callback, name)(trainer, module, *args)
+
+    def finish_client(
+        self, client_id: int, num_steps: int, loss: float, loss_steps: Optional[int] = None
+    ) -> ClientUpdate:
+        """Package the module's current weights as client ``client_id``'s :class:`ClientUpdate` (``loss``: the mean
+        over the ``loss_steps`` local steps that returned a loss; default all ``num_steps``), with the server
+        optimizer's ``collect_client_extras``."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        self.round_log.finish_client(client_id, pl_private.results(trainer))
+        collect = self.server_optimizer.collect_client_extras
+        if _accepts_context(collect):
+            extras = collect(trainer, module, client_id, self.round_idx, context=self.context(client_id))
+        else:
+            extras = collect(trainer, module, client_id, self.round_idx)
+        with torch.no_grad():
+            delta = torch._foreach_sub(self._params, self._global_params)
+            buffers = [b.detach().clone() for b in self._buffers]
+        return self.build_update(client_id, delta, num_steps, loss, loss_steps, buffers, extras)
+
+    def build_update(
+        self,
+        client_id: int,
+        delta: list[Tensor],
+        num_steps: int,
+        loss: float,
+        loss_steps: Optional[int] = None,
+        buffers: Optional[list[Tensor]] = None,
+        extras: Optional[dict[str, Any]] = None,
+    ) -> ClientUpdate:
+        """The one place a :class:`ClientUpdate` is made: Δ_i and the client's results, with |D_i| from the data
+        module and the round's client learning rates.
+
+        Args:
+            client_id: The client.
+            delta: Δ_i = x_i − x_t, one tensor per parameter.
+            num_steps: Local optimizer steps taken.
+            loss: Mean local loss over the ``loss_steps`` steps that returned one (``nan`` if none).
+            loss_steps: Default ``num_steps``.
+            buffers: The client's final buffers (default: copies of the global buffers, which local work did not
+                change).
+            extras: What the client sends the server besides Δ_i (default none).
+        """
+        if buffers is None:
+            buffers = [b.detach().clone() for b in self._global_buffers]
+        return ClientUpdate(
+            client_id=int(client_id),
+            delta=delta,
+            num_samples=self.datamodule.client_num_samples(client_id),
+            num_steps=num_steps,
+            loss=loss,
+            loss_steps=num_steps if loss_steps is None else int(loss_steps),
+            client_lr=self.round_client_lr,
+            buffers=buffers,
+            extras={} if extras is None else extras,
+            client_lrs=self.round_client_lrs,
+        )
+
+    def count_optimizer_steps(self, steps: int) -> None:
+        """Advance ``trainer.global_step`` by ``steps`` client optimizer steps taken outside Lightning's loop."""
+        pl_private.count_optimizer_steps(self._epoch_loop, steps)
+
+    # ------------------------------------------------------------------ failures and hooks
+    @property
+    def raises_on_failure(self) -> bool:
+        """Whether a failing client stops training (``on_client_failure="raise"``)."""
+        return self.on_client_failure == "raise"
+
+    def report_failure(self, client_id: int, reason: str) -> tuple[int, str]:
+        """Client ``client_id`` failed: warn and return the ``(client id, reason)`` record that drops it from the
+        round (policy ``"skip"``), or raise (policy ``"raise"``).
+
+        Raises:
+            RuntimeError: with policy ``"raise"``.
+        """
+        message = f"Client {client_id} failed in round {self.trainer.current_epoch}: {reason}"
+        if self.raises_on_failure:
+            raise RuntimeError(message + " (on_client_failure='raise').")
+        rank_zero_warn(message + "; dropped from the round's aggregate.")
+        return int(client_id), reason
+
+    def client_failed(self, client_id: int, error: BaseException) -> tuple[int, str]:
+        """Client ``client_id``'s local work raised ``error``: re-raise it under ``"raise"`` (and always for a
+        mid-round checkpoint attempt), else :meth:`report_failure`."""
+        if self.raises_on_failure or isinstance(error, MidRoundCheckpointError):
+            raise error
+        return self.report_failure(client_id, f"{type(error).__name__}: {error}")
+
+    def call_client_hook(self, name: str, *args: Any) -> None:
+        """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:
+        ``on_client_start(client_id, round_idx)``, ``on_client_end(update, position)``)."""
+        trainer = self.trainer
+        for callback in trainer.callbacks:
+            hook = getattr(callback, name, None)
+            if callable(hook):
+                hook(trainer, trainer.lightning_module, *args)
+            elif name == "on_client_end" and isinstance(callback, ProgressBar):
+                # a user's TQDMProgressBar / RichProgressBar counts clients: the bar's 'batch' is a client
+                callback.on_train_batch_end(trainer, trainer.lightning_module, None, None, args[1])
+
+    def client_end(self, update: ClientUpdate, position: int) -> None:
+        """Client ``update.client_id`` (the ``position``-th of this process's clients, from 0) reported back."""
+        self.call_client_hook("on_client_end", update, position)

@@ -1,0 +1,125 @@
+"""Client executors: how the cohort's local work is carried out (the swappable part of the federated loop).
+
+An executor receives the loop's :class:`~lightning_fed.client.runner.ClientRunner`, never the loop, and returns the
+round's ``(updates, failures)``."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from lightning_fed.client.distributed import assign_clients, gather_updates
+from lightning_fed.client.runner import ClientRunner
+from lightning_fed.client.update import ClientUpdate
+from lightning_fed.interrupts import ClientTimeLimit, ClientTimeout
+
+#: What :meth:`ClientExecutor.run_round` returns: the updates of the clients that reported back (cohort order) and
+#: ``(client id, reason)`` of those dropped (:meth:`ClientRunner.report_failure`).
+RoundResult = tuple[list[ClientUpdate], list[tuple[int, str]]]
+
+
+def client_seed(seed: int, round_idx: int, client_id: int) -> int:
+    """The torch seed of client ``client_id``'s local work in round ``round_idx`` (a pure function, so results do
+    not depend on the order or the process clients are trained in)."""
+    return int(np.random.SeedSequence([seed, 0x7C1E, round_idx, client_id]).generate_state(1, dtype=np.uint32)[0])
+
+
+class ClientExecutor(abc.ABC):
+    """Runs the local work of a round's cohort and returns one :class:`ClientUpdate` per client that reported back.
+
+    The federated loop owns everything around it (sampling, the global model x_t, aggregation); an executor
+    only decides how clients are trained: one after another in this process (:class:`SequentialExecutor`),
+    vectorised (:class:`~lightning_fed.client.vectorized.VectorizedExecutor`) or spread over ranks. It works
+    through the :class:`~lightning_fed.client.runner.ClientRunner` it is given (start a client from x_t, local
+    steps, finish it into a ``ClientUpdate``, report a failure) and never touches the loop.
+    """
+
+    #: Whether :meth:`run_round` applies the loop's ``client_timeout_s`` (the loop refuses a time limit otherwise).
+    supports_client_timeout: bool = False
+
+    @abc.abstractmethod
+    def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
+        """Train every client of ``cohort`` (shape ``[C]``) from x_t; return ``(updates, failures)``: the updates in
+        cohort order, and ``(client id, reason)`` for each client dropped (each from
+        :meth:`ClientRunner.report_failure` / :meth:`ClientRunner.client_failed`, which apply the failure policy)."""
+
+
+class SequentialExecutor(ClientExecutor):
+    """Trains the cohort's clients one after another with the module's own ``training_step`` and optimizer.
+
+    For each client (Reddi et al. 2021, Alg. 1, l. 4-9): load x_t into the module in place, give it a fresh
+    client optimizer (state cleared, hyper-parameters as at the start of the round), seed torch with
+    :func:`client_seed`, run its mini-batches through Lightning's optimization loop (so hooks, precision,
+    gradient clipping and ``self.log`` behave as in ordinary training), and record Δ_i = x_i − x_t.
+
+    Under several processes (``FederatedTrainer(strategy="ddp", devices=..., num_nodes=...)``) each rank trains
+    its share of the cohort (:func:`~lightning_fed.distributed.assign_clients`: balanced by client sample count,
+    largest first) and the round's updates are gathered on every rank
+    (:func:`~lightning_fed.distributed.gather_updates`), in cohort order: since every client's randomness is a
+    pure function of (seed, round, client), the result equals a single-process run.
+
+    With the loop's ``client_timeout_s`` each client's :meth:`train_client` runs under a
+    :class:`~lightning_fed.interrupts.ClientTimeLimit` (interrupted by ``SIGALRM`` in the main thread; elsewhere
+    checked between local steps only); a client past the limit is dropped through the runner's
+    :meth:`~lightning_fed.client.runner.ClientRunner.report_failure` (``on_client_failure="raise"`` raises).
+    """
+
+    supports_client_timeout = True
+    _time_limit: Optional[ClientTimeLimit] = None  # the current client's limit (checked between local steps)
+
+    def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
+        trainer = runner.trainer
+        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+        mine = cohort.tolist()
+        if distributed:
+            sizes = [runner.datamodule.client_num_samples(c) for c in mine]
+            mine = assign_clients(mine, sizes, trainer.world_size)[trainer.global_rank]
+        updates: list[ClientUpdate] = []
+        failures: list[tuple[int, str]] = []
+        timeout_s = runner.client_timeout_s
+        for position, cid in enumerate(mine):
+            limit = None if timeout_s is None else ClientTimeLimit(timeout_s, cid, round_idx)
+            try:
+                self._time_limit = limit
+                with limit if limit is not None else contextlib.nullcontext():
+                    update = self.train_client(runner, cid, round_idx)
+            except ClientTimeout as timeout:
+                failures.append(runner.report_failure(cid, f"timed out (client_timeout_s={timeout.limit_s:g} s)"))
+                continue
+            except Exception as error:  # noqa: BLE001 - a failing client must not end a day-long simulation
+                failures.append(runner.client_failed(cid, error))
+                continue
+            finally:
+                self._time_limit = None
+            updates.append(update)
+            runner.client_end(update, position)
+        if distributed:
+            updates, failures = gather_updates(updates, failures, cohort, trainer.strategy.root_device)
+        return updates, failures
+
+    def train_client(self, runner: ClientRunner, cid: int, round_idx: int) -> ClientUpdate:
+        """One client's local work in round ``round_idx``, starting from the round's global model x_t."""
+        datamodule = runner.datamodule
+        runner.start_client(cid)
+        torch.manual_seed(client_seed(datamodule.seed, round_idx, cid))
+        loss_sum, steps, loss_steps = None, 0, 0
+        for batch_idx, batch in enumerate(datamodule.client_dataloader(cid, round_idx)):
+            output = runner.local_step(batch, batch_idx)
+            if self._time_limit is not None:
+                self._time_limit.check()  # the only check where SIGALRM cannot be used
+            if output is runner.STOP:
+                break
+            steps += 1
+            loss = output.get("loss") if isinstance(output, dict) else None
+            if loss is not None:  # manual optimization may return nothing: no loss reported, not a NaN
+                loss = loss.detach()
+                loss_sum = loss if loss_sum is None else loss_sum + loss
+                loss_steps += 1
+        mean_loss = math.nan if loss_sum is None else float(loss_sum) / loss_steps
+        return runner.finish_client(cid, num_steps=steps, loss=mean_loss, loss_steps=loss_steps)

@@ -1,0 +1,630 @@
+"""A client executor that trains the whole cohort at once with ``torch.func`` (``vmap`` over clients).
+
+The cross-device FL simulation of Reddi et al. 2021 (Alg. 1, l. 4-9) trains C clients from the same x_t, each
+with its own data and a fresh client optimizer. :class:`~lightning_fed.client.sequential.SequentialExecutor` does that one
+client and one mini-batch at a time through Lightning's optimization loop; :class:`VectorizedExecutor` instead keeps
+one stacked copy of the trainable parameters per client (``[C, *shape]``) and, at local step k, computes every
+still-active client's gradient of its own k-th mini-batch in one call,
+``vmap(grad_and_value(training_step under functional_call))``, then applies the client optimizer's update rule
+(SGD or Adam, re-implemented op for op as ``torch.optim`` does it) to the stacked tensors.
+
+It is exact — the same :class:`~lightning_fed.ClientUpdate` s as the sequential executor up to floating-point
+rounding of batched kernels — where it applies, and falls back to the sequential executor (logging the reason once)
+wherever it cannot be: see :meth:`VectorizedExecutor.incompatibility`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar
+from lightning.pytorch.core.hooks import DataHooks
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+from torch.utils._pytree import tree_map
+from torch.utils.data import TensorDataset, default_collate
+
+from lightning_fed import _lightning as pl_private
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client.runner import ClientRunner
+from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed
+from lightning_fed.client.update import ClientUpdate
+from lightning_fed.datamodules.federated import FederatedDataModule
+
+__all__ = ["VectorizedExecutor"]
+
+log = logging.getLogger(__name__)
+
+_RANDOMNESS = ("error", "different")
+
+#: LightningModule hooks that the sequential executor runs at every local step; a module overriding one of them
+#: needs the sequential executor (the vectorized step calls ``training_step`` only).
+_MODULE_STEP_HOOKS = (
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_zero_grad",
+    "optimizer_zero_grad",
+    "on_before_backward",
+    "backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "configure_gradient_clipping",
+    "optimizer_step",
+)
+#: Batch-transfer hooks (on the module or the data module).
+_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+#: Callback hooks that fire at every local step in the sequential executor.
+_CALLBACK_STEP_HOOKS = (
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
+)
+#: Normalisation layers whose running statistics are updated in place in train mode.
+_RUNNING_STAT_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+
+
+class _Unsupported(Exception):
+    """Raised internally when the module/optimizer cannot be vectorized exactly."""
+
+
+class _TrainingStep(nn.Module):
+    """Wraps a LightningModule so that ``functional_call`` runs its ``training_step`` instead of ``forward``."""
+
+    def __init__(self, module: nn.Module, pass_batch_idx: bool) -> None:
+        super().__init__()
+        self.module = module
+        self.pass_batch_idx = pass_batch_idx
+
+    def forward(self, batch: Any, batch_idx: int) -> Any:
+        if self.pass_batch_idx:
+            return self.module.training_step(batch, batch_idx)
+        return self.module.training_step(batch)
+
+
+def _no_log(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``LightningModule.log``/``log_dict`` during the vmapped ``training_step``."""
+
+
+@contextlib.contextmanager
+def _logging_disabled(module: nn.Module):
+    """Make ``module.log`` and ``module.log_dict`` no-ops (instance attributes), restoring them afterwards."""
+    patched = []
+    for name in ("log", "log_dict"):
+        if name not in module.__dict__:
+            module.__dict__[name] = _no_log
+            patched.append(name)
+    try:
+        yield
+    finally:
+        for name in patched:
+            del module.__dict__[name]
+
+
+def _loss_of(output: Any) -> Tensor:
+    """The loss tensor of a ``training_step`` output (a tensor, or a mapping with ``"loss"``).
+
+    Raises:
+        _Unsupported: ``None`` (a skipped step) or anything else.
+    """
+    if isinstance(output, Tensor):
+        return output
+    if isinstance(output, Mapping) and isinstance(output.get("loss"), Tensor):
+        return output["loss"]
+    raise _Unsupported(
+        f"training_step returned {type(output).__name__}; the vectorized executor needs a loss tensor (or a dict "
+        "with 'loss') at every step"
+    )
+
+
+def _group_hparams(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """The supported optimizer's per-group hyper-parameters as plain Python numbers.
+
+    Raises:
+        _Unsupported: an optimizer or an option the executor does not implement.
+    """
+    kind = type(optimizer)
+    groups = []
+    for group in optimizer.param_groups:
+        lr = group["lr"]
+        lr = float(lr.item()) if isinstance(lr, Tensor) else float(lr)
+        if kind is torch.optim.SGD:
+            h = dict(
+                kind="sgd",
+                lr=lr,
+                momentum=float(group.get("momentum", 0.0)),
+                dampening=float(group.get("dampening", 0.0)),
+                weight_decay=float(group.get("weight_decay", 0.0)),
+                nesterov=bool(group.get("nesterov", False)),
+                maximize=bool(group.get("maximize", False)),
+            )
+        elif kind in (torch.optim.Adam, torch.optim.AdamW):
+            beta1, beta2 = (float(b.item()) if isinstance(b, Tensor) else float(b) for b in group["betas"])
+            h = dict(
+                kind="adam",
+                lr=lr,
+                beta1=beta1,
+                beta2=beta2,
+                eps=float(group["eps"]),
+                weight_decay=float(group.get("weight_decay", 0.0)),
+                amsgrad=bool(group.get("amsgrad", False)),
+                maximize=bool(group.get("maximize", False)),
+                decoupled=bool(group.get("decoupled_weight_decay", kind is torch.optim.AdamW)),
+            )
+        else:
+            raise _Unsupported(
+                f"client optimizer {kind.__name__} is not supported (only torch.optim.SGD, Adam and AdamW)"
+            )
+        if any(p.is_complex() or p.is_sparse for p in group["params"]):
+            raise _Unsupported("complex or sparse parameters are not supported")
+        groups.append(h)
+    return groups
+
+
+class VectorizedExecutor(ClientExecutor):
+    """Trains the cohort's clients simultaneously with ``torch.func.vmap``: one stacked parameter copy per client.
+
+    Per round: the trainable parameters x_t (those in the client optimizer that require a gradient and that the
+    loss uses) are stacked into ``[C', *shape]`` tensors, one row per client (C' = ``max_parallel`` or the cohort
+    size C). At local step k the clients that still have a k-th mini-batch (clients sorted by their number of
+    steps, so the active ones are a prefix) are grouped by the size of that batch; each group's batches are
+    stacked (``[G, B, ...]``) and one ``vmap(grad_and_value(training_step))`` call gives every client's loss and
+    gradient at its own parameters. The client optimizer's rule is then applied to the active rows only — a client
+    that has finished keeps its parameters and optimizer state — with the hyper-parameters of the client optimizer
+    at the start of the round (per parameter group):
+
+    * ``torch.optim.SGD``: weight decay, momentum (the buffer starts as the first gradient), dampening, Nesterov,
+      ``maximize`` — ``torch.optim.SGD``'s single-tensor update, op for op;
+    * ``torch.optim.Adam``/``AdamW``: bias corrections 1 − β^k, ε added to √v̂, coupled (Adam) or decoupled
+      (AdamW / ``decoupled_weight_decay``) weight decay, AMSGrad, ``maximize`` — ``torch.optim.Adam``'s
+      single-tensor update, op for op.
+
+    The resulting :class:`~lightning_fed.ClientUpdate` s mean what the sequential executor's mean: Δ_i = x_i − x_t,
+    ``num_samples`` = |D_i|, ``num_steps``, the mean local loss, the round's client learning rate, the global
+    buffers (unchanged by local work), ``extras = {}``. Batches are those of ``datamodule.client_batches(cid,
+    round)``, fetched as the data module's ``client_dataloader`` would: a dataset's ``get_batch(index)`` if it has
+    one, a ``TensorDataset``'s tensors indexed directly, else per-sample ``__getitem__`` (or ``__getitems__``) and
+    ``default_collate``. ``trainer.global_step`` advances by the cohort's total local steps, as in sequential training.
+
+    Contract with the module: ``training_step(batch, batch_idx)`` must be a pure function of the parameters and the
+    batch that returns the loss (or ``{"loss": ...}``); during the vectorized call ``self.log``/``self.log_dict``
+    are no-ops, so per-step values it logs (e.g. ``train_loss``) are not recorded — the loop's round metrics
+    (``round_train_loss``, ...) are. Inputs of a group of clients must have equal shapes; clients whose k-th batches
+    differ in size (a short last batch) are run in separate vmapped calls, never padded (a padded mean would change
+    the loss).
+
+    Falls back to :class:`~lightning_fed.client.sequential.SequentialExecutor` (exactly the sequential result; the reason is
+    logged once at WARNING and kept in :attr:`fallback_reason`) when :meth:`incompatibility` names a reason: module
+    buffers updated in train mode (BatchNorm/InstanceNorm running statistics, or any buffer the first probe step
+    changes in place), random operations in ``training_step`` (e.g. Dropout with p > 0; vmap's
+    ``randomness="error"`` detects them) unless ``randomness="different"``, another optimizer or several,
+    manual optimization, gradient clipping, a non-32-bit precision plugin, a non-single-device strategy, per-step
+    hooks overridden by the module or a callback (other than progress bars, :class:`ModelSummary` and a
+    :class:`ModelCheckpoint` without step-based saving), callbacks defining ``on_client_start`` (they may change
+    the module per client), a server optimizer with a client channel (``configure_client`` /
+    ``collect_client_extras`` overridden: client-side algorithms), a data module that overrides
+    ``client_dataloader`` or the batch-transfer hooks, a per-client time limit (the loop's ``client_timeout_s``:
+    vmapped clients cannot be stopped one by one, so the sequential executor applies it), or an operation ``vmap``
+    cannot batch.
+
+    Failures: if the vectorized training of a round raises, the error propagates with the loop's
+    ``on_client_failure="raise"``; with ``"skip"`` the round is retried by the sequential executor, which isolates
+    and drops the failing client(s) as usual. A client whose update is not finite does not affect the others (vmap
+    rows are independent) and is dropped by the runner.
+
+    Randomness: with the default ``randomness="error"`` every random operation inside ``training_step`` makes the
+    executor fall back, so results equal the sequential executor's. ``randomness="different"`` runs such modules
+    vectorized with independent random draws per client (vmap's ``randomness="different"``), seeded per round by
+    :func:`~lightning_fed.client.sequential.client_seed` of the chunk's first client: statistically the same training,
+    but the dropout masks differ from the sequential executor's, so results are not bitwise comparable.
+
+    Memory: the stacked parameters, gradients and optimizer state (momentum buffer; Adam's two moments) take about
+    (2 + state) × C' × the model's parameter bytes, plus the activations of C' clients' batches at once. Use
+    ``max_parallel`` to bound C' (the cohort is then trained in chunks of at most that many clients).
+
+    Recurrent layers (``nn.RNNBase``): oneDNN's and cuDNN's fused RNN kernels have no ``vmap`` batching rule, so
+    while the vectorized step runs both are disabled and the LSTM/GRU runs PyTorch's composite implementation
+    (batched matrix products per time step).
+
+    Args:
+        randomness: ``"error"`` (default: exact; fall back on random ops) or ``"different"`` (see above).
+        max_parallel: Most clients trained simultaneously (default ``None``: the whole cohort).
+
+    Raises:
+        ValueError: an unknown ``randomness`` or a ``max_parallel`` that is not a positive integer.
+    """
+
+    supports_client_timeout = True  # by falling back to sequential training
+
+    def __init__(self, randomness: str = "error", max_parallel: Optional[int] = None) -> None:
+        if randomness not in _RANDOMNESS:
+            raise ValueError(f"`randomness` must be one of {_RANDOMNESS}, got {randomness!r}.")
+        if max_parallel is not None and (
+            isinstance(max_parallel, bool) or not isinstance(max_parallel, numbers.Integral) or max_parallel < 1
+        ):
+            raise ValueError(f"`max_parallel` must be a positive integer or None, got {max_parallel!r}.")
+        self.randomness = randomness
+        self.max_parallel = None if max_parallel is None else int(max_parallel)
+        self.sequential = SequentialExecutor()
+        #: Why the last round fell back to sequential training (``None`` if it ran vectorized).
+        self.fallback_reason: Optional[str] = None
+        self._warned: set[str] = set()
+        self._probed: dict[tuple[int, int], Optional[str]] = {}
+        self._frozen: dict[tuple[int, int], frozenset[int]] = {}
+
+    # ------------------------------------------------------------------ compatibility
+    def incompatibility(self, runner: ClientRunner) -> Optional[str]:
+        """Why this trainer/module/optimizer cannot be trained vectorized (static checks), or ``None``.
+
+        A ``None`` here is followed, on the first round of a fit, by a probe step (one ordinary and one vmapped
+        ``training_step`` on cohort data) that catches what only running shows: random operations, in-place buffer
+        updates, operations without a batching rule, a ``training_step`` that does not return a loss.
+        """
+        trainer = runner.trainer
+        module = trainer.lightning_module
+        if runner.client_timeout_s is not None:
+            return "client_timeout_s is set (a per-client time limit needs the clients trained one at a time)"
+        if not module.automatic_optimization:
+            return "the module uses manual optimization"
+        if len(trainer.optimizers) != 1:
+            return f"{len(trainer.optimizers)} optimizers (the vectorized executor supports exactly one)"
+        try:
+            _group_hparams(trainer.optimizers[0])
+        except _Unsupported as err:
+            return str(err)
+        if type(trainer.precision_plugin) is not Precision:
+            return f"precision plugin {type(trainer.precision_plugin).__name__} (only 32-bit '32-true' is supported)"
+        if type(trainer.strategy) is not SingleDeviceStrategy:
+            return f"strategy {type(trainer.strategy).__name__} (only single-device training is supported)"
+        if trainer.gradient_clip_val:
+            return f"gradient clipping (gradient_clip_val={trainer.gradient_clip_val})"
+        for name in _MODULE_STEP_HOOKS + _TRANSFER_HOOKS:
+            if is_overridden(name, module):
+                return f"the module overrides the per-step hook `{name}`"
+        datamodule = runner.datamodule
+        for name in _TRANSFER_HOOKS:
+            if is_overridden(name, datamodule, parent=DataHooks):
+                return f"the data module overrides `{name}`"
+        if type(datamodule).client_dataloader is not FederatedDataModule.client_dataloader:
+            return f"{type(datamodule).__name__} overrides `client_dataloader`"
+        for sub in module.modules():
+            if isinstance(sub, _RUNNING_STAT_LAYERS) and sub.training and sub.track_running_stats:
+                return f"{type(sub).__name__} updates its running statistics in train mode"
+            if getattr(sub, "sparse", False) is True:
+                return f"{type(sub).__name__} has sparse gradients"
+        server = runner.server_optimizer
+        for name in ("configure_client", "collect_client_extras"):
+            if server is not None and is_overridden(name, server, parent=ServerOptimizer):
+                return f"server optimizer {type(server).__name__} overrides `{name}` (a client-side algorithm)"
+        for callback in trainer.callbacks:
+            if callable(getattr(callback, "on_client_start", None)):
+                name = type(callback).__name__
+                return f"callback {name} defines `on_client_start` (it may change the module per client)"
+            if isinstance(callback, (ProgressBar, ModelSummary)):
+                continue
+            if isinstance(callback, ModelCheckpoint):
+                every_n_train_steps, train_time_interval = pl_private.model_checkpoint_step_triggers(callback)
+                if not every_n_train_steps and train_time_interval is None:
+                    continue
+            for name in _CALLBACK_STEP_HOOKS:
+                if is_overridden(name, callback, parent=Callback):
+                    return f"callback {type(callback).__name__} overrides the per-step hook `{name}`"
+        return None
+
+    def _fall_back(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, reason: str):
+        self.fallback_reason = reason
+        if reason not in self._warned:
+            self._warned.add(reason)
+            log.warning("VectorizedExecutor: training clients sequentially because %s.", reason)
+        return self.sequential.run_round(runner, cohort, round_idx)
+
+    # ------------------------------------------------------------------ the round
+    def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
+        reason = self.incompatibility(runner)
+        if reason is not None:
+            return self._fall_back(runner, cohort, round_idx, reason)
+        trainer = runner.trainer
+        module = trainer.lightning_module
+        key = (id(trainer), id(module))
+        if key not in self._probed:
+            self._probed[key] = self._probe(runner, cohort, round_idx, key)
+        if self._probed[key] is not None:
+            return self._fall_back(runner, cohort, round_idx, self._probed[key])
+        self.fallback_reason = None
+
+        datamodule = runner.datamodule
+        cids = [int(c) for c in cohort.tolist()]
+        schedules = {cid: datamodule.client_batches(cid, round_idx) for cid in cids}
+        steps = np.array([len(schedules[c]) for c in cids], dtype=np.int64)
+        order = np.argsort(-steps, kind="stable")  # most steps first: the active clients are always a prefix
+        chunk = self.max_parallel or len(cids)
+        results: dict[int, tuple[list[Tensor], float]] = {}
+        try:
+            with torch.no_grad():
+                for start in range(0, len(cids), chunk):
+                    members = [cids[i] for i in order[start : start + chunk]]
+                    if self.randomness == "different":
+                        torch.manual_seed(client_seed(datamodule.seed, round_idx, members[0]))
+                    results.update(self._train_chunk(runner, members, [schedules[c] for c in members], key))
+        except _Unsupported as err:  # found only at a later step (e.g. training_step returned None): fall back for good
+            self._probed[key] = str(err)
+            return self._fall_back(runner, cohort, round_idx, str(err))
+        except Exception as error:  # noqa: BLE001 - isolate the failing client(s) as the sequential executor does
+            if runner.raises_on_failure:
+                raise
+            log.warning(
+                "VectorizedExecutor: round %d failed (%s: %s); retrying it sequentially to isolate the failing "
+                "client(s).", round_idx, type(error).__name__, error,
+            )
+            self.fallback_reason = f"round {round_idx} failed under vmap ({type(error).__name__})"
+            return self.sequential.run_round(runner, cohort, round_idx)
+        for opt in trainer.optimizers:
+            opt.state.clear()  # as a fresh client optimizer would be; the sequential run leaves the last client's state
+        runner.count_optimizer_steps(int(steps.sum()))
+        updates = []
+        for position, cid in enumerate(cids):
+            delta, loss = results[cid]
+            update = runner.build_update(cid, delta, num_steps=len(schedules[cid]), loss=loss)
+            updates.append(update)
+            runner.client_end(update, position)
+        return updates, []
+
+    # ------------------------------------------------------------------ internals
+    def _setup(self, runner: ClientRunner, key: tuple[int, int]):
+        """Trainable parameters (name, index in ``module.parameters()``, group hyper-parameters) and the wrapper."""
+        trainer = runner.trainer
+        module = trainer.lightning_module
+        optimizer = trainer.optimizers[0]
+        hparams = _group_hparams(optimizer)
+        group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
+        frozen = self._frozen.get(key, frozenset())
+        trainable = []
+        for index, (name, p) in enumerate(module.named_parameters()):
+            if p.requires_grad and id(p) in group_of and index not in frozen:
+                trainable.append((name, index, group_of[id(p)]))
+        wrapper = _TrainingStep(module, is_param_in_hook_signature(module.training_step, "batch_idx", min_args=2))
+        return trainable, hparams, wrapper
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _kernel_flags(module: nn.Module):
+        """Disable the fused RNN kernels (no vmap batching rule) while vmapping a module with recurrent layers."""
+        if not any(isinstance(m, nn.RNNBase) for m in module.modules()):
+            yield
+            return
+        saved = torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled
+        torch.backends.mkldnn.enabled = False
+        torch.backends.cudnn.enabled = False
+        try:
+            yield
+        finally:
+            torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled = saved
+
+    def _fetch(self, runner: ClientRunner, index_batches: list[np.ndarray], device: torch.device) -> Any:
+        """Stack the given clients' mini-batches (equal sizes) into one batch with a leading client dimension."""
+        dataset = runner.datamodule.train_dataset
+        get_batch = getattr(dataset, "get_batch", None)
+        if callable(get_batch):  # the TensorBatches protocol of the data module: one slicing call per client
+            parts = [get_batch(torch.from_numpy(np.ascontiguousarray(i, dtype=np.int64))) for i in index_batches]
+            batch = tree_map(lambda *xs: torch.stack(xs), *parts)
+        elif isinstance(dataset, TensorDataset):
+            idx = torch.from_numpy(np.stack(index_batches).astype(np.int64, copy=False))
+            batch = tuple(t[idx] for t in dataset.tensors)
+        else:
+            collated = []
+            for indices in index_batches:
+                items = indices.tolist()
+                if hasattr(dataset, "__getitems__"):
+                    samples = dataset.__getitems__(items)
+                else:
+                    samples = [dataset[i] for i in items]
+                collated.append(default_collate(samples))
+            batch = tree_map(lambda *xs: torch.stack(xs), *collated)
+        return tree_map(lambda x: x.to(device, non_blocking=True) if isinstance(x, Tensor) else x, batch)
+
+    def _grad_fn(self, wrapper: _TrainingStep, names: list[str], batch_idx: int) -> Callable:
+        def loss_fn(params: dict[str, Tensor], batch: Any) -> Tensor:
+            return _loss_of(functional_call(wrapper, params, (batch, batch_idx), strict=False))
+
+        return vmap(grad_and_value(loss_fn), in_dims=(0, 0), randomness=self.randomness)
+
+    def _probe(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, key: tuple[int, int]):
+        """One ordinary and one vmapped ``training_step`` on the first cohort clients' first batches; returns a
+        fallback reason or ``None``. Also records the trainable parameters the loss does not use (the sequential
+        optimizer skips them: no gradient, no weight decay)."""
+        trainer = runner.trainer
+        module = trainer.lightning_module
+        datamodule = runner.datamodule
+        device = runner.global_params[0].device if runner.global_params else torch.device("cpu")
+        params = list(module.parameters())
+        buffers = list(module.buffers())
+        versions = [b._version for b in buffers]
+        try:
+            trainable, _, wrapper = self._setup(runner, key)
+            firsts = []
+            for cid in cohort.tolist()[:2]:
+                batches = datamodule.client_batches(int(cid), round_idx)
+                if batches:
+                    firsts.append(batches[0])
+            if not firsts:
+                return None
+            firsts = [b for b in firsts if len(b) == len(firsts[0])]
+            batch = self._fetch(runner, firsts, device)
+            with _logging_disabled(module), self._kernel_flags(module):
+                with torch.enable_grad():
+                    single = tree_map(lambda x: x[0] if isinstance(x, Tensor) else x, batch)
+                    loss = _loss_of(wrapper(single, 0))
+                    wrt = [params[i] for _, i, _ in trainable]
+                    grads = (
+                        torch.autograd.grad(loss, wrt, allow_unused=True) if loss.requires_grad else [None] * len(wrt)
+                    )
+                self._frozen[key] = frozenset(i for (_, i, _), g in zip(trainable, grads) if g is None)
+                trainable, _, wrapper = self._setup(runner, key)
+                names = ["module." + n for n, _, _ in trainable]
+                stacked = {
+                    n: params[i].detach().unsqueeze(0).expand(len(firsts), *params[i].shape)
+                    for n, (_, i, _) in zip(names, trainable)
+                }
+                self._grad_fn(wrapper, names, 0)(stacked, batch)
+        except _Unsupported as err:
+            return str(err)
+        except Exception as err:  # an op vmap cannot batch, a random op, data that cannot be stacked, ...
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return f"the probe step failed under vmap ({type(err).__name__}: {message})"
+        finally:
+            changed = [b._version != v for b, v in zip(buffers, versions)]
+            if any(changed):
+                with torch.no_grad():
+                    for b, g in zip(buffers, runner.global_buffers):
+                        b.copy_(g)
+        if any(changed):
+            return "training_step updates module buffers in place"
+        return None
+
+    def _train_chunk(
+        self, runner: ClientRunner, members: list[int], schedules: list[list[np.ndarray]], key: tuple[int, int]
+    ) -> dict[int, tuple[list[Tensor], float]]:
+        """Train ``members`` (sorted by number of steps, descending) together; returns cid -> (Δ, mean loss)."""
+        module = runner.trainer.lightning_module
+        trainable, hparams, wrapper = self._setup(runner, key)
+        names = ["module." + n for n, _, _ in trainable]
+        x_t = runner.global_params
+        device = x_t[0].device
+        n = len(members)
+        stacked = [x_t[i].detach().unsqueeze(0).repeat(n, *([1] * x_t[i].dim())) for _, i, _ in trainable]
+        state: dict[str, dict[int, Tensor]] = {}  # optimizer state name -> trainable index -> [n, *shape]
+        loss_sum = torch.zeros(n, dtype=torch.float32, device=device)
+        loss_dtype_set = False
+        num_steps = [len(s) for s in schedules]
+        groups_of_params: dict[int, list[int]] = {}
+        for j, (_, _, g) in enumerate(trainable):
+            groups_of_params.setdefault(g, []).append(j)
+
+        with _logging_disabled(module), self._kernel_flags(module):
+            for k in range(max(num_steps, default=0)):
+                active = sum(1 for s in num_steps if s > k)
+                sizes = [len(schedules[i][k]) for i in range(active)]
+                by_size: dict[int, list[int]] = {}
+                for i, size in enumerate(sizes):
+                    by_size.setdefault(size, []).append(i)
+                views = [p[:active] for p in stacked]
+                grad_fn = self._grad_fn(wrapper, names, k)
+                if len(by_size) == 1:
+                    batch = self._fetch(runner, [schedules[i][k] for i in range(active)], device)
+                    with torch.enable_grad():
+                        grads_dict, losses = grad_fn(dict(zip(names, views)), batch)
+                    grads = [grads_dict[nm] for nm in names]
+                else:
+                    grads = [torch.empty_like(v) for v in views]
+                    losses = torch.empty(active, dtype=loss_sum.dtype, device=device)
+                    for rows in by_size.values():
+                        index = torch.tensor(rows, dtype=torch.long, device=device)
+                        batch = self._fetch(runner, [schedules[i][k] for i in rows], device)
+                        sub = {nm: v.index_select(0, index) for nm, v in zip(names, views)}
+                        with torch.enable_grad():
+                            g_dict, l_group = grad_fn(sub, batch)
+                        for j, nm in enumerate(names):
+                            grads[j].index_copy_(0, index, g_dict[nm])
+                        losses.index_copy_(0, index, l_group.to(losses.dtype))
+                if not loss_dtype_set:
+                    loss_sum = loss_sum.to(losses.dtype)
+                    loss_dtype_set = True
+                loss_sum[:active] += losses.detach()
+                for g, js in groups_of_params.items():
+                    self._optimizer_step(
+                        hparams[g], [views[j] for j in js], [grads[j] for j in js], state, js, k, active
+                    )
+
+        out: dict[int, tuple[list[Tensor], float]] = {}
+        position = {index: j for j, (_, index, _) in enumerate(trainable)}
+        deltas_stacked = [torch.sub(p, x_t[i].unsqueeze(0)) for p, (_, i, _) in zip(stacked, trainable)]
+        for row, cid in enumerate(members):
+            delta = []
+            for index, g in enumerate(x_t):
+                j = position.get(index)
+                delta.append(deltas_stacked[j][row] if j is not None else torch.zeros_like(g))
+            steps = num_steps[row]
+            loss = math.nan if steps == 0 else float(loss_sum[row]) / steps
+            out[cid] = (delta, loss)
+        return out
+
+    @staticmethod
+    def _optimizer_step(
+        h: dict[str, Any],
+        params: list[Tensor],
+        grads: list[Tensor],
+        state: dict[str, dict[int, Tensor]],
+        js: list[int],
+        k: int,
+        active: int,
+    ) -> None:
+        """One client-optimizer step on the active rows (``params`` are ``[active, ...]`` views), as torch.optim."""
+        if h["maximize"]:
+            grads = torch._foreach_neg(grads)
+        if h["kind"] == "sgd":
+            if h["weight_decay"] != 0:
+                grads = torch._foreach_add(grads, params, alpha=h["weight_decay"])
+            if h["momentum"] != 0:
+                bufs = state.setdefault("momentum_buffer", {})
+                if k == 0:
+                    for j, g in zip(js, grads):
+                        bufs[j] = g.detach().clone()
+                    current = [bufs[j] for j in js]
+                else:
+                    current = [bufs[j][:active] for j in js]
+                    torch._foreach_mul_(current, h["momentum"])
+                    torch._foreach_add_(current, grads, alpha=1 - h["dampening"])
+                if h["nesterov"]:
+                    grads = torch._foreach_add(grads, current, alpha=h["momentum"])
+                else:
+                    grads = current
+            torch._foreach_add_(params, grads, alpha=-h["lr"])
+            return
+        # Adam / AdamW (torch.optim.adam._single_tensor_adam)
+        step = k + 1
+        exp_avg = state.setdefault("exp_avg", {})
+        exp_avg_sq = state.setdefault("exp_avg_sq", {})
+        if k == 0:
+            for j, p in zip(js, params):
+                exp_avg[j] = torch.zeros_like(p)
+                exp_avg_sq[j] = torch.zeros_like(p)
+        m = [exp_avg[j][:active] for j in js]
+        v = [exp_avg_sq[j][:active] for j in js]
+        if h["weight_decay"] != 0:
+            if h["decoupled"]:
+                torch._foreach_mul_(params, 1 - h["lr"] * h["weight_decay"])
+            else:
+                grads = torch._foreach_add(grads, params, alpha=h["weight_decay"])
+        torch._foreach_lerp_(m, grads, 1 - h["beta1"])
+        torch._foreach_mul_(v, h["beta2"])
+        torch._foreach_addcmul_(v, grads, grads, value=1 - h["beta2"])
+        bias_correction1 = 1 - h["beta1"] ** step
+        bias_correction2 = 1 - h["beta2"] ** step
+        step_size = h["lr"] / bias_correction1
+        bias_correction2_sqrt = bias_correction2**0.5
+        if h["amsgrad"]:
+            vmax = state.setdefault("max_exp_avg_sq", {})
+            if k == 0:
+                for j, p in zip(js, params):
+                    vmax[j] = torch.zeros_like(p)
+            current = [vmax[j][:active] for j in js]
+            torch._foreach_maximum_(current, v)
+            denom = torch._foreach_sqrt(current)
+        else:
+            denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, bias_correction2_sqrt)
+        torch._foreach_add_(denom, h["eps"])
+        torch._foreach_addcdiv_(params, m, denom, value=-step_size)
