@@ -51,6 +51,22 @@ def atomic_write(path: str | os.PathLike, prefix: Optional[str] = None, suffix: 
 
     Raises:
         OSError: the directory does not exist or is not writable, or writing/renaming failed.
+
+    Example: an error inside the block leaves the old content::
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "state.bin"
+        >>> with atomic_write(path) as fh:
+        ...     _ = fh.write(b"round 1")
+        >>> try:
+        ...     with atomic_write(path) as fh:
+        ...         _ = fh.write(b"round 2, half writ")
+        ...         raise KeyboardInterrupt
+        ... except KeyboardInterrupt:
+        ...     pass
+        >>> path.read_bytes(), sorted(p.name for p in path.parent.iterdir())  # no temporary file left
+        (b'round 1', ['state.bin'])
     """
     target = Path(path)
     if prefix is None:

@@ -100,7 +100,19 @@ def move_server_optimizer(cfg: Namespace, source: str = "the config") -> Namespa
 class FederatedArgumentParser(LightningArgumentParser):
     """A :class:`~lightning.pytorch.cli.LightningArgumentParser` that applies :func:`move_server_optimizer` to every
     config it reads (files, strings and objects), so configs with the server optimizer in ``trainer.callbacks``
-    keep working next to the ``server_optimizer`` argument."""
+    keep working next to the ``server_optimizer`` argument.
+
+    Example (the parser of :class:`FederatedCLI`): a config with FedYogi in ``trainer.callbacks``, the old way::
+
+        >>> config = ("{trainer: {logger: false, enable_progress_bar: false, "
+        ...           "callbacks: [{class_path: lightning_fed.callbacks.FedYogi, init_args: {lr: 0.01}}]}}")
+        >>> cli = FederatedCLI(args=["--config", config, "--model", "lightning_fed.models.MNISTMLP",
+        ...                          "--data", "lightning_fed.datamodules.MNISTDataModule",
+        ...                          "--data.partitioner", "IIDPartitioner", "--data.partitioner.num_clients", "10"],
+        ...                    run=False)
+        >>> cli.config.server_optimizer.class_path, cli.config.trainer.callbacks
+        ('lightning_fed.callbacks.FedYogi', [])
+    """
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Namespace:
         return self._move(super().parse_path(path, *args, **kwargs), f"Config {str(path)!r}")
@@ -144,6 +156,19 @@ class FederatedCLI(LightningCLI):
         SystemExit: (a parser error, exit code 2) a server optimizer given both as ``server_optimizer`` and in
             ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, or ``predict`` without a
             ``predict_dataloader`` on the data module or the model.
+
+    Example: parse and instantiate without running (``run=False``; nothing is read or written)::
+
+        >>> cli = FederatedCLI(args=["--model", "lightning_fed.models.MNISTMLP",
+        ...                          "--data", "lightning_fed.datamodules.MNISTDataModule",
+        ...                          "--data.partitioner", "IIDPartitioner", "--data.partitioner.num_clients", "10",
+        ...                          "--server_optimizer", "FedAdam", "--server_optimizer.lr", "0.03",
+        ...                          "--trainer.max_epochs", "3", "--trainer.logger", "false",
+        ...                          "--trainer.enable_progress_bar", "false"], run=False)
+        >>> type(cli.trainer).__name__, cli.trainer.max_epochs, type(cli.model).__name__, cli.datamodule.partitioner
+        ('FederatedTrainer', 3, 'MNISTMLP', IIDPartitioner(num_clients=10, seed=0))
+        >>> cli.trainer.callbacks[0]  # the server optimizer comes first
+        FedAdam(lr=0.03, weighting='num_samples', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi')
     """
 
     def __init__(self, args: Optional[Any] = None, **kwargs: Any) -> None:

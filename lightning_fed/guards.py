@@ -17,6 +17,15 @@ def check_max_update_norm_ratio(value: Any) -> Optional[float]:
     Raises:
         ValueError: anything else (booleans included; k ≤ 1 would drop every client above the median, a trimming
             rule rather than a guard against outliers).
+
+    Example::
+
+        >>> check_max_update_norm_ratio(None), check_max_update_norm_ratio(10)
+        (None, 10.0)
+        >>> check_max_update_norm_ratio(1)
+        Traceback (most recent call last):
+        ...
+        ValueError: `max_update_norm_ratio` must be None (off) or a finite number > 1, got 1.
     """
     if value is None:
         return None
@@ -27,7 +36,17 @@ def check_max_update_norm_ratio(value: Any) -> Optional[float]:
 
 def update_norm(delta: Sequence[Tensor]) -> float:
     """‖Δ_i‖₂ over all of a client's parameter changes (the tensors flattened and concatenated), accumulated in
-    float64 (a float32 update with entries ~1e20 has a finite float64 norm where a float32 one would be ``inf``)."""
+    float64 (a float32 update with entries ~1e20 has a finite float64 norm where a float32 one would be ``inf``).
+
+    Example: ‖([3], [4])‖₂ = 5, and 1e20 squared overflows float32 but not float64::
+
+        >>> import torch
+        >>> update_norm([torch.tensor([3.0]), torch.tensor([4.0])])
+        5.0
+        >>> big = torch.tensor([1e20, 1e20])
+        >>> big.norm(), f"{update_norm([big]):.4e}"  # float32 overflows; √2·1e20 in float64
+        (tensor(inf), '1.4142e+20')
+    """
     if not delta:
         return 0.0
     norms = torch._foreach_norm(list(delta), 2, dtype=torch.float64)
@@ -48,6 +67,11 @@ def norm_outliers(norms: Sequence[float], max_ratio: float) -> list[int]:
 
     Returns:
         The indices of the updates to drop (possibly empty).
+
+    Example: median 2; with k = 10 only 50 > 20 is flagged::
+
+        >>> norm_outliers([1.0, 2.0, 50.0, 2.5, 1.5], max_ratio=10)
+        [2]
     """
     values = np.asarray(norms, dtype=np.float64)
     if values.size == 0:

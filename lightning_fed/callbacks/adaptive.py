@@ -84,6 +84,19 @@ class AdaptiveServerOptimizer(ServerOptimizer):
             non-finite ``initial_accumulator``, an unknown ``weighting`` or ``convention``,
             ``bias_correction=True`` with a convention other than ``"reddi"``, or a nonzero ``initial_accumulator``
             where the chosen framework always starts v at 0.
+
+    Example (through the subclass :class:`~lightning_fed.callbacks.FedAdam`; per-rule numbers are in the
+    subclasses' examples)::
+
+        >>> from lightning_fed.callbacks import FedAdam
+        >>> FedAdam(lr=0.1)
+        FedAdam(lr=0.1, weighting='num_samples', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi')
+        >>> FedAdam(convention="flower").initial_accumulator  # Flower starts v at 0
+        0.0
+        >>> FedAdam(convention="keras")
+        Traceback (most recent call last):
+        ...
+        ValueError: `convention` must be one of ('reddi', 'flower', 'tff'), got 'keras'.
     """
 
     #: The second-moment rule of the subclass (``"adam"``, ``"yogi"`` or ``"adagrad"``), which picks the

@@ -28,6 +28,22 @@ class FedAdagrad(AdaptiveServerOptimizer):
 
     Raises:
         ValueError: as :class:`AdaptiveServerOptimizer`, or ``beta1`` ≠ 0 with ``convention="flower"``/``"tff"``.
+
+    Example: one round from x_0 = 0 with Δ_0 = 0.1 and η = 0.1, against Alg. 2 by hand::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> params = [torch.tensor([0.0], dtype=torch.float64)]
+        >>> update = ClientUpdate(0, [torch.tensor([0.1], dtype=torch.float64)], num_samples=1, num_steps=1, loss=0.0)
+        >>> _ = FedAdagrad(lr=0.1).server_update(params, [update])
+        >>> m = (1 - 0.9) * 0.1                     # m_0 = β₁·0 + (1 − β₁)Δ_0   (l. 11)
+        >>> v = 1e-3**2 + 0.1**2  # v_0 = τ² + Δ_0²   (l. 12)
+        >>> round(params[0].item(), 10), round(0.1 * m / (v**0.5 + 1e-3), 10)  # x_1 = x_0 + ηm_0/(√v_0 + τ)  (l. 15)
+        (0.0099005, 0.0099005)
+        >>> FedAdagrad(beta1=0.9, convention="flower")
+        Traceback (most recent call last):
+        ...
+        ValueError: convention='flower': the framework's Adagrad has no momentum (β₁ = 0), got `beta1`=0.9. Leave `beta1` unset or use convention='reddi'.
     """
 
     rule = "adagrad"

@@ -19,6 +19,21 @@ class FedAvg(ServerOptimizer):
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+
+    Example: x_1 = x_0 + η·Δ_0 with x_0 = [1, 1], Δ_0 = [2, −4], η = 0.5::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> params = [torch.tensor([1.0, 1.0])]
+        >>> update = ClientUpdate(client_id=0, delta=[torch.tensor([2.0, -4.0])], num_samples=5, num_steps=1, loss=0.0)
+        >>> FedAvg(lr=0.5).server_update(params, [update])  # returns the pseudo-gradient Δ_0
+        [tensor([ 2., -4.])]
+        >>> params  # [1 + 0.5·2, 1 − 0.5·4]
+        [tensor([ 2., -1.])]
+        >>> FedAvg(lr=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `lr` must be a finite number > 0, got 0.
     """
 
     def __init__(self, lr: float = 1.0, weighting: str = "num_samples") -> None:

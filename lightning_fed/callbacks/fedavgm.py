@@ -26,6 +26,23 @@ class FedAvgM(ServerOptimizer):
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, ``momentum`` outside [0, 1), or an unknown ``weighting``.
+
+    Example: two rounds with Δ = 1, μ = 0.9, η = 1: b_1 = −1, x_1 = 0 + 1 = 1; b_2 = 0.9·(−1) − 1 = −1.9,
+    x_2 = 1 + 1.9 = 2.9::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> opt = FedAvgM(lr=1.0, momentum=0.9)
+        >>> params = [torch.tensor([0.0], dtype=torch.float64)]
+        >>> for _ in range(2):
+        ...     _ = opt.server_update(params, [ClientUpdate(0, [torch.tensor([1.0], dtype=torch.float64)], 1, 1, 0.0)])
+        ...     print(params[0].item(), opt.state["momentum_buffer"][0].item())
+        1.0 -1.0
+        2.9 -1.9
+        >>> FedAvgM(momentum=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `momentum` must be a number in [0, 1), got 1.0.
     """
 
     def __init__(self, lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_samples") -> None:

@@ -104,6 +104,29 @@ class FedAWARE(ServerOptimizer):
             finite, an ``fw_*`` option given with ``solver="active_set"``,
             ``num_clients`` not a positive integer, or a non-boolean flag. At run time: no N known, client ids
             outside [0, N) or repeated within a round, or an N that disagrees with the data module / a checkpoint.
+
+    Example: two clients with orthogonal updates of lengths 1 and 2 (g_0 = [1, 0], g_1 = [0, 2]); after round 1
+    m_i = (1 − α)·g_i. Normalised (the default), λ = (½, ½) and d_1 = ½·[1, 0] + ½·[0, 1]; on the raw momenta
+    (``normalize=False``, Alg. 1 as written) λ_i ∝ 1/‖m_i‖², so the shorter momentum gets λ_0 = 4/5::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> updates = [ClientUpdate(0, [torch.tensor([-1.0, 0.0], dtype=torch.float64)], 10, 1, 0.0),
+        ...            ClientUpdate(1, [torch.tensor([0.0, -2.0], dtype=torch.float64)], 10, 1, 0.0)]
+        >>> opt = FedAWARE(lr=1.0, num_clients=2)
+        >>> params = [torch.zeros(2, dtype=torch.float64)]
+        >>> _ = opt.server_update(params, updates)
+        >>> opt.last_weights, params  # x_1 = x_0 − η·d_1
+        (array([0.5, 0.5]), [tensor([-0.5000, -0.5000], dtype=torch.float64)])
+        >>> raw = FedAWARE(lr=1.0, num_clients=2, normalize=False)
+        >>> params = [torch.zeros(2, dtype=torch.float64)]
+        >>> _ = raw.server_update(params, updates)
+        >>> raw.last_weights.round(6), params  # d_1 = 0.8·[0.5, 0] + 0.2·[0, 1]
+        (array([0.8, 0.2]), [tensor([-0.4000, -0.2000], dtype=torch.float64)])
+        >>> FedAWARE(alpha=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `alpha` must lie in [0, 1) with alpha_convention='paper' (weight of the old momentum), got 1.0.
     """
 
     def __init__(

@@ -16,6 +16,18 @@ class FedYogi(AdaptiveServerOptimizer):
     FedYogi (v_{−1} = 0, no bias correction), ``convention="tff"`` TFF's ``build_yogi`` (v_{−1} = 1e-6 by
     default, step η·√(1 − β₂^k)/(1 − β₁^k)). See :class:`AdaptiveServerOptimizer` for the arguments, sources and
     errors.
+
+    Example: one round from x_0 = 0 with Δ_0 = 0.1 and η = 0.1, against Alg. 2 by hand::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> params = [torch.tensor([0.0], dtype=torch.float64)]
+        >>> update = ClientUpdate(0, [torch.tensor([0.1], dtype=torch.float64)], num_samples=1, num_steps=1, loss=0.0)
+        >>> _ = FedYogi(lr=0.1).server_update(params, [update])
+        >>> m = (1 - 0.9) * 0.1                     # m_0 = β₁·0 + (1 − β₁)Δ_0   (l. 11)
+        >>> v = 1e-3**2 + (1 - 0.99) * 0.1**2  # v_0 = τ² − (1 − β₂)Δ_0²·sign(τ² − Δ_0²)  (l. 13)
+        >>> round(params[0].item(), 10), round(0.1 * m / (v**0.5 + 1e-3), 10)  # x_1 = x_0 + ηm_0/(√v_0 + τ)  (l. 15)
+        (0.0904987562, 0.0904987562)
     """
 
     rule = "yogi"

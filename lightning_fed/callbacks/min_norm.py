@@ -48,7 +48,18 @@ SOLVERS: tuple[str, ...] = ("active_set", "frank_wolfe")
 
 
 class MinNormConvergenceWarning(RuntimeWarning):
-    """A min-norm solve stopped at its iteration cap before its stopping test held: λ is not (yet) optimal."""
+    """A min-norm solve stopped at its iteration cap before its stopping test held: λ is not (yet) optimal.
+
+    Example: one Frank–Wolfe iteration is not enough for three unit vectors (the optimum is λ = (⅓, ⅓, ⅓))::
+
+        >>> import warnings
+        >>> import numpy as np
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     result = min_norm_frank_wolfe(np.eye(3), max_iter=1)
+        >>> result.converged, [w.category.__name__ for w in caught]
+        (False, ['MinNormConvergenceWarning'])
+    """
 
 
 @dataclass
@@ -64,6 +75,14 @@ class MinNormResult:
             ``tol`` or zero duality gap; active set: duality gap ≤ ``tol``·max_i G_ii).
         gap: The Frank–Wolfe duality gap λᵀGλ − min_i (Gλ)_i at ``weights`` (≥ 0 up to rounding; an upper bound
             on ``value`` − the optimal value), in the units of G; ``nan`` when not computed.
+
+    Example: the min-norm point of the segment between v_0 = [1, 0] and v_1 = [0, 2] (Gram matrix
+    G = [[1, 0], [0, 4]]): λ = (4/5, 1/5), ‖0.8·v_0 + 0.2·v_1‖² = 0.64 + 0.16 = 0.8::
+
+        >>> import numpy as np
+        >>> result = min_norm_point(np.array([[1.0, 0.0], [0.0, 4.0]]))
+        >>> result.weights, round(result.value, 12), result.converged
+        (array([0.8, 0.2]), 0.8, True)
     """
 
     weights: np.ndarray

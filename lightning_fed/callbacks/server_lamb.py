@@ -52,6 +52,21 @@ class ServerLAMB(ServerOptimizer):
 
     Raises:
         ValueError: an argument outside its range (the message names it), or an unknown ``weighting``.
+
+    Example: x_0 = [3, 4] (‖x_0‖ = 5), Δ_0 = [1, 0]. With bias correction r_1 = g/(|g| + ε) ≈ [−1, 0], so the
+    tensor moves by η·‖x_0‖ = 0.01·5 = 0.05 along −r_1::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> params = [torch.tensor([3.0, 4.0], dtype=torch.float64)]
+        >>> update = ClientUpdate(0, [torch.tensor([1.0, 0.0], dtype=torch.float64)], num_samples=1, num_steps=1, loss=0.0)
+        >>> _ = ServerLAMB(lr=0.01).server_update(params, [update])
+        >>> [round(v, 6) for v in params[0].tolist()]
+        [3.05, 4.0]
+        >>> ServerLAMB(beta2=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
     def __init__(

@@ -62,6 +62,25 @@ class ServerOptimizer(Callback):
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+
+    Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (here with
+    :class:`FedAvg`, the simplest subclass)::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> updates = [ClientUpdate(client_id=0, delta=[torch.tensor([1.0, 0.0])], num_samples=1, num_steps=1, loss=0.0),
+        ...            ClientUpdate(client_id=1, delta=[torch.tensor([4.0, 3.0])], num_samples=2, num_steps=1, loss=0.0)]
+        >>> FedAvg().client_weights(updates)
+        tensor([0.3333, 0.6667], dtype=torch.float64)
+        >>> FedAvg().aggregate(updates)  # (1·[1, 0] + 2·[4, 3]) / 3
+        [tensor([3., 2.])]
+        >>> FedAvg(weighting="uniform").aggregate(updates)  # ([1, 0] + [4, 3]) / 2
+        [tensor([2.5000, 1.5000])]
+        >>> FedAvg(weighting="mean")
+        Traceback (most recent call last):
+        ...
+        ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
     """
 
     def __init__(self, lr: float = 1.0, weighting: str = "num_samples") -> None:

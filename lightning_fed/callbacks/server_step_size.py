@@ -84,6 +84,14 @@ def normalized_direction(update: ClientUpdate) -> list[Tensor]:
     Returns:
         One tensor per parameter, same shapes/dtypes as ``update.delta``.
 
+    Example: Δ = [−1.5, 0.5] after n = 2 steps at γ = 0.25 is −g = Δ/(γ·n) = [−3, 1]::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> normalized_direction(ClientUpdate(0, [torch.tensor([-1.5, 0.5])], num_samples=8, num_steps=2, loss=0.0,
+        ...                                   client_lr=0.25))
+        [tensor([-3.,  1.])]
+
     Raises:
         ValueError: ``update.client_lr`` (when ``client_lrs`` is empty) or a parameter's rate in
             ``update.client_lrs`` is not a finite number > 0 (a parameter with a nonzero Δ that no group holds,
@@ -145,6 +153,21 @@ class NormalizedDirection:
 
     Put it first among the bases: ``class NormalizedFoo(NormalizedDirection, Foo): ...`` (give the subclass an
     explicit ``__init__`` with ``weighting: str = "uniform"`` to change the default, as the ready classes do).
+
+    Example: a normalised FedAvg; client 0 took n = 2 steps, client 1 one step, client 2 none (weight 0), all at
+    γ = 0.25, so −g_t = ½·(−1.5/(0.25·2) + (−0.25)/(0.25·1)) = ½·(−3 − 1) = −2::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> class NormalizedFedAvg(NormalizedDirection, FedAvg):
+        ...     pass
+        >>> updates = [ClientUpdate(0, [torch.tensor([-1.5])], num_samples=8, num_steps=2, loss=0.0, client_lr=0.25),
+        ...            ClientUpdate(1, [torch.tensor([-0.25])], num_samples=4, num_steps=1, loss=0.0, client_lr=0.25),
+        ...            ClientUpdate(2, [torch.tensor([0.0])], num_samples=1, num_steps=0, loss=0.0, client_lr=0.25)]
+        >>> opt = NormalizedFedAvg(weighting="uniform")
+        >>> opt.client_weights(updates), opt.aggregate(updates)
+        (tensor([0.5000, 0.5000, 0.0000], dtype=torch.float64), [tensor([-2.])])
     """
 
     def client_delta(self, update: ClientUpdate) -> list[Tensor]:
@@ -195,6 +218,20 @@ class ServerStepSize(NormalizedDirection, ServerOptimizer):
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``; at a server update, a client
             without a finite positive client learning rate for a parameter that moved (see
             :func:`normalized_direction`), or a round in which no client took a local step.
+
+    Example: g_t = ½·(1.5/(0.25·2) + 0.25/(0.25·1)) = 2, so x_1 = 1 − 0.5·2 = 0::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> updates = [ClientUpdate(0, [torch.tensor([-1.5])], num_samples=8, num_steps=2, loss=0.0, client_lr=0.25),
+        ...            ClientUpdate(1, [torch.tensor([-0.25])], num_samples=4, num_steps=1, loss=0.0, client_lr=0.25)]
+        >>> params = [torch.tensor([1.0])]
+        >>> ServerStepSize(lr=0.5).server_update(params, updates), params  # returns −g_t
+        ([tensor([-2.])], [tensor([0.])])
+        >>> ServerStepSize(lr=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `lr` must be a finite number > 0, got -1.0.
     """
 
     def __init__(self, lr: float, weighting: str = "uniform") -> None:
@@ -249,6 +286,21 @@ class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``; at a server update, the errors of
             :class:`ServerStepSize`.
+
+    Example: f(x) = x² (g = 2x, L = 2), one client reporting one step at γ = 1 (Δ = −2x). Round 0 steps with
+    η_0 = 0.1 from x_0 = 1 to x_1 = 0.8; round 1 estimates η_1 = ‖x_1 − x_0‖/(2‖g_1 − g_0‖) = 0.2/(2·0.4) = 0.25
+    = 1/(2L) and steps to x_2 = 0.8 − 0.25·1.6 = 0.4::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> opt = AdaptiveServerStepSize(lr=0.1)
+        >>> params = [torch.tensor([1.0], dtype=torch.float64)]
+        >>> for _ in range(2):
+        ...     update = ClientUpdate(0, [-2 * params[0].clone()], num_samples=1, num_steps=1, loss=0.0, client_lr=1.0)
+        ...     _ = opt.server_update(params, [update])
+        ...     print(round(opt.current_lr, 12), round(params[0].item(), 12))
+        0.1 0.8
+        0.25 0.4
     """
 
     def __init__(self, lr: float = 1e-6, weighting: str = "uniform") -> None:
@@ -323,6 +375,20 @@ class NormalizedFedAvgM(NormalizedDirection, FedAvgM):
     Raises:
         ValueError: ``lr`` not finite and > 0, ``momentum`` outside [0, 1), an unknown ``weighting``; at a server
             update, the errors of :class:`ServerStepSize`.
+
+    Example: g = −Δ/(γ·n) = 0.5/(0.25·2) = 1 every round; b_1 = 1, x_1 = −0.5; b_2 = 0.9 + 1 = 1.9,
+    x_2 = −0.5 − 0.5·1.9 = −1.45::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> opt = NormalizedFedAvgM(lr=0.5, momentum=0.9)
+        >>> params = [torch.tensor([0.0], dtype=torch.float64)]
+        >>> for _ in range(2):
+        ...     update = ClientUpdate(0, [torch.tensor([-0.5], dtype=torch.float64)], 4, num_steps=2, loss=0.0, client_lr=0.25)
+        ...     _ = opt.server_update(params, [update])
+        ...     print(round(params[0].item(), 12))
+        -0.5
+        -1.45
     """
 
     def __init__(self, lr: float, momentum: float = 0.9, weighting: str = "uniform") -> None:
@@ -352,6 +418,18 @@ class NormalizedFedAdam(NormalizedDirection, FedAdam):
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
             of :class:`ServerStepSize`.
+
+    Example: the same step as :class:`~lightning_fed.callbacks.FedAdam` on Δ/(γ·n) = 0.5/(0.25·2) = 1::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAdam
+        >>> x, y = [torch.zeros(1, dtype=torch.float64)], [torch.zeros(1, dtype=torch.float64)]
+        >>> _ = NormalizedFedAdam().server_update(x, [ClientUpdate(0, [torch.tensor([0.5], dtype=torch.float64)], 4, num_steps=2,
+        ...                                                  loss=0.0, client_lr=0.25)])
+        >>> _ = FedAdam().server_update(y, [ClientUpdate(0, [torch.tensor([1.0], dtype=torch.float64)], 4, 1, 0.0)])
+        >>> torch.equal(x[0], y[0]), round(x[0].item(), 10)
+        (True, 0.0099005049)
     """
 
     def __init__(
@@ -387,6 +465,18 @@ class NormalizedFedYogi(NormalizedDirection, FedYogi):
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
             of :class:`ServerStepSize`.
+
+    Example: the same step as :class:`~lightning_fed.callbacks.FedYogi` on Δ/(γ·n) = 0.5/(0.25·2) = 1::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedYogi
+        >>> x, y = [torch.zeros(1, dtype=torch.float64)], [torch.zeros(1, dtype=torch.float64)]
+        >>> _ = NormalizedFedYogi().server_update(x, [ClientUpdate(0, [torch.tensor([0.5], dtype=torch.float64)], 4, num_steps=2,
+        ...                                                  loss=0.0, client_lr=0.25)])
+        >>> _ = FedYogi().server_update(y, [ClientUpdate(0, [torch.tensor([1.0], dtype=torch.float64)], 4, 1, 0.0)])
+        >>> torch.equal(x[0], y[0]), round(x[0].item(), 10)
+        (True, 0.0099005)
     """
 
     def __init__(
@@ -420,6 +510,18 @@ class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
             of :class:`ServerStepSize`.
+
+    Example: the same step as :class:`~lightning_fed.callbacks.FedAdagrad` on Δ/(γ·n) = 0.5/(0.25·2) = 1::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAdagrad
+        >>> x, y = [torch.zeros(1, dtype=torch.float64)], [torch.zeros(1, dtype=torch.float64)]
+        >>> _ = NormalizedFedAdagrad().server_update(x, [ClientUpdate(0, [torch.tensor([0.5], dtype=torch.float64)], 4, num_steps=2,
+        ...                                                  loss=0.0, client_lr=0.25)])
+        >>> _ = FedAdagrad().server_update(y, [ClientUpdate(0, [torch.tensor([1.0], dtype=torch.float64)], 4, 1, 0.0)])
+        >>> torch.equal(x[0], y[0]), round(x[0].item(), 10)
+        (True, 0.0009990005)
     """
 
     def __init__(

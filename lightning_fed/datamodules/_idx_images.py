@@ -27,7 +27,19 @@ __all__ = ["IDXImageDataModule", "IDXImageTensorDataset", "raw_file_names", "che
 
 
 class IDXFormatError(ValueError):
-    """An IDX file is damaged or not what the data set needs (the message names the file and the problem)."""
+    """An IDX file is damaged or not what the data set needs (the message names the file and the problem).
+
+    Example: a file cut short inside its data::
+
+        >>> import struct, tempfile
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "labels-idx1-ubyte"
+        >>> _ = path.write_bytes(bytes([0, 0, 8, 1]) + struct.pack(">I", 5) + bytes([3, 1, 4]))  # 3 of 5 labels
+        >>> check_idx_file(path, ndim=1)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.datamodules._idx_images.IDXFormatError: .../labels-idx1-ubyte has 11 bytes, but its header (sizes (5,)) needs exactly 13: the file is truncated. Delete it and get it again.
+    """
 
 
 def check_idx_file(path: str | os.PathLike, ndim: int, inner_shape: tuple[int, ...] = ()) -> int:
@@ -39,6 +51,15 @@ def check_idx_file(path: str | os.PathLike, ndim: int, inner_shape: tuple[int, .
         IDXFormatError: the magic number, the number of dimensions, the inner sizes (``inner_shape``, e.g.
             ``(28, 28)``) or the file size (header + product of the sizes) is not what it must be; the message names
             the file and what is wrong.
+
+    Example: 2 images of 28x28 (header 4 + 3·4 bytes, then 2·784 pixels)::
+
+        >>> import struct, tempfile
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "images-idx3-ubyte"
+        >>> _ = path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">3I", 2, 28, 28) + bytes(2 * 28 * 28))
+        >>> check_idx_file(path, ndim=3, inner_shape=(28, 28))
+        2
     """
     path = Path(path)
     header_len = 4 + 4 * ndim
@@ -83,6 +104,16 @@ class IDXImageTensorDataset(TensorDataset):
 
     ``dataset[i]`` returns ``(images[i], targets[i])`` -- a ``[1, 28, 28]`` float tensor and a
     0-d LongTensor; a DataLoader batch is ``([B, 1, 28, 28], [B])``.
+
+    Raises:
+        TypeError: ``targets`` not int64.
+
+    Example::
+
+        >>> import torch
+        >>> ds = IDXImageTensorDataset(torch.zeros(3, 1, 28, 28), torch.tensor([7, 2, 1]), classes=[str(d) for d in range(10)])
+        >>> len(ds), ds[1][0].shape, ds[1][1], ds.targets
+        (3, torch.Size([1, 28, 28]), tensor(2), tensor([7, 2, 1]))
     """
 
     def __init__(self, images: torch.Tensor, targets: torch.Tensor, classes: list[str] | None = None):
@@ -99,6 +130,14 @@ class IDXImageDataModule(FederatedDataModule):
 
     Subclasses set the class attributes below and pass ``debian_dir`` (``None`` where no Debian package
     ships the data).
+
+    Example (through :class:`~lightning_fed.datamodules.mnist.MNISTDataModule`): the partitioner is required::
+
+        >>> from lightning_fed.datamodules.mnist import MNISTDataModule
+        >>> MNISTDataModule(partitioner=None)
+        Traceback (most recent call last):
+        ...
+        ValueError: MNISTDataModule needs a partitioner, e.g. PathologicalPartitioner(num_clients=50, classes_per_client=1) (Fed-LAMB non-iid) or IIDPartitioner(num_clients=50)
     """
 
     #: ``torchvision.datasets`` class name; also the folder under ``data_dir`` (``{data_dir}/{name}/raw``).

@@ -70,7 +70,22 @@ CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
 
 class CIFARFormatError(ValueError):
-    """A CIFAR file is not in the expected layout or holds something other than plain data (names the file)."""
+    """A CIFAR file is not in the expected layout or holds something other than plain data (names the file).
+
+    Example: a "batch file" that would call ``os.system`` when unpickled is refused::
+
+        >>> import os, pickle, tempfile
+        >>> from pathlib import Path
+        >>> class Evil:
+        ...     def __reduce__(self):
+        ...         return (os.system, ("echo pwned",))
+        >>> path = Path(tempfile.mkdtemp()) / "data_batch_1"
+        >>> _ = path.write_bytes(pickle.dumps({"data": Evil()}))
+        >>> safe_load_batch(path)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.datamodules.cifar.CIFARFormatError: .../data_batch_1 is not plain CIFAR data: it asks to load ...system, which could run code. Refused (only dicts, lists, numbers, strings and numpy arrays are read without an md5 check).
+    """
 
 
 #: The only globals a CIFAR batch file may name: numpy's array reconstruction (``numpy.core`` before numpy 2,
@@ -107,6 +122,17 @@ def safe_load_batch(path: str | os.PathLike) -> dict:
     Raises:
         CIFARFormatError: the file names another global, holds an object array, or is not a dict; the message
             names the file.
+
+    Example::
+
+        >>> import pickle, tempfile
+        >>> from pathlib import Path
+        >>> import numpy as np
+        >>> path = Path(tempfile.mkdtemp()) / "test_batch"
+        >>> _ = path.write_bytes(pickle.dumps({"data": np.zeros((2, 3072), np.uint8), "labels": [3, 8]}, protocol=2))
+        >>> batch = safe_load_batch(path)
+        >>> batch["data"].shape, batch["labels"]
+        ((2, 3072), [3, 8])
     """
     path = Path(path)
     with open(path, "rb") as fh:
@@ -139,6 +165,18 @@ class CIFARTensorDataset(Dataset):
     ``get_batch(index)`` with a LongTensor ``index [B]`` returns ``(x [B, 3, c, c] float32, y [B] long)``;
     ``dataset[i]`` returns ``(x [3, c, c], y)`` (the same preprocessing, for a ``DataLoader``). Random
     draws use torch's global RNG (see the module docstring).
+
+    Raises:
+        ValueError: ``images`` not uint8 ``[N, 3, H, W]``, ``targets`` not int64 ``[N]``, or ``crop_size`` out of range.
+
+    Example: center crop to 24x24 and normalisation (pixels 0 → (0 − 0.5)/0.25 = −2)::
+
+        >>> import torch
+        >>> ds = CIFARTensorDataset(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.tensor([0, 1, 2, 3]),
+        ...                         mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), crop_size=24)
+        >>> x, y = ds.get_batch(torch.tensor([2, 0]))
+        >>> x.shape, y, x.unique()
+        (torch.Size([2, 3, 24, 24]), tensor([2, 0]), tensor([-2.]))
     """
 
     def __init__(
@@ -373,6 +411,16 @@ class CIFAR10DataModule(_CIFARDataModule):
     Raises:
         ValueError: a bad argument. FileNotFoundError: at setup, data missing, unreadable or failing the md5 check.
         CIFARFormatError: (``check_md5=False``) a file is not plain CIFAR data (e.g. a pickle that would run code).
+
+    Example: construction reads nothing (:meth:`setup` reads the files); the default partitioner is Reddi et al.'s::
+
+        >>> dm = CIFAR10DataModule(data_dir="data")
+        >>> dm.partitioner, dm.clients_per_round, dm.batch_size
+        (DirichletPartitioner(num_clients=500, alpha=0.1, min_partition_size=10, max_tries=100, seed=0, method='per_client', self_balancing=False), 10, 20)
+        >>> CIFAR10DataModule(augment="yes")
+        Traceback (most recent call last):
+        ...
+        ValueError: `augment` must be True or False, got 'yes'
     """
 
     _name = "CIFAR-10"
@@ -401,6 +449,12 @@ class CIFAR100DataModule(_CIFARDataModule):
             App. C). With a :class:`PachinkoPartitioner`, setup checks that its ``coarse_of_fine`` agrees
             with the data's coarse labels (ValueError otherwise).
         normalize: standardise with :data:`CIFAR100_MEAN` / :data:`CIFAR100_STD`.
+
+    Example: construction reads nothing (:meth:`setup` reads the files); the default partitioner is Reddi et al.'s
+    Pachinko split::
+
+        >>> CIFAR100DataModule(data_dir="data").partitioner
+        PachinkoPartitioner(num_clients=500, samples_per_client=100, alpha=0.1, beta=10.0, ...)
     """
 
     _name = "CIFAR-100"

@@ -85,6 +85,24 @@ class DirichletPartitioner(Partitioner):
             :meth:`partition` time, a per-class ``alpha`` whose length is not the number of classes,
             ``N * min_partition_size`` exceeds the sample count, or no draw in ``max_tries`` met
             ``min_partition_size``.
+
+    Example: 3 clients, α = 0.5. ``"per_class"`` splits each class by ``p ~ Dir(0.5·1_3)`` (unequal sizes);
+    ``"per_client"`` gives every client 12 // 3 = 4 samples with its own class mix::
+
+        >>> import numpy as np
+        >>> labels = np.repeat([0, 1, 2], 4)  # 12 samples, 4 of each of 3 classes
+        >>> p = DirichletPartitioner(num_clients=3, alpha=0.5, min_partition_size=1, seed=0).partition(12, labels)
+        >>> p.sizes(), int(p.sizes().sum())
+        (array([1, 4, 7]), 12)
+        >>> q = DirichletPartitioner(3, alpha=0.5, min_partition_size=0, method="per_client").partition(12, labels)
+        >>> q.label_histogram()  # rows: clients, columns: classes
+        array([[2, 1, 1],
+               [0, 2, 2],
+               [2, 1, 1]])
+        >>> DirichletPartitioner(3, alpha=0.5).partition(12, labels)  # min_partition_size=10 needs 30 samples
+        Traceback (most recent call last):
+        ...
+        ValueError: impossible: `num_clients`=3 x `min_partition_size`=10 = 30 > num_samples=12; lower num_clients or min_partition_size
     """
 
     requires = "labels"

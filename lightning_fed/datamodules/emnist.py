@@ -100,6 +100,20 @@ class EMNISTDataset(Dataset):
     ``dataset[i]`` / ``dataset.get_batch(index)`` return ``(x, y)``: for ``"cr"`` ``x`` is float32
     ``[(B,) 1, 28, 28]`` in [0, 1] and ``y`` the int64 label(s); for ``"ae"`` ``x`` is float32 ``[(B,) 784]`` and
     ``y`` is ``x``.
+
+    Raises:
+        ValueError: an unknown ``task``, or tensors of the wrong dtype or shape.
+
+    Example::
+
+        >>> import torch
+        >>> images = torch.full((2, 28, 28), 255, dtype=torch.uint8)
+        >>> x, y = EMNISTDataset(images, torch.tensor([3, 40]), task="cr").get_batch(torch.tensor([1]))
+        >>> x.shape, x.max().item(), y
+        (torch.Size([1, 1, 28, 28]), 1.0, tensor([40]))
+        >>> x, y = EMNISTDataset(images, torch.tensor([3, 40]), task="ae")[0]
+        >>> x.shape, bool((x == y).all())
+        (torch.Size([784]), True)
     """
 
     def __init__(
@@ -189,6 +203,18 @@ def read_leaf_femnist(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Te
 
     Raises:
         FileNotFoundError: no folder or no ``*.json`` in it. ValueError: malformed content.
+
+    Example: two writers in LEAF's JSON layout (LEAF stores 1.0 for background)::
+
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> data = {"users": ["f0", "f1"], "num_samples": [1, 2],
+        ...         "user_data": {"f0": {"x": [[1.0] * 784], "y": [3]}, "f1": {"x": [[0.0] * 784] * 2, "y": [40, 7]}}}
+        >>> _ = (folder / "all_data_0.json").write_text(json.dumps(data))
+        >>> images, labels, writers, owner = read_leaf_femnist(folder)
+        >>> images.shape, images[:, 0, 0].tolist(), labels.tolist(), writers, owner.tolist()
+        (torch.Size([3, 28, 28]), [0, 255, 255], [3, 40, 7], ['f0', 'f1'], [0, 1, 1])
     """
     folder = Path(folder)
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
@@ -237,6 +263,26 @@ class EMNISTDataModule(FederatedDataModule):
     Raises:
         ValueError: unknown ``task``; no ``partitioner`` and no ``leaf_path``; non-bool flags.
         FileNotFoundError: at :meth:`prepare_data` / :meth:`setup`, when the data is missing.
+
+    Example: a LEAF FEMNIST folder (``train/`` and ``test/`` JSON files) in a temporary folder gives one client
+    per writer::
+
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> root = Path(tempfile.mkdtemp())
+        >>> for split, users in (("train", ["f0", "f1"]), ("test", ["f0"])):
+        ...     (root / split).mkdir()
+        ...     data = {"users": users, "num_samples": [2] * len(users),
+        ...             "user_data": {u: {"x": [[1.0] * 784] * 2, "y": [3, 40]} for u in users}}
+        ...     _ = (root / split / "data.json").write_text(json.dumps(data))
+        >>> dm = EMNISTDataModule(data_dir=root, leaf_path=root, clients_per_round=2)
+        >>> dm.setup("fit")
+        >>> dm.num_clients, dm.partition.sizes(), dm.train_dataset[0][0].shape
+        (2, array([2, 2]), torch.Size([1, 28, 28]))
+        >>> EMNISTDataModule(task="ocr")
+        Traceback (most recent call last):
+        ...
+        ValueError: `task` must be one of ('cr', 'ae') ('cr': character recognition, 'ae': autoencoder), got 'ocr'.
     """
 
     def __init__(

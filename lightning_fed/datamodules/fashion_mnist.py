@@ -68,6 +68,13 @@ class FashionMNISTTensorDataset(IDXImageTensorDataset):
 
     ``dataset[i]`` returns ``(images[i], targets[i])`` -- a ``[1, 28, 28]`` float tensor and a
     0-d LongTensor; a DataLoader batch is ``([B, 1, 28, 28], [B])``.
+
+    Example::
+
+        >>> import torch
+        >>> ds = FashionMNISTTensorDataset(torch.zeros(2, 1, 28, 28), torch.tensor([9, 0]))
+        >>> len(ds), ds[0][1]
+        (2, tensor(9))
     """
 
 
@@ -92,6 +99,18 @@ class FashionMNISTDataModule(IDXImageDataModule):
             clients, 64, 3).
         **kwargs: passed to :class:`FederatedDataModule` (``data_order``, ``seed``,
             ``local_work``, ``eval_batch_size``, ``num_workers``, ...).
+
+    Example: construction reads nothing (the files are read by :meth:`setup`, as in
+    :class:`~lightning_fed.datamodules.mnist.MNISTDataModule`'s example); the partitioner is required::
+
+        >>> from lightning_fed.datamodules.shard import ShardPartitioner
+        >>> dm = FashionMNISTDataModule(data_dir="data", partitioner=ShardPartitioner(num_clients=100, shards_per_client=2))
+        >>> dm.clients_per_round, dm.batch_size, dm.partitioner
+        (10, 64, ShardPartitioner(num_clients=100, shards_per_client=2, seed=0, shard_size=None, keep_incomplete_shard=False))
+        >>> FashionMNISTDataModule()
+        Traceback (most recent call last):
+        ...
+        ValueError: FashionMNISTDataModule needs a partitioner, e.g. ShardPartitioner(num_clients=100, shards_per_client=2) or DirichletPartitioner(num_clients=100, alpha=0.1)
     """
 
     torchvision_class = "FashionMNIST"

@@ -38,6 +38,20 @@ class GroupedNaturalIdPartitioner(NaturalIdPartitioner):
         TypeError / ValueError: an argument of the wrong type or out of range (naming it); at :meth:`partition`
             time, the errors of :class:`NaturalIdPartitioner`, fewer distinct ids than ``group_size`` (except in
             ``"allow-smaller"``), or, in ``"strict"``, a number of ids that ``group_size`` does not divide.
+
+    Example: 3 distinct ids in groups of 2 leave r = 1 id over::
+
+        >>> ids = ["bob", "ann", "bob", "cat", "ann", "bob"]
+        >>> for mode in ("allow-smaller", "allow-bigger", "drop-remainder"):
+        ...     p = GroupedNaturalIdPartitioner(group_size=2, mode=mode).partition(6, ids=ids)
+        ...     print(mode, p.client_names.tolist(), p.sizes().tolist())
+        allow-smaller [('ann', 'bob'), ('cat',)] [5, 1]
+        allow-bigger [('ann', 'bob', 'cat')] [6]
+        drop-remainder [('ann', 'bob')] [5]
+        >>> GroupedNaturalIdPartitioner(group_size=2, mode="strict").partition(6, ids=ids)
+        Traceback (most recent call last):
+        ...
+        ValueError: `mode`='strict' but the 3 distinct ids are not a multiple of `group_size`=2 (1 left over); use another mode or group_size
     """
 
     def __init__(self, group_size: int, id_column: str = "client_id", mode: str = "allow-smaller") -> None:

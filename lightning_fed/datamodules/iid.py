@@ -25,6 +25,18 @@ class IIDPartitioner(Partitioner):
     Raises:
         TypeError: ``num_clients`` or ``seed`` is not an int.
         ValueError: ``num_clients < 1`` or ``seed < 0``; at :meth:`partition` time, more clients than samples.
+
+    Example: 12 samples over 5 clients: the first 12 % 5 = 2 clients get 3 samples, the others 2::
+
+        >>> import numpy as np
+        >>> labels = np.repeat([0, 1, 2], 4)  # 12 samples, 4 of each of 3 classes
+        >>> p = IIDPartitioner(num_clients=5, seed=0).partition(12, labels)
+        >>> p.sizes(), int(np.sort(p.indices).tolist() == list(range(12)))  # every sample exactly once
+        (array([3, 3, 2, 2, 2]), 1)
+        >>> IIDPartitioner(num_clients=13).partition(12)
+        Traceback (most recent call last):
+        ...
+        ValueError: more clients than samples: `num_clients`=13 > num_samples=12; use at most num_samples clients
     """
 
     requires = "none"

@@ -49,6 +49,22 @@ class InnerDirichletPartitioner(Partitioner):
     Raises:
         TypeError / ValueError: an argument of the wrong type or out of range (naming it); at :meth:`partition` time,
             ``sum(partition_sizes)`` differs from the number of samples, or a per-class ``alpha`` has the wrong length.
+
+    Example: client sizes 2, 4, 6 (summing to the 12 samples), α = 0.5::
+
+        >>> import numpy as np
+        >>> labels = np.repeat([0, 1, 2], 4)  # 12 samples, 4 of each of 3 classes
+        >>> p = InnerDirichletPartitioner([2, 4, 6], alpha=0.5, seed=0).partition(12, labels)
+        >>> p.sizes()
+        array([2, 4, 6])
+        >>> p.label_histogram()
+        array([[1, 0, 1],
+               [0, 2, 2],
+               [3, 2, 1]])
+        >>> InnerDirichletPartitioner([2, 4], alpha=0.5).partition(12, labels)
+        Traceback (most recent call last):
+        ...
+        ValueError: `partition_sizes` sum to 6 but the dataset has 12 samples; they must be equal (every sample in exactly one client)
     """
 
     requires = "labels"

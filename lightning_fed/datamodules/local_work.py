@@ -60,6 +60,15 @@ class ClientWork:
 
     Raises:
         TypeError / ValueError: a field is not an int in its range (the message names the field).
+
+    Example::
+
+        >>> ClientWork(epochs=2, batch_size=4)
+        ClientWork(epochs=2, batch_size=4, steps=None)
+        >>> ClientWork(epochs=1, batch_size=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `batch_size` must be an int >= 1, got 0
     """
 
     epochs: int
@@ -82,7 +91,18 @@ def _check_plan_args(cid: Any, round_idx: Any, num_samples: Any) -> tuple[int, i
 
 
 class LocalWork(abc.ABC):
-    """A policy for the local work of each client in each round."""
+    """A policy for the local work of each client in each round.
+
+    Subclasses implement :meth:`plan`.
+
+    Example: more epochs for smaller clients::
+
+        >>> class SmallClientsWorkMore(LocalWork):
+        ...     def plan(self, cid, round_idx, num_samples):
+        ...         return ClientWork(epochs=1 if num_samples >= 100 else 3, batch_size=10)
+        >>> SmallClientsWorkMore().plan(cid=0, round_idx=0, num_samples=40)
+        ClientWork(epochs=3, batch_size=10, steps=None)
+    """
 
     @abc.abstractmethod
     def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
@@ -110,6 +130,12 @@ class FixedLocalWork(LocalWork):
 
     Raises:
         TypeError / ValueError: an argument is not an int >= 1.
+
+    Example: E = 2, B = 4 on a 10-sample client is 2·ceil(10/4) = 6 steps (2·floor(10/4) = 4 with ``drop_last``)::
+
+        >>> work = FixedLocalWork(local_epochs=2, batch_size=4).plan(cid=0, round_idx=0, num_samples=10)
+        >>> work, num_local_steps(10, work), num_local_steps(10, work, drop_last=True)
+        (ClientWork(epochs=2, batch_size=4, steps=None), 6, 4)
     """
 
     def __init__(self, local_epochs: int = 1, batch_size: int = 20) -> None:
@@ -134,6 +160,11 @@ class FixedLocalSteps(LocalWork):
 
     Raises:
         TypeError / ValueError: an argument is not an int >= 1.
+
+    Example::
+
+        >>> FixedLocalSteps(steps=4, batch_size=2).plan(cid=3, round_idx=7, num_samples=5)
+        ClientWork(epochs=1, batch_size=2, steps=4)
     """
 
     def __init__(self, steps: int, batch_size: int) -> None:
@@ -211,6 +242,22 @@ class SampledLocalWork(LocalWork):
     Raises:
         TypeError / ValueError: a malformed range or seed, or an unknown ``steps_rule`` (the message
             names the argument).
+
+    Example: Hybrid+ on clients of |D_i| = 23 samples; K_i = floor(5·23/18) = 6, floor(5·23/16) = 7,
+    floor(2·23/18) = 2::
+
+        >>> work = SampledLocalWork(epochs=(2, 5), batch_size=(10, None), seed=0)
+        >>> for cid in range(3):
+        ...     print(work.plan(cid, round_idx=0, num_samples=23))
+        ClientWork(epochs=5, batch_size=18, steps=6)
+        ClientWork(epochs=5, batch_size=16, steps=7)
+        ClientWork(epochs=2, batch_size=18, steps=2)
+        >>> SampledLocalWork(steps_rule="epochs", seed=0).plan(0, 0, 23)  # 5 full passes, 5·ceil(23/18) = 10 steps
+        ClientWork(epochs=5, batch_size=18, steps=None)
+        >>> SampledLocalWork(epochs=(5, 2))
+        Traceback (most recent call last):
+        ...
+        ValueError: `epochs` must be an int >= 1 or a pair (low, high) with 1 <= low <= high, got low=5 > high=2
     """
 
     def __init__(
@@ -260,6 +307,11 @@ def num_local_steps(num_samples: int, work: ClientWork, drop_last: bool = False)
 
     ``work.steps`` when set, else ``epochs * ceil(num_samples / batch_size)`` (``floor`` with
     ``drop_last``). Useful for step-normalised aggregation (e.g. FedNova's ``tau_i``).
+
+    Example::
+
+        >>> num_local_steps(10, ClientWork(epochs=2, batch_size=4)), num_local_steps(10, ClientWork(1, 4, steps=9))
+        (6, 9)
     """
     num_samples = _check_int("num_samples", num_samples, minimum=0)
     if work.steps is not None:
@@ -311,6 +363,14 @@ def batch_schedule(
         TypeError / ValueError: a bad argument (named in the message); with ``work.steps`` set, a
             client that cannot form a single batch (no samples, or fewer than ``batch_size`` with
             ``drop_last``).
+
+    Example: 5 samples, batches of 2, in index order; with ``steps=4`` the second pass begins::
+
+        >>> import numpy as np
+        >>> batch_schedule(np.arange(5), ClientWork(epochs=1, batch_size=2), round_idx=0, cid=0, seed=0, data_order="none")
+        [array([0, 1]), array([2, 3]), array([4])]
+        >>> batch_schedule(np.arange(5), ClientWork(1, 2, steps=4), round_idx=0, cid=0, seed=0, data_order="none")
+        [array([0, 1]), array([2, 3]), array([4]), array([0, 1])]
     """
     idx = np.asarray(indices)
     if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):

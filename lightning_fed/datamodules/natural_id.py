@@ -45,6 +45,18 @@ class NaturalIdPartitioner(Partitioner):
             training), ``ids`` missing or of the wrong length, an id that is ``None`` or NaN (ValueError naming the
             first such sample), ids mixing kinds (``str`` with ``int``, ``bytes``, ...; TypeError naming one sample of
             each kind) or ids that cannot be ordered.
+
+    Example: three speakers, clients in sorted id order::
+
+        >>> p = NaturalIdPartitioner().partition(6, ids=["bob", "ann", "bob", "cat", "ann", "bob"])
+        >>> p.client_names, p.sizes()
+        (array(['ann', 'bob', 'cat'], dtype='<U3'), array([2, 3, 1]))
+        >>> p.client_indices(1)  # bob's samples, in dataset order
+        array([0, 2, 5])
+        >>> NaturalIdPartitioner().partition(3)
+        Traceback (most recent call last):
+        ...
+        ValueError: NaturalIdPartitioner requires `ids` (the natural client id of each of the 3 samples)
     """
 
     requires = "ids"

@@ -85,6 +85,23 @@ class PachinkoPartitioner(Partitioner):
         TypeError: an argument of the wrong type.
         ValueError: an argument out of range; at :meth:`partition` time, a fine label without an entry in
             ``coarse_of_fine`` or ``num_clients * samples_per_client`` above the sample count.
+
+    Example: 4 fine labels in 2 coarse groups ({0, 1} and {2, 3}), 2 clients x 5 samples of 12; the 2 samples
+    left over belong to no client::
+
+        >>> import numpy as np
+        >>> fine = np.repeat([0, 1, 2, 3], 3)
+        >>> p = PachinkoPartitioner(num_clients=2, samples_per_client=5, alpha=0.1, beta=10.0,
+        ...                         coarse_of_fine=[0, 0, 1, 1], seed=0).partition(12, fine)
+        >>> p
+        Partition(num_clients=2, num_samples=10, num_classes=4)
+        >>> p.label_histogram()
+        array([[3, 1, 0, 1],
+               [0, 2, 2, 1]])
+        >>> PachinkoPartitioner(num_clients=3, samples_per_client=5, coarse_of_fine=[0, 0, 1, 1]).partition(12, fine)
+        Traceback (most recent call last):
+        ...
+        ValueError: impossible: `num_clients`=3 x `samples_per_client`=5 = 15 > num_samples=12; lower num_clients or samples_per_client
     """
 
     requires = "labels"

@@ -145,6 +145,24 @@ class Partition:
     Raises:
         ValueError: malformed CSR arrays, an index outside ``[0, len(labels))``, ``num_classes`` not
             above every label, or ``client_names`` of the wrong length.
+
+    Example: three clients over a 6-sample data set (sample 5 belongs to no client)::
+
+        >>> p = Partition.from_client_lists([[0, 1], [2, 3, 4], []], labels=[0, 0, 1, 1, 2, 2])
+        >>> p
+        Partition(num_clients=3, num_samples=5, num_classes=3)
+        >>> p.sizes(), p.offsets, p.client_indices(1)
+        (array([2, 3, 0]), array([0, 2, 5, 5]), array([2, 3, 4]))
+        >>> p.label_histogram()  # client x class counts
+        array([[2, 0, 0],
+               [0, 2, 1],
+               [0, 0, 0]])
+        >>> Partition.from_assignment([1, 0, 1, -1], num_clients=2).client_indices(1)  # -1: left out
+        array([0, 2])
+        >>> p.client_indices(3)
+        Traceback (most recent call last):
+        ...
+        IndexError: client id `cid`=3 out of range: valid ids are 0..2
     """
 
     def __init__(
@@ -382,6 +400,22 @@ class Partitioner(abc.ABC):
     Attributes:
         requires: what the scheme needs besides the sample count: ``"none"``, ``"labels"`` (class
             labels, e.g. for label skew) or ``"ids"`` (a natural client id per sample).
+
+    Example: a scheme that gives client 0 the even and client 1 the odd samples; :meth:`partition` checks the
+    inputs (and encodes text labels) before ``_partition`` runs::
+
+        >>> import numpy as np
+        >>> class EvenOdd(Partitioner):
+        ...     def _partition(self, num_samples, labels, ids, num_classes):
+        ...         return Partition.from_assignment(np.arange(num_samples) % 2, 2, labels, num_classes)
+        >>> p = EvenOdd().partition(5, labels=["cat", "dog", "cat", "cat", "dog"])
+        >>> p.client_indices(0), p.label_names, p.label_histogram()
+        (array([0, 2, 4]), array(['cat', 'dog'], dtype='<U3'), array([[2, 1],
+               [1, 1]]))
+        >>> EvenOdd().partition(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `num_samples` must be an int >= 1, got 0
     """
 
     requires: ClassVar[str] = "none"

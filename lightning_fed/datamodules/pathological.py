@@ -59,6 +59,24 @@ class PathologicalPartitioner(Partitioner):
             ``classes_per_client`` exceeds the number of classes present, ``N*k`` is less than the
             number of classes, or a class has fewer samples than clients holding it (a client would
             then miss one of its classes).
+
+    Example: 6 clients x 2 classes over 3 classes: every class is held by 6·2/3 = 4 clients, who split its
+    4 samples one each::
+
+        >>> import numpy as np
+        >>> labels = np.repeat([0, 1, 2], 4)  # 12 samples, 4 of each of 3 classes
+        >>> p = PathologicalPartitioner(num_clients=6, classes_per_client=2, seed=0).partition(12, labels)
+        >>> p.label_histogram()
+        array([[1, 1, 0],
+               [0, 1, 1],
+               [1, 1, 0],
+               [0, 1, 1],
+               [1, 0, 1],
+               [1, 0, 1]])
+        >>> PathologicalPartitioner(num_clients=2, classes_per_client=1).partition(12, labels)
+        Traceback (most recent call last):
+        ...
+        ValueError: `num_clients`=2 x `classes_per_client`=1 = 2 < 3 classes: some class would belong to no client; raise num_clients or classes_per_client
     """
 
     requires = "labels"

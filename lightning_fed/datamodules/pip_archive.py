@@ -70,11 +70,26 @@ MAX_DOWNLOAD_BYTES = 256 << 20
 
 
 class ArchiveChecksumError(RuntimeError):
-    """A source archive's SHA-256 is not the expected one (corrupt, wrong or tampered download)."""
+    """A source archive's SHA-256 is not the expected one (corrupt, wrong or tampered download).
+
+    Example::
+
+        >>> issubclass(ArchiveChecksumError, RuntimeError)
+        True
+    """
 
 
 class ArchiveTooLargeError(ValueError):
-    """An archive member or decompressed stream is larger than the allowed limit (a decompression bomb?)."""
+    """An archive member or decompressed stream is larger than the allowed limit (a decompression bomb?).
+
+    Example: 1 MB of zeros gzips to about 1 kB; unpacking it with a 1,000-byte limit stops::
+
+        >>> import gzip
+        >>> gunzip_bytes(gzip.compress(bytes(1_000_000)), "the test stream", limit=1000)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.datamodules.pip_archive.ArchiveTooLargeError: ...
+    """
 
 
 def sha256_file(path: str | os.PathLike) -> str:

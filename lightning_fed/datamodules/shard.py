@@ -53,6 +53,23 @@ class ShardPartitioner(Partitioner):
         ValueError: an argument is out of range, ``shards_per_client=None`` without ``shard_size``,
             ``keep_incomplete_shard=True`` without ``shard_size``; at :meth:`partition` time, more shards than
             samples, more shards wanted than usable, or (``shards_per_client=None``) fewer usable shards than clients.
+
+    Example: 3 clients x 2 shards = 6 label-sorted shards of 12 // 6 = 2 samples; each client gets the 2 shards
+    of one class here::
+
+        >>> import numpy as np
+        >>> labels = np.repeat([0, 1, 2], 4)  # 12 samples, 4 of each of 3 classes
+        >>> p = ShardPartitioner(num_clients=3, shards_per_client=2, seed=0).partition(12, labels)
+        >>> p.sizes()
+        array([4, 4, 4])
+        >>> p.label_histogram()
+        array([[0, 4, 0],
+               [0, 0, 4],
+               [4, 0, 0]])
+        >>> ShardPartitioner(num_clients=3, shards_per_client=None)
+        Traceback (most recent call last):
+        ...
+        ValueError: `shards_per_client`=None (deal every shard) needs `shard_size` (an int >= 1)
     """
 
     requires = "labels"

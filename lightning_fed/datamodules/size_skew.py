@@ -33,6 +33,16 @@ def size_skew_sizes(size_law: str, num_samples: int, num_clients: int) -> np.nda
 
     Raises:
         ValueError: ``size_law`` unknown, or a client would get 0 samples (too many clients for the data).
+
+    Example: linear units 1, 2, 3 (sum 6) of 12 samples; square units 1, 4, 9 (sum 14) of 28 samples;
+    exponential: floor(12·e/(e + e² + e³)) = 1, floor(12·e²/(...)) = 2, and the last client takes the rest::
+
+        >>> size_skew_sizes("linear", 12, 3), size_skew_sizes("square", 28, 3), size_skew_sizes("exponential", 12, 3)
+        (array([2, 4, 6]), array([ 2,  8, 18]), array([1, 2, 9]))
+        >>> size_skew_sizes("square", 12, 3)  # floor(12·1/14) = 0
+        Traceback (most recent call last):
+        ...
+        ValueError: square size skew over `num_clients`=3 gives client 0 0 of the 12 samples; every client needs >= 1: lower num_clients
     """
     if size_law not in _SIZE_LAWS:
         raise ValueError(f"`size_law` must be one of {_SIZE_LAWS}, got {size_law!r}")
@@ -90,19 +100,40 @@ _COMMON_DOC = """
 
 class LinearPartitioner(_SizeSkewPartitioner):
     __doc__ = """Client ``i`` (1-based) gets a share ``i / sum_j j`` of the samples (Flower's ``LinearPartitioner``),
-    see :func:`size_skew_sizes`.""" + _COMMON_DOC
+    see :func:`size_skew_sizes`.""" + _COMMON_DOC + """
+    Example: shares 1/6, 2/6, 3/6 of 12 samples; ``shuffle=False`` on label-sorted data also skews labels::
+
+        >>> import numpy as np
+        >>> labels = np.repeat([0, 1, 2], 4)
+        >>> LinearPartitioner(num_clients=3).partition(12, labels).sizes()
+        array([2, 4, 6])
+        >>> LinearPartitioner(num_clients=3, shuffle=False).partition(12, labels).label_histogram()
+        array([[2, 0, 0],
+               [2, 2, 0],
+               [0, 2, 4]])
+    """
     size_law = "linear"
 
 
 class SquarePartitioner(_SizeSkewPartitioner):
     __doc__ = """Client ``i`` (1-based) gets a share ``i**2 / sum_j j**2`` of the samples (Flower's
-    ``SquarePartitioner``), see :func:`size_skew_sizes`.""" + _COMMON_DOC
+    ``SquarePartitioner``), see :func:`size_skew_sizes`.""" + _COMMON_DOC + """
+    Example: shares 1/14, 4/14, 9/14 of 28 samples::
+
+        >>> SquarePartitioner(num_clients=3).partition(28).sizes()
+        array([ 2,  8, 18])
+    """
     size_law = "square"
 
 
 class ExponentialPartitioner(_SizeSkewPartitioner):
     __doc__ = """Client ``i`` (1-based) gets a share ``e**i / sum_j e**j`` of the samples (Flower's
-    ``ExponentialPartitioner``), see :func:`size_skew_sizes`.""" + _COMMON_DOC
+    ``ExponentialPartitioner``), see :func:`size_skew_sizes`.""" + _COMMON_DOC + """
+    Example: shares e/(e + e² + e³) ≈ 0.09, 0.24, 0.67 of 12 samples (rounded down, the rest to the last)::
+
+        >>> ExponentialPartitioner(num_clients=3).partition(12).sizes()
+        array([1, 2, 9])
+    """
     size_law = "exponential"
 
 
@@ -123,6 +154,19 @@ class SizeLabelSkewPartitioner(Partitioner):
     Raises:
         TypeError / ValueError: an argument of the wrong type or out of range (naming it); at :meth:`partition`
             time, a client that would get no sample or a per-class ``alpha`` of the wrong length.
+
+    Example: linear sizes 2, 4, 6 with α = 0.5 — the same partition as
+    ``InnerDirichletPartitioner([2, 4, 6], alpha=0.5)``::
+
+        >>> import numpy as np
+        >>> from lightning_fed.datamodules.inner_dirichlet import InnerDirichletPartitioner
+        >>> labels = np.repeat([0, 1, 2], 4)
+        >>> p = SizeLabelSkewPartitioner(num_clients=3, alpha=0.5, size_law="linear", seed=0).partition(12, labels)
+        >>> p.sizes()
+        array([2, 4, 6])
+        >>> q = InnerDirichletPartitioner([2, 4, 6], alpha=0.5, seed=0).partition(12, labels)
+        >>> bool((p.indices == q.indices).all())
+        True
     """
 
     requires = "labels"

@@ -66,6 +66,13 @@ def masked_token_loss(
 
     Returns:
         ``(loss, n_tokens)``: the scalar mean (0 with a gradient if no token counts) and the int64 token count.
+
+    Example: uniform logits over V = 4 tokens cost ln 4 per counted token; the pad target (0) is skipped::
+
+        >>> import torch
+        >>> loss, n = masked_token_loss(torch.zeros(1, 3, 4), torch.tensor([[2, 3, 0]]))
+        >>> round(loss.item(), 4), n.item()  # ln 4 = 1.3863
+        (1.3863, 2)
     """
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=pad_id,
                             reduction="sum")
@@ -78,6 +85,14 @@ class MaskedTokenAccuracy(Metric):
 
     ``update(logits [B, T, V] or preds [B, T], target [B, T])``; ``compute()`` = correct / counted tokens over
     everything seen since the last reset (0 if nothing counted).
+
+    Example: 1 of the 2 non-pad targets is predicted::
+
+        >>> import torch
+        >>> metric = MaskedTokenAccuracy(masked_tokens=(0,))
+        >>> metric.update(torch.tensor([[5, 2, 7]]), torch.tensor([[5, 3, 0]]))
+        >>> metric.compute()
+        tensor(0.5000)
     """
 
     is_differentiable = False
@@ -110,6 +125,15 @@ class NextTokenModel(L.LightningModule):
     ``validation_step``/``test_step`` log the token-weighted ``{stage}_loss`` and ``{stage}_acc``
     (:class:`MaskedTokenAccuracy`); ``configure_optimizers`` is the client's plain SGD
     (``lr=hparams.lr``, ``momentum=hparams.momentum``). Subclasses define ``forward`` and call :meth:`init_metrics`.
+
+    Example (through :class:`ShakespeareLSTM`)::
+
+        >>> model = ShakespeareLSTM(lr=0.5, momentum=0.9)
+        >>> optimizer = model.configure_optimizers()
+        >>> type(optimizer).__name__, optimizer.defaults["lr"], optimizer.defaults["momentum"]
+        ('SGD', 0.5, 0.9)
+        >>> model.val_acc.masked_tokens  # the pad id is not counted by val_acc
+        (0,)
     """
 
     def init_metrics(self, masked_tokens: Sequence[int]) -> None:
@@ -166,6 +190,15 @@ class ShakespeareLSTM(NextTokenModel):
     Shapes:
         ``forward(x)``: ``x`` int64 ``[B, 80]`` -> logits float ``[B, 80, vocab_size]``.
         Batches are ``(input [B, 80], target [B, 80])`` (``ShakespeareSequences`` items, collated).
+
+    Example::
+
+        >>> import torch
+        >>> model = ShakespeareLSTM()
+        >>> model(torch.zeros(2, 80, dtype=torch.long)).shape
+        torch.Size([2, 80, 90])
+        >>> sum(p.numel() for p in model.parameters())
+        822570
     """
 
     def __init__(

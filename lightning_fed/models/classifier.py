@@ -15,6 +15,23 @@ class Classifier(L.LightningModule):
     Logs ``train_loss`` per step and ``val_loss``/``val_acc`` (``test_loss``/``test_acc``) per epoch, weighted by
     batch size (micro accuracy over all samples). Subclasses build ``self.net`` and call :meth:`init_metrics`;
     ``configure_optimizers`` returns ``torch.optim.SGD(lr=self.hparams.lr)``, the client optimizer.
+
+    Example: a linear classifier on 4 features::
+
+        >>> import torch
+        >>> from torch import nn
+        >>> class LinearClassifier(Classifier):
+        ...     def __init__(self, lr: float = 0.1) -> None:
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...         self.net = nn.Linear(4, 3)
+        ...         self.init_metrics(num_classes=3)
+        >>> model = LinearClassifier()
+        >>> model(torch.zeros(2, 4)).shape
+        torch.Size([2, 3])
+        >>> optimizer = model.configure_optimizers()
+        >>> type(optimizer).__name__, optimizer.defaults["lr"], optimizer.defaults["momentum"]
+        ('SGD', 0.1, 0)
     """
 
     def init_metrics(self, num_classes: int) -> None:

@@ -151,6 +151,21 @@ class FedAwareCNN(Classifier):
         ``train_loss`` (per step), ``val_loss`` / ``val_acc`` and ``test_loss`` / ``test_acc``
         (per epoch); accuracies are torchmetrics ``MulticlassAccuracy(average="micro")``,
         i.e. correct / total over the whole evaluation epoch.
+
+    Example::
+
+        >>> import torch
+        >>> FedAwareCNN()(torch.zeros(2, 1, 28, 28)).shape
+        torch.Size([2, 10])
+        >>> FedAwareCNN(in_channels=3, image_size=32, arch="toy")(torch.zeros(2, 3, 32, 32)).shape
+        torch.Size([2, 10])
+        >>> FedAwareCNN(arch="resnet")
+        Traceback (most recent call last):
+        ...
+        ValueError: arch must be one of ('fedavg', 'toy', 'mlp'), got 'resnet'
+
+    Raises:
+        ValueError: an unknown ``arch`` or ``lr`` ≤ 0.
     """
 
     def __init__(

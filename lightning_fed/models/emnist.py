@@ -60,6 +60,19 @@ class EMNISTCNN(Classifier):
 
     Logging: ``train_loss`` (per step), ``val_loss``/``val_acc``, ``test_loss``/``test_acc`` (per epoch,
     sample-weighted; accuracy = correct / total).
+
+    Raises:
+        ValueError: ``num_classes`` not an integer ≥ 2, or ``lr`` not a positive number.
+
+    Example::
+
+        >>> import torch
+        >>> EMNISTCNN()(torch.zeros(2, 1, 28, 28)).shape
+        torch.Size([2, 62])
+        >>> EMNISTCNN(num_classes=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: `num_classes` must be an integer >= 2, got 1.
     """
 
     def __init__(self, num_classes: int = 62, lr: float = 10 ** -1.5) -> None:
@@ -100,6 +113,16 @@ class EMNISTAutoencoder(L.LightningModule):
 
     Logging: ``train_loss`` (per step, MSE), ``val_loss``/``val_mse_x1000`` and ``test_loss``/
     ``test_mse_x1000`` (per epoch, sample-weighted mean of the per-sample MSE; ``x1000`` is Table 1's unit).
+
+    Raises:
+        ValueError: ``lr`` not a positive number.
+
+    Example: the reconstruction is a sigmoid output, shaped like the flattened input::
+
+        >>> import torch
+        >>> out = EMNISTAutoencoder()(torch.zeros(2, 1, 28, 28))
+        >>> out.shape, bool(((out > 0) & (out < 1)).all())
+        (torch.Size([2, 784]), True)
     """
 
     #: Layer widths, input to output.

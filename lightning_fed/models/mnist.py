@@ -44,6 +44,20 @@ class MNISTMLP(Classifier):
     Shapes:
         input ``x``: ``[B, 1, 28, 28]`` (any ``[B, ...]`` with ``in_features`` elements per sample);
         labels ``y``: ``[B]`` long; output of :meth:`forward`: logits ``[B, num_classes]``.
+
+    Raises:
+        ValueError: a size not a positive integer, ``dropout`` outside [0, 1), or ``lr`` not finite and > 0.
+
+    Example::
+
+        >>> import torch
+        >>> model = MNISTMLP()
+        >>> model(torch.zeros(2, 1, 28, 28)).shape, sum(p.numel() for p in model.parameters())
+        (torch.Size([2, 10]), 159010)
+        >>> MNISTMLP(dropout=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `dropout` must be a number in [0, 1), got 1.0.
     """
 
     def __init__(
@@ -96,6 +110,16 @@ class MNISTCNN(Classifier):
     Shapes:
         input ``x``: ``[B, in_channels, 28, 28]``; labels ``y``: ``[B]`` long;
         output of :meth:`forward`: logits ``[B, num_classes]``.
+
+    Raises:
+        ValueError: a size not a positive integer, ``dropout`` outside [0, 1), or ``lr`` not finite and > 0.
+
+    Example::
+
+        >>> import torch
+        >>> model = MNISTCNN()
+        >>> model(torch.zeros(2, 1, 28, 28)).shape, sum(p.numel() for p in model.parameters())
+        (torch.Size([2, 10]), 21840)
     """
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, dropout: float = 0.5, lr: float = 0.01) -> None:

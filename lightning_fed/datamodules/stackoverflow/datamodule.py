@@ -239,6 +239,17 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
     Raises:
         ValueError: a non-integer or too small ``vocab_size``/``sequence_length``/``max_examples_per_client``/
             ``num_eval_samples``, and the base class' checks.
+
+    Example: construction reads nothing (the SQLite data is fetched and cached by :meth:`prepare_data` /
+    :meth:`setup`); one client per user::
+
+        >>> dm = StackOverflowNWPDataModule(data_dir="data")
+        >>> dm.partitioner, dm.clients_per_round, dm.batch_size
+        (NaturalIdPartitioner(id_column='client_id'), 50, 16)
+        >>> StackOverflowNWPDataModule(vocab_size=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `vocab_size` must be an integer >= 1, got 0.
     """
 
     _task = "nwp"
@@ -291,6 +302,20 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
 
     Attributes:
         vocab: the V words (column ``i`` of ``x`` = ``vocab[i]``); tags: the K tags (after :meth:`setup`).
+
+    Raises:
+        ValueError: ``num_tags`` not an integer >= 1, and the checks of :class:`StackOverflowNWPDataModule`.
+
+    Example: construction reads nothing (the SQLite data is fetched and cached by :meth:`prepare_data` /
+    :meth:`setup`)::
+
+        >>> dm = StackOverflowTagDataModule(data_dir="data")
+        >>> dm.partitioner, dm.clients_per_round, dm.batch_size
+        (NaturalIdPartitioner(id_column='client_id'), 10, 100)
+        >>> StackOverflowTagDataModule(num_tags=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `num_tags` must be an integer >= 1, got 0.
     """
 
     _task = "tag"

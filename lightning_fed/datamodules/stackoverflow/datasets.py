@@ -68,6 +68,20 @@ class StackOverflowNWPSequences(_FileBacked, Dataset):
 
     Attributes:
         tokens: the rows as a tensor sharing memory with the (possibly memory-mapped) array.
+
+    Raises:
+        ValueError: ``tokens`` not ``[N, T + 1]`` with T ≥ 1, or ``client_id`` not ``[N]``.
+
+    Example: V = 4 words (ids 1..4; OOV 5, BOS 6, EOS 7), T = 4::
+
+        >>> from lightning_fed.datamodules.stackoverflow.vocabulary import nwp_token_rows
+        >>> rows = nwp_token_rows(["how to sort", "python"], ["how", "to", "python", "sort"], sequence_length=4)
+        >>> rows
+        array([[6, 1, 2, 4, 7],
+               [6, 3, 7, 0, 0]])
+        >>> seqs = StackOverflowNWPSequences(rows, client_id=[0, 1], client_names=["user0", "user1"])
+        >>> seqs[0]  # (input, target) = (row[:-1], row[1:])
+        (tensor([6, 1, 2, 4]), tensor([1, 2, 4, 7]))
     """
 
     def __init__(self, tokens: Any, client_id: Any, client_names: Sequence[str],
@@ -128,6 +142,19 @@ class StackOverflowTagExamples(_FileBacked, Dataset):
 
     Attributes:
         word_indices, word_offsets, word_values, tag_indices, tag_offsets: tensors sharing memory with the arrays.
+
+    Raises:
+        ValueError: offsets not ``[N + 1]``, or ``word_values`` not shaped like ``word_indices``.
+
+    Example: "how to sort sort" over the vocabulary (how, to, python, sort) is (1/4, 1/4, 0, 2/4)::
+
+        >>> from lightning_fed.datamodules.stackoverflow.vocabulary import bag_of_words, tag_multi_hot
+        >>> words = bag_of_words(["how to sort sort", "java"], ["how", "to", "python", "sort"])
+        >>> tags = tag_multi_hot(["python|sorting", "java"], ["python", "java"])
+        >>> examples = StackOverflowTagExamples(*words, *tags, client_id=[0, 1], client_names=["user0", "user1"],
+        ...                                     vocab_size=4, num_tags=2)
+        >>> examples[0]
+        (tensor([0.2500, 0.2500, 0.0000, 0.5000]), tensor([1., 0.]))
     """
 
     _ARRAYS = ("word_indices", "word_offsets", "word_values", "tag_indices", "tag_offsets")

@@ -1,0 +1,106 @@
+"""Every public class of lightning_fed has a runnable ``>>>`` example in its docstring (issue #14).
+
+The examples themselves run as doctests (``--doctest-modules`` over ``lightning_fed`` in pyproject.toml);
+this test checks that they exist, naming the classes that lack one.
+"""
+
+import importlib
+import inspect
+import pkgutil
+
+import lightning_fed
+
+# Classes whose files were being edited by other helpers when the examples were written.
+# TODO: other helpers' files, filled at merge -- shrink this list as their examples land.
+ALLOWED_WITHOUT_EXAMPLE = {
+    # lightning_fed/callbacks/fedlamb.py
+    "lightning_fed.callbacks.fedlamb.LocalAdaptiveServer",
+    "lightning_fed.callbacks.fedlamb.FedLAMB",
+    "lightning_fed.callbacks.fedlamb.FedAMS",
+    # lightning_fed/callbacks/fedprox.py
+    "lightning_fed.callbacks.fedprox.FedProx",
+    # lightning_fed/callbacks/lamb_client.py
+    "lightning_fed.callbacks.lamb_client.LocalAMSGrad",
+    "lightning_fed.callbacks.lamb_client.FedLAMBClient",
+    "lightning_fed.callbacks.lamb_client.AMSGradClient",
+    # lightning_fed/callbacks/progress.py
+    "lightning_fed.callbacks.progress.FederatedProgressBar",
+    # lightning_fed/callbacks/scaffold.py
+    "lightning_fed.callbacks.scaffold.SCAFFOLD",
+    # lightning_fed/checkpoint.py
+    "lightning_fed.checkpoint.MidRoundCheckpointError",
+    "lightning_fed.checkpoint.CorruptCheckpointError",
+    "lightning_fed.checkpoint.AtomicCheckpointIO",
+    "lightning_fed.checkpoint.FederatedCheckpointConnector",
+    "lightning_fed.checkpoint.RoundCheckpointGuard",
+    # lightning_fed/client.py
+    "lightning_fed.client.ClientUpdate",
+    # lightning_fed/datamodules/federated.py
+    "lightning_fed.datamodules.federated.CohortSelection",
+    "lightning_fed.datamodules.federated.TensorBatches",
+    "lightning_fed.datamodules.federated.FederatedDataModule",
+    # lightning_fed/distributed.py
+    "lightning_fed.distributed.FederatedDDPStrategy",
+    # lightning_fed/executor.py
+    "lightning_fed.executor.ClientExecutor",
+    "lightning_fed.executor.SequentialExecutor",
+    # lightning_fed/interrupts.py
+    "lightning_fed.interrupts.ClientTimeout",
+    "lightning_fed.interrupts.RoundInterrupted",
+    "lightning_fed.interrupts.ClientTimeLimit",
+    "lightning_fed.interrupts.StopSignals",
+    "lightning_fed.interrupts.DeferSigterm",
+    # lightning_fed/loop.py
+    "lightning_fed.loop.FederatedFitLoop",
+    # lightning_fed/round_logging.py
+    "lightning_fed.round_logging.RoundLogAccumulator",
+    # lightning_fed/trainer.py
+    "lightning_fed.trainer.FederatedTrainer",
+    # lightning_fed/vectorized.py
+    "lightning_fed.vectorized.VectorizedExecutor",
+}
+
+
+def public_classes():
+    """``module.Class`` names of the public classes defined in lightning_fed (not re-exports)."""
+    found = {}
+    for info in pkgutil.walk_packages(lightning_fed.__path__, "lightning_fed."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or not inspect.isclass(obj) or obj.__module__ != module.__name__:
+                continue
+            found[f"{module.__name__}.{obj.__qualname__}"] = obj
+    return found
+
+
+def test_walk_finds_the_package_classes():
+    classes = public_classes()
+    # a few that must be found, so an empty or broken walk cannot pass the test below vacuously
+    for name in (
+        "lightning_fed.callbacks.fedadam.FedAdam",
+        "lightning_fed.datamodules.dirichlet.DirichletPartitioner",
+        "lightning_fed.models.mnist.MNISTCNN",
+        "lightning_fed.loop.FederatedFitLoop",
+    ):
+        assert name in classes
+    assert len(classes) > 60
+
+
+def test_every_public_class_has_an_example():
+    missing = sorted(
+        name
+        for name, cls in public_classes().items()
+        if ">>>" not in (cls.__doc__ or "") and name not in ALLOWED_WITHOUT_EXAMPLE
+    )
+    assert not missing, "public classes without a `>>>` example in their docstring:\n  " + "\n  ".join(missing)
+
+
+def test_allow_list_is_current():
+    # an allowed class that has gained an example (or was renamed/removed) must leave the list
+    classes = public_classes()
+    stale = sorted(
+        name for name in ALLOWED_WITHOUT_EXAMPLE if name not in classes or ">>>" in (classes[name].__doc__ or "")
+    )
+    assert not stale, "remove from ALLOWED_WITHOUT_EXAMPLE:\n  " + "\n  ".join(stale)
