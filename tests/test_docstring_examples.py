@@ -33,17 +33,19 @@ ALLOWED_WITHOUT_EXAMPLE = {
     "lightning_fed.checkpoint.AtomicCheckpointIO",
     "lightning_fed.checkpoint.FederatedCheckpointConnector",
     "lightning_fed.checkpoint.RoundCheckpointGuard",
-    # lightning_fed/client.py
-    "lightning_fed.client.ClientUpdate",
+    # lightning_fed/client/
+    "lightning_fed.client.update.ClientUpdate",
+    "lightning_fed.client.runner.ClientContext",
+    "lightning_fed.client.runner.ClientRunner",
+    "lightning_fed.client.sequential.ClientExecutor",
+    "lightning_fed.client.sequential.SequentialExecutor",
+    "lightning_fed.client.vectorized.VectorizedExecutor",
     # lightning_fed/datamodules/federated.py
     "lightning_fed.datamodules.federated.CohortSelection",
     "lightning_fed.datamodules.federated.TensorBatches",
     "lightning_fed.datamodules.federated.FederatedDataModule",
     # lightning_fed/distributed.py
     "lightning_fed.distributed.FederatedDDPStrategy",
-    # lightning_fed/executor.py
-    "lightning_fed.executor.ClientExecutor",
-    "lightning_fed.executor.SequentialExecutor",
     # lightning_fed/interrupts.py
     "lightning_fed.interrupts.ClientTimeout",
     "lightning_fed.interrupts.RoundInterrupted",
@@ -57,7 +59,6 @@ ALLOWED_WITHOUT_EXAMPLE = {
     # lightning_fed/trainer.py
     "lightning_fed.trainer.FederatedTrainer",
     # lightning_fed/vectorized.py
-    "lightning_fed.vectorized.VectorizedExecutor",
 }
 
 
