@@ -22,6 +22,7 @@ from lightning_fed.checkpoint import (
     normalize_allowed_changes,
 )
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
+from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.guards import check_max_update_norm_ratio
 from lightning_fed.interrupts import check_client_timeout
@@ -166,6 +167,7 @@ class FederatedTrainer(L.Trainer):
         ):
             callbacks.append(FederatedProgressBar())
         callbacks.append(RoundCheckpointGuard())
+        callbacks.append(FederatedEvaluation())  # federated evaluation (lightning_fed/evaluation.py)
         kwargs["callbacks"] = callbacks
         plugins = kwargs.get("plugins")
         plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]

@@ -6,7 +6,7 @@ import math
 import numbers
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import lightning as L
 import numpy as np
@@ -17,6 +17,54 @@ from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, Loc
 from lightning_fed.datamodules.partition import Partition, Partitioner
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
+
+
+def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
+    """``None``, an int >= 1 or ``"all"``.
+
+    Raises:
+        ValueError: naming ``eval_clients_per_round`` and the allowed values.
+    """
+    if value is None or value == "all":
+        return value
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`eval_clients_per_round` must be None, an integer >= 1 or 'all', got {value!r}.")
+    return int(value)
+
+
+def split_client_eval(
+    indices: np.ndarray, fraction: float, rng: np.random.Generator, labels: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split one client's sample indices into ``(train, eval)``, both int64 and in the order of ``indices``.
+
+    The evaluation part has k = ⌊fraction·n⌋ samples clipped to [1, n − 1] when n ≥ 2 (every such client keeps
+    training data and gets evaluation data), k = 0 when n = 1. With ``labels`` (int, indexed by dataset index)
+    it is stratified: k is apportioned over the client's classes in proportion to their counts n_c by the
+    largest-remainder (Hamilton) method — class c gets ⌊k·n_c/n⌋, and the k − Σ⌊·⌋ left go to the classes with the
+    largest fractional parts k·n_c/n − ⌊k·n_c/n⌋ (ties: smaller class index) — and each class's evaluation
+    samples are drawn uniformly without replacement by ``rng``. Without labels, k samples are drawn uniformly.
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    n = indices.size
+    k = 0 if n < 2 else int(np.clip(math.floor(fraction * n + 1e-9), 1, n - 1))
+    chosen = np.zeros(n, dtype=bool)
+    if k:
+        if labels is None:
+            chosen[rng.permutation(n)[:k]] = True
+        else:
+            y = np.asarray(labels)[indices]
+            classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+            exact = k * counts / n
+            quota = np.floor(exact + 1e-9).astype(np.int64)
+            left = k - int(quota.sum())
+            if left:
+                quota[np.argsort(-(exact - quota), kind="stable")[:left]] += 1
+            for c in range(classes.size):
+                members = np.flatnonzero(inverse == c)
+                chosen[members[rng.permutation(members.size)[: quota[c]]]] = True
+    return indices[~chosen], indices[chosen]
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -139,11 +187,31 @@ class FederatedDataModule(L.LightningDataModule):
             unavailability, stragglers), independently per (round, client), seeded (default 0).
         over_selection: Sample ⌈C·(1 + over_selection)⌉ candidates and keep the first C that do not drop out
             (Bonawitz et al. 2019's over-selection), ``>= 0`` (default 0).
+        eval_clients_per_round: Federated evaluation (see :mod:`lightning_fed.evaluation`): each time the global
+            model is validated, evaluate it on this many clients' own evaluation data (an int >= 1, sampled
+            uniformly without replacement, seeded by ``(seed, round)``) or on every client with evaluation data
+            (``"all"``). Default ``None``: off (no ``fed_*`` metrics; runs unchanged).
+        eval_fraction: Hold out this fraction (in (0, 1)) of every client's share as its evaluation data,
+            seeded and stratified by label where labels are known (:func:`split_client_eval`); the clients then
+            train on the rest. Default ``None``: the data module's natural per-client split (Shakespeare: each
+            role's last 20 % of speeches; :meth:`natural_eval_split`) where it has one, else none. This split is
+            the default way to give clients evaluation data because it is drawn from each client's own
+            distribution (what federated and personalised evaluation measure, Wang et al. 2019).
+        eval_local_steps: Personalised evaluation (Wang et al. 2019): before evaluating, fine-tune each
+            evaluation client for this many local steps of the module's own optimizer from the global model
+            (logged as ``fed_personalized_*``; the global model is restored afterwards). Default 0: off.
+        eval_csv: Path of a CSV file receiving one row per (validation, evaluation client): round, client id,
+            evaluation samples and every metric (default ``None``: no file). Overwritten by the first
+            federated evaluation of a run, appended to afterwards.
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
             an unknown ``data_order``, a negative ``num_workers``, ``client_dropout`` outside [0, 1), a negative
-            ``over_selection``; at :meth:`setup`, ``clients_per_round`` larger
+            ``over_selection``, an ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
+            ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
+            without ``eval_clients_per_round``; at :meth:`setup`, federated evaluation with no per-client
+            evaluation data, more evaluation clients than clients with evaluation data, ``eval_fraction`` with a
+            natural per-client split; ``clients_per_round`` larger
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
@@ -168,6 +236,10 @@ class FederatedDataModule(L.LightningDataModule):
         drop_last: bool = False,
         client_dropout: float = 0.0,
         over_selection: float = 0.0,
+        eval_clients_per_round: Optional[Union[int, str]] = None,
+        eval_fraction: Optional[float] = None,
+        eval_local_steps: int = 0,
+        eval_csv: Optional[str] = None,
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -187,6 +259,21 @@ class FederatedDataModule(L.LightningDataModule):
             or not math.isfinite(over_selection) or over_selection < 0
         ):
             raise ValueError(f"`over_selection` must be a finite number >= 0, got {over_selection!r}.")
+        self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
+        if eval_fraction is not None and (
+            isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
+        ):
+            raise ValueError(f"`eval_fraction` must be None or a number in (0, 1), got {eval_fraction!r}.")
+        self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
+        if isinstance(eval_local_steps, bool) or not isinstance(eval_local_steps, numbers.Integral) or eval_local_steps < 0:
+            raise ValueError(f"`eval_local_steps` must be an integer >= 0, got {eval_local_steps!r}.")
+        self.eval_local_steps = int(eval_local_steps)
+        self.eval_csv = None if eval_csv is None else str(eval_csv)
+        if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
+            raise ValueError(
+                "`eval_local_steps` and `eval_csv` need federated evaluation: set `eval_clients_per_round` "
+                "(an int >= 1 or 'all')."
+            )
         self.client_dropout = float(client_dropout)
         self.over_selection = float(over_selection)
         self.clients_per_round = _check_positive_int("clients_per_round", clients_per_round)
@@ -205,6 +292,9 @@ class FederatedDataModule(L.LightningDataModule):
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
         self._partition: Optional[Partition] = None
+        #: The dataset the clients' evaluation indices point into, and client c's indices (after :meth:`setup`).
+        self.client_eval_dataset: Optional[Any] = None
+        self._client_eval_indices: Optional[list[np.ndarray]] = None
         #: The most local batches a client takes per round (``None``: its whole local work). Set at fit start by
         #: :class:`~lightning_fed.FederatedTrainer` from ``limit_train_batches`` / ``fast_dev_run``.
         self.local_batch_limit: Optional[int] = None
@@ -255,6 +345,129 @@ class FederatedDataModule(L.LightningDataModule):
                 f"({partition.num_clients})."
             )
         self._partition = partition
+        self._setup_client_eval()
+
+    # ------------------------------------------------------------------ federated evaluation data
+    def natural_eval_split(self) -> Optional[tuple[Any, np.ndarray]]:
+        """A natural per-client evaluation split: ``(dataset, ids)`` with ``ids[j]`` the natural client id (as in
+        ``partition.client_names``) of ``dataset[j]``, or ``None`` (the default: none). Task data modules with
+        per-client test data override it (Shakespeare: each role's last 20 % of speeches)."""
+        return None
+
+    def _setup_client_eval(self) -> None:
+        natural = self.natural_eval_split()
+        partition = self._partition
+        if self.eval_fraction is not None:
+            if natural is not None:
+                raise ValueError(
+                    f"{type(self).__name__} has a natural per-client evaluation split; `eval_fraction` "
+                    f"({self.eval_fraction}) would split the training data again: leave it None."
+                )
+            labels = partition.labels
+            rng_seed = [self.seed, 0xE5A1]
+            train, held = [], []
+            for c in range(partition.num_clients):
+                tr, ev = split_client_eval(
+                    partition.client_indices(c), self.eval_fraction, np.random.default_rng(rng_seed + [c]), labels
+                )
+                train.append(tr)
+                held.append(ev)
+            self._partition = Partition.from_client_lists(
+                train, labels=partition.labels, num_classes=partition.num_classes,
+                client_names=partition.client_names, label_names=partition.label_names,
+            )
+            self.client_eval_dataset = self.train_dataset
+            self._client_eval_indices = held
+        elif natural is not None:
+            dataset, ids = natural
+            ids = np.asarray(ids)
+            names = partition.client_names
+            if names is None:
+                raise ValueError("A natural evaluation split needs a partition with `client_names` (natural ids).")
+            names = np.asarray(names)
+            sorter = np.argsort(names, kind="stable")
+            at = np.clip(np.searchsorted(names, ids, sorter=sorter), 0, max(names.size - 1, 0))
+            position = sorter[at]
+            known = names[position] == ids
+            rows = np.flatnonzero(known)
+            order = rows[np.argsort(position[rows], kind="stable")]
+            counts = np.bincount(position[rows], minlength=partition.num_clients)
+            self.client_eval_dataset = dataset
+            self._client_eval_indices = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+        if self.eval_clients_per_round is None:
+            return
+        if self._client_eval_indices is None:
+            raise ValueError(
+                f"`eval_clients_per_round` is set but {type(self).__name__} has no per-client evaluation data: "
+                "give `eval_fraction` (e.g. 0.2) to hold out part of each client's share."
+            )
+        eligible = self.eval_client_ids()
+        if eligible.size == 0:
+            raise ValueError("No client has evaluation data: raise `eval_fraction` or use larger clients.")
+        if isinstance(self.eval_clients_per_round, int) and self.eval_clients_per_round > eligible.size:
+            raise ValueError(
+                f"`eval_clients_per_round` ({self.eval_clients_per_round}) must not exceed the number of clients "
+                f"with evaluation data ({eligible.size}); use 'all' for all of them."
+            )
+
+    def client_eval_indices(self, cid: int) -> np.ndarray:
+        """Indices into :attr:`client_eval_dataset` of client ``cid``'s evaluation samples, int64 ``[m_cid]``.
+
+        Raises:
+            RuntimeError: before :meth:`setup`, or when the data module has no per-client evaluation data.
+        """
+        if self._client_eval_indices is None:
+            raise RuntimeError(
+                "No per-client evaluation data: call `setup()`; it needs `eval_fraction` or a natural split."
+            )
+        return self._client_eval_indices[int(cid)]
+
+    def eval_client_ids(self) -> np.ndarray:
+        """The clients with at least one evaluation sample, sorted, int64."""
+        if self._client_eval_indices is None:
+            return np.zeros(0, dtype=np.int64)
+        sizes = np.array([len(i) for i in self._client_eval_indices], dtype=np.int64)
+        return np.flatnonzero(sizes > 0).astype(np.int64)
+
+    def select_eval_clients(self, round_idx: int) -> np.ndarray:
+        """The evaluation clients of round ``round_idx``: all clients with evaluation data (``"all"``), or
+        ``eval_clients_per_round`` of them uniformly without replacement, a pure function of ``(seed, round_idx)``
+        (independent of the training cohort's draw); sorted int64.
+
+        Raises:
+            RuntimeError: federated evaluation is off (``eval_clients_per_round=None``).
+        """
+        if self.eval_clients_per_round is None:
+            raise RuntimeError("Federated evaluation is off: set `eval_clients_per_round`.")
+        eligible = self.eval_client_ids()
+        if self.eval_clients_per_round == "all":
+            return eligible
+        rng = np.random.default_rng([self.seed, 0xE7A1, int(round_idx)])
+        return np.sort(rng.choice(eligible, size=self.eval_clients_per_round, replace=False)).astype(np.int64)
+
+    def client_eval_batches(self, cid: int) -> list[np.ndarray]:
+        """Client ``cid``'s evaluation mini-batches: its evaluation indices in order, cut into batches of
+        ``eval_batch_size`` (the last one smaller)."""
+        idx = self.client_eval_indices(cid)
+        return [idx[i : i + self.eval_batch_size] for i in range(0, len(idx), self.eval_batch_size)]
+
+    def client_eval_dataloader(self, cid: int) -> Any:
+        """An iterable over client ``cid``'s evaluation batches, sliced directly (:class:`TensorBatches`) like the
+        training batches where the dataset allows it, else a ``DataLoader``."""
+        batches = self.client_eval_batches(cid)
+        dataset = self.client_eval_dataset
+        if self.num_workers == 0 and TensorBatches.supports(dataset):
+            return TensorBatches(dataset, batches)
+        return DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
+
+    def client_personalization_batches(self, cid: int, round_idx: int, steps: int) -> list[np.ndarray]:
+        """``steps`` mini-batches of client ``cid``'s *training* data for personalised evaluation: its round's
+        batch size and data order, passes continued until exactly ``steps`` batches (:func:`batch_schedule`)."""
+        work = self.client_work(cid, round_idx)
+        return batch_schedule(
+            self.client_indices(cid), ClientWork(1, work.batch_size, steps=int(steps)), int(round_idx), int(cid),
+            self.seed, self.data_order, False,
+        )
 
     @staticmethod
     def _as_torch(dataset: Any) -> Any:
@@ -415,8 +628,13 @@ class FederatedDataModule(L.LightningDataModule):
         )
 
     def val_dataloader(self) -> Any:
-        """The centralized validation loader (``[]`` when there is no ``val_dataset``)."""
+        """The centralized validation loader over ``val_dataset``; without one, over the union of the clients'
+        evaluation data (from ``eval_fraction``) when there is any, else ``[]``."""
         if self.val_dataset is None:
+            if self._client_eval_indices is not None and self.client_eval_dataset is self.train_dataset:
+                union = np.concatenate(self._client_eval_indices).tolist()
+                return DataLoader(Subset(self.train_dataset, union), batch_size=self.eval_batch_size,
+                                  num_workers=self.num_workers)
             return []
         return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
 

