@@ -41,6 +41,10 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.epoch_end_reached"),
     ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.on_epoch_end"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultMetric"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._get_cache"),
+    ("lightning.pytorch.core.optimizer", "_init_optimizers_and_lr_schedulers"),
+    ("lightning.pytorch.trainer.trainer", "Trainer._evaluation_loop"),
     ("lightning.pytorch.core.module", "LightningModule._on_before_batch_transfer"),
     ("lightning.pytorch.callbacks.progress.tqdm_progress", "_update_n"),
     ("lightning.pytorch.strategies.ddp", "_sync_module_states"),
@@ -68,6 +72,8 @@ INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("ModelCheckpoint", "_save_on_train_epoch_end"),
     ("_ResultMetric", "_forward_cache"),
     ("_ResultMetric", "_computed"),
+    ("_EvaluationLoop", "_results"),
+    ("_LoggerConnector", "_current_fx"),
 )
 
 
@@ -142,7 +148,44 @@ def before_batch_transfer(module: Any, batch: Any) -> Any:
     return module._on_before_batch_transfer(batch, dataloader_idx=0)
 
 
+def init_optimizers(module: Any) -> list[Any]:
+    """The optimizers ``module.configure_optimizers()`` returns, normalised as Lightning does (schedulers dropped)."""
+    optimizers, _ = _symbol("lightning.pytorch.core.optimizer", "_init_optimizers_and_lr_schedulers")(module)
+    return list(optimizers)
+
+
 # ---------------------------------------------------------------------------------------------- logging
+def new_result_collection(training: bool) -> Any:
+    """An empty Lightning results collection (what ``self.log`` writes into)."""
+    return _symbol("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection")(
+        training=training
+    )
+
+
+def result_epoch_values(collection: Any) -> dict[str, Any]:
+    """The epoch-level value (a tensor) of every metric logged into ``collection``, by name, as Lightning's
+    ``metrics(on_step=False)`` computes them."""
+    values = {}
+    for _, metric in collection.valid_items():
+        if metric.meta.on_epoch:
+            values[metric.meta.name] = collection._get_cache(metric, on_step=False)
+    return values
+
+
+@contextlib.contextmanager
+def evaluation_results(trainer: Any, collection: Any) -> Iterator[Any]:
+    """Within the block, ``self.log`` during evaluation writes into ``collection`` instead of the evaluation loop's
+    own results (restored afterwards, with the logger connector's current hook)."""
+    loop = trainer._evaluation_loop
+    saved, saved_fx = loop._results, trainer._logger_connector._current_fx
+    loop._results = collection
+    try:
+        yield collection
+    finally:
+        loop._results = saved
+        trainer._logger_connector._current_fx = saved_fx
+
+
 def results(trainer: Any) -> Any:
     """The trainer's current result collection (the values ``self.log`` recorded), or ``None``."""
     return trainer._results

@@ -50,6 +50,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning_fed import _lightning
 
 #: The statistics logged per metric, ``fed_<metric>/<stat>``.
 FED_STATISTICS = ("weighted", "mean", "p10", "p50", "p90", "worst10")
@@ -146,39 +147,19 @@ class ClientEvaluation:
 # Lightning internals used here (private API of lightning.pytorch 2.x), kept together.
 # ---------------------------------------------------------------------------------------------------------------
 def _new_results(training: bool) -> Any:
-    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
-
-    return _ResultCollection(training=training)
+    return _lightning.new_result_collection(training)
 
 
 def _epoch_values(results: Any) -> dict[str, float]:
     """The epoch-level value of every metric logged into ``results`` (as Lightning's ``metrics(on_step=False)``)."""
-    values = {}
-    for _, metric in results.valid_items():
-        if not metric.meta.on_epoch:
-            continue
-        value = results._get_cache(metric, on_step=False)
-        if isinstance(value, torch.Tensor):
-            values[metric.meta.name] = float(value.detach().to(torch.float64).cpu())
-    return values
+    return {
+        name: float(value.detach().to(torch.float64).cpu())
+        for name, value in _lightning.result_epoch_values(results).items()
+        if isinstance(value, torch.Tensor)
+    }
 
 
-class _SwappedResults:
-    """Routes ``self.log`` of the module into ``results`` (the evaluation loop's collection swapped out)."""
-
-    def __init__(self, trainer: Any, results: Any) -> None:
-        self.trainer, self.results = trainer, results
-
-    def __enter__(self) -> Any:
-        loop = self.trainer._evaluation_loop
-        self.saved = loop._results
-        self.saved_fx = self.trainer._logger_connector._current_fx
-        loop._results = self.results
-        return self.results
-
-    def __exit__(self, *exc: Any) -> None:
-        self.trainer._evaluation_loop._results = self.saved
-        self.trainer._logger_connector._current_fx = self.saved_fx
+_SwappedResults = _lightning.evaluation_results
 
 
 def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any]]]:
@@ -203,24 +184,20 @@ def _restore_metric_states(saved: list[tuple[Any, dict[str, Any]]]) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 def _to_device(trainer: Any, batch: Any) -> Any:
-    from lightning.pytorch.trainer import call
-
     module = trainer.lightning_module
     batch = trainer.precision_plugin.convert_input(batch)
-    batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
-    return call._call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
+    batch = _lightning.before_batch_transfer(module, batch)
+    return _lightning.call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
 
 
 def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
     """Run ``validation_step`` over ``batches`` into a fresh results collection; the per-client epoch values."""
-    from lightning.pytorch.trainer import call
-
     results = _new_results(training=False)
     with _SwappedResults(trainer, results), torch.no_grad():
         for i, batch in enumerate(batches):
             batch = _to_device(trainer, batch)
             results.batch, results.batch_size = batch, None
-            call._call_strategy_hook(trainer, "validation_step", batch, i)
+            _lightning.call_strategy_hook(trainer, "validation_step", batch, i)
         values = _epoch_values(results)
         results.reset()
     return values
@@ -228,10 +205,8 @@ def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
 
 def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int) -> None:
     """k local steps of the module's own optimizer (fresh) with its ``training_step`` on client ``cid``."""
-    from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
-
     module = trainer.lightning_module
-    optimizers, _ = _init_optimizers_and_lr_schedulers(module)
+    optimizers = _lightning.init_optimizers(module)
     if len(optimizers) != 1 or not module.automatic_optimization:
         raise ValueError(
             "`eval_local_steps` (personalised evaluation) needs automatic optimization with exactly one optimizer; "
@@ -249,13 +224,11 @@ def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps:
         loader = DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=datamodule.num_workers)
     module.train()
     results = _new_results(training=True)
-    previous = module._current_fx_name
-    with _SwappedResults(trainer, results), torch.enable_grad():
+    with _SwappedResults(trainer, results), torch.enable_grad(), _lightning.hook_name(module, "training_step"):
         try:
             for i, batch in enumerate(loader):
                 batch = _to_device(trainer, batch)
                 results.batch, results.batch_size = batch, None
-                module._current_fx_name = "training_step"
                 out = module.training_step(batch, i)
                 loss = out["loss"] if isinstance(out, dict) else out
                 if loss is None:
@@ -264,7 +237,6 @@ def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps:
                 loss.backward()
                 optimizer.step()
         finally:
-            module._current_fx_name = previous
             results.reset()
     module.eval()
 
@@ -379,15 +351,11 @@ class FederatedEvaluation(Callback):
                 "with on_epoch=True."
             )
         self.last = result
-        previous = pl_module._current_fx_name
-        pl_module._current_fx_name = "on_validation_epoch_end"
-        try:
+        with _lightning.hook_name(pl_module, "on_validation_epoch_end"):
             for name, value in result.statistics().items():
                 pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
             pl_module.log("fed_eval_clients", float(len(clients)), on_step=False, on_epoch=True, batch_size=1)
-        finally:
-            pl_module._current_fx_name = previous
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        step = _lightning.batches_that_stepped(trainer.fit_loop.epoch_loop)
         for prefix, table in (("fed_", result.metrics), ("fed_personalized_", result.personalized)):
             for name, values in table.items():
                 _histogram(trainer, f"{prefix}{name}", values, step)

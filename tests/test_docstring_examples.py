@@ -40,6 +40,9 @@ ALLOWED_WITHOUT_EXAMPLE = {
     "lightning_fed.client.sequential.ClientExecutor",
     "lightning_fed.client.sequential.SequentialExecutor",
     "lightning_fed.client.vectorized.VectorizedExecutor",
+    # lightning_fed/evaluation.py
+    "lightning_fed.evaluation.ClientEvaluation",
+    "lightning_fed.evaluation.FederatedEvaluation",
     # lightning_fed/datamodules/federated.py
     "lightning_fed.datamodules.federated.CohortSelection",
     "lightning_fed.datamodules.federated.TensorBatches",

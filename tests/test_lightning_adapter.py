@@ -47,6 +47,7 @@ def _owners(tmp_path):
         "LightningModule": LinearRegression(),
         "ModelCheckpoint": ModelCheckpoint(dirpath=tmp_path),
         "_ResultMetric": metric,
+        "_EvaluationLoop": trainer.validate_loop,
     }
 
 
