@@ -17,19 +17,6 @@ ALLOWED_WITHOUT_EXAMPLE = {
     "lightning_fed.datamodules.federated.CohortSelection",
     "lightning_fed.datamodules.federated.TensorBatches",
     "lightning_fed.datamodules.federated.FederatedDataModule",
-    # lightning_fed/interrupts.py
-    "lightning_fed.interrupts.ClientTimeout",
-    "lightning_fed.interrupts.RoundInterrupted",
-    "lightning_fed.interrupts.ClientTimeLimit",
-    "lightning_fed.interrupts.StopSignals",
-    "lightning_fed.interrupts.DeferSigterm",
-    # lightning_fed/loop.py
-    "lightning_fed.loop.FederatedFitLoop",
-    # lightning_fed/round_logging.py
-    "lightning_fed.round_logging.RoundLogAccumulator",
-    # lightning_fed/trainer.py
-    "lightning_fed.trainer.FederatedTrainer",
-    # lightning_fed/vectorized.py
 }
 
 
