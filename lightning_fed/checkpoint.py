@@ -65,11 +65,55 @@ _ABSENT = "<absent>"
 
 class MidRoundCheckpointError(RuntimeError):
     """:meth:`FederatedTrainer.save_checkpoint` called inside a round (the module holds a client's local model). The
-    executors re-raise it whatever ``on_client_failure`` says: it is a usage error, not a failing client."""
+    executors re-raise it whatever ``on_client_failure`` says: it is a usage error, not a failing client.
+
+    Example: a callback that saves after every local step is stopped at the first one::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = TensorDataset(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([2.0, 4.0], dtype=torch.float64))
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2)
+        >>> class SaveEveryStep(L.Callback):
+        ...     def on_train_batch_end(self, trainer, *args):
+        ...         trainer.save_checkpoint(trainer.default_root_dir + "/step.ckpt")
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     trainer = FederatedTrainer(max_epochs=1, callbacks=[SaveEveryStep()], default_root_dir=tmp, logger=False,
+        ...                                enable_progress_bar=False, enable_model_summary=False,
+        ...                                enable_checkpointing=False, accelerator="cpu")
+        ...     trainer.fit(Line(), datamodule=dm)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.checkpoint.MidRoundCheckpointError: save_checkpoint('.../step.ckpt') was called inside round 0, while the module holds a client's local model, not the global model; save at the end of a round instead (ModelCheckpoint(every_n_epochs=...), or from on_train_epoch_end).
+        >>> issubclass(MidRoundCheckpointError, RuntimeError)
+        True
+    """
 
 
 class CorruptCheckpointError(RuntimeError):
-    """A checkpoint file exists but cannot be read: empty, truncated, damaged or not a PyTorch checkpoint."""
+    """A checkpoint file exists but cannot be read: empty, truncated, damaged or not a PyTorch checkpoint.
+
+    Example: an empty file (a save killed before it wrote anything)::
+
+        >>> import os, tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     open(os.path.join(tmp, "last.ckpt"), "wb").close()
+        ...     AtomicCheckpointIO().load_checkpoint(os.path.join(tmp, "last.ckpt"))
+        Traceback (most recent call last):
+        ...
+        lightning_fed.checkpoint.CorruptCheckpointError: Cannot read checkpoint '.../last.ckpt': the file is empty (0 bytes; a save that was interrupted before writing anything). Underlying error: ...
+    """
 
 
 # ---------------------------------------------------------------------------------------------- atomic IO
@@ -171,6 +215,24 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     Loading names the file and the damage: an empty, truncated or damaged file raises
     :class:`CorruptCheckpointError` instead of a bare ``EOFError``/``KeyError``/``RuntimeError``.
+
+    Example: a round trip leaves only the target file; a truncated copy names the damage::
+
+        >>> import os, tempfile, torch
+        >>> io = AtomicCheckpointIO()
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "last.ckpt")
+        >>> io.save_checkpoint({"epoch": 3, "w": torch.tensor([1.5])}, path)
+        >>> os.listdir(tmp.name), io.load_checkpoint(path)  # no partial file left behind
+        (['last.ckpt'], {'epoch': 3, 'w': tensor([1.5000])})
+        >>> data = open(path, "rb").read()
+        >>> with open(path, "wb") as f:
+        ...     _ = f.write(data[: len(data) // 2])  # a copy cut in the middle
+        >>> io.load_checkpoint(path)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.checkpoint.CorruptCheckpointError: Cannot read checkpoint '.../last.ckpt': the file is truncated (... bytes: a PyTorch zip archive without its end record). Underlying error: ...
+        >>> tmp.cleanup()
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: PATH, storage_options: Optional[Any] = None) -> None:
@@ -401,6 +463,47 @@ class FederatedCheckpointConnector(CheckpointConnector):
         allowed: ``True`` (every change allowed), ``False``/``()`` (none), or setting names (see
             :func:`run_config`); a name allows its sub-settings (``"server_optimizer"`` allows
             ``"server_optimizer.lr"``), any ``partitioner`` name also allows ``partition``.
+
+    Example: every checkpoint records the run's configuration; resuming with another cohort size is refused::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = TensorDataset(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([2.0, 4.0], dtype=torch.float64))
+        >>> import os, tempfile
+        >>> def fit(clients_per_round, tmp, ckpt_path=None):
+        ...     dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=2), clients_per_round=clients_per_round)
+        ...     trainer = FederatedTrainer(max_epochs=2 if ckpt_path else 1, default_root_dir=tmp, logger=False,
+        ...                                enable_progress_bar=False, enable_model_summary=False,
+        ...                                enable_checkpointing=False, accelerator="cpu")
+        ...     trainer.fit(Line(), datamodule=dm, ckpt_path=ckpt_path)
+        ...     return trainer
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> trainer = fit(2, tmp.name)
+        >>> type(trainer._checkpoint_connector).__name__
+        'FederatedCheckpointConnector'
+        >>> path = os.path.join(tmp.name, "round0.ckpt")
+        >>> trainer.save_checkpoint(path)
+        >>> config = torch.load(path, weights_only=True)["lightning_fed"]["run_config"]
+        >>> config["clients_per_round"], config["server_optimizer"], config["server_optimizer.lr"]
+        (2, 'lightning_fed.callbacks.fedavg.FedAvg', 1.0)
+        >>> fit(1, tmp.name, ckpt_path=path)
+        Traceback (most recent call last):
+        ...
+        ValueError: Cannot resume from .../round0.ckpt: the run's configuration differs from the checkpoint's (checkpoint -> now):
+          clients_per_round: 2 -> 1
+        Resuming with other settings changes the experiment. ...
+        >>> tmp.cleanup()
     """
 
     def __init__(self, trainer: Any, allowed: Union[bool, tuple[str, ...]] = ()) -> None:
@@ -495,6 +598,33 @@ class RoundCheckpointGuard(Callback):
     * ``ModelCheckpoint(every_n_train_steps=n)`` with n > 0, ``ModelCheckpoint(train_time_interval=...)``;
     * ``ModelCheckpoint(save_on_train_epoch_end=False)``;
     * ``ModelCheckpoint(save_on_exception=True)`` and :class:`OnExceptionCheckpoint`.
+
+    Example: step-based saving is refused when ``fit`` starts (before anything is trained or written)::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = TensorDataset(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([2.0, 4.0], dtype=torch.float64))
+        >>> from lightning.pytorch.callbacks import ModelCheckpoint
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2)
+        >>> trainer = FederatedTrainer(max_epochs=1, callbacks=[ModelCheckpoint(every_n_train_steps=5)], logger=False,
+        ...                            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        >>> any(isinstance(cb, RoundCheckpointGuard) for cb in trainer.callbacks)
+        True
+        >>> trainer.fit(Line(), datamodule=dm)
+        Traceback (most recent call last):
+        ...
+        ValueError: ModelCheckpoint(every_n_train_steps=5) saves inside a round, where the module holds a client's half-trained local model, not the global model; federated checkpoints are per round: use `every_n_epochs` (1 epoch = 1 round).
     """
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:

@@ -24,6 +24,14 @@ class FederatedDDPStrategy(DDPStrategy):
     all ranks start from the same x_0 and, applying the same server update to the same gathered updates, stay
     equal. ``FederatedTrainer(strategy="ddp")`` selects this strategy; arguments are those of
     :class:`lightning.pytorch.strategies.DDPStrategy`.
+
+    Example: selected by ``strategy="ddp"`` (nothing is launched before ``fit``)::
+
+        >>> from lightning_fed import FederatedTrainer
+        >>> trainer = FederatedTrainer(strategy="ddp", accelerator="cpu", devices=2, logger=False,
+        ...                            enable_progress_bar=False, enable_model_summary=False)
+        >>> type(trainer.strategy).__name__, trainer.strategy.strategy_name, trainer.world_size
+        ('FederatedDDPStrategy', 'federated_ddp', 2)
     """
 
     strategy_name = "federated_ddp"

@@ -36,6 +36,12 @@ class ClientTimeout(BaseException):
         client_id: The client's id.
         round_idx: The round (0-based).
         limit_s: The limit, seconds.
+
+    Example::
+
+        >>> error = ClientTimeout(client_id=3, round_idx=1, limit_s=0.5)
+        >>> str(error), isinstance(error, Exception)  # not caught by ``except Exception``
+        ('client 3 exceeded client_timeout_s=0.5 s in round 1', False)
     """
 
     def __init__(self, client_id: int, round_idx: int, limit_s: float) -> None:
@@ -50,6 +56,13 @@ class RoundInterrupted(BaseException):
 
     Attributes:
         signum: The signal received (``signal.SIGTERM`` or ``signal.SIGINT``).
+
+    Example::
+
+        >>> import signal
+        >>> error = RoundInterrupted(signal.SIGTERM)
+        >>> str(error), error.signum == signal.SIGTERM, isinstance(error, Exception)
+        ('received SIGTERM', True, False)
     """
 
     def __init__(self, signum: int) -> None:
@@ -97,6 +110,17 @@ class ClientTimeLimit:
         limit_s: The limit, seconds (> 0).
         client_id: The client's id (for the message).
         round_idx: The round (for the message).
+
+    Example: a client hung in ``time.sleep`` is interrupted after 0.05 s (in the main thread)::
+
+        >>> import time
+        >>> with ClientTimeLimit(0.05, client_id=3, round_idx=1) as limit:
+        ...     time.sleep(5)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.interrupts.ClientTimeout: client 3 exceeded client_timeout_s=0.05 s in round 1
+        >>> limit.interrupts
+        True
     """
 
     def __init__(self, limit_s: float, client_id: int, round_idx: int) -> None:
@@ -161,6 +185,23 @@ class StopSignals:
     Args:
         enabled: Install the handlers (the loop passes ``False`` under several processes, see
             :class:`~lightning_fed.FederatedFitLoop`).
+
+    Example: a SIGTERM inside the block stops it; the previous handler (here a recording one, standing in for
+    Lightning's) runs first and is reinstalled at the end::
+
+        >>> import signal
+        >>> seen = []
+        >>> def previous(signum, frame):
+        ...     seen.append(signal.Signals(signum).name)
+        >>> original = signal.signal(signal.SIGTERM, previous)
+        >>> with StopSignals():
+        ...     signal.raise_signal(signal.SIGTERM)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.interrupts.RoundInterrupted: received SIGTERM
+        >>> seen, signal.getsignal(signal.SIGTERM) is previous
+        (['SIGTERM'], True)
+        >>> _ = signal.signal(signal.SIGTERM, original)
     """
 
     SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGINT", None)) if s is not None)
@@ -208,6 +249,21 @@ class DeferSigterm:
 
     Args:
         enabled: Install the handler (the loop passes ``False`` under several processes).
+
+    Example: the SIGTERM is held back inside the block and handed to the previous handler when it ends::
+
+        >>> import signal
+        >>> seen = []
+        >>> def previous(signum, frame):
+        ...     seen.append(signal.Signals(signum).name)
+        >>> original = signal.signal(signal.SIGTERM, previous)
+        >>> with DeferSigterm() as defer:
+        ...     signal.raise_signal(signal.SIGTERM)
+        ...     print(defer.received, seen)
+        True []
+        >>> seen, signal.getsignal(signal.SIGTERM) is previous
+        (['SIGTERM'], True)
+        >>> _ = signal.signal(signal.SIGTERM, original)
     """
 
     def __init__(self, enabled: bool = True) -> None:

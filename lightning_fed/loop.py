@@ -128,6 +128,15 @@ class FederatedFitLoop(pl_private.FitLoop):
         ValueError: an unknown ``on_client_failure``; a ``client_timeout_s`` that is not ``None`` or a finite
             number > 0; a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1; (when the run
             starts) a ``client_timeout_s`` with an executor that does not support it.
+
+    Example: :class:`~lightning_fed.FederatedTrainer` installs it; ``max_epochs`` is the number of rounds::
+
+        >>> from lightning_fed import FederatedTrainer
+        >>> trainer = FederatedTrainer(max_epochs=3, logger=False, enable_progress_bar=False, accelerator="cpu")
+        >>> isinstance(trainer.fit_loop, FederatedFitLoop), trainer.fit_loop.max_epochs, trainer.max_epochs
+        (True, 3, 3)
+        >>> type(trainer.fit_loop.executor).__name__, trainer.fit_loop.client_runner.on_client_failure
+        ('SequentialExecutor', 'skip')
     """
 
     #: Returned by :meth:`ClientRunner.local_step` when the module's ``on_train_batch_start`` returned -1.

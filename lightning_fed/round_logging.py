@@ -48,6 +48,33 @@ class RoundLogAccumulator:
     the loop calls :meth:`start_client`, :meth:`after_step` after each local step, :meth:`finish_client` for a
     client that reported back, :meth:`discard` for one dropped later, and :meth:`end_round` with the aggregation
     weights before the round's values are logged.
+
+    Example: clients log the mean of their x; x = 1, 2, 6 over 2 clients ({6, 1} and {2}, one full-batch step
+    each) and sample-count weights give Σ_i (n_i/n)·mean_i(x) = (2·3.5 + 1·2)/3 = mean(x) = 3, where the plain
+    mean over the round's local steps would be (3.5 + 2)/2 = 2.75::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class LogsX(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         self.log("x_mean", x.mean())
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.tensor([1.0, 2.0, 6.0], dtype=torch.float64)
+        >>> dm = FederatedDataModule(TensorDataset(x, 2 * x), partitioner=IIDPartitioner(num_clients=2),
+        ...                          clients_per_round=2, batch_size=2)
+        >>> trainer = FederatedTrainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        ...                            enable_checkpointing=False, accelerator="cpu")
+        >>> trainer.fit(LogsX(), datamodule=dm)
+        >>> [x[dm.client_indices(c)].tolist() for c in (0, 1)], round(float(trainer.callback_metrics["x_mean"]), 10)
+        ([[6.0, 1.0], [2.0]], 3.0)
     """
 
     def __init__(self) -> None:

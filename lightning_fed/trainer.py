@@ -134,6 +134,36 @@ class FederatedTrainer(L.Trainer):
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
             unknown ``on_client_failure``, a malformed ``allow_resume_changes``, a ``client_timeout_s`` that is not
             ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1.
+
+    Example: one epoch is one round; ``global_step`` counts the clients' optimizer steps. 5 samples over 3 clients
+    (2, 2 and 1 samples), all 3 per round, batch size 1: 2 rounds × (2 + 2 + 1) = 10 steps::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.01)
+        >>> x = torch.arange(1.0, 6.0, dtype=torch.float64)
+        >>> dm = FederatedDataModule(TensorDataset(x, 2 * x), partitioner=IIDPartitioner(num_clients=3, seed=0),
+        ...                          clients_per_round=3, batch_size=1)
+        >>> trainer = FederatedTrainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        ...                            enable_checkpointing=False, accelerator="cpu")
+        >>> type(trainer.server_optimizer).__name__  # none given: FedAvg with η = 1
+        'FedAvg'
+        >>> trainer.fit(Line(), datamodule=dm)
+        >>> trainer.current_epoch, trainer.global_step, trainer.estimated_stepping_batches
+        (2, 10, 10)
+        >>> FederatedTrainer(on_client_failure="retry")
+        Traceback (most recent call last):
+        ...
+        ValueError: `on_client_failure` must be one of ('skip', 'raise'), got 'retry'.
     """
 
     def __init__(

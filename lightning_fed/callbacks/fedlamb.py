@@ -104,6 +104,20 @@ class LocalAdaptiveServer(ServerOptimizer):
 
     Raises:
         ValueError: an argument outside its range (the message names it and what is allowed).
+
+    Example: the shared arguments and their checks (use :class:`FedLAMB` or :class:`FedAMS`)::
+
+        >>> server = FedLAMB(client_lr=0.01, first_moment="average")
+        >>> server.initial_second_moment, server.client_optimizer_class.__name__  # v̂_0 = ε by default
+        (1e-08, 'FedLAMBClient')
+        >>> FedAMS(first_moment="keep")
+        Traceback (most recent call last):
+        ...
+        ValueError: `first_moment` must be one of ('reset', 'average'), got 'keep'.
+        >>> FedAMS(beta2=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
     #: The client optimizer class the callback installs.
@@ -332,6 +346,39 @@ class FedLAMB(LocalAdaptiveServer):
 
     Raises:
         ValueError: an argument outside its range (the message names it).
+
+    Example: one client, one local step from θ = [3, 4] with g = [−1, −2], α = 0.1 and the defaults (β₁ = 0.9,
+    β₂ = 0.999, ε = v̂_0 = 1e-8), against l. 9-12 and 16 by hand::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Lin(L.LightningModule):  # loss −θ·x, so g = −x
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.theta = torch.nn.Parameter(torch.tensor([3.0, 4.0], dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         return -(self.theta * batch[0]).sum()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)  # replaced; its lr is α
+        >>> dm = FederatedDataModule(TensorDataset(torch.tensor([[1.0, 2.0]], dtype=torch.float64)),
+        ...                          partitioner=IIDPartitioner(num_clients=1), clients_per_round=1, batch_size=1)
+        >>> model, server = Lin(), FedLAMB()
+        >>> trainer = FederatedTrainer(max_epochs=1, callbacks=[server], logger=False, enable_progress_bar=False,
+        ...                            enable_model_summary=False, enable_checkpointing=False, accelerator="cpu")
+        >>> trainer.fit(model, datamodule=dm)
+        >>> g = torch.tensor([-1.0, -2.0], dtype=torch.float64)
+        >>> v = 0.999 * 1e-8 + 0.001 * g**2                     # l. 10 from v⁰ = v̂_0 = ε (max(v̂, v) = v)
+        >>> p = (0.1 * g / 0.1) / ((v / 0.001).sqrt() + 1e-8)  # l. 11: m/(1 − β₁), v̂/(1 − β₂) at t = 1
+        >>> theta = torch.tensor([3.0, 4.0], dtype=torch.float64)
+        >>> theta - 0.1 * theta.norm() / p.norm() * p          # l. 12: θ − α·φ(‖θ‖)·p/‖p‖, ‖θ‖ = 5
+        tensor([3.3536, 4.3536], dtype=torch.float64)
+        >>> model.theta.detach()
+        tensor([3.3536, 4.3536], dtype=torch.float64)
+        >>> v_hat = torch.maximum(torch.full_like(v, 1e-8), v)  # l. 16: v̂_1 = max(v̂_0, v_1^T), one client
+        >>> torch.allclose(server.state["second_moment"][0], v_hat, rtol=1e-12, atol=0)
+        True
     """
 
     client_optimizer_class = FedLAMBClient
@@ -377,6 +424,37 @@ class FedAMS(LocalAdaptiveServer):
 
     See :class:`LocalAdaptiveServer` for the rule, the ambiguity choices and the arguments. The paper's
     settings: β₁ = 0.9, β₂ = 0.999, α tuned on a log grid.
+
+    Example: one client, one local step from θ = [3, 4] with g = [−1, −2] and α = 0.1: the first AMSGrad step
+    moves each coordinate by about α (|m̃/√ṽ| = |g|/|g|), against l. 9-11 by hand::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Lin(L.LightningModule):  # loss −θ·x, so g = −x
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.theta = torch.nn.Parameter(torch.tensor([3.0, 4.0], dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         return -(self.theta * batch[0]).sum()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)  # replaced; its lr is α
+        >>> dm = FederatedDataModule(TensorDataset(torch.tensor([[1.0, 2.0]], dtype=torch.float64)),
+        ...                          partitioner=IIDPartitioner(num_clients=1), clients_per_round=1, batch_size=1)
+        >>> model, server = Lin(), FedAMS()
+        >>> trainer = FederatedTrainer(max_epochs=1, callbacks=[server], logger=False, enable_progress_bar=False,
+        ...                            enable_model_summary=False, enable_checkpointing=False, accelerator="cpu")
+        >>> trainer.fit(model, datamodule=dm)
+        >>> type(trainer.optimizers[0]).__name__
+        'AMSGradClient'
+        >>> g = torch.tensor([-1.0, -2.0], dtype=torch.float64)
+        >>> v = 0.999 * 1e-8 + 0.001 * g**2
+        >>> p = g / ((v / 0.001).sqrt() + 1e-8)
+        >>> torch.allclose(model.theta, torch.tensor([3.0, 4.0], dtype=torch.float64) - 0.1 * p, rtol=0, atol=1e-12)
+        True
+        >>> model.theta.detach()
+        tensor([3.1000, 4.1000], dtype=torch.float64)
     """
 
     client_optimizer_class = AMSGradClient

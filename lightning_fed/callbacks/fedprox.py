@@ -81,6 +81,34 @@ class FedProx(FedAvg):
 
     Raises:
         ValueError: ``mu`` not a finite number >= 0, ``lr`` not a finite number > 0, or an unknown ``weighting``.
+
+    Example: one client fits y = w·x on x = [1, 2], y = [2, 4] (loss mean((w·x − y)²), ∇ = 2·mean(x(w·x − y)))
+    from w_0 = 0 with two full-batch SGD steps of γ = 0.1, μ = 1, η = 1::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = TensorDataset(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([2.0, 4.0], dtype=torch.float64))
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=1), clients_per_round=1,
+        ...                          batch_size=2, local_epochs=2)
+        >>> model = Line()
+        >>> trainer = FederatedTrainer(max_epochs=1, callbacks=[FedProx(mu=1.0)], logger=False, enable_progress_bar=False,
+        ...                            enable_model_summary=False, enable_checkpointing=False, accelerator="cpu")
+        >>> trainer.fit(model, datamodule=dm)
+        >>> w1 = 0 - 0.1 * (2 * (1 * (0 - 2) + 2 * (0 - 4)) / 2 + 1.0 * (0 - 0))  # step 1: ∇F = −10, w = w_t: no pull
+        >>> w2 = w1 - 0.1 * (2 * (1 * (w1 - 2) + 2 * (2 * w1 - 4)) / 2 + 1.0 * (w1 - 0))  # step 2: ∇F = −5, μ(w − w_t) = 1
+        >>> round(w1, 10), round(w2, 10), round(model.w.item(), 10)  # x_1 = x_0 + η·Δ = w2 (FedAvg would give 1.5)
+        (1.0, 1.4, 1.4)
     """
 
     def __init__(self, mu: float, lr: float = 1.0, weighting: str = "num_samples") -> None:

@@ -115,6 +115,24 @@ class LocalAMSGrad(Optimizer):
     Raises:
         ValueError: an argument outside its range (the message names it).
         RuntimeError: a sparse gradient.
+
+    Example: one step with the round's broadcast v̂⁰ = 4 as denominator and no bias correction, by hand::
+
+        >>> import torch
+        >>> theta = torch.nn.Parameter(torch.tensor([1.0, 1.0], dtype=torch.float64))
+        >>> opt = AMSGradClient([theta], lr=0.5, bias_correction="none", ratio_denominator="broadcast",
+        ...                     initial_second_moment=4.0)
+        >>> theta.grad = torch.tensor([1.0, -2.0], dtype=torch.float64)
+        >>> opt.step()
+        >>> theta.detach()  # θ − α·m/(√v̂⁰ + ε), m = (1 − β₁)·g = [0.1, −0.2]: [1 − 0.5·0.1/2, 1 + 0.5·0.2/2]
+        tensor([0.9750, 1.0500], dtype=torch.float64)
+        >>> state = opt.state[theta]
+        >>> state["step"], state["exp_avg_sq"], state["max_exp_avg_sq"]  # v = β₂·4 + (1 − β₂)·g²; v̂ kept
+        (1, tensor([3.9970, 4.0000], dtype=torch.float64), tensor([4., 4.], dtype=torch.float64))
+        >>> FedLAMBClient([theta], phi_min=2.0, phi_max=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `phi_max` (1.0) must be >= `phi_min` (2.0).
     """
 
     #: Whether the step is normalised per parameter tensor (Fed-LAMB) or not (Fed-AMS).
@@ -225,6 +243,20 @@ class FedLAMBClient(LocalAMSGrad):
     See :class:`LocalAMSGrad` for the full rule, the state and the arguments (φ(z) = min(max(z, γ_l), γ_u) with
     ``phi_min`` = γ_l, ``phi_max`` = γ_u; identity by default). When φ(‖θ^ℓ‖) = 0 or the update is zero the
     trust ratio is 1 (see :func:`layerwise_scale`).
+
+    Example: the first step from θ = [3, 4] (‖θ‖ = 5) with g = [−1, −2] moves θ by α·‖θ‖ = 0.5 along
+    −p/‖p‖ ≈ [1, 1]/√2; a zero tensor (‖θ‖ = 0) takes the unscaled step α·p::
+
+        >>> import torch
+        >>> theta = torch.nn.Parameter(torch.tensor([3.0, 4.0], dtype=torch.float64))
+        >>> bias = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        >>> opt = FedLAMBClient([theta, bias], lr=0.1)
+        >>> theta.grad, bias.grad = torch.tensor([-1.0, -2.0], dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+        >>> opt.step()
+        >>> theta.detach(), 3 + 0.5 / 2**0.5  # p = m̃/(√ṽ + ε) ≈ g/|g| = [−1, −1]
+        (tensor([3.3536, 4.3536], dtype=torch.float64), 3.353553390593274)
+        >>> bias.detach()  # trust ratio 1: −α·p ≈ −0.1
+        tensor([-0.1000], dtype=torch.float64)
     """
 
     layerwise = True
@@ -236,6 +268,21 @@ class AMSGradClient(LocalAMSGrad):
 
     With ``initial_second_moment=0``, ``weight_decay=0`` and ``bias_correction="both"`` it equals
     ``torch.optim.Adam(amsgrad=True)``. See :class:`LocalAMSGrad` for the rule and the arguments.
+
+    Example: with v₀ = 0 it follows ``torch.optim.Adam(amsgrad=True)`` (three steps on ‖θ‖²)::
+
+        >>> import torch
+        >>> a = torch.nn.Parameter(torch.tensor([1.0, -1.0], dtype=torch.float64))
+        >>> b = torch.nn.Parameter(a.detach().clone())
+        >>> opt_a = AMSGradClient([a], lr=0.1, initial_second_moment=0.0)
+        >>> opt_b = torch.optim.Adam([b], lr=0.1, amsgrad=True)
+        >>> for _ in range(3):
+        ...     for p, opt in ((a, opt_a), (b, opt_b)):
+        ...         opt.zero_grad()
+        ...         (p**2).sum().backward()
+        ...         opt.step()
+        >>> a.detach(), torch.allclose(a, b, rtol=1e-12, atol=0)
+        (tensor([ 0.7016, -0.7016], dtype=torch.float64), True)
     """
 
     layerwise = False

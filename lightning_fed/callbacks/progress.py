@@ -14,6 +14,16 @@ class FederatedProgressBar(TQDMProgressBar):
 
     Installed by :class:`~lightning_fed.FederatedTrainer` unless another progress bar is given or
     ``enable_progress_bar=False``. Arguments as :class:`lightning.pytorch.callbacks.TQDMProgressBar`.
+
+    Example: installed by default, not with ``enable_progress_bar=False``::
+
+        >>> from lightning_fed import FederatedTrainer
+        >>> trainer = FederatedTrainer(max_epochs=1, logger=False, enable_model_summary=False, accelerator="cpu")
+        >>> [type(cb).__name__ for cb in trainer.callbacks if isinstance(cb, FederatedProgressBar)]
+        ['FederatedProgressBar']
+        >>> quiet = FederatedTrainer(max_epochs=1, logger=False, enable_progress_bar=False, accelerator="cpu")
+        >>> any(isinstance(cb, FederatedProgressBar) for cb in quiet.callbacks)
+        False
     """
 
     def on_train_epoch_start(self, trainer: Any, *_: Any) -> None:

@@ -84,6 +84,37 @@ class SCAFFOLD(ServerOptimizer):
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+
+    Example: two clients, one sample each ((x, y) = (1, 2) and (2, 4); loss (w·x − y)², gradient 2x(w·x − y)),
+    K = 2 local SGD steps of η_l = 0.1 from x = 0 in round 0, where c = c_i = 0 (plain SGD)::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = TensorDataset(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([2.0, 4.0], dtype=torch.float64))
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2,
+        ...                          batch_size=1, local_epochs=2)
+        >>> model, scaffold = Line(), SCAFFOLD()
+        >>> trainer = FederatedTrainer(max_epochs=1, callbacks=[scaffold], logger=False, enable_progress_bar=False,
+        ...                            enable_model_summary=False, enable_checkpointing=False, accelerator="cpu")
+        >>> trainer.fit(model, datamodule=dm)
+        >>> # (1, 2): y = 0 + 0.1·4 = 0.4, then 0.4 + 0.1·3.2 = 0.72;  (2, 4): y = 0 + 0.1·16 = 1.6, then 1.6 + 0.1·3.2 = 1.92
+        >>> round(model.w.item(), 10)  # x ← x + η_g·mean_i(y_i − x) = (0.72 + 1.92)/2
+        1.32
+        >>> sorted(round(scaffold.client_control(i)[0].item(), 10) for i in (0, 1))  # c_i⁺ = (x − y_i)/(K·η_l)
+        [-9.6, -3.6]
+        >>> round(scaffold.state["control"][0].item(), 10), scaffold.num_clients  # c = (1/N)·Σ Δc_i
+        (-6.6, 2)
     """
 
     def __init__(self, lr: float = 1.0, weighting: str = "uniform") -> None:

@@ -50,6 +50,18 @@ class ClientContext:
             without one).
         client_lrs: γ of each parameter's optimizer group in the round, aligned with ``global_params``
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
+
+    Example: made by :meth:`ClientRunner.context`; read-only::
+
+        >>> import torch
+        >>> context = ClientContext(client_id=3, round_idx=0, global_params=[torch.zeros(2)], global_buffers=[],
+        ...                         client_lr=0.1)
+        >>> context.client_lr, context.client_lrs
+        (0.1, [])
+        >>> context.client_lr = 1.0
+        Traceback (most recent call last):
+        ...
+        dataclasses.FrozenInstanceError: cannot assign to field 'client_lr'
     """
 
     client_id: int
@@ -89,6 +101,38 @@ class ClientRunner:
 
     Raises:
         ValueError: an unknown ``on_client_failure``.
+
+    Example: after a one-round fit the runner still holds the round's x_t (here x_0 = 0) while the module holds
+    x_1; with one client and one full-batch SGD step, x_1 = 0 − γ·2·mean(x(0·x − 2x)) = 0.1·2·15 = 3::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+        >>> data = TensorDataset(x, 2 * x)
+        >>> def quiet_trainer(**kwargs):
+        ...     return FederatedTrainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+        ...                             enable_checkpointing=False, accelerator="cpu", **kwargs)
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=1), clients_per_round=1, batch_size=4)
+        >>> model, trainer = Line(), quiet_trainer(max_epochs=1)
+        >>> trainer.fit(model, datamodule=dm)
+        >>> runner = trainer.fit_loop.client_runner
+        >>> runner.global_params, runner.round_client_lr, round(model.w.item(), 10)
+        ([tensor([0.], dtype=torch.float64)], 0.1, 3.0)
+        >>> ClientRunner(on_client_failure="retry")
+        Traceback (most recent call last):
+        ...
+        ValueError: `on_client_failure` must be one of ('skip', 'raise'), got 'retry'.
     """
 
     #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.

@@ -38,6 +38,38 @@ class ClientExecutor(abc.ABC):
     vectorised (:class:`~lightning_fed.client.vectorized.VectorizedExecutor`) or spread over ranks. It works
     through the :class:`~lightning_fed.client.runner.ClientRunner` it is given (start a client from x_t, local
     steps, finish it into a ``ClientUpdate``, report a failure) and never touches the loop.
+
+    Example: an executor that records each round's cohort and delegates the training::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+        >>> data = TensorDataset(x, 2 * x)
+        >>> def quiet_trainer(**kwargs):
+        ...     return FederatedTrainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+        ...                             enable_checkpointing=False, accelerator="cpu", **kwargs)
+        >>> class Recording(ClientExecutor):
+        ...     def __init__(self):
+        ...         self.cohorts, self.inner = [], SequentialExecutor()
+        ...     def run_round(self, runner, cohort, round_idx):
+        ...         self.cohorts.append(cohort.tolist())
+        ...         return self.inner.run_round(runner, cohort, round_idx)
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=4), clients_per_round=2)
+        >>> executor = Recording()
+        >>> quiet_trainer(max_epochs=2, client_executor=executor).fit(Line(), datamodule=dm)
+        >>> executor.cohorts, executor.cohorts == [dm.sample_clients(t).tolist() for t in (0, 1)]  # the seeded S_t
+        ([[2, 0], [2, 1]], True)
     """
 
     #: Whether :meth:`run_round` applies the loop's ``client_timeout_s`` (the loop refuses a time limit otherwise).
@@ -68,6 +100,34 @@ class SequentialExecutor(ClientExecutor):
     :class:`~lightning_fed.interrupts.ClientTimeLimit` (interrupted by ``SIGALRM`` in the main thread; elsewhere
     checked between local steps only); a client past the limit is dropped through the runner's
     :meth:`~lightning_fed.client.runner.ClientRunner.report_failure` (``on_client_failure="raise"`` raises).
+
+    Example: 2 rounds × 2 clients × 2 local batches (2 samples each, batch size 1) = 8 client optimizer steps::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+        >>> data = TensorDataset(x, 2 * x)
+        >>> def quiet_trainer(**kwargs):
+        ...     return FederatedTrainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+        ...                             enable_checkpointing=False, accelerator="cpu", **kwargs)
+        >>> dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2, batch_size=1)
+        >>> trainer = quiet_trainer(max_epochs=2)
+        >>> type(trainer.fit_loop.executor).__name__
+        'SequentialExecutor'
+        >>> trainer.fit(Line(), datamodule=dm)
+        >>> trainer.current_epoch, trainer.global_step
+        (2, 8)
     """
 
     supports_client_timeout = True

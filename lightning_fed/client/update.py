@@ -32,6 +32,15 @@ class ClientUpdate:
         client_lrs: The client learning rate γ of each parameter's optimizer group during this round, one float
             per entry of ``delta`` (``nan`` for a parameter in no group, or in several groups with different
             rates); see :func:`parameter_client_lrs`. Empty (the default) means ``client_lr`` for every parameter.
+
+    Example::
+
+        >>> import torch
+        >>> update = ClientUpdate(client_id=7, delta=[torch.tensor([0.5, -1.0])], num_samples=12, num_steps=3, loss=0.25)
+        >>> update.loss_steps, update.client_lr, update.extras  # defaults: every step reported a loss
+        (3, nan, {})
+        >>> update.delta[0].shape
+        torch.Size([2])
     """
 
     client_id: int

@@ -245,6 +245,43 @@ class VectorizedExecutor(ClientExecutor):
 
     Raises:
         ValueError: an unknown ``randomness`` or a ``max_parallel`` that is not a positive integer.
+
+    Example: the same run vectorised and sequential (3 clients, 2 local epochs of batch size 1)::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Line(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return ((self.w * x - y) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+        >>> data = TensorDataset(x, 2 * x)
+        >>> def quiet_trainer(**kwargs):
+        ...     return FederatedTrainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+        ...                             enable_checkpointing=False, accelerator="cpu", **kwargs)
+        >>> def run(executor):
+        ...     dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=3), clients_per_round=3,
+        ...                              batch_size=1, local_epochs=2)
+        ...     model, trainer = Line(), quiet_trainer(max_epochs=2, client_executor=executor)
+        ...     trainer.fit(model, datamodule=dm)
+        ...     return model.w.detach(), trainer.global_step
+        >>> vectorized = VectorizedExecutor()
+        >>> (w_vec, steps_vec), (w_seq, steps_seq) = run(vectorized), run("sequential")
+        >>> vectorized.fallback_reason is None, steps_vec, steps_seq  # 2 rounds × (2 + 1 + 1 batches) × 2 epochs
+        (True, 16, 16)
+        >>> torch.allclose(w_vec, w_seq, rtol=1e-12, atol=0)
+        True
+        >>> VectorizedExecutor(randomness="same")
+        Traceback (most recent call last):
+        ...
+        ValueError: `randomness` must be one of ('error', 'different'), got 'same'.
     """
 
     supports_client_timeout = True  # by falling back to sequential training
