@@ -109,6 +109,17 @@ class ClientEvaluation:
         client_ids: int64 ``[K]``; samples: int64 ``[K]`` evaluation samples per client.
         metrics: ``{name: float64 [K]}``, what ``validation_step`` logged, per client.
         personalized: the same after ``eval_local_steps`` local steps (empty when off).
+
+    Example (sample-weighted mean, unweighted mean, NumPy's linear percentiles, mean of the worst ⌈10 %⌉)::
+
+        >>> import numpy as np
+        >>> ev = ClientEvaluation(round=0, client_ids=np.array([0, 1, 2]), samples=np.array([10, 30, 60]),
+        ...                       metrics={"val_acc": np.array([0.5, 0.7, 0.9])})
+        >>> stats = ev.statistics()
+        >>> round(stats["fed_val_acc/weighted"], 4)  # (10·0.5 + 30·0.7 + 60·0.9) / 100
+        0.8
+        >>> [round(stats[f"fed_val_acc/{s}"], 4) for s in ("mean", "p10", "p50", "p90", "worst10")]
+        [0.7, 0.54, 0.7, 0.86, 0.5]
     """
 
     round: int
@@ -323,6 +334,36 @@ class FederatedEvaluation(Callback):
 
     Attributes:
         last: The :class:`ClientEvaluation` of the latest federated evaluation (``None`` before any).
+
+    Example (4 clients of 3 samples; ``eval_fraction=0.25`` holds out one sample of each)::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> class Reg(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.lin = torch.nn.Linear(1, 1)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return torch.nn.functional.mse_loss(self.lin(x).squeeze(1), y.float())
+        ...     def validation_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         self.log("val_loss", torch.nn.functional.mse_loss(self.lin(x).squeeze(1), y.float()))
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.01)
+        >>> ds = TensorDataset(torch.arange(12.0).reshape(12, 1), torch.arange(12) % 3)
+        >>> dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+        ...                          batch_size=2, eval_clients_per_round="all", eval_fraction=0.25)
+        >>> trainer = FederatedTrainer(max_epochs=1, logger=False, enable_progress_bar=False,
+        ...                            enable_model_summary=False, enable_checkpointing=False)
+        >>> trainer.fit(Reg(), datamodule=dm)
+        >>> sorted(k for k in trainer.callback_metrics if k.startswith("fed_val_loss"))
+        ['fed_val_loss/mean', 'fed_val_loss/p10', 'fed_val_loss/p50', 'fed_val_loss/p90', 'fed_val_loss/weighted', 'fed_val_loss/worst10']
+        >>> evaluation = next(c for c in trainer.callbacks if isinstance(c, FederatedEvaluation))
+        >>> evaluation.last.client_ids.tolist(), evaluation.last.samples.tolist()
+        ([0, 1, 2, 3], [1, 1, 1, 1])
     """
 
     def __init__(self) -> None:

@@ -81,6 +81,17 @@ class CohortSelection:
         cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order.
         candidates: The clients sampled (``clients_per_round`` plus the over-selection), int64, in order.
         unavailable: How many candidates dropped out (simulated device dropout).
+
+    Example::
+
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> dm = FederatedDataModule(TensorDataset(torch.zeros(12, 1)), partitioner=IIDPartitioner(4, seed=0),
+        ...                          clients_per_round=2)
+        >>> dm.setup()
+        >>> dm.select_cohort(0)
+        CohortSelection(cohort=array([2, 0]), candidates=array([2, 0]), unavailable=0)
     """
 
     cohort: np.ndarray
@@ -96,6 +107,14 @@ class TensorBatches:
     Args:
         dataset: A dataset with ``get_batch(index: LongTensor)`` or a ``torch.utils.data.TensorDataset``.
         batches: The index arrays of the batches, in order.
+
+    Example::
+
+        >>> import numpy as np, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> ds = TensorDataset(torch.arange(12.0).reshape(12, 1), torch.arange(12) % 3)
+        >>> [x.squeeze(1).tolist() for x, y in TensorBatches(ds, [np.array([0, 5]), np.array([7])])]
+        [[0.0, 5.0], [7.0]]
     """
 
     def __init__(self, dataset: Any, batches: list[np.ndarray]) -> None:
@@ -215,6 +234,20 @@ class FederatedDataModule(L.LightningDataModule):
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
+
+    Example (12 samples, 4 IID clients of 3, batch size 2: client 0's round-0 batches)::
+
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed.datamodules import IIDPartitioner
+        >>> ds = TensorDataset(torch.arange(12.0).reshape(12, 1), torch.arange(12) % 3)
+        >>> dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+        ...                          batch_size=2)
+        >>> dm.setup()
+        >>> dm.num_clients, [dm.client_num_samples(c) for c in range(4)], dm.sample_clients(0).tolist()
+        (4, [3, 3, 3, 3], [2, 0])
+        >>> [b.tolist() for b in dm.client_batches(0, 0)]
+        [[2, 7], [9]]
     """
 
     def __init__(
