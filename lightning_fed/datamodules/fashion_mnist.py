@@ -59,15 +59,8 @@ _INSTALL_HINT = (
 
 
 class FashionMNISTTensorDataset(IDXImageTensorDataset):
-    """In-memory Fashion-MNIST ``(image, label)`` dataset with a torchvision-style ``targets`` attribute.
-
-    Args:
-        images: float tensor ``[N, 1, 28, 28]`` (already normalised).
-        targets: LongTensor ``[N]`` of class indices.
-        classes: class names (index -> name), as ``torchvision.datasets.FashionMNIST.classes``.
-
-    ``dataset[i]`` returns ``(images[i], targets[i])`` -- a ``[1, 28, 28]`` float tensor and a
-    0-d LongTensor; a DataLoader batch is ``([B, 1, 28, 28], [B])``.
+    """In-memory Fashion-MNIST ``(image, label)`` dataset: an :class:`IDXImageTensorDataset` (shapes, ``targets``) over
+    Fashion-MNIST's 10 clothing classes, ``classes`` as ``torchvision.datasets.FashionMNIST.classes``.
 
     Example::
 

@@ -64,15 +64,8 @@ MNIST_STD = 0.3081
 
 
 class MNISTTensorDataset(IDXImageTensorDataset):
-    """In-memory MNIST ``(image, label)`` dataset with a torchvision-style ``targets`` attribute.
-
-    Args:
-        images: float tensor ``[N, 1, 28, 28]`` (already normalised).
-        targets: LongTensor ``[N]`` of digits 0-9.
-        classes: class names (index -> name), as ``torchvision.datasets.MNIST.classes``.
-
-    ``dataset[i]`` returns ``(images[i], targets[i])`` -- a ``[1, 28, 28]`` float tensor and a
-    0-d LongTensor; a DataLoader batch is ``([B, 1, 28, 28], [B])``.
+    """In-memory MNIST ``(image, label)`` dataset: an :class:`IDXImageTensorDataset` (shapes, ``targets``) over
+    the digits 0-9, ``classes`` as ``torchvision.datasets.MNIST.classes``.
 
     Example::
 
