@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
+from lightning_fed.server.aggregators.base import Stage
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 
 
@@ -36,8 +39,10 @@ class FedAvg(ServerOptimizer):
         ValueError: `lr` must be a finite number > 0, got 0.
     """
 
-    def __init__(self, lr: float = 1.0, weighting: str = "num_samples") -> None:
-        super().__init__(lr=lr, weighting=weighting)
+    def __init__(
+        self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None
+    ) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators)
 
     def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
         torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, chain_states, check_chain, run_chain
 
 _WEIGHTINGS = ("num_samples", "uniform")
 
@@ -83,11 +84,16 @@ class ServerOptimizer(Callback):
         ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
     """
 
-    def __init__(self, lr: float = 1.0, weighting: str = "num_samples") -> None:
+    def __init__(self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[Sequence[Any]] = None) -> None:
         self.lr = check_positive("lr", lr)
         if weighting not in _WEIGHTINGS:
             raise ValueError(f"`weighting` must be one of {_WEIGHTINGS}, got {weighting!r}.")
         self.weighting = weighting
+        #: The aggregator chain (:mod:`lightning_fed.server.aggregators`) replacing the weighted mean, or ``None``.
+        self.aggregators: Optional[list[Any]] = None if aggregators is None else check_chain(aggregators)
+        self.aggregator_state: Optional[tuple] = None
+        self._saved_aggregator_state: Optional[list[dict[str, Any]]] = None
+        self._round_info: Optional[RoundInfo] = None
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
         #: The optimizer state: name -> list of tensors aligned with ``module.parameters()``.
@@ -149,6 +155,8 @@ class ServerOptimizer(Callback):
         (Σ c_i·Δ_i)/Σc in float64. On devices without float64 (Apple MPS) the sum is accumulated in the
         parameters' dtype.
         """
+        if self.aggregators is not None:
+            return self._run_aggregators(updates)
         counts = self.client_weight_counts(updates)
         total = float(counts.sum())
         counts = counts.tolist()
@@ -158,6 +166,28 @@ class ServerOptimizer(Callback):
             torch._foreach_add_(result, self.client_delta(update), alpha=c)  # in float64: exact for float32 Δ
         torch._foreach_div_(result, total)
         return [acc.to(d.dtype) for acc, d in zip(result, first)]
+
+    def _run_aggregators(self, updates: list[ClientUpdate]) -> list[Tensor]:
+        """Δ_t from the aggregator chain (client transforms → reducer → delta transforms)."""
+        x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
+                         self.client_weight_counts(updates))
+        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
+        if self.aggregator_state is None:
+            states = chain_states(self.aggregators, x.deltas[0], info.num_clients)
+            if self._saved_aggregator_state is not None:
+                states = tuple(type(s0)(**saved) for s0, saved in zip(states, self._saved_aggregator_state))
+                self._saved_aggregator_state = None
+            self.aggregator_state = states
+        delta, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info)
+        return delta
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain."""
+        dm = trainer.datamodule
+        if dm is not None and hasattr(dm, "select_cohort"):
+            self._round_info = RoundInfo(
+                int(trainer.current_epoch), int(getattr(dm, "seed", 0)), int(dm.num_clients), int(dm.clients_per_round)
+            )
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
         """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
@@ -214,6 +244,15 @@ class ServerOptimizer(Callback):
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
+        if self.aggregators is not None and (
+            type(self).aggregate is not ServerOptimizer.aggregate
+            or type(self).server_update is not ServerOptimizer.server_update
+        ):
+            raise ValueError(
+                f"{type(self).__name__} aggregates in its own way (it overrides `aggregate`/`server_update`), so "
+                "`aggregators` would be ignored; use them with a server optimizer that takes the default aggregation."
+            )
+
         if not isinstance(trainer.fit_loop, FederatedFitLoop):
             raise RuntimeError(
                 f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
@@ -227,14 +266,20 @@ class ServerOptimizer(Callback):
         return self._generate_state_key(lr=self.lr, weighting=self.weighting)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "num_steps": self.num_steps,
             "state": {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()},
         }
+        if self.aggregator_state is not None:
+            out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.num_steps = int(state_dict["num_steps"])
         self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
+        if "aggregators" in state_dict:
+            self._saved_aggregator_state = state_dict["aggregators"]
+            self.aggregator_state = None
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"
@@ -248,6 +293,16 @@ def _accumulation_dtype(t: Tensor) -> torch.dtype:
     if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type == "mps":
         return t.dtype
     return torch.float64
+
+
+def _cpu(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
 
 
 def zeros_like_all(params: list[Tensor], fill: Optional[float] = None) -> list[Tensor]:

@@ -1,0 +1,28 @@
+"""Aggregators: stages that turn a round's client updates into the pseudo-gradient Δ_t, chained as in optax.
+
+A chain is ``client transforms* → one reducer → delta transforms*`` (e.g. clip → median → noise), each stage a
+small update over one typed state (:class:`Stage`). ``ServerOptimizer(aggregators=[...])`` runs the chain in place
+of its default sample-weighted mean.
+"""
+
+from lightning_fed.server.aggregators.base import (
+    ClientDeltas,
+    EmptyState,
+    RoundInfo,
+    Stage,
+    WeightedMean,
+    chain_states,
+    check_chain,
+    run_chain,
+)
+
+__all__ = [
+    "ClientDeltas",
+    "EmptyState",
+    "RoundInfo",
+    "Stage",
+    "WeightedMean",
+    "chain_states",
+    "check_chain",
+    "run_chain",
+]

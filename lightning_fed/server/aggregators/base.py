@@ -1,0 +1,154 @@
+"""The aggregator interface: stages over typed states, and the chain that runs them.
+
+Three kinds of stage, in this order in a chain (:func:`check_chain`):
+
+* ``"transform"`` — per-client updates → per-client updates (clip each Δ_i, simulate attackers, …);
+* ``"reduce"`` — exactly one: per-client updates → the pseudo-gradient Δ_t (weighted mean, median, Krum, …);
+* ``"delta"`` — Δ_t → Δ_t (add DP noise, …).
+
+Each stage is a pure update ``apply(x, state, info) -> (x', state')`` over one ``NamedTuple`` state of tensors
+(the optax model: ``optax/_src/transform.py``), so the chain's state is a tuple of the stages' states and is
+checkpointed by the server optimizer that owns the chain.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple, Sequence
+
+import torch
+from torch import Tensor
+
+#: The stage kinds, in the order a chain runs them.
+KINDS = ("transform", "reduce", "delta")
+
+
+class RoundInfo(NamedTuple):
+    """What a stage may know about the round.
+
+    Attributes:
+        round_idx: The round t (0-based).
+        seed: The data module's seed (stages that draw randomness seed it from ``(seed, round_idx, …)``).
+        num_clients: N, the population size.
+        clients_per_round: C, the expected cohort size (e.g. DP-FedAvg divides the noised sum by it).
+    """
+
+    round_idx: int
+    seed: int
+    num_clients: int
+    clients_per_round: int
+
+
+class ClientDeltas(NamedTuple):
+    """The round's client updates as a stage sees them.
+
+    Attributes:
+        client_ids: The clients' ids, ``[K]``.
+        deltas: ``deltas[i]`` is client i's contribution (one tensor per parameter, the module's shapes).
+        counts: float64 ``[K]``, the unnormalised aggregation weights (sample counts, or 1 under uniform weighting).
+    """
+
+    client_ids: list[int]
+    deltas: list[list[Tensor]]
+    counts: Tensor
+
+
+class EmptyState(NamedTuple):
+    """The state of a stage that keeps none."""
+
+
+class Stage(abc.ABC):
+    """One aggregation stage: ``kind`` is ``"transform"``, ``"reduce"`` or ``"delta"`` (see the module doc).
+
+    Subclasses implement :meth:`apply` and, if they keep state, :meth:`init_state` returning a ``NamedTuple`` of
+    tensors (or Python numbers).
+    """
+
+    kind: str = "reduce"
+
+    def init_state(self, params: list[Tensor], num_clients: int) -> NamedTuple:
+        """The initial state for a model with parameters ``params`` and ``num_clients`` clients (default: none)."""
+        return EmptyState()
+
+    @abc.abstractmethod
+    def apply(self, x: Any, state: NamedTuple, info: RoundInfo) -> tuple[Any, NamedTuple]:
+        """``transform``: ClientDeltas → ClientDeltas; ``reduce``: ClientDeltas → list[Tensor] (Δ_t);
+        ``delta``: list[Tensor] → list[Tensor]. Returns the result and the new state."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+def _accumulation_dtype(t: Tensor) -> torch.dtype:
+    return t.dtype if t.device.type == "mps" else torch.float64
+
+
+class WeightedMean(Stage):
+    """Δ_t = Σ_i c_i Δ_i / Σ_j c_j, the sample-weighted mean of Reddi et al. 2021 (Alg. 1, l. 10; Sec. 4), summed
+    in float64 and rounded once to the parameters' dtype — exactly what ``ServerOptimizer.aggregate`` computes.
+
+    Example::
+
+        >>> import torch
+        >>> x = ClientDeltas([0, 1], [[torch.tensor([1.0])], [torch.tensor([4.0])]], torch.tensor([1.0, 2.0], dtype=torch.float64))
+        >>> WeightedMean().apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))[0]  # (1·1 + 2·4) / 3
+        [tensor([3.])]
+    """
+
+    kind = "reduce"
+
+    def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
+        counts = x.counts.tolist()
+        total = float(x.counts.sum())
+        first = x.deltas[0]
+        result = [torch.mul(d.to(_accumulation_dtype(d)), counts[0]) for d in first]
+        for c, delta in zip(counts[1:], x.deltas[1:]):
+            torch._foreach_add_(result, delta, alpha=c)
+        torch._foreach_div_(result, total)
+        return [acc.to(d.dtype) for acc, d in zip(result, first)], state
+
+
+def check_chain(stages: Sequence[Stage]) -> list[Stage]:
+    """Validate a chain: stages of known kinds, in the order transform* → one reduce → delta*.
+
+    Raises:
+        TypeError: an entry is not a :class:`Stage`.
+        ValueError: no reducer, several, or a stage out of order (the message names it).
+    """
+    stages = list(stages)
+    for s in stages:
+        if not isinstance(s, Stage):
+            raise TypeError(f"`aggregators` must hold Stage objects (aggregators), got {type(s).__name__}.")
+        if s.kind not in KINDS:
+            raise ValueError(f"{type(s).__name__}.kind must be one of {KINDS}, got {s.kind!r}.")
+    ranks = [KINDS.index(s.kind) for s in stages]
+    if ranks.count(1) != 1:
+        raise ValueError(
+            f"`aggregators` needs exactly one reducer (kind 'reduce', e.g. WeightedMean, median); got "
+            f"{ranks.count(1)} in {stages}."
+        )
+    for a, b, s in zip(ranks, ranks[1:], stages[1:]):
+        if b < a:
+            raise ValueError(
+                f"`aggregators` must run client transforms, then one reducer, then delta transforms; {s!r} "
+                f"(kind {s.kind!r}) comes too late."
+            )
+    return stages
+
+
+def chain_states(stages: Sequence[Stage], params: list[Tensor], num_clients: int) -> tuple:
+    """The chain's initial state: one state per stage."""
+    return tuple(s.init_state(params, num_clients) for s in stages)
+
+
+def run_chain(
+    stages: Sequence[Stage], x: ClientDeltas, states: tuple, info: RoundInfo
+) -> tuple[list[Tensor], tuple]:
+    """Run the chain on the round's client deltas; returns Δ_t and the new states."""
+    new_states = []
+    value: Any = x
+    for stage, state in zip(stages, states):
+        value, state = stage.apply(value, state, info)
+        new_states.append(state)
+    return value, tuple(new_states)
