@@ -35,6 +35,9 @@ Preprocessing (TFF's, see the functions for the details)
   ones). Clients are the distinct ``client_id`` strings of the train split, sorted (``client_names``).
 * Validation during training: ``num_eval_samples`` (10,000) test examples drawn at random (seeded) from the test
   split (Reddi et al., Sec. 5 "Validation metrics"); ``trainer.test`` uses the whole test split.
+* Federated evaluation (``eval_clients_per_round``): TFF's test split is keyed by ``client_id`` (the user), so each
+  train user's own test examples (all of them, in rowid order) are its evaluation data; users with no test examples
+  are never evaluated, and test-only users (client index -1) belong to no client.
 
 Streaming build, memory-mapped cache
 ------------------------------------

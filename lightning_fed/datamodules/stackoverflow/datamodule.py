@@ -65,12 +65,17 @@ class _StackOverflowDataModule(FederatedDataModule):
         eval_batch_size: int = 256,
         num_workers: int = 0,
         drop_last: bool = False,
+        eval_clients_per_round: Optional[int | str] = None,
+        eval_local_steps: int = 0,
+        eval_csv: Optional[str] = None,
     ) -> None:
         super().__init__(
             partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
             batch_size=batch_size, local_epochs=local_epochs, local_work=local_work, data_order=data_order,
             seed=seed, eval_batch_size=eval_batch_size, num_workers=num_workers, drop_last=drop_last,
+            eval_clients_per_round=eval_clients_per_round, eval_local_steps=eval_local_steps, eval_csv=eval_csv,
         )
+        self._client_test: Optional[Any] = None
         self.data_dir = str(data_dir)
         self.sqlite_path = None if sqlite_path is None else str(sqlite_path)
         self.vocab_size = _check_int("vocab_size", vocab_size, 1)
@@ -200,7 +205,20 @@ class _StackOverflowDataModule(FederatedDataModule):
             # Only the chosen rows are read: `test` is memory-mapped (nothing of the split is materialised).
             rng = np.random.default_rng([self.seed, 0x50E7A1])
             val = test.subset(np.sort(rng.choice(len(test), size=self.num_eval_samples, replace=False)))
+        self._client_test = test
         return train, val, test
+
+    def natural_eval_split(self) -> Optional[tuple[Any, np.ndarray]]:
+        """Each user's own examples of TFF's test split (keyed by ``client_id``, the user) as its
+        federated-evaluation data: ``(test_dataset, test_dataset.client_id)``, the cached per-example client
+        index into ``client_names`` (the train clients' names in ``partition.client_names``; -1 for a test user
+        with no train examples, never evaluated). Every test example of the user counts, in ``rowid`` order
+        (``max_examples_per_client`` caps the train split only, like TFF's ``max_elements_per_user``); a train
+        user with no test examples has no evaluation data and is never sampled for evaluation. ``None`` before
+        the data is loaded."""
+        if self._client_test is None:
+            return None
+        return self._client_test, self._client_test.client_id
 
     def _cache_extra(self) -> str:
         return ""
@@ -232,6 +250,9 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
             ``False``: build them in memory on every setup.
         clients_per_round, batch_size, local_epochs, local_work, data_order, seed, eval_batch_size, num_workers,
         drop_last: see :class:`FederatedDataModule`.
+        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
+            :class:`FederatedDataModule` and :mod:`lightning_fed.evaluation`); each user's evaluation data is its
+            own examples of the test split (:meth:`natural_eval_split`), so there is no ``eval_fraction``.
 
     Attributes:
         vocab: the V words, id ``i + 1`` = ``vocab[i]`` (after :meth:`setup`).
@@ -259,10 +280,13 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
                  clients_per_round: int = 50, batch_size: int = 16, local_epochs: int = 1,
                  local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False) -> None:
+                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
+                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
+                 eval_csv: Optional[str] = None) -> None:
         super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
                          cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last)
+                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
+                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
         self.sequence_length = _check_int("sequence_length", sequence_length, 1)
 
     def _cache_extra(self) -> str:
@@ -325,10 +349,13 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
                  clients_per_round: int = 10, batch_size: int = 100, local_epochs: int = 1,
                  local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False) -> None:
+                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
+                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
+                 eval_csv: Optional[str] = None) -> None:
         super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
                          cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last)
+                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
+                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
         self.num_tags = _check_int("num_tags", num_tags, 1)
         self.tags: list[str] = []
 
