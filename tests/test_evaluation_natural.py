@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from helpers import quiet_trainer_kwargs
 from lightning_fed import FederatedTrainer
+from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
 from lightning_fed.datamodules.emnist import EMNISTDataModule
 from lightning_fed.datamodules.iid import IIDPartitioner
@@ -217,8 +218,31 @@ def test_stackoverflow_eval_indices_are_each_users_test_examples(tmp_path, task,
         got = [torch.cat(parts) for parts in zip(*dm.client_eval_dataloader(c))]
         for a, b in zip(got, dm.test_dataset.get_batch(torch.from_numpy(idx))):
             assert torch.equal(a, b)
+        # the grouping kept with the data (cache files or in-memory build) = the generic grouping of the ids
+        assert dm._test_groups is not None
+        _, generic = FederatedDataModule.natural_eval_indices(dm)
+        _, kept = dm.natural_eval_indices()
+        assert [g.tolist() for g in generic] == [k.tolist() for k in kept]
     if cache:
-        assert len(list((tmp_path / "stackoverflow").glob(f"{task}-*"))) == 1  # reused, not rebuilt
+        (folder,) = (tmp_path / "stackoverflow").glob(f"{task}-*")  # reused, not rebuilt
+        order = np.load(folder / "test_client_order.npy")
+        offsets = np.load(folder / "test_client_offsets.npy")
+        assert order.dtype == offsets.dtype == np.int64 and offsets.tolist()[0] == 0
+        assert [order[offsets[c]:offsets[c + 1]].tolist() for c in range(len(users))] == [
+            [j for j, t in enumerate(test_users) if t == u] for u in users]
+
+
+def test_stackoverflow_grouping_across_chunks(tmp_path, monkeypatch):
+    import lightning_fed.datamodules.stackoverflow.cache as so
+
+    monkeypatch.setattr(so, "_CHUNK_ROWS", 5)  # the counting sort's chunks split every user's test examples
+    monkeypatch.setattr(so, "_COPY_ELEMS", 3)
+    db = write_tff_sqlite(tmp_path / "so.sqlite", random_rows(seed=1, n=600))
+    users, test_users = sqlite_truth(db)
+    dm = _so_dm("tag", db, tmp_path, cache=True)
+    dm.setup("fit")
+    for c, u in enumerate(users):
+        assert dm.client_eval_indices(c).tolist() == [j for j, t in enumerate(test_users) if t == u]
 
 
 def test_stackoverflow_eval_arguments_are_checked(tmp_path):

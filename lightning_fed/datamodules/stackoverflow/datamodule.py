@@ -24,6 +24,7 @@ from lightning_fed.datamodules.stackoverflow.cache import (
     _kept_train_rows,
     _scan_train,
     _Store,
+    _write_client_groups,
     _write_nwp,
     _write_tag,
 )
@@ -76,6 +77,8 @@ class _StackOverflowDataModule(FederatedDataModule):
             eval_clients_per_round=eval_clients_per_round, eval_local_steps=eval_local_steps, eval_csv=eval_csv,
         )
         self._client_test: Optional[Any] = None
+        #: The test split grouped per client: (order, offsets), from the cache (or the in-memory build).
+        self._test_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
         self.data_dir = str(data_dir)
         self.sqlite_path = None if sqlite_path is None else str(sqlite_path)
         self.vocab_size = _check_int("vocab_size", vocab_size, 1)
@@ -167,10 +170,20 @@ class _StackOverflowDataModule(FederatedDataModule):
             train, test = self._datasets(arrays, meta, files)
             if len(train) != meta["n_train"] or len(test) != meta["n_test"]:
                 return None
+            groups = self._test_groups_of(arrays, len(meta["client_names"]))
         except Exception:  # truncated, foreign or older cache: rebuild
             return None
         self._set_meta(meta)
+        self._test_groups = groups
         return train, test
+
+    @staticmethod
+    def _test_groups_of(arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, offsets)`` of the test split grouped per client (:func:`_write_client_groups`), checked."""
+        order, offsets = np.asarray(arrays["test_client_order"]), np.asarray(arrays["test_client_offsets"])
+        if offsets.shape != (num_clients + 1,) or offsets[0] != 0 or offsets[-1] != order.size:
+            raise ValueError("test_client_offsets does not match test_client_order / the clients")
+        return order, offsets
 
     def _set_meta(self, meta: dict[str, Any]) -> None:
         self.vocab = list(meta["vocab"])
@@ -200,6 +213,7 @@ class _StackOverflowDataModule(FederatedDataModule):
             meta = self._build(store)
             train, test = self._datasets(store.arrays, meta, None)
             self._set_meta(meta)
+            self._test_groups = self._test_groups_of(store.arrays, len(meta["client_names"]))
         val = test
         if self.num_eval_samples is not None and self.num_eval_samples < len(test):
             # Only the chosen rows are read: `test` is memory-mapped (nothing of the split is materialised).
@@ -219,6 +233,19 @@ class _StackOverflowDataModule(FederatedDataModule):
         if self._client_test is None:
             return None
         return self._client_test, self._client_test.client_id
+
+    def natural_eval_indices(self) -> Optional[tuple[Any, list[np.ndarray]]]:
+        """:meth:`natural_eval_split` grouped per client, read from the cache's precomputed grouping
+        (``test_client_order`` / ``test_client_offsets``, built once with the cache) instead of sorting the test
+        split's client ids at every setup; the same indices as the generic grouping."""
+        if self._client_test is None or self._test_groups is None:
+            return super().natural_eval_indices()
+        partition = self.partition
+        n = len(self._client_test.client_names)
+        if partition.client_names is None or not np.array_equal(partition.client_names, np.arange(n)):
+            return super().natural_eval_indices()  # pragma: no cover - the partition is always one client per user
+        order, offsets = self._test_groups
+        return self._client_test, np.split(order, offsets[1:-1])
 
     def _cache_extra(self) -> str:
         return ""
@@ -299,6 +326,7 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         db, cap, t, v = self.database, self.max_examples_per_client, self.sequence_length, self.vocab_size
         _write_nwp(store, "train", _kept_train_rows(db, cap), n_train, pos, vocab, t, v)
         _write_nwp(store, "test", iter_examples(db, "test"), n_test, pos, vocab, t, v)
+        _write_client_groups(store, "test", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "client_names": names,
                 "n_train": n_train, "n_test": n_test}
 
@@ -374,6 +402,7 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
         db = self.database
         _write_tag(store, "train", _kept_train_rows(db, self.max_examples_per_client), n_train, pos, vocab, tags)
         _write_tag(store, "test", iter_examples(db, "test"), n_test, pos, vocab, tags)
+        _write_client_groups(store, "test", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "tags": tags,
                 "client_names": names, "n_train": n_train, "n_test": n_test}
 
