@@ -201,8 +201,22 @@ def _to_device(trainer: Any, batch: Any) -> Any:
     return _lightning.call_strategy_hook(trainer, "batch_to_device", batch, dataloader_idx=0)
 
 
+def _reset_metrics(module: torch.nn.Module) -> None:
+    """Reset every ``torchmetrics.Metric`` in ``module`` (a client's value must not include what the central
+    validation or the previous client accumulated; :func:`_restore_metric_states` puts the states back)."""
+    try:
+        from torchmetrics import Metric
+    except ImportError:  # pragma: no cover - torchmetrics ships with lightning
+        return
+    for m in module.modules():
+        if isinstance(m, Metric):
+            m.reset()
+
+
 def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
-    """Run ``validation_step`` over ``batches`` into a fresh results collection; the per-client epoch values."""
+    """Run ``validation_step`` over ``batches`` into a fresh results collection (the module's ``torchmetrics``
+    reset first); the per-client epoch values."""
+    _reset_metrics(trainer.lightning_module)
     results = _new_results(training=False)
     with _SwappedResults(trainer, results), torch.no_grad():
         for i, batch in enumerate(batches):

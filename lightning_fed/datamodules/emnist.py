@@ -15,7 +15,8 @@ Data sources
   the sorted writer names of the train files), and the default partitioner is
   ``NaturalIdPartitioner("writer_ids")``: one client per writer -- the natural split of the paper. The LEAF test
   files (each writer's held-out samples) form one centralized test set, as in the paper ("for all other
-  tasks, we use the entire test set").
+  tasks, we use the entire test set"). They are also the natural per-client split of federated evaluation:
+  each writer's own test samples are its evaluation data (:meth:`EMNISTDataModule.natural_eval_split`).
 * otherwise: torchvision's ``EMNIST(root=data_dir, split="byclass")``, i.e. the decompressed IDX files
   ``{data_dir}/EMNIST/raw/emnist-byclass-{train,test}-{images-idx3,labels-idx1}-ubyte`` (697,932 train /
   116,323 test images). With ``download=True`` torchvision downloads NIST's ``gzip.zip`` (about 560 MB, needs
@@ -23,6 +24,9 @@ Data sources
   no writer ids, so a ``partitioner`` is **required** (e.g. ``DirichletPartitioner(num_clients=3400,
   alpha=0.1)`` for 3,400 clients like the paper's writers; we do not pick an ``alpha`` for you, because the
   paper's split is the natural one and any Dirichlet ``alpha`` is a separate, heterogeneity-controlling choice).
+  Nor does the test set carry writer ids, so there is no natural per-client evaluation split: federated
+  evaluation (``eval_clients_per_round``) needs ``eval_fraction``, which holds out part of each client's train
+  share as its evaluation data.
 
 Pixel conventions (both sources give the same tensors)
 ------------------------------------------------------
@@ -61,6 +65,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.local_work import LocalWork
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.partition import Partitioner
 
@@ -258,10 +263,22 @@ class EMNISTDataModule(FederatedDataModule):
         val_from_test: also use the test set for validation (default ``True``: Reddi et al. validate on the
             entire test set every evaluation); ``False`` gives no validation set.
         clients_per_round, batch_size, local_epochs: Reddi et al. 2021 defaults (10, 20, 1).
-        **kwargs: passed to :class:`FederatedDataModule` (``seed``, ``data_order``, ``eval_batch_size``, ...).
+        local_work, data_order, seed, eval_batch_size, num_workers, drop_last, client_dropout, over_selection:
+            see :class:`FederatedDataModule`.
+        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
+            :class:`FederatedDataModule` and :mod:`lightning_fed.evaluation`). With ``leaf_path`` and the
+            per-writer partition, each writer's evaluation data is its own LEAF test samples
+            (:meth:`natural_eval_split`); writers without test samples are never evaluated.
+        eval_fraction: hold out this fraction (in (0, 1)) of each client's train share as its evaluation data
+            (default ``None``). **Required** for federated evaluation on torchvision's EMNIST (its test set has no
+            writer ids, so there is no natural per-client split) or with another ``partitioner``; refused with the
+            LEAF per-writer split, whose test samples already are the per-client evaluation data.
 
     Raises:
-        ValueError: unknown ``task``; no ``partitioner`` and no ``leaf_path``; non-bool flags.
+        ValueError: unknown ``task``; no ``partitioner`` and no ``leaf_path``; non-bool flags;
+            ``eval_clients_per_round`` without ``eval_fraction`` where there is no natural per-client split
+            (torchvision's EMNIST, or a ``partitioner`` other than ``NaturalIdPartitioner("writer_ids")``);
+            ``eval_fraction`` with the LEAF per-writer split; and :class:`FederatedDataModule`'s checks.
         FileNotFoundError: at :meth:`prepare_data` / :meth:`setup`, when the data is missing.
 
     Example: a LEAF FEMNIST folder (``train/`` and ``test/`` JSON files) in a temporary folder gives one client
@@ -296,7 +313,18 @@ class EMNISTDataModule(FederatedDataModule):
         clients_per_round: int = 10,
         batch_size: int = 20,
         local_epochs: int = 1,
-        **kwargs: Any,
+        local_work: Optional[LocalWork] = None,
+        data_order: str = "reshuffle",
+        seed: int = 0,
+        eval_batch_size: int = 256,
+        num_workers: int = 0,
+        drop_last: bool = False,
+        client_dropout: float = 0.0,
+        over_selection: float = 0.0,
+        eval_clients_per_round: Optional[int | str] = None,
+        eval_fraction: Optional[float] = None,
+        eval_local_steps: int = 0,
+        eval_csv: Optional[str] = None,
     ) -> None:
         if task not in EMNIST_TASKS:
             raise ValueError(
@@ -318,13 +346,44 @@ class EMNISTDataModule(FederatedDataModule):
             clients_per_round=clients_per_round,
             batch_size=batch_size,
             local_epochs=local_epochs,
-            **kwargs,
+            local_work=local_work,
+            data_order=data_order,
+            seed=seed,
+            eval_batch_size=eval_batch_size,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            client_dropout=client_dropout,
+            over_selection=over_selection,
+            eval_clients_per_round=eval_clients_per_round,
+            eval_fraction=eval_fraction,
+            eval_local_steps=eval_local_steps,
+            eval_csv=eval_csv,
         )
+        natural = leaf_path is not None and _is_writer_partitioner(partitioner)
+        if self.eval_clients_per_round is not None and self.eval_fraction is None and not natural:
+            why = (
+                "torchvision's EMNIST has no writer ids in its test set" if leaf_path is None
+                else f"the LEAF test samples are per writer, but the partitioner is {partitioner!r}"
+            )
+            raise ValueError(
+                f"Federated evaluation (`eval_clients_per_round`={self.eval_clients_per_round!r}) needs per-client "
+                f"evaluation data and there is no natural per-client split ({why}): give `eval_fraction` (e.g. 0.2) "
+                "to hold out part of each client's share, or use `leaf_path` with the per-writer partition."
+            )
+        if self.eval_fraction is not None and natural:
+            raise ValueError(
+                f"`eval_fraction` ({eval_fraction!r}) must be None with `leaf_path` and the per-writer partition: "
+                "each writer's LEAF test samples already are its evaluation data."
+            )
         self.data_dir = str(data_dir)
         self.task = task
         self.leaf_path = None if leaf_path is None else str(leaf_path)
         self.download = download
         self.val_from_test = val_from_test
+        self._natural_eval = natural
+        #: The LEAF test set and each test sample's train writer id (-1: a writer with no train samples).
+        self._client_test: Optional[EMNISTDataset] = None
+        self._client_test_writer_ids: Optional[np.ndarray] = None
 
     # ------------------------------------------------------------------ files
     @property
@@ -381,9 +440,33 @@ class EMNISTDataModule(FederatedDataModule):
             rank[order] = np.arange(len(writers))
             writer_ids = torch.from_numpy(rank)[owner]
             train = EMNISTDataset(images, labels, self.task, writer_ids, [writers[i] for i in order])
-            t_images, t_labels, _, _ = read_leaf_femnist(test_dir)
+            t_images, t_labels, t_writers, t_owner = read_leaf_femnist(test_dir)
             test = EMNISTDataset(t_images, t_labels, self.task)
+            rank_of = {writers[i]: r for r, i in enumerate(order.tolist())}
+            t_rank = np.array([rank_of.get(w, -1) for w in t_writers], dtype=np.int64)
+            self._client_test = test
+            self._client_test_writer_ids = t_rank[t_owner.numpy()]
         else:
             train = self._load_torchvision(train=True)
             test = self._load_torchvision(train=False)
         return train, (test if self.val_from_test else None), test
+
+    def natural_eval_split(self) -> Optional[tuple[EMNISTDataset, np.ndarray]]:
+        """Each writer's own LEAF test samples as its federated-evaluation data (LEAF FEMNIST's per-writer
+        train/test split, Caldas et al. 2018; Reddi et al. 2021 use the same files).
+
+        Returns:
+            ``(test_dataset, writer_ids)`` with ``writer_ids`` int64 ``[len(test_dataset)]``: the train writer id
+            (the client's name in ``partition.client_names``) of each test sample, -1 for a writer with no train
+            samples (never evaluated). ``None`` -- no natural split -- for torchvision's EMNIST (its test set
+            carries no writer ids; federated evaluation then needs ``eval_fraction``), with a ``partitioner``
+            other than ``NaturalIdPartitioner("writer_ids")``, and before the data is loaded.
+        """
+        if not self._natural_eval or self._client_test is None:
+            return None
+        return self._client_test, self._client_test_writer_ids
+
+
+def _is_writer_partitioner(partitioner: Any) -> bool:
+    """Whether ``partitioner`` gives one client per LEAF writer (the split the LEAF test files follow)."""
+    return isinstance(partitioner, NaturalIdPartitioner) and partitioner.id_column == "writer_ids"

@@ -387,8 +387,36 @@ class FederatedDataModule(L.LightningDataModule):
         per-client test data override it (Shakespeare: each role's last 20 % of speeches)."""
         return None
 
-    def _setup_client_eval(self) -> None:
+    def natural_eval_indices(self) -> Optional[tuple[Any, list[np.ndarray]]]:
+        """The natural split grouped per client: ``(dataset, [int64 indices into dataset of client c, c = 0..N-1])``
+        or ``None``. The default groups :meth:`natural_eval_split`'s ids by ``partition.client_names`` (each
+        client's samples in dataset order; ids naming no client are dropped); data modules that keep the grouping
+        precomputed (Stack Overflow's cache) override it with the same result.
+
+        Raises:
+            ValueError: a natural split but a partition without ``client_names``.
+        """
         natural = self.natural_eval_split()
+        if natural is None:
+            return None
+        partition = self._partition
+        dataset, ids = natural
+        ids = np.asarray(ids)
+        names = partition.client_names
+        if names is None:
+            raise ValueError("A natural evaluation split needs a partition with `client_names` (natural ids).")
+        names = np.asarray(names)
+        sorter = np.argsort(names, kind="stable")
+        at = np.clip(np.searchsorted(names, ids, sorter=sorter), 0, max(names.size - 1, 0))
+        position = sorter[at]
+        known = names[position] == ids
+        rows = np.flatnonzero(known)
+        order = rows[np.argsort(position[rows], kind="stable")]
+        counts = np.bincount(position[rows], minlength=partition.num_clients)
+        return dataset, np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+
+    def _setup_client_eval(self) -> None:
+        natural = self.natural_eval_indices()
         partition = self._partition
         if self.eval_fraction is not None:
             if natural is not None:
@@ -412,21 +440,7 @@ class FederatedDataModule(L.LightningDataModule):
             self.client_eval_dataset = self.train_dataset
             self._client_eval_indices = held
         elif natural is not None:
-            dataset, ids = natural
-            ids = np.asarray(ids)
-            names = partition.client_names
-            if names is None:
-                raise ValueError("A natural evaluation split needs a partition with `client_names` (natural ids).")
-            names = np.asarray(names)
-            sorter = np.argsort(names, kind="stable")
-            at = np.clip(np.searchsorted(names, ids, sorter=sorter), 0, max(names.size - 1, 0))
-            position = sorter[at]
-            known = names[position] == ids
-            rows = np.flatnonzero(known)
-            order = rows[np.argsort(position[rows], kind="stable")]
-            counts = np.bincount(position[rows], minlength=partition.num_clients)
-            self.client_eval_dataset = dataset
-            self._client_eval_indices = np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+            self.client_eval_dataset, self._client_eval_indices = natural
         if self.eval_clients_per_round is None:
             return
         if self._client_eval_indices is None:

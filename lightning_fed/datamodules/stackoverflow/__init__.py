@@ -35,6 +35,9 @@ Preprocessing (TFF's, see the functions for the details)
   ones). Clients are the distinct ``client_id`` strings of the train split, sorted (``client_names``).
 * Validation during training: ``num_eval_samples`` (10,000) test examples drawn at random (seeded) from the test
   split (Reddi et al., Sec. 5 "Validation metrics"); ``trainer.test`` uses the whole test split.
+* Federated evaluation (``eval_clients_per_round``): TFF's test split is keyed by ``client_id`` (the user), so each
+  train user's own test examples (all of them, in rowid order) are its evaluation data; users with no test examples
+  are never evaluated, and test-only users (client index -1) belong to no client.
 
 Streaming build, memory-mapped cache
 ------------------------------------
@@ -51,7 +54,9 @@ Files, in ``<data_dir>/stackoverflow/<task>-<key>/`` (key = the SQLite file's pa
 preprocessing arguments and :data:`PREPROCESSING_VERSION`): ``{train,test}_tokens.npy`` (int32 ``[N, T + 1]``)
 and ``{train,test}_client_id.npy`` (int32) for NWP; ``{split}_word_indices`` (int32), ``_word_offsets`` (int64
 ``[N + 1]``), ``_word_values`` (float32), ``_tag_indices`` (int32), ``_tag_offsets`` (int64) and
-``_client_id`` for the tag task; ``meta.json`` (vocabulary, tags, client names, sizes). The folder is built under
+``_client_id`` for the tag task; ``test_client_order`` (int64, the test rows of train users grouped per user, each
+user's rows in rowid order) and ``test_client_offsets`` (int64 ``[num_clients + 1]``), the per-user evaluation data
+of federated evaluation, grouped once at build time; ``meta.json`` (vocabulary, tags, client names, sizes). The folder is built under
 a temporary name (``.<task>-<key>.<uuid>.tmp``) and renamed only when complete, so a killed build never leaves a
 cache that loads (its temporary folder may stay behind and can be deleted). Loading memory-maps the arrays
 (``np.load(mmap_mode="c")``: read-only mapping, copy-on-write view): the datasets read only the rows of the

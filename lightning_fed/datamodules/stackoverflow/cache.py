@@ -20,8 +20,9 @@ from lightning_fed.datamodules.stackoverflow.vocabulary import (
 )
 
 
-#: Bumped whenever preprocessing changes (part of the cache key).
-PREPROCESSING_VERSION = 2
+#: Bumped whenever preprocessing or the cache layout changes (part of the cache key). 3: the test split's examples
+#: grouped per train client (``test_client_order``, ``test_client_offsets``).
+PREPROCESSING_VERSION = 3
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -199,3 +200,41 @@ def _write_tag(store: _Store, prefix: str, rows: Iterator[tuple], n: int, pos: d
         raise RuntimeError(f"the {prefix} split has {at} examples, {n} were counted; is the file being written?")
     for a in (w_idx, w_val, t_idx):
         a.finish()
+
+
+def _write_client_groups(store: _Store, prefix: str, num_clients: int) -> None:
+    """Group the examples of ``prefix`` by client (CSR): ``{prefix}_client_order`` (int64, the rows whose
+    ``{prefix}_client_id`` is a client, grouped by client in ascending id, each client's rows ascending = rowid
+    order) and ``{prefix}_client_offsets`` (int64 ``[num_clients + 1]``): client c's rows are
+    ``order[offsets[c]:offsets[c + 1]]``; rows with id -1 (users outside the train split) are left out.
+
+    A counting sort over ``_CHUNK_ROWS``-row chunks of the client ids (read back from the store): memory = the
+    order array (8 bytes per grouped row) + one int64 per client + one chunk."""
+    written = store.arrays[f"{prefix}_client_id"]
+    cid = np.load(written.path, mmap_mode="r") if isinstance(written, _NpyFile) else written
+    n = int(cid.shape[0])
+    counts = np.zeros(num_clients, dtype=np.int64)
+    for s in range(0, n, _CHUNK_ROWS):
+        c = np.asarray(cid[s:s + _CHUNK_ROWS])
+        counts += np.bincount(c[c >= 0], minlength=num_clients)
+    offsets = np.zeros(num_clients + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    order = np.empty(int(offsets[-1]), dtype=np.int64)
+    fill = offsets[:-1].copy()
+    for s in range(0, n, _CHUNK_ROWS):
+        c = np.asarray(cid[s:s + _CHUNK_ROWS])
+        rows = np.flatnonzero(c >= 0)
+        if rows.size == 0:
+            continue
+        cv = c[rows].astype(np.int64)
+        by = np.argsort(cv, kind="stable")
+        cs = cv[by]
+        starts = np.flatnonzero(np.concatenate(([True], cs[1:] != cs[:-1])))
+        rank = np.arange(cs.size) - np.repeat(starts, np.diff(np.append(starts, cs.size)))
+        order[fill[cs] + rank] = s + rows[by]
+        fill += np.bincount(cv, minlength=num_clients)
+    out_order = store.fixed(f"{prefix}_client_order", (order.size,), np.int64)
+    for s in range(0, order.size, _COPY_ELEMS):
+        out_order[s:s + _COPY_ELEMS] = order[s:s + _COPY_ELEMS]
+    out_offsets = store.fixed(f"{prefix}_client_offsets", (num_clients + 1,), np.int64)
+    out_offsets[0:num_clients + 1] = offsets

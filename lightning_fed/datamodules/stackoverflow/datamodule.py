@@ -24,6 +24,7 @@ from lightning_fed.datamodules.stackoverflow.cache import (
     _kept_train_rows,
     _scan_train,
     _Store,
+    _write_client_groups,
     _write_nwp,
     _write_tag,
 )
@@ -65,12 +66,19 @@ class _StackOverflowDataModule(FederatedDataModule):
         eval_batch_size: int = 256,
         num_workers: int = 0,
         drop_last: bool = False,
+        eval_clients_per_round: Optional[int | str] = None,
+        eval_local_steps: int = 0,
+        eval_csv: Optional[str] = None,
     ) -> None:
         super().__init__(
             partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
             batch_size=batch_size, local_epochs=local_epochs, local_work=local_work, data_order=data_order,
             seed=seed, eval_batch_size=eval_batch_size, num_workers=num_workers, drop_last=drop_last,
+            eval_clients_per_round=eval_clients_per_round, eval_local_steps=eval_local_steps, eval_csv=eval_csv,
         )
+        self._client_test: Optional[Any] = None
+        #: The test split grouped per client: (order, offsets), from the cache (or the in-memory build).
+        self._test_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
         self.data_dir = str(data_dir)
         self.sqlite_path = None if sqlite_path is None else str(sqlite_path)
         self.vocab_size = _check_int("vocab_size", vocab_size, 1)
@@ -162,10 +170,20 @@ class _StackOverflowDataModule(FederatedDataModule):
             train, test = self._datasets(arrays, meta, files)
             if len(train) != meta["n_train"] or len(test) != meta["n_test"]:
                 return None
+            groups = self._test_groups_of(arrays, len(meta["client_names"]))
         except Exception:  # truncated, foreign or older cache: rebuild
             return None
         self._set_meta(meta)
+        self._test_groups = groups
         return train, test
+
+    @staticmethod
+    def _test_groups_of(arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, offsets)`` of the test split grouped per client (:func:`_write_client_groups`), checked."""
+        order, offsets = np.asarray(arrays["test_client_order"]), np.asarray(arrays["test_client_offsets"])
+        if offsets.shape != (num_clients + 1,) or offsets[0] != 0 or offsets[-1] != order.size:
+            raise ValueError("test_client_offsets does not match test_client_order / the clients")
+        return order, offsets
 
     def _set_meta(self, meta: dict[str, Any]) -> None:
         self.vocab = list(meta["vocab"])
@@ -195,12 +213,39 @@ class _StackOverflowDataModule(FederatedDataModule):
             meta = self._build(store)
             train, test = self._datasets(store.arrays, meta, None)
             self._set_meta(meta)
+            self._test_groups = self._test_groups_of(store.arrays, len(meta["client_names"]))
         val = test
         if self.num_eval_samples is not None and self.num_eval_samples < len(test):
             # Only the chosen rows are read: `test` is memory-mapped (nothing of the split is materialised).
             rng = np.random.default_rng([self.seed, 0x50E7A1])
             val = test.subset(np.sort(rng.choice(len(test), size=self.num_eval_samples, replace=False)))
+        self._client_test = test
         return train, val, test
+
+    def natural_eval_split(self) -> Optional[tuple[Any, np.ndarray]]:
+        """Each user's own examples of TFF's test split (keyed by ``client_id``, the user) as its
+        federated-evaluation data: ``(test_dataset, test_dataset.client_id)``, the cached per-example client
+        index into ``client_names`` (the train clients' names in ``partition.client_names``; -1 for a test user
+        with no train examples, never evaluated). Every test example of the user counts, in ``rowid`` order
+        (``max_examples_per_client`` caps the train split only, like TFF's ``max_elements_per_user``); a train
+        user with no test examples has no evaluation data and is never sampled for evaluation. ``None`` before
+        the data is loaded."""
+        if self._client_test is None:
+            return None
+        return self._client_test, self._client_test.client_id
+
+    def natural_eval_indices(self) -> Optional[tuple[Any, list[np.ndarray]]]:
+        """:meth:`natural_eval_split` grouped per client, read from the cache's precomputed grouping
+        (``test_client_order`` / ``test_client_offsets``, built once with the cache) instead of sorting the test
+        split's client ids at every setup; the same indices as the generic grouping."""
+        if self._client_test is None or self._test_groups is None:
+            return super().natural_eval_indices()
+        partition = self.partition
+        n = len(self._client_test.client_names)
+        if partition.client_names is None or not np.array_equal(partition.client_names, np.arange(n)):
+            return super().natural_eval_indices()  # pragma: no cover - the partition is always one client per user
+        order, offsets = self._test_groups
+        return self._client_test, np.split(order, offsets[1:-1])
 
     def _cache_extra(self) -> str:
         return ""
@@ -232,6 +277,9 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
             ``False``: build them in memory on every setup.
         clients_per_round, batch_size, local_epochs, local_work, data_order, seed, eval_batch_size, num_workers,
         drop_last: see :class:`FederatedDataModule`.
+        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
+            :class:`FederatedDataModule` and :mod:`lightning_fed.evaluation`); each user's evaluation data is its
+            own examples of the test split (:meth:`natural_eval_split`), so there is no ``eval_fraction``.
 
     Attributes:
         vocab: the V words, id ``i + 1`` = ``vocab[i]`` (after :meth:`setup`).
@@ -259,10 +307,13 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
                  clients_per_round: int = 50, batch_size: int = 16, local_epochs: int = 1,
                  local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False) -> None:
+                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
+                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
+                 eval_csv: Optional[str] = None) -> None:
         super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
                          cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last)
+                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
+                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
         self.sequence_length = _check_int("sequence_length", sequence_length, 1)
 
     def _cache_extra(self) -> str:
@@ -275,6 +326,7 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         db, cap, t, v = self.database, self.max_examples_per_client, self.sequence_length, self.vocab_size
         _write_nwp(store, "train", _kept_train_rows(db, cap), n_train, pos, vocab, t, v)
         _write_nwp(store, "test", iter_examples(db, "test"), n_test, pos, vocab, t, v)
+        _write_client_groups(store, "test", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "client_names": names,
                 "n_train": n_train, "n_test": n_test}
 
@@ -325,10 +377,13 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
                  clients_per_round: int = 10, batch_size: int = 100, local_epochs: int = 1,
                  local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False) -> None:
+                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
+                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
+                 eval_csv: Optional[str] = None) -> None:
         super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
                          cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last)
+                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
+                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
         self.num_tags = _check_int("num_tags", num_tags, 1)
         self.tags: list[str] = []
 
@@ -347,6 +402,7 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
         db = self.database
         _write_tag(store, "train", _kept_train_rows(db, self.max_examples_per_client), n_train, pos, vocab, tags)
         _write_tag(store, "test", iter_examples(db, "test"), n_test, pos, vocab, tags)
+        _write_client_groups(store, "test", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "tags": tags,
                 "client_names": names, "n_train": n_train, "n_test": n_test}
 
