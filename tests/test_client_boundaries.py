@@ -37,6 +37,7 @@ ALLOWED_PRIVATE = {
     ("callbacks/fedlamb.py", "_last_lr"): "torch.optim.lr_scheduler's last learning rates, re-pointed to the new "
     "optimizer",
     ("callbacks/scaffold.py", "_check_client_id"): "SCAFFOLD's own method, called on self",
+    ("callbacks/server_optimizer.py", "_asdict"): "typing.NamedTuple's public API (aggregator stage states)",
 }
 
 
