@@ -11,6 +11,7 @@ from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient, Lo
 from lightning_fed.callbacks.fedyogi import FedYogi
 from lightning_fed.callbacks.fedprox import FedProx
 from lightning_fed.callbacks.progress import FederatedProgressBar
+from lightning_fed.callbacks.robust import FedMedian, FedTrimmedAvg, Krum
 from lightning_fed.callbacks.scaffold import SCAFFOLD
 from lightning_fed.callbacks.server_lamb import ServerLAMB
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
@@ -37,9 +38,12 @@ __all__ = [
     "FedAvgM",
     "FedLAMB",
     "FedLAMBClient",
+    "FedMedian",
     "FedProx",
+    "FedTrimmedAvg",
     "FedYogi",
     "FederatedProgressBar",
+    "Krum",
     "LocalAMSGrad",
     "LocalAdaptiveServer",
     "NormalizedDirection",

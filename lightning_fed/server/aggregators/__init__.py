@@ -15,12 +15,17 @@ from lightning_fed.server.aggregators.base import (
     check_chain,
     run_chain,
 )
+from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
 
 __all__ = [
     "ClientDeltas",
+    "CoordinateMedian",
     "EmptyState",
+    "Krum",
+    "NormBoundedMean",
     "RoundInfo",
     "Stage",
+    "TrimmedMean",
     "WeightedMean",
     "chain_states",
     "check_chain",
