@@ -31,6 +31,11 @@ class RoundInfo(NamedTuple):
         seed: The data module's seed (stages that draw randomness seed it from ``(seed, round_idx, …)``).
         num_clients: N, the population size.
         clients_per_round: C, the expected cohort size (e.g. DP-FedAvg divides the noised sum by it).
+
+    Example::
+
+        >>> RoundInfo(round_idx=3, seed=0, num_clients=100, clients_per_round=10).clients_per_round
+        10
     """
 
     round_idx: int
@@ -46,6 +51,13 @@ class ClientDeltas(NamedTuple):
         client_ids: The clients' ids, ``[K]``.
         deltas: ``deltas[i]`` is client i's contribution (one tensor per parameter, the module's shapes).
         counts: float64 ``[K]``, the unnormalised aggregation weights (sample counts, or 1 under uniform weighting).
+
+    Example (two clients of one parameter each, holding 1 and 2 samples)::
+
+        >>> import torch
+        >>> x = ClientDeltas([4, 7], [[torch.tensor([1.0])], [torch.tensor([4.0])]], torch.tensor([1.0, 2.0], dtype=torch.float64))
+        >>> x.client_ids, float(x.counts.sum())
+        ([4, 7], 3.0)
     """
 
     client_ids: list[int]
@@ -54,7 +66,12 @@ class ClientDeltas(NamedTuple):
 
 
 class EmptyState(NamedTuple):
-    """The state of a stage that keeps none."""
+    """The state of a stage that keeps none.
+    Example::
+
+        >>> EmptyState() == ()
+        True
+    """
 
 
 class Stage(abc.ABC):
@@ -62,6 +79,26 @@ class Stage(abc.ABC):
 
     Subclasses implement :meth:`apply` and, if they keep state, :meth:`init_state` returning a ``NamedTuple`` of
     tensors (or Python numbers).
+
+    Example (a delta stage that scales Δ_t and counts its calls in its typed state)::
+
+        >>> from typing import NamedTuple
+        >>> import torch
+        >>> class Scale(Stage):
+        ...     kind = "delta"
+        ...     class State(NamedTuple):
+        ...         calls: int
+        ...     def __init__(self, factor):
+        ...         self.factor = factor
+        ...     def init_state(self, params, num_clients):
+        ...         return self.State(0)
+        ...     def apply(self, delta, state, info):
+        ...         return [d * self.factor for d in delta], self.State(state.calls + 1)
+        >>> chain = check_chain([WeightedMean(), Scale(0.5)])
+        >>> x = ClientDeltas([0, 1], [[torch.tensor([1.0])], [torch.tensor([4.0])]], torch.tensor([1.0, 2.0], dtype=torch.float64))
+        >>> states = chain_states(chain, [torch.zeros(1)], num_clients=2)
+        >>> run_chain(chain, x, states, RoundInfo(0, 0, 2, 2))  # 0.5 · (1·1 + 2·4) / 3
+        ([tensor([1.5000])], (EmptyState(), State(calls=1)))
     """
 
     kind: str = "reduce"
