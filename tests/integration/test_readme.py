@@ -9,7 +9,7 @@ import lightning as L
 
 from helpers import SmallClassifier, classification_dataset
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_snippet_runs(tmp_path, monkeypatch):

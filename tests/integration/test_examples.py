@@ -17,7 +17,7 @@ import yaml
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.cli import FederatedCLI
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lightning_fed"
+PACKAGE = Path(__file__).resolve().parents[2] / "lightning_fed"
 
 #: The client side: what runs a client, and the callbacks (client-side algorithms, progress bar).
 CLIENT_SIDE = sorted(
