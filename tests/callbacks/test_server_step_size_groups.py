@@ -1,23 +1,20 @@
 """Nastya's normalised direction Δ/(γ·n) with several optimizer parameter groups of different client learning
 rates: each parameter is divided by its own group's γ (Malinovsky, Mishchenko, Richtárik, Alg. 1, l. 8: g_{t,m} is
 the mean of the local gradients), checked against NumPy."""
-
 from __future__ import annotations
 
 import math
-
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import TensorDataset
-
 from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.server_step_size import NormalizedFedAdam, ServerStepSize, normalized_direction
-from lightning_fed.client import parameter_client_lrs
 from lightning_fed.datamodules import ClientWork, FederatedDataModule, IIDPartitioner, LocalWork
-
 GAMMA_W, GAMMA_B = 0.05, 0.2  # client learning rates of the weight group and of the bias group
+
+
 STEPS = {0: 1, 1: 2, 2: 3}
 
 
@@ -98,15 +95,6 @@ def test_trainer_with_two_param_groups_matches_numpy(tmp_path):
         g = np.mean([_direction(w, x[parts[m]], y[parts[m]], gammas, STEPS[m]) for m in range(3)], axis=0)
         w = w - eta * g  # Alg. 1, l. 9-10
     np.testing.assert_allclose(got, w, rtol=0, atol=1e-10)
-
-
-def test_parameter_client_lrs_maps_groups_and_flags_missing_or_conflicting():
-    a, b, c, d = (torch.nn.Parameter(torch.zeros(1)) for _ in range(4))
-    groups = [[{"params": [a]}, {"params": [b, d]}], [{"params": [d]}]]
-    lrs = parameter_client_lrs([a, b, c, d], groups, [[0.1, 0.2], [0.3]])
-    assert lrs[:2] == [0.1, 0.2]
-    assert math.isnan(lrs[2]) and math.isnan(lrs[3])  # c in no group; d in groups of 0.2 and 0.3
-    assert parameter_client_lrs([d], groups, [[0.1, 0.3], [0.3]]) == [0.3]  # same rate twice is fine
 
 
 def test_parameter_without_a_rate_is_an_error_unless_it_did_not_move():

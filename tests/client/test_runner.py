@@ -3,7 +3,6 @@ executor and checked against SGD on a linear model computed in NumPy."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -16,6 +15,12 @@ from lightning_fed.callbacks import FedAvg
 from lightning_fed.client.runner import ClientContext, ClientRunner
 from lightning_fed.client.sequential import ClientExecutor
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+import csv
+import torch.nn.functional as F
+from lightning.pytorch.loggers import CSVLogger
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from lightning_fed.callbacks import FedAvg, FedYogi
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, NaturalIdPartitioner
 
 
 def _weights(model) -> np.ndarray:
@@ -110,3 +115,80 @@ def test_an_executor_returning_a_bare_list_is_refused(tmp_path):
         trainer.fit(LinearRegression(), datamodule=dm)
 
 
+RAISE_MARK = 999.0
+
+
+class Fragile(LinearRegression):
+    """An ordinary module that raises on a marked input (a bug that shows up only on some clients' data)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if (x == RAISE_MARK).any():
+            raise RuntimeError("corrupt sample")
+        return F.mse_loss(self.linear(x).squeeze(-1), y)
+
+
+def _faulty_module(num_clients=5, nan_clients=(1,), raise_clients=(3,), **kwargs):
+    """Clients 0..N-1 by natural id; ``nan_clients`` hold a NaN input, ``raise_clients`` a marked input."""
+    x, y = regression_data(n=10 * num_clients)
+    ids = np.repeat(np.arange(num_clients), 10)
+    for c in nan_clients:
+        x[np.flatnonzero(ids == c)[0], 0] = np.nan
+    for c in raise_clients:
+        x[np.flatnonzero(ids == c)[0], 0] = RAISE_MARK
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    dataset.client_id = ids
+    dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=num_clients,
+                             batch_size=100, **kwargs)
+    return dm, x, y, ids
+
+
+def test_nan_and_raising_clients_are_dropped_and_the_rest_aggregated(tmp_path):
+    dm, x, y, ids = _faulty_module()
+    model = Fragile(lr=0.1)
+    w0 = _weights(model)
+    logger = CSVLogger(str(tmp_path), name="faults")
+    with pytest.warns(UserWarning, match="dropped from the round"):
+        FederatedTrainer(max_epochs=2, callbacks=[FedAvg()], **(quiet_trainer_kwargs(tmp_path) | {"logger": logger})).fit(
+            model, datamodule=dm
+        )
+    # Independent expectation: FedAvg of the three healthy clients (equal sizes), one full-batch step each.
+    w = w0
+    for _ in range(2):
+        w = w + np.mean([-0.1 * _grad(w, x[ids == c], y[ids == c]) for c in (0, 2, 4)], axis=0)
+    np.testing.assert_allclose(_weights(model), w, atol=1e-12)
+    rows = [r for r in csv.DictReader(open(f"{logger.log_dir}/metrics.csv")) if r.get("round_clients_dropped")]
+    assert [float(r["round_clients_dropped"]) for r in rows] == [2.0, 2.0]
+    assert [float(r["round_clients"]) for r in rows] == [3.0, 3.0]
+
+
+def test_round_where_every_client_fails_changes_nothing(tmp_path):
+    dm, *_ = _faulty_module(num_clients=2, nan_clients=(0,), raise_clients=(1,))
+    model = Fragile(lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    server = FedYogi(lr=0.1)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    # every round failed for every client: the run ends with an error (issue #11.6), after both rounds ran
+    with pytest.warns(UserWarning, match="no client reported back"), pytest.raises(RuntimeError, match="No client"):
+        trainer.fit(model, datamodule=dm)
+    for a, b in zip(before, model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert server.num_steps == 0 and server.state == {}
+    assert trainer.callback_metrics["round_clients_dropped"] == 2
+    assert trainer.current_epoch == 2
+
+
+def test_raise_policy_stops_training(tmp_path):
+    dm, *_ = _faulty_module(nan_clients=(), raise_clients=(2,))
+    trainer = FederatedTrainer(max_epochs=1, on_client_failure="raise", **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match="corrupt sample"):
+        trainer.fit(Fragile(), datamodule=dm)
+    dm, *_ = _faulty_module(nan_clients=(1,), raise_clients=())
+    trainer = FederatedTrainer(max_epochs=1, on_client_failure="raise", **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match="Client 1 failed in round 0: non-finite update"):
+        trainer.fit(Fragile(), datamodule=dm)
+
+
+def test_bad_failure_policy(tmp_path):
+    with pytest.raises(ValueError, match="`on_client_failure` must be one of \\('skip', 'raise'\\)"):
+        FederatedTrainer(on_client_failure="ignore", **quiet_trainer_kwargs(tmp_path))

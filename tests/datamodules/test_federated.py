@@ -15,6 +15,12 @@ from lightning_fed.datamodules import (
     NaturalIdPartitioner,
     ShardPartitioner,
 )
+import math
+from helpers import regression_data
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, NaturalIdPartitioner
+from helpers import classification_dataset, regression_data
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.datamodules.federated import split_client_eval
 
 
 def _hf_dataset(n=200, seed=0):
@@ -138,3 +144,133 @@ def test_tensor_fast_path_yields_what_a_dataloader_collates():
     dm = FederatedDataModule(_hf_dataset(), partitioner=ShardPartitioner(5, 1), clients_per_round=1)
     dm.setup()
     assert isinstance(dm.client_dataloader(0, 0), DataLoader)
+
+
+def _selection_module(**kwargs):
+    x, y = regression_data(n=200)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=100), clients_per_round=10, **kwargs)
+    dm.setup()
+    return dm
+
+
+def test_no_dropout_no_over_selection_is_plain_uniform_sampling():
+    dm = _selection_module()
+    for r in range(5):
+        sel = dm.select_cohort(r)
+        assert sel.unavailable == 0 and np.array_equal(sel.cohort, sel.candidates)
+        assert len(set(sel.cohort.tolist())) == 10
+        expected = np.random.default_rng([0, 0x5A3D, r]).choice(100, size=10, replace=False)
+        assert np.array_equal(sel.cohort, expected)
+
+
+def test_client_dropout_and_over_selection():
+    dm = _selection_module(client_dropout=0.3, over_selection=1.0, seed=7)
+    sizes, dropped = [], []
+    for r in range(300):
+        sel = dm.select_cohort(r)
+        assert len(sel.candidates) == 20 and len(set(sel.candidates.tolist())) == 20
+        assert set(sel.cohort.tolist()) <= set(sel.candidates.tolist())
+        # the kept clients are the first available candidates, in sampled order
+        positions = [sel.candidates.tolist().index(c) for c in sel.cohort.tolist()]
+        assert positions == sorted(positions)
+        sizes.append(len(sel.cohort))
+        dropped.append(sel.unavailable)
+    assert np.mean(dropped) / 20 == pytest.approx(0.3, abs=0.02)
+    # a full cohort whenever >= 10 of the 20 candidates stay: P(Binomial(20, 0.7) >= 10)
+    p_full = sum(math.comb(20, k) * 0.7**k * 0.3 ** (20 - k) for k in range(10, 21))
+    assert np.mean(np.array(sizes) == 10) == pytest.approx(p_full, abs=0.02)
+    again = _selection_module(client_dropout=0.3, over_selection=1.0, seed=7)
+    assert all(np.array_equal(dm.sample_clients(r), again.sample_clients(r)) for r in range(20))
+
+
+def test_dropout_without_over_selection_shrinks_the_cohort(tmp_path):
+    dm = _selection_module(client_dropout=0.5)
+    sizes = [len(dm.sample_clients(r)) for r in range(200)]
+    assert np.mean(sizes) == pytest.approx(5.0, abs=0.4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"client_dropout": 1.0}, "`client_dropout` must be a probability in \\[0, 1\\), got 1.0"),
+        ({"client_dropout": -0.1}, "`client_dropout`"),
+        ({"over_selection": -1}, "`over_selection` must be a finite number >= 0, got -1"),
+        ({"clients_per_round": 0}, "`clients_per_round` must be a positive integer, got 0"),
+        ({"batch_size": 2.5}, "`batch_size` must be a positive integer, got 2.5"),
+        ({"local_epochs": -1}, "`local_epochs`"),
+        ({"data_order": "random"}, "`data_order` must be one of \\('reshuffle', 'once', 'none'\\)"),
+        ({"num_workers": -2}, "`num_workers`"),
+        ({"seed": -1}, "`seed`"),
+    ],
+)
+def test_bad_datamodule_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedDataModule(TensorDataset(torch.zeros(4, 1)), partitioner=IIDPartitioner(2), **kwargs)
+
+
+def test_missing_natural_id_is_an_error():
+    dm = FederatedDataModule(TensorDataset(torch.zeros(4, 1)), partitioner=NaturalIdPartitioner("writer_id"),
+                             clients_per_round=1)
+    with pytest.raises(ValueError, match="`id_column` 'writer_id' is not an attribute of TensorDataset"):
+        dm.setup()
+
+
+def test_label_partitioner_without_labels_is_an_error():
+    from lightning_fed.datamodules import DirichletPartitioner
+
+    dm = FederatedDataModule(TensorDataset(torch.zeros(40, 1)), partitioner=DirichletPartitioner(2, alpha=1.0),
+                             clients_per_round=1)
+    with pytest.raises(ValueError, match="needs labels"):
+        dm.setup()
+    dm = FederatedDataModule(TensorDataset(torch.zeros(40, 1)), partitioner=DirichletPartitioner(2, alpha=1.0),
+                             clients_per_round=1, labels=np.linspace(0, 1, 40))
+    with pytest.raises(ValueError, match="`labels` must be integer"):
+        dm.setup()
+
+
+# ------------------------------------------------------------------------------------------------ split
+def test_split_client_eval_stratified_seeded():
+    labels = np.array([0] * 10 + [1] * 5 + [2] * 1 + [7] * 4)  # dataset labels; the client holds the first 16
+    indices = np.arange(16)[::-1].copy()
+    tr, ev = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
+    # k = floor(0.25·16) = 4; shares 4·(10, 5, 1)/16 = (2.5, 1.25, 0.25): floors (2, 1, 0), the one left to class 0
+    assert np.bincount(labels[ev], minlength=3).tolist() == [3, 1, 0]
+    assert sorted(np.concatenate([tr, ev]).tolist()) == list(range(16))
+    assert list(tr) == [i for i in indices if i not in set(ev)]  # train keeps the client's order
+    tr2, ev2 = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
+    assert np.array_equal(ev, ev2) and np.array_equal(tr, tr2)
+    draws = {tuple(split_client_eval(indices, 0.25, np.random.default_rng(s), labels)[1]) for s in range(20)}
+    assert len(draws) > 1
+    # sizes: n = 1 -> no eval sample; n = 2 -> one each; no labels -> uniform k
+    assert [len(a) for a in split_client_eval(np.array([4]), 0.5, np.random.default_rng(0))] == [1, 0]
+    assert [len(a) for a in split_client_eval(np.array([4, 9]), 0.1, np.random.default_rng(0))] == [1, 1]
+    assert [len(a) for a in split_client_eval(np.arange(10), 0.3, np.random.default_rng(0))] == [7, 3]
+
+
+def test_datamodule_eval_fraction_split_per_client_class_counts():
+    ds = classification_dataset(300, seed=2)
+    labels = ds.targets.numpy()
+    plain = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), clients_per_round=2)
+    plain.setup()
+    dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
+                             clients_per_round=2)
+    dm.setup()
+    assert dm.client_eval_dataset is ds
+    for c in range(5):
+        full = plain.client_indices(c)
+        tr, ev = dm.client_indices(c), dm.client_eval_indices(c)
+        assert sorted(np.concatenate([tr, ev]).tolist()) == sorted(full.tolist())
+        assert dm.client_num_samples(c) == len(tr)
+        n = len(full)
+        k = int(np.floor(0.2 * n))
+        assert len(ev) == k
+        counts = np.bincount(labels[full], minlength=3)
+        got = np.bincount(labels[ev], minlength=3)
+        assert np.all(np.abs(got - k * counts / n) < 1)  # stratified: each class within one of its share
+    again = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
+                             clients_per_round=2)
+    again.setup()
+    assert all(np.array_equal(again.client_eval_indices(c), dm.client_eval_indices(c)) for c in range(5))
+    # no val_dataset: central validation covers the union of the clients' evaluation data
+    assert len(dm.val_dataloader().dataset) == sum(len(dm.client_eval_indices(c)) for c in range(5))

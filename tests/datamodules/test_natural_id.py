@@ -45,3 +45,40 @@ def test_homogeneous_ids_unchanged():
     assert p.client_names.tolist() == [1, 2, 3]
     p = NaturalIdPartitioner().partition(3, ids=np.array(["b", "a", "b"], dtype=object))
     assert p.client_names.tolist() == ["a", "b"]
+
+
+# ----------------------------------------------------------------------------------- NaturalId
+def test_natural_id_groups_by_sorted_unique_id():
+    ids = np.array(["bob", "al", "bob", "cy", "al", "bob"])
+    p = NaturalIdPartitioner().partition(len(ids), ids=ids)
+    np.testing.assert_array_equal(p.client_names, ["al", "bob", "cy"])
+    assert [p.client_indices(c).tolist() for c in range(3)] == [[1, 4], [0, 2, 5], [3]]
+
+
+def test_natural_id_million_clients():
+    rng = np.random.default_rng(0)
+    n = 2_000_000
+    distinct = rng.choice(10**9, size=1_000_000, replace=False)  # 1,000,000 distinct ids, each used >= once
+    ids = rng.permutation(distinct[np.concatenate([np.arange(1_000_000), rng.integers(0, 1_000_000, n - 1_000_000)])])
+    p = NaturalIdPartitioner("user").partition(n, ids=ids)
+    uniq, counts = np.unique(ids, return_counts=True)
+    assert p.num_clients == len(uniq) == 1_000_000
+    np.testing.assert_array_equal(p.client_names, uniq)
+    np.testing.assert_array_equal(p.sizes(), counts)
+    np.testing.assert_array_equal(np.sort(p.indices), np.arange(n))
+    # every sample sits in the client of its id
+    owner = np.repeat(np.arange(p.num_clients), p.sizes())
+    np.testing.assert_array_equal(ids[p.indices], p.client_names[owner])
+
+
+def test_natural_id_errors():
+    with pytest.raises(ValueError, match="requires `ids`"):
+        NaturalIdPartitioner().partition(5)
+    with pytest.raises(ValueError, match="id_column"):
+        NaturalIdPartitioner("")
+    with pytest.raises(TypeError, match="id_column"):
+        NaturalIdPartitioner(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ids"):
+        NaturalIdPartitioner().partition(4, ids=np.arange(3))
+    with pytest.raises(ValueError, match="NaN"):
+        NaturalIdPartitioner().partition(2, ids=np.array([1.0, np.nan]))

@@ -1,38 +1,19 @@
 """Tests of the Partition container and the client partitioners (pure numpy)."""
-
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
 from lightning_fed.datamodules.iid import IIDPartitioner
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.partition import Partition, Partitioner
 from lightning_fed.datamodules.pathological import PathologicalPartitioner
 from lightning_fed.datamodules.shard import ShardPartitioner
-
-
-def balanced_labels(num_classes: int = 10, per_class: int = 1000, seed: int = 0) -> np.ndarray:
-    """Shuffled labels with exactly `per_class` samples of each class."""
-    labels = np.repeat(np.arange(num_classes), per_class)
-    return np.random.default_rng(seed).permutation(labels)
-
-
-def assert_disjoint_cover(p: Partition, num_samples: int) -> None:
-    assert p.indices.dtype == np.int64 and p.offsets.dtype == np.int64
-    assert p.offsets[0] == 0 and p.offsets[-1] == len(p.indices)
-    np.testing.assert_array_equal(np.sort(p.indices), np.arange(num_samples))
-    # the per-client views, concatenated, cover everything once as well
-    joined = np.concatenate([p.client_indices(c) for c in range(p.num_clients)])
-    np.testing.assert_array_equal(np.sort(joined), np.arange(num_samples))
-
-
-def same(p: Partition, q: Partition) -> bool:
-    return np.array_equal(p.indices, q.indices) and np.array_equal(p.offsets, q.offsets)
+from helpers import assert_disjoint_cover, balanced_labels, same
 
 
 LABELS = balanced_labels()  # 10 classes x 1000 samples
+
 
 RANDOM_SCHEMES = [
     pytest.param(lambda seed: IIDPartitioner(37, seed=seed), id="iid"),
@@ -59,55 +40,6 @@ def test_partitioner_is_abstract_and_declares_requirements():
     assert PathologicalPartitioner.requires == "labels"
     assert DirichletPartitioner.requires == "labels"
     assert NaturalIdPartitioner.requires == "ids"
-
-
-# ----------------------------------------------------------------------------------- IID
-def test_iid_sizes_differ_by_at_most_one():
-    p = IIDPartitioner(7, seed=3).partition(100)
-    sizes = p.sizes()
-    assert sizes.sum() == 100 and sizes.max() - sizes.min() <= 1
-    assert sorted(sizes.tolist()) == [14] * 5 + [15] * 2
-    assert p.labels is None and p.num_classes is None
-    assert_disjoint_cover(p, 100)
-
-
-def test_iid_more_clients_than_samples():
-    with pytest.raises(ValueError, match="more clients than samples"):
-        IIDPartitioner(11).partition(10)
-
-
-def test_iid_attaches_optional_labels_for_stats():
-    labels = np.arange(20) % 4
-    p = IIDPartitioner(5).partition(20, labels=labels)
-    assert p.num_classes == 4
-    assert p.stats()["label_histogram"].sum() == 20
-
-
-# ----------------------------------------------------------------------------------- Shard
-def test_shard_sizes_and_at_most_two_labels_on_sorted_dataset():
-    labels = np.repeat(np.arange(10), 600)  # sorted, 6000 samples, 200 shards of 30
-    p = ShardPartitioner(100, shards_per_client=2, seed=0).partition(len(labels), labels=labels)
-    assert_disjoint_cover(p, len(labels))
-    np.testing.assert_array_equal(p.sizes(), np.full(100, 2 * 30))
-    for c in range(100):
-        assert len(np.unique(labels[p.client_indices(c)])) <= 2
-    # each client's samples are exactly two label-sorted shards (contiguous runs of the sorted order)
-    for c in range(100):
-        starts = np.sort(p.client_indices(c))[[0, 30]]
-        assert np.all(starts % 30 == 0)
-
-
-def test_shard_remainder_is_spread():
-    labels = np.arange(1003) % 10
-    p = ShardPartitioner(10, shards_per_client=3, seed=1).partition(1003, labels=labels)
-    assert_disjoint_cover(p, 1003)
-    # shard sizes 33 or 34 -> client sizes within [99, 102]
-    assert p.sizes().min() >= 3 * 33 and p.sizes().max() <= 3 * 34
-
-
-def test_shard_too_many_shards():
-    with pytest.raises(ValueError, match="more shards than samples"):
-        ShardPartitioner(10, 2).partition(19, labels=np.zeros(19, dtype=int))
 
 
 # ----------------------------------------------------------------------------------- Pathological
@@ -204,43 +136,6 @@ def test_dirichlet_bad_alpha(alpha):
 def test_dirichlet_bad_alpha_type():
     with pytest.raises(TypeError, match="alpha"):
         DirichletPartitioner(10, "0.1")
-
-
-# ----------------------------------------------------------------------------------- NaturalId
-def test_natural_id_groups_by_sorted_unique_id():
-    ids = np.array(["bob", "al", "bob", "cy", "al", "bob"])
-    p = NaturalIdPartitioner().partition(len(ids), ids=ids)
-    np.testing.assert_array_equal(p.client_names, ["al", "bob", "cy"])
-    assert [p.client_indices(c).tolist() for c in range(3)] == [[1, 4], [0, 2, 5], [3]]
-
-
-def test_natural_id_million_clients():
-    rng = np.random.default_rng(0)
-    n = 2_000_000
-    distinct = rng.choice(10**9, size=1_000_000, replace=False)  # 1,000,000 distinct ids, each used >= once
-    ids = rng.permutation(distinct[np.concatenate([np.arange(1_000_000), rng.integers(0, 1_000_000, n - 1_000_000)])])
-    p = NaturalIdPartitioner("user").partition(n, ids=ids)
-    uniq, counts = np.unique(ids, return_counts=True)
-    assert p.num_clients == len(uniq) == 1_000_000
-    np.testing.assert_array_equal(p.client_names, uniq)
-    np.testing.assert_array_equal(p.sizes(), counts)
-    np.testing.assert_array_equal(np.sort(p.indices), np.arange(n))
-    # every sample sits in the client of its id
-    owner = np.repeat(np.arange(p.num_clients), p.sizes())
-    np.testing.assert_array_equal(ids[p.indices], p.client_names[owner])
-
-
-def test_natural_id_errors():
-    with pytest.raises(ValueError, match="requires `ids`"):
-        NaturalIdPartitioner().partition(5)
-    with pytest.raises(ValueError, match="id_column"):
-        NaturalIdPartitioner("")
-    with pytest.raises(TypeError, match="id_column"):
-        NaturalIdPartitioner(3)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="ids"):
-        NaturalIdPartitioner().partition(4, ids=np.arange(3))
-    with pytest.raises(ValueError, match="NaN"):
-        NaturalIdPartitioner().partition(2, ids=np.array([1.0, np.nan]))
 
 
 # ----------------------------------------------------------------------------------- argument checks

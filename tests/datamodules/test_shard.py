@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from lightning_fed.datamodules import ShardPartitioner
+from lightning_fed.datamodules.shard import ShardPartitioner
+from helpers import assert_disjoint_cover
 
 LABELS = np.arange(23) % 3  # sorted stably: class 0 = 0,3,..,21 (8), class 1 = 1,..,22 (8), class 2 = 2,..,20 (7)
 SORTED = np.argsort(LABELS, kind="stable")
@@ -69,3 +71,30 @@ def test_too_many_shards_requested():
         ShardPartitioner(3, 2, shard_size=4).partition(23, labels=LABELS)
     with pytest.raises(ValueError, match="fewer than `num_clients`=7"):
         ShardPartitioner(7, None, shard_size=4).partition(23, labels=LABELS)
+
+
+# ----------------------------------------------------------------------------------- Shard
+def test_shard_sizes_and_at_most_two_labels_on_sorted_dataset():
+    labels = np.repeat(np.arange(10), 600)  # sorted, 6000 samples, 200 shards of 30
+    p = ShardPartitioner(100, shards_per_client=2, seed=0).partition(len(labels), labels=labels)
+    assert_disjoint_cover(p, len(labels))
+    np.testing.assert_array_equal(p.sizes(), np.full(100, 2 * 30))
+    for c in range(100):
+        assert len(np.unique(labels[p.client_indices(c)])) <= 2
+    # each client's samples are exactly two label-sorted shards (contiguous runs of the sorted order)
+    for c in range(100):
+        starts = np.sort(p.client_indices(c))[[0, 30]]
+        assert np.all(starts % 30 == 0)
+
+
+def test_shard_remainder_is_spread():
+    labels = np.arange(1003) % 10
+    p = ShardPartitioner(10, shards_per_client=3, seed=1).partition(1003, labels=labels)
+    assert_disjoint_cover(p, 1003)
+    # shard sizes 33 or 34 -> client sizes within [99, 102]
+    assert p.sizes().min() >= 3 * 33 and p.sizes().max() <= 3 * 34
+
+
+def test_shard_too_many_shards():
+    with pytest.raises(ValueError, match="more shards than samples"):
+        ShardPartitioner(10, 2).partition(19, labels=np.zeros(19, dtype=int))

@@ -1,13 +1,10 @@
 """Stack Overflow (SO NWP / SO LR): TFF's SQLite layout written by the test, hand-checked preprocessing, models."""
-
 from __future__ import annotations
 
 import sqlite3
-
 import numpy as np
 import pytest
 import torch
-
 from helpers import quiet_trainer_kwargs
 from lightning_fed import FederatedTrainer
 from lightning_fed.datamodules.stackoverflow import (
@@ -22,7 +19,8 @@ from lightning_fed.datamodules.stackoverflow import (
     tag_multi_hot,
     top_k_vocab,
 )
-from lightning_fed.models.stackoverflow import RecallAtK, StackOverflowNWP, StackOverflowTagLR
+from lightning_fed.models.stackoverflow import StackOverflowNWP, StackOverflowTagLR
+
 
 # (split, client, tokens, title, tags)
 ROWS = [
@@ -37,7 +35,6 @@ ROWS = [
     ("test", "00000004", "b c d e", "tt", "x|z"),
     ("test", "00000002", "e", "tu", "q"),
 ]
-# train word counts: a 5, b 5, c 2, d 1, e 1 -> top-3 = [a, b, c]; tags: x 4, z 2, y 2, w 1 -> top-2 = [x, y]
 
 
 def write_tff_sqlite(path, rows=ROWS):
@@ -170,43 +167,6 @@ def test_missing_file_and_argument_errors(tmp_path):
         StackOverflowNWP(hidden_size=0)
     with pytest.raises(ValueError, match="lr"):
         StackOverflowTagLR(lr=0)
-
-
-def test_recall_at_5_hand_computed():
-    scores = torch.tensor([
-        [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3],  # top-5 = tags 0..4
-        [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],  # top-5 = tags 2..6
-        [0.5, 0.1, 0.1, 0.1, 0.1, 0.1, 0.9],  # no positives: adds nothing
-    ])
-    target = torch.tensor([
-        [1, 0, 0, 0, 0, 1, 1],  # 1 of 3 in top-5
-        [1, 1, 0, 0, 1, 0, 0],  # 1 of 3 in top-5
-        [0, 0, 0, 0, 0, 0, 0],
-    ])
-    metric = RecallAtK(5)
-    metric.update(scores[:2], target[:2])
-    metric.update(scores[2:], target[2:])
-    assert metric.compute().item() == pytest.approx(2 / 6)  # micro: (1 + 1) / (3 + 3), as Keras Recall(top_k=5)
-    # torchmetrics' MultilabelRecall thresholds scores and (1.9) takes no `top_k`: not TFF's recall@5.
-    from torchmetrics.classification import MultilabelRecall
-
-    assert MultilabelRecall(num_labels=7, average="micro")(scores, target).item() != pytest.approx(2 / 6)
-
-
-def test_model_shapes():
-    nwp = StackOverflowNWP(vocab_size=50, embedding_dim=8, hidden_size=12)
-    x = torch.randint(0, 54, (3, 20))
-    assert nwp(x).shape == (3, 20, 54)
-    full = StackOverflowNWP()
-    assert full.embedding.weight.shape == (10004, 96) and full.lstm.hidden_size == 670
-    assert full.projection.out_features == 96 and full.head.out_features == 10004
-    lr = StackOverflowTagLR()
-    assert lr(torch.rand(4, 10000)).shape == (4, 500)
-    # accuracy ignores pad/OOV/BOS/EOS targets: only the one word target counts
-    logits = torch.zeros(1, 4, 54)
-    logits[0, :, 7] = 1.0
-    nwp.val_acc.update(logits, torch.tensor([[7, 51, 53, 0]]))
-    assert nwp.val_acc.compute().item() == 1.0
 
 
 @pytest.mark.parametrize("task", ["nwp", "tag"])
