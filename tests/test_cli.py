@@ -54,7 +54,7 @@ def test_example_config_parses(config, tmp_path, monkeypatch):
 @pytest.mark.parametrize("config", EXAMPLES[::7], ids=lambda p: p.name)
 def test_print_config_succeeds(config, tmp_path, monkeypatch, capsys):
     """`lightning-fed fit --config X --print_config` prints the resolved config and exits 0 (a sample of configs;
-    every config is instantiated above and run in tests/test_examples.py)."""
+    every config is instantiated above and run in tests/integration/test_examples.py)."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         FederatedCLI(args=["fit", "--config", str(config), "--print_config"])
@@ -174,7 +174,7 @@ def test_server_optimizer_given_both_ways_is_an_error(tmp_path, monkeypatch, cap
 
 # ------------------------------------------------------------------------------------------------ runs and predict
 def _mnist_config(tmp_path: Path) -> Path:
-    from test_mnist import make_mnist_raw
+    from tests.datamodules.test_mnist import make_mnist_raw
 
     make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
     cfg = {
@@ -208,7 +208,7 @@ def test_fit_with_a_swapped_server_optimizer_runs_it_and_keeps_checkpointing(tmp
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()  # the configured ModelCheckpoint still ran
     assert cli.trainer.callbacks[0] is server
     # the default logger (TensorBoard under ./runs) got the run's HParams session and the partition figure
-    from test_tensorboard import _events, _session_hparams
+    from tests.test_tensorboard import _events, _session_hparams
 
     acc = _events(cli.trainer.logger.log_dir)
     assert Path(cli.trainer.logger.log_dir).resolve().is_relative_to(tmp_path / "runs")
@@ -258,7 +258,7 @@ def test_predict_without_a_predict_dataloader_is_refused_before_loading_data(tmp
 
 
 def test_partition_command_prints_stats_and_saves_the_plot(tmp_path, monkeypatch, capsys):
-    from test_mnist import make_mnist_raw
+    from tests.datamodules.test_mnist import make_mnist_raw
 
     monkeypatch.chdir(tmp_path)
     info = make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
