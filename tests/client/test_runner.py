@@ -9,7 +9,6 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAvg
 from lightning_fed.client.runner import ClientContext, ClientRunner
@@ -18,7 +17,7 @@ from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 import csv
 import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data
 from lightning_fed.callbacks import FedAvg, FedYogi
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, NaturalIdPartitioner
 
@@ -127,6 +126,8 @@ class Fragile(LinearRegression):
             raise RuntimeError("corrupt sample")
         return F.mse_loss(self.linear(x).squeeze(-1), y)
 
+
+_grad, _weights = mse_grad, linear_weights  # (from the former test_reliability.py; same as _weights above)
 
 def _faulty_module(num_clients=5, nan_clients=(1,), raise_clients=(3,), **kwargs):
     """Clients 0..N-1 by natural id; ``nan_clients`` hold a NaN input, ``raise_clients`` a marked input."""
