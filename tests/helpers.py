@@ -6,6 +6,7 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning_fed.datamodules.partition import Partition
 from torch.utils.data import TensorDataset
 
 
@@ -116,3 +117,23 @@ def write_idx(path, array: np.ndarray, compress: bool = False) -> bytes:
     else:
         Path(path).write_bytes(raw)
     return raw
+
+
+# ---------------------------------------------------------------------------- partition checks
+def balanced_labels(num_classes: int = 10, per_class: int = 1000, seed: int = 0) -> np.ndarray:
+    """Shuffled labels with exactly `per_class` samples of each class."""
+    labels = np.repeat(np.arange(num_classes), per_class)
+    return np.random.default_rng(seed).permutation(labels)
+
+
+def assert_disjoint_cover(p: Partition, num_samples: int) -> None:
+    assert p.indices.dtype == np.int64 and p.offsets.dtype == np.int64
+    assert p.offsets[0] == 0 and p.offsets[-1] == len(p.indices)
+    np.testing.assert_array_equal(np.sort(p.indices), np.arange(num_samples))
+    # the per-client views, concatenated, cover everything once as well
+    joined = np.concatenate([p.client_indices(c) for c in range(p.num_clients)])
+    np.testing.assert_array_equal(np.sort(joined), np.arange(num_samples))
+
+
+def same(p: Partition, q: Partition) -> bool:
+    return np.array_equal(p.indices, q.indices) and np.array_equal(p.offsets, q.offsets)

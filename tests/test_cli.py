@@ -18,7 +18,9 @@ from lightning_fed.datamodules import MNISTDataModule, ShakespeareDataModule
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.models import ShakespeareLSTM
 from lightning_fed.models.mnist import MNISTMLP
-from test_shakespeare import _speech_play, _write_wheel
+from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
+import numpy as np
+from lightning_fed.cli import main
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 
@@ -57,7 +59,7 @@ def test_example_config_parses(config, tmp_path, monkeypatch):
 @pytest.mark.parametrize("config", EXAMPLES[::7], ids=lambda p: p.name)
 def test_print_config_succeeds(config, tmp_path, monkeypatch, capsys):
     """`lightning-fed fit --config X --print_config` prints the resolved config and exits 0 (a sample of configs;
-    every config is instantiated above and run in tests/test_examples.py)."""
+    every config is instantiated above and run in tests/integration/test_examples.py)."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         FederatedCLI(args=["fit", "--config", str(config), "--print_config"])
@@ -177,7 +179,7 @@ def test_server_optimizer_given_both_ways_is_an_error(tmp_path, monkeypatch, cap
 
 # ------------------------------------------------------------------------------------------------ runs and predict
 def _mnist_config(tmp_path: Path) -> Path:
-    from test_mnist import make_mnist_raw
+    from tests.datamodules.test_mnist import make_mnist_raw
 
     make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
     cfg = {
@@ -211,7 +213,7 @@ def test_fit_with_a_swapped_server_optimizer_runs_it_and_keeps_checkpointing(tmp
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()  # the configured ModelCheckpoint still ran
     assert cli.trainer.callbacks[0] is server
     # the default logger (TensorBoard under ./runs) got the run's HParams session and the partition figure
-    from test_tensorboard import _events, _session_hparams
+    from tests.test_tensorboard import _events, _session_hparams
 
     acc = _events(cli.trainer.logger.log_dir)
     assert Path(cli.trainer.logger.log_dir).resolve().is_relative_to(tmp_path / "runs")
@@ -258,3 +260,39 @@ def test_predict_without_a_predict_dataloader_is_refused_before_loading_data(tmp
     err = capsys.readouterr().err
     assert "`predict_dataloader`" in err and "MNISTDataModule" in err and "MNISTMLP" in err
     assert not (tmp_path / "nothing_here").exists()
+
+
+def test_partition_command_prints_stats_and_saves_the_plot(tmp_path, monkeypatch, capsys):
+    from tests.datamodules.test_mnist import make_mnist_raw
+
+    monkeypatch.chdir(tmp_path)
+    info = make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
+    cfg = {
+        "trainer": {"max_epochs": 1, "accelerator": "cpu"},
+        "model": {"class_path": "lightning_fed.models.mnist.MNISTMLP", "init_args": {"hidden": 8}},
+        "data": {"class_path": "lightning_fed.datamodules.mnist.MNISTDataModule",
+                 "init_args": {"data_dir": str(tmp_path / "data"), "clients_per_round": 2,
+                               "partitioner": {"class_path": "lightning_fed.datamodules.ShardPartitioner",
+                                               "init_args": {"num_clients": 4, "shards_per_client": 2}}}},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    main(["partition", "--config", str(tmp_path / "c.yaml"), "--plot", str(tmp_path / "p.png"),
+          "--data.init_args.partitioner.init_args.seed", "3"])
+    out = capsys.readouterr().out
+    from lightning_fed.datamodules import ShardPartitioner
+
+    labels = info["arrays"]["train-labels-idx1-ubyte"].astype(np.int64)
+    # the module's train split (val comes from the test files), partitioned independently here
+    expected = ShardPartitioner(4, 2, seed=3).partition(len(labels), labels=labels)
+    assert "ShardPartitioner(num_clients=4, shards_per_client=2, seed=3" in out
+    assert f"num_clients: 4  num_samples: {len(labels)}  num_classes: 10" in out
+    for c in range(4):
+        row = [c, expected.sizes()[c], *expected.label_histogram()[c]]
+        assert " ".join(str(int(v)) for v in row) in " ".join(out.split())
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_partition_command_needs_a_config(capsys):
+    with pytest.raises(SystemExit) as err:
+        main(["partition", "--plot", "x.png"])
+    assert err.value.code == 2 and "--config" in capsys.readouterr().err

@@ -1,19 +1,15 @@
 """Federated evaluation (lightning_fed/evaluation.py, the eval split of FederatedDataModule): numbers against NumPy."""
-
 from __future__ import annotations
 
 import csv
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
-
 from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
-from lightning_fed.datamodules.federated import split_client_eval
 from lightning_fed.evaluation import FederatedEvaluation, federated_statistics, lower_is_better
 
 
@@ -38,53 +34,6 @@ def _regression_dm(**kwargs):
                 eval_fraction=0.3, eval_batch_size=3)
     args.update(kwargs)
     return FederatedDataModule(ds, **args), x, y
-
-
-# ------------------------------------------------------------------------------------------------ split
-def test_split_client_eval_stratified_seeded():
-    labels = np.array([0] * 10 + [1] * 5 + [2] * 1 + [7] * 4)  # dataset labels; the client holds the first 16
-    indices = np.arange(16)[::-1].copy()
-    tr, ev = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
-    # k = floor(0.25·16) = 4; shares 4·(10, 5, 1)/16 = (2.5, 1.25, 0.25): floors (2, 1, 0), the one left to class 0
-    assert np.bincount(labels[ev], minlength=3).tolist() == [3, 1, 0]
-    assert sorted(np.concatenate([tr, ev]).tolist()) == list(range(16))
-    assert list(tr) == [i for i in indices if i not in set(ev)]  # train keeps the client's order
-    tr2, ev2 = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
-    assert np.array_equal(ev, ev2) and np.array_equal(tr, tr2)
-    draws = {tuple(split_client_eval(indices, 0.25, np.random.default_rng(s), labels)[1]) for s in range(20)}
-    assert len(draws) > 1
-    # sizes: n = 1 -> no eval sample; n = 2 -> one each; no labels -> uniform k
-    assert [len(a) for a in split_client_eval(np.array([4]), 0.5, np.random.default_rng(0))] == [1, 0]
-    assert [len(a) for a in split_client_eval(np.array([4, 9]), 0.1, np.random.default_rng(0))] == [1, 1]
-    assert [len(a) for a in split_client_eval(np.arange(10), 0.3, np.random.default_rng(0))] == [7, 3]
-
-
-def test_datamodule_eval_fraction_split_per_client_class_counts():
-    ds = classification_dataset(300, seed=2)
-    labels = ds.targets.numpy()
-    plain = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), clients_per_round=2)
-    plain.setup()
-    dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
-                             clients_per_round=2)
-    dm.setup()
-    assert dm.client_eval_dataset is ds
-    for c in range(5):
-        full = plain.client_indices(c)
-        tr, ev = dm.client_indices(c), dm.client_eval_indices(c)
-        assert sorted(np.concatenate([tr, ev]).tolist()) == sorted(full.tolist())
-        assert dm.client_num_samples(c) == len(tr)
-        n = len(full)
-        k = int(np.floor(0.2 * n))
-        assert len(ev) == k
-        counts = np.bincount(labels[full], minlength=3)
-        got = np.bincount(labels[ev], minlength=3)
-        assert np.all(np.abs(got - k * counts / n) < 1)  # stratified: each class within one of its share
-    again = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
-                             clients_per_round=2)
-    again.setup()
-    assert all(np.array_equal(again.client_eval_indices(c), dm.client_eval_indices(c)) for c in range(5))
-    # no val_dataset: central validation covers the union of the clients' evaluation data
-    assert len(dm.val_dataloader().dataset) == sum(len(dm.client_eval_indices(c)) for c in range(5))
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -283,7 +232,7 @@ def test_bad_arguments():
 
 
 def test_shakespeare_natural_eval_split_is_each_roles_test_part(tmp_path):
-    from test_shakespeare import _speech_play, _write_wheel
+    from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
 
     from lightning_fed.datamodules import ShakespeareDataModule
     from lightning_fed.datamodules import shakespeare as shk

@@ -20,6 +20,8 @@ from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, Partition
 from lightning_fed.tensorboard import PARTITION_FIGURE_TAG, flatten_settings, partition_figure
+from lightning_fed.datamodules import Partition
+from lightning_fed.tensorboard import label_distribution_figure
 
 
 def _fit(tmp_path, name, server, default_hp_metric=False, rounds=2):
@@ -174,3 +176,40 @@ def test_flatten_settings_gives_plain_values():
         "data/nested/a/b": True,
     }
     assert all(type(v) in (bool, int, float, str) for v in flat.values())
+
+
+LABELS = np.array([0, 0, 1, 2, 1, 2, 2, 2])
+
+
+P = Partition.from_client_lists([[0, 1, 2], [3], [4, 5, 6, 7]], labels=LABELS)
+
+
+def bar_widths(fig):
+    ax = fig.axes[0]
+    return [[patch.get_width() for patch in container] for container in ax.containers]  # [class][client]
+
+
+def test_counts_and_percent_segments_hand_computed():
+    counts = np.array(bar_widths(label_distribution_figure(P))).T
+    np.testing.assert_array_equal(counts, [[2, 1, 0], [0, 0, 1], [0, 1, 3]])
+    pct = np.array(bar_widths(label_distribution_figure(P, size_unit="percent"))).T
+    np.testing.assert_allclose(pct, [[200 / 3, 100 / 3, 0], [0, 0, 100], [0, 25, 75]])
+    fig = label_distribution_figure(P)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["0", "1", "2"]
+    assert fig.axes[0].get_xlabel() == "number of samples" and fig.axes[0].get_ylabel() == "client"
+
+
+def test_legend_uses_label_names_and_unlabelled_partitions_plot_sizes():
+    p = Partition.from_client_lists([[0], [1, 2]], labels=[0, 1, 1], label_names=np.array(["ham", "spam"]))
+    assert [t.get_text() for t in label_distribution_figure(p).legends[0].get_texts()] == ["ham", "spam"]
+    sizes = label_distribution_figure(Partition.from_client_lists([[0], [1, 2]]))
+    assert bar_widths(sizes) == [[1, 2]] and not sizes.legends
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="size_unit.*'absolute', 'percent'"):
+        label_distribution_figure(P, size_unit="fraction")
+    with pytest.raises(ValueError, match="max_clients"):
+        label_distribution_figure(P, max_clients=0)
+    with pytest.raises(TypeError, match="legend"):
+        label_distribution_figure(P, legend="yes")

@@ -1,0 +1,195 @@
+"""ClientRunner: start a client from x_t, local steps, finish it into a ClientUpdate — driven by a hand-written
+executor and checked against SGD on a linear model computed in NumPy."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from lightning_fed import FederatedTrainer
+from lightning_fed.callbacks import FedAvg
+from lightning_fed.client.runner import ClientContext, ClientRunner
+from lightning_fed.client.sequential import ClientExecutor
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+import csv
+import torch.nn.functional as F
+from lightning.pytorch.loggers import CSVLogger
+from helpers import LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data
+from lightning_fed.callbacks import FedAvg, FedYogi
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, NaturalIdPartitioner
+
+
+def _weights(model) -> np.ndarray:
+    return np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
+
+
+def _mse(w, x, y):
+    xb = np.hstack([x, np.ones((len(x), 1))])
+    r = xb @ w - y
+    return float(np.mean(r**2)), 2.0 / len(x) * xb.T @ r
+
+
+class ByHand(ClientExecutor):
+    """Drives the runner step by step, as an executor would, and keeps what it saw."""
+
+    def __init__(self):
+        self.updates, self.contexts = [], []
+
+    def run_round(self, runner: ClientRunner, cohort, round_idx):
+        updates = []
+        for cid in cohort.tolist():
+            runner.start_client(cid)
+            self.contexts.append(runner.context(cid))
+            losses = []
+            for batch_idx, batch in enumerate(runner.datamodule.client_dataloader(cid, round_idx)):
+                losses.append(float(runner.local_step(batch, batch_idx)["loss"]))
+            update = runner.finish_client(cid, num_steps=len(losses), loss=sum(losses) / len(losses))
+            updates.append(update)
+            self.updates.append(update)
+        return updates, []
+
+
+def test_start_steps_finish_is_sgd_by_hand(tmp_path):
+    x, y = regression_data(n=40)
+    model = LinearRegression(lr=0.1)
+    w0 = _weights(model)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(1, seed=0),
+                             clients_per_round=1, batch_size=40, local_epochs=2)
+    executor = ByHand()
+    FederatedTrainer(max_epochs=1, client_executor=executor, callbacks=[FedAvg(lr=1.0)],
+                     **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    # two full-batch SGD steps from x_t with γ = 0.1 (the client's rows are all 40, in some order: full batch)
+    loss0, g0 = _mse(w0, x, y)
+    w1 = w0 - 0.1 * g0
+    loss1, g1 = _mse(w1, x, y)
+    w2 = w1 - 0.1 * g1
+    (update,) = executor.updates
+    delta = np.concatenate([t.detach().numpy().ravel() for t in update.delta])
+    np.testing.assert_allclose(delta, w2 - w0, rtol=0, atol=1e-12)
+    assert update.client_id == 0 and update.num_samples == 40 and update.num_steps == 2 and update.loss_steps == 2
+    assert update.loss == pytest.approx((loss0 + loss1) / 2, rel=1e-12)
+    assert update.client_lr == 0.1 and update.client_lrs == [0.1, 0.1]
+    assert update.buffers == [] and update.extras == {}
+    # FedAvg with η = 1 and one client: the global model is x_t + Δ
+    np.testing.assert_allclose(_weights(model), w2, rtol=0, atol=1e-12)
+    (context,) = executor.contexts
+    assert isinstance(context, ClientContext) and context.client_id == 0 and context.round_idx == 0
+    np.testing.assert_array_equal(np.concatenate([t.numpy().ravel() for t in context.global_params]), w0)
+    assert context.client_lr == 0.1 and context.client_lrs == [0.1, 0.1]
+
+
+def test_failure_policy_is_applied_by_the_runner():
+    class FakeTrainer:
+        current_epoch = 3
+
+    skip = ClientRunner("skip")
+    skip.trainer = FakeTrainer()
+    with pytest.warns(UserWarning, match="Client 7 failed in round 3: boom; dropped"):
+        assert skip.report_failure(7, "boom") == (7, "boom")
+    with pytest.warns(UserWarning, match="Client 8 failed in round 3: ValueError: bad"):
+        assert skip.client_failed(8, ValueError("bad")) == (8, "ValueError: bad")
+    strict = ClientRunner("raise")
+    strict.trainer = FakeTrainer()
+    with pytest.raises(RuntimeError, match=r"Client 7 failed in round 3: boom \(on_client_failure='raise'\)"):
+        strict.report_failure(7, "boom")
+    with pytest.raises(ValueError, match="bad"):
+        strict.client_failed(8, ValueError("bad"))
+    with pytest.raises(ValueError, match=r"`on_client_failure` must be one of \('skip', 'raise'\), got 'ignore'"):
+        ClientRunner("ignore")
+
+
+def test_an_executor_returning_a_bare_list_is_refused(tmp_path):
+    class Old(ByHand):
+        def run_round(self, runner, cohort, round_idx):
+            return super().run_round(runner, cohort, round_idx)[0]
+
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(2, seed=0),
+                             clients_per_round=1, batch_size=40)
+    trainer = FederatedTrainer(max_epochs=1, client_executor=Old(), **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(TypeError, match=r"Old\.run_round must return \(updates, failures\).*got list"):
+        trainer.fit(LinearRegression(), datamodule=dm)
+
+
+RAISE_MARK = 999.0
+
+
+class Fragile(LinearRegression):
+    """An ordinary module that raises on a marked input (a bug that shows up only on some clients' data)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if (x == RAISE_MARK).any():
+            raise RuntimeError("corrupt sample")
+        return F.mse_loss(self.linear(x).squeeze(-1), y)
+
+
+_grad, _weights = mse_grad, linear_weights  # (from the former test_reliability.py; same as _weights above)
+
+def _faulty_module(num_clients=5, nan_clients=(1,), raise_clients=(3,), **kwargs):
+    """Clients 0..N-1 by natural id; ``nan_clients`` hold a NaN input, ``raise_clients`` a marked input."""
+    x, y = regression_data(n=10 * num_clients)
+    ids = np.repeat(np.arange(num_clients), 10)
+    for c in nan_clients:
+        x[np.flatnonzero(ids == c)[0], 0] = np.nan
+    for c in raise_clients:
+        x[np.flatnonzero(ids == c)[0], 0] = RAISE_MARK
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    dataset.client_id = ids
+    dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=num_clients,
+                             batch_size=100, **kwargs)
+    return dm, x, y, ids
+
+
+def test_nan_and_raising_clients_are_dropped_and_the_rest_aggregated(tmp_path):
+    dm, x, y, ids = _faulty_module()
+    model = Fragile(lr=0.1)
+    w0 = _weights(model)
+    logger = CSVLogger(str(tmp_path), name="faults")
+    with pytest.warns(UserWarning, match="dropped from the round"):
+        FederatedTrainer(max_epochs=2, callbacks=[FedAvg()], **(quiet_trainer_kwargs(tmp_path) | {"logger": logger})).fit(
+            model, datamodule=dm
+        )
+    # Independent expectation: FedAvg of the three healthy clients (equal sizes), one full-batch step each.
+    w = w0
+    for _ in range(2):
+        w = w + np.mean([-0.1 * _grad(w, x[ids == c], y[ids == c]) for c in (0, 2, 4)], axis=0)
+    np.testing.assert_allclose(_weights(model), w, atol=1e-12)
+    rows = [r for r in csv.DictReader(open(f"{logger.log_dir}/metrics.csv")) if r.get("round_clients_dropped")]
+    assert [float(r["round_clients_dropped"]) for r in rows] == [2.0, 2.0]
+    assert [float(r["round_clients"]) for r in rows] == [3.0, 3.0]
+
+
+def test_round_where_every_client_fails_changes_nothing(tmp_path):
+    dm, *_ = _faulty_module(num_clients=2, nan_clients=(0,), raise_clients=(1,))
+    model = Fragile(lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    server = FedYogi(lr=0.1)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    # every round failed for every client: the run ends with an error (issue #11.6), after both rounds ran
+    with pytest.warns(UserWarning, match="no client reported back"), pytest.raises(RuntimeError, match="No client"):
+        trainer.fit(model, datamodule=dm)
+    for a, b in zip(before, model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert server.num_steps == 0 and server.state == {}
+    assert trainer.callback_metrics["round_clients_dropped"] == 2
+    assert trainer.current_epoch == 2
+
+
+def test_raise_policy_stops_training(tmp_path):
+    dm, *_ = _faulty_module(nan_clients=(), raise_clients=(2,))
+    trainer = FederatedTrainer(max_epochs=1, on_client_failure="raise", **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match="corrupt sample"):
+        trainer.fit(Fragile(), datamodule=dm)
+    dm, *_ = _faulty_module(nan_clients=(1,), raise_clients=())
+    trainer = FederatedTrainer(max_epochs=1, on_client_failure="raise", **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match="Client 1 failed in round 0: non-finite update"):
+        trainer.fit(Fragile(), datamodule=dm)
+
+
+def test_bad_failure_policy(tmp_path):
+    with pytest.raises(ValueError, match="`on_client_failure` must be one of \\('skip', 'raise'\\)"):
+        FederatedTrainer(on_client_failure="ignore", **quiet_trainer_kwargs(tmp_path))

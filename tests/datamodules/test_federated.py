@@ -1,0 +1,276 @@
+"""FederatedDataModule with torch and Hugging Face datasets: labels, natural ids, client loaders."""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from lightning_fed.datamodules import (
+    DirichletPartitioner,
+    FederatedDataModule,
+    FixedLocalSteps,
+    NaturalIdPartitioner,
+    ShardPartitioner,
+)
+import math
+from helpers import regression_data
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, NaturalIdPartitioner
+from helpers import classification_dataset, regression_data
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.datamodules.federated import split_client_eval
+
+
+def _hf_dataset(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return datasets.Dataset.from_dict(
+        {
+            "x": rng.normal(size=(n, 3)).astype(np.float32),
+            "label": rng.permutation(np.repeat(np.arange(4), n // 4)),  # 50 per class: shards of 10 align
+            "user": rng.integers(0, 7, n),
+        }
+    )
+
+
+def test_hf_dataset_labels_from_label_column():
+    hf = _hf_dataset()
+    dm = FederatedDataModule(hf, partitioner=ShardPartitioner(num_clients=10, shards_per_client=2), clients_per_round=3)
+    dm.setup()
+    labels = np.asarray(hf["label"])
+    for cid in range(10):
+        assert len(np.unique(labels[dm.client_indices(cid)])) <= 2
+    batch = next(iter(dm.client_dataloader(0, round_idx=0)))
+    assert isinstance(batch["x"], torch.Tensor) and batch["x"].shape[1] == 3
+    assert torch.equal(batch["label"], torch.as_tensor(labels[batch_indices(dm, 0)[0]]))
+
+
+def batch_indices(dm, cid):
+    return dm.client_batches(cid, 0)
+
+
+def test_hf_dataset_custom_label_column_and_natural_ids():
+    hf = _hf_dataset().rename_column("label", "digit")
+    dm = FederatedDataModule(hf, partitioner=DirichletPartitioner(num_clients=4, alpha=1.0, min_partition_size=1),
+                             label_column="digit", clients_per_round=2)
+    dm.setup()
+    assert dm.partition.stats()["label_histogram"].sum() == 200
+    dm = FederatedDataModule(hf, partitioner=NaturalIdPartitioner("user"), clients_per_round=2)
+    dm.setup()
+    users = np.asarray(hf["user"])
+    assert dm.num_clients == len(np.unique(users))
+    for cid in range(dm.num_clients):
+        assert len(np.unique(users[dm.client_indices(cid)])) == 1
+    with pytest.raises(ValueError, match="`id_column` 'writer' is not a column of the dataset"):
+        bad = FederatedDataModule(hf, partitioner=NaturalIdPartitioner("writer"), clients_per_round=2)
+        bad.setup()
+
+
+def test_explicit_labels_win_and_targets_are_read_without_decoding():
+    class NoGetItem(torch.utils.data.Dataset):
+        targets = torch.arange(40) % 4
+
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, i):
+            raise AssertionError("labels must not be read by decoding samples")
+
+    dm = FederatedDataModule(NoGetItem(), partitioner=ShardPartitioner(num_clients=4, shards_per_client=1),
+                             clients_per_round=1)
+    dm.setup()
+    for cid in range(4):
+        assert len(np.unique(NoGetItem.targets.numpy()[dm.client_indices(cid)])) == 1
+    labels = np.repeat(np.arange(4), 10)
+    dm = FederatedDataModule(NoGetItem(), partitioner=ShardPartitioner(num_clients=4, shards_per_client=1),
+                             clients_per_round=1, labels=labels)
+    dm.setup()
+    assert sorted(len(np.unique(labels[dm.client_indices(c)])) for c in range(4)) == [1, 1, 1, 1]
+
+
+def test_client_loader_covers_local_epochs_and_step_budgets():
+    x = torch.arange(30, dtype=torch.float32).unsqueeze(1)
+    ds = TensorDataset(x, torch.zeros(30))
+    dm = FederatedDataModule(ds, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=1,
+                             batch_size=4, local_epochs=3)
+    ds.client_id = np.repeat([0, 1, 2], 10)
+    dm.setup()
+    seen = torch.cat([b[0].squeeze(1) for b in dm.client_dataloader(1, round_idx=5)])
+    assert len(seen) == 30 and sorted(seen.tolist()) == sorted(list(range(10, 20)) * 3)
+    dm = FederatedDataModule(ds, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=1,
+                             local_work=FixedLocalSteps(steps=7, batch_size=3))
+    dm.setup()
+    assert len(list(dm.client_dataloader(2, round_idx=0))) == 7
+
+
+def test_partition_is_computed_once_and_is_seed_deterministic():
+    hf = _hf_dataset()
+    a = FederatedDataModule(hf, partitioner=DirichletPartitioner(4, alpha=0.3, min_partition_size=1, seed=3),
+                            clients_per_round=2)
+    b = FederatedDataModule(hf, partitioner=DirichletPartitioner(4, alpha=0.3, min_partition_size=1, seed=3),
+                            clients_per_round=2)
+    a.setup()
+    first = a.partition
+    a.setup()
+    assert a.partition is first
+    b.setup()
+    assert all(np.array_equal(a.client_indices(c), b.client_indices(c)) for c in range(4))
+    assert all(np.array_equal(a.sample_clients(r), b.sample_clients(r)) for r in range(10))
+
+
+def test_tensor_fast_path_yields_what_a_dataloader_collates():
+    from torch.utils.data import DataLoader
+
+    from lightning_fed.datamodules.federated import TensorBatches
+    from lightning_fed.datamodules.shakespeare import ShakespeareSequences
+
+    g = torch.Generator().manual_seed(0)
+    tensor_ds = TensorDataset(torch.randn(50, 2, 3, generator=g), torch.randint(0, 5, (50,), generator=g))
+    tokens = torch.randint(0, 90, (50, 81), generator=g)
+    shakespeare_ds = ShakespeareSequences(tokens, np.zeros(50, dtype=np.int64), ["play/ROLE"])
+    batches = [np.array([3, 1, 4]), np.array([15, 9, 2, 6]), np.array([49])]
+    for ds in (tensor_ds, shakespeare_ds):
+        assert TensorBatches.supports(ds)
+        fast = list(TensorBatches(ds, batches))
+        slow = list(DataLoader(ds, batch_sampler=[b.tolist() for b in batches]))
+        assert len(fast) == len(slow) == 3
+        for a, b in zip(fast, slow):
+            assert all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a, b))
+    tensor_ds.targets = tensor_ds.tensors[1]
+    dm = FederatedDataModule(tensor_ds, partitioner=ShardPartitioner(5, 1), clients_per_round=1, batch_size=4)
+    dm.setup()
+    assert isinstance(dm.client_dataloader(0, 0), TensorBatches)
+    dm = FederatedDataModule(_hf_dataset(), partitioner=ShardPartitioner(5, 1), clients_per_round=1)
+    dm.setup()
+    assert isinstance(dm.client_dataloader(0, 0), DataLoader)
+
+
+def _selection_module(**kwargs):
+    x, y = regression_data(n=200)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=100), clients_per_round=10, **kwargs)
+    dm.setup()
+    return dm
+
+
+def test_no_dropout_no_over_selection_is_plain_uniform_sampling():
+    dm = _selection_module()
+    for r in range(5):
+        sel = dm.select_cohort(r)
+        assert sel.unavailable == 0 and np.array_equal(sel.cohort, sel.candidates)
+        assert len(set(sel.cohort.tolist())) == 10
+        expected = np.random.default_rng([0, 0x5A3D, r]).choice(100, size=10, replace=False)
+        assert np.array_equal(sel.cohort, expected)
+
+
+def test_client_dropout_and_over_selection():
+    dm = _selection_module(client_dropout=0.3, over_selection=1.0, seed=7)
+    sizes, dropped = [], []
+    for r in range(300):
+        sel = dm.select_cohort(r)
+        assert len(sel.candidates) == 20 and len(set(sel.candidates.tolist())) == 20
+        assert set(sel.cohort.tolist()) <= set(sel.candidates.tolist())
+        # the kept clients are the first available candidates, in sampled order
+        positions = [sel.candidates.tolist().index(c) for c in sel.cohort.tolist()]
+        assert positions == sorted(positions)
+        sizes.append(len(sel.cohort))
+        dropped.append(sel.unavailable)
+    assert np.mean(dropped) / 20 == pytest.approx(0.3, abs=0.02)
+    # a full cohort whenever >= 10 of the 20 candidates stay: P(Binomial(20, 0.7) >= 10)
+    p_full = sum(math.comb(20, k) * 0.7**k * 0.3 ** (20 - k) for k in range(10, 21))
+    assert np.mean(np.array(sizes) == 10) == pytest.approx(p_full, abs=0.02)
+    again = _selection_module(client_dropout=0.3, over_selection=1.0, seed=7)
+    assert all(np.array_equal(dm.sample_clients(r), again.sample_clients(r)) for r in range(20))
+
+
+def test_dropout_without_over_selection_shrinks_the_cohort(tmp_path):
+    dm = _selection_module(client_dropout=0.5)
+    sizes = [len(dm.sample_clients(r)) for r in range(200)]
+    assert np.mean(sizes) == pytest.approx(5.0, abs=0.4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"client_dropout": 1.0}, "`client_dropout` must be a probability in \\[0, 1\\), got 1.0"),
+        ({"client_dropout": -0.1}, "`client_dropout`"),
+        ({"over_selection": -1}, "`over_selection` must be a finite number >= 0, got -1"),
+        ({"clients_per_round": 0}, "`clients_per_round` must be a positive integer, got 0"),
+        ({"batch_size": 2.5}, "`batch_size` must be a positive integer, got 2.5"),
+        ({"local_epochs": -1}, "`local_epochs`"),
+        ({"data_order": "random"}, "`data_order` must be one of \\('reshuffle', 'once', 'none'\\)"),
+        ({"num_workers": -2}, "`num_workers`"),
+        ({"seed": -1}, "`seed`"),
+    ],
+)
+def test_bad_datamodule_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedDataModule(TensorDataset(torch.zeros(4, 1)), partitioner=IIDPartitioner(2), **kwargs)
+
+
+def test_missing_natural_id_is_an_error():
+    dm = FederatedDataModule(TensorDataset(torch.zeros(4, 1)), partitioner=NaturalIdPartitioner("writer_id"),
+                             clients_per_round=1)
+    with pytest.raises(ValueError, match="`id_column` 'writer_id' is not an attribute of TensorDataset"):
+        dm.setup()
+
+
+def test_label_partitioner_without_labels_is_an_error():
+    from lightning_fed.datamodules import DirichletPartitioner
+
+    dm = FederatedDataModule(TensorDataset(torch.zeros(40, 1)), partitioner=DirichletPartitioner(2, alpha=1.0),
+                             clients_per_round=1)
+    with pytest.raises(ValueError, match="needs labels"):
+        dm.setup()
+    dm = FederatedDataModule(TensorDataset(torch.zeros(40, 1)), partitioner=DirichletPartitioner(2, alpha=1.0),
+                             clients_per_round=1, labels=np.linspace(0, 1, 40))
+    with pytest.raises(ValueError, match="`labels` must be integer"):
+        dm.setup()
+
+
+# ------------------------------------------------------------------------------------------------ split
+def test_split_client_eval_stratified_seeded():
+    labels = np.array([0] * 10 + [1] * 5 + [2] * 1 + [7] * 4)  # dataset labels; the client holds the first 16
+    indices = np.arange(16)[::-1].copy()
+    tr, ev = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
+    # k = floor(0.25·16) = 4; shares 4·(10, 5, 1)/16 = (2.5, 1.25, 0.25): floors (2, 1, 0), the one left to class 0
+    assert np.bincount(labels[ev], minlength=3).tolist() == [3, 1, 0]
+    assert sorted(np.concatenate([tr, ev]).tolist()) == list(range(16))
+    assert list(tr) == [i for i in indices if i not in set(ev)]  # train keeps the client's order
+    tr2, ev2 = split_client_eval(indices, 0.25, np.random.default_rng(5), labels)
+    assert np.array_equal(ev, ev2) and np.array_equal(tr, tr2)
+    draws = {tuple(split_client_eval(indices, 0.25, np.random.default_rng(s), labels)[1]) for s in range(20)}
+    assert len(draws) > 1
+    # sizes: n = 1 -> no eval sample; n = 2 -> one each; no labels -> uniform k
+    assert [len(a) for a in split_client_eval(np.array([4]), 0.5, np.random.default_rng(0))] == [1, 0]
+    assert [len(a) for a in split_client_eval(np.array([4, 9]), 0.1, np.random.default_rng(0))] == [1, 1]
+    assert [len(a) for a in split_client_eval(np.arange(10), 0.3, np.random.default_rng(0))] == [7, 3]
+
+
+def test_datamodule_eval_fraction_split_per_client_class_counts():
+    ds = classification_dataset(300, seed=2)
+    labels = ds.targets.numpy()
+    plain = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), clients_per_round=2)
+    plain.setup()
+    dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
+                             clients_per_round=2)
+    dm.setup()
+    assert dm.client_eval_dataset is ds
+    for c in range(5):
+        full = plain.client_indices(c)
+        tr, ev = dm.client_indices(c), dm.client_eval_indices(c)
+        assert sorted(np.concatenate([tr, ev]).tolist()) == sorted(full.tolist())
+        assert dm.client_num_samples(c) == len(tr)
+        n = len(full)
+        k = int(np.floor(0.2 * n))
+        assert len(ev) == k
+        counts = np.bincount(labels[full], minlength=3)
+        got = np.bincount(labels[ev], minlength=3)
+        assert np.all(np.abs(got - k * counts / n) < 1)  # stratified: each class within one of its share
+    again = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=5, seed=4), eval_fraction=0.2, seed=9,
+                             clients_per_round=2)
+    again.setup()
+    assert all(np.array_equal(again.client_eval_indices(c), dm.client_eval_indices(c)) for c in range(5))
+    # no val_dataset: central validation covers the union of the clients' evaluation data
+    assert len(dm.val_dataloader().dataset) == sum(len(dm.client_eval_indices(c)) for c in range(5))

@@ -1,0 +1,78 @@
+"""A training process killed with SIGKILL at an arbitrary point resumes from its last checkpoint and ends with the
+same weights as an uninterrupted run (CPU)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+
+ROUNDS = 8
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import torch
+    torch.set_num_threads(1)
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from helpers import SmallClassifier, classification_dataset
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.callbacks import FedAdam
+    from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule
+
+    out, ckpt_dir, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "resume"
+    torch.manual_seed(0)
+    model = SmallClassifier(dropout=0.2)
+    train, val = classification_dataset(n=3000, n_val=100)
+    dm = FederatedDataModule(train, val_dataset=val, partitioner=DirichletPartitioner(num_clients=20, alpha=0.5),
+                             clients_per_round=5, batch_size=8, local_epochs=2)
+    trainer = FederatedTrainer(
+        max_epochs={rounds}, callbacks=[FedAdam(lr=0.02), ModelCheckpoint(dirpath=ckpt_dir, save_last=True)],
+        logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_dir + "/last.ckpt" if resume else None)
+    torch.save(model.state_dict(), out)
+    """
+)
+
+
+def _run(tmp_path: Path, name: str, resume: bool = False, kill_after_checkpoint: bool = False) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parents[1]), rounds=ROUNDS))
+    out, ckpt_dir = tmp_path / f"{name}.pt", tmp_path / f"ckpt_{name.split('_')[0]}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, str(script), str(out), str(ckpt_dir), "resume" if resume else "fresh"]
+    if not kill_after_checkpoint:
+        subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
+        return out
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (ckpt_dir / "last.ckpt").exists():  # at least one round checkpointed ...
+        assert proc.poll() is None, "training ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(random.Random(os.getpid()).uniform(0.0, 1.5))  # ... then an arbitrary point
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists(), "the run finished before SIGKILL; nothing was interrupted"
+    return out
+
+
+def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
+    uninterrupted = torch.load(_run(tmp_path, "full"), weights_only=True)
+    _run(tmp_path, "killed", kill_after_checkpoint=True)
+    checkpoint = torch.load(tmp_path / "ckpt_killed" / "last.ckpt", weights_only=True)  # loads weights-only
+    assert 0 <= checkpoint["epoch"] < ROUNDS - 1  # Lightning stores the index of the last finished round
+    resumed = torch.load(_run(tmp_path, "killed_resumed", resume=True), weights_only=True)
+    assert resumed.keys() == uninterrupted.keys()
+    for key in uninterrupted:
+        torch.testing.assert_close(resumed[key], uninterrupted[key], rtol=0, atol=0)

@@ -1,0 +1,76 @@
+"""The test tree mirrors the source tree (tests/README.md): lightning_fed/<dir>/<module>.py is tested in
+tests/<dir>/test_<module>.py (or test_<module>_<aspect>.py); the two data-source packages below datamodules/ are
+tested as one unit each, tests/datamodules/test_<package>.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "lightning_fed"
+TESTS = ROOT / "tests"
+
+# Sub-packages that are one data source: tested by one file named after the package (all their modules).
+PACKAGES_AS_ONE_UNIT = {"datamodules/shakespeare", "datamodules/stackoverflow"}
+
+# Source modules without a mirrored test module, each with the place that covers it.
+COVERED_ELSEWHERE = {
+    "executor.py": "re-export shim of client/sequential.py (old import path)",
+    "vectorized.py": "re-export shim of client/vectorized.py; tests/client/test_vectorized.py",
+    "callbacks/fedadagrad.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2, parametrised over the three)",
+    "callbacks/fedadam.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2, parametrised over the three)",
+    "callbacks/fedyogi.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2 and the sign branch)",
+    "callbacks/fedavgm.py": "tests/callbacks/test_server_optimizer.py (NumPy FedAvgM and torch SGD momentum)",
+    "callbacks/lamb_client.py": "tests/callbacks/test_fedlamb.py (shares its NumPy local AMSGrad reference)",
+    "client/sequential.py": "tests/client/test_runner.py (a hand-written ClientExecutor) and client/test_vectorized.py",
+    "datamodules/_args.py": "the bad-argument tests of each task data module",
+    "models/classifier.py": "the papers' classifiers' tests in tests/models/ (shared training body)",
+}
+
+INTEGRATION = TESTS / "integration"  # cross-cutting, end-to-end tests: no mirror required
+
+
+def source_units() -> set[str]:
+    """Relative source modules (``a/b.py``) and one-unit packages (``a/pkg``) that need a test module."""
+    units = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if path.name == "__init__.py":
+            continue  # re-exports
+        package = next((p for p in PACKAGES_AS_ONE_UNIT if rel.startswith(p + "/")), None)
+        units.add(package or rel)
+    return units
+
+
+def mirrored(unit: str) -> list[Path]:
+    rel = Path(unit)
+    name = rel.name.removesuffix(".py")
+    folder = TESTS / rel.parent
+    return sorted(folder.glob(f"test_{name}.py")) + sorted(folder.glob(f"test_{name}_*.py"))
+
+
+def test_every_source_module_has_a_mirrored_test_module():
+    missing = sorted(u for u in source_units() - set(COVERED_ELSEWHERE) if not mirrored(u))
+    assert not missing, f"no tests/<dir>/test_<module>.py for {missing} (or list it in COVERED_ELSEWHERE)"
+
+
+def test_allow_list_is_current():
+    stale = sorted(u for u in COVERED_ELSEWHERE if u not in source_units() or mirrored(u))
+    assert not stale, f"COVERED_ELSEWHERE names modules that are gone or now mirrored: {stale}"
+
+
+def test_every_test_module_mirrors_a_source_module():
+    units = source_units()
+    strays = []
+    for path in TESTS.rglob("test_*.py"):
+        if INTEGRATION in path.parents or path == Path(__file__):
+            continue
+        rel = path.relative_to(TESTS)
+        stem = rel.name.removeprefix("test_").removesuffix(".py")
+        candidates = {(rel.parent / f"{stem[:i]}.py").as_posix() for i in range(1, len(stem) + 1)
+                      if i == len(stem) or stem[i] == "_"}
+        candidates |= {(rel.parent / stem[:i]).as_posix() for i in range(1, len(stem) + 1)
+                       if i == len(stem) or stem[i] == "_"}
+        if not candidates & units:
+            strays.append(rel.as_posix())
+    assert not strays, f"test modules named after no source module (move to tests/integration/?): {sorted(strays)}"
