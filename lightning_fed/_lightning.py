@@ -2,9 +2,9 @@
 
 Lightning's public API has no seam for a loop whose epoch is a communication round: the federated loop subclasses
 ``_FitLoop``, drives the epoch loop's optimization helpers one local step at a time and feeds the logger
-connector by hand. Those private names live here and nowhere else in the package (``tests/test_client_boundaries.py``
+connector by hand. Those private names live here and nowhere else in the package (``tests/integration/test_client_boundaries.py``
 checks it), so a Lightning upgrade that renames one breaks this module, loudly, at import
-(:data:`REQUIRED_SYMBOLS`) or in ``tests/test_lightning_adapter.py`` (:data:`INSTANCE_ATTRIBUTES`), never a
+(:data:`REQUIRED_SYMBOLS`) or in ``tests/test__lightning.py`` (:data:`INSTANCE_ATTRIBUTES`), never a
 simulation silently.
 
 Supported Lightning: :data:`SUPPORTED_LIGHTNING` (the ``pyproject.toml`` pin).
@@ -54,7 +54,7 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
 )
 
 #: Private instance attributes (set in ``__init__``, so not checkable on the class): (owner, attribute).
-#: ``tests/test_lightning_adapter.py`` checks each on a real trainer, module and callback.
+#: ``tests/test__lightning.py`` checks each on a real trainer, module and callback.
 INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("Trainer", "_logger_connector"),
     ("Trainer", "_results"),

@@ -1,6 +1,6 @@
 """Write the paper-experiment configs in ``examples/`` from the hyper-parameter tables below (one source of truth).
 
-Run ``python scripts/make_examples.py`` after editing a table; ``tests/test_examples.py`` fails when a generated file
+Run ``python scripts/make_examples.py`` after editing a table; ``tests/integration/test_examples.py`` fails when a generated file
 or the generated table in ``examples/README.md`` is out of date (``--check`` does the same from the shell).
 
 Three families:

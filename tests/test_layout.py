@@ -15,6 +15,7 @@ PACKAGES_AS_ONE_UNIT = {"datamodules/shakespeare", "datamodules/stackoverflow"}
 
 # Source modules without a mirrored test module, each with the place that covers it.
 COVERED_ELSEWHERE = {
+    "callbacks/robust.py": "tests/server/aggregators/test_robust.py (FedMedian, FedTrimmedAvg, Krum against Flower's results)",
     "executor.py": "re-export shim of client/sequential.py (old import path)",
     "vectorized.py": "re-export shim of client/vectorized.py; tests/client/test_vectorized.py",
     "callbacks/fedadagrad.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2, parametrised over the three)",

@@ -22,7 +22,7 @@ Two solvers (:func:`min_norm_point` picks one; ``SOLVERS`` lists them):
   ``tol`` (1e-5 in the public code) or after ``max_iter`` iterations; ``away_steps=True`` gives the away-step
   variant (Lacoste-Julien & Jaggi 2015, Alg. 1). Plain Frank–Wolfe converges sublinearly and zig-zags when the
   optimum lies inside a face: on 6 unit vectors it can stop at its 1,000-iteration cap with λ still visibly
-  off (see ``tests/test_min_norm.py``). Kept so that results of the earlier default are reproducible.
+  off (see ``tests/callbacks/test_min_norm.py``). Kept so that results of the earlier default are reproducible.
 
 Every solver emits a :class:`MinNormConvergenceWarning` when it stops at its iteration cap without meeting its
 stopping test (``converged=False`` in the result).
