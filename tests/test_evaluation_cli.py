@@ -17,8 +17,8 @@ from lightning_fed.cli import FederatedCLI
 from lightning_fed.datamodules.emnist import EMNISTDataModule
 from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
 from lightning_fed.models.emnist import EMNISTCNN
-from test_evaluation_natural import write_leaf
-from test_stackoverflow import random_rows, write_tff_sqlite
+from tests.test_evaluation_natural import write_leaf
+from tests.datamodules.test_stackoverflow import random_rows, write_tff_sqlite
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),

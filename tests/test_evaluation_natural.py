@@ -22,8 +22,8 @@ from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, 
 from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.models.emnist import EMNISTCNN
 from lightning_fed.models.stackoverflow import StackOverflowNWP, StackOverflowTagLR
-from test_emnist import make_torchvision_emnist
-from test_stackoverflow import random_rows, write_tff_sqlite
+from tests.datamodules.test_emnist import make_torchvision_emnist
+from tests.datamodules.test_stackoverflow import random_rows, write_tff_sqlite
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),
