@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
-import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.server_optimizer import (
-    ServerOptimizer,
-    check_positive,
-    check_unit_interval,
-    zeros_like_all,
-)
-
-
-#: The named conventions of :class:`AdaptiveServerOptimizer` (``convention=``).
-CONVENTIONS = ("reddi", "flower", "tff")
-
-#: Default v_{−1} per (convention, rule) where the framework fixes or defaults it (``None``: τ², Reddi et al.).
-_INITIAL_ACCUMULATOR = {
-    ("flower", "adam"): 0.0, ("flower", "yogi"): 0.0, ("flower", "adagrad"): 0.0,
-    ("tff", "adam"): 0.0, ("tff", "yogi"): 1e-6, ("tff", "adagrad"): 0.1,
-}
-#: (convention, rule) pairs whose framework has no option for v_{−1} (always zeros).
-_FIXED_ZERO_ACCUMULATOR = {("flower", "adam"), ("flower", "yogi"), ("flower", "adagrad"), ("tff", "adam")}
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.server.aggregators.base import Stage
+from lightning_fed.server.checks import check_positive, check_weighting
+from lightning_fed.server.rules.adaptive import ADAPTIVE_RULES, CONVENTIONS, AdaptiveRule  # noqa: F401  (CONVENTIONS re-exported)
 
 
 class AdaptiveServerOptimizer(ServerOptimizer):
@@ -66,7 +50,9 @@ class AdaptiveServerOptimizer(ServerOptimizer):
     corrected *before* τ is added — on top of v_{−1} = ``initial_accumulator`` (τ² by default). It equals
     neither Flower's nor TFF's formula; use ``convention`` for those.
 
-    State: ``exp_avg`` (m) and ``exp_avg_sq`` (v), one tensor per parameter.
+    State: ``exp_avg`` (m) and ``exp_avg_sq`` (v), one tensor per parameter. The composition
+    ``ServerOptimizer(rule=Adam(...) | Yogi(...) | Adagrad(...), aggregators=...)``
+    (:mod:`lightning_fed.server.rules.adaptive`, which holds the formulas).
 
     Args:
         lr: Server learning rate η (> 0).
@@ -78,6 +64,7 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         bias_correction: torch-style bias correction on top of ``"reddi"`` (default ``False``, as the paper).
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
         convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"``, see above.
+        aggregators: An aggregator chain in place of the weighted mean (default ``None``).
 
     Raises:
         ValueError: ``lr``/``tau`` not finite and > 0, ``beta1``/``beta2`` outside [0, 1), a negative or
@@ -113,68 +100,32 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         bias_correction: bool = False,
         weighting: str = "num_samples",
         convention: str = "reddi",
+        aggregators: Optional[list[Stage]] = None,
     ) -> None:
-        super().__init__(lr=lr, weighting=weighting)
-        if convention not in CONVENTIONS:
-            raise ValueError(f"`convention` must be one of {CONVENTIONS}, got {convention!r}.")
-        self.convention = convention
-        self.beta1 = check_unit_interval("beta1", beta1)
-        self.beta2 = check_unit_interval("beta2", beta2)
-        self.tau = check_positive("tau", tau)
-        if bias_correction and convention != "reddi":
-            raise ValueError(
-                f"`bias_correction=True` is the torch-style correction on top of convention='reddi'; "
-                f"convention={convention!r} already fixes the framework's own correction. Pass one or the other."
+        check_positive("lr", lr)
+        check_weighting(weighting)
+        if type(self).update_second_moment is not AdaptiveServerOptimizer.update_second_moment:
+            raise TypeError(
+                f"{type(self).__name__} overrides `update_second_moment`; the formula now lives in a server rule: "
+                "subclass lightning_fed.server.rules.AdaptiveRule and pass it as `ServerOptimizer(rule=...)`."
             )
-        key = (convention, self.rule)
-        if initial_accumulator is None:
-            initial_accumulator = _INITIAL_ACCUMULATOR.get(key, self.tau**2)
-        if not isinstance(initial_accumulator, (int, float)) or not math.isfinite(initial_accumulator) or initial_accumulator < 0:
-            raise ValueError(f"`initial_accumulator` must be a finite number >= 0, got {initial_accumulator!r}.")
-        if key in _FIXED_ZERO_ACCUMULATOR and initial_accumulator != 0:
-            raise ValueError(
-                f"convention={convention!r} starts the second moment v at 0 for this optimizer (the framework has no "
-                f"such option); got `initial_accumulator`={initial_accumulator!r}. Leave it unset or use "
-                "convention='reddi'."
-            )
-        self.initial_accumulator = float(initial_accumulator)
-        self.bias_correction = bool(bias_correction)
-
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        return {"exp_avg": zeros_like_all(params), "exp_avg_sq": zeros_like_all(params, self.initial_accumulator)}
+        cls = ADAPTIVE_RULES[self.rule]
+        kwargs = dict(lr=lr, tau=tau, initial_accumulator=initial_accumulator, bias_correction=bias_correction,
+                      convention=convention)
+        rule: AdaptiveRule = cls(beta1=beta1, **kwargs) if self.rule == "adagrad" else cls(beta1=beta1, beta2=beta2, **kwargs)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule)
+        self.convention = rule.convention
+        self.beta1, self.beta2, self.tau = rule.beta1, rule.beta2, rule.tau
+        self.initial_accumulator = rule.initial_accumulator
+        self.bias_correction = rule.bias_correction
 
     def update_second_moment(self, v: list[Tensor], delta_sq: list[Tensor]) -> None:
-        """Update v (in place) given Δ_t² (Alg. 2, l. 12-14)."""
-        raise NotImplementedError
+        """Update v (in place) given Δ_t² (Alg. 2, l. 12-14): the rule's formula."""
+        self.server_rule.update_second_moment(v, delta_sq)
 
     def framework_step_size(self, k: int) -> float:
         """The step size η_k of round k (k = ``num_steps``, 1 in the first round) under ``"flower"``/``"tff"``."""
-        if self.convention == "flower" and self.rule == "adam":
-            return self.lr * math.sqrt(1.0 - self.beta2 ** (k + 1)) / (1.0 - self.beta1 ** (k + 1))
-        if self.convention == "tff" and self.rule in ("adam", "yogi"):
-            return self.lr * math.sqrt(1.0 - self.beta2**k) / (1.0 - self.beta1**k)
-        return self.lr
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
-        torch._foreach_lerp_(m, pseudo_gradient, 1.0 - self.beta1)  # m ← β₁m + (1−β₁)Δ
-        self.update_second_moment(v, torch._foreach_mul(pseudo_gradient, pseudo_gradient))
-        if self.convention != "reddi":
-            step_size = self.framework_step_size(self.num_steps)
-            if self.convention == "tff" and self.rule == "adagrad":
-                denom = torch._foreach_sqrt(torch._foreach_add(v, self.tau))  # √(v + ε)
-            else:
-                denom = torch._foreach_add(torch._foreach_sqrt(v), self.tau)  # √v + ε
-            torch._foreach_addcdiv_(params, m, denom, value=step_size)
-            return
-        step_size = self.lr
-        denom = torch._foreach_sqrt(v)
-        if self.bias_correction:
-            t = self.num_steps
-            step_size = self.lr / (1.0 - self.beta1**t)
-            torch._foreach_div_(denom, math.sqrt(1.0 - self.beta2**t))
-        torch._foreach_add_(denom, self.tau)
-        torch._foreach_addcdiv_(params, m, denom, value=step_size)
+        return self.server_rule.framework_step_size(k)
 
     @property
     def state_key(self) -> str:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
-from torch import Tensor
-
 from lightning_fed.callbacks.adaptive import AdaptiveServerOptimizer
+from lightning_fed.server.aggregators.base import Stage
+from lightning_fed.server.rules.adaptive import adagrad_beta1
 
 
 class FedAdagrad(AdaptiveServerOptimizer):
@@ -57,16 +56,9 @@ class FedAdagrad(AdaptiveServerOptimizer):
         bias_correction: bool = False,
         weighting: str = "num_samples",
         convention: str = "reddi",
+        aggregators: Optional[list[Stage]] = None,
     ) -> None:
-        if beta1 is None:
-            beta1 = 0.9 if convention == "reddi" else 0.0
-        elif convention in ("flower", "tff") and beta1 != 0:
-            raise ValueError(
-                f"convention={convention!r}: the framework's Adagrad has no momentum (β₁ = 0), got `beta1`={beta1!r}. "
-                "Leave `beta1` unset or use convention='reddi'."
-            )
+        beta1 = adagrad_beta1(beta1, convention)
         super().__init__(lr=lr, beta1=beta1, beta2=0.0, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting, convention=convention)
-
-    def update_second_moment(self, v: list[Tensor], delta_sq: list[Tensor]) -> None:
-        torch._foreach_add_(v, delta_sq)  # v ← v + Δ²
+                         bias_correction=bias_correction, weighting=weighting, convention=convention,
+                         aggregators=aggregators)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
 from lightning_fed.callbacks.adaptive import AdaptiveServerOptimizer
 
 
@@ -31,6 +28,3 @@ class FedAdam(AdaptiveServerOptimizer):
     """
 
     rule = "adam"
-
-    def update_second_moment(self, v: list[Tensor], delta_sq: list[Tensor]) -> None:
-        torch._foreach_lerp_(v, delta_sq, 1.0 - self.beta2)  # v ← β₂v + (1−β₂)Δ²

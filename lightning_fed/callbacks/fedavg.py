@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
-from torch import Tensor
-
 from lightning_fed.server.aggregators.base import Stage
+from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 
 
 class FedAvg(ServerOptimizer):
     """Federated averaging: x_{t+1} = x_t + η·Δ_t (McMahan et al. 2017; ServerOpt = SGD with lr η in
     Reddi et al. 2021, Alg. 1, l. 11). With ``lr=1`` (the default) the new model is the weighted average of the
-    client models. No state.
+    client models. No state. The composition ``ServerOptimizer(rule=SGD(lr), aggregators=...)``.
 
     Args:
         lr: Server learning rate η (default 1.0, > 0).
         weighting: ``"num_samples"`` (default) or ``"uniform"`` client weights.
+        aggregators: An aggregator chain (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean.
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
@@ -42,7 +41,4 @@ class FedAvg(ServerOptimizer):
     def __init__(
         self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None
     ) -> None:
-        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators)
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=SGD(lr))

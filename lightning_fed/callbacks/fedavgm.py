@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import Optional
 
-from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_unit_interval, zeros_like_all
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.server.aggregators.base import Stage
+from lightning_fed.server.checks import check_positive, check_weighting
+from lightning_fed.server.rules.momentum import Momentum
 
 
 class FedAvgM(ServerOptimizer):
@@ -17,12 +19,14 @@ class FedAvgM(ServerOptimizer):
         b_t = μ·b_{t−1} + g_t          (b_0 = g_1 on the first round, as torch's SGD)
         x_{t+1} = x_t − η·b_t
 
-    With μ = 0 this is :class:`FedAvg`. State: ``momentum_buffer`` (one tensor per parameter).
+    With μ = 0 this is :class:`FedAvg`. State: ``momentum_buffer`` (one tensor per parameter). The composition
+    ``ServerOptimizer(rule=Momentum(lr, momentum), aggregators=...)`` (:class:`~lightning_fed.server.rules.Momentum`).
 
     Args:
         lr: Server learning rate η (> 0).
         momentum: μ in [0, 1) (default 0.9).
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
+        aggregators: An aggregator chain in place of the weighted mean (default ``None``).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, ``momentum`` outside [0, 1), or an unknown ``weighting``.
@@ -45,19 +49,15 @@ class FedAvgM(ServerOptimizer):
         ValueError: `momentum` must be a number in [0, 1), got 1.0.
     """
 
-    def __init__(self, lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_samples") -> None:
-        super().__init__(lr=lr, weighting=weighting)
-        self.momentum = check_unit_interval("momentum", momentum)
-
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        return {"momentum_buffer": zeros_like_all(params)}
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        buf = self.state["momentum_buffer"]
-        # b ← μ·b + g with g = −Δ (b starts at 0, so b_1 = g_1 as in torch's SGD).
-        torch._foreach_mul_(buf, self.momentum)
-        torch._foreach_sub_(buf, pseudo_gradient)
-        torch._foreach_add_(params, buf, alpha=-self.lr)
+    def __init__(
+        self, lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_samples",
+        aggregators: Optional[list[Stage]] = None,
+    ) -> None:
+        check_positive("lr", lr)
+        check_weighting(weighting)
+        rule = Momentum(lr=lr, momentum=momentum)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule)
+        self.momentum = rule.momentum
 
     @property
     def state_key(self) -> str:

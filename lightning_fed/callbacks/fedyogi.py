@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
 from lightning_fed.callbacks.adaptive import AdaptiveServerOptimizer
 
 
@@ -31,10 +28,3 @@ class FedYogi(AdaptiveServerOptimizer):
     """
 
     rule = "yogi"
-
-    def update_second_moment(self, v: list[Tensor], delta_sq: list[Tensor]) -> None:
-        sign = torch._foreach_sub(v, delta_sq)
-        for s in sign:
-            s.sign_()
-        torch._foreach_mul_(sign, delta_sq)
-        torch._foreach_add_(v, sign, alpha=-(1.0 - self.beta2))  # v ← v − (1−β₂)Δ²·sign(v − Δ²)

@@ -10,69 +10,20 @@ install them in place of the module's own optimizer and seed their state with th
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Callable, Iterable, Optional
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightning_fed.server.checks import check_choice, check_in_range, check_phi_bounds  # noqa: F401  (re-exported)
+from lightning_fed.server.moments import adam_moments_, amsgrad_max_
+from lightning_fed.server.rules.lamb import layerwise_scale  # noqa: F401  (re-exported)
+
 #: Accepted values of ``bias_correction``: correct m and v (Alg. 1, l. 9-10), m only, or neither.
 BIAS_CORRECTIONS = ("both", "first_moment", "none")
 #: Accepted values of ``ratio_denominator``: which second moment divides the ratio p of Alg. 1, l. 11.
 RATIO_DENOMINATORS = ("amsgrad", "broadcast")
-
-
-def check_in_range(name: str, value: Any, *, low: float, low_open: bool, high: float = math.inf) -> float:
-    """``value`` as a float if it is a finite real number in (low, high) / [low, high), else ``ValueError``."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value < high
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low}, {high})"
-        raise ValueError(f"`{name}` must be a finite number in {interval}, got {value!r}.")
-    return float(value)
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices``.
-
-    Raises:
-        ValueError: naming ``name``, the value and the allowed choices otherwise.
-    """
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
-    return value
-
-
-def check_phi_bounds(phi_min: Any, phi_max: Any) -> tuple[float, float]:
-    """Validate the bounds γ_l = ``phi_min`` ≥ 0 and γ_u = ``phi_max`` > 0 (``None``: ∞) with γ_l ≤ γ_u.
-
-    Raises:
-        ValueError: naming the offending argument.
-    """
-    low = check_in_range("phi_min", phi_min, low=0.0, low_open=False)
-    if phi_max is None:
-        return low, math.inf
-    high = check_in_range("phi_max", phi_max, low=0.0, low_open=True)
-    if high < low:
-        raise ValueError(f"`phi_max` ({high}) must be >= `phi_min` ({low}).")
-    return low, high
-
-
-def layerwise_scale(param: Tensor, update: Tensor, phi_min: float = 0.0, phi_max: float = math.inf) -> Tensor:
-    """The layerwise trust ratio φ(‖θ‖)/‖u‖ of one parameter tensor (a 0-d tensor, on ``param``'s device).
-
-    φ(z) = min(max(z, γ_l), γ_u) (You et al. 2020, *Large Batch Optimization for Deep Learning*, Sec. 3;
-    identity for γ_l = 0, γ_u = ∞, Karimi et al., Sec. 4 "we use the identity function for φ").
-
-    Where φ(‖θ‖) = 0 (a tensor that is all zeros, e.g. a zero-initialised bias, with γ_l = 0) or ‖u‖ = 0, the
-    ratio is 1: the paper's rule would multiply the step by 0 and freeze a zero tensor forever; ratio 1 is the
-    convention of the LAMB reference implementations (trust ratio 1 when a norm is zero).
-    """
-    phi = torch.linalg.vector_norm(param).clamp(min=phi_min, max=phi_max)
-    unorm = torch.linalg.vector_norm(update)
-    ok = (phi > 0) & (unorm > 0)
-    return torch.where(ok, phi / torch.where(ok, unorm, torch.ones_like(unorm)), torch.ones_like(phi))
 
 
 class LocalAMSGrad(Optimizer):
@@ -218,12 +169,11 @@ class LocalAMSGrad(Optimizer):
                 state["step"] += 1
                 t = state["step"]
                 m, v, v_hat = state["exp_avg"], state["exp_avg_sq"], state["max_exp_avg_sq"]
-                m.lerp_(grad, 1.0 - beta1)  # l. 9
-                v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)  # l. 10
+                adam_moments_(m, v, grad, beta1, beta2)  # l. 9-10
                 c1 = 1.0 - beta1**t if correction in ("both", "first_moment") else 1.0
                 c2 = 1.0
                 if amsgrad:
-                    torch.maximum(v_hat, v, out=v_hat)
+                    amsgrad_max_(v_hat, v)
                     if correction == "both":
                         c2 = 1.0 - beta2**t
                 denom = v_hat.div(c2).sqrt_().add_(group["eps"])

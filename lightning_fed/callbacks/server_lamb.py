@@ -6,15 +6,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from torch import Tensor
-
-from lightning_fed.callbacks.lamb_client import check_in_range, check_phi_bounds, layerwise_scale
-from lightning_fed.callbacks.server_optimizer import (
-    ServerOptimizer,
-    check_positive,
-    check_unit_interval,
-    zeros_like_all,
-)
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.server.aggregators.base import Stage
+from lightning_fed.server.checks import check_positive, check_weighting
+from lightning_fed.server.rules.lamb import LAMB
 
 
 class ServerLAMB(ServerOptimizer):
@@ -35,7 +30,8 @@ class ServerLAMB(ServerOptimizer):
     with φ(z) = min(max(z, γ_l), γ_u) (Sec. 3 of You et al.; identity by default). Each parameter tensor moves
     by η·φ(‖x^ℓ‖) per round, whatever the scale of Δ. Where φ(‖x^ℓ‖) = 0 or u^ℓ = 0 the trust ratio is 1
     (the step is η·u^ℓ), as in the LAMB reference implementations; otherwise a zero-initialised tensor would
-    never move. State: ``exp_avg`` (m) and ``exp_avg_sq`` (v), one tensor per parameter.
+    never move. State: ``exp_avg`` (m) and ``exp_avg_sq`` (v), one tensor per parameter. The composition
+    ``ServerOptimizer(rule=LAMB(...), aggregators=...)`` (:class:`~lightning_fed.server.rules.LAMB`).
 
     Defaults: η = 0.01, β₁ = 0.9, β₂ = 0.999, ε = 1e-6 (You et al.'s BERT setting), λ = 0, bias correction on.
 
@@ -49,6 +45,7 @@ class ServerLAMB(ServerOptimizer):
         phi_min: γ_l ≥ 0 (default 0).
         phi_max: γ_u > 0, ≥ γ_l (default ``None``: ∞).
         weighting: ``"num_samples"`` (default) or ``"uniform"`` aggregation of the client deltas.
+        aggregators: An aggregator chain in place of the weighted mean (default ``None``).
 
     Raises:
         ValueError: an argument outside its range (the message names it), or an unknown ``weighting``.
@@ -80,33 +77,16 @@ class ServerLAMB(ServerOptimizer):
         phi_min: float = 0.0,
         phi_max: Optional[float] = None,
         weighting: str = "num_samples",
+        aggregators: Optional[list[Stage]] = None,
     ) -> None:
-        super().__init__(lr=lr, weighting=weighting)
-        self.beta1 = check_unit_interval("beta1", beta1)
-        self.beta2 = check_unit_interval("beta2", beta2)
-        self.eps = check_positive("eps", eps)
-        self.weight_decay = check_in_range("weight_decay", weight_decay, low=0.0, low_open=False)
-        if not isinstance(bias_correction, bool):
-            raise ValueError(f"`bias_correction` must be a bool, got {bias_correction!r}.")
-        self.bias_correction = bias_correction
-        self.phi_min, self.phi_max = check_phi_bounds(phi_min, phi_max)
-
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        return {"exp_avg": zeros_like_all(params), "exp_avg_sq": zeros_like_all(params)}
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        t = self.num_steps
-        c1 = 1.0 - self.beta1**t if self.bias_correction else 1.0
-        c2 = 1.0 - self.beta2**t if self.bias_correction else 1.0
-        for x, delta, m, v in zip(params, pseudo_gradient, self.state["exp_avg"], self.state["exp_avg_sq"]):
-            g = -delta
-            m.lerp_(g, 1.0 - self.beta1)
-            v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
-            update = m.div(c1).div_(v.div(c2).sqrt_().add_(self.eps))
-            if self.weight_decay != 0:
-                update.add_(x, alpha=self.weight_decay)
-            update.mul_(layerwise_scale(x, update, self.phi_min, self.phi_max))
-            x.add_(update, alpha=-self.lr)
+        check_positive("lr", lr)
+        check_weighting(weighting)
+        rule = LAMB(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                    bias_correction=bias_correction, phi_min=phi_min, phi_max=phi_max)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule)
+        self.beta1, self.beta2, self.eps, self.weight_decay = rule.beta1, rule.beta2, rule.eps, rule.weight_decay
+        self.bias_correction = rule.bias_correction
+        self.phi_min, self.phi_max = rule.phi_min, rule.phi_max
 
     @property
     def state_key(self) -> str:

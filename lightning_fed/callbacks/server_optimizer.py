@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Optional, Sequence
 
 import torch
@@ -11,31 +10,13 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, chain_states, check_chain, run_chain
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, chain_states, check_chain
+from lightning_fed.server.rules.base import Rule, move_state, state_from_dict, state_to_dict
+from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
+from lightning_fed.server.rules.sgd import SGD
 
-_WEIGHTINGS = ("num_samples", "uniform")
-
-
-def check_positive(name: str, value: Any) -> float:
-    """Return ``value`` as a float if it is a finite number > 0.
-
-    Raises:
-        ValueError: naming ``name`` otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
-    return float(value)
-
-
-def check_unit_interval(name: str, value: Any) -> float:
-    """Return ``value`` as a float if it lies in [0, 1).
-
-    Raises:
-        ValueError: naming ``name`` otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
-    return float(value)
+from lightning_fed.server.checks import WEIGHTINGS as _WEIGHTINGS
+from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
 
 
 class ServerOptimizer(Callback):
@@ -84,32 +65,84 @@ class ServerOptimizer(Callback):
         ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
     """
 
-    def __init__(self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[Sequence[Any]] = None) -> None:
-        self.lr = check_positive("lr", lr)
+    def __init__(
+        self,
+        lr: Optional[float] = None,
+        weighting: str = "num_samples",
+        aggregators: Optional[list[Stage]] = None,
+        rule: Optional[Rule] = None,
+    ) -> None:
+        if rule is not None:
+            if not isinstance(rule, Rule):
+                raise TypeError(f"`rule` must be a server rule (lightning_fed.server.rules.Rule), got {type(rule).__name__}.")
+            if lr is not None and check_positive("lr", lr) != rule.lr:
+                raise ValueError(
+                    f"`lr`={lr!r} disagrees with the rule's learning rate {rule.lr!r}; give the server learning rate "
+                    "on the rule (e.g. `rule: {class_path: Adam, init_args: {lr: 0.01}}`) and leave `lr` unset."
+                )
+            lr = rule.lr
+        self.lr = check_positive("lr", 1.0 if lr is None else lr)
         if weighting not in _WEIGHTINGS:
             raise ValueError(f"`weighting` must be one of {_WEIGHTINGS}, got {weighting!r}.")
         self.weighting = weighting
+        if rule is None and type(self).step is ServerOptimizer.step:
+            rule = SGD(self.lr)  # no rule and no `step` of a subclass: FedAvg's rule
+        #: The server rule (:mod:`lightning_fed.server.rules`), or ``None`` for a subclass with its own :meth:`step`.
+        self.server_rule: Optional[Rule] = rule
+        self._rule_state: Optional[Any] = None
         #: The aggregator chain (:mod:`lightning_fed.server.aggregators`) replacing the weighted mean, or ``None``.
         self.aggregators: Optional[list[Any]] = None if aggregators is None else check_chain(aggregators)
         self.aggregator_state: Optional[tuple] = None
         self._saved_aggregator_state: Optional[list[dict[str, Any]]] = None
         self._round_info: Optional[RoundInfo] = None
+        self._reducer_input: Optional[tuple[list[ClientUpdate], ClientDeltas]] = None
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
-        #: The optimizer state: name -> list of tensors aligned with ``module.parameters()``.
-        self.state: dict[str, list[Tensor]] = {}
+        self._legacy_state: dict[str, list[Tensor]] = {}
+
+    @property
+    def state(self) -> dict[str, list[Tensor]]:
+        """The optimizer state: name -> list of tensors aligned with ``module.parameters()`` (``{}`` before the
+        first round). With a :attr:`server_rule` this is a view of the tensor fields of its typed state (the
+        tensors themselves, so in-place changes persist); assigning a dict sets those fields."""
+        if self.server_rule is None:
+            return self._legacy_state
+        if self._rule_state is None:
+            return {}
+        defaults = type(self._rule_state)._field_defaults
+        return {k: v for k, v in self._rule_state._asdict().items() if k not in defaults}
+
+    @state.setter
+    def state(self, value: dict[str, list[Tensor]]) -> None:
+        if self.server_rule is None:
+            self._legacy_state = value
+            return
+        state_type = self.server_rule.State
+        if not value:
+            self._rule_state = None
+            return
+        _, scalars = state_to_dict(self._rule_state, state_type)
+        self._rule_state = state_type(**{**scalars, **value})
+
+    @property
+    def rule_state(self) -> Optional[Any]:
+        """The typed state (a ``NamedTuple``) of :attr:`server_rule`; ``None`` before the first round."""
+        return self._rule_state
 
     # ------------------------------------------------------------------ the update rule
     def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        """Return the initial state for parameters ``params`` (default: no state)."""
+        """Return the initial state for parameters ``params`` (a subclass with its own :meth:`step`; default: none)."""
         return {}
 
     def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        """Update ``params`` (x_t, in place) to x_{t+1} given the pseudo-gradient Δ_t (same shapes).
+        """Update ``params`` (x_t, in place) to x_{t+1} given the pseudo-gradient Δ_t (same shapes): by default
+        :attr:`server_rule`'s ``update`` over :attr:`rule_state`.
 
         ``self.num_steps`` is already t + 1 when this runs (1 on the first round).
         """
-        raise NotImplementedError
+        if self.server_rule is None:
+            raise NotImplementedError
+        self._rule_state = self.server_rule.update(params, pseudo_gradient, self._rule_state, self.num_steps)
 
     # ------------------------------------------------------------------ aggregation
     def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
@@ -178,8 +211,16 @@ class ServerOptimizer(Callback):
                 states = tuple(type(s0)(**saved) for s0, saved in zip(states, self._saved_aggregator_state))
                 self._saved_aggregator_state = None
             self.aggregator_state = states
-        delta, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info)
-        return delta
+        # run_chain's loop, recording what the reducer saw (for client_weights / gradient_diversity)
+        value: Any = x
+        new_states = []
+        for stage, state in zip(self.aggregators, self.aggregator_state):
+            if stage.kind == "reduce":
+                self._reducer_input = (updates, value)
+            value, state = stage.apply(value, state, info)
+            new_states.append(state)
+        self.aggregator_state = tuple(new_states)
+        return value
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain."""
@@ -214,7 +255,12 @@ class ServerOptimizer(Callback):
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
         pseudo_gradient = self.aggregate(updates)
         with torch.no_grad():
-            if not self.state:
+            if self.server_rule is not None:
+                if self._rule_state is None:
+                    self._rule_state = self.server_rule.init(params)
+                else:
+                    self._rule_state = move_state(self._rule_state, params)
+            elif not self.state:
                 self.state = self.init_state(params)
             else:
                 self._move_state(params)
@@ -266,17 +312,26 @@ class ServerOptimizer(Callback):
         return self._generate_state_key(lr=self.lr, weighting=self.weighting)
 
     def state_dict(self) -> dict[str, Any]:
-        out = {
-            "num_steps": self.num_steps,
-            "state": {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()},
-        }
+        """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
+        (e.g. ``eta``, ``theta``) and ``"aggregators"`` with a chain: the format of every checkpoint so far."""
+        if self.server_rule is not None:
+            tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
+            out = {"num_steps": self.num_steps, "state": tensors, **scalars}
+        else:
+            out = {
+                "num_steps": self.num_steps,
+                "state": {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()},
+            }
         if self.aggregator_state is not None:
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.num_steps = int(state_dict["num_steps"])
-        self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
+        if self.server_rule is not None:
+            self._rule_state = state_from_dict(self.server_rule.State, state_dict["state"], state_dict)
+        else:
+            self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
         if "aggregators" in state_dict:
             self._saved_aggregator_state = state_dict["aggregators"]
             self.aggregator_state = None
@@ -303,10 +358,3 @@ def _cpu(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_cpu(v) for v in value)
     return value
-
-
-def zeros_like_all(params: list[Tensor], fill: Optional[float] = None) -> list[Tensor]:
-    """Fresh tensors shaped like ``params``: zeros, or ``fill`` everywhere."""
-    if fill is None:
-        return [torch.zeros_like(p) for p in params]
-    return [torch.full_like(p, fill) for p in params]

@@ -40,8 +40,10 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.fedyogi import FedYogi
-from lightning_fed.callbacks.server_optimizer import ServerOptimizer, zeros_like_all
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.rules.sgd import SGD
+from lightning_fed.server.rules.stepsize import AdaptiveStepSize
 
 __all__ = [
     "AdaptiveServerStepSize",
@@ -235,19 +237,7 @@ class ServerStepSize(NormalizedDirection, ServerOptimizer):
     """
 
     def __init__(self, lr: float, weighting: str = "uniform") -> None:
-        super().__init__(lr=lr, weighting=weighting)
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        # pseudo_gradient = −g_t, so x ← x − η·g_t.
-        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
-
-
-def _distance(a: list[Tensor], b: list[Tensor]) -> float:
-    """‖a − b‖₂ over all tensors together, accumulated in float64."""
-    total = 0.0
-    for x, y in zip(a, b):
-        total += float((x.double() - y.double()).pow(2).sum())
-    return math.sqrt(total)
+        super().__init__(weighting=weighting, rule=SGD(lr))  # pseudo-gradient −g_t, so x ← x − η·g_t
 
 
 class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
@@ -304,57 +294,33 @@ class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
     """
 
     def __init__(self, lr: float = 1e-6, weighting: str = "uniform") -> None:
-        super().__init__(lr=lr, weighting=weighting)
-        #: η_{t−1}: the stepsize of the last server step (``None`` before the first).
-        self.eta: Optional[float] = None
-        #: θ_{t−1} = η_{t−1}/η_{t−2} (+∞ until the second server step).
-        self.theta: float = math.inf
+        super().__init__(weighting=weighting, rule=AdaptiveStepSize(lr))
+
+    @property
+    def eta(self) -> Optional[float]:
+        """η_{t−1}: the stepsize of the last server step (``None`` before the first)."""
+        return None if self.rule_state is None else self.rule_state.eta
+
+    @property
+    def theta(self) -> float:
+        """θ_{t−1} = η_{t−1}/η_{t−2} (+∞ until the second server step)."""
+        return math.inf if self.rule_state is None else self.rule_state.theta
 
     @property
     def current_lr(self) -> float:
         """The server stepsize η used in the last round (η_0 = ``lr`` before the first)."""
         return self.lr if self.eta is None else self.eta
 
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        return {"prev_params": zeros_like_all(params), "prev_direction": zeros_like_all(params)}
-
     def next_step_size(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> tuple[float, float]:
         """(η_t, θ_t) for x_t = ``params`` and −g_t = ``pseudo_gradient``, from the stored x_{t−1}, −g_{t−1},
         η_{t−1}, θ_{t−1} (Malitsky & Mishchenko 2020, Alg. 1, l. 3 and 5; guards in the class docstring)."""
-        if self.eta is None:
-            return self.lr, math.inf
-        first = math.sqrt(1.0 + self.theta) * self.eta if math.isfinite(self.theta) else math.inf
-        dx = _distance(params, self.state["prev_params"])
-        dg = _distance(pseudo_gradient, self.state["prev_direction"])
-        second = dx / (2.0 * dg) if dx > 0 and dg > 0 else math.inf
-        eta = min(first, second)
-        if not math.isfinite(eta):
-            eta = self.eta
-        return eta, (eta / self.eta if self.eta > 0 else math.inf)
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        eta, theta = self.next_step_size(params, pseudo_gradient)
-        torch._foreach_copy_(self.state["prev_params"], params)
-        torch._foreach_copy_(self.state["prev_direction"], pseudo_gradient)
-        torch._foreach_add_(params, pseudo_gradient, alpha=eta)  # x ← x − η_t·g_t
-        self.eta, self.theta = eta, theta
+        state = self.rule_state if self.rule_state is not None else self.server_rule.init(params)
+        return self.server_rule.next_step_size(params, pseudo_gradient, state)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Log ``server_lr`` (the round's η_t) with the round as the step."""
         if self.eta is not None:
             pl_module.log("server_lr", self.eta, on_step=False, on_epoch=True, batch_size=1)
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["eta"] = self.eta
-        state["theta"] = self.theta
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        eta = state_dict.get("eta")
-        self.eta = None if eta is None else float(eta)
-        self.theta = float(state_dict.get("theta", math.inf))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, eta={self.eta}, theta={self.theta}"
