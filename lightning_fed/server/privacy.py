@@ -62,7 +62,7 @@ class PrivacyAccountant:
         >>> acc.step(10)
         >>> lib = dp_accounting.rdp.RdpAccountant()
         >>> _ = lib.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.0)), 10)
-        >>> acc.epsilon(1e-5) == lib.get_epsilon(1e-5)
+        >>> acc.epsilon(1e-5) == float(lib.get_epsilon(1e-5))
         True
     """
 
