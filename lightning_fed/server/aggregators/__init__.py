@@ -15,8 +15,20 @@ from lightning_fed.server.aggregators.base import (
     check_chain,
     run_chain,
 )
+from lightning_fed.server.aggregators.dp import (
+    AdaptiveClip,
+    ClipUpdates,
+    DPMean,
+    GaussianNoise,
+    update_noise_multiplier,
+)
 
 __all__ = [
+    "AdaptiveClip",
+    "ClipUpdates",
+    "DPMean",
+    "GaussianNoise",
+    "update_noise_multiplier",
     "ClientDeltas",
     "EmptyState",
     "RoundInfo",
