@@ -162,7 +162,7 @@ class DifferentialPrivacy:
             if nxt > self.target_epsilon:
                 trainer.should_stop = True
                 rank_zero_info(
-                    f"{type(self).__name__}: stopping after round {trainer.current_epoch} ({self.accountant.rounds} "
+                    f"{type(self).__name__}: stopping after round index {trainer.current_epoch} ({self.accountant.rounds} "
                     f"private rounds): ε = {eps:.4g} at δ = {self.target_delta}; one more round would give "
                     f"ε = {nxt:.4g} > target_epsilon = {self.target_epsilon}."
                 )
