@@ -287,3 +287,27 @@ def test_vectorized_executor_gives_the_sequential_result():
     vec, _ = _fit(make(), rounds=1, client_executor="vectorized")
     for x, y in zip(seq, vec):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_two_gloo_processes_equal_one_with_dp(tmp_path):
+    """DDP executor: every rank draws the same seeded noise, so 2 processes end where 1 does (as test_ddp.py)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_ddp import SCRIPT
+
+    dp = "DPFedYogi(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3, adaptive_clipping=True, count_stddev=1.0, lr=0.05)"
+    script = tmp_path / "train.py"
+    text = SCRIPT.format(tests=str(Path(__file__).parent)).replace("import FedYogi", "import DPFedYogi")
+    script.write_text(text.replace("FedYogi(lr=0.05)", dp))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    for devices in (1, 2):
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"w{devices}.pt"), str(devices)], check=True,
+                       env=env, cwd=tmp_path, capture_output=True, timeout=300)
+    one = torch.load(tmp_path / "w1.pt", weights_only=True)
+    two = torch.load(tmp_path / "w2.pt", weights_only=True)
+    assert two["world_size"] == 2
+    for key, value in one["state"].items():
+        torch.testing.assert_close(two["state"][key], value, rtol=0, atol=1e-6)
