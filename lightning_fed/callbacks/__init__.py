@@ -1,6 +1,7 @@
 """Server optimizers: callbacks that turn a round's client updates into the next global model."""
 
 from lightning_fed.callbacks.adaptive import AdaptiveServerOptimizer
+from lightning_fed.callbacks.dp import DifferentialPrivacy, DPFedAdagrad, DPFedAdam, DPFedAvg, DPFedYogi
 from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -30,6 +31,11 @@ __all__ = [
     "AMSGradClient",
     "AdaptiveServerOptimizer",
     "AdaptiveServerStepSize",
+    "DPFedAdagrad",
+    "DPFedAdam",
+    "DPFedAvg",
+    "DPFedYogi",
+    "DifferentialPrivacy",
     "FedAdagrad",
     "FedAdam",
     "FedAvg",

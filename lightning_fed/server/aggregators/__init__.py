@@ -15,9 +15,21 @@ from lightning_fed.server.aggregators.base import (
     check_chain,
     run_chain,
 )
+from lightning_fed.server.aggregators.dp import (
+    AdaptiveClip,
+    ClipUpdates,
+    DPMean,
+    GaussianNoise,
+    update_noise_multiplier,
+)
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
 
 __all__ = [
+    "AdaptiveClip",
+    "ClipUpdates",
+    "DPMean",
+    "GaussianNoise",
+    "update_noise_multiplier",
     "ClientDeltas",
     "CoordinateMedian",
     "EmptyState",

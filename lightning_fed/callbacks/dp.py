@@ -1,0 +1,254 @@
+"""User-level differentially private server optimizers: DP-FedAvg (McMahan et al. 2018) with any server rule.
+
+``DPFedAvg``, ``DPFedAdam``, ``DPFedYogi`` and ``DPFedAdagrad`` are the server optimizers of the same name without
+the prefix, aggregating through the DP-FedAvg chain of :mod:`lightning_fed.server.aggregators.dp`
+(clip → unweighted sum / C → Gaussian noise; optionally adaptive clipping, Andrew et al. 2021), accounting ε with
+Google's ``dp-accounting`` (:class:`~lightning_fed.server.privacy.PrivacyAccountant`), logging ``privacy/epsilon``
+(ε at ``target_delta`` after the round) and ``privacy/clip_norm`` (S of the round) every round, and optionally
+stopping before ε would exceed ``target_epsilon``. Any other server rule gets the same by
+``class DPFedX(DifferentialPrivacy, FedX)`` calling :meth:`DifferentialPrivacy.setup_privacy` in its ``__init__``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from lightning_fed.callbacks.fedadagrad import FedAdagrad
+from lightning_fed.callbacks.fedadam import FedAdam
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.callbacks.fedyogi import FedYogi
+from lightning_fed.server.aggregators.base import check_chain
+from lightning_fed.server.aggregators.dp import (
+    AdaptiveClip,
+    ClipUpdates,
+    DPMean,
+    GaussianNoise,
+    update_noise_multiplier,
+)
+from lightning_fed.server.privacy import SAMPLINGS, PrivacyAccountant
+
+
+class DifferentialPrivacy:
+    """Mixin turning a :class:`~lightning_fed.callbacks.ServerOptimizer` into its DP-FedAvg version (put it first
+    in the bases and call :meth:`setup_privacy` after the server optimizer's ``__init__``).
+
+    Per round (McMahan et al. 2018, Alg. 1): every client's update Δ_i is clipped to L2 norm S, the clipped updates
+    are summed with weight 1 each, N(0, σ²S²·I) is added and the sum divided by the expected cohort size C; the
+    server rule then steps with this Δ_t. With ``adaptive_clipping`` S follows the ``target_quantile`` of the update
+    norms (Andrew et al. 2021, Alg. 1) and σ is the noise multiplier of the *pair* of queries (updates and clipped
+    count, Thm. 1): the updates get σ_Δ = (σ⁻² − (2σ_b)⁻²)^(−½).
+
+    Accounting (:class:`~lightning_fed.server.privacy.PrivacyAccountant`, RDP from ``dp-accounting``):
+    ``sampling="fixed_size"`` (default, what ``FederatedDataModule`` draws: C distinct clients of N) composes
+    sampling-without-replacement Gaussian events under replace-one adjacency; ``sampling="poisson"`` composes
+    Poisson-sampled Gaussian events (q = C/N, add-or-remove-one) and is only accepted with a data module whose
+    ``cohort_sampling`` is ``"poisson"``. Only rounds in which the server stepped are composed.
+
+    Args (of :meth:`setup_privacy`, and of every ready-made class):
+        clip_norm: S > 0 (``math.inf``: no clipping, only with σ = 0); with ``adaptive_clipping``, S_0.
+        noise_multiplier: σ ≥ 0 (z in the papers).
+        target_delta: δ in (0, 1) at which ε is reported (McMahan et al. 2018 use δ = 1/N^1.1).
+        adaptive_clipping: Track a quantile of the update norms (default ``False``).
+        target_quantile: γ in [0, 1] (default 0.5).
+        clip_learning_rate: η_C > 0 (default 0.2).
+        count_stddev: σ_b ≥ 0 of the clipped-count noise; ``None`` (default): C/20 (Andrew et al. 2021, Sec. 3.1).
+        target_epsilon: Stop the run (``trainer.should_stop``) at the end of the last round after which one more round
+            would take ε above this; ``None`` (default): never. Fit refuses to start when not even one round fits.
+        sampling: ``"fixed_size"`` (default) or ``"poisson"`` (see above).
+
+    Raises:
+        ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
+            adaptive clipping with 2σ_b ≤ σ; at fit start, ``sampling="poisson"`` with fixed-size cohorts or a
+            ``target_epsilon`` already spent by one round.
+    """
+
+    def setup_privacy(self, clip_norm: float, noise_multiplier: float, target_delta: float,
+                      adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
+                      count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
+                      sampling: str = "fixed_size") -> None:
+        """Validate the DP arguments and install the DP-FedAvg aggregator chain (see the class doc)."""
+        if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real) \
+                or not math.isfinite(noise_multiplier) or noise_multiplier < 0:
+            raise ValueError(f"`noise_multiplier` must be a finite number >= 0, got {noise_multiplier!r}.")
+        if isinstance(target_delta, bool) or not isinstance(target_delta, numbers.Real) or not 0 < target_delta < 1:
+            raise ValueError(f"`target_delta` must be a number in (0, 1), got {target_delta!r}.")
+        if target_epsilon is not None:
+            if isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real) or not target_epsilon > 0:
+                raise ValueError(f"`target_epsilon` must be a number > 0 or None, got {target_epsilon!r}.")
+            if noise_multiplier == 0:
+                raise ValueError("`target_epsilon` needs `noise_multiplier` > 0: with no noise ε is infinite.")
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"`sampling` must be one of {SAMPLINGS}, got {sampling!r}.")
+        if not isinstance(adaptive_clipping, bool):
+            raise ValueError(f"`adaptive_clipping` must be True or False, got {adaptive_clipping!r}.")
+        if adaptive_clipping:
+            clip = AdaptiveClip(target_quantile, clip_learning_rate, initial_clip=clip_norm, count_stddev=count_stddev)
+        else:
+            clip = ClipUpdates(clip_norm)
+            if noise_multiplier > 0 and math.isinf(clip.clip_norm):
+                raise ValueError("`clip_norm` must be finite when `noise_multiplier` > 0 (the noise is σS/C).")
+        noise = GaussianNoise(noise_multiplier, clip)
+        self.clip_norm = float(clip_norm)
+        self.noise_multiplier = float(noise_multiplier)
+        self.target_delta = float(target_delta)
+        self.adaptive_clipping = adaptive_clipping
+        self.target_epsilon = None if target_epsilon is None else float(target_epsilon)
+        self.sampling = sampling
+        self.aggregators = check_chain([clip, DPMean(), noise])
+        if adaptive_clipping:
+            self._resolve_update_noise(None)
+        #: The privacy accountant (created at fit start, when N and C are known).
+        self.accountant: Optional[PrivacyAccountant] = None
+        self._saved_privacy: Optional[dict[str, Any]] = None
+
+    def _resolve_update_noise(self, clients_per_round: Optional[int]) -> None:
+        clip, _, noise = self.aggregators
+        if clip.count_stddev is None and clients_per_round is None:
+            noise.noise_multiplier = math.nan  # resolved at fit start (σ_b = C/20 needs C)
+            return
+        noise.noise_multiplier = update_noise_multiplier(
+            self.noise_multiplier, clip.resolved_count_stddev(clients_per_round or 1)
+        )
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        super().on_train_start(trainer, pl_module)
+        dm = trainer.datamodule
+        n, c = int(dm.num_clients), int(dm.clients_per_round)
+        if self.sampling == "poisson" and getattr(dm, "cohort_sampling", "fixed_size") != "poisson":
+            raise ValueError(
+                f"`sampling='poisson'` accounts Poisson-sampled cohorts, but {type(dm).__name__} draws "
+                f"{c} distinct clients every round; use sampling='fixed_size' (sampling without replacement)."
+            )
+        if getattr(dm, "client_dropout", 0) or getattr(dm, "over_selection", 0):
+            rank_zero_warn(
+                "DP accounting assumes exactly clients_per_round clients drawn uniformly each round; with "
+                "client_dropout/over_selection the reported cohort differs and ε is not analysed for it."
+            )
+        if self.adaptive_clipping:
+            self._resolve_update_noise(c)
+        self.accountant = PrivacyAccountant(self.noise_multiplier, n, c, self.sampling)
+        if self._saved_privacy is not None:
+            self.accountant.load_state_dict(self._saved_privacy)
+            self._saved_privacy = None
+        if self.target_epsilon is not None:
+            nxt = self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
+            if nxt > self.target_epsilon:
+                raise ValueError(
+                    f"target_epsilon={self.target_epsilon} is spent: after {self.accountant.rounds + 1} round(s) "
+                    f"ε would be {nxt:.4g} at δ={self.target_delta}. Raise target_epsilon or noise_multiplier."
+                )
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """Log ``privacy/epsilon`` and ``privacy/clip_norm``; stop the run if one more round would exceed
+        ``target_epsilon``."""
+        parent = getattr(super(), "on_train_epoch_end", None)
+        if parent is not None:
+            parent(trainer, pl_module)
+        if self.accountant is None:
+            return
+        if self.aggregator_state is not None:
+            self.accountant.rounds = int(self.aggregator_state[2].rounds)
+        eps = self.accountant.epsilon(self.target_delta)
+        self.epsilon = eps
+        pl_module.log("privacy/epsilon", eps, on_step=False, on_epoch=True, batch_size=1)
+        pl_module.log("privacy/clip_norm", self.aggregators[2].round_clip_norm(), on_step=False, on_epoch=True,
+                      batch_size=1)
+        if self.target_epsilon is not None and not trainer.should_stop:
+            nxt = self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
+            if nxt > self.target_epsilon:
+                trainer.should_stop = True
+                rank_zero_info(
+                    f"{type(self).__name__}: stopping after round index {trainer.current_epoch} ({self.accountant.rounds} "
+                    f"private rounds): ε = {eps:.4g} at δ = {self.target_delta}; one more round would give "
+                    f"ε = {nxt:.4g} > target_epsilon = {self.target_epsilon}."
+                )
+
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        if self.accountant is not None:
+            if self.aggregator_state is not None:
+                self.accountant.rounds = int(self.aggregator_state[2].rounds)
+            out["privacy"] = self.accountant.state_dict()
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._saved_privacy = state_dict.get("privacy")
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, "
+                f"target_delta={self.target_delta}, adaptive_clipping={self.adaptive_clipping}, "
+                f"target_epsilon={self.target_epsilon}, sampling={self.sampling!r}")
+
+
+class DPFedAvg(DifferentialPrivacy, FedAvg):
+    """DP-FedAvg (McMahan et al. 2018, Alg. 1): x_{t+1} = x_t + η·Δ_t with Δ_t the clipped, noised mean of
+    :class:`DifferentialPrivacy` (clients weighted uniformly). With σ = 0 and S = ∞ it is
+    ``FedAvg(lr, weighting="uniform")`` exactly (when all C clients report).
+
+    Args: ``clip_norm``, ``noise_multiplier``, ``target_delta`` and the rest as :class:`DifferentialPrivacy`;
+    ``lr``: server learning rate η (default 1.0).
+
+    Example: a fixed clip of S = 1 and σ = 1::
+
+        >>> DPFedAvg(clip_norm=1.0, noise_multiplier=1.0, target_delta=1e-5).aggregators
+        [ClipUpdates(clip_norm=1.0), DPMean(), GaussianNoise(noise_multiplier=1.0, clip_norm=ClipUpdates(clip_norm=1.0))]
+    """
+
+    def __init__(self, clip_norm: float, noise_multiplier: float, target_delta: float,
+                 adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
+                 count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
+                 sampling: str = "fixed_size", lr: float = 1.0) -> None:
+        FedAvg.__init__(self, lr=lr, weighting="uniform")
+        self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
+                           clip_learning_rate, count_stddev, target_epsilon, sampling)
+
+
+class _DPAdaptive(DifferentialPrivacy):
+    def __init__(self, clip_norm: float, noise_multiplier: float, target_delta: float,
+                 adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
+                 count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
+                 sampling: str = "fixed_size", lr: float = 1e-2, beta1: float = 0.9, beta2: float = 0.99,
+                 tau: float = 1e-3, initial_accumulator: Optional[float] = None, bias_correction: bool = False,
+                 convention: str = "reddi") -> None:
+        super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
+                         bias_correction=bias_correction, weighting="uniform", convention=convention)
+        self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
+                           clip_learning_rate, count_stddev, target_epsilon, sampling)
+
+
+class DPFedAdam(_DPAdaptive, FedAdam):
+    """DP-FedAdam: :class:`~lightning_fed.callbacks.FedAdam` (Reddi et al. 2021, Alg. 2) stepping with the DP-FedAvg
+    pseudo-gradient of :class:`DifferentialPrivacy`. Args: the DP arguments of :class:`DifferentialPrivacy`, then
+    FedAdam's (``lr`` = η default 1e-2, ``beta1``, ``beta2``, ``tau``, …; ``weighting`` is fixed to uniform).
+
+    Example::
+
+        >>> DPFedAdam(clip_norm=0.5, noise_multiplier=0.3, target_delta=1e-3, lr=0.01).aggregators[0]
+        ClipUpdates(clip_norm=0.5)
+    """
+
+
+class DPFedYogi(_DPAdaptive, FedYogi):
+    """DP-FedYogi: :class:`~lightning_fed.callbacks.FedYogi` with the DP-FedAvg pseudo-gradient (see
+    :class:`DPFedAdam` for the arguments)."""
+
+
+class DPFedAdagrad(DifferentialPrivacy, FedAdagrad):
+    """DP-FedAdagrad: :class:`~lightning_fed.callbacks.FedAdagrad` with the DP-FedAvg pseudo-gradient. Args: the DP
+    arguments of :class:`DifferentialPrivacy`, then FedAdagrad's (``weighting`` is fixed to uniform)."""
+
+    def __init__(self, clip_norm: float, noise_multiplier: float, target_delta: float,
+                 adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
+                 count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
+                 sampling: str = "fixed_size", lr: float = 1e-2, tau: float = 1e-3,
+                 initial_accumulator: Optional[float] = None, beta1: Optional[float] = None,
+                 bias_correction: bool = False, convention: str = "reddi") -> None:
+        FedAdagrad.__init__(self, lr=lr, tau=tau, initial_accumulator=initial_accumulator, beta1=beta1,
+                            bias_correction=bias_correction, weighting="uniform", convention=convention)
+        self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
+                           clip_learning_rate, count_stddev, target_epsilon, sampling)

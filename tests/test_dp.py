@@ -1,0 +1,313 @@
+"""User-level DP: the DP-FedAvg stages (lightning_fed/server/aggregators/dp.py), the accountant
+(lightning_fed/server/privacy.py) and the ready-made DP server optimizers (lightning_fed/callbacks/dp.py)."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+from dp_accounting import rdp
+from torch.utils.data import TensorDataset
+
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from lightning_fed import FederatedTrainer
+from lightning_fed.callbacks import DPFedAdam, DPFedAvg, FedAdam, FedAvg
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.server.aggregators import (
+    AdaptiveClip,
+    ClientDeltas,
+    ClipUpdates,
+    DPMean,
+    EmptyState,
+    GaussianNoise,
+    RoundInfo,
+    check_chain,
+    update_noise_multiplier,
+)
+from lightning_fed.server.privacy import PrivacyAccountant
+
+
+def _dm(num_clients=6, clients_per_round=3):
+    x, y = regression_data(n=60)
+    return FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                               partitioner=IIDPartitioner(num_clients=num_clients, seed=0),
+                               clients_per_round=clients_per_round, batch_size=4)
+
+
+def _fit(server, rounds=3, tmp="/tmp/lf-dp", **trainer_kwargs):
+    torch.manual_seed(0)
+    model = LinearRegression()
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp), **trainer_kwargs)
+    trainer.fit(model, datamodule=_dm())
+    return [p.detach().clone() for p in model.parameters()], trainer
+
+
+def _deltas(norms, dim=7, seed=0):
+    """Client updates of two parameters each with the given global L2 norms."""
+    g = np.random.default_rng(seed)
+    out = []
+    for n in norms:
+        v = g.standard_normal(dim)
+        v *= n / np.linalg.norm(v)
+        out.append([torch.tensor(v[:3], dtype=torch.float32), torch.tensor(v[3:], dtype=torch.float32).reshape(2, 2)])
+    return ClientDeltas(list(range(len(norms))), out, torch.ones(len(norms), dtype=torch.float64))
+
+
+# ------------------------------------------------------------------------------------------- σ = 0, S = ∞ is FedAvg
+@pytest.mark.parametrize("dp, plain", [
+    (lambda: DPFedAvg(clip_norm=math.inf, noise_multiplier=0.0, target_delta=1e-5), lambda: FedAvg(weighting="uniform")),
+    (lambda: DPFedAdam(clip_norm=math.inf, noise_multiplier=0.0, target_delta=1e-5, lr=0.05, tau=1e-2),
+     lambda: FedAdam(lr=0.05, tau=1e-2, weighting="uniform")),
+])
+def test_no_noise_no_clipping_equals_the_plain_optimizer_bit_for_bit(dp, plain):
+    a, trainer = _fit(dp())
+    b, _ = _fit(plain())
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    assert trainer.callback_metrics["privacy/epsilon"] == math.inf
+
+
+def test_the_dp_chain_on_an_adaptive_optimizer_set_after_construction():
+    """'Works with every rule': a plain FedAdam given the chain equals DPFedAdam with the same σ, S (same seeds)."""
+    a, _ = _fit(DPFedAdam(clip_norm=0.05, noise_multiplier=0.5, target_delta=1e-5, lr=0.05, tau=1e-2))
+    server = FedAdam(lr=0.05, tau=1e-2, weighting="uniform")
+    clip = ClipUpdates(0.05)
+    server.aggregators = check_chain([clip, DPMean(), GaussianNoise(0.5, clip)])
+    b, _ = _fit(server)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    c, _ = _fit(FedAdam(lr=0.05, tau=1e-2, weighting="uniform"))
+    assert not torch.equal(a[0], c[0])  # the noise and clipping did something
+
+
+# ------------------------------------------------------------------------------------------------------- clipping
+def test_clipping_bounds_every_contribution_and_matches_numpy():
+    x = _deltas([0.3, 2.0, 5.0, 1.0, 40.0])
+    s = 1.0
+    out, _ = ClipUpdates(s).apply(x, EmptyState(), RoundInfo(0, 0, 10, 5))
+    for d in out.deltas:
+        assert float(torch.sqrt(sum((t.double() ** 2).sum() for t in d))) <= s
+    flat = np.stack([np.concatenate([t.numpy().ravel().astype(np.float64) for t in d]) for d in x.deltas])
+    norms = np.linalg.norm(flat, axis=1)
+    clipped = flat * np.minimum(1.0, s / norms)[:, None]
+    got = np.stack([np.concatenate([t.numpy().ravel() for t in d]) for d in out.deltas])
+    np.testing.assert_allclose(got, clipped, rtol=1e-6, atol=1e-7)
+    assert out.deltas[0] is x.deltas[0]  # under the clip: untouched
+    mean, _ = DPMean().apply(out, EmptyState(), RoundInfo(0, 0, 10, 8))  # expected cohort C = 8, 5 reported
+    np.testing.assert_allclose(np.concatenate([t.numpy().ravel() for t in mean]), clipped.sum(0) / 8, rtol=1e-6, atol=1e-7)
+
+
+def test_dp_mean_refuses_sample_weights():
+    x = _deltas([1.0, 1.0])._replace(counts=torch.tensor([1.0, 3.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="weighting='uniform'"):
+        DPMean().apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))
+
+
+def test_small_clip_in_a_fit_bounds_every_update_seen_by_the_reducer():
+    seen = []
+
+    class Spy(DPMean):
+        def apply(self, x, state, info):
+            seen.extend(float(torch.sqrt(sum((t.double() ** 2).sum() for t in d))) for d in x.deltas)
+            return super().apply(x, state, info)
+
+    server = DPFedAvg(clip_norm=1e-3, noise_multiplier=0.0, target_delta=1e-5)
+    server.aggregators[1] = Spy()
+    _fit(server, rounds=2)
+    assert len(seen) == 6 and max(seen) <= 1e-3 and min(seen) > 0.99e-3  # all clipped (their updates are larger)
+
+
+# --------------------------------------------------------------------------------------------------------- noise
+def test_noise_std_matches_sigma_s_over_c_and_repeats_by_seed():
+    sigma, s, c = 1.3, 0.7, 5
+    stage = GaussianNoise(sigma, s)
+    draws = []
+    for r in range(2000):
+        out, _ = stage.apply([torch.zeros(3, dtype=torch.float64)], stage.init_state([], 50), RoundInfo(r, 7, 50, c))
+        draws.append(out[0].numpy())
+    draws = np.concatenate(draws)  # 6000 draws: std within ~1% (3 sampling SEs = 3/sqrt(2·6000) ≈ 2.7%)
+    expected = sigma * s / c
+    assert abs(draws.std() / expected - 1) < 0.03
+    assert abs(draws.mean()) < 4 * expected / math.sqrt(draws.size)
+    again, _ = stage.apply([torch.zeros(3, dtype=torch.float64)], stage.init_state([], 50), RoundInfo(1999, 7, 50, c))
+    assert np.array_equal(again[0].numpy(), draws[-3:])
+    other, _ = stage.apply([torch.zeros(3, dtype=torch.float64)], stage.init_state([], 50), RoundInfo(1999, 8, 50, c))
+    assert not np.array_equal(other[0].numpy(), draws[-3:])
+
+
+def test_a_noised_fit_repeats_exactly():
+    make = lambda: DPFedAvg(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-5)  # noqa: E731
+    a, _ = _fit(make())
+    b, _ = _fit(make())
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+# ---------------------------------------------------------------------------------------------- adaptive clipping
+def test_adaptive_clipping_tracks_the_target_quantile():
+    """Norms uniform on [0, 10], γ = 0.5 → S → the median 5; γ = 0.8 → 8 (Andrew et al. 2021, Alg. 1)."""
+    g = np.random.default_rng(0)
+    for gamma, quantile in ((0.5, 5.0), (0.8, 8.0)):
+        stage = AdaptiveClip(gamma, learning_rate=0.2, initial_clip=0.1, count_stddev=100 / 20)
+        state = stage.init_state([], 1000)
+        tail = []
+        for r in range(400):
+            x = ClientDeltas(list(range(100)), [[torch.tensor([v])] for v in g.uniform(0, 10, 100)],
+                             torch.ones(100, dtype=torch.float64))
+            out, state = stage.apply(x, state, RoundInfo(r, 0, 1000, 100))
+            if r >= 300:
+                tail.append(float(state.clip_norm))
+        assert abs(np.mean(tail) - quantile) < 0.3, (gamma, np.mean(tail))
+        assert all(abs(float(d[0])) <= stage.round_clip_norm() for d in out.deltas)
+
+
+def test_adaptive_clip_one_step_by_hand():
+    x = _deltas([0.5, 2.0, 3.0, 0.1])
+    stage = AdaptiveClip(0.5, learning_rate=0.2, initial_clip=1.0, count_stddev=0.0)
+    _, state = stage.apply(x, stage.init_state([], 10), RoundInfo(0, 0, 10, 4))
+    assert float(state.clip_norm) == pytest.approx(1.0 * math.exp(-0.2 * (2 / 4 - 0.5)))
+    _, state = stage.apply(_deltas([0.5, 0.2, 0.3, 0.1]), state, RoundInfo(1, 0, 10, 4))
+    assert float(state.clip_norm) == pytest.approx(math.exp(-0.2 * (1.0 - 0.5)))
+
+
+def test_update_noise_multiplier_theorem_1():
+    z, sb = 1.0, 2.0
+    s = update_noise_multiplier(z, sb)
+    assert (s ** -2 + (2 * sb) ** -2) ** -0.5 == pytest.approx(z)
+    with pytest.raises(ValueError, match="count_stddev"):
+        update_noise_multiplier(1.0, 0.4)
+
+
+# ---------------------------------------------------------------------------------------------------- accounting
+@pytest.mark.parametrize("n, c, sigma, rounds, delta", [(100, 10, 1.0, 20, 1e-5), (715, 10, 0.8, 15, 7e-4)])
+def test_epsilon_is_the_library_answer(n, c, sigma, rounds, delta):
+    lib = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    lib.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, c, dp_accounting.GaussianDpEvent(sigma / 2)), rounds)
+    acc = PrivacyAccountant(sigma, n, c, "fixed_size")
+    acc.step(rounds)
+    assert acc.epsilon(delta) == lib.get_epsilon(delta)
+    lib = rdp.RdpAccountant()
+    lib.compose(dp_accounting.PoissonSampledDpEvent(c / n, dp_accounting.GaussianDpEvent(sigma)), rounds)
+    assert PrivacyAccountant(sigma, n, c, "poisson").epsilon(delta, rounds) == lib.get_epsilon(delta)
+
+
+def test_accountant_bad_arguments():
+    with pytest.raises(ValueError, match="sampling"):
+        PrivacyAccountant(1.0, 10, 2, "shuffle")
+    with pytest.raises(ValueError, match="clients_per_round"):
+        PrivacyAccountant(1.0, 10, 20)
+    with pytest.raises(ValueError, match="delta"):
+        PrivacyAccountant(1.0, 10, 2).epsilon(0.0, 1)
+
+
+def test_epsilon_is_logged_every_round_and_target_epsilon_stops_the_run(tmp_path):
+    sigma, delta = 2.0, 1e-3
+    per_round = [PrivacyAccountant(sigma, 6, 3).epsilon(delta, t) for t in range(1, 8)]
+    target = (per_round[2] + per_round[3]) / 2  # 3 rounds fit, a 4th would not
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, target_epsilon=target)
+    logged = []
+
+    from lightning.pytorch.callbacks import Callback
+
+    class Record(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            logged.append(float(trainer.callback_metrics["privacy/epsilon"]))
+
+    torch.manual_seed(0)
+    trainer = FederatedTrainer(max_epochs=7, callbacks=[server, Record()], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=_dm())
+    assert trainer.current_epoch == 3 and server.accountant.rounds == 3
+    assert logged == pytest.approx(per_round[:3], rel=1e-6)  # logged as float32
+    with pytest.raises(ValueError, match="target_epsilon"):
+        FederatedTrainer(max_epochs=2, callbacks=[DPFedAvg(0.1, sigma, delta, target_epsilon=per_round[0] / 2)],
+                         **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=_dm())
+
+
+def test_poisson_accounting_is_refused_for_fixed_size_cohorts(tmp_path):
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, sampling="poisson")
+    with pytest.raises(ValueError, match="sampling='fixed_size'"):
+        FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(
+            LinearRegression(), datamodule=_dm())
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(clip_norm=0.0), "clip_norm"), (dict(noise_multiplier=-1.0), "noise_multiplier"),
+    (dict(target_delta=1.0), "target_delta"), (dict(sampling="shuffle"), "sampling"),
+    (dict(clip_norm=math.inf), "finite"), (dict(noise_multiplier=0.0, target_epsilon=1.0), "target_epsilon"),
+    (dict(adaptive_clipping=True, target_quantile=1.5), "target_quantile"),
+    (dict(adaptive_clipping=True, count_stddev=0.1), "count_stddev"),
+])
+def test_bad_arguments_are_refused(kwargs, match):
+    args = dict(clip_norm=1.0, noise_multiplier=1.0, target_delta=1e-5) | kwargs
+    with pytest.raises(ValueError, match=match):
+        DPFedAvg(**args)
+
+
+# ---------------------------------------------------------------------------------------------------- checkpoints
+def test_accountant_and_adaptive_clip_state_round_trip(tmp_path):
+    """Two rounds, a checkpoint, resume to four = four rounds straight: same model, clip norm and ε."""
+    make = lambda: DPFedAvg(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3, adaptive_clipping=True,  # noqa: E731
+                            count_stddev=1.0)
+    straight_server = make()
+    straight, _ = _fit(straight_server, rounds=4, tmp=tmp_path / "a")
+    first = make()
+    _, first_trainer = _fit(first, rounds=2, tmp=tmp_path / "b")
+    saved = first.state_dict()
+    assert saved["privacy"]["rounds"] == 2 and saved["aggregators"][2]["rounds"].item() == 2
+    assert saved["aggregators"][0]["clip_norm"].dtype == torch.float64
+    ckpt = tmp_path / "mid.ckpt"
+    first_trainer.save_checkpoint(ckpt)
+    torch.manual_seed(0)
+    model = LinearRegression()
+    resumed = make()
+    trainer = FederatedTrainer(max_epochs=4, callbacks=[resumed], **quiet_trainer_kwargs(tmp_path / "c"))
+    trainer.fit(model, datamodule=_dm(), ckpt_path=ckpt)
+    for x, y in zip(straight, model.parameters()):
+        assert torch.equal(x, y)
+    assert resumed.accountant.rounds == 4 == int(resumed.aggregator_state[2].rounds)
+    assert torch.equal(resumed.aggregator_state[0].clip_norm, straight_server.aggregator_state[0].clip_norm)
+    assert float(trainer.callback_metrics["privacy/epsilon"]) == pytest.approx(
+        PrivacyAccountant(1.0, 6, 3).epsilon(1e-3, 4), rel=1e-6)
+
+
+def test_resume_with_other_privacy_parameters_is_refused():
+    acc = PrivacyAccountant(1.0, 10, 2)
+    acc.step(3)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        PrivacyAccountant(2.0, 10, 2).load_state_dict(acc.state_dict())
+
+
+# ------------------------------------------------------------------------------------------------------ executors
+def test_vectorized_executor_gives_the_sequential_result():
+    make = lambda: DPFedAvg(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3)  # noqa: E731
+    seq, _ = _fit(make(), rounds=1)
+    vec, _ = _fit(make(), rounds=1, client_executor="vectorized")
+    for x, y in zip(seq, vec):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_two_gloo_processes_equal_one_with_dp(tmp_path):
+    """DDP executor: every rank draws the same seeded noise, so 2 processes end where 1 does (as test_ddp.py)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_ddp import SCRIPT
+
+    dp = "DPFedYogi(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3, adaptive_clipping=True, count_stddev=1.0, lr=0.05)"
+    script = tmp_path / "train.py"
+    text = SCRIPT.format(tests=str(Path(__file__).parent)).replace("import FedYogi", "import DPFedYogi")
+    script.write_text(text.replace("FedYogi(lr=0.05)", dp))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    for devices in (1, 2):
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"w{devices}.pt"), str(devices)], check=True,
+                       env=env, cwd=tmp_path, capture_output=True, timeout=300)
+    one = torch.load(tmp_path / "w1.pt", weights_only=True)
+    two = torch.load(tmp_path / "w2.pt", weights_only=True)
+    assert two["world_size"] == 2
+    for key, value in one["state"].items():
+        torch.testing.assert_close(two["state"][key], value, rtol=0, atol=1e-6)
