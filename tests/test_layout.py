@@ -15,6 +15,15 @@ PACKAGES_AS_ONE_UNIT = {"datamodules/shakespeare", "datamodules/stackoverflow"}
 
 # Source modules without a mirrored test module, each with the place that covers it.
 COVERED_ELSEWHERE = {
+    "callbacks/dp.py": "tests/server/aggregators/test_dp.py (DPFedAvg/DPFedAdam fits, ε logging, target ε stop)",
+    "server/privacy.py": "tests/server/aggregators/test_dp.py (ε equals dp-accounting's own answer)",
+    "server/checks.py": "argument checks, exercised by every rule's and optimizer's bad-argument tests",
+    "server/moments.py": "tests/server/rules/test_base.py and tests/callbacks/test_fedlamb.py (Adam/AMSGrad in NumPy)",
+    "server/rules/sgd.py": "tests/server/rules/test_base.py (every rule against NumPy, one file)",
+    "server/rules/momentum.py": "tests/server/rules/test_base.py (heavy ball, Nesterov against NumPy)",
+    "server/rules/adaptive.py": "tests/server/rules/test_base.py and tests/callbacks/test_adaptive_conventions.py",
+    "server/rules/lamb.py": "tests/server/rules/test_base.py (You et al. Alg. 2)",
+    "server/rules/stepsize.py": "tests/server/rules/test_base.py (Malitsky & Mishchenko Alg. 1)",
     "callbacks/robust.py": "tests/server/aggregators/test_robust.py (FedMedian, FedTrimmedAvg, Krum against Flower's results)",
     "executor.py": "re-export shim of client/sequential.py (old import path)",
     "vectorized.py": "re-export shim of client/vectorized.py; tests/client/test_vectorized.py",
