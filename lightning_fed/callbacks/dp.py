@@ -64,6 +64,15 @@ class DifferentialPrivacy:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
             adaptive clipping with 2σ_b ≤ σ; at fit start, ``sampling="poisson"`` with fixed-size cohorts or a
             ``target_epsilon`` already spent by one round.
+    Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
+
+        >>> from lightning_fed.callbacks import FedAvgM
+        >>> class DPFedAvgM(DifferentialPrivacy, FedAvgM):
+        ...     def __init__(self, clip_norm, noise_multiplier, target_delta, lr=1.0, momentum=0.9):
+        ...         FedAvgM.__init__(self, lr=lr, momentum=momentum, weighting="uniform")
+        ...         self.setup_privacy(clip_norm, noise_multiplier, target_delta)
+        >>> [type(s).__name__ for s in DPFedAvgM(1.0, 1.0, 1e-5).aggregators]
+        ['ClipUpdates', 'DPMean', 'GaussianNoise']
     """
 
     def setup_privacy(self, clip_norm: float, noise_multiplier: float, target_delta: float,
@@ -235,12 +244,24 @@ class DPFedAdam(_DPAdaptive, FedAdam):
 
 class DPFedYogi(_DPAdaptive, FedYogi):
     """DP-FedYogi: :class:`~lightning_fed.callbacks.FedYogi` with the DP-FedAvg pseudo-gradient (see
-    :class:`DPFedAdam` for the arguments)."""
+    :class:`DPFedAdam` for the arguments).
+
+    Example::
+
+        >>> DPFedYogi(clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-4).weighting
+        'uniform'
+    """
 
 
 class DPFedAdagrad(DifferentialPrivacy, FedAdagrad):
     """DP-FedAdagrad: :class:`~lightning_fed.callbacks.FedAdagrad` with the DP-FedAvg pseudo-gradient. Args: the DP
-    arguments of :class:`DifferentialPrivacy`, then FedAdagrad's (``weighting`` is fixed to uniform)."""
+    arguments of :class:`DifferentialPrivacy`, then FedAdagrad's (``weighting`` is fixed to uniform).
+
+    Example::
+
+        >>> type(DPFedAdagrad(clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-4).aggregators[-1]).__name__
+        'GaussianNoise'
+    """
 
     def __init__(self, clip_norm: float, noise_multiplier: float, target_delta: float,
                  adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,

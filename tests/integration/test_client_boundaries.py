@@ -38,6 +38,7 @@ ALLOWED_PRIVATE = {
     "optimizer",
     ("callbacks/scaffold.py", "_check_client_id"): "SCAFFOLD's own method, called on self",
     ("callbacks/server_optimizer.py", "_asdict"): "typing.NamedTuple's public API (aggregator stage states)",
+    ("callbacks/server_optimizer.py", "_field_defaults"): "typing.NamedTuple's public API (rule states)",
 }
 
 

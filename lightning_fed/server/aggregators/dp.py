@@ -102,7 +102,13 @@ class ClipUpdates(Stage):
 
 
 class AdaptiveClipState(NamedTuple):
-    """:class:`AdaptiveClip`'s state: ``clip_norm`` (float64 scalar), S for the next round."""
+    """:class:`AdaptiveClip`'s state: ``clip_norm`` (float64 scalar), S for the next round.
+    Example::
+
+        >>> import torch
+        >>> AdaptiveClipState(torch.tensor(0.5, dtype=torch.float64)).clip_norm.item()
+        0.5
+    """
 
     clip_norm: Tensor
 
@@ -251,7 +257,13 @@ def _acc_dtype(t: Tensor) -> torch.dtype:
 
 class GaussianNoiseState(NamedTuple):
     """:class:`GaussianNoise`'s state: ``rounds`` (int64 scalar), how many noised releases so far (what the
-    privacy accountant composes)."""
+    privacy accountant composes).
+    Example::
+
+        >>> import torch
+        >>> int(GaussianNoiseState(torch.tensor(3)).rounds)
+        3
+    """
 
     rounds: Tensor
 

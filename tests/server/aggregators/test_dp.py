@@ -290,17 +290,17 @@ def test_vectorized_executor_gives_the_sequential_result():
 
 
 def test_two_gloo_processes_equal_one_with_dp(tmp_path):
-    """DDP executor: every rank draws the same seeded noise, so 2 processes end where 1 does (as test_ddp.py)."""
+    """DDP executor: every rank draws the same seeded noise, so 2 processes end where 1 does (as tests/test_distributed.py)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    from test_ddp import SCRIPT
+    from tests.test_distributed import SCRIPT
 
     dp = "DPFedYogi(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3, adaptive_clipping=True, count_stddev=1.0, lr=0.05)"
     script = tmp_path / "train.py"
-    text = SCRIPT.format(tests=str(Path(__file__).parent)).replace("import FedYogi", "import DPFedYogi")
+    text = SCRIPT.format(tests=str(Path(__file__).parents[2])).replace("import FedYogi", "import DPFedYogi")
     script.write_text(text.replace("FedYogi(lr=0.05)", dp))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     for devices in (1, 2):
