@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, chain_states, check_chain
 from lightning_fed.server.rules.base import Rule, move_state, state_from_dict, state_to_dict
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
@@ -99,6 +100,9 @@ class ServerOptimizer(Callback):
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
         self._legacy_state: dict[str, list[Tensor]] = {}
+        #: The per-client state (:class:`~lightning_fed.server.client_state.ClientStateTable`) of a method that keeps
+        #: one (FedAWARE's m_i, SCAFFOLD's c_i), ``None`` otherwise; checkpointed under ``"client_state"``.
+        self.client_state: Optional[ClientStateTable] = None
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
@@ -313,7 +317,7 @@ class ServerOptimizer(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
-        (e.g. ``eta``, ``theta``) and ``"aggregators"`` with a chain: the format of every checkpoint so far."""
+        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table."""
         if self.server_rule is not None:
             tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
             out = {"num_steps": self.num_steps, "state": tensors, **scalars}
@@ -324,6 +328,8 @@ class ServerOptimizer(Callback):
             }
         if self.aggregator_state is not None:
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
+        if self.client_state is not None:
+            out["client_state"] = self.client_state.state_dict()
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -335,6 +341,8 @@ class ServerOptimizer(Callback):
         if "aggregators" in state_dict:
             self._saved_aggregator_state = state_dict["aggregators"]
             self.aggregator_state = None
+        if "client_state" in state_dict:
+            self.client_state = ClientStateTable.from_state_dict(state_dict["client_state"])
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"
