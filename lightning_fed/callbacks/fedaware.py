@@ -13,6 +13,7 @@ from torch import Tensor
 from lightning_fed.callbacks.min_norm import SOLVERS, MinNormResult, min_norm_active_set, min_norm_frank_wolfe
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.client_state import ClientStateTable
 
 _CONVENTIONS = ("paper", "code")
 
@@ -62,7 +63,8 @@ class FedAWARE(ServerOptimizer):
     min-norm point 0 and stop training; their λ_i is reported as 0. The public code instead waits, through
     ``fedavg_warmup``, until no momentum is zero.
 
-    Memory: the momentum table is a dense ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
+    Memory: the momentum table (:attr:`client_state`, a dense
+    :class:`~lightning_fed.server.client_state.ClientStateTable`) is an ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
     an ``[N, N]`` float64 Gram matrix kept up to date row by row (C·N·d multiply-adds per round for a cohort of
     C). E.g. 100 clients × 582,026 parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients
     × 822,570 parameters × 4 B = 2.35 GB. All of it is in :meth:`state_dict`, hence in every checkpoint.
@@ -196,10 +198,6 @@ class FedAWARE(ServerOptimizer):
             raise ValueError(f"`num_clients` must be a positive integer or None, got {num_clients!r}.")
         #: N, the number of clients (from the constructor or the data module).
         self.num_clients: Optional[int] = num_clients
-        #: m_i, ``[N, d]`` on CPU (``None`` until the first round).
-        self.momenta: Optional[Tensor] = None
-        #: Whether client i has been seen, bool ``[N]``.
-        self.seen: Optional[Tensor] = None
         #: |D_i| as last reported by client i, int64 ``[N]`` (0 for unseen clients).
         self.client_num_samples: Optional[Tensor] = None
         #: ⟨m_i, m_j⟩, float64 ``[N, N]``.
@@ -228,6 +226,17 @@ class FedAWARE(ServerOptimizer):
             )
         self.num_clients = n
 
+    @property
+    def momenta(self) -> Optional[Tensor]:
+        """m_i, ``[N, d]`` on CPU (``None`` until the first round): the dense :attr:`client_state` table's matrix."""
+        return None if self.client_state is None else self.client_state.matrix
+
+    @property
+    def seen(self) -> Optional[Tensor]:
+        """Whether client i has been seen, bool ``[N]`` (``None`` until the first round): the rows written in
+        :attr:`client_state`."""
+        return None if self.client_state is None else self.client_state.present
+
     # ------------------------------------------------------------------ the update rule
     def _momentum_coefficients(self) -> tuple[float, float]:
         """(weight of the old momentum, weight of the new update)."""
@@ -242,7 +251,7 @@ class FedAWARE(ServerOptimizer):
                 "FederatedDataModule (N is read from `datamodule.num_clients`) or pass `num_clients=`."
             )
         d = sum(p.numel() for p in params)
-        if self.momenta is not None:
+        if self.client_state is not None:
             if tuple(self.momenta.shape) != (self.num_clients, d):
                 raise ValueError(
                     f"FedAWARE's momentum table has shape {tuple(self.momenta.shape)}, but the run has "
@@ -251,8 +260,7 @@ class FedAWARE(ServerOptimizer):
             return
         dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])
         n = self.num_clients
-        self.momenta = torch.zeros(n, d, dtype=dtype)
-        self.seen = torch.zeros(n, dtype=torch.bool)
+        self.client_state = ClientStateTable(n, d, dtype=dtype, dense=True)
         self.client_num_samples = torch.zeros(n, dtype=torch.int64)
         self.gram = torch.zeros(n, n, dtype=torch.float64)
 
@@ -266,7 +274,8 @@ class FedAWARE(ServerOptimizer):
         return ids
 
     def _update_momenta(self, ids: list[int], updates: list[ClientUpdate]) -> None:
-        m = self.momenta
+        table = self.client_state
+        m = table.matrix
         rows = torch.tensor(ids, dtype=torch.long)
         # Δ_i flattened in module.parameters() order, straight into one CPU buffer [C, d].
         deltas = torch.empty(len(updates), m.shape[1], dtype=m.dtype)
@@ -277,9 +286,8 @@ class FedAWARE(ServerOptimizer):
                 offset += t.numel()
         old_w, new_w = self._momentum_coefficients()
         # m_i ← old_w·m_i + new_w·g_i with g_i = x_t − x_i = −Δ_i.
-        cohort = m.index_select(0, rows).mul_(old_w).sub_(deltas, alpha=new_w)
-        m.index_copy_(0, rows, cohort)
-        self.seen[rows] = True
+        cohort = table.gather(ids).mul_(old_w).sub_(deltas, alpha=new_w)
+        table.scatter(ids, cohort)  # marks the cohort seen
         self.client_num_samples[rows] = torch.tensor([int(u.num_samples) for u in updates], dtype=torch.int64)
         # Gram rows/columns of the changed momenta only: C·N·d work.
         new_rows = (cohort @ m.T).to(torch.float64)
@@ -402,23 +410,30 @@ class FedAWARE(ServerOptimizer):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["fedaware"] = {
+        state["fedaware"] = {  # m_i and the seen mask are in state["client_state"] (the base class)
             "num_clients": self.num_clients,
-            "momenta": None if self.momenta is None else self.momenta.clone(),
-            "seen": None if self.seen is None else self.seen.clone(),
             "client_num_samples": None if self.client_num_samples is None else self.client_num_samples.clone(),
             "gram": None if self.gram is None else self.gram.clone(),
         }
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the momentum table, seen mask, sample counts and Gram matrix.
+        """Restore the momentum table and seen mask (``"client_state"``; from ``"fedaware"``'s ``momenta``/``seen``
+        in checkpoints written before the client-state table), sample counts and Gram matrix.
 
         Raises:
             ValueError: the checkpoint's N differs from the one already known.
         """
         super().load_state_dict(state_dict)
         saved = state_dict.get("fedaware", {})
+        if "client_state" not in state_dict:  # the format before ClientStateTable
+            momenta = saved.get("momenta")
+            self.client_state = None
+            if momenta is not None:
+                n, d = momenta.shape
+                self.client_state = ClientStateTable.from_state_dict(
+                    {"num_clients": n, "dim": d, "dense": True, "rows": momenta, "present": saved.get("seen")}
+                )
         n = saved.get("num_clients")
         if n is not None:
             if self.num_clients is not None and int(n) != self.num_clients:
@@ -426,7 +441,7 @@ class FedAWARE(ServerOptimizer):
                     f"The checkpoint's FedAWARE state is for {n} clients, but this run has {self.num_clients}."
                 )
             self.num_clients = int(n)
-        for name in ("momenta", "seen", "client_num_samples", "gram"):
+        for name in ("client_num_samples", "gram"):
             value = saved.get(name)
             setattr(self, name, None if value is None else value.detach().cpu().clone())
         self.last_weights, self.last_solve, self._last_diversity = None, None, None

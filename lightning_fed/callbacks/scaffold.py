@@ -11,6 +11,7 @@ from torch import Tensor
 from lightning_fed.callbacks.fedprox import optimizer_param_indices
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.client_state import ClientStateTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.client.runner import ClientContext
@@ -71,8 +72,12 @@ class SCAFFOLD(ServerOptimizer):
     checkpoint (``state_dict``): e.g. 100 Fashion-MNIST clients × 582k parameters (FedAwareCNN) ≈ 0.23 GB,
     1,154 Shakespeare clients × 823k parameters (ShakespeareLSTM) ≈ 3.8 GB. c itself lives on the model's device.
 
-    State (checkpointed, tensors/ints only, loadable with ``weights_only=True``): ``state["control"]`` (c),
-    ``client_controls`` (dict client id -> flat c_i), ``num_clients`` (N).
+    The c_i live in :attr:`client_state`, a :class:`~lightning_fed.server.client_state.ClientStateTable` of N
+    lazily created rows (``dense=False``).
+
+    State (checkpointed, loadable with ``weights_only=True``): ``state["control"]`` (c), ``client_state`` (the
+    table's state dict; checkpoints written before it, with ``client_controls`` (dict client id -> flat c_i), still
+    load), ``num_clients`` (N).
 
     Reddi et al. 2021 (Sec. 5, "Comparison to SCAFFOLD") and Zeng et al. 2024 (FedAWARE, Table 1, CIFAR-10) find
     SCAFFOLD at or below FedAvg when only a small fraction of clients is sampled per round (stale c_i); FedAWARE
@@ -121,8 +126,6 @@ class SCAFFOLD(ServerOptimizer):
         super().__init__(lr=lr, weighting=weighting)
         #: N, the number of clients in the federation (from the data module in :meth:`setup`).
         self.num_clients: Optional[int] = None
-        #: c_i of every client seen so far: client id -> flat CPU vector (missing = zero).
-        self.client_controls: dict[int, Tensor] = {}
         # The client being trained (set in configure_client, cleared in collect_client_extras).
         self._params: list[Tensor] = []
         self._index: dict[int, int] = {}
@@ -131,21 +134,28 @@ class SCAFFOLD(ServerOptimizer):
         self._lrs: list[float] = []
         self._global_params: list[Tensor] = []
 
+    @property
+    def client_controls(self) -> dict[int, Tensor]:
+        """c_i of every client seen so far: client id -> flat CPU vector (missing = zero); the rows of
+        :attr:`client_state`."""
+        return {} if self.client_state is None else self.client_state.rows()
+
     # ------------------------------------------------------------------ set-up
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Read N from ``trainer.datamodule.num_clients`` (no-op without a federated data module).
 
         Raises:
-            ValueError: stored client variates belong to client ids >= N (a different federation).
+            ValueError: the stored client variates are for another N (a different federation).
         """
         num_clients = getattr(trainer.datamodule, "num_clients", None) if trainer.datamodule is not None else None
         if num_clients is None:
             return
         num_clients = int(num_clients)
-        if self.client_controls and max(self.client_controls) >= num_clients:
+        table = self.client_state
+        if table is not None and table.num_clients != num_clients:
             raise ValueError(
-                f"SCAFFOLD holds control variates of client ids up to {max(self.client_controls)}, but the data "
-                f"module has only {num_clients} clients."
+                f"SCAFFOLD holds control variates for {table.num_clients} clients (ids up to "
+                f"{max(table.ids(), default=-1)}), but the data module has {num_clients} clients."
             )
         self.num_clients = num_clients
 
@@ -168,7 +178,8 @@ class SCAFFOLD(ServerOptimizer):
         if not self.state:
             raise RuntimeError("SCAFFOLD has no control variates yet: they are created with the first client.")
         control = self.state["control"]
-        flat = self.client_controls.get(int(client_id))
+        table = self.client_state
+        flat = table.get(client_id) if table is not None and client_id in table else None
         if flat is None:
             return [torch.zeros_like(c) for c in control]
         pieces = torch.split(flat, [c.numel() for c in control])
@@ -286,14 +297,19 @@ class SCAFFOLD(ServerOptimizer):
         pseudo_gradient = super().server_update(params, updates)
         with torch.no_grad():
             control = self.state["control"]
-            dtype = self._table_dtype()
+            if self.client_state is None:
+                self.client_state = ClientStateTable(
+                    self.num_clients, sum(c.numel() for c in control), dtype=self._table_dtype()
+                )
+            table = self.client_state
+            dtype = table.dtype
             for update in updates:
                 delta = [d.to(device=c.device, dtype=c.dtype) for d, c in zip(update.extras["delta_control"], control)]
                 torch._foreach_add_(control, delta, alpha=1.0 / self.num_clients)
                 flat = _flatten(delta, dtype)
-                old = self.client_controls.get(int(update.client_id))
+                cid = int(update.client_id)
                 # A new tensor (never in place), so state dicts handed out earlier keep their values.
-                self.client_controls[int(update.client_id)] = flat if old is None else old + flat
+                table.put(cid, flat if cid not in table else table.get(cid) + flat)
         return pseudo_gradient
 
     # ------------------------------------------------------------------ checkpointing
@@ -304,11 +320,11 @@ class SCAFFOLD(ServerOptimizer):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["num_clients"] = -1 if self.num_clients is None else int(self.num_clients)
-        state["client_controls"] = {int(k): v for k, v in self.client_controls.items()}
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore c, the client variates and N.
+        """Restore c, the client variates (``client_state``, or ``client_controls`` of a checkpoint written before
+        the client-state table) and N.
 
         Raises:
             ValueError: the checkpoint's N differs from the data module's.
@@ -322,5 +338,14 @@ class SCAFFOLD(ServerOptimizer):
         super().load_state_dict(state_dict)
         if num_clients >= 0:
             self.num_clients = num_clients
+        if "client_state" in state_dict:
+            return  # restored by the base class
         controls = state_dict.get("client_controls", {})
-        self.client_controls = {int(k): v.detach().cpu().clone() for k, v in controls.items()}
+        self.client_state = None
+        if controls:
+            if self.num_clients is None:
+                raise ValueError("This SCAFFOLD checkpoint holds client control variates but no `num_clients`.")
+            first = next(iter(controls.values()))
+            self.client_state = ClientStateTable.from_state_dict(
+                {"num_clients": self.num_clients, "dim": first.numel(), "rows": controls}
+            )

@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, chain_states, check_chain
 from lightning_fed.server.rules.base import Rule, move_state, state_from_dict, state_to_dict
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
@@ -99,6 +100,9 @@ class ServerOptimizer(Callback):
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
         self._legacy_state: dict[str, list[Tensor]] = {}
+        #: The per-client state (:class:`~lightning_fed.server.client_state.ClientStateTable`) of a method that keeps
+        #: one (FedAWARE's m_i, SCAFFOLD's c_i), ``None`` otherwise; checkpointed under ``"client_state"``.
+        self.client_state: Optional[ClientStateTable] = None
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
@@ -147,11 +151,21 @@ class ServerOptimizer(Callback):
     # ------------------------------------------------------------------ aggregation
     def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
         """Unnormalised aggregation weights, shape ``[len(updates)]``, float64: |D_i| (``"num_samples"``) or 1
-        (``"uniform"``). :meth:`client_weights` and :meth:`aggregate` normalise them by their sum.
+        (``"uniform"``), then as changed by the client transforms of the aggregator chain (``Stage.client_counts``,
+        e.g. zero-step clients get 0 under Nastya's normalisation). :meth:`client_weights` and :meth:`aggregate`
+        normalise them by their sum.
 
         Raises:
-            ValueError: ``updates`` empty, or all clients with zero samples under ``"num_samples"``.
+            ValueError: ``updates`` empty, or all clients with zero samples under ``"num_samples"`` (or as the
+                chain's stages raise).
         """
+        counts = self._weighting_counts(updates)
+        for stage in self.aggregators or ():
+            if stage.kind == "transform":
+                counts = stage.client_counts(counts, updates)
+        return counts
+
+    def _weighting_counts(self, updates: list[ClientUpdate]) -> Tensor:
         if not updates:
             raise ValueError("Cannot aggregate an empty round: no client updates.")
         if self.weighting == "uniform":
@@ -173,8 +187,13 @@ class ServerOptimizer(Callback):
         return raw / raw.sum()
 
     def client_delta(self, update: ClientUpdate) -> list[Tensor]:
-        """The client's contribution to the pseudo-gradient (default Δ_i; e.g. Nastya normalises it)."""
-        return update.delta
+        """The client's contribution to the pseudo-gradient: Δ_i as changed by the chain's client transforms
+        (``Stage.client_delta``, e.g. Nastya's Δ_i/(γ·n_i)); Δ_i without a chain."""
+        delta = update.delta
+        for stage in self.aggregators or ():
+            if stage.kind == "transform":
+                delta = stage.client_delta(delta, update)
+        return delta
 
     def aggregate(self, updates: list[ClientUpdate]) -> list[Tensor]:
         """The pseudo-gradient Δ_t = Σ_i w_i·client_delta(u_i), one tensor per parameter (shapes, dtypes and
@@ -202,8 +221,13 @@ class ServerOptimizer(Callback):
 
     def _run_aggregators(self, updates: list[ClientUpdate]) -> list[Tensor]:
         """Δ_t from the aggregator chain (client transforms → reducer → delta transforms)."""
-        x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
-                         self.client_weight_counts(updates))
+        # The chain's transforms apply themselves; a subclass's own client_delta / client_weight_counts is honoured.
+        own_delta = type(self).client_delta is not ServerOptimizer.client_delta
+        own_counts = type(self).client_weight_counts is not ServerOptimizer.client_weight_counts
+        x = ClientDeltas([u.client_id for u in updates],
+                         [self.client_delta(u) if own_delta else u.delta for u in updates],
+                         self.client_weight_counts(updates) if own_counts else self._weighting_counts(updates),
+                         list(updates))
         info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
         if self.aggregator_state is None:
             states = chain_states(self.aggregators, x.deltas[0], info.num_clients)
@@ -313,7 +337,7 @@ class ServerOptimizer(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
-        (e.g. ``eta``, ``theta``) and ``"aggregators"`` with a chain: the format of every checkpoint so far."""
+        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table."""
         if self.server_rule is not None:
             tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
             out = {"num_steps": self.num_steps, "state": tensors, **scalars}
@@ -324,6 +348,8 @@ class ServerOptimizer(Callback):
             }
         if self.aggregator_state is not None:
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
+        if self.client_state is not None:
+            out["client_state"] = self.client_state.state_dict()
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -335,6 +361,8 @@ class ServerOptimizer(Callback):
         if "aggregators" in state_dict:
             self._saved_aggregator_state = state_dict["aggregators"]
             self.aggregator_state = None
+        if "client_state" in state_dict:
+            self.client_state = ClientStateTable.from_state_dict(state_dict["client_state"])
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"

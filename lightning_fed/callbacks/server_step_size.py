@@ -17,7 +17,9 @@ the aggregate:
   :class:`NormalizedFedAdagrad` — a FedOpt server optimizer (Reddi et al. 2021) run on the normalised direction
   (the paper's Sec. 7: "we additionally utilize several server-side optimization subroutines on top of the local
   updates", e.g. Adam with stepsize 10^-2 on LeNet/CIFAR-10). Any other server optimizer ``Opt`` gets the same
-  treatment with ``class NormalizedOpt(NormalizedDirection, Opt): ...``.
+  treatment with ``Opt(aggregators=[NormalizedDirections(), WeightedMean()], ...)``: every class here is that
+  chain (:class:`~lightning_fed.server.aggregators.normalized.NormalizedDirections`, then the weighted mean)
+  composed with a server rule.
 
 Nastya's local data order (Alg. 1, l. 2 / l. 6) and partial participation (l. 3) are data-module options, not
 server ones: ``FederatedDataModule(data_order="reshuffle")`` is the Random-Reshuffling option (a fresh
@@ -30,7 +32,6 @@ or several local epochs n_m is the number of local optimizer steps the client ac
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Optional
 
 import torch
@@ -42,6 +43,8 @@ from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.fedyogi import FedYogi
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.aggregators.base import WeightedMean
+from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.server.rules.stepsize import AdaptiveStepSize
 
@@ -55,87 +58,6 @@ __all__ = [
     "ServerStepSize",
     "normalized_direction",
 ]
-
-
-def _is_positive_finite(lr: Any) -> bool:
-    return not isinstance(lr, bool) and isinstance(lr, numbers.Real) and math.isfinite(lr) and lr > 0
-
-
-def normalized_direction(update: ClientUpdate) -> list[Tensor]:
-    """Δ_m/(γ·n_m) = −g_{t,m} for one client (Nastya, Alg. 1, l. 8, with the sign of a model change).
-
-    n_m is ``update.num_steps`` (local optimizer steps taken). γ is the client learning rate of each parameter's
-    optimizer group (``update.client_lrs``, one per parameter, filled by the loop from the optimizer's parameter
-    groups at the start of the round); when that list is empty (a hand-built update), ``update.client_lr`` for every
-    parameter.
-
-    Per-parameter-group γ: Alg. 1 has one client stepsize, and l. 8 turns the model change back into the
-    "gradient-type estimator" g_{t,m} = (1/n)·Σ_i ∇f_m^{π^i}(x^i_{t,m}) (Sec. 4), the mean of the local gradients.
-    With plain SGD and group rates γ_j, the block of parameters in group j moves by −γ_j·Σ_i ∇_j f_m^{π^i}, so
-    dividing each block by its own γ_j·n_m gives exactly that estimator; dividing all blocks by one group's rate
-    would scale block j by γ_j/γ_1 instead.
-
-    A client that took no step returns zeros (its Δ is zero and it carries no direction;
-    :meth:`NormalizedDirection.client_weight_counts` also gives it weight 0). A parameter held by no optimizer
-    group (``nan`` rate) is accepted only if its Δ is zero (a frozen parameter), and contributes zeros.
-
-    Args:
-        update: The client's :class:`~lightning_fed.ClientUpdate`; ``delta`` is a list of tensors shaped like
-            the model's parameters.
-
-    Returns:
-        One tensor per parameter, same shapes/dtypes as ``update.delta``.
-
-    Example: Δ = [−1.5, 0.5] after n = 2 steps at γ = 0.25 is −g = Δ/(γ·n) = [−3, 1]::
-
-        >>> import torch
-        >>> from lightning_fed import ClientUpdate
-        >>> normalized_direction(ClientUpdate(0, [torch.tensor([-1.5, 0.5])], num_samples=8, num_steps=2, loss=0.0,
-        ...                                   client_lr=0.25))
-        [tensor([-3.,  1.])]
-
-    Raises:
-        ValueError: ``update.client_lr`` (when ``client_lrs`` is empty) or a parameter's rate in
-            ``update.client_lrs`` is not a finite number > 0 (a parameter with a nonzero Δ that no group holds,
-            or that groups with different rates hold, included); ``client_lrs`` not one per parameter; or
-            ``update.num_steps`` negative.
-    """
-    steps = int(update.num_steps)
-    if steps < 0:
-        raise ValueError(f"`ClientUpdate.num_steps` of client {update.client_id} must be >= 0, got {steps}.")
-    if not update.client_lrs:
-        lr = update.client_lr
-        if not _is_positive_finite(lr):
-            raise ValueError(
-                f"The normalised direction Δ/(γ·n) needs the client learning rate γ: `ClientUpdate.client_lr` of "
-                f"client {update.client_id} must be a finite number > 0, got {lr!r} (does the client optimizer have "
-                "an 'lr' in its first parameter group?)."
-            )
-        if steps == 0:
-            return [torch.zeros_like(d) for d in update.delta]
-        scale = 1.0 / (float(lr) * steps)
-        return [torch.mul(d, scale) for d in update.delta]
-    if len(update.client_lrs) != len(update.delta):
-        raise ValueError(
-            f"`ClientUpdate.client_lrs` of client {update.client_id} must hold one learning rate per parameter "
-            f"({len(update.delta)}), got {len(update.client_lrs)}."
-        )
-    if steps == 0:
-        return [torch.zeros_like(d) for d in update.delta]
-    result = []
-    for index, (d, lr) in enumerate(zip(update.delta, update.client_lrs)):
-        if _is_positive_finite(lr):
-            result.append(torch.mul(d, 1.0 / (float(lr) * steps)))
-        elif isinstance(lr, numbers.Real) and math.isnan(lr) and not bool(d.any()):
-            result.append(torch.zeros_like(d))  # a parameter no optimizer group updates: no direction
-        else:
-            raise ValueError(
-                f"The normalised direction Δ/(γ·n) needs the client learning rate γ of every parameter's optimizer "
-                f"group: parameter {index} (in `module.parameters()` order) of client {update.client_id} has "
-                f"`ClientUpdate.client_lrs[{index}]` = {lr!r}, but it must be a finite number > 0 (is the parameter "
-                "in no optimizer group, in several groups with different 'lr', or in a group without an 'lr'?)."
-            )
-    return result
 
 
 class NormalizedDirection:
@@ -153,7 +75,10 @@ class NormalizedDirection:
     no local step (n_m = 0, e.g. a client smaller than the batch size under ``drop_last``) carry no direction:
     they get weight 0 and the others are renormalised.
 
-    Put it first among the bases: ``class NormalizedFoo(NormalizedDirection, Foo): ...`` (give the subclass an
+    The ready classes of this module are instead compositions, ``Foo(aggregators=[NormalizedDirections(),
+    WeightedMean()], ...)`` (:class:`~lightning_fed.server.aggregators.normalized.NormalizedDirections`); this mixin
+    serves a server optimizer that takes no ``aggregators``. Put it first among the bases:
+    ``class NormalizedFoo(NormalizedDirection, Foo): ...`` (give the subclass an
     explicit ``__init__`` with ``weighting: str = "uniform"`` to change the default, as the ready classes do).
 
     Example: a normalised FedAvg; client 0 took n = 2 steps, client 1 one step, client 2 none (weight 0), all at
@@ -184,17 +109,15 @@ class NormalizedDirection:
             ValueError: ``updates`` empty, or no client in the round took a local step.
         """
         counts = super().client_weight_counts(updates)  # type: ignore[misc]
-        took_steps = torch.tensor([int(u.num_steps) > 0 for u in updates], dtype=torch.float64)
-        masked = counts * took_steps
-        if masked.sum() <= 0:
-            raise ValueError(
-                "No client in the round took a local step (all `num_steps` are 0): the normalised direction "
-                "Δ/(γ·n) is undefined."
-            )
-        return masked
+        return NormalizedDirections().client_counts(counts, updates)
 
 
-class ServerStepSize(NormalizedDirection, ServerOptimizer):
+def _normalized_chain() -> list:
+    """Nastya's aggregation (Alg. 1, l. 8-9): the normalised directions, then their weighted mean."""
+    return [NormalizedDirections(), WeightedMean()]
+
+
+class ServerStepSize(ServerOptimizer):
     """Nastya: a server stepsize η on the normalised client direction (Malinovsky, Mishchenko, Richtárik, Alg. 1).
 
     Per round t, with cohort S_t, client learning rate γ and n_m local steps on client m (Alg. 1, l. 8-10; with
@@ -237,10 +160,11 @@ class ServerStepSize(NormalizedDirection, ServerOptimizer):
     """
 
     def __init__(self, lr: float, weighting: str = "uniform") -> None:
-        super().__init__(weighting=weighting, rule=SGD(lr))  # pseudo-gradient −g_t, so x ← x − η·g_t
+        # pseudo-gradient −g_t, so x ← x − η·g_t
+        super().__init__(weighting=weighting, aggregators=_normalized_chain(), rule=SGD(lr))
 
 
-class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
+class AdaptiveServerStepSize(ServerOptimizer):
     """Nastya with the server stepsize estimated each round by Malitsky & Mishchenko's adaptive gradient descent.
 
     The paper's experiments (Sec. 7, Fig. 2, "RR (two stepsizes)") "combine the local passes over the data with
@@ -294,7 +218,7 @@ class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
     """
 
     def __init__(self, lr: float = 1e-6, weighting: str = "uniform") -> None:
-        super().__init__(weighting=weighting, rule=AdaptiveStepSize(lr))
+        super().__init__(weighting=weighting, aggregators=_normalized_chain(), rule=AdaptiveStepSize(lr))
 
     @property
     def eta(self) -> Optional[float]:
@@ -326,7 +250,7 @@ class AdaptiveServerStepSize(NormalizedDirection, ServerOptimizer):
         return f"{super().extra_repr()}, eta={self.eta}, theta={self.theta}"
 
 
-class NormalizedFedAvgM(NormalizedDirection, FedAvgM):
+class NormalizedFedAvgM(FedAvgM):
     """:class:`~lightning_fed.callbacks.FedAvgM` (heavy-ball server momentum) on Nastya's normalised direction.
 
     b_t = μ·b_{t−1} + g_t, x_{t+1} = x_t − η·b_t with g_t the cohort mean of (x_t − x_{t,m})/(γ·n_m)
@@ -358,10 +282,10 @@ class NormalizedFedAvgM(NormalizedDirection, FedAvgM):
     """
 
     def __init__(self, lr: float, momentum: float = 0.9, weighting: str = "uniform") -> None:
-        super().__init__(lr=lr, momentum=momentum, weighting=weighting)
+        super().__init__(lr=lr, momentum=momentum, weighting=weighting, aggregators=_normalized_chain())
 
 
-class NormalizedFedAdam(NormalizedDirection, FedAdam):
+class NormalizedFedAdam(FedAdam):
     """:class:`~lightning_fed.callbacks.FedAdam` (Reddi et al. 2021, Alg. 2, l. 11, 14-15) on Nastya's normalised
     direction: Δ_t is replaced by −g_t, the cohort mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
 
@@ -410,10 +334,11 @@ class NormalizedFedAdam(NormalizedDirection, FedAdam):
         convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting, convention=convention)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention,
+                         aggregators=_normalized_chain())
 
 
-class NormalizedFedYogi(NormalizedDirection, FedYogi):
+class NormalizedFedYogi(FedYogi):
     """:class:`~lightning_fed.callbacks.FedYogi` (Reddi et al. 2021, Alg. 2, l. 11, 13, 15) on Nastya's normalised
     direction −g_t = mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
 
@@ -457,10 +382,11 @@ class NormalizedFedYogi(NormalizedDirection, FedYogi):
         convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting, convention=convention)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention,
+                         aggregators=_normalized_chain())
 
 
-class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
+class NormalizedFedAdagrad(FedAdagrad):
     """:class:`~lightning_fed.callbacks.FedAdagrad` (Reddi et al. 2021, Alg. 2, l. 11, 12, 15) on Nastya's
     normalised direction −g_t = mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
 
@@ -501,4 +427,5 @@ class NormalizedFedAdagrad(NormalizedDirection, FedAdagrad):
         convention: str = "reddi",
     ) -> None:
         super().__init__(lr=lr, tau=tau, initial_accumulator=initial_accumulator, beta1=beta1,
-                         bias_correction=bias_correction, weighting=weighting, convention=convention)
+                         bias_correction=bias_correction, weighting=weighting, convention=convention,
+                         aggregators=_normalized_chain())

@@ -177,7 +177,7 @@ class MaliciousClients(Stage):
             self._attack(delta, cid, info.round_idx) if cid in bad else delta
             for cid, delta in zip(x.client_ids, x.deltas)
         ]
-        return ClientDeltas(list(x.client_ids), deltas, x.counts), state
+        return x._replace(client_ids=list(x.client_ids), deltas=deltas), state
 
 
 class LabelFlip(Dataset):

@@ -184,7 +184,7 @@ def test_checkpoint_resume_equals_uninterrupted_and_loads_weights_only(tmp_path)
     _resume_run(tmp_path / "b", 2, tmp_path / "cb")
     ckpt = torch.load(tmp_path / "cb" / "last.ckpt", weights_only=True)
     (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("SCAFFOLD")]
-    assert state["num_clients"] == 4 and state["num_steps"] == 2 and state["client_controls"]
+    assert state["num_clients"] == 4 and state["num_steps"] == 2 and state["client_state"]["rows"]
     resumed, server = _resume_run(tmp_path / "b", 4, tmp_path / "cb", ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
     assert server.num_steps == 4
     for p, q in zip(full.parameters(), resumed.parameters()):

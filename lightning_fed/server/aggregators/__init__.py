@@ -22,6 +22,7 @@ from lightning_fed.server.aggregators.dp import (
     GaussianNoise,
     update_noise_multiplier,
 )
+from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "EmptyState",
     "Krum",
     "NormBoundedMean",
+    "NormalizedDirections",
+    "normalized_direction",
     "RoundInfo",
     "Stage",
     "TrimmedMean",

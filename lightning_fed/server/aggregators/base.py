@@ -14,7 +14,7 @@ checkpointed by the server optimizer that owns the chain.
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -51,6 +51,8 @@ class ClientDeltas(NamedTuple):
         client_ids: The clients' ids, ``[K]``.
         deltas: ``deltas[i]`` is client i's contribution (one tensor per parameter, the module's shapes).
         counts: float64 ``[K]``, the unnormalised aggregation weights (sample counts, or 1 under uniform weighting).
+        updates: The round's :class:`~lightning_fed.ClientUpdate` objects in the same order (``None`` when built by
+            hand), for stages that need a client's local steps or learning rates (e.g. Nastya's normalisation).
 
     Example (two clients of one parameter each, holding 1 and 2 samples)::
 
@@ -63,6 +65,7 @@ class ClientDeltas(NamedTuple):
     client_ids: list[int]
     deltas: list[list[Tensor]]
     counts: Tensor
+    updates: Optional[list[Any]] = None
 
 
 class EmptyState(NamedTuple):
@@ -111,6 +114,19 @@ class Stage(abc.ABC):
     def apply(self, x: Any, state: NamedTuple, info: RoundInfo) -> tuple[Any, NamedTuple]:
         """``transform``: ClientDeltas → ClientDeltas; ``reduce``: ClientDeltas → list[Tensor] (Δ_t);
         ``delta``: list[Tensor] → list[Tensor]. Returns the result and the new state."""
+
+    def client_counts(self, counts: Tensor, updates: Sequence[Any]) -> Tensor:
+        """A ``"transform"`` stage whose change of the clients' weights depends only on the round's
+        :class:`~lightning_fed.ClientUpdate` list (stateless, deterministic) returns the counts it leaves for the
+        reducer, so that ``ServerOptimizer.client_weights`` reports the weights actually used (default: ``counts``
+        unchanged)."""
+        return counts
+
+    def client_delta(self, delta: list[Tensor], update: Any) -> list[Tensor]:
+        """Likewise for one client's contribution: what this stage makes of ``delta`` given only ``update``, used
+        by ``ServerOptimizer.client_delta`` (hence ``round_gradient_diversity``); default ``delta`` unchanged.
+        Stages with state or randomness (clipping, attacks) keep the default."""
+        return delta
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
