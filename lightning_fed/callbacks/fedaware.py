@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Optional
 
@@ -10,17 +9,45 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.min_norm import SOLVERS, MinNormResult, min_norm_active_set, min_norm_frank_wolfe
+from lightning_fed.callbacks.min_norm import SOLVERS, MinNormResult
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
+from lightning_fed.server.checks import WEIGHTINGS, check_positive
 from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.server.rules.sgd import SGD
 
 _CONVENTIONS = ("paper", "code")
+
+
+def _stage_attribute(name: str, doc: str) -> property:
+    """A FedAWARE attribute that is the min-norm stage's (one source of truth)."""
+    return property(lambda self: getattr(self.min_norm, name), lambda self, v: setattr(self.min_norm, name, v), doc=doc)
+
+
+def _state_field(name: str, doc: str) -> property:
+    """A FedAWARE attribute that is a field of the min-norm stage's state (``None`` before it exists)."""
+
+    def get(self):
+        states = self.aggregator_state
+        return None if states is None else getattr(states[0], name)
+
+    def set(self, value):
+        states = self.aggregator_state
+        state = FedAWAREMinNorm.State() if states is None else states[0]
+        self.aggregator_state = (state._replace(**{name: value}),)
+
+    return property(get, set, doc=doc)
 
 
 class FedAWARE(ServerOptimizer):
     """FedAWARE (Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
     Maximization*, ICML 2024, Algorithm 1).
+
+    A composition: ``ServerOptimizer(aggregators=[FedAWAREMinNorm(...)], rule=SGD(lr))`` — the reducer
+    :class:`~lightning_fed.server.aggregators.FedAWAREMinNorm` (momenta, min-norm weights, Δ_t = −d_t) followed by
+    the server SGD rule x_{t+1} = x_t + η·Δ_t (:attr:`min_norm` is the stage; its state, in
+    :attr:`aggregator_state`, holds the momentum table).
 
     The server keeps one momentum vector m_i ∈ R^d for **every** client i ∈ [N] (not only the cohort). In round t,
     with g_i = x_t − x_i = −Δ_i the update of a sampled client (Alg. 1, l. 8)::
@@ -146,10 +173,11 @@ class FedAWARE(ServerOptimizer):
         weighting: str = "num_samples",
         solver: str = "active_set",
     ) -> None:
-        super().__init__(lr=lr, weighting=weighting)
+        lr = check_positive("lr", lr)
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}.")
         if alpha_convention not in _CONVENTIONS:
             raise ValueError(f"`alpha_convention` must be one of {_CONVENTIONS}, got {alpha_convention!r}.")
-        self.alpha_convention = alpha_convention
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise ValueError(f"`alpha` must be a finite number, got {alpha!r}.")
         if alpha_convention == "paper" and not 0.0 <= alpha < 1.0:
@@ -160,16 +188,12 @@ class FedAWARE(ServerOptimizer):
             raise ValueError(
                 f"`alpha` must lie in (0, 1] with alpha_convention='code' (weight of the new update), got {alpha!r}."
             )
-        self.alpha = float(alpha)
         for name, flag in (
             ("normalize", normalize), ("fedavg_warmup", fedavg_warmup), ("projection", projection),
             ("fw_away_steps", False if fw_away_steps is None else fw_away_steps),
         ):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be a bool, got {flag!r}.")
-        self.normalize = normalize
-        self.fedavg_warmup = fedavg_warmup
-        self.projection = projection
         if fw_max_iter is not None and (
             isinstance(fw_max_iter, bool) or not isinstance(fw_max_iter, int) or fw_max_iter < 1
         ):
@@ -187,26 +211,40 @@ class FedAWARE(ServerOptimizer):
                 f"{', '.join(f'`{n}`' for n in given)} only apply to solver='frank_wolfe', got solver={solver!r}: "
                 "pass solver='frank_wolfe' or leave them at None."
             )
-        #: The min-norm solver, ``"active_set"`` or ``"frank_wolfe"``.
-        self.solver = solver
-        self.fw_away_steps = False if fw_away_steps is None else fw_away_steps
-        self.fw_max_iter = 1000 if fw_max_iter is None else fw_max_iter
-        self.fw_tol = 1e-5 if fw_tol is None else float(fw_tol)
         if num_clients is not None and (
             isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1
         ):
             raise ValueError(f"`num_clients` must be a positive integer or None, got {num_clients!r}.")
-        #: N, the number of clients (from the constructor or the data module).
-        self.num_clients: Optional[int] = num_clients
-        #: |D_i| as last reported by client i, int64 ``[N]`` (0 for unseen clients).
-        self.client_num_samples: Optional[Tensor] = None
-        #: ⟨m_i, m_j⟩, float64 ``[N, N]``.
-        self.gram: Optional[Tensor] = None
-        #: λ of the last round over all N clients (float64), ``None`` in a warm-up round.
-        self.last_weights: Optional[np.ndarray] = None
-        #: The last round's solver result (``None`` in a warm-up round or with no usable momentum).
-        self.last_solve: Optional[MinNormResult] = None
-        self._last_diversity: Optional[float] = None
+        #: The reducer stage (:class:`~lightning_fed.server.aggregators.FedAWAREMinNorm`): momenta and min-norm λ.
+        self.min_norm = FedAWAREMinNorm(
+            alpha=alpha, normalize=normalize, alpha_convention=alpha_convention, fedavg_warmup=fedavg_warmup,
+            projection=projection, solver=solver,
+            fw_max_iter=1000 if fw_max_iter is None else fw_max_iter,
+            fw_tol=1e-5 if fw_tol is None else float(fw_tol),
+            fw_away_steps=False if fw_away_steps is None else fw_away_steps,
+            weighting=weighting, num_clients=num_clients,
+        )
+        super().__init__(weighting=weighting, aggregators=[self.min_norm], rule=SGD(lr))
+
+    alpha = _stage_attribute("alpha", "Momentum coefficient α (float).")
+    normalize = _stage_attribute("normalize", "Solve on the unit-normalised momenta.")
+    alpha_convention = _stage_attribute("alpha_convention", "``\"paper\"`` or ``\"code\"``.")
+    fedavg_warmup = _stage_attribute("fedavg_warmup", "FedAvg until every client has been seen once.")
+    projection = _stage_attribute("projection", "Keep the magnitude of the average momentum.")
+    solver = _stage_attribute("solver", "The min-norm solver, ``\"active_set\"`` or ``\"frank_wolfe\"``.")
+    fw_max_iter = _stage_attribute("fw_max_iter", "Frank–Wolfe iteration cap.")
+    fw_tol = _stage_attribute("fw_tol", "Frank–Wolfe L1 tolerance on λ.")
+    fw_away_steps = _stage_attribute("fw_away_steps", "Away-step Frank–Wolfe.")
+    num_clients = _stage_attribute("num_clients", "N, the number of clients (from the constructor or the data module).")
+    last_weights = _stage_attribute("last_weights", "λ of the last round over all N clients (float64), ``None`` in a warm-up round.")
+    last_solve = _stage_attribute(
+        "last_solve", "The last round's solver result (``None`` in a warm-up round or with no usable momentum).")
+    _last_diversity = _stage_attribute("last_diversity", "The last round's FedAWARE diversity (``None`` in warm-up).")
+    client_state = _state_field(
+        "table", "m_i: the dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (``None`` "
+        "until the first round), held in the min-norm stage's state.")
+    client_num_samples = _state_field("client_num_samples", "|D_i| as last reported by client i, int64 ``[N]``.")
+    gram = _state_field("gram", "⟨m_i, m_j⟩, float64 ``[N, N]``.")
 
     # ------------------------------------------------------------------ N from the data module
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -237,143 +275,26 @@ class FedAWARE(ServerOptimizer):
         :attr:`client_state`."""
         return None if self.client_state is None else self.client_state.present
 
-    # ------------------------------------------------------------------ the update rule
-    def _momentum_coefficients(self) -> tuple[float, float]:
-        """(weight of the old momentum, weight of the new update)."""
-        if self.alpha_convention == "paper":
-            return self.alpha, 1.0 - self.alpha
-        return 1.0 - self.alpha, self.alpha
-
-    def _ensure_table(self, params: list[Tensor]) -> None:
-        if self.num_clients is None:
-            raise ValueError(
-                "FedAWARE needs the number of clients N: train through a FederatedTrainer with a "
-                "FederatedDataModule (N is read from `datamodule.num_clients`) or pass `num_clients=`."
-            )
-        d = sum(p.numel() for p in params)
-        if self.client_state is not None:
-            if tuple(self.momenta.shape) != (self.num_clients, d):
-                raise ValueError(
-                    f"FedAWARE's momentum table has shape {tuple(self.momenta.shape)}, but the run has "
-                    f"{self.num_clients} clients and {d} parameters."
-                )
-            return
-        dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])
-        n = self.num_clients
-        self.client_state = ClientStateTable(n, d, dtype=dtype, dense=True)
-        self.client_num_samples = torch.zeros(n, dtype=torch.int64)
-        self.gram = torch.zeros(n, n, dtype=torch.float64)
-
-    def _check_ids(self, updates: list[ClientUpdate]) -> list[int]:
-        ids = [int(u.client_id) for u in updates]
-        bad = [i for i in ids if not 0 <= i < self.num_clients]
-        if bad:
-            raise ValueError(f"Client ids {bad} are outside [0, {self.num_clients}) (num_clients={self.num_clients}).")
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"A client appears more than once in the round: ids {ids}.")
-        return ids
-
-    def _update_momenta(self, ids: list[int], updates: list[ClientUpdate]) -> None:
-        table = self.client_state
-        m = table.matrix
-        rows = torch.tensor(ids, dtype=torch.long)
-        # Δ_i flattened in module.parameters() order, straight into one CPU buffer [C, d].
-        deltas = torch.empty(len(updates), m.shape[1], dtype=m.dtype)
-        for i, update in enumerate(updates):
-            offset = 0
-            for t in update.delta:
-                deltas[i, offset:offset + t.numel()].copy_(t.detach().reshape(-1))
-                offset += t.numel()
-        old_w, new_w = self._momentum_coefficients()
-        # m_i ← old_w·m_i + new_w·g_i with g_i = x_t − x_i = −Δ_i.
-        cohort = table.gather(ids).mul_(old_w).sub_(deltas, alpha=new_w)
-        table.scatter(ids, cohort)  # marks the cohort seen
-        self.client_num_samples[rows] = torch.tensor([int(u.num_samples) for u in updates], dtype=torch.int64)
-        # Gram rows/columns of the changed momenta only: C·N·d work.
-        new_rows = (cohort @ m.T).to(torch.float64)
-        self.gram[rows, :] = new_rows
-        self.gram[:, rows] = new_rows.T
-
-    def _weighting_vector(self, idx: np.ndarray) -> np.ndarray:
-        if self.weighting == "uniform":
-            w = np.ones(len(idx))
-        else:
-            w = self.client_num_samples.numpy()[idx].astype(np.float64)
-            if w.sum() <= 0:
-                w = np.ones(len(idx))
-        return w / w.sum()
-
-    def _direction(self) -> Tensor:
-        """d_t (flat, CPU, table dtype); sets :attr:`last_weights`, :attr:`last_solve` and the diversity."""
-        n = self.num_clients
-        gram = self.gram.numpy()
-        diag = np.diag(gram)
-        idx = np.flatnonzero(self.seen.numpy() & (diag > 0))
-        lam_full = np.zeros(n)
-        coef_full = np.zeros(n)  # d_t = Σ_i coef_i·m_i
-        self.last_solve = None
-        self._last_diversity = float("nan")
-        if len(idx) > 0:
-            g_raw = gram[np.ix_(idx, idx)]
-            if self.normalize:
-                norms = np.sqrt(diag[idx])
-                g_solve = g_raw / np.outer(norms, norms)
-            else:
-                norms = np.ones(len(idx))
-                g_solve = g_raw
-            if self.solver == "frank_wolfe":
-                result = min_norm_frank_wolfe(
-                    g_solve, max_iter=self.fw_max_iter, tol=self.fw_tol, away_steps=self.fw_away_steps
-                )
-            else:
-                result = min_norm_active_set(g_solve)
-            lam = result.weights
-            coef = lam / norms
-            denom = float(lam @ g_solve @ lam)
-            numer = float(lam @ np.diag(g_solve))
-            self._last_diversity = math.sqrt(numer / denom) if denom > 0 else float("nan")  # Eq. 3/6: √ratio
-            if self.projection:
-                # d ← (⟨m̄, d⟩ / ‖d‖²)·d with m̄ = Σ w_i m_i (raw momenta), all from the Gram matrix.
-                w = self._weighting_vector(idx)
-                dd = float(coef @ g_raw @ coef)
-                coef = coef * (float(w @ g_raw @ coef) / dd) if dd > 0 else np.zeros_like(coef)
-            lam_full[idx] = lam
-            coef_full[idx] = coef
-            self.last_solve = result
-        self.last_weights = lam_full
-        return torch.from_numpy(coef_full).to(self.momenta.dtype) @ self.momenta
-
-    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """Alg. 1, l. 10-12: update the cohort's momenta, solve for λ, step ``params`` (x_t, in place) to x_{t+1}.
-
-        Returns the applied update as a pseudo-gradient Δ_t = −d_t (x_{t+1} = x_t + η·Δ_t), one tensor per
-        parameter; during warm-up the FedAvg pseudo-gradient.
+    # ------------------------------------------------------------------ the round
+    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
+        """Before any state changes: a non-empty round, N known and a momentum table matching ``params``.
 
         Raises:
-            ValueError: ``updates`` empty, N unknown, bad or repeated client ids, or a table of the wrong shape.
+            ValueError: ``updates`` empty, N unknown, or a table of the wrong shape.
         """
         if not updates:
             raise ValueError("Cannot aggregate an empty round: no client updates.")
-        with torch.no_grad():
-            self._ensure_table(params)
-            ids = self._check_ids(updates)
-            self._update_momenta(ids, updates)
-            self.num_steps += 1
-            if self.fedavg_warmup and not bool(self.seen.all()):
-                self.last_weights, self.last_solve, self._last_diversity = None, None, None
-                pseudo_gradient = self.aggregate(updates)
-            else:
-                flat = -self._direction()
-                pseudo_gradient, offset = [], 0
-                for p in params:
-                    chunk = flat[offset:offset + p.numel()].view(p.shape)
-                    pseudo_gradient.append(chunk.to(device=p.device, dtype=p.dtype))
-                    offset += p.numel()
-            torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
-        return pseudo_gradient
+        self.min_norm.check_num_clients()
+        self.min_norm.check_table(self.client_state, sum(p.numel() for p in params))
 
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:  # pragma: no cover - unused
-        raise RuntimeError("FedAWARE overrides server_update; step() is not used.")
+    def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
+        """|D_i| (``"num_samples"``) or 1 (``"uniform"``), float64 ``[len(updates)]``: the weights of a warm-up
+        round's FedAvg; zero-sample rounds are only refused there (the min-norm weights do not use them)."""
+        if not updates:
+            raise ValueError("Cannot aggregate an empty round: no client updates.")
+        if self.weighting == "uniform":
+            return torch.ones(len(updates), dtype=torch.float64)
+        return torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
         """√(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 3/6: the square root) with FedAWARE's λ and the vectors v_i it was solved on (unit momenta under
@@ -400,6 +321,22 @@ class FedAWARE(ServerOptimizer):
         for name, value in metrics.items():
             pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Refuse a replaced aggregator chain (this class is its own chain, ``[FedAWAREMinNorm]``), then the base
+        class's checks.
+
+        Raises:
+            ValueError: :attr:`aggregators` is not ``[self.min_norm]``.
+            RuntimeError: as the base class (a trainer without the federated loop).
+        """
+        if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.min_norm):
+            raise ValueError(
+                f"{type(self).__name__} aggregates in its own way (its aggregator chain is [FedAWAREMinNorm]), so "
+                "another `aggregators` chain cannot be used; use them with a server optimizer that takes the "
+                "default aggregation."
+            )
+        super().on_train_start(trainer, pl_module)
+
     # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
@@ -409,7 +346,11 @@ class FedAWARE(ServerOptimizer):
         )
 
     def state_dict(self) -> dict[str, Any]:
+        """The base class's (``"num_steps"``, ``"state"``, the momenta in ``"client_state"``) plus ``"fedaware"``
+        (N, |D_i|, Gram matrix): the format from before the composition (the stage's state is not repeated under
+        ``"aggregators"``)."""
         state = super().state_dict()
+        state.pop("aggregators", None)
         state["fedaware"] = {  # m_i and the seen mask are in state["client_state"] (the base class)
             "num_clients": self.num_clients,
             "client_num_samples": None if self.client_num_samples is None else self.client_num_samples.clone(),

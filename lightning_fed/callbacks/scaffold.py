@@ -11,25 +11,22 @@ from torch import Tensor
 from lightning_fed.callbacks.fedprox import optimizer_param_indices
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.aggregators.scaffold import ScaffoldControl
 from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.server.rules.sgd import SGD
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.client.runner import ClientContext
 
 
-def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays float64; every other floating dtype (float32, bf16, fp16) accumulates in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _flatten(tensors: list[Tensor], dtype: torch.dtype) -> Tensor:
-    """One 1-D CPU tensor of ``dtype`` holding ``tensors`` one after another."""
-    return torch.cat([t.detach().reshape(-1).to(device="cpu", dtype=dtype) for t in tensors])
-
-
 class SCAFFOLD(ServerOptimizer):
     """SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020,
     Algorithm 1 with option II).
+
+    A composition: ``ServerOptimizer(aggregators=[ScaffoldControl()], rule=SGD(lr))`` — the reducer
+    :class:`~lightning_fed.server.aggregators.ScaffoldControl` (Δx, c and c_i updates, l. 14-17) followed by the
+    server SGD rule x ← x + η_g·Δx; c and the c_i table live in the stage's state (:attr:`aggregator_state`), and
+    this class adds the client side (the gradient correction and Δc_i).
 
     Server control variate c and one client control variate c_i per client, all zero at the start and shaped
     like the model (one tensor per entry of ``module.parameters()``). Round with cohort S, for client i ∈ S
@@ -123,9 +120,9 @@ class SCAFFOLD(ServerOptimizer):
     """
 
     def __init__(self, lr: float = 1.0, weighting: str = "uniform") -> None:
-        super().__init__(lr=lr, weighting=weighting)
-        #: N, the number of clients in the federation (from the data module in :meth:`setup`).
-        self.num_clients: Optional[int] = None
+        #: The reducer stage (:class:`~lightning_fed.server.aggregators.ScaffoldControl`): Δx, c and the c_i.
+        self.control_stage = ScaffoldControl()
+        super().__init__(weighting=weighting, aggregators=[self.control_stage], rule=SGD(lr))
         # The client being trained (set in configure_client, cleared in collect_client_extras).
         self._params: list[Tensor] = []
         self._index: dict[int, int] = {}
@@ -133,6 +130,44 @@ class SCAFFOLD(ServerOptimizer):
         self._steps: list[int] = []
         self._lrs: list[float] = []
         self._global_params: list[Tensor] = []
+
+    @property
+    def num_clients(self) -> Optional[int]:
+        """N, the number of clients in the federation (from the data module in :meth:`setup`; the stage's)."""
+        return self.control_stage.num_clients
+
+    @num_clients.setter
+    def num_clients(self, value: Optional[int]) -> None:
+        self.control_stage.num_clients = value
+
+    def _stage_state(self) -> ScaffoldControl.State:
+        states = self.aggregator_state
+        return ScaffoldControl.State() if states is None else states[0]
+
+    @property
+    def client_state(self) -> Optional[ClientStateTable]:
+        """The c_i (:class:`~lightning_fed.server.client_state.ClientStateTable`, ``None`` before the first round),
+        held in the stage's state."""
+        return self._stage_state().table
+
+    @client_state.setter
+    def client_state(self, value: Optional[ClientStateTable]) -> None:
+        self.aggregator_state = (self._stage_state()._replace(table=value),)
+
+    @property
+    def state(self) -> dict[str, list[Tensor]]:
+        """``{"control": c}`` (the stage state's c, one tensor per parameter; ``{}`` before the first client)."""
+        control = self._stage_state().control
+        return {} if control is None else {"control": control}
+
+    @state.setter
+    def state(self, value: dict[str, list[Tensor]]) -> None:
+        self.aggregator_state = (self._stage_state()._replace(control=value.get("control")),)
+
+    def _move_state(self, params: list[Tensor]) -> None:
+        control = self._stage_state().control
+        if control and control[0].device != params[0].device:
+            self.state = {"control": [t.to(p.device) for t, p in zip(control, params)]}
 
     @property
     def client_controls(self) -> dict[int, Tensor]:
@@ -161,13 +196,7 @@ class SCAFFOLD(ServerOptimizer):
 
     def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
         """c = 0, one tensor per parameter (float32, or float64 for float64 parameters)."""
-        return {"control": [torch.zeros(p.shape, dtype=_accumulator_dtype(p.dtype), device=p.device) for p in params]}
-
-    def _table_dtype(self) -> torch.dtype:
-        dtype = torch.float32
-        for c in self.state["control"]:
-            dtype = torch.promote_types(dtype, c.dtype)
-        return dtype
+        return {"control": ScaffoldControl.zero_control(params)}
 
     def client_control(self, client_id: int) -> list[Tensor]:
         """c_i of client ``client_id`` shaped like c (on c's device; zeros before its first participation).
@@ -270,47 +299,36 @@ class SCAFFOLD(ServerOptimizer):
         return {"delta_control": delta_control}
 
     # ------------------------------------------------------------------ server side
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        """x ← x + η_g·Δx (Alg. 1, l. 17)."""
-        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)
-
-    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """x ← x + η_g·Σλ_iΔy_i, then c ← c + (1/N)·ΣΔc_i and c_i ← c_i + Δc_i for every reporting client
-        (Alg. 1, l. 14, 16-17). Returns Δx.
+    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
+        """Before any state changes: N known, client ids in [0, N), every update with ``extras["delta_control"]``;
+        then c is created (zeros) or moved to the parameters' device.
 
         Raises:
             RuntimeError: N unknown (no :meth:`setup` with a federated data module), or an update without
                 ``extras["delta_control"]``.
             ValueError: a client id outside [0, N).
         """
-        if self.num_clients is None:
-            raise RuntimeError(
-                "SCAFFOLD needs the number of clients N (read from `trainer.datamodule.num_clients` in `setup`)."
+        self.control_stage.check_round([u.client_id for u in updates], updates)
+        if not self.state:
+            self.state = self.init_state(params)
+        else:
+            self._move_state(params)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Refuse a replaced aggregator chain (this class is its own chain, ``[ScaffoldControl]``), then the base
+        class's checks.
+
+        Raises:
+            ValueError: :attr:`aggregators` is not ``[self.control_stage]``.
+            RuntimeError: as the base class (a trainer without the federated loop).
+        """
+        if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.control_stage):
+            raise ValueError(
+                f"{type(self).__name__} aggregates in its own way (its aggregator chain is [ScaffoldControl]), so "
+                "another `aggregators` chain cannot be used; use them with a server optimizer that takes the "
+                "default aggregation."
             )
-        for update in updates:
-            self._check_client_id(update.client_id)
-            if "delta_control" not in update.extras:
-                raise RuntimeError(
-                    f"Client {update.client_id}'s update has no extras['delta_control']: SCAFFOLD clients must be "
-                    "trained through the federated loop (configure_client / collect_client_extras)."
-                )
-        pseudo_gradient = super().server_update(params, updates)
-        with torch.no_grad():
-            control = self.state["control"]
-            if self.client_state is None:
-                self.client_state = ClientStateTable(
-                    self.num_clients, sum(c.numel() for c in control), dtype=self._table_dtype()
-                )
-            table = self.client_state
-            dtype = table.dtype
-            for update in updates:
-                delta = [d.to(device=c.device, dtype=c.dtype) for d, c in zip(update.extras["delta_control"], control)]
-                torch._foreach_add_(control, delta, alpha=1.0 / self.num_clients)
-                flat = _flatten(delta, dtype)
-                cid = int(update.client_id)
-                # A new tensor (never in place), so state dicts handed out earlier keep their values.
-                table.put(cid, flat if cid not in table else table.get(cid) + flat)
-        return pseudo_gradient
+        super().on_train_start(trainer, pl_module)
 
     # ------------------------------------------------------------------ checkpointing
     @property
@@ -318,7 +336,11 @@ class SCAFFOLD(ServerOptimizer):
         return self._generate_state_key(lr=self.lr, weighting=self.weighting)
 
     def state_dict(self) -> dict[str, Any]:
+        """``{"num_steps", "state": {"control": c}, "client_state", "num_clients"}`` (on the CPU): the format from
+        before the composition (the stage's state is not repeated under ``"aggregators"``)."""
         state = super().state_dict()
+        state.pop("aggregators", None)
+        state["state"] = {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()}
         state["num_clients"] = -1 if self.num_clients is None else int(self.num_clients)
         return state
 
@@ -336,6 +358,7 @@ class SCAFFOLD(ServerOptimizer):
                 f"{self.num_clients}."
             )
         super().load_state_dict(state_dict)
+        self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
         if num_clients >= 0:
             self.num_clients = num_clients
         if "client_state" in state_dict:

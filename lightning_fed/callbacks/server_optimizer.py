@@ -277,6 +277,7 @@ class ServerOptimizer(Callback):
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
+        self.validate_round(params, updates)
         pseudo_gradient = self.aggregate(updates)
         with torch.no_grad():
             if self.server_rule is not None:
@@ -291,6 +292,11 @@ class ServerOptimizer(Callback):
             self.num_steps += 1
             self.step(params, pseudo_gradient)
         return pseudo_gradient
+
+    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
+        """Called first by :meth:`server_update`, before any state changes: a subclass raises here when the round
+        cannot be applied to ``params`` (e.g. FedAWARE: N unknown, a momentum table of another shape). Default:
+        nothing."""
 
     def _move_state(self, params: list[Tensor]) -> None:
         for name, tensors in self.state.items():

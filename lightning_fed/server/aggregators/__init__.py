@@ -22,7 +22,9 @@ from lightning_fed.server.aggregators.dp import (
     GaussianNoise,
     update_noise_multiplier,
 )
+from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
 from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
+from lightning_fed.server.aggregators.scaffold import ScaffoldControl, control_dtype
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
 
 __all__ = [
@@ -34,11 +36,14 @@ __all__ = [
     "ClientDeltas",
     "CoordinateMedian",
     "EmptyState",
+    "FedAWAREMinNorm",
     "Krum",
     "NormBoundedMean",
     "NormalizedDirections",
     "normalized_direction",
     "RoundInfo",
+    "ScaffoldControl",
+    "control_dtype",
     "Stage",
     "TrimmedMean",
     "WeightedMean",

@@ -1,0 +1,250 @@
+"""FedAWARE's reducer: per-client server momenta aggregated with min-norm (gradient-diversity-maximising) weights
+(Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity Maximization*,
+ICML 2024, Algorithm 1, l. 10-11). Composed with the SGD rule it is :class:`~lightning_fed.callbacks.FedAWARE`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
+from lightning_fed.server.client_state import ClientStateTable
+
+__all__ = ["FedAWAREMinNorm"]
+
+
+class FedAWAREMinNorm(Stage):
+    """Reducer Δ_t = −d_t of FedAWARE (Zeng et al. 2024, Alg. 1, l. 10-11), with g_i = −Δ_i::
+
+        m_i ← old_w·m_i + new_w·g_i   for the cohort i ∈ S_t (other clients' m_i unchanged; m_i = 0 unseen)
+        λ   = argmin_{λ ∈ simplex} ‖Σ_i λ_i v_i‖²,   v_i = m_i/‖m_i‖ (``normalize``) or m_i
+        d_t = Σ_i λ_i v_i   (or its ``projection``),   Δ_t = −d_t
+
+    (old_w, new_w) = (α, 1−α) under ``alpha_convention="paper"``, (1−α, α) under ``"code"``. The momenta live in a
+    dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (CPU, the deltas' promoted
+    dtype) held in the stage's :class:`State`, with each client's last |D_i| and the ``[N, N]`` float64 Gram
+    matrix ⟨m_i, m_j⟩ kept up to date row by row (C·N·d multiply-adds per round). Clients with a zero momentum are
+    left out of the min-norm problem (λ_i = 0). With ``fedavg_warmup`` the stage returns the weighted mean of the
+    round's deltas (by ``ClientDeltas.counts``) until all N clients have been seen; the momenta are updated all
+    the same. The options are those of :class:`~lightning_fed.callbacks.FedAWARE` (which validates them).
+
+    Diagnostics of the last :meth:`apply`: :attr:`last_weights` (λ over all N clients, float64, ``None`` in a
+    warm-up round), :attr:`last_solve` (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`,
+    ``None`` when no momentum is usable) and :attr:`last_diversity` (√(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 3/6;
+    ``None`` in a warm-up round, ``nan`` for a zero combination).
+
+    Args:
+        alpha, alpha_convention, normalize, fedavg_warmup, projection, solver, fw_max_iter, fw_tol, fw_away_steps:
+            as :class:`~lightning_fed.callbacks.FedAWARE` (here ``fw_*`` are the resolved values).
+        weighting: ``"num_samples"`` or ``"uniform"``: the weights of the ``projection`` average.
+        num_clients: N (``None``: must be set before the first round; FedAWARE reads it from the data module).
+
+    Raises:
+        ValueError: in :meth:`apply`: N unknown, client ids outside [0, N) or repeated, a momentum table of
+            another shape, or (warm-up) all counts zero.
+
+    Example: clients 0 and 1 of N = 2 with g_0 = [1, 0], g_1 = [0, 2], α = ½: m_i = ½·g_i, λ = (½, ½) on the unit
+    momenta, Δ_1 = −½·([1, 0] + [0, 1])::
+
+        >>> import torch
+        >>> stage = FedAWAREMinNorm(num_clients=2)
+        >>> x = ClientDeltas([0, 1], [[torch.tensor([-1.0, 0.0], dtype=torch.float64)],
+        ...                          [torch.tensor([0.0, -2.0], dtype=torch.float64)]],
+        ...                  torch.tensor([10.0, 10.0], dtype=torch.float64))
+        >>> delta, state = stage.apply(x, stage.init_state(x.deltas[0], 2), RoundInfo(0, 0, 2, 2))
+        >>> delta, stage.last_weights, state.table.matrix
+        ([tensor([-0.5000, -0.5000], dtype=torch.float64)], array([0.5, 0.5]), tensor([[0.5000, 0.0000],
+                [0.0000, 1.0000]], dtype=torch.float64))
+    """
+
+    kind = "reduce"
+
+    class State(NamedTuple):
+        """The momentum table m (``None`` until the first round), |D_i| int64 ``[N]`` and the Gram matrix
+        float64 ``[N, N]``."""
+
+        table: Optional[ClientStateTable] = None
+        client_num_samples: Optional[Tensor] = None
+        gram: Optional[Tensor] = None
+
+    def __init__(
+        self,
+        alpha: float = 0.5,
+        normalize: bool = True,
+        alpha_convention: str = "paper",
+        fedavg_warmup: bool = False,
+        projection: bool = False,
+        solver: str = "active_set",
+        fw_max_iter: int = 1000,
+        fw_tol: float = 1e-5,
+        fw_away_steps: bool = False,
+        weighting: str = "num_samples",
+        num_clients: Optional[int] = None,
+    ) -> None:
+        self.alpha = float(alpha)
+        self.normalize = normalize
+        self.alpha_convention = alpha_convention
+        self.fedavg_warmup = fedavg_warmup
+        self.projection = projection
+        self.solver = solver
+        self.fw_max_iter = fw_max_iter
+        self.fw_tol = fw_tol
+        self.fw_away_steps = fw_away_steps
+        self.weighting = weighting
+        self.num_clients = num_clients
+        self.last_weights: Optional[np.ndarray] = None
+        self.last_solve: Optional[Any] = None
+        self.last_diversity: Optional[float] = None
+
+    def init_state(self, params: list[Tensor], num_clients: int) -> "FedAWAREMinNorm.State":
+        """An empty state; the table is built on the first :meth:`apply` (N = :attr:`num_clients`)."""
+        return self.State()
+
+    # ------------------------------------------------------------------ checks
+    def check_num_clients(self) -> int:
+        """N, or a ValueError saying how to give it."""
+        if self.num_clients is None:
+            raise ValueError(
+                "FedAWARE needs the number of clients N: train through a FederatedTrainer with a "
+                "FederatedDataModule (N is read from `datamodule.num_clients`) or pass `num_clients=`."
+            )
+        return self.num_clients
+
+    def check_table(self, table: Optional[ClientStateTable], dim: int) -> None:
+        """Raise ValueError if ``table`` (when built) is not ``[N, dim]``."""
+        if table is not None and tuple(table.matrix.shape) != (self.num_clients, dim):
+            raise ValueError(
+                f"FedAWARE's momentum table has shape {tuple(table.matrix.shape)}, but the run has "
+                f"{self.num_clients} clients and {dim} parameters."
+            )
+
+    def _check_ids(self, ids: list[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.num_clients]
+        if bad:
+            raise ValueError(f"Client ids {bad} are outside [0, {self.num_clients}) (num_clients={self.num_clients}).")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"A client appears more than once in the round: ids {ids}.")
+        return ids
+
+    # ------------------------------------------------------------------ Alg. 1, l. 10-11
+    def _coefficients(self) -> tuple[float, float]:
+        """(weight of the old momentum, weight of the new update)."""
+        if self.alpha_convention == "paper":
+            return self.alpha, 1.0 - self.alpha
+        return 1.0 - self.alpha, self.alpha
+
+    def _ensure_state(self, state: "FedAWAREMinNorm.State", deltas: list[Tensor]) -> "FedAWAREMinNorm.State":
+        n = self.check_num_clients()
+        d = sum(t.numel() for t in deltas)
+        if state.table is not None:
+            self.check_table(state.table, d)
+            return state
+        dtype = functools.reduce(torch.promote_types, [t.dtype for t in deltas])
+        return self.State(ClientStateTable(n, d, dtype=dtype, dense=True), torch.zeros(n, dtype=torch.int64),
+                          torch.zeros(n, n, dtype=torch.float64))
+
+    def _update_momenta(self, state: "FedAWAREMinNorm.State", ids: list[int], x: ClientDeltas) -> None:
+        table = state.table
+        m = table.matrix
+        rows = torch.tensor(ids, dtype=torch.long)
+        # Δ_i flattened in module.parameters() order, straight into one CPU buffer [C, d].
+        deltas = torch.empty(len(ids), m.shape[1], dtype=m.dtype)
+        for i, delta in enumerate(x.deltas):
+            offset = 0
+            for t in delta:
+                deltas[i, offset:offset + t.numel()].copy_(t.detach().reshape(-1))
+                offset += t.numel()
+        old_w, new_w = self._coefficients()
+        # m_i ← old_w·m_i + new_w·g_i with g_i = x_t − x_i = −Δ_i.
+        cohort = table.gather(ids).mul_(old_w).sub_(deltas, alpha=new_w)
+        table.scatter(ids, cohort)  # marks the cohort seen
+        sizes = ([int(u.num_samples) for u in x.updates] if x.updates is not None
+                 else [int(c) for c in x.counts.tolist()])
+        state.client_num_samples[rows] = torch.tensor(sizes, dtype=torch.int64)
+        # Gram rows/columns of the changed momenta only: C·N·d work.
+        new_rows = (cohort @ m.T).to(torch.float64)
+        state.gram[rows, :] = new_rows
+        state.gram[:, rows] = new_rows.T
+
+    def _weighting_vector(self, state: "FedAWAREMinNorm.State", idx: np.ndarray) -> np.ndarray:
+        if self.weighting == "uniform":
+            w = np.ones(len(idx))
+        else:
+            w = state.client_num_samples.numpy()[idx].astype(np.float64)
+            if w.sum() <= 0:
+                w = np.ones(len(idx))
+        return w / w.sum()
+
+    def _direction(self, state: "FedAWAREMinNorm.State") -> Tensor:
+        """d_t (flat, CPU, table dtype); sets :attr:`last_weights`, :attr:`last_solve`, :attr:`last_diversity`."""
+        from lightning_fed.callbacks.min_norm import min_norm_active_set, min_norm_frank_wolfe
+
+        n = self.num_clients
+        gram = state.gram.numpy()
+        diag = np.diag(gram)
+        idx = np.flatnonzero(state.table.present.numpy() & (diag > 0))
+        lam_full = np.zeros(n)
+        coef_full = np.zeros(n)  # d_t = Σ_i coef_i·m_i
+        self.last_solve = None
+        self.last_diversity = float("nan")
+        if len(idx) > 0:
+            g_raw = gram[np.ix_(idx, idx)]
+            if self.normalize:
+                norms = np.sqrt(diag[idx])
+                g_solve = g_raw / np.outer(norms, norms)
+            else:
+                norms = np.ones(len(idx))
+                g_solve = g_raw
+            if self.solver == "frank_wolfe":
+                result = min_norm_frank_wolfe(
+                    g_solve, max_iter=self.fw_max_iter, tol=self.fw_tol, away_steps=self.fw_away_steps
+                )
+            else:
+                result = min_norm_active_set(g_solve)
+            lam = result.weights
+            coef = lam / norms
+            denom = float(lam @ g_solve @ lam)
+            numer = float(lam @ np.diag(g_solve))
+            self.last_diversity = math.sqrt(numer / denom) if denom > 0 else float("nan")  # Eq. 3/6: √ratio
+            if self.projection:
+                # d ← (⟨m̄, d⟩ / ‖d‖²)·d with m̄ = Σ w_i m_i (raw momenta), all from the Gram matrix.
+                w = self._weighting_vector(state, idx)
+                dd = float(coef @ g_raw @ coef)
+                coef = coef * (float(w @ g_raw @ coef) / dd) if dd > 0 else np.zeros_like(coef)
+            lam_full[idx] = lam
+            coef_full[idx] = coef
+            self.last_solve = result
+        self.last_weights = lam_full
+        m = state.table.matrix
+        return torch.from_numpy(coef_full).to(m.dtype) @ m
+
+    def apply(
+        self, x: ClientDeltas, state: "FedAWAREMinNorm.State", info: RoundInfo
+    ) -> tuple[list[Tensor], "FedAWAREMinNorm.State"]:
+        """Update the cohort's momenta and return Δ_t = −d_t, one tensor per parameter (the shapes, dtypes and
+        devices of ``x.deltas[0]``); in a warm-up round the weighted mean of ``x.deltas`` by ``x.counts``."""
+        if not x.deltas:
+            raise ValueError("Cannot aggregate an empty round: no client updates.")
+        with torch.no_grad():
+            state = self._ensure_state(state, x.deltas[0])
+            ids = self._check_ids(x.client_ids)
+            self._update_momenta(state, ids, x)
+            if self.fedavg_warmup and not bool(state.table.present.all()):
+                self.last_weights, self.last_solve, self.last_diversity = None, None, None
+                if float(x.counts.sum()) <= 0:
+                    raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
+                return WeightedMean().apply(x, state, info)
+            flat = -self._direction(state)
+            delta, offset = [], 0
+            for t in x.deltas[0]:
+                chunk = flat[offset:offset + t.numel()].view(t.shape)
+                delta.append(chunk.to(device=t.device, dtype=t.dtype))
+                offset += t.numel()
+        return delta, state
