@@ -35,7 +35,7 @@ def _state_field(name: str, doc: str) -> property:
     def set(self, value):
         states = self.aggregator_state
         state = FedAWAREMinNorm.State() if states is None else states[0]
-        self.aggregator_state = (state._replace(**{name: value}),)
+        self.aggregator_state = (state.replace(**{name: value}),)
 
     return property(get, set, doc=doc)
 

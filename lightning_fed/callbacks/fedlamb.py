@@ -22,6 +22,8 @@ from lightning_fed.callbacks.lamb_client import (
 )
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_positive, check_unit_interval
 from lightning_fed.client import ClientUpdate
+from lightning_fed.server.aggregators.local_adaptive import MaxSecondMoment
+from lightning_fed.server.rules.sgd import SGD
 
 #: Accepted values of ``first_moment``: m restarts at 0 every round, or the server broadcasts the clients' mean m.
 FIRST_MOMENTS = ("reset", "average")
@@ -55,7 +57,9 @@ class LocalAdaptiveServer(ServerOptimizer):
     local steps (l. 7-13, :class:`~lightning_fed.callbacks.lamb_client.LocalAMSGrad`) and sends back its model
     and its uncorrected second moment v_i^T (l. 14; :meth:`collect_client_extras`, ``ClientUpdate.extras``).
 
-    **Server** (Alg. 1, l. 16), with w_i the aggregation weights (1/|S| by default, the paper's plain mean)::
+    **Server** (Alg. 1, l. 16): a composition ``ServerOptimizer(aggregators=[MaxSecondMoment(...)], rule=SGD(lr))``
+    — the reducer :class:`~lightning_fed.server.aggregators.MaxSecondMoment` (:attr:`moment_stage`, whose state
+    holds v̂ and m̄) and the server SGD rule — with w_i the aggregation weights (1/|S| by default, the paper's plain mean)::
 
         θ̄_{r+1} = θ̄_r + η·Σ_i w_i·(θ_i^T − θ̄_r)       (η = ``lr`` = 1: model averaging, as the paper)
         v̂_{r+1} = max(v̂_r, Σ_i w_i·v_i^T)               (v̂_0 = ``initial_second_moment`` = ε·1, l. 2)
@@ -137,7 +141,9 @@ class LocalAdaptiveServer(ServerOptimizer):
         lr: float = 1.0,
         weighting: str = "uniform",
     ) -> None:
-        super().__init__(lr=lr, weighting=weighting)
+        #: The reducer stage (:class:`~lightning_fed.server.aggregators.MaxSecondMoment`): Δ, v̂ and m̄.
+        self.moment_stage = MaxSecondMoment(owner=type(self).__name__)
+        super().__init__(weighting=weighting, aggregators=[self.moment_stage], rule=SGD(lr))
         self.client_lr = None if client_lr is None else check_positive("client_lr", client_lr)
         self.beta1 = check_unit_interval("beta1", beta1)
         self.beta2 = check_unit_interval("beta2", beta2)
@@ -151,6 +157,31 @@ class LocalAdaptiveServer(ServerOptimizer):
         self.initial_second_moment = check_in_range(
             "initial_second_moment", initial_second_moment, low=0.0, low_open=False
         )
+        self.moment_stage.initial_second_moment = self.initial_second_moment
+        self.moment_stage.average_first_moment = self.first_moment == "average"
+
+    def _stage_state(self) -> MaxSecondMoment.State:
+        states = self.aggregator_state
+        return MaxSecondMoment.State() if states is None else states[0]
+
+    @property
+    def state(self) -> dict[str, list[Tensor]]:
+        """``{"second_moment": v̂}`` plus ``"first_moment": m̄`` with ``first_moment="average"`` (the stage
+        state's tensors; ``{}`` before the first client)."""
+        st = self._stage_state()
+        out = {} if st.second_moment is None else {"second_moment": st.second_moment}
+        if st.first_moment is not None:
+            out["first_moment"] = st.first_moment
+        return out
+
+    @state.setter
+    def state(self, value: dict[str, list[Tensor]]) -> None:
+        self.aggregator_state = (MaxSecondMoment.State(value.get("second_moment"), value.get("first_moment")),)
+
+    def _move_state(self, params: list[Tensor]) -> None:
+        state = self.state
+        if any(t and t[0].device != params[0].device for t in state.values()):
+            self.state = {name: [t.to(p.device) for t, p in zip(tensors, params)] for name, tensors in state.items()}
 
     # ------------------------------------------------------------------ the client optimizer
     def client_optimizer_kwargs(self) -> dict[str, Any]:
@@ -272,40 +303,45 @@ class LocalAdaptiveServer(ServerOptimizer):
 
     # ------------------------------------------------------------------ server
     def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        state = {"second_moment": [torch.full_like(p, self.initial_second_moment) for p in params]}
-        if self.first_moment == "average":
-            state["first_moment"] = [torch.zeros_like(p) for p in params]
+        """v̂_0 = ``initial_second_moment``·1 (Alg. 1, l. 2) and, with ``first_moment="average"``, m̄_0 = 0."""
+        st = self.moment_stage.init_state(params)
+        return {"second_moment": st.second_moment, **({} if st.first_moment is None else {"first_moment": st.first_moment})}
+
+    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
+        """Create the server moments (zeros / v̂_0) or move them to the parameters' device before the round."""
+        if not self.state:
+            self.state = self.init_state(params)
+        else:
+            self._move_state(params)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Refuse a replaced aggregator chain (this class is its own chain, ``[MaxSecondMoment]``), then the base
+        class's checks.
+
+        Raises:
+            ValueError: :attr:`aggregators` is not ``[self.moment_stage]``.
+            RuntimeError: as the base class (a trainer without the federated loop).
+        """
+        if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.moment_stage):
+            raise ValueError(
+                f"{type(self).__name__} aggregates in its own way (its aggregator chain is [MaxSecondMoment]), so "
+                "another `aggregators` chain cannot be used; use them with a server optimizer that takes the "
+                "default aggregation."
+            )
+        super().on_train_start(trainer, pl_module)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"num_steps", "state": {"second_moment", ["first_moment"]}}`` on the CPU: the format from before the
+        composition (the stage's state is not repeated under ``"aggregators"``)."""
+        state = super().state_dict()
+        state.pop("aggregators", None)
+        state["state"] = {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()}
         return state
 
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        torch._foreach_add_(params, pseudo_gradient, alpha=self.lr)  # θ̄ + η·Σ w_i Δ_i (l. 16)
-
-    def _weighted_mean(self, updates: list[ClientUpdate], weights: list[float], key: str) -> list[Tensor]:
-        for u in updates:
-            if key not in u.extras:
-                raise ValueError(
-                    f"{type(self).__name__}: client {u.client_id}'s update has no `extras[{key!r}]`; the client "
-                    "executor must call `collect_client_extras`."
-                )
-        result = [torch.mul(t, weights[0]) for t in updates[0].extras[key]]
-        for w, u in zip(weights[1:], updates[1:]):
-            torch._foreach_add_(result, [t.to(r.device) for t, r in zip(u.extras[key], result)], alpha=w)
-        return result
-
-    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """Average the models (:meth:`step`), then v̂_{r+1} = max(v̂_r, Σ_i w_i·v_i^T) (Alg. 1, l. 16) and,
-        with ``first_moment="average"``, m̄_{r+1} = Σ_i w_i·m_i^T."""
-        pseudo_gradient = super().server_update(params, updates)
-        weights = self.client_weights(updates).tolist()
-        with torch.no_grad():
-            mean_v = self._weighted_mean(updates, weights, "exp_avg_sq")
-            for v_hat, v in zip(self.state["second_moment"], mean_v):
-                torch.maximum(v_hat, v.to(v_hat.device, v_hat.dtype), out=v_hat)
-            if self.first_moment == "average":
-                mean_m = self._weighted_mean(updates, weights, "exp_avg")
-                for m_bar, m in zip(self.state["first_moment"], mean_m):
-                    m_bar.copy_(m)
-        return pseudo_gradient
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore ``num_steps`` and the server moments."""
+        super().load_state_dict(state_dict)
+        self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
 
     # ------------------------------------------------------------------ bookkeeping
     @property

@@ -23,6 +23,7 @@ from lightning_fed.server.aggregators.dp import (
     update_noise_multiplier,
 )
 from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
+from lightning_fed.server.aggregators.local_adaptive import MaxSecondMoment
 from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
 from lightning_fed.server.aggregators.scaffold import ScaffoldControl, control_dtype
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
@@ -38,6 +39,7 @@ __all__ = [
     "EmptyState",
     "FedAWAREMinNorm",
     "Krum",
+    "MaxSecondMoment",
     "NormBoundedMean",
     "NormalizedDirections",
     "normalized_direction",

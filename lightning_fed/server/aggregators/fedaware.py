@@ -73,6 +73,10 @@ class FedAWAREMinNorm(Stage):
         client_num_samples: Optional[Tensor] = None
         gram: Optional[Tensor] = None
 
+        def replace(self, **fields: Any) -> "FedAWAREMinNorm.State":
+            """A copy with ``fields`` changed (``NamedTuple._replace``)."""
+            return self._replace(**fields)
+
     def __init__(
         self,
         alpha: float = 0.5,
