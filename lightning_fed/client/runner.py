@@ -154,6 +154,7 @@ class ClientRunner:
         self._global_params: list[Tensor] = []
         self._global_buffers: list[Tensor] = []
         self._optimizer_defaults: list[list[dict[str, Any]]] = []
+        self._round_client_lrs: list[float] = []
         self._step_callbacks: list[Any] = []
         self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
 
@@ -192,6 +193,11 @@ class ClientRunner:
             [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
             for opt in self.trainer.optimizers
         ]
+        # a pure function of the round: computed once here, not per client (context and update both read it)
+        lrs = [[g.get("lr", float("nan")) for g in defaults] for defaults in self._optimizer_defaults]
+        self._round_client_lrs = parameter_client_lrs(
+            self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs
+        )
 
     def reset_to_global(self) -> None:
         """The module back to x_t and the global buffers; the client optimizers fresh (state cleared,
@@ -229,9 +235,9 @@ class ClientRunner:
 
     @property
     def round_client_lrs(self) -> list[float]:
-        """γ of each parameter's optimizer group in the round, aligned with ``module.parameters()``."""
-        lrs = [[g.get("lr", float("nan")) for g in defaults] for defaults in self._optimizer_defaults]
-        return parameter_client_lrs(self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs)
+        """γ of each parameter's optimizer group in the round, aligned with ``module.parameters()`` (a copy of the
+        list computed once in :meth:`start_round`)."""
+        return list(self._round_client_lrs)
 
     def context(self, client_id: int) -> ClientContext:
         """The :class:`ClientContext` of client ``client_id`` in this round."""
