@@ -266,6 +266,22 @@ def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps:
     module.eval()
 
 
+def _eval_batch_limit(limit: Any) -> Optional[int]:
+    """``limit_val_batches`` for federated evaluation: an int k evaluates each client's first k batches, 1.0 all.
+
+    Raises:
+        ValueError: a fraction other than 1.0 (naming ``limit_val_batches``).
+    """
+    if isinstance(limit, float):
+        if limit == 1.0:
+            return None
+        raise ValueError(
+            f"Trainer argument `limit_val_batches={limit!r}`: federated evaluation takes an int k (each client's "
+            "first k evaluation batches) or 1.0 (all); evaluate fewer clients with `eval_clients_per_round`."
+        )
+    return int(limit)
+
+
 def evaluate_clients(
     trainer: Any, datamodule: Any, client_ids: Sequence[int], round_idx: int, local_steps: int = 0
 ) -> ClientEvaluation:
@@ -290,7 +306,7 @@ def evaluate_clients(
     module = trainer.lightning_module
     metric_states = _metric_states(module)
     ids = np.asarray(client_ids, dtype=np.int64)
-    samples = np.array([len(datamodule.client_eval_indices(c)) for c in ids], dtype=np.int64)
+    samples = np.array([sum(len(b) for b in datamodule.client_eval_batches(c)) for c in ids], dtype=np.int64)
     rows: list[dict[str, float]] = []
     prows: list[dict[str, float]] = []
     try:
@@ -397,6 +413,7 @@ class FederatedEvaluation(Callback):
                 "Federated evaluation (`eval_clients_per_round`) runs in a single process; it is not supported "
                 f"with {trainer.world_size} processes."
             )
+        datamodule.eval_batch_limit = _eval_batch_limit(trainer.limit_val_batches)
         round_idx = trainer.current_epoch
         clients = datamodule.select_eval_clients(round_idx)
         result = evaluate_clients(trainer, datamodule, clients, round_idx, datamodule.eval_local_steps)

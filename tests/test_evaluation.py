@@ -258,3 +258,24 @@ def test_shakespeare_natural_eval_split_is_each_roles_test_part(tmp_path):
                                     eval_clients_per_round="all")
         bad.eval_fraction = 0.2
         bad.setup("fit")
+
+
+def test_limit_val_batches_caps_each_clients_evaluation_batches(tmp_path):
+    """``limit_val_batches=1``: every client evaluates its first batch only (3 of its 4 held-out samples); its
+    per-client loss and sample count follow, computed in NumPy; a fraction other than 1.0 is refused, named."""
+    dm, x, y = _regression_dm(eval_clients_per_round="all")
+    model = LinearRegression()
+    w = np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
+    trainer = FederatedTrainer(max_epochs=1, limit_val_batches=1, **quiet_trainer_kwargs(tmp_path))
+    trainer.validate(model, datamodule=dm)
+    last = _fed_callback(trainer).last
+    assert last.samples.tolist() == [3] * 6
+    for i, cid in enumerate(last.client_ids.tolist()):
+        idx = dm.client_eval_indices(cid)[:3]
+        xb = np.hstack([x[idx], np.ones((3, 1))])
+        assert last.metrics["val_loss"][i] == pytest.approx(np.mean((xb @ w - y[idx]) ** 2), rel=1e-6)
+    dm2, _, _ = _regression_dm(eval_clients_per_round="all")
+    with pytest.raises(ValueError, match="limit_val_batches=0.5"):
+        FederatedTrainer(max_epochs=1, limit_val_batches=0.5, **quiet_trainer_kwargs(tmp_path)).validate(
+            LinearRegression(), datamodule=dm2
+        )

@@ -331,6 +331,9 @@ class FederatedDataModule(L.LightningDataModule):
         #: The most local batches a client takes per round (``None``: its whole local work). Set at fit start by
         #: :class:`~lightning_fed.FederatedTrainer` from ``limit_train_batches`` / ``fast_dev_run``.
         self.local_batch_limit: Optional[int] = None
+        #: The most evaluation batches a client evaluates (``None``: all). Set by federated evaluation from the
+        #: trainer's ``limit_val_batches`` (an int k: the first k batches of every client).
+        self.eval_batch_limit: Optional[int] = None
 
     # ------------------------------------------------------------------ hooks for subclasses
     def load_datasets(self) -> tuple[Any, Optional[Any], Optional[Any]]:
@@ -494,9 +497,11 @@ class FederatedDataModule(L.LightningDataModule):
 
     def client_eval_batches(self, cid: int) -> list[np.ndarray]:
         """Client ``cid``'s evaluation mini-batches: its evaluation indices in order, cut into batches of
-        ``eval_batch_size`` (the last one smaller)."""
+        ``eval_batch_size`` (the last one smaller); the first ``eval_batch_limit`` of them when that is set (from the
+        trainer's ``limit_val_batches``)."""
         idx = self.client_eval_indices(cid)
-        return [idx[i : i + self.eval_batch_size] for i in range(0, len(idx), self.eval_batch_size)]
+        batches = [idx[i : i + self.eval_batch_size] for i in range(0, len(idx), self.eval_batch_size)]
+        return batches if self.eval_batch_limit is None else batches[: self.eval_batch_limit]
 
     def client_eval_dataloader(self, cid: int) -> Any:
         """An iterable over client ``cid``'s evaluation batches, sliced directly (:class:`TensorBatches`) like the
