@@ -322,7 +322,7 @@ def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, div
             final.append(acc[-1])
             smooth.append(statistics.pstdev(acc[-smooth_last:]))
             if diversity:
-                d = [v for r, v in series(rows, "gradient_diversity") if r > run.rounds - 100]
+                d = [v for r, v in series(rows, "round_gradient_diversity") if r > run.rounds - 100]
                 div.append(statistics.mean(d) if d else math.nan)
         cells = [mean_std(best), mean_std(final), mean_std(smooth)] + ([mean_std(div)] if diversity else [])
         lines.append("| " + " | ".join(str(g) for g in group) + f" | {len(best)}/{len(members)} | " +
@@ -339,6 +339,19 @@ def make_table(name: str) -> str:
     return table_accuracy(runs, ("model", "method"), smooth_last=5, diversity=False)
 
 
+BEGIN, END = "<!-- BEGIN REPRODUCTIONS (benchmarks/reproduce.py table --write) -->", "<!-- END REPRODUCTIONS -->"
+
+
+def write_tables(readme: Path, tables: list[str]) -> None:
+    """Replace the block between :data:`BEGIN` and :data:`END` in ``readme`` by the tables (from the CSVs)."""
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
+    body = "\n".join(f"#### `{t}`\n\n{make_table(t)}\n" for t in tables)
+    head, rest = text.split(BEGIN, 1)
+    readme.write_text(head + BEGIN + "\n\n" + body + "\n" + END + rest.split(END, 1)[1])
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -353,6 +366,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "reproduce"))
     parser.add_argument("--commit", action="store_true", help="git-commit each finished run's CSV")
     parser.add_argument("--keep-checkpoints", action="store_true")
+    parser.add_argument("--write", action="store_true", help="table: write the tables into examples/README.md")
     parser.add_argument("--max-rounds", type=int, default=None,
                         help="smoke test: cut every run at this many rounds (CSVs under --results-dir)")
     parser.add_argument("--results-dir", default=None, help="with --max-rounds: where the CSVs go")
@@ -376,6 +390,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             folder = Path(args.runs_dir) / run.table / run.name
             state = "done" if run.csv_path.is_file() else f"{rounds_done(folder / 'ckpt' / 'last.ckpt')}/{run.rounds}"
             print(f"{run.table:18s} {run.name:36s} {state}")
+    elif args.command == "table" and args.write:
+        write_tables(EXAMPLES / "README.md", args.tables)
     elif args.command == "table":
         for t in args.tables:
             print(f"### {t}\n\n{make_table(t)}\n")
