@@ -169,7 +169,7 @@ def rounds_done(ckpt: Path) -> int:
     import torch
 
     state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
-    return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"])
+    return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])  # saved at a round end
 
 
 def run_config(run: Run, folder: Path, phase: Phase) -> dict:
@@ -180,7 +180,9 @@ def run_config(run: Run, folder: Path, phase: Phase) -> dict:
     trainer["enable_progress_bar"] = False
     trainer["callbacks"] = list(trainer.get("callbacks", [])) + [{
         "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-        "init_args": {"dirpath": str(folder / "ckpt"), "save_last": True, "save_top_k": 0,
+        # save_top_k=1 without a monitor keeps the latest round's checkpoint; Lightning writes last.ckpt only on
+        # rounds where a top-k checkpoint was saved, so save_top_k=0 would leave last.ckpt to the end of the fit
+        "init_args": {"dirpath": str(folder / "ckpt"), "save_last": True, "save_top_k": 1,
                       "every_n_epochs": run.ckpt_every},
     }]
     return config
