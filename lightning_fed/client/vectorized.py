@@ -37,6 +37,7 @@ from torch.utils.data import TensorDataset, default_collate
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
 from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed
 from lightning_fed.client.update import ClientUpdate
@@ -235,9 +236,14 @@ class VectorizedExecutor(ClientExecutor):
     (2 + state) × C' × the model's parameter bytes, plus the activations of C' clients' batches at once. Use
     ``max_parallel`` to bound C' (the cohort is then trained in chunks of at most that many clients).
 
-    Recurrent layers (``nn.RNNBase``): oneDNN's and cuDNN's fused RNN kernels have no ``vmap`` batching rule, so
-    while the vectorized step runs both are disabled and the LSTM/GRU runs PyTorch's composite implementation
-    (batched matrix products per time step).
+    Recurrent layers: oneDNN's and cuDNN's fused RNN kernels have no ``vmap`` batching rule. While the vectorized
+    step runs, every ``torch.nn.LSTM`` (exactly that class) with ``bidirectional=False``, ``proj_size=0`` and no
+    active inter-layer dropout (``dropout=0``, or ``num_layers=1``, or eval mode), called on a batched tensor
+    (``batch_first`` True or False, any ``num_layers``/``bias``, with or without ``(h_0, c_0)``), runs the
+    cohort-batched LSTM of :mod:`lightning_fed.client.cohort_lstm` (one batched matrix product over the clients
+    per time step, hand-written back-propagation through time; the same function). Other recurrent layers (GRU,
+    RNN, bidirectional or projected LSTMs, ``PackedSequence`` inputs) run PyTorch's composite implementation with
+    the fused kernels disabled: exact, but slower and with more memory than sequential training.
 
     Args:
         randomness: ``"error"`` (default: exact; fall back on random ops) or ``"different"`` (see above).
@@ -438,17 +444,20 @@ class VectorizedExecutor(ClientExecutor):
     @staticmethod
     @contextlib.contextmanager
     def _kernel_flags(module: nn.Module):
-        """Disable the fused RNN kernels (no vmap batching rule) while vmapping a module with recurrent layers."""
-        if not any(isinstance(m, nn.RNNBase) for m in module.modules()):
-            yield
-            return
-        saved = torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled
-        torch.backends.mkldnn.enabled = False
-        torch.backends.cudnn.enabled = False
-        try:
-            yield
-        finally:
-            torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled = saved
+        """While vmapping: ``torch.nn.LSTM`` layers run the cohort-batched LSTM (:mod:`.cohort_lstm`) where their
+        configuration allows; if other recurrent layers remain, the fused RNN kernels (no vmap batching rule) are
+        disabled so that they run PyTorch's composite implementation."""
+        with cohort_lstm(module):
+            if not uses_fused_rnn(module):
+                yield
+                return
+            saved = torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled
+            torch.backends.mkldnn.enabled = False
+            torch.backends.cudnn.enabled = False
+            try:
+                yield
+            finally:
+                torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled = saved
 
     def _fetch(self, runner: ClientRunner, index_batches: list[np.ndarray], device: torch.device) -> Any:
         """Stack the given clients' mini-batches (equal sizes) into one batch with a leading client dimension."""
