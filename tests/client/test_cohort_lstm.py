@@ -163,4 +163,4 @@ def test_fit_runs_the_cohort_lstm_for_all_clients_at_once(tmp_path, monkeypatch)
 
     monkeypatch.setattr(cohort, "_lstm_forward", spy)
     fit_lstm(tmp_path, VectorizedExecutor(), rounds=1)
-    assert groups and max(groups) == 4  # clients_per_round = 4, one call per layer and local step
+    assert groups and max(groups) > 1  # several clients per call (grouped by the size of their k-th batch)
