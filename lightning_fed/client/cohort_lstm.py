@@ -3,11 +3,16 @@
 ``vmap`` has no batching rule for oneDNN's/cuDNN's fused LSTM kernels, so a vmapped ``torch.nn.LSTM`` runs
 PyTorch's composite LSTM: ~10 small batched operations per time step and layer, each saved for autograd. This
 module replaces it, while the vectorized step runs, by :class:`CohortLSTMLayer`: one ``torch.autograd.Function``
-per LSTM layer whose ``vmap`` rule folds the client dimension C into an explicit group dimension, so that the
-whole layer is computed on plain ``[G, ...]`` tensors (G = C clients): the input projection of all time steps in
-one ``torch.baddbmm`` (``[G, T·B, in] @ [G, in, 4H]``), then per time step one ``baddbmm`` (``h_{t-1} W_hhᵀ``) and
-the gate non-linearities; the backward pass (back-propagation through time) is written out by hand with the same
-batched products (weight gradients summed over all time steps in one ``bmm`` each).
+per LSTM layer whose ``vmap`` rule folds the client dimension C into an explicit group dimension G, so that the
+layer is computed on plain ``[G, ...]`` tensors, outside functorch's per-operation batching:
+
+* float32/bfloat16 on CPU (oneDNN enabled): oneDNN's fused LSTM layer (``aten::mkldnn_rnn_layer`` and its
+  ``_backward``, the kernels ``nn.LSTM`` itself runs on CPU) once per client — the same numbers as each client's
+  own ``nn.LSTM``, the same speed and workspace memory as sequential training;
+* otherwise (float64, CUDA, oneDNN disabled): a batched-matmul LSTM: the input projection of all time steps in one
+  ``torch.baddbmm`` (``[G, T·B, in] @ [G, in, 4H]``), then per time step one ``baddbmm`` (``h_{t-1} W_hhᵀ``) and
+  the gate non-linearities; the backward pass (back-propagation through time) is written out by hand with the same
+  batched products (weight gradients summed over all time steps in one ``bmm`` each).
 
 The function is the LSTM of ``torch.nn.LSTM`` (gate order i, f, g, o; Hochreiter & Schmidhuber 1997 with the
 forget gate of Gers et al. 2000, as documented for ``torch.nn.LSTM``)::
@@ -15,7 +20,8 @@ forget gate of Gers et al. 2000, as documented for ``torch.nn.LSTM``)::
     a_t = W_ih x_t + b_ih + W_hh h_{t-1} + b_hh,   i, f, o = σ(a_i, a_f, a_o),   g = tanh(a_g)
     c_t = f ⊙ c_{t-1} + i ⊙ g,   h_t = o ⊙ tanh(c_t)
 
-and its gradients; only floating-point rounding differs from PyTorch's kernels (b_ih + b_hh is added once).
+and its gradients; the batched-matmul version differs from PyTorch's kernels only by rounding (b_ih + b_hh is
+added once).
 
 Supported ``nn.LSTM`` configurations (others keep PyTorch's composite implementation, exact but slower):
 any ``input_size``/``hidden_size``/``num_layers``, ``bias`` True or False, ``batch_first`` True or False,
@@ -40,11 +46,38 @@ def _front(size: int, pairs) -> list[Tensor]:
     return [t.movedim(d, 0) if d is not None else t.expand(size, *t.shape) for t, d in pairs]
 
 
-def _lstm_forward(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor):
-    """Plain-tensor forward. x [G, T, B, in], h0/c0 [G, B, H], w_ih [G, 4H, in], w_hh [G, 4H, H], bias [G, 4H].
+_MKLDNN_LSTM = 2  # ideep::rnn_kind::LSTM, the `mode` of aten::mkldnn_rnn_layer
 
-    Returns out [G, T, B, H], h_T, c_T [G, B, H], the activated gates [G, T, B, 4H] (i, f, g, o) and c [G, T, B, H].
+
+def _use_onednn(x: Tensor) -> bool:
+    """oneDNN's fused LSTM layer (``aten::mkldnn_rnn_layer``, what ``nn.LSTM`` runs on CPU) for float32/bfloat16 on
+    CPU while oneDNN is enabled; the batched-matmul implementation otherwise (float64, CUDA, oneDNN disabled)."""
+    return (
+        x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and torch._C._get_mkldnn_enabled()
+        and hasattr(torch.ops.aten, "mkldnn_rnn_layer")
+    )
+
+
+def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    """Plain-tensor forward. x [G, T, B, in], h0/c0 [G, B, H], w_ih [G, 4H, in], w_hh [G, 4H, H], b_* [G, 4H].
+
+    Returns out [G, T, B, H], h_T, c_T [G, B, H] and two tensors saved for the backward pass: oneDNN's workspaces
+    (stacked per group) and an empty tensor, or the activated gates [G, T, B, 4H] (i, f, g, o) and c [G, T, B, H].
     """
+    if _use_onednn(x):
+        # one fused oneDNN call per group member: the same kernel (and numbers) as nn.LSTM on that member alone
+        h_size = w_hh.shape[-1]
+        with torch.enable_grad():  # oneDNN keeps the training workspace only in grad mode (no graph: plain inputs)
+            parts = [
+                torch.ops.aten.mkldnn_rnn_layer(
+                    x[g].contiguous(), w_ih[g], w_hh[g], b_ih[g], b_hh[g], h0[g].unsqueeze(0).contiguous(),
+                    c0[g].unsqueeze(0).contiguous(), False, [], _MKLDNN_LSTM, h_size, 1, True, False, False, True,
+                )
+                for g in range(x.shape[0])
+            ]
+        out, h_t, c_t, workspace = (torch.stack(t) for t in zip(*parts))
+        return out, h_t.squeeze(1), c_t.squeeze(1), workspace, x.new_empty(x.shape[0], 0)
+    bias = b_ih + b_hh
     g_, t_, b_, n_in = x.shape
     h_size = w_hh.shape[-1]
     xw = torch.baddbmm(bias.unsqueeze(1), x.reshape(g_, t_ * b_, n_in), w_ih.transpose(1, 2))
@@ -66,8 +99,22 @@ def _lstm_forward(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
     return out, h, c, gates, cells
 
 
-def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, out, gates, cells):
-    """Back-propagation through time for :func:`_lstm_forward` (plain tensors, same shapes)."""
+def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, h_t, c_t, gates, cells):
+    """Back-propagation through time for :func:`_lstm_forward` (plain tensors, same shapes); returns the gradients
+    of x, h0, c0, w_ih, w_hh, b_ih, b_hh."""
+    if _use_onednn(x):
+        h_size = w_hh.shape[-1]
+        parts = [
+            torch.ops.aten.mkldnn_rnn_layer_backward(
+                x[g].contiguous(), w_ih[g], w_hh[g], b_ih[g], b_hh[g], h0[g].unsqueeze(0).contiguous(),
+                c0[g].unsqueeze(0).contiguous(), out[g], h_t[g].unsqueeze(0), c_t[g].unsqueeze(0),
+                grad_out[g].contiguous(), grad_hn[g].unsqueeze(0).contiguous(), grad_cn[g].unsqueeze(0).contiguous(),
+                False, _MKLDNN_LSTM, h_size, 1, True, True, False, [], False, gates[g],
+            )
+            for g in range(x.shape[0])
+        ]
+        d_x, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_h0, d_c0 = (torch.stack(t) for t in zip(*parts))
+        return d_x, d_h0.squeeze(1), d_c0.squeeze(1), d_w_ih, d_w_hh, d_b_ih, d_b_hh
     g_, t_, b_, n_in = x.shape
     h_size = w_hh.shape[-1]
     d_a = torch.empty_like(gates)
@@ -96,7 +143,7 @@ def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, out, gates
     d_w_ih = torch.bmm(d_flat.transpose(1, 2), x.reshape(g_, t_ * b_, n_in))
     d_bias = d_flat.sum(dim=1)
     d_x = torch.bmm(d_flat, w_ih).view(g_, t_, b_, n_in)
-    return d_x, dh, dc, d_w_ih, d_w_hh, d_bias
+    return d_x, dh, dc, d_w_ih, d_w_hh, d_bias, d_bias.clone()
 
 
 class _CohortLSTMLayerBackward(torch.autograd.Function):
@@ -125,26 +172,24 @@ class _CohortLSTMLayerBackward(torch.autograd.Function):
 class CohortLSTMLayer(torch.autograd.Function):
     """One unidirectional LSTM layer on a group of independent problems (one per client).
 
-    ``apply(x [G, T, B, in], h0 [G, B, H], c0 [G, B, H], w_ih [G, 4H, in], w_hh [G, 4H, H], bias [G, 4H])`` ->
-    ``(out [G, T, B, H], h_T [G, B, H], c_T [G, B, H], gates, cells)`` (the last two are saved activations, not
-    differentiable). ``bias`` is b_ih + b_hh. Under ``torch.func.vmap`` the vmapped dimension is folded into G.
+    ``apply(x [G, T, B, in], h0 [G, B, H], c0 [G, B, H], w_ih [G, 4H, in], w_hh [G, 4H, H], b_ih [G, 4H],
+    b_hh [G, 4H])`` -> ``(out [G, T, B, H], h_T [G, B, H], c_T [G, B, H], saved, saved)`` (the last two are kept for
+    the backward pass, not differentiable). Under ``torch.func.vmap`` the vmapped dimension is folded into G.
     """
 
     @staticmethod
-    def forward(x, h0, c0, w_ih, w_hh, bias):
-        return _lstm_forward(x, h0, c0, w_ih, w_hh, bias)
+    def forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+        return _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, h0, c0, w_ih, w_hh, _ = inputs
-        out, _, _, gates, cells = output
-        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, out, gates, cells)
-        ctx.mark_non_differentiable(gates, cells)
+        out, h_t, c_t, saved_a, saved_b = output
+        ctx.save_for_backward(*inputs, out, h_t, c_t, saved_a, saved_b)
+        ctx.mark_non_differentiable(saved_a, saved_b)
 
     @staticmethod
-    def backward(ctx, grad_out, grad_hn, grad_cn, _grad_gates, _grad_cells):
-        x, h0, c0, w_ih, w_hh, out, gates, cells = ctx.saved_tensors
-        return _CohortLSTMLayerBackward.apply(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, out, gates, cells)
+    def backward(ctx, grad_out, grad_hn, grad_cn, _grad_a, _grad_b):
+        return _CohortLSTMLayerBackward.apply(grad_out, grad_hn, grad_cn, *ctx.saved_tensors)
 
     @staticmethod
     def vmap(info, in_dims, *args):
@@ -182,12 +227,12 @@ def cohort_lstm_forward(lstm: nn.LSTM, input: Tensor, hx: Optional[tuple[Tensor,
         w_ih = getattr(lstm, f"weight_ih_l{layer}")
         w_hh = getattr(lstm, f"weight_hh_l{layer}")
         if lstm.bias:
-            bias = getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")
+            b_ih, b_hh = getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")
         else:
-            bias = x.new_zeros(4 * h_size)
+            b_ih = b_hh = x.new_zeros(4 * h_size)
         out, h_t, c_t, _, _ = CohortLSTMLayer.apply(
             layer_in, hx[0][layer].unsqueeze(0), hx[1][layer].unsqueeze(0),
-            w_ih.unsqueeze(0), w_hh.unsqueeze(0), bias.unsqueeze(0),
+            w_ih.unsqueeze(0), w_hh.unsqueeze(0), b_ih.unsqueeze(0), b_hh.unsqueeze(0),
         )
         layer_in = out
         h_n.append(h_t[0])

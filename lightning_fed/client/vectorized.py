@@ -48,6 +48,7 @@ __all__ = ["VectorizedExecutor"]
 log = logging.getLogger(__name__)
 
 _RANDOMNESS = ("error", "different")
+_ON_UNSUPPORTED = ("fallback", "raise")
 
 #: LightningModule hooks that the sequential executor runs at every local step; a module overriding one of them
 #: needs the sequential executor (the vectorized step calls ``training_step`` only).
@@ -248,9 +249,14 @@ class VectorizedExecutor(ClientExecutor):
     Args:
         randomness: ``"error"`` (default: exact; fall back on random ops) or ``"different"`` (see above).
         max_parallel: Most clients trained simultaneously (default ``None``: the whole cohort).
+        on_unsupported: ``"fallback"`` (default: train sequentially, exactly, with the reason logged once) or
+            ``"raise"``: a ``ValueError`` naming the reason (the setting, hook, layer or optimizer) on the fit's
+            first round (the static checks and the probe step run there) or, for a ``training_step`` that stops
+            returning a loss, at that step's round.
 
     Raises:
-        ValueError: an unknown ``randomness`` or a ``max_parallel`` that is not a positive integer.
+        ValueError: an unknown ``randomness`` or ``on_unsupported``, or a ``max_parallel`` that is not a positive
+            integer; with ``on_unsupported="raise"``, during ``fit`` when the run cannot be vectorized.
 
     Example: the same run vectorised and sequential (3 clients, 2 local epochs of batch size 1)::
 
@@ -292,9 +298,14 @@ class VectorizedExecutor(ClientExecutor):
 
     supports_client_timeout = True  # by falling back to sequential training
 
-    def __init__(self, randomness: str = "error", max_parallel: Optional[int] = None) -> None:
+    def __init__(
+        self, randomness: str = "error", max_parallel: Optional[int] = None, on_unsupported: str = "fallback"
+    ) -> None:
         if randomness not in _RANDOMNESS:
             raise ValueError(f"`randomness` must be one of {_RANDOMNESS}, got {randomness!r}.")
+        if on_unsupported not in _ON_UNSUPPORTED:
+            raise ValueError(f"`on_unsupported` must be one of {_ON_UNSUPPORTED}, got {on_unsupported!r}.")
+        self.on_unsupported = on_unsupported
         if max_parallel is not None and (
             isinstance(max_parallel, bool) or not isinstance(max_parallel, numbers.Integral) or max_parallel < 1
         ):
@@ -368,6 +379,12 @@ class VectorizedExecutor(ClientExecutor):
         return None
 
     def _fall_back(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, reason: str):
+        if self.on_unsupported == "raise":
+            raise ValueError(
+                f"VectorizedExecutor(on_unsupported='raise') cannot train round {round_idx}'s cohort vectorized: "
+                f"{reason}. Change that, or use on_unsupported='fallback' (exact sequential training) or "
+                "client_executor='sequential'."
+            )
         self.fallback_reason = reason
         if reason not in self._warned:
             self._warned.add(reason)
