@@ -75,8 +75,9 @@ def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
                 )
                 for g in range(x.shape[0])
             ]
-        out, h_t, c_t, workspace = (torch.stack(t) for t in zip(*parts))
-        return out, h_t.squeeze(1), c_t.squeeze(1), workspace, x.new_empty(x.shape[0], 0)
+        out, h_t, c_t = (torch.stack(t) for t in list(zip(*parts))[:3])
+        # the (large) workspaces stay one tensor per group member: stacking them would copy them
+        return (out, h_t.squeeze(1), c_t.squeeze(1), *(p[3] for p in parts))
     bias = b_ih + b_hh
     g_, t_, b_, n_in = x.shape
     h_size = w_hh.shape[-1]
@@ -99,7 +100,7 @@ def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
     return out, h, c, gates, cells
 
 
-def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, h_t, c_t, gates, cells):
+def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, h_t, c_t, *saved):
     """Back-propagation through time for :func:`_lstm_forward` (plain tensors, same shapes); returns the gradients
     of x, h0, c0, w_ih, w_hh, b_ih, b_hh."""
     if _use_onednn(x):
@@ -109,12 +110,13 @@ def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, b_ih, b_hh
                 x[g].contiguous(), w_ih[g], w_hh[g], b_ih[g], b_hh[g], h0[g].unsqueeze(0).contiguous(),
                 c0[g].unsqueeze(0).contiguous(), out[g], h_t[g].unsqueeze(0), c_t[g].unsqueeze(0),
                 grad_out[g].contiguous(), grad_hn[g].unsqueeze(0).contiguous(), grad_cn[g].unsqueeze(0).contiguous(),
-                False, _MKLDNN_LSTM, h_size, 1, True, True, False, [], False, gates[g],
+                False, _MKLDNN_LSTM, h_size, 1, True, True, False, [], False, saved[g],
             )
             for g in range(x.shape[0])
         ]
         d_x, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_h0, d_c0 = (torch.stack(t) for t in zip(*parts))
         return d_x, d_h0.squeeze(1), d_c0.squeeze(1), d_w_ih, d_w_hh, d_b_ih, d_b_hh
+    gates, cells = saved
     g_, t_, b_, n_in = x.shape
     h_size = w_hh.shape[-1]
     d_a = torch.empty_like(gates)
@@ -146,6 +148,10 @@ def _lstm_backward(grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, b_ih, b_hh
     return d_x, dh, dc, d_w_ih, d_w_hh, d_bias, d_bias.clone()
 
 
+#: Arguments of :func:`_lstm_backward` before the saved tensors.
+_N_BACKWARD_ARGS = 13
+
+
 class _CohortLSTMLayerBackward(torch.autograd.Function):
     """The backward pass as a function with its own ``vmap`` rule (no double backward)."""
 
@@ -164,8 +170,11 @@ class _CohortLSTMLayerBackward(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, *args):
         size = info.batch_size
-        flat = [t.flatten(0, 1) for t in _front(size, zip(args, in_dims))]
-        results = _CohortLSTMLayerBackward.apply(*flat)
+        n = _N_BACKWARD_ARGS
+        flat = [t.flatten(0, 1) for t in _front(size, zip(args[:n], in_dims[:n]))]
+        # the saved tensors: per-member oneDNN workspaces (unbatched, already in flattened order) or batched
+        saved = [t if d is None else t.movedim(d, 0).flatten(0, 1) for t, d in zip(args[n:], in_dims[n:])]
+        results = _CohortLSTMLayerBackward.apply(*flat, *saved)
         return tuple(r.unflatten(0, (size, -1)) for r in results), (0,) * len(results)
 
 
@@ -173,8 +182,9 @@ class CohortLSTMLayer(torch.autograd.Function):
     """One unidirectional LSTM layer on a group of independent problems (one per client).
 
     ``apply(x [G, T, B, in], h0 [G, B, H], c0 [G, B, H], w_ih [G, 4H, in], w_hh [G, 4H, H], b_ih [G, 4H],
-    b_hh [G, 4H])`` -> ``(out [G, T, B, H], h_T [G, B, H], c_T [G, B, H], saved, saved)`` (the last two are kept for
-    the backward pass, not differentiable). Under ``torch.func.vmap`` the vmapped dimension is folded into G.
+    b_hh [G, 4H])`` -> ``(out [G, T, B, H], h_T [G, B, H], c_T [G, B, H], *saved)``; ``saved`` are kept for the
+    backward pass, not differentiable: one oneDNN workspace per group member, or the gates and cell states.
+    Under ``torch.func.vmap`` the vmapped dimension is folded into G.
     """
 
     @staticmethod
@@ -183,20 +193,30 @@ class CohortLSTMLayer(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        out, h_t, c_t, saved_a, saved_b = output
-        ctx.save_for_backward(*inputs, out, h_t, c_t, saved_a, saved_b)
-        ctx.mark_non_differentiable(saved_a, saved_b)
+        out, h_t, c_t, *saved = output
+        ctx.save_for_backward(*inputs, out, h_t, c_t, *saved)
+        ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)  # no zero gradients for the (large) saved tensors
 
     @staticmethod
-    def backward(ctx, grad_out, grad_hn, grad_cn, _grad_a, _grad_b):
-        return _CohortLSTMLayerBackward.apply(grad_out, grad_hn, grad_cn, *ctx.saved_tensors)
+    def backward(ctx, grad_out, grad_hn, grad_cn, *_grad_saved):
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, h_t, c_t, *saved = ctx.saved_tensors
+        grad_out = torch.zeros_like(out) if grad_out is None else grad_out
+        grad_hn = torch.zeros_like(h_t) if grad_hn is None else grad_hn
+        grad_cn = torch.zeros_like(c_t) if grad_cn is None else grad_cn
+        return _CohortLSTMLayerBackward.apply(
+            grad_out, grad_hn, grad_cn, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, h_t, c_t, *saved
+        )
 
     @staticmethod
     def vmap(info, in_dims, *args):
         size = info.batch_size
         flat = [t.flatten(0, 1) for t in _front(size, zip(args, in_dims))]
-        results = CohortLSTMLayer.apply(*flat)
-        return tuple(r.unflatten(0, (size, -1)) for r in results), (0,) * len(results)
+        out, h_t, c_t, *saved = CohortLSTMLayer.apply(*flat)
+        main = tuple(r.unflatten(0, (size, -1)) for r in (out, h_t, c_t))
+        if _use_onednn(flat[0]):  # one workspace per (client, member), unbatched, in flattened order
+            return (*main, *saved), (0, 0, 0) + (None,) * len(saved)
+        return (*main, *(r.unflatten(0, (size, -1)) for r in saved)), (0,) * (3 + len(saved))
 
 
 def supports(lstm: nn.Module, input: Any, hx: Any = None) -> bool:
@@ -230,7 +250,7 @@ def cohort_lstm_forward(lstm: nn.LSTM, input: Tensor, hx: Optional[tuple[Tensor,
             b_ih, b_hh = getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")
         else:
             b_ih = b_hh = x.new_zeros(4 * h_size)
-        out, h_t, c_t, _, _ = CohortLSTMLayer.apply(
+        out, h_t, c_t, *_ = CohortLSTMLayer.apply(
             layer_in, hx[0][layer].unsqueeze(0), hx[1][layer].unsqueeze(0),
             w_ih.unsqueeze(0), w_hh.unsqueeze(0), b_ih.unsqueeze(0), b_hh.unsqueeze(0),
         )

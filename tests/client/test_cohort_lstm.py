@@ -62,7 +62,7 @@ def test_layer_matches_the_lstm_equations_by_hand():
     w_ih, w_hh = rng.normal(size=(1, 4 * h_size, n_in)), rng.normal(size=(1, 4 * h_size, h_size))
     bias = rng.normal(size=(1, 4 * h_size))
     tensors = [torch.from_numpy(a) for a in (x, h0, c0, w_ih, w_hh, bias)]
-    out, h, c, _, _ = CohortLSTMLayer.apply(*tensors, torch.zeros_like(tensors[-1]))
+    out, h, c, *_ = CohortLSTMLayer.apply(*tensors, torch.zeros_like(tensors[-1]))
     a = w_ih[0] @ x[0, 0, 0] + w_hh[0] @ h0[0, 0] + bias[0]
     sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
     i, f, g, o = sig(a[:2]), sig(a[2:4]), np.tanh(a[4:6]), sig(a[6:])
