@@ -220,7 +220,17 @@ class VectorizedExecutor(ClientExecutor):
     ``collect_client_extras`` overridden: client-side algorithms), a data module that overrides
     ``client_dataloader`` or the batch-transfer hooks, a per-client time limit (the loop's ``client_timeout_s``:
     vmapped clients cannot be stopped one by one, so the sequential executor applies it), or an operation ``vmap``
-    cannot batch.
+    cannot batch. With ``on_unsupported="raise"`` each of these is instead a ``ValueError`` naming it, raised on
+    the fit's first round before any client is trained.
+
+    So it supports: modules whose ``training_step`` is built from operations with ``vmap`` batching rules (linear,
+    convolution, pooling, activations, embeddings, LayerNorm/GroupNorm, BatchNorm without running statistics,
+    losses; ``torch.nn.LSTM`` through the cohort LSTM, other recurrent layers through PyTorch's composite
+    implementation); one client optimizer, ``torch.optim.SGD``, ``Adam`` or ``AdamW`` (exactly those classes; every
+    option, any number of parameter groups; ``foreach``/``fused``/``capturable`` only choose kernels and are
+    ignored), parameters frozen or unused by the loss; the loop's per-round learning-rate schedulers
+    (``interval="epoch"``); ``precision="32-true"`` on one device (CPU or one GPU); a
+    :class:`~lightning_fed.datamodules.FederatedDataModule` (or a subclass keeping ``client_dataloader``).
 
     Failures: if the vectorized training of a round raises, the error propagates with the loop's
     ``on_client_failure="raise"``; with ``"skip"`` the round is retried by the sequential executor, which isolates
