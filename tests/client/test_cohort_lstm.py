@@ -138,8 +138,10 @@ def test_fit_float64_matches_sequential(tmp_path, max_parallel):
     torch.testing.assert_close(vectorized, sequential, atol=1e-12, rtol=0)
 
 
-def test_fit_float32_one_round_matches_sequential(tmp_path):
-    executor = VectorizedExecutor()
+@pytest.mark.parametrize("max_parallel", [None, 3])
+def test_fit_float32_one_round_matches_sequential(tmp_path, max_parallel):
+    """float32 on CPU: oneDNN's fused LSTM layer per client (in chunks of ``max_parallel`` clients)."""
+    executor = VectorizedExecutor(max_parallel=max_parallel)
     vectorized = fit_lstm(tmp_path, executor, rounds=1, dtype=torch.float32)
     assert executor.fallback_reason is None
     sequential = fit_lstm(tmp_path, SequentialExecutor(), rounds=1, dtype=torch.float32)
