@@ -37,6 +37,7 @@ from torch.utils.data import TensorDataset, default_collate
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
 from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed
 from lightning_fed.client.update import ClientUpdate
@@ -47,6 +48,7 @@ __all__ = ["VectorizedExecutor"]
 log = logging.getLogger(__name__)
 
 _RANDOMNESS = ("error", "different")
+_ON_UNSUPPORTED = ("fallback", "raise")
 
 #: LightningModule hooks that the sequential executor runs at every local step; a module overriding one of them
 #: needs the sequential executor (the vectorized step calls ``training_step`` only).
@@ -218,7 +220,17 @@ class VectorizedExecutor(ClientExecutor):
     ``collect_client_extras`` overridden: client-side algorithms), a data module that overrides
     ``client_dataloader`` or the batch-transfer hooks, a per-client time limit (the loop's ``client_timeout_s``:
     vmapped clients cannot be stopped one by one, so the sequential executor applies it), or an operation ``vmap``
-    cannot batch.
+    cannot batch. With ``on_unsupported="raise"`` each of these is instead a ``ValueError`` naming it, raised on
+    the fit's first round before any client is trained.
+
+    So it supports: modules whose ``training_step`` is built from operations with ``vmap`` batching rules (linear,
+    convolution, pooling, activations, embeddings, LayerNorm/GroupNorm, BatchNorm without running statistics,
+    losses; ``torch.nn.LSTM`` through the cohort LSTM, other recurrent layers through PyTorch's composite
+    implementation); one client optimizer, ``torch.optim.SGD``, ``Adam`` or ``AdamW`` (exactly those classes; every
+    option, any number of parameter groups; ``foreach``/``fused``/``capturable`` only choose kernels and are
+    ignored), parameters frozen or unused by the loss; the loop's per-round learning-rate schedulers
+    (``interval="epoch"``); ``precision="32-true"`` on one device (CPU or one GPU); a
+    :class:`~lightning_fed.datamodules.FederatedDataModule` (or a subclass keeping ``client_dataloader``).
 
     Failures: if the vectorized training of a round raises, the error propagates with the loop's
     ``on_client_failure="raise"``; with ``"skip"`` the round is retried by the sequential executor, which isolates
@@ -235,16 +247,26 @@ class VectorizedExecutor(ClientExecutor):
     (2 + state) × C' × the model's parameter bytes, plus the activations of C' clients' batches at once. Use
     ``max_parallel`` to bound C' (the cohort is then trained in chunks of at most that many clients).
 
-    Recurrent layers (``nn.RNNBase``): oneDNN's and cuDNN's fused RNN kernels have no ``vmap`` batching rule, so
-    while the vectorized step runs both are disabled and the LSTM/GRU runs PyTorch's composite implementation
-    (batched matrix products per time step).
+    Recurrent layers: oneDNN's and cuDNN's fused RNN kernels have no ``vmap`` batching rule. While the vectorized
+    step runs, every ``torch.nn.LSTM`` (exactly that class) with ``bidirectional=False``, ``proj_size=0`` and no
+    active inter-layer dropout (``dropout=0``, or ``num_layers=1``, or eval mode), called on a batched tensor
+    (``batch_first`` True or False, any ``num_layers``/``bias``, with or without ``(h_0, c_0)``), runs the
+    cohort-batched LSTM of :mod:`lightning_fed.client.cohort_lstm` (one batched matrix product over the clients
+    per time step, hand-written back-propagation through time; the same function). Other recurrent layers (GRU,
+    RNN, bidirectional or projected LSTMs, ``PackedSequence`` inputs) run PyTorch's composite implementation with
+    the fused kernels disabled: exact, but slower and with more memory than sequential training.
 
     Args:
         randomness: ``"error"`` (default: exact; fall back on random ops) or ``"different"`` (see above).
         max_parallel: Most clients trained simultaneously (default ``None``: the whole cohort).
+        on_unsupported: ``"fallback"`` (default: train sequentially, exactly, with the reason logged once) or
+            ``"raise"``: a ``ValueError`` naming the reason (the setting, hook, layer or optimizer) on the fit's
+            first round (the static checks and the probe step run there) or, for a ``training_step`` that stops
+            returning a loss, at that step's round.
 
     Raises:
-        ValueError: an unknown ``randomness`` or a ``max_parallel`` that is not a positive integer.
+        ValueError: an unknown ``randomness`` or ``on_unsupported``, or a ``max_parallel`` that is not a positive
+            integer; with ``on_unsupported="raise"``, during ``fit`` when the run cannot be vectorized.
 
     Example: the same run vectorised and sequential (3 clients, 2 local epochs of batch size 1)::
 
@@ -286,9 +308,14 @@ class VectorizedExecutor(ClientExecutor):
 
     supports_client_timeout = True  # by falling back to sequential training
 
-    def __init__(self, randomness: str = "error", max_parallel: Optional[int] = None) -> None:
+    def __init__(
+        self, randomness: str = "error", max_parallel: Optional[int] = None, on_unsupported: str = "fallback"
+    ) -> None:
         if randomness not in _RANDOMNESS:
             raise ValueError(f"`randomness` must be one of {_RANDOMNESS}, got {randomness!r}.")
+        if on_unsupported not in _ON_UNSUPPORTED:
+            raise ValueError(f"`on_unsupported` must be one of {_ON_UNSUPPORTED}, got {on_unsupported!r}.")
+        self.on_unsupported = on_unsupported
         if max_parallel is not None and (
             isinstance(max_parallel, bool) or not isinstance(max_parallel, numbers.Integral) or max_parallel < 1
         ):
@@ -362,6 +389,12 @@ class VectorizedExecutor(ClientExecutor):
         return None
 
     def _fall_back(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, reason: str):
+        if self.on_unsupported == "raise":
+            raise ValueError(
+                f"VectorizedExecutor(on_unsupported='raise') cannot train round {round_idx}'s cohort vectorized: "
+                f"{reason}. Change that, or use on_unsupported='fallback' (exact sequential training) or "
+                "client_executor='sequential'."
+            )
         self.fallback_reason = reason
         if reason not in self._warned:
             self._warned.add(reason)
@@ -438,17 +471,20 @@ class VectorizedExecutor(ClientExecutor):
     @staticmethod
     @contextlib.contextmanager
     def _kernel_flags(module: nn.Module):
-        """Disable the fused RNN kernels (no vmap batching rule) while vmapping a module with recurrent layers."""
-        if not any(isinstance(m, nn.RNNBase) for m in module.modules()):
-            yield
-            return
-        saved = torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled
-        torch.backends.mkldnn.enabled = False
-        torch.backends.cudnn.enabled = False
-        try:
-            yield
-        finally:
-            torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled = saved
+        """While vmapping: ``torch.nn.LSTM`` layers run the cohort-batched LSTM (:mod:`.cohort_lstm`) where their
+        configuration allows; if other recurrent layers remain, the fused RNN kernels (no vmap batching rule) are
+        disabled so that they run PyTorch's composite implementation."""
+        with cohort_lstm(module):
+            if not uses_fused_rnn(module):
+                yield
+                return
+            saved = torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled
+            torch.backends.mkldnn.enabled = False
+            torch.backends.cudnn.enabled = False
+            try:
+                yield
+            finally:
+                torch.backends.mkldnn.enabled, torch.backends.cudnn.enabled = saved
 
     def _fetch(self, runner: ClientRunner, index_batches: list[np.ndarray], device: torch.device) -> Any:
         """Stack the given clients' mini-batches (equal sizes) into one batch with a leading client dimension."""
