@@ -185,6 +185,23 @@ class CohortLSTMLayer(torch.autograd.Function):
     b_hh [G, 4H])`` -> ``(out [G, T, B, H], h_T [G, B, H], c_T [G, B, H], *saved)``; ``saved`` are kept for the
     backward pass, not differentiable: one oneDNN workspace per group member, or the gates and cell states.
     Under ``torch.func.vmap`` the vmapped dimension is folded into G.
+
+    Example: two clients' layers at once equal ``torch.nn.LSTM`` run per client (time-major, one layer)::
+
+        >>> import torch
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> G, T, B, n_in, H = 2, 5, 3, 4, 6
+        >>> lstms = [torch.nn.LSTM(n_in, H).double() for _ in range(G)]
+        >>> x = torch.randn(G, T, B, n_in, dtype=torch.float64)
+        >>> h0 = c0 = torch.zeros(G, B, H, dtype=torch.float64)
+        >>> weights = [torch.stack([getattr(m, name) for m in lstms]).detach()
+        ...            for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")]
+        >>> out, h_t, c_t, *_ = CohortLSTMLayer.apply(x, h0, c0, *weights)
+        >>> out.shape
+        torch.Size([2, 5, 3, 6])
+        >>> all(torch.allclose(out[g], lstms[g](x[g])[0], atol=1e-12) for g in range(G))
+        True
     """
 
     @staticmethod
