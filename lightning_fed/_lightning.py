@@ -308,7 +308,9 @@ def current_hook(module: Any) -> Any:
 
 
 def set_current_hook(module: Any, name: Any) -> None:
-    module._current_fx_name = name
+    """``module._current_fx_name = name``, written to the instance's attributes directly (a plain attribute, never a
+    parameter, buffer or sub-module: ``nn.Module.__setattr__``'s checks would only cost time)."""
+    vars(module)["_current_fx_name"] = name
 
 
 def logging_hook(trainer: Any) -> Any:
@@ -316,9 +318,21 @@ def logging_hook(trainer: Any) -> Any:
     return trainer._logger_connector._current_fx
 
 
-def clear_logged_batch(trainer: Any) -> None:
+def start_logged_batch(trainer: Any, results: Any, batch: Any) -> None:
+    """The logger connector's ``on_batch_start(batch)`` with the trainer's current ``results`` already at hand
+    (``trainer._results`` walks the trainer's state each time it is read)."""
+    connector = trainer._logger_connector
+    if connector._first_loop_iter is None:
+        connector._first_loop_iter = True
+    elif connector._first_loop_iter is True:
+        connector._first_loop_iter = False
+    results.batch = batch
+    results.batch_size = None
+    results.dataloader_idx = None
+
+
+def clear_logged_batch(results: Any) -> None:
     """Drop the results' reference to the current batch and its batch size (what ``on_batch_end`` does last)."""
-    results = trainer._results
     results.batch = None
     results.batch_size = None
 

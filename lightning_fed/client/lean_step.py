@@ -179,6 +179,9 @@ class LeanLocalStep:
         self._device = trainer.strategy.root_device
         self._closure = pl_private.make_closure(self._training_step, self._backward, self._optimizer.zero_grad)
         self._args: tuple = ()
+        self._on_cpu = self._device.type == "cpu"
+        # the trainer's result collection (fixed within a client; `trainer._results` walks the trainer's state)
+        self._results: Any = pl_private.results(trainer)
         self._logged: dict[str, _Logged] = {}
         self._real_logged = False
         self._fast_logged = False
@@ -202,8 +205,12 @@ class LeanLocalStep:
         """Train on ``batch`` (the ``batch_idx``-th of the client); returns what Lightning's automatic optimization
         returns (``{"loss": detached loss, **extra}``, or ``{}`` when ``training_step`` returned ``None``)."""
         trainer = self._trainer
-        batch = move_data_to_device(batch, self._device)
-        pl_private.log_batch_start(trainer, batch)
+        results = self._results
+        if self._on_cpu and type(batch) is tuple and all(type(t) is Tensor and t.is_cpu for t in batch):
+            pass  # what move_data_to_device gives: the same tensors (Tensor.to(cpu) of a CPU tensor is itself)
+        else:
+            batch = move_data_to_device(batch, self._device)
+        pl_private.start_logged_batch(trainer, results, batch)
         if isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
             size = next((v.shape[0] for v in batch.values() if isinstance(v, Tensor) and v.ndim > 0), None)
             pl_private.set_logged_batch_size(trainer, size)
@@ -221,13 +228,14 @@ class LeanLocalStep:
         pl_private.count_lean_step(self._epoch_loop)
         if self._real_logged:
             pl_private.log_batch_end(trainer)
-            self._round_log.after_step(pl_private.results(trainer))
+            self._round_log.after_step(results)
         else:
-            pl_private.clear_logged_batch(trainer)
+            pl_private.clear_logged_batch(results)
         return {} if result.loss is None else result.asdict()
 
     def start_client(self) -> None:
         """A new client: no step value of an earlier (possibly failed) client is pending."""
+        self._results = pl_private.results(self._trainer)
         self._fast_logged = False
         for entry in self._logged.values():
             entry.last = None
@@ -257,7 +265,7 @@ class LeanLocalStep:
         if (
             entry is None or args or type(value) is not Tensor
             or pl_private.current_hook(self._module) != _HOOK or pl_private.logging_hook(trainer) != _HOOK
-            or pl_private.results(trainer) is not entry.results or entry.metric.has_reset
+            or self._results is not entry.results or entry.metric.has_reset
         ):
             return self._real_log(name, value, *args, **kwargs)
         batch_size = kwargs.pop("batch_size", None)
@@ -269,7 +277,9 @@ class LeanLocalStep:
                 kwargs["batch_size"] = batch_size
             return self._real_log(name, value, *args, **kwargs)
         # what LightningModule.log + _ResultMetric.update do to a scalar float tensor with mean reduction
-        value = value.detach().reshape(()).clone()
+        value = value.detach().clone()
+        if value.ndim:
+            value = value.squeeze()
         if entry.on_step:
             self._round_log.add_step_value(entry.key, value)
             entry.last = value
