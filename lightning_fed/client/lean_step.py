@@ -181,7 +181,7 @@ class LeanLocalStep:
         self._args: tuple = ()
         self._on_cpu = self._device.type == "cpu"
         # the trainer's result collection (fixed within a client; `trainer._results` walks the trainer's state)
-        self._results: Any = pl_private.results(trainer)
+        self._collection: Any = pl_private.results(trainer)
         self._logged: dict[str, _Logged] = {}
         self._real_logged = False
         self._fast_logged = False
@@ -205,7 +205,7 @@ class LeanLocalStep:
         """Train on ``batch`` (the ``batch_idx``-th of the client); returns what Lightning's automatic optimization
         returns (``{"loss": detached loss, **extra}``, or ``{}`` when ``training_step`` returned ``None``)."""
         trainer = self._trainer
-        results = self._results
+        results = self._collection
         if self._on_cpu and type(batch) is tuple and all(type(t) is Tensor and t.is_cpu for t in batch):
             pass  # what move_data_to_device gives: the same tensors (Tensor.to(cpu) of a CPU tensor is itself)
         else:
@@ -235,7 +235,7 @@ class LeanLocalStep:
 
     def start_client(self) -> None:
         """A new client: no step value of an earlier (possibly failed) client is pending."""
-        self._results = pl_private.results(self._trainer)
+        self._collection = pl_private.results(self._trainer)
         self._fast_logged = False
         for entry in self._logged.values():
             entry.last = None
@@ -265,7 +265,7 @@ class LeanLocalStep:
         if (
             entry is None or args or type(value) is not Tensor
             or pl_private.current_hook(self._module) != _HOOK or pl_private.logging_hook(trainer) != _HOOK
-            or self._results is not entry.results or entry.metric.has_reset
+            or self._collection is not entry.results or entry.metric.has_reset
         ):
             return self._real_log(name, value, *args, **kwargs)
         batch_size = kwargs.pop("batch_size", None)
