@@ -1,0 +1,322 @@
+"""The lean local step (lightning_fed/client/lean_step.py) against Lightning's own optimization loop: the same
+weights bit for bit and the same logged values, taken only when nothing of Lightning's per-step machinery can act,
+and Lightning's own errors for bad ``self.log`` calls."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch.utils.data import TensorDataset
+from torchmetrics import MeanMetric
+
+from lightning_fed import FederatedTrainer
+from lightning_fed.client.lean_step import lean_step_blocker
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+
+class MLP(L.LightningModule):
+    """A small classifier; ``logs`` picks what training_step logs."""
+
+    def __init__(self, logs: str = "step", lr: float = 0.1):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+        self.logs, self.lr = logs, lr
+        self.metric = MeanMetric()
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        n = y.shape[0]
+        if "step" in self.logs:
+            self.log("train_loss", loss, prog_bar=True, batch_size=n)
+        if "epoch" in self.logs:
+            self.log("loss_epoch_only", 2 * loss, on_step=False, on_epoch=True)  # batch size from the batch
+            self.log("loss_both", loss + 1, on_step=True, on_epoch=True, batch_size=n)
+        if "dict" in self.logs:
+            self.log_dict({"x_mean": x.mean(), "x_max_abs": x.abs().max()}, batch_size=n)
+        if "max" in self.logs:
+            self.log("x_max", x.max(), reduce_fx="max", on_step=False, on_epoch=True)
+        if "metric" in self.logs:
+            self.metric.update(loss.detach())
+            self.log("loss_metric", self.metric, on_step=False, on_epoch=True)
+        if "float64" in self.logs:
+            self.log("x_sum64", x.double().sum(), on_step=True, on_epoch=True, batch_size=n)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def values(metrics):
+    """Metrics as floats, without the round's wall time (the one value that differs between two runs)."""
+    return {k: float(v) for k, v in metrics.items() if k != "round_time_s"}
+
+
+class Recorder(Callback):
+    """Every round's callback/progress-bar metrics, and the callback metrics after each client."""
+
+    def __init__(self):
+        self.rounds, self.after_client = [], []
+
+    def on_client_end(self, trainer, pl_module, update, position):
+        self.after_client.append(values(trainer.callback_metrics))
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.rounds.append((
+            values(trainer.callback_metrics),
+            values(trainer.progress_bar_metrics),
+            trainer.global_step,
+        ))
+
+
+class MemoryLogger(Logger):
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    @property
+    def name(self):
+        return "memory"
+
+    @property
+    def version(self):
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+    def log_metrics(self, metrics, step=None):
+        self.rows.append((step, values(metrics)))
+
+
+def make_data(n=30, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 5, generator=g)
+    y = torch.randint(0, 3, (n,), generator=g)
+    return TensorDataset(x, y)
+
+
+def fit(model, lean=True, callbacks=(), rounds=2, batch_size=4, **kwargs):
+    """Fit ``model`` for ``rounds`` rounds (3 clients, 2 per round); returns (trainer, recorder, logger)."""
+    dm = FederatedDataModule(make_data(), partitioner=IIDPartitioner(num_clients=3), clients_per_round=2,
+                             batch_size=batch_size)
+    recorder, logger = Recorder(), MemoryLogger()
+    kwargs.setdefault("on_client_failure", "raise")
+    trainer = FederatedTrainer(max_epochs=rounds, logger=logger, enable_progress_bar=False, enable_model_summary=False,
+                               enable_checkpointing=False, accelerator="cpu", num_sanity_val_steps=0,
+                               callbacks=[recorder, *callbacks], **kwargs)
+    trainer.fit_loop.client_runner.allow_lean_step = lean
+    trainer.fit(model, datamodule=dm)
+    return trainer, recorder, logger
+
+
+def weights(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("logs", ["step", "step+epoch", "step+dict", "step+epoch+max+metric", "float64+epoch", ""])
+def test_lean_step_equals_lightnings_loop_bit_for_bit(logs):
+    lean_model, full_model = MLP(logs), MLP(logs)
+    lean, lean_rec, lean_log = fit(lean_model, lean=True)
+    full, full_rec, full_log = fit(full_model, lean=False)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert full.fit_loop.client_runner.step_path == "lightning"
+    assert full.fit_loop.client_runner.lean_step_blocker == "allow_lean_step=False"
+    for a, b in zip(weights(lean_model), weights(full_model)):
+        assert torch.equal(a, b)
+    assert lean.global_step == full.global_step == 2 * 2 * 3  # rounds x clients x ceil(10 / 4) steps
+    assert lean_rec.rounds == full_rec.rounds  # callback metrics, progress bar, global step: every round
+    assert lean_rec.after_client == full_rec.after_client  # as the last local step left them
+    assert lean_log.rows == full_log.rows
+    assert lean.fit_loop.state_dict() == full.fit_loop.state_dict()  # progress counters (checkpointed) too
+    if "step" in logs:
+        assert "train_loss" in lean_rec.rounds[-1][0] and "train_loss" in lean_rec.rounds[-1][1]
+
+
+def test_last_batch_size_and_dict_batches():
+    """Epoch values weight by each step's own batch size (last batch smaller); Hugging Face-style dict batches
+    use the first tensor's length."""
+
+    class DictBatches(torch.utils.data.Dataset):
+        def __init__(self):
+            self.data = make_data()
+
+        def __len__(self):
+            return len(self.data)
+
+        def __getitem__(self, i):
+            x, y = self.data[i]
+            return {"x": x, "y": y}
+
+    class DictMLP(MLP):
+        def training_step(self, batch, batch_idx):
+            loss = F.cross_entropy(self.net(batch["x"]), batch["y"])
+            self.log("loss", loss, on_step=False, on_epoch=True)
+            return loss
+
+    results = []
+    for lean in (True, False):
+        model = DictMLP()
+        dm = FederatedDataModule(DictBatches(), partitioner=IIDPartitioner(num_clients=3), clients_per_round=2,
+                                 batch_size=4)
+        trainer = FederatedTrainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                                   enable_checkpointing=False, accelerator="cpu")
+        trainer.fit_loop.client_runner.allow_lean_step = lean
+        trainer.fit(model, datamodule=dm)
+        assert trainer.fit_loop.client_runner.step_path == ("lean" if lean else "lightning")
+        results.append((weights(model), float(trainer.callback_metrics["loss"])))
+    assert all(torch.equal(a, b) for a, b in zip(results[0][0], results[1][0]))
+    assert results[0][1] == results[1][1]
+
+
+class HookCounter:
+    calls = 0
+
+
+class OnAfterBackward(MLP):
+    def on_after_backward(self):
+        HookCounter.calls += 1
+
+
+class OnTrainBatchEnd(MLP):
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        HookCounter.calls += 1
+
+
+class TransferHook(MLP):
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        HookCounter.calls += 1
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+
+class ZeroGradHook(MLP):
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        HookCounter.calls += 1
+        optimizer.zero_grad()
+
+
+class StepCallback(Callback):
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        HookCounter.calls += 1
+
+
+class BatchEndCallback(Callback):
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        HookCounter.calls += 1
+
+
+@pytest.mark.parametrize(
+    "model_cls, kwargs, reason",
+    [
+        (OnAfterBackward, {}, "the module overrides on_after_backward"),
+        (OnTrainBatchEnd, {}, "the module overrides on_train_batch_end"),
+        (TransferHook, {}, "the module overrides transfer_batch_to_device"),
+        (ZeroGradHook, {}, "the module overrides optimizer_zero_grad"),
+        (MLP, {"callbacks": [StepCallback()]}, "callback StepCallback overrides on_before_optimizer_step"),
+        (MLP, {"callbacks": [BatchEndCallback()]}, "callback BatchEndCallback overrides on_train_batch_end"),
+    ],
+)
+def test_a_batch_hook_takes_lightnings_loop_and_is_called(model_cls, kwargs, reason):
+    HookCounter.calls = 0
+    trainer, _, _ = fit(model_cls(), **kwargs)
+    runner = trainer.fit_loop.client_runner
+    assert (runner.step_path, runner.lean_step_blocker) == ("lightning", reason)
+    assert HookCounter.calls == 12  # 2 rounds x 2 clients x 3 local steps
+
+
+def test_gradient_clipping_takes_lightnings_loop_and_clips():
+    clipped, plain = MLP(lr=1.0), MLP(lr=1.0)
+    trainer, _, _ = fit(clipped, gradient_clip_val=1e-3)
+    fit(plain)
+    runner = trainer.fit_loop.client_runner
+    assert (runner.step_path, runner.lean_step_blocker) == ("lightning", "gradient clipping (gradient_clip_val=0.001)")
+    moved = [(a - b).abs().max() for a, b in zip(weights(clipped), weights(MLP(lr=1.0)))]
+    assert max(moved) <= 2 * 2 * 3 * 1.0 * 1e-3 + 1e-6  # every step's update is lr * (a gradient of norm <= 1e-3)
+    assert not all(torch.equal(a, b) for a, b in zip(weights(clipped), weights(plain)))
+
+
+def test_mixed_precision_profiler_and_manual_optimization_take_lightnings_loop():
+    trainer, _, _ = fit(MLP(), precision="bf16-mixed")
+    assert trainer.fit_loop.client_runner.lean_step_blocker == "precision plugin MixedPrecision (not plain 32-true)"
+    trainer, _, _ = fit(MLP(), profiler="simple")
+    assert trainer.fit_loop.client_runner.lean_step_blocker == "profiler SimpleProfiler"
+
+    class Manual(MLP):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.steps = 0
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            loss = F.cross_entropy(self.net(batch[0]), batch[1])
+            self.manual_backward(loss)
+            opt.step()
+            self.steps += 1
+            return loss
+
+    model = Manual()
+    trainer, _, _ = fit(model)
+    assert trainer.fit_loop.client_runner.lean_step_blocker == "manual optimization"
+    assert model.steps == 12
+
+
+def test_blocker_for_two_optimizers_and_accumulation():
+    trainer = FederatedTrainer(logger=False, accelerator="cpu", accumulate_grad_batches=2)
+    trainer.strategy.connect(MLP())
+    assert lean_step_blocker(trainer, None, []) == "accumulate_grad_batches=2"
+    trainer = FederatedTrainer(logger=False, accelerator="cpu")
+    trainer.strategy.connect(MLP())
+    trainer.strategy.optimizers = [torch.optim.SGD([torch.zeros(1)], lr=1.0), torch.optim.SGD([torch.zeros(1)], lr=1.0)]
+    assert lean_step_blocker(trainer, None, []) == "2 optimizers"
+
+
+class BadLog(MLP):
+    """Logs correctly at the first step of each client, then ``bad`` from the second step on."""
+
+    def __init__(self, bad):
+        super().__init__()
+        self.bad = bad
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        if batch_idx == 0:
+            self.log("train_loss", loss)
+        elif self.bad == "vector":
+            self.log("train_loss", torch.stack([loss, loss]))
+        elif self.bad == "kwargs":
+            self.log("train_loss", loss, on_epoch=True)
+        return loss
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("bad, error, match", [
+    ("vector", ValueError, "must have a single element"),
+    ("kwargs", MisconfigurationException, "twice in `training_step` with different arguments"),
+])
+def test_bad_log_call_raises_lightnings_error(lean, bad, error, match):
+    with pytest.raises(error, match=match):
+        fit(BadLog(bad), lean=lean)
+
+
+def test_integer_values_are_converted_as_lightning_does():
+    """An integer value always takes Lightning's own log (which warns once per process and converts it)."""
+
+    class IntLog(MLP):
+        def training_step(self, batch, batch_idx):
+            self.log("n", torch.tensor(batch[1].shape[0]), on_step=False, on_epoch=True)
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+    found = []
+    for lean in (True, False):
+        trainer, _, _ = fit(IntLog(), lean=lean)
+        found.append(float(trainer.callback_metrics["n"]))
+    assert found[0] == found[1] == pytest.approx((4 * 4 + 4 * 4 + 2 * 2) / 10)  # batch-size weighted: 4, 4, 2
