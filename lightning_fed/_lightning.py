@@ -52,7 +52,7 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("lightning.fabric.utilities.cloud_io", "_is_local_file_protocol"),
     ("lightning.fabric.utilities.types", "_PATH"),
     ("lightning.pytorch.loops.optimization.automatic", "ClosureResult.from_training_step_output"),
-    ("lightning.pytorch.loops.optimization.automatic", "Closure"),
+    ("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._extract_batch_size"),
 )
 
@@ -288,10 +288,11 @@ def count_lean_step(epoch_loop: Any) -> None:
         tracker.completed += 1
 
 
-def make_closure(step_fn: Any, backward_fn: Any, zero_grad_fn: Any) -> Any:
-    """Lightning's automatic-optimization ``Closure`` (training step, then zero_grad, then backward; warns once when
-    ``training_step`` returns ``None``)."""
-    return _symbol("lightning.pytorch.loops.optimization.automatic", "Closure")(step_fn, backward_fn, zero_grad_fn)
+def warn_training_step_returned_none() -> None:
+    """The warning Lightning's automatic-optimization ``Closure`` gives (once per process, through its own warning
+    cache) when ``training_step`` returns ``None``."""
+    warning_cache = _symbol("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache")
+    warning_cache.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...")
 
 
 def closure_result(training_step_output: Any) -> Any:

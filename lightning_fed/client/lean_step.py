@@ -177,8 +177,8 @@ class LeanLocalStep:
         self._round_log = round_log
         self._optimizer = trainer.optimizers[0]
         self._device = trainer.strategy.root_device
-        self._closure = pl_private.make_closure(self._training_step, self._backward, self._optimizer.zero_grad)
         self._args: tuple = ()
+        self._output: Any = None  # what the closure made of training_step's output (see _closure)
         self._on_cpu = self._device.type == "cpu"
         # the trainer's result collection (fixed within a client; `trainer._results` walks the trainer's state)
         self._collection: Any = pl_private.results(trainer)
@@ -189,17 +189,31 @@ class LeanLocalStep:
         self.fast_log = type(module).log is LightningModule.log and "log" not in vars(module)
 
     # ------------------------------------------------------------------ the step
-    def _training_step(self) -> Any:
-        module = self._module
-        previous = pl_private.current_hook(module)  # as Lightning's _call_strategy_hook (no finally there either)
-        pl_private.set_current_hook(module, _HOOK)
-        output = module.training_step(*self._args)
-        pl_private.set_current_hook(module, previous)
-        return pl_private.closure_result(output)
-
-    @staticmethod
-    def _backward(loss: Tensor) -> None:
-        loss.backward()  # LightningModule.backward's default, through the 32-true precision plugin
+    def _closure(self) -> Optional[Tensor]:
+        """Lightning's automatic-optimization closure: ``training_step`` (as ``_call_strategy_hook`` runs it), then
+        ``optimizer.zero_grad()`` (``optimizer_zero_grad``'s default), then ``loss.backward()`` (``backward``'s
+        default under 32-true precision) unless the step returned ``None``."""
+        with torch.enable_grad():
+            module = self._module
+            previous = pl_private.current_hook(module)  # as _call_strategy_hook does (no `finally` there either)
+            pl_private.set_current_hook(module, _HOOK)
+            output = module.training_step(*self._args)
+            pl_private.set_current_hook(module, previous)
+            if type(output) is Tensor:
+                # ClosureResult's loss / accumulate_grad_batches with accumulate_grad_batches = 1 is the loss itself
+                # (x / 1 == x exactly, and so is its gradient), and its detached copy is the same numbers
+                loss = output
+                self._output = {"loss": output.detach()}
+            else:
+                result = pl_private.closure_result(output)  # Lightning's checks of a dict / None / bad output
+                loss = result.closure_loss
+                if loss is None:
+                    pl_private.warn_training_step_returned_none()
+                self._output = {} if result.loss is None else result.asdict()
+            self._optimizer.zero_grad()
+            if loss is not None:
+                loss.backward()
+            return loss
 
     def step(self, batch: Any, batch_idx: int, pass_batch_idx: bool) -> dict[str, Any]:
         """Train on ``batch`` (the ``batch_idx``-th of the client); returns what Lightning's automatic optimization
@@ -219,19 +233,25 @@ class LeanLocalStep:
         attributes = vars(self._module)
         if self.fast_log:
             attributes["log"] = self.log
+        self._output = None
         try:
             self._optimizer.step(closure=self._closure)
         finally:
             if self.fast_log:
                 attributes.pop("log", None)
-        result = self._closure.consume_result()
+        output, self._output = self._output, None
+        if output is None:
+            raise RuntimeError(
+                f"{type(self._optimizer).__name__}.step(closure) did not call the closure: training_step never ran "
+                "(Lightning's automatic optimization needs an optimizer that calls its closure)."
+            )
         pl_private.count_lean_step(self._epoch_loop)
         if self._real_logged:
             pl_private.log_batch_end(trainer)
             self._round_log.after_step(results)
         else:
             pl_private.clear_logged_batch(results)
-        return {} if result.loss is None else result.asdict()
+        return output
 
     def start_client(self) -> None:
         """A new client: no step value of an earlier (possibly failed) client is pending."""

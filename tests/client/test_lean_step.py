@@ -139,6 +139,43 @@ def test_lean_step_equals_lightnings_loop_bit_for_bit(logs):
         assert "train_loss" in lean_rec.rounds[-1][0] and "train_loss" in lean_rec.rounds[-1][1]
 
 
+class SkipsOddSteps(MLP):
+    """Returns None (no backward, no loss reported) at odd steps and a dict with an extra key at even ones."""
+
+    def training_step(self, batch, batch_idx):
+        loss = F.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("train_loss", loss)
+        return None if batch_idx % 2 else {"loss": loss, "extra": batch_idx}
+
+
+def test_none_and_dict_outputs_as_lightnings_loop():
+    lean_model, full_model = SkipsOddSteps(), SkipsOddSteps()
+    lean, lean_rec, _ = fit(lean_model, lean=True)
+    full, full_rec, _ = fit(full_model, lean=False)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(full_model)))
+    assert lean_rec.rounds == full_rec.rounds and lean.global_step == full.global_step == 12
+    assert lean_rec.rounds[-1][0]["round_local_steps"] == 6.0
+
+
+def test_returning_none_warns_as_lightning_does():
+    from lightning_fed import _lightning
+
+    class Recorded(list):
+        def warn(self, message):
+            self.append(message)
+
+    cache = _lightning._symbol("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache")
+    saved, recorded = cache.warn, Recorded()
+    cache.warn = recorded.warn
+    try:
+        trainer, _, _ = fit(SkipsOddSteps(), lean=True)
+    finally:
+        cache.warn = saved
+    assert trainer.fit_loop.client_runner.step_path == "lean"
+    assert recorded == ["`training_step` returned `None`. If this was on purpose, ignore this warning..."] * 4
+
+
 def test_last_batch_size_and_dict_batches():
     """Epoch values weight by each step's own batch size (last batch smaller); Hugging Face-style dict batches
     use the first tensor's length."""
