@@ -37,6 +37,7 @@ from typing import Any, Optional
 import torch
 from lightning.fabric.utilities import move_data_to_device
 from lightning.pytorch import Callback, LightningDataModule, LightningModule
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
@@ -111,9 +112,20 @@ def lean_step_blocker(trainer: Any, datamodule: Any, step_callbacks: list[Any]) 
     for callbacks, names in ((trainer.callbacks, CALLBACK_OPTIMIZATION_HOOKS), (step_callbacks, CALLBACK_BATCH_HOOKS)):
         for callback in callbacks:
             for name in names:
-                if is_overridden(name, callback, Callback):
+                if is_overridden(name, callback, Callback) and not _idle_batch_hook(callback, name, module):
                     return f"callback {type(callback).__name__} overrides {name}"
     return None
+
+
+def _idle_batch_hook(callback: Any, name: str, module: Any) -> bool:
+    """Whether ``callback``'s overridden hook ``name`` provably does nothing in a local step: Lightning's own
+    ``ModelCheckpoint`` (not a subclass) under automatic optimization returns from ``on_train_batch_end`` at once
+    without ``every_n_train_steps`` and ``train_time_interval`` (which federated training refuses anyway: a checkpoint
+    inside a round would hold a client's model)."""
+    if type(callback) is ModelCheckpoint and name == "on_train_batch_end" and module.automatic_optimization:
+        every_n_train_steps, train_time_interval = pl_private.model_checkpoint_step_triggers(callback)
+        return every_n_train_steps < 1 and train_time_interval is None
+    return False
 
 
 class _Logged:

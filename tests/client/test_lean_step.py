@@ -8,7 +8,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch.utils.data import TensorDataset
@@ -108,8 +108,9 @@ def fit(model, lean=True, callbacks=(), rounds=2, batch_size=4, **kwargs):
                              batch_size=batch_size)
     recorder, logger = Recorder(), MemoryLogger()
     kwargs.setdefault("on_client_failure", "raise")
+    kwargs.setdefault("enable_checkpointing", False)
     trainer = FederatedTrainer(max_epochs=rounds, logger=logger, enable_progress_bar=False, enable_model_summary=False,
-                               enable_checkpointing=False, accelerator="cpu", num_sanity_val_steps=0,
+                               accelerator="cpu", num_sanity_val_steps=0,
                                callbacks=[recorder, *callbacks], **kwargs)
     trainer.fit_loop.client_runner.allow_lean_step = lean
     trainer.fit(model, datamodule=dm)
@@ -313,6 +314,28 @@ def test_blocker_for_two_optimizers_and_accumulation():
     trainer.strategy.connect(MLP())
     trainer.strategy.optimizers = [torch.optim.SGD([torch.zeros(1)], lr=1.0), torch.optim.SGD([torch.zeros(1)], lr=1.0)]
     assert lean_step_blocker(trainer, None, []) == "2 optimizers"
+
+
+class CheckpointSubclass(ModelCheckpoint):
+    pass
+
+
+def test_model_checkpoint_without_step_triggers_keeps_the_lean_path(tmp_path):
+    """Lightning's ModelCheckpoint returns from on_train_batch_end at once without step triggers; a subclass
+    (whose hook might do anything) takes Lightning's loop. Both save the same per-round checkpoints."""
+    saved = []
+    for lean, cls in ((True, ModelCheckpoint), (False, CheckpointSubclass)):
+        model = MLP()
+        checkpoint = cls(dirpath=tmp_path / cls.__name__, save_top_k=-1, monitor="train_loss")
+        trainer, _, _ = fit(model, callbacks=[checkpoint], enable_checkpointing=True)
+        runner = trainer.fit_loop.client_runner
+        expected = ("lean", None) if lean else ("lightning", "callback CheckpointSubclass overrides on_train_batch_end")
+        assert (runner.step_path, runner.lean_step_blocker) == expected
+        saved.append((sorted(p.name for p in (tmp_path / cls.__name__).iterdir()), float(checkpoint.best_model_score),
+                      weights(model)))
+    assert saved[0][0] == saved[1][0] and len(saved[0][0]) == 2  # one checkpoint per round
+    assert saved[0][1] == saved[1][1]
+    assert all(torch.equal(a, b) for a, b in zip(saved[0][2], saved[1][2]))
 
 
 class BadLog(MLP):
