@@ -131,7 +131,7 @@ def _idle_batch_hook(callback: Any, name: str, module: Any) -> bool:
 class _Logged:
     """A name the fast ``self.log`` path handles: the arguments it was first logged with and its result metric."""
 
-    __slots__ = ("kwargs", "metric", "key", "on_step", "on_epoch", "device", "results", "last")
+    __slots__ = ("kwargs", "metric", "key", "on_step", "on_epoch", "device", "results", "pending", "last")
 
     def __init__(self, kwargs: dict, metric: Any, key: str, device: torch.device, results: Any) -> None:
         self.kwargs = kwargs
@@ -141,6 +141,7 @@ class _Logged:
         self.on_epoch = bool(metric.meta.on_epoch)
         self.device = device
         self.results = results
+        self.pending: Optional[Tensor] = None  # this step's step value (a later call in the step replaces it)
         self.last: Optional[Tensor] = None  # the client's last step value through the fast path
 
 
@@ -197,6 +198,7 @@ class LeanLocalStep:
         self._logged: dict[str, _Logged] = {}
         self._real_logged = False
         self._fast_logged = False
+        self._touched: list[_Logged] = []  # entries with a step value in the current step
         # the fast path stands in for LightningModule.log only: not for a module's own `log` (or a patched one)
         self.fast_log = type(module).log is LightningModule.log and "log" not in vars(module)
 
@@ -258,6 +260,13 @@ class LeanLocalStep:
                 "(Lightning's automatic optimization needs an optimizer that calls its closure)."
             )
         pl_private.count_lean_step(self._epoch_loop)
+        if self._touched:  # one step value per name and step, the step's last (as the forward cache keeps it)
+            for entry in self._touched:
+                if entry.pending is not None:
+                    self._round_log.add_step_value(entry.key, entry.pending)
+                    entry.last, entry.pending = entry.pending, None
+                    self._fast_logged = True
+            self._touched.clear()
         if self._real_logged:
             pl_private.log_batch_end(trainer)
             self._round_log.after_step(results)
@@ -266,11 +275,14 @@ class LeanLocalStep:
         return output
 
     def start_client(self) -> None:
-        """A new client: no step value of an earlier (possibly failed) client is pending."""
+        """A new client: no step value of an earlier (possibly failed) client is pending; the optimizer and result
+        collection are the trainer's current ones (a callback may replace the optimizer before the client starts)."""
         self._collection = pl_private.results(self._trainer)
+        self._optimizer = self._trainer.optimizers[0]
         self._fast_logged = False
+        self._touched.clear()
         for entry in self._logged.values():
-            entry.last = None
+            entry.last = entry.pending = None
 
     def finish_client(self) -> None:
         """The client's last step values logged through the fast path go through the logger connector's
@@ -308,16 +320,20 @@ class LeanLocalStep:
             if batch_size is not None:
                 kwargs["batch_size"] = batch_size
             return self._real_log(name, value, *args, **kwargs)
+        metric = entry.metric
+        if entry.on_step and entry.pending is None and pl_private.metric_forward_cache(metric) is not None:
+            if batch_size is not None:  # Lightning's log ran for this name earlier in this step: it continues
+                kwargs["batch_size"] = batch_size
+            return self._real_log(name, value, *args, **kwargs)
         # what LightningModule.log + _ResultMetric.update do to a scalar float tensor with mean reduction
         value = value.detach().clone()
         if value.ndim:
             value = value.squeeze()
         if entry.on_step:
-            self._round_log.add_step_value(entry.key, value)
-            entry.last = value
-            self._fast_logged = True
+            if entry.pending is None:
+                self._touched.append(entry)
+            entry.pending = value
         if entry.on_epoch:
-            metric = entry.metric
             size = pl_private.logged_batch_size(entry.results, metric, batch_size)
             metric.value = metric.value + value * size
             metric.cumulated_batch_size = metric.cumulated_batch_size + size
@@ -325,8 +341,8 @@ class LeanLocalStep:
     def _real_log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         self._real_logged = True
         entry = self._logged.get(name)
-        if entry is not None:
-            entry.last = None  # this step's value reaches the logger connector on Lightning's path
+        if entry is not None:  # this step's value reaches the logger connector (and the round log) on Lightning's path
+            entry.last = entry.pending = None
         LightningModule.log(self._module, name, value, *args, **kwargs)
         if entry is None and not args:
             self._register(name, value, kwargs)

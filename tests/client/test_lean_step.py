@@ -45,6 +45,10 @@ class MLP(L.LightningModule):
         if "metric" in self.logs:
             self.metric.update(loss.detach())
             self.log("loss_metric", self.metric, on_step=False, on_epoch=True)
+        if "twice" in self.logs:  # the step's last value counts (Lightning's forward cache keeps the last)
+            self.log("twice", loss, on_step=True, on_epoch=True, batch_size=n)
+            self.log("twice", 3 * loss, on_step=True, on_epoch=True, batch_size=n)
+            self.log("twice", x.std() if batch_idx % 2 else x.mean(), on_step=True, on_epoch=True, batch_size=n)
         if "float64" in self.logs:
             self.log("x_sum64", x.double().sum(), on_step=True, on_epoch=True, batch_size=n)
         return loss
@@ -121,7 +125,9 @@ def weights(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("logs", ["step", "step+epoch", "step+dict", "step+epoch+max+metric", "float64+epoch", ""])
+@pytest.mark.parametrize(
+    "logs", ["step", "step+epoch", "step+dict", "step+epoch+max+metric", "float64+epoch", "twice", "twice+max", ""]
+)
 def test_lean_step_equals_lightnings_loop_bit_for_bit(logs):
     lean_model, full_model = MLP(logs), MLP(logs)
     lean, lean_rec, lean_log = fit(lean_model, lean=True)
