@@ -109,6 +109,19 @@ class RoundLogAccumulator:
         self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
         self._step_count[key] = self._step_count.get(key, 0) + 1
 
+    def add_step_values(self, key: str, values: list[Tensor]) -> None:
+        """:meth:`add_step_value` for each of ``values`` (scalar tensors, in step order), in one go: the same float64
+        sum, in the same order (on the CPU as a running sum, ``cumsum``, whose CPU kernel adds sequentially)."""
+        if len(values) < 2 or not all(v.is_cpu for v in values):
+            for value in values:
+                self.add_step_value(key, value)
+            return
+        running = torch.stack([v.detach() for v in values]).to(torch.float64)
+        if key in self._step_sum:
+            running = torch.cat([self._step_sum[key].reshape(1), running])
+        self._step_sum[key] = running.cumsum(0)[-1]
+        self._step_count[key] = self._step_count.get(key, 0) + len(values)
+
     def finish_client(self, client_id: int, results: Any) -> None:
         """Record client ``client_id``'s m_i for every value it logged."""
         values: dict[str, float] = {}

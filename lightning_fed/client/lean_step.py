@@ -131,7 +131,7 @@ def _idle_batch_hook(callback: Any, name: str, module: Any) -> bool:
 class _Logged:
     """A name the fast ``self.log`` path handles: the arguments it was first logged with and its result metric."""
 
-    __slots__ = ("kwargs", "metric", "key", "on_step", "on_epoch", "device", "results", "pending", "last")
+    __slots__ = ("kwargs", "metric", "key", "on_step", "on_epoch", "device", "results", "pending", "values", "last")
 
     def __init__(self, kwargs: dict, metric: Any, key: str, device: torch.device, results: Any) -> None:
         self.kwargs = kwargs
@@ -142,6 +142,7 @@ class _Logged:
         self.device = device
         self.results = results
         self.pending: Optional[Tensor] = None  # this step's step value (a later call in the step replaces it)
+        self.values: list[Tensor] = []  # the client's step values not yet in the round log (added in order)
         self.last: Optional[Tensor] = None  # the client's last step value through the fast path
 
 
@@ -263,11 +264,12 @@ class LeanLocalStep:
         if self._touched:  # one step value per name and step, the step's last (as the forward cache keeps it)
             for entry in self._touched:
                 if entry.pending is not None:
-                    self._round_log.add_step_value(entry.key, entry.pending)
+                    entry.values.append(entry.pending)
                     entry.last, entry.pending = entry.pending, None
                     self._fast_logged = True
             self._touched.clear()
         if self._real_logged:
+            self._add_step_values()  # the fast path's earlier values first: the round log adds in step order
             pl_private.log_batch_end(trainer)
             self._round_log.after_step(results)
         else:
@@ -283,6 +285,13 @@ class LeanLocalStep:
         self._touched.clear()
         for entry in self._logged.values():
             entry.last = entry.pending = None
+            entry.values.clear()
+
+    def _add_step_values(self) -> None:
+        for entry in self._logged.values():
+            if entry.values:
+                self._round_log.add_step_values(entry.key, entry.values)
+                entry.values.clear()
 
     def finish_client(self) -> None:
         """The client's last step values logged through the fast path go through the logger connector's
@@ -290,6 +299,7 @@ class LeanLocalStep:
         if not self._fast_logged:
             return
         self._fast_logged = False
+        self._add_step_values()
         stepped = [entry for entry in self._logged.values() if entry.last is not None]
         for entry in stepped:
             pl_private.set_metric_forward_cache(entry.metric, entry.last)

@@ -386,3 +386,34 @@ def test_integer_values_are_converted_as_lightning_does():
         trainer, _, _ = fit(IntLog(), lean=lean)
         found.append(float(trainer.callback_metrics["n"]))
     assert found[0] == found[1] == pytest.approx((4 * 4 + 4 * 4 + 2 * 2) / 10)  # batch-size weighted: 4, 4, 2
+
+
+def test_many_local_steps_same_logged_values():
+    """10 local steps per client (batch size 1): the fast path's per-client float64 sums equal Lightning's."""
+    lean_model, full_model = MLP("step+epoch+twice"), MLP("step+epoch+twice")
+    lean, lean_rec, lean_log = fit(lean_model, lean=True, batch_size=1)
+    full, full_rec, full_log = fit(full_model, lean=False, batch_size=1)
+    assert lean.fit_loop.client_runner.step_path == "lean" and lean.global_step == 40
+    assert all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(full_model)))
+    assert lean_rec.rounds == full_rec.rounds and lean_rec.after_client == full_rec.after_client
+    assert lean_log.rows == full_log.rows
+
+
+def test_add_step_values_equals_one_at_a_time():
+    from lightning_fed.round_logging import RoundLogAccumulator
+
+    g = torch.Generator().manual_seed(3)
+    values = [torch.randn((), generator=g) * 10.0 ** float(torch.randint(-6, 6, (), generator=g)) for _ in range(500)]
+    one, batched = RoundLogAccumulator(), RoundLogAccumulator()
+    for start in (one, batched):
+        start.start_client({})
+    one.add_step_value("k", torch.tensor(0.25))
+    batched.add_step_value("k", torch.tensor(0.25))
+    for v in values:
+        one.add_step_value("k", v)
+    batched.add_step_values("k", values[:7])
+    batched.add_step_values("k", values[7:])
+    one.finish_client(0, {})
+    batched.finish_client(0, {})
+    assert one._pending == batched._pending  # the same float64 mean, bit for bit
+    assert one._pending[0]["k/step"] == pytest.approx(float((0.25 + torch.stack(values).double().sum()) / 501))
