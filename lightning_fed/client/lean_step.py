@@ -31,6 +31,7 @@ connector's full ``on_batch_end``).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -62,6 +63,15 @@ CALLBACK_OPTIMIZATION_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_
 CALLBACK_BATCH_HOOKS = ("on_train_batch_start", "on_train_batch_end")
 
 _FLOATS = (torch.float32, torch.float64)
+_TORCH_OPTIMIZER = importlib.import_module("torch.optim.optimizer")  # (torch.optim does not export the module)
+#: torch.optim optimizers whose ``step(closure)`` calls the closure once, first (under ``torch.enable_grad()``), then
+#: updates: for them (without step pre-hooks, which ``step(closure)`` runs before the closure) ``closure()`` then
+#: ``step()`` is the same computation, and cheaper (the forward and backward passes then run outside ``step``'s
+#: ``record_function`` and grad-mode wrappers).
+CLOSURE_FIRST_OPTIMIZERS = (
+    torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.Adadelta,
+    torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Rprop, torch.optim.ASGD,
+)
 _HOOK = "training_step"
 
 
@@ -128,6 +138,16 @@ def _idle_batch_hook(callback: Any, name: str, module: Any) -> bool:
     return False
 
 
+def _closure_first(optimizer: Any) -> bool:
+    """Whether ``optimizer.step(closure)`` equals ``closure(); optimizer.step()`` (see
+    :data:`CLOSURE_FIRST_OPTIMIZERS`; an optimizer with a step pre-hook or a subclass keeps ``step(closure)``)."""
+    return (
+        type(optimizer) in CLOSURE_FIRST_OPTIMIZERS
+        and not optimizer._optimizer_step_pre_hooks
+        and not _TORCH_OPTIMIZER._global_optimizer_pre_hooks
+    )
+
+
 class _Logged:
     """A name the fast ``self.log`` path handles: the arguments it was first logged with and its result metric."""
 
@@ -190,6 +210,7 @@ class LeanLocalStep:
         self._epoch_loop = epoch_loop
         self._round_log = round_log
         self._optimizer = trainer.optimizers[0]
+        self._closure_first = _closure_first(self._optimizer)
         self._device = trainer.strategy.root_device
         self._args: tuple = ()
         self._output: Any = None  # what the closure made of training_step's output (see _closure)
@@ -250,7 +271,11 @@ class LeanLocalStep:
             attributes["log"] = self.log
         self._output = None
         try:
-            self._optimizer.step(closure=self._closure)
+            if self._closure_first:
+                self._closure()
+                self._optimizer.step()
+            else:
+                self._optimizer.step(closure=self._closure)
         finally:
             if self.fast_log:
                 attributes.pop("log", None)
@@ -281,6 +306,7 @@ class LeanLocalStep:
         collection are the trainer's current ones (a callback may replace the optimizer before the client starts)."""
         self._collection = pl_private.results(self._trainer)
         self._optimizer = self._trainer.optimizers[0]
+        self._closure_first = _closure_first(self._optimizer)
         self._fast_logged = False
         self._touched.clear()
         for entry in self._logged.values():

@@ -417,3 +417,45 @@ def test_add_step_values_equals_one_at_a_time():
     batched.finish_client(0, {})
     assert one._pending == batched._pending  # the same float64 mean, bit for bit
     assert one._pending[0]["k/step"] == pytest.approx(float((0.25 + torch.stack(values).double().sum()) / 501))
+
+
+class WithOptimizer(MLP):
+    def __init__(self, make):
+        super().__init__("step+epoch")
+        self.make = make
+
+    def configure_optimizers(self):
+        return self.make(self.parameters())
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.Adam(p, lr=0.01),  # closure run before step(): the same update
+    lambda p: torch.optim.LBFGS(p, lr=0.1, max_iter=3),  # calls the closure several times: step(closure) kept
+], ids=["adam", "lbfgs"])
+def test_other_optimizers_bit_for_bit(make):
+    lean_model, full_model = WithOptimizer(make), WithOptimizer(make)
+    lean, lean_rec, lean_log = fit(lean_model, lean=True)
+    full, full_rec, full_log = fit(full_model, lean=False)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(full_model)))
+    assert lean_rec.rounds == full_rec.rounds and lean_log.rows == full_log.rows
+
+
+def test_optimizer_step_pre_hook_sees_the_same_gradients():
+    """A step pre-hook runs before the closure in step(closure): the lean step keeps that order."""
+    seen = {True: [], False: []}
+    for lean in (True, False):
+        model = MLP()
+        trainer_kwargs = {}
+
+        class Hooked(Callback):
+            def on_fit_start(self, trainer, pl_module):
+                trainer.optimizers[0].register_step_pre_hook(
+                    lambda opt, args, kwargs: seen[lean].append(
+                        None if opt.param_groups[0]["params"][0].grad is None
+                        else opt.param_groups[0]["params"][0].grad.clone()))
+
+        trainer, _, _ = fit(model, lean=lean, callbacks=[Hooked()], **trainer_kwargs)
+        assert trainer.fit_loop.client_runner.step_path == ("lean" if lean else "lightning")
+    assert len(seen[True]) == len(seen[False]) == 12
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(seen[True], seen[False]))
