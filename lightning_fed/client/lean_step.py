@@ -9,24 +9,39 @@ round by :func:`lean_step_blocker` — the runner uses a :class:`LeanLocalStep` 
 and nothing else:
 
 * the batch goes to the device with Lightning's ``move_data_to_device`` (the default ``transfer_batch_to_device``;
-  the other batch hooks are identities), the logger connector sees the batch (batch-size extraction for
-  ``self.log``; Hugging Face dict batches: the first tensor's length);
-* Lightning's own ``Closure`` and ``ClosureResult`` (``_AutomaticOptimization``'s order: ``training_step``, then
-  ``optimizer.zero_grad()``, then ``loss.backward()``, run by ``optimizer.step(closure)``), so the weights are the
-  same bit for bit, and the same errors and warnings are raised for a bad ``training_step`` output;
+  the other batch hooks are identities; a tuple of CPU tensors for a CPU module is left as it is, which is what
+  ``move_data_to_device`` returns), the logger connector sees the batch (batch-size extraction for ``self.log``;
+  Hugging Face dict batches: the first tensor's length);
+* ``_AutomaticOptimization``'s closure, in its order: ``training_step`` (with ``_current_fx_name`` set as
+  ``_call_strategy_hook`` sets it), then ``optimizer.zero_grad()`` (``optimizer_zero_grad``'s default), then
+  ``loss.backward()`` (``backward``'s default under 32-true precision; skipped when ``training_step`` returned
+  ``None``, with Lightning's own warning), run by ``optimizer.step(closure)`` — or, for the torch.optim optimizers
+  that call the closure once and first (:data:`CLOSURE_FIRST_OPTIMIZERS`, without step pre-hooks), as
+  ``closure(); optimizer.step()``, the same computation without ``step``'s wrappers around the forward and backward
+  passes. A tensor output is used as is (Lightning's ``ClosureResult`` divides it by ``accumulate_grad_batches`` = 1
+  and copies it: the same numbers); any other output goes through Lightning's ``ClosureResult`` (its checks and
+  errors). The weights are the same bit for bit;
 * ``trainer.global_step`` and the zero-grad progress counted as ``_AutomaticOptimization`` counts them.
 
 ``self.log`` during a lean step goes through a fast path (:meth:`LeanLocalStep.log`): the first call of each name in
 a round, and any call it does not handle exactly, goes to Lightning's real ``LightningModule.log`` (so its checks
 and errors stay); a later call with the same arguments (batch size aside) of a scalar float tensor with mean
-reduction, no ``sync_dist`` and no ``enable_graph`` applies what Lightning's ``_ResultMetric.update`` would
-(epoch-level: ``value += v · batch_size``, ``cumulated_batch_size += batch_size``; step-level: the value into the
-round's :class:`~lightning_fed.round_logging.RoundLogAccumulator`, which consumes step values exactly so) at a few
-tensor operations. At the end of a client (:meth:`LeanLocalStep.finish_client`) the last step values go through
-the logger connector's ``on_batch_end`` once, so ``trainer.callback_metrics`` & co. hold what they held after the
-client's last step on the full path. ``torchmetrics.Metric`` objects, other reductions (``"max"``, ``"sum"``...),
-``sync_dist``, integer or non-scalar values always take the real ``log`` (and that step then ends with the logger
-connector's full ``on_batch_end``).
+reduction, no ``sync_dist``, no ``enable_graph`` and no ``metric_attribute`` applies what Lightning's
+``_ResultMetric.update`` would: epoch-level, ``value += v · batch_size`` and ``cumulated_batch_size += batch_size``
+(batch size as Lightning extracts it); step-level, the step's last value of the name (Lightning's forward cache
+keeps the last) is kept and, at the client's end (or before a step that used Lightning's log), added in step order to
+the round's :class:`~lightning_fed.round_logging.RoundLogAccumulator` in the same float64 running sum it keeps for
+Lightning's path (:meth:`~lightning_fed.round_logging.RoundLogAccumulator.add_step_values`). At the end of a client
+(:meth:`LeanLocalStep.finish_client`) the last step values go through the logger connector's ``on_batch_end`` once,
+so ``trainer.callback_metrics`` & co. hold what they held after the client's last step on Lightning's path.
+``torchmetrics.Metric`` objects, other reductions (``"max"``, ``"sum"``...), ``sync_dist``, integer or non-scalar
+values, changed arguments always take the real ``log`` (and that step then ends with the logger connector's full
+``on_batch_end`` and the round log's ``after_step``, as on Lightning's path). The round's logged values are
+therefore the same as on Lightning's path (``tests/client/test_lean_step.py`` compares them exactly).
+
+One difference remains: when a client fails part-way on the lean path, the logger connector's cached
+``callback_metrics`` are not refreshed with that client's step values (on Lightning's path they hold its last
+completed step until the next client's); the round's logged values are unaffected (a failed client counts nothing).
 """
 
 from __future__ import annotations
