@@ -121,6 +121,7 @@ class RunResult:
     cpu: list[float] = field(default_factory=list)
     weights: list[torch.Tensor] = field(default_factory=list)
     total: float = 0.0
+    step_path: str = ""  # lightning_fed runs: the sequential executor's local step ("lean" or "lightning")
 
     def add(self, start: tuple[float, float], model: torch.nn.Module) -> None:
         self.wall.append(time.perf_counter() - start[0])
@@ -175,6 +176,8 @@ def run_lightning(args, dm, init_state, device, executor=None, no_log=False) -> 
     trainer.fit(model, datamodule=dm)
     sync(device)
     timer.result.total = time.perf_counter() - start
+    runner = trainer.fit_loop.client_runner
+    timer.result.step_path = runner.step_path + (f" ({runner.lean_step_blocker})" if runner.lean_step_blocker else "")
     return timer.result
 
 
@@ -442,6 +445,9 @@ def report(args, variants, runs, rss, cuda_peak, per_round, device) -> None:
                 continue
             diffs = [float((w - p).abs().max()) for w, p in zip(runs[name][-1].weights, runs["plain"][-1].weights)]
             print(f"same work: max |w_{name} - w_plain| after each round: " + " ".join(f"{d:.1e}" for d in diffs))
+    for name in ("lightning", "lightning-nolog"):
+        if name in variants:
+            print(f"{name}: local step path {runs[name][-1].step_path}")
     if "plain" in variants and "lightning" in variants:
         print(f"overhead: time(a) / time(b) = {ratio('lightning', 'plain')}  (lightning_fed sequential / plain loop)")
     if "plain" in variants and "lightning-nolog" in variants:

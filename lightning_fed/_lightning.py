@@ -51,6 +51,9 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loggers.tensorboard", "_TENSORBOARD_AVAILABLE"),
     ("lightning.fabric.utilities.cloud_io", "_is_local_file_protocol"),
     ("lightning.fabric.utilities.types", "_PATH"),
+    ("lightning.pytorch.loops.optimization.automatic", "ClosureResult.from_training_step_output"),
+    ("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._extract_batch_size"),
 )
 
 #: Private instance attributes (set in ``__init__``, so not checkable on the class): (owner, attribute).
@@ -74,6 +77,7 @@ INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("_ResultMetric", "_computed"),
     ("_EvaluationLoop", "_results"),
     ("_LoggerConnector", "_current_fx"),
+    ("_AutomaticOptimization", "optim_progress.optimizer.zero_grad"),
 )
 
 
@@ -269,6 +273,74 @@ def run_automatic_optimization(epoch_loop: Any, optimizer: Any, batch_idx: int, 
 def run_manual_optimization(epoch_loop: Any, kwargs: OrderedDict) -> Any:
     """One ``training_step`` under manual optimization."""
     return epoch_loop.manual_optimization.run(kwargs)
+
+
+def count_lean_step(epoch_loop: Any) -> None:
+    """Advance the optimizer-step and zero-grad progress by one step of automatic optimization taken outside
+    Lightning's ``_AutomaticOptimization`` (what its ``_optimizer_step`` and zero-grad closure count)."""
+    optimizer = epoch_loop.automatic_optimization.optim_progress.optimizer
+    for tracker in (optimizer.step.total, optimizer.step.current):
+        tracker.ready += 1
+        tracker.completed += 1
+    for tracker in (optimizer.zero_grad.total, optimizer.zero_grad.current):
+        tracker.ready += 1
+        tracker.started += 1
+        tracker.completed += 1
+
+
+def warn_training_step_returned_none() -> None:
+    """The warning Lightning's automatic-optimization ``Closure`` gives (once per process, through its own warning
+    cache) when ``training_step`` returns ``None``."""
+    warning_cache = _symbol("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache")
+    warning_cache.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...")
+
+
+def closure_result(training_step_output: Any) -> Any:
+    """Lightning's ``ClosureResult`` of a ``training_step`` output (its checks and its detached loss copy), with
+    ``accumulate_grad_batches=1``."""
+    return _symbol("lightning.pytorch.loops.optimization.automatic", "ClosureResult.from_training_step_output")(
+        training_step_output, 1
+    )
+
+
+def current_hook(module: Any) -> Any:
+    """The hook ``self.log`` files values under (``_current_fx_name``)."""
+    return module._current_fx_name
+
+
+def set_current_hook(module: Any, name: Any) -> None:
+    """``module._current_fx_name = name``, written to the instance's attributes directly (a plain attribute, never a
+    parameter, buffer or sub-module: ``nn.Module.__setattr__``'s checks would only cost time)."""
+    vars(module)["_current_fx_name"] = name
+
+
+def logging_hook(trainer: Any) -> Any:
+    """The hook the logger connector last logged from (``_current_fx``)."""
+    return trainer._logger_connector._current_fx
+
+
+def start_logged_batch(trainer: Any, results: Any, batch: Any) -> None:
+    """The logger connector's ``on_batch_start(batch)`` with the trainer's current ``results`` already at hand
+    (``trainer._results`` walks the trainer's state each time it is read)."""
+    connector = trainer._logger_connector
+    if connector._first_loop_iter is None:
+        connector._first_loop_iter = True
+    elif connector._first_loop_iter is True:
+        connector._first_loop_iter = False
+    results.batch = batch
+    results.batch_size = None
+    results.dataloader_idx = None
+
+
+def clear_logged_batch(results: Any) -> None:
+    """Drop the results' reference to the current batch and its batch size (what ``on_batch_end`` does last)."""
+    results.batch = None
+    results.batch_size = None
+
+
+def logged_batch_size(results: Any, metric: Any, batch_size: Any) -> Any:
+    """The batch size ``self.log`` uses for ``metric`` (given, cached, or extracted from the current batch)."""
+    return results._extract_batch_size(metric, batch_size, metric.meta)
 
 
 def count_optimizer_steps(epoch_loop: Any, steps: int) -> None:

@@ -98,10 +98,29 @@ class RoundLogAccumulator:
         for key, rm in _mean_tensor_metrics(results):
             cached = metric_forward_cache(rm)
             if rm.meta.on_step and cached is not None and not rm.has_reset:
-                value = cached.detach().to(torch.float64)
-                self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
-                self._step_count[key] = self._step_count.get(key, 0) + 1
+                self.add_step_value(key, cached)
                 set_metric_forward_cache(rm, None)  # consumed: a later step that does not log this value adds nothing
+
+    def add_step_value(self, key: str, value: Tensor) -> None:
+        """Add one local step's step-level value of result ``key`` (``"<hook>.<name>"``) to the client's sum (in
+        float64, in step order; what :meth:`after_step` does for each value it finds, and what the lean local step's
+        ``self.log`` fast path calls directly)."""
+        value = value.detach().to(torch.float64)
+        self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
+        self._step_count[key] = self._step_count.get(key, 0) + 1
+
+    def add_step_values(self, key: str, values: list[Tensor]) -> None:
+        """:meth:`add_step_value` for each of ``values`` (scalar tensors, in step order), in one go: the same float64
+        sum, in the same order (on the CPU as a running sum, ``cumsum``, whose CPU kernel adds sequentially)."""
+        if len(values) < 2 or not all(v.is_cpu for v in values):
+            for value in values:
+                self.add_step_value(key, value)
+            return
+        running = torch.stack([v.detach() for v in values]).to(torch.float64)
+        if key in self._step_sum:
+            running = torch.cat([self._step_sum[key].reshape(1), running])
+        self._step_sum[key] = running.cumsum(0)[-1]
+        self._step_count[key] = self._step_count.get(key, 0) + len(values)
 
     def finish_client(self, client_id: int, results: Any) -> None:
         """Record client ``client_id``'s m_i for every value it logged."""

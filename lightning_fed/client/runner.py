@@ -32,6 +32,7 @@ from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.checkpoint import MidRoundCheckpointError
+from lightning_fed.client.lean_step import LeanLocalStep, lean_step_blocker
 from lightning_fed.client.update import ClientUpdate, parameter_client_lrs
 
 FAILURE_POLICIES = ("skip", "raise")
@@ -138,6 +139,10 @@ class ClientRunner:
     #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
     STOP = object()
 
+    #: Whether :meth:`local_step` may use the lean step (:mod:`lightning_fed.client.lean_step`) when it does exactly
+    #: what Lightning's optimization loop would; ``False`` always takes Lightning's loop (read at each round's start).
+    allow_lean_step: bool = True
+
     def __init__(self, on_client_failure: str = "skip", client_timeout_s: Optional[float] = None) -> None:
         if on_client_failure not in FAILURE_POLICIES:
             raise ValueError(f"`on_client_failure` must be one of {FAILURE_POLICIES}, got {on_client_failure!r}.")
@@ -157,6 +162,8 @@ class ClientRunner:
         self._round_client_lrs: list[float] = []
         self._step_callbacks: list[Any] = []
         self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
+        self._lean: Optional[LeanLocalStep] = None
+        self._lean_blocker: Optional[str] = None
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -198,6 +205,24 @@ class ClientRunner:
         self._round_client_lrs = parameter_client_lrs(
             self._params, [opt.param_groups for opt in self.trainer.optimizers], lrs
         )
+        self._lean_blocker = (
+            lean_step_blocker(self.trainer, self.datamodule, self._step_callbacks) if self.allow_lean_step
+            else "allow_lean_step=False"
+        )
+        self._lean = LeanLocalStep(self.trainer, self._epoch_loop, self.round_log) if self._lean_blocker is None else None
+
+    @property
+    def step_path(self) -> str:
+        """Which local step this round's clients take: ``"lean"`` (:class:`~lightning_fed.client.lean_step.
+        LeanLocalStep`, exactly Lightning's arithmetic without its idle per-step machinery) or ``"lightning"``
+        (Lightning's optimization loop; :attr:`lean_step_blocker` says why). Decided in :meth:`start_round`."""
+        return "lean" if self._lean is not None else "lightning"
+
+    @property
+    def lean_step_blocker(self) -> Optional[str]:
+        """Why this round takes Lightning's optimization loop (e.g. ``"the module overrides on_after_backward"``), or
+        ``None`` on the lean path."""
+        return self._lean_blocker
 
     def reset_to_global(self) -> None:
         """The module back to x_t and the global buffers; the client optimizers fresh (state cleared,
@@ -259,10 +284,17 @@ class ClientRunner:
         else:
             configure(trainer, trainer.lightning_module, client_id, self.round_idx)
         self.round_log.start_client(pl_private.results(trainer))
+        if self._lean is not None:
+            self._lean.start_client()
 
     def local_step(self, batch: Any, batch_idx: int) -> Any:
         """One local mini-batch through Lightning's optimization loop (hooks, precision, clipping, logging); returns
-        ``training_step``'s output, or :attr:`STOP` when ``on_train_batch_start`` returned -1."""
+        ``training_step``'s output, or :attr:`STOP` when ``on_train_batch_start`` returned -1 (the lean step where
+        :attr:`step_path` is ``"lean"``: the same weights and logged values)."""
+        if self._lean is not None:
+            if self._pass_batch_idx is None:
+                self._pass_batch_idx = pl_private.training_step_takes_batch_idx(self._epoch_loop, batch, batch_idx)
+            return self._lean.step(batch, batch_idx, self._pass_batch_idx)
         trainer = self.trainer
         module = trainer.lightning_module
         epoch_loop = self._epoch_loop
@@ -311,6 +343,8 @@ class ClientRunner:
         optimizer's ``collect_client_extras``."""
         trainer = self.trainer
         module = trainer.lightning_module
+        if self._lean is not None:
+            self._lean.finish_client()
         self.round_log.finish_client(client_id, pl_private.results(trainer))
         collect = self.server_optimizer.collect_client_extras
         if _accepts_context(collect):

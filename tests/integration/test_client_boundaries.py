@@ -32,6 +32,9 @@ OWN_ROOTS = {"self", "cls", "torch", "nn", "np", "super"}
 #: ``_``-prefixed attributes of objects that are neither the loop nor Lightning's: (file, attribute) and why.
 ALLOWED_PRIVATE = {
     ("client/vectorized.py", "_version"): "torch.Tensor._version counts in-place writes (probe for buffer updates)",
+    ("client/lean_step.py", "_optimizer_step_pre_hooks"): "torch.optim.Optimizer's own step pre-hooks (a lean step "
+    "runs the closure before step() only without them)",
+    ("client/lean_step.py", "_global_optimizer_pre_hooks"): "torch.optim's global step pre-hooks (likewise)",
     ("callbacks/fedlamb.py", "_opt_called"): "torch.optim.lr_scheduler's own flag, set on a rebuilt optimizer",
     ("callbacks/fedlamb.py", "_wrapped_by_lr_sched"): "torch.optim.lr_scheduler's own flag on optimizer.step",
     ("callbacks/fedlamb.py", "_last_lr"): "torch.optim.lr_scheduler's last learning rates, re-pointed to the new "
