@@ -213,14 +213,14 @@ def run_plain(args, dm, init_state, device) -> RunResult:
                 optimizer.step()
             with torch.no_grad():
                 deltas.append(torch._foreach_sub(params, x_t))
-            sizes.append(float(dm.client_num_samples(cid)))
-        with torch.no_grad():
-            weights = (torch.tensor(sizes, dtype=torch.float64) / sum(sizes)).tolist()
-            average = [torch.mul(d, weights[0]) for d in deltas[0]]
-            for w, delta in zip(weights[1:], deltas[1:]):
-                torch._foreach_add_(average, delta, alpha=w)
+            sizes.append(dm.client_num_samples(cid))
+        with torch.no_grad():  # FedAvg's mean: Σ|D_i|Δ_i in float64, one division, rounded once (WeightedMean)
+            average = [torch.mul(d.double(), sizes[0]) for d in deltas[0]]
+            for n, delta in zip(sizes[1:], deltas[1:]):
+                torch._foreach_add_(average, delta, alpha=n)
+            torch._foreach_div_(average, float(sum(sizes)))
             torch._foreach_copy_(params, x_t)
-            torch._foreach_add_(params, average, alpha=1.0)
+            torch._foreach_add_(params, [a.to(p.dtype) for a, p in zip(average, params)], alpha=1.0)
         sync(device)
         result.add(start, model)
     result.total = time.perf_counter() - total_start
@@ -237,6 +237,12 @@ def samples_per_round(dm: FederatedDataModule, rounds: int) -> float:
     counts = [
         sum(len(b) for cid in dm.sample_clients(r).tolist() for b in dm.client_batches(cid, r)) for r in range(rounds)
     ]
+    return float(np.mean(counts[1:] if rounds > 1 else counts))
+
+
+def steps_per_round(dm: FederatedDataModule, rounds: int) -> float:
+    """Local steps (mini-batches) per measured round, summed over the cohort."""
+    counts = [sum(len(dm.client_batches(cid, r)) for cid in dm.sample_clients(r).tolist()) for r in range(rounds)]
     return float(np.mean(counts[1:] if rounds > 1 else counts))
 
 
@@ -411,6 +417,7 @@ def main(argv=None) -> None:
             cuda_peak[name] = peak
             print(f"  repeat {rep} {name:>15}: wall s/round " + " ".join(f"{t:.3f}" for t in result.wall)
                   + "  cpu " + " ".join(f"{t:.3f}" for t in result.cpu), flush=True)
+    args._dm = dm
     report(args, variants, runs, rss, cuda_peak, per_round, device)
 
 
@@ -450,6 +457,11 @@ def report(args, variants, runs, rss, cuda_peak, per_round, device) -> None:
             print(f"{name}: local step path {runs[name][-1].step_path}")
     if "plain" in variants and "lightning" in variants:
         print(f"overhead: time(a) / time(b) = {ratio('lightning', 'plain')}  (lightning_fed sequential / plain loop)")
+        steps = steps_per_round(args._dm, args.rounds)
+        print(f"overhead per local step (device-independent): (time(a) - time(b)) / steps = "
+              f"{1e3 * (med['lightning'] - med['plain']) / steps:.3f} ms (median wall), "
+              f"{1e3 * (med_cpu['lightning'] - med_cpu['plain']) / steps:.3f} ms (median CPU); {steps:.0f} steps/round; "
+              f"plain loop {1e3 * med['plain'] / steps:.3f} ms/step")
     if "plain" in variants and "lightning-nolog" in variants:
         print(f"overhead without self.log in training_step: time / time(b) = {ratio('lightning-nolog', 'plain')}")
     if "vectorized" in variants:
