@@ -398,10 +398,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         for t in args.tables:
             print(f"### {t}\n\n{make_table(t)}\n")
     else:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        with ThreadPoolExecutor(args.parallel) as pool:
-            for message in pool.map(lambda r: execute(r, args), runs):
-                print(f"[reproduce] {message}", flush=True)
+        previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a `kill` stops the runs cleanly
+        try:
+            with ThreadPoolExecutor(args.parallel) as pool:
+                for message in pool.map(lambda r: execute(r, args), runs):
+                    print(f"[reproduce] {message}", flush=True)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

