@@ -54,6 +54,7 @@ from lightning_fed import FederatedTrainer  # noqa: E402
 from lightning_fed.callbacks import FedAvg  # noqa: E402
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner  # noqa: E402
 from lightning_fed.executor import client_seed  # noqa: E402
+from lightning_fed.client.sequential import seed_client  # noqa: E402
 from lightning_fed.models import FedAwareCNN, ShakespeareLSTM  # noqa: E402
 from lightning_fed.models.char_lstm import masked_token_loss  # noqa: E402
 from lightning_fed.vectorized import VectorizedExecutor  # noqa: E402
@@ -203,7 +204,7 @@ def run_plain(args, dm, init_state, device) -> RunResult:
             with torch.no_grad():
                 torch._foreach_copy_(params, x_t)
             optimizer = torch.optim.SGD(params, lr=args.lr)
-            torch.manual_seed(client_seed(dm.seed, round_idx, cid))
+            seed_client(client_seed(dm.seed, round_idx, cid), device)  # as the executor seeds a client
             for idx in dm.client_batches(cid, round_idx):
                 index = torch.from_numpy(idx)
                 batch = (x_all[index].to(device, non_blocking=True), y_all[index].to(device, non_blocking=True))

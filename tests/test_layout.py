@@ -32,7 +32,6 @@ COVERED_ELSEWHERE = {
     "callbacks/fedyogi.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2 and the sign branch)",
     "callbacks/fedavgm.py": "tests/callbacks/test_server_optimizer.py (NumPy FedAvgM and torch SGD momentum)",
     "callbacks/lamb_client.py": "tests/callbacks/test_fedlamb.py (shares its NumPy local AMSGrad reference)",
-    "client/sequential.py": "tests/client/test_runner.py (a hand-written ClientExecutor) and client/test_vectorized.py",
     "datamodules/_args.py": "the bad-argument tests of each task data module",
     "models/classifier.py": "the papers' classifiers' tests in tests/models/ (shared training body)",
 }

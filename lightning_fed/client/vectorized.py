@@ -39,7 +39,7 @@ from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
-from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed
+from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed, seed_client
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.datamodules.federated import FederatedDataModule
 
@@ -427,7 +427,7 @@ class VectorizedExecutor(ClientExecutor):
                 for start in range(0, len(cids), chunk):
                     members = [cids[i] for i in order[start : start + chunk]]
                     if self.randomness == "different":
-                        torch.manual_seed(client_seed(datamodule.seed, round_idx, members[0]))
+                        seed_client(client_seed(datamodule.seed, round_idx, members[0]), runner.trainer.strategy.root_device)
                     results.update(self._train_chunk(runner, members, [schedules[c] for c in members], key))
         except _Unsupported as err:  # found only at a later step (e.g. training_step returned None): fall back for good
             self._probed[key] = str(err)
