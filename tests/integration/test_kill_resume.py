@@ -22,7 +22,8 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import torch
     torch.set_num_threads(1)
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    import time
+    from lightning.pytorch.callbacks import Callback, ModelCheckpoint
     from helpers import SmallClassifier, classification_dataset
     from lightning_fed import FederatedTrainer
     from lightning_fed.callbacks import FedAdam
@@ -34,8 +35,13 @@ SCRIPT = textwrap.dedent(
     train, val = classification_dataset(n=3000, n_val=100)
     dm = FederatedDataModule(train, val_dataset=val, partitioner=DirichletPartitioner(num_clients=20, alpha=0.5),
                              clients_per_round=5, batch_size=8, local_epochs=2)
+    class SlowRounds(Callback):  # rounds of >= 0.3 s: the kill window (0-1.5 s after round 1) ends mid-run
+        def on_train_epoch_start(self, trainer, pl_module):
+            time.sleep(0.3)
+
     trainer = FederatedTrainer(
-        max_epochs={rounds}, callbacks=[FedAdam(lr=0.02), ModelCheckpoint(dirpath=ckpt_dir, save_last=True)],
+        max_epochs={rounds},
+        callbacks=[FedAdam(lr=0.02), ModelCheckpoint(dirpath=ckpt_dir, save_last=True), SlowRounds()],
         logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
         num_sanity_val_steps=0,
     )
