@@ -29,6 +29,7 @@ from lightning.pytorch.core.hooks import DataHooks
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
@@ -97,17 +98,29 @@ class _TrainingStep(nn.Module):
         return self.module.training_step(batch)
 
 
-def _no_log(*args: Any, **kwargs: Any) -> None:
-    """Stands in for ``LightningModule.log``/``log_dict`` during the vmapped ``training_step``."""
+class _DroppedLogs:
+    """Stands in for ``LightningModule.log``/``log_dict`` during the vmapped ``training_step``: records the names
+    it was called with (the values are not recorded; see :class:`VectorizedExecutor`)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def log(self, name: Any, *args: Any, **kwargs: Any) -> None:
+        self.names.add(str(name))
+
+    def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
+        self.names.update(str(k) for k in getattr(dictionary, "keys", lambda: [])())
 
 
 @contextlib.contextmanager
-def _logging_disabled(module: nn.Module):
-    """Make ``module.log`` and ``module.log_dict`` no-ops (instance attributes), restoring them afterwards."""
+def _logging_disabled(module: nn.Module, dropped: Optional[_DroppedLogs] = None):
+    """Make ``module.log`` and ``module.log_dict`` no-ops (instance attributes) that record the logged names in
+    ``dropped``, restoring them afterwards."""
+    dropped = _DroppedLogs() if dropped is None else dropped
     patched = []
     for name in ("log", "log_dict"):
         if name not in module.__dict__:
-            module.__dict__[name] = _no_log
+            module.__dict__[name] = getattr(dropped, name)
             patched.append(name)
     try:
         yield
@@ -204,7 +217,7 @@ class VectorizedExecutor(ClientExecutor):
     Contract with the module: ``training_step(batch, batch_idx)`` must be a pure function of the parameters and the
     batch that returns the loss (or ``{"loss": ...}``); during the vectorized call ``self.log``/``self.log_dict``
     are no-ops, so per-step values it logs (e.g. ``train_loss``) are not recorded — the loop's round metrics
-    (``round_train_loss``, ...) are. Inputs of a group of clients must have equal shapes; clients whose k-th batches
+    (``round_train_loss``, ...) are; a ``UserWarning`` names the dropped values once. Inputs of a group of clients must have equal shapes; clients whose k-th batches
     differ in size (a short last batch) are run in separate vmapped calls, never padded (a padded mean would change
     the loss).
 
@@ -326,6 +339,8 @@ class VectorizedExecutor(ClientExecutor):
         #: Why the last round fell back to sequential training (``None`` if it ran vectorized).
         self.fallback_reason: Optional[str] = None
         self._warned: set[str] = set()
+        self._dropped_logs = _DroppedLogs()  # names training_step logged in vmapped rounds (values not recorded)
+        self._warned_logs: set[str] = set()
         self._probed: dict[tuple[int, int], Optional[str]] = {}
         self._frozen: dict[tuple[int, int], frozenset[int]] = {}
 
@@ -444,6 +459,14 @@ class VectorizedExecutor(ClientExecutor):
         for opt in trainer.optimizers:
             opt.state.clear()  # as a fresh client optimizer would be; the sequential run leaves the last client's state
         runner.count_optimizer_steps(int(steps.sum()))
+        new_names = sorted(self._dropped_logs.names - self._warned_logs)
+        if new_names:  # never silently: per-step values logged inside the vmapped training_step are not recorded
+            self._warned_logs.update(new_names)
+            rank_zero_warn(
+                f"VectorizedExecutor: the values training_step logs with self.log/self.log_dict ({new_names}) are not "
+                "recorded while the cohort is trained vectorized; the loop's round metrics (round_train_loss, ...) "
+                "are. Use client_executor='sequential' to log per-step values."
+            )
         updates = []
         for position, cid in enumerate(cids):
             delta, loss = results[cid]
@@ -586,7 +609,7 @@ class VectorizedExecutor(ClientExecutor):
         for j, (_, _, g) in enumerate(trainable):
             groups_of_params.setdefault(g, []).append(j)
 
-        with _logging_disabled(module), self._kernel_flags(module):
+        with _logging_disabled(module, self._dropped_logs), self._kernel_flags(module):
             for k in range(max(num_steps, default=0)):
                 active = sum(1 for s in num_steps if s > k)
                 sizes = [len(schedules[i][k]) for i in range(active)]

@@ -353,3 +353,14 @@ def test_gradient_clipping_falls_back(tmp_path):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         VectorizedExecutor(**kwargs)
+
+
+def test_values_logged_in_a_vmapped_training_step_are_named_in_a_warning(tmp_path):
+    """self.log inside the vmapped training_step records nothing: never silently — one UserWarning names the
+    values (once per fit, not per round); the round metrics are still logged."""
+    executor = VectorizedExecutor()
+    with pytest.warns(UserWarning, match=r"\(\['train_loss'\]\) are not recorded") as record:
+        _, _, trainer = fit(tmp_path, TinyMLP, executor, natural_dataset(), rounds=3)
+    assert executor.fallback_reason is None
+    assert sum("are not recorded" in str(w.message) for w in record) == 1
+    assert "round_train_loss" in trainer.callback_metrics and "train_loss" not in trainer.callback_metrics
