@@ -24,6 +24,7 @@ Examples::
     .venv/bin/python benchmarks/overhead.py --model lstm --threads 2 --executor vectorized
     .venv/bin/python benchmarks/overhead.py --model cnn --profile /tmp/a.prof   # cProfile of run (a)
     .venv/bin/python benchmarks/overhead.py --model cnn --only plain             # one variant: its own peak RSS
+    .venv/bin/python benchmarks/overhead.py --model cnn --threads 2 --executor vectorized --also-floor
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from lightning_fed.models import FedAwareCNN, ShakespeareLSTM  # noqa: E402
 from lightning_fed.models.char_lstm import masked_token_loss  # noqa: E402
 from lightning_fed.vectorized import VectorizedExecutor  # noqa: E402
 
-VARIANTS = ("lightning", "plain", "vectorized", "lightning-nolog")
+VARIANTS = ("lightning", "plain", "vectorized", "lightning-nolog", "floor")
 
 
 # ---------------------------------------------------------------------------------------------- workload
@@ -228,6 +229,39 @@ def run_plain(args, dm, init_state, device) -> RunResult:
     return result
 
 
+def run_floor(args, dm, init_state, device) -> RunResult:
+    """The compute floor of any cohort-parallel execution (``--also-floor``): one model trained on each round's
+    samples (the cohort's mini-batches, concatenated in client order) in steps of C·B samples — the round's
+    forward/backward FLOPs with the widest batching an executor running the cohort at once could get, and no
+    per-client weights, seeding or aggregation. It is not the same work as (a) and (b) (one model instead of C),
+    so its weights are not compared; time(floor) / time(b) bounds from below what a vectorized executor can reach
+    on the device."""
+    model = make_model(args)
+    model.load_state_dict(init_state)
+    model.to(device).train()
+    compute_loss = loss_fn(args)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    x_all, y_all = dm.train_dataset.tensors
+    width = args.cohort * args.batch
+    result = RunResult()
+    total_start = time.perf_counter()
+    for round_idx in range(args.rounds):
+        sync(device)
+        start = (time.perf_counter(), time.process_time())
+        index = torch.from_numpy(np.concatenate([
+            idx for cid in dm.sample_clients(round_idx).tolist() for idx in dm.client_batches(cid, round_idx)
+        ]).astype(np.int64))
+        for chunk in index.split(width):
+            batch = (x_all[chunk].to(device, non_blocking=True), y_all[chunk].to(device, non_blocking=True))
+            optimizer.zero_grad()
+            compute_loss(model, batch).backward()
+            optimizer.step()
+        sync(device)
+        result.add(start, model)
+    result.total = time.perf_counter() - total_start
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- reporting
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far (ru_maxrss is in KiB on Linux)."""
@@ -256,6 +290,8 @@ def run_variant(name, args, dm, init_state, device):
         result = run_lightning(args, dm, init_state, device)
     elif name == "lightning-nolog":
         result = run_lightning(args, dm, init_state, device, no_log=True)
+    elif name == "floor":
+        result = run_floor(args, dm, init_state, device)
     else:
         result = run_lightning(args, dm, init_state, device, VectorizedExecutor(max_parallel=args.max_parallel))
     cuda_peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else float("nan")
@@ -355,6 +391,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also run (a) with the VectorizedExecutor and report its speed-up (vectorized)")
     p.add_argument("--also-nolog", action="store_true",
                    help="also run (a) with the module's self.log replaced by a no-op (variant lightning-nolog)")
+    p.add_argument("--also-floor", action="store_true",
+                   help="also run the compute floor of a cohort-parallel executor (variant floor: one model, the "
+                        "round's samples in steps of C*B; not the same work, so its weights are not compared)")
     p.add_argument("--max-parallel", type=int, default=None, help="VectorizedExecutor(max_parallel=...)")
     p.add_argument("--only", choices=VARIANTS, default=None, help="run one variant only (its own peak RSS)")
     p.add_argument("--profile", default=None, help="write a cProfile of one run (a) to this path and print the top")
@@ -404,6 +443,7 @@ def main(argv=None) -> None:
 
     variants = ["lightning", "plain"] + (["vectorized"] if args.executor == "vectorized" else [])
     variants += ["lightning-nolog"] if args.also_nolog else []
+    variants += ["floor"] if args.also_floor else []
     if args.only:
         variants = [args.only]
     runs: dict[str, list[RunResult]] = {v: [] for v in variants}
@@ -449,7 +489,7 @@ def report(args, variants, runs, rss, cuda_peak, per_round, device) -> None:
     if "plain" in variants:
         print()
         for name in variants:
-            if name == "plain":
+            if name in ("plain", "floor"):
                 continue
             diffs = [float((w - p).abs().max()) for w, p in zip(runs[name][-1].weights, runs["plain"][-1].weights)]
             print(f"same work: max |w_{name} - w_plain| after each round: " + " ".join(f"{d:.1e}" for d in diffs))
@@ -471,6 +511,9 @@ def report(args, variants, runs, rss, cuda_peak, per_round, device) -> None:
         if "lightning" in variants:
             print(f"vectorized: time(a) / time(vectorized) = {ratio('lightning', 'vectorized')}  "
                   f"(speed-up vs sequential executor)")
+    if "floor" in variants and "plain" in variants:
+        print(f"compute floor: time(floor) / time(b) = {ratio('floor', 'plain')}  (one model, steps of C*B = "
+              f"{args.cohort * args.batch} samples: no cohort-parallel executor can beat this ratio on this device)")
 
 
 if __name__ == "__main__":

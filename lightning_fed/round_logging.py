@@ -34,6 +34,9 @@ TRAINING_FX = frozenset({"training_step", "on_train_batch_start", "on_train_batc
                          "optimizer_step", "optimizer_zero_grad", "backward"})
 
 
+_FLOAT_32_64 = (torch.float32, torch.float64)
+
+
 def _mean_tensor_metrics(results: Any) -> list[tuple[str, Any]]:
     return [
         (key, rm) for key, rm in results.items()
@@ -111,15 +114,16 @@ class RoundLogAccumulator:
 
     def add_step_values(self, key: str, values: list[Tensor]) -> None:
         """:meth:`add_step_value` for each of ``values`` (scalar tensors, in step order), in one go: the same float64
-        sum, in the same order (on the CPU as a running sum, ``cumsum``, whose CPU kernel adds sequentially)."""
-        if len(values) < 2 or not all(v.is_cpu for v in values):
+        sum, in the same order (on the CPU as Python floats, which are IEEE float64: each float32 or float64 value
+        converts exactly and each ``+`` rounds as the float64 tensor addition does)."""
+        if len(values) < 2 or not all(v.is_cpu and v.dtype in _FLOAT_32_64 for v in values):
             for value in values:
                 self.add_step_value(key, value)
             return
-        running = torch.stack([v.detach() for v in values]).to(torch.float64)
-        if key in self._step_sum:
-            running = torch.cat([self._step_sum[key].reshape(1), running])
-        self._step_sum[key] = running.cumsum(0)[-1]
+        total = None if key not in self._step_sum else self._step_sum[key].item()
+        for value in torch.stack([v.detach() for v in values]).double().tolist():
+            total = value if total is None else total + value
+        self._step_sum[key] = torch.tensor(total, dtype=torch.float64)
         self._step_count[key] = self._step_count.get(key, 0) + len(values)
 
     def finish_client(self, client_id: int, results: Any) -> None:

@@ -417,6 +417,14 @@ def test_add_step_values_equals_one_at_a_time():
     batched.finish_client(0, {})
     assert one._pending == batched._pending  # the same float64 mean, bit for bit
     assert one._pending[0]["k/step"] == pytest.approx(float((0.25 + torch.stack(values).double().sum()) / 501))
+    for dtype in (torch.float32, torch.float64):  # a client's first values in one go, float32 and float64 logs
+        one, batched = RoundLogAccumulator(), RoundLogAccumulator()
+        for start in (one, batched):
+            start.start_client({})
+        for v in values:
+            one.add_step_value("k", v.to(dtype))
+        batched.add_step_values("k", [v.to(dtype) for v in values])
+        assert torch.equal(one._step_sum["k"], batched._step_sum["k"]) and batched._step_count["k"] == 500
 
 
 class WithOptimizer(MLP):
