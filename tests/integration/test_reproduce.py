@@ -81,15 +81,13 @@ def test_run_killed_between_checkpoints_resumes_from_the_last_round_end(reproduc
                                   executor=None, commit=False, keep_checkpoints=False)
 
     run = dataclasses.replace(base.shortened(4, tmp_path / "a"), ckpt_every=2)
-    object.__setattr__(run, "_results", tmp_path / "a")
     assert "FAILED" in reproduce.execute(run, args("runs_a", "--trainer.max_epochs", "3"))  # 'killed' after round 3
     folder = tmp_path / "runs_a" / "fedlamb_mnist" / "cnn_fedams_seed0"
     assert reproduce.rounds_done(folder / "ckpt" / "last.ckpt") == 2
     assert "finished" in reproduce.execute(run, args("runs_a"))
     second = _rows(folder / "logs" / "attempt-1" / "metrics.csv")
     assert min(int(r["epoch"]) for r in second) == 2  # round 3 (epoch index 2) was trained again
-    once = dataclasses.replace(run)
-    object.__setattr__(once, "_results", tmp_path / "b")
+    once = dataclasses.replace(run, results_dir=tmp_path / "b")
     reproduce.execute(once, args("runs_b"))
     a, b = _rows(run.csv_path), _rows(once.csv_path)
     assert [r["round_train_loss"] for r in a] == [r["round_train_loss"] for r in b]
