@@ -140,6 +140,12 @@ class RoundLogAccumulator:
                 values[key + "/epoch"] = float(rm.value.double() - v0.double()) / count
         self._pending[int(client_id)] = values
 
+    def record_client(self, client_id: int, values: dict[str, float]) -> None:
+        """Record client ``client_id``'s m_i computed elsewhere (the vectorized executor's
+        :class:`~lightning_fed.client.vectorized_logging.ClientLogSums`): ``{"<result key>/step" or "/epoch": m_i}``,
+        as :meth:`finish_client` records them."""
+        self._pending[int(client_id)] = dict(values)
+
     def discard(self, client_id: int) -> None:
         """Client ``client_id`` was dropped after finishing: its values do not count."""
         self._pending.pop(int(client_id), None)

@@ -42,6 +42,7 @@ from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
 from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed, seed_client
 from lightning_fed.client.update import ClientUpdate
+from lightning_fed.client.vectorized_logging import ClientLogSums, LogRecorder, register_logged_values
 from lightning_fed.datamodules.federated import FederatedDataModule
 
 __all__ = ["VectorizedExecutor"]
@@ -98,29 +99,15 @@ class _TrainingStep(nn.Module):
         return self.module.training_step(batch)
 
 
-class _DroppedLogs:
-    """Stands in for ``LightningModule.log``/``log_dict`` during the vmapped ``training_step``: records the names
-    it was called with (the values are not recorded; see :class:`VectorizedExecutor`)."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def log(self, name: Any, *args: Any, **kwargs: Any) -> None:
-        self.names.add(str(name))
-
-    def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
-        self.names.update(str(k) for k in getattr(dictionary, "keys", lambda: [])())
-
-
 @contextlib.contextmanager
-def _logging_disabled(module: nn.Module, dropped: Optional[_DroppedLogs] = None):
-    """Make ``module.log`` and ``module.log_dict`` no-ops (instance attributes) that record the logged names in
-    ``dropped``, restoring them afterwards."""
-    dropped = _DroppedLogs() if dropped is None else dropped
+def _logging_recorded(module: nn.Module, recorder: Optional[LogRecorder] = None):
+    """Make ``module.log`` and ``module.log_dict`` (instance attributes) record into ``recorder`` (a throwaway one
+    by default), restoring them afterwards."""
+    recorder = LogRecorder() if recorder is None else recorder
     patched = []
     for name in ("log", "log_dict"):
         if name not in module.__dict__:
-            module.__dict__[name] = getattr(dropped, name)
+            module.__dict__[name] = getattr(recorder, name)
             patched.append(name)
     try:
         yield
@@ -215,9 +202,12 @@ class VectorizedExecutor(ClientExecutor):
     ``default_collate``. ``trainer.global_step`` advances by the cohort's total local steps, as in sequential training.
 
     Contract with the module: ``training_step(batch, batch_idx)`` must be a pure function of the parameters and the
-    batch that returns the loss (or ``{"loss": ...}``); during the vectorized call ``self.log``/``self.log_dict``
-    are no-ops, so per-step values it logs (e.g. ``train_loss``) are not recorded — the loop's round metrics
-    (``round_train_loss``, ...) are; a ``UserWarning`` names the dropped values once. Inputs of a group of clients must have equal shapes; clients whose k-th batches
+    batch that returns the loss (or ``{"loss": ...}``). Values it logs with ``self.log``/``self.log_dict`` are
+    recorded per client inside ``vmap`` (:mod:`lightning_fed.client.vectorized_logging`) and reach the round's log,
+    the callback metrics and the loggers as through the sequential executor (the same client-weighted values up to
+    float rounding); a ``torchmetrics.Metric``, a reduction other than the mean, ``sync_dist`` or
+    ``metric_attribute`` cannot be recorded that way, and a ``UserWarning`` names such values once (the loop's
+    round metrics, ``round_train_loss``, ..., are always logged). Inputs of a group of clients must have equal shapes; clients whose k-th batches
     differ in size (a short last batch) are run in separate vmapped calls, never padded (a padded mean would change
     the loss).
 
@@ -339,7 +329,7 @@ class VectorizedExecutor(ClientExecutor):
         #: Why the last round fell back to sequential training (``None`` if it ran vectorized).
         self.fallback_reason: Optional[str] = None
         self._warned: set[str] = set()
-        self._dropped_logs = _DroppedLogs()  # names training_step logged in vmapped rounds (values not recorded)
+        self._recorder = LogRecorder()  # self.log in the vmapped training_step (values recorded per client)
         self._warned_logs: set[str] = set()
         self._probed: dict[tuple[int, int], Optional[str]] = {}
         self._frozen: dict[tuple[int, int], frozenset[int]] = {}
@@ -436,7 +426,7 @@ class VectorizedExecutor(ClientExecutor):
         steps = np.array([len(schedules[c]) for c in cids], dtype=np.int64)
         order = np.argsort(-steps, kind="stable")  # most steps first: the active clients are always a prefix
         chunk = self.max_parallel or len(cids)
-        results: dict[int, tuple[list[Tensor], float]] = {}
+        results: dict[int, tuple[list[Tensor], float, dict[str, float]]] = {}
         try:
             with torch.no_grad():
                 for start in range(0, len(cids), chunk):
@@ -459,17 +449,25 @@ class VectorizedExecutor(ClientExecutor):
         for opt in trainer.optimizers:
             opt.state.clear()  # as a fresh client optimizer would be; the sequential run leaves the last client's state
         runner.count_optimizer_steps(int(steps.sum()))
-        new_names = sorted(self._dropped_logs.names - self._warned_logs)
-        if new_names:  # never silently: per-step values logged inside the vmapped training_step are not recorded
+        recorder = self._recorder
+        new_names = sorted(recorder.unsupported - self._warned_logs)
+        if new_names:  # never silently: values the vmapped training_step logs that cannot be recorded per client
             self._warned_logs.update(new_names)
             rank_zero_warn(
                 f"VectorizedExecutor: the values training_step logs with self.log/self.log_dict ({new_names}) are not "
-                "recorded while the cohort is trained vectorized; the loop's round metrics (round_train_loss, ...) "
-                "are. Use client_executor='sequential' to log per-step values."
+                "recorded while the cohort is trained vectorized (only one number per client with mean reduction, "
+                "without sync_dist or metric_attribute, is); the loop's round metrics (round_train_loss, ...) are. "
+                "Use client_executor='sequential' to log them."
             )
+        logged = [name for name in recorder.kwargs if name not in recorder.unsupported
+                  and any(name + "/step" in values or name + "/epoch" in values for _, _, values in results.values())]
+        if logged:
+            register_logged_values(trainer, recorder, logged)
+            for cid in cids:
+                runner.round_log.record_client(cid, {f"training_step.{k}": v for k, v in results[cid][2].items()})
         updates = []
         for position, cid in enumerate(cids):
-            delta, loss = results[cid]
+            delta, loss, _ = results[cid]
             update = runner.build_update(cid, delta, num_steps=len(schedules[cid]), loss=loss)
             updates.append(update)
             runner.client_end(update, position)
@@ -531,11 +529,14 @@ class VectorizedExecutor(ClientExecutor):
             batch = tree_map(lambda *xs: torch.stack(xs), *collated)
         return tree_map(lambda x: x.to(device, non_blocking=True) if isinstance(x, Tensor) else x, batch)
 
-    def _grad_fn(self, wrapper: _TrainingStep, names: list[str], batch_idx: int) -> Callable:
-        def loss_fn(params: dict[str, Tensor], batch: Any) -> Tensor:
-            return _loss_of(functional_call(wrapper, params, (batch, batch_idx), strict=False))
+    def _grad_fn(self, wrapper: _TrainingStep, names: list[str], batch_idx: int, recorder: LogRecorder) -> Callable:
+        """``vmap(grad_and_value(training_step))``: per client the gradients and ``(loss, logged values)``."""
+        def loss_fn(params: dict[str, Tensor], batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+            recorder.begin()
+            loss = _loss_of(functional_call(wrapper, params, (batch, batch_idx), strict=False))
+            return loss, recorder.take()
 
-        return vmap(grad_and_value(loss_fn), in_dims=(0, 0), randomness=self.randomness)
+        return vmap(grad_and_value(loss_fn, has_aux=True), in_dims=(0, 0), randomness=self.randomness)
 
     def _probe(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int, key: tuple[int, int]):
         """One ordinary and one vmapped ``training_step`` on the first cohort clients' first batches; returns a
@@ -559,7 +560,7 @@ class VectorizedExecutor(ClientExecutor):
                 return None
             firsts = [b for b in firsts if len(b) == len(firsts[0])]
             batch = self._fetch(runner, firsts, device)
-            with _logging_disabled(module), self._kernel_flags(module):
+            with _logging_recorded(module), self._kernel_flags(module):
                 with torch.enable_grad():
                     single = tree_map(lambda x: x[0] if isinstance(x, Tensor) else x, batch)
                     loss = _loss_of(wrapper(single, 0))
@@ -574,7 +575,7 @@ class VectorizedExecutor(ClientExecutor):
                     n: params[i].detach().unsqueeze(0).expand(len(firsts), *params[i].shape)
                     for n, (_, i, _) in zip(names, trainable)
                 }
-                self._grad_fn(wrapper, names, 0)(stacked, batch)
+                self._grad_fn(wrapper, names, 0, LogRecorder())(stacked, batch)
         except _Unsupported as err:
             return str(err)
         except Exception as err:  # an op vmap cannot batch, a random op, data that cannot be stacked, ...
@@ -592,8 +593,9 @@ class VectorizedExecutor(ClientExecutor):
 
     def _train_chunk(
         self, runner: ClientRunner, members: list[int], schedules: list[list[np.ndarray]], key: tuple[int, int]
-    ) -> dict[int, tuple[list[Tensor], float]]:
-        """Train ``members`` (sorted by number of steps, descending) together; returns cid -> (Δ, mean loss)."""
+    ) -> dict[int, tuple[list[Tensor], float, dict[str, float]]]:
+        """Train ``members`` (sorted by number of steps, descending) together; returns cid -> (Δ, mean loss, the
+        client's logged values as :meth:`ClientLogSums.client_values` gives them)."""
         module = runner.trainer.lightning_module
         trainable, hparams, wrapper = self._setup(runner, key)
         names = ["module." + n for n, _, _ in trainable]
@@ -609,7 +611,9 @@ class VectorizedExecutor(ClientExecutor):
         for j, (_, _, g) in enumerate(trainable):
             groups_of_params.setdefault(g, []).append(j)
 
-        with _logging_disabled(module, self._dropped_logs), self._kernel_flags(module):
+        recorder = self._recorder
+        logged = ClientLogSums(n)
+        with _logging_recorded(module, recorder), self._kernel_flags(module):
             for k in range(max(num_steps, default=0)):
                 active = sum(1 for s in num_steps if s > k)
                 sizes = [len(schedules[i][k]) for i in range(active)]
@@ -617,21 +621,23 @@ class VectorizedExecutor(ClientExecutor):
                 for i, size in enumerate(sizes):
                     by_size.setdefault(size, []).append(i)
                 views = [p[:active] for p in stacked]
-                grad_fn = self._grad_fn(wrapper, names, k)
+                grad_fn = self._grad_fn(wrapper, names, k, recorder)
                 if len(by_size) == 1:
                     batch = self._fetch(runner, [schedules[i][k] for i in range(active)], device)
                     with torch.enable_grad():
-                        grads_dict, losses = grad_fn(dict(zip(names, views)), batch)
+                        grads_dict, (losses, values) = grad_fn(dict(zip(names, views)), batch)
+                    logged.add(values, recorder.taken, list(range(active)), sizes[0])
                     grads = [grads_dict[nm] for nm in names]
                 else:
                     grads = [torch.empty_like(v) for v in views]
                     losses = torch.empty(active, dtype=loss_sum.dtype, device=device)
-                    for rows in by_size.values():
+                    for size, rows in by_size.items():
                         index = torch.tensor(rows, dtype=torch.long, device=device)
                         batch = self._fetch(runner, [schedules[i][k] for i in rows], device)
                         sub = {nm: v.index_select(0, index) for nm, v in zip(names, views)}
                         with torch.enable_grad():
-                            g_dict, l_group = grad_fn(sub, batch)
+                            g_dict, (l_group, values) = grad_fn(sub, batch)
+                        logged.add(values, recorder.taken, rows, size)
                         for j, nm in enumerate(names):
                             grads[j].index_copy_(0, index, g_dict[nm])
                         losses.index_copy_(0, index, l_group.to(losses.dtype))
@@ -654,7 +660,7 @@ class VectorizedExecutor(ClientExecutor):
                 delta.append(deltas_stacked[j][row] if j is not None else torch.zeros_like(g))
             steps = num_steps[row]
             loss = math.nan if steps == 0 else float(loss_sum[row]) / steps
-            out[cid] = (delta, loss)
+            out[cid] = (delta, loss, logged.client_values(row))
         return out
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -355,12 +356,74 @@ def test_bad_arguments(kwargs, match):
         VectorizedExecutor(**kwargs)
 
 
-def test_values_logged_in_a_vmapped_training_step_are_named_in_a_warning(tmp_path):
-    """self.log inside the vmapped training_step records nothing: never silently — one UserWarning names the
-    values (once per fit, not per round); the round metrics are still logged."""
+class ManyLogs(TinyMLP):
+    """Logs at every step: the loss (step and epoch), a value with its own batch size, a Python float and a
+    log_dict (epoch only), and every 2nd step a value with max reduction, which cannot be recorded per client."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("x_mean", x.mean(), batch_size=2 * y.shape[0])
+        self.log("const", 0.5, on_step=False, on_epoch=True)
+        self.log_dict({"x_max": x.abs().max(), "y_mean": y.float().mean()}, on_step=False, on_epoch=True)
+        if batch_idx % 2 == 0:
+            self.log("loss_max", loss, reduce_fx="max")
+        return loss
+
+
+def _metric_rows(trainer):
+    import csv
+
+    path = Path(trainer.logger.log_dir) / "metrics.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return {(r["epoch"], k): float(v) for r in rows for k, v in r.items() if v and k not in ("epoch", "step")}
+
+
+def test_values_logged_in_a_vmapped_training_step_equal_the_sequential_executors(tmp_path):
+    """self.log / self.log_dict inside the vmapped training_step: each value reaches the round's log, the
+    callback metrics and the logger as through the sequential executor (client-weighted means of the clients'
+    step means / batch-size-weighted epoch means; sums in float64 instead of Lightning's float32, so equal to
+    ~1e-6). Clients with a short last batch run in their own vmapped call (their batch size counts)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    def run(executor, folder):
+        kwargs = quiet_trainer_kwargs(tmp_path / folder)
+        kwargs["logger"] = CSVLogger(tmp_path / folder, name="logs")
+        torch.manual_seed(0)
+        dm = FederatedDataModule(natural_dataset(), partitioner=NaturalIdPartitioner(), clients_per_round=4,
+                                 batch_size=4, local_epochs=2, seed=3)
+        trainer = FederatedTrainer(max_epochs=3, client_executor=executor, **kwargs)
+        with pytest.warns(UserWarning) as record:
+            trainer.fit(ManyLogs(), datamodule=dm)
+        return trainer, [str(w.message) for w in record if "not recorded" in str(w.message)]
+
+    seq, seq_warnings = run(None, "seq")
     executor = VectorizedExecutor()
-    with pytest.warns(UserWarning, match=r"\(\['train_loss'\]\) are not recorded") as record:
-        _, _, trainer = fit(tmp_path, TinyMLP, executor, natural_dataset(), rounds=3)
-    assert executor.fallback_reason is None
-    assert sum("are not recorded" in str(w.message) for w in record) == 1
-    assert "round_train_loss" in trainer.callback_metrics and "train_loss" not in trainer.callback_metrics
+    vec, vec_warnings = run(executor, "vec")
+    assert executor.fallback_reason is None and seq_warnings == []
+    assert len(vec_warnings) == 1 and "(['loss_max'])" in vec_warnings[0]  # named once per fit, not per round
+    names = {"train_loss", "train_loss_step", "train_loss_epoch", "x_mean", "const", "x_max", "y_mean"}
+    assert names <= set(vec.callback_metrics)
+    for name in names | {"round_train_loss"}:
+        assert float(vec.callback_metrics[name]) == pytest.approx(float(seq.callback_metrics[name]), rel=1e-6)
+    seq_rows, vec_rows = _metric_rows(seq), _metric_rows(vec)
+    assert {k for k in vec_rows if k[1] != "loss_max"} == {k for k in seq_rows if k[1] != "loss_max"}
+    for key, value in seq_rows.items():
+        if key[1] not in ("loss_max", "round_time_s"):
+            assert vec_rows[key] == pytest.approx(value, rel=1e-6, abs=1e-7), key
+    assert vec_rows[("0", "const")] == 0.5
+
+
+def test_logging_a_name_with_other_arguments_fails_the_clients_as_lightning_does(tmp_path):
+    class Changes(TinyMLP):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("v", loss, prog_bar=batch_idx == 0)
+            return loss
+
+    match = r"Client \d+ failed in round 0: MisconfigurationException: You called `self.log\(v, ...\)` twice in `training_step`"
+    for executor in (None, VectorizedExecutor()):  # every client fails, as in sequential training: the run errors
+        with pytest.warns(UserWarning, match=match), pytest.raises(RuntimeError, match="No client reported back"):
+            fit(tmp_path, Changes, executor, natural_dataset(), rounds=1)
