@@ -60,7 +60,7 @@ from lightning_fed.models import FedAwareCNN, ShakespeareLSTM  # noqa: E402
 from lightning_fed.models.char_lstm import masked_token_loss  # noqa: E402
 from lightning_fed.vectorized import VectorizedExecutor  # noqa: E402
 
-VARIANTS = ("lightning", "plain", "vectorized", "lightning-nolog", "floor")
+VARIANTS = ("lightning", "plain", "vectorized", "lightning-nolog", "floor", "vmap-floor")
 
 
 # ---------------------------------------------------------------------------------------------- workload
@@ -262,6 +262,49 @@ def run_floor(args, dm, init_state, device) -> RunResult:
     return result
 
 
+def run_vmap_floor(args, dm, init_state, device) -> RunResult:
+    """The compute floor with per-client weights (``--also-floor``, variant ``vmap-floor``): the round's clients
+    trained at once by ``torch.func.vmap(grad(loss))`` over stacked parameters and one ``_foreach_add_`` SGD step,
+    nothing else — what the vectorized executor computes, without the framework. Steps are taken while every
+    client has a batch of B (the IID workload's clients all have the same number of full batches); its weights
+    are not compared."""
+    from torch.func import functional_call, grad, vmap
+
+    model = make_model(args)
+    model.load_state_dict(init_state)
+    model.to(device).train()
+    compute_loss = loss_fn(args)
+    names = [n for n, _ in model.named_parameters()]
+    x_all, y_all = dm.train_dataset.tensors
+
+    def client_loss(params, x, y):
+        return compute_loss(lambda inp: functional_call(model, params, (inp,)), (x, y))
+
+    step = vmap(grad(client_loss))
+    result = RunResult()
+    total_start = time.perf_counter()
+    for round_idx in range(args.rounds):
+        sync(device)
+        start = (time.perf_counter(), time.process_time())
+        cohort = dm.sample_clients(round_idx).tolist()
+        schedules = [dm.client_batches(cid, round_idx) for cid in cohort]
+        stacked = {n: p.detach().unsqueeze(0).repeat(len(cohort), *([1] * p.dim())) for n, p in
+                   model.named_parameters()}
+        for k in range(min(len(s) for s in schedules)):
+            if any(len(s[k]) != len(schedules[0][k]) for s in schedules):
+                break
+            index = torch.from_numpy(np.stack([s[k] for s in schedules]).astype(np.int64))
+            grads = step(stacked, x_all[index].to(device), y_all[index].to(device))
+            torch._foreach_add_([stacked[n] for n in names], [grads[n] for n in names], alpha=-args.lr)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(stacked[n].mean(0))
+        sync(device)
+        result.add(start, model)
+    result.total = time.perf_counter() - total_start
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- reporting
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far (ru_maxrss is in KiB on Linux)."""
@@ -292,6 +335,8 @@ def run_variant(name, args, dm, init_state, device):
         result = run_lightning(args, dm, init_state, device, no_log=True)
     elif name == "floor":
         result = run_floor(args, dm, init_state, device)
+    elif name == "vmap-floor":
+        result = run_vmap_floor(args, dm, init_state, device)
     else:
         result = run_lightning(args, dm, init_state, device, VectorizedExecutor(max_parallel=args.max_parallel))
     cuda_peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else float("nan")
@@ -392,8 +437,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--also-nolog", action="store_true",
                    help="also run (a) with the module's self.log replaced by a no-op (variant lightning-nolog)")
     p.add_argument("--also-floor", action="store_true",
-                   help="also run the compute floor of a cohort-parallel executor (variant floor: one model, the "
-                        "round's samples in steps of C*B; not the same work, so its weights are not compared)")
+                   help="also run the compute floors of a cohort-parallel executor (variant floor: one model, the "
+                        "round's samples in steps of C*B; variant vmap-floor: torch.func.vmap over per-client "
+                        "weights without the framework; not the same work, so their weights are not compared)")
     p.add_argument("--max-parallel", type=int, default=None, help="VectorizedExecutor(max_parallel=...)")
     p.add_argument("--only", choices=VARIANTS, default=None, help="run one variant only (its own peak RSS)")
     p.add_argument("--profile", default=None, help="write a cProfile of one run (a) to this path and print the top")
@@ -443,7 +489,7 @@ def main(argv=None) -> None:
 
     variants = ["lightning", "plain"] + (["vectorized"] if args.executor == "vectorized" else [])
     variants += ["lightning-nolog"] if args.also_nolog else []
-    variants += ["floor"] if args.also_floor else []
+    variants += (["floor", "vmap-floor"] if args.model == "cnn" else ["floor"]) if args.also_floor else []  # (nn.LSTM: no vmap rule)
     if args.only:
         variants = [args.only]
     runs: dict[str, list[RunResult]] = {v: [] for v in variants}
@@ -489,7 +535,7 @@ def report(args, variants, runs, rss, cuda_peak, per_round, device) -> None:
     if "plain" in variants:
         print()
         for name in variants:
-            if name in ("plain", "floor"):
+            if name in ("plain", "floor", "vmap-floor"):
                 continue
             diffs = [float((w - p).abs().max()) for w, p in zip(runs[name][-1].weights, runs["plain"][-1].weights)]
             print(f"same work: max |w_{name} - w_plain| after each round: " + " ".join(f"{d:.1e}" for d in diffs))
@@ -514,6 +560,9 @@ def report(args, variants, runs, rss, cuda_peak, per_round, device) -> None:
     if "floor" in variants and "plain" in variants:
         print(f"compute floor: time(floor) / time(b) = {ratio('floor', 'plain')}  (one model, steps of C*B = "
               f"{args.cohort * args.batch} samples: no cohort-parallel executor can beat this ratio on this device)")
+    if "vmap-floor" in variants and "plain" in variants:
+        print(f"vmap floor: time(vmap-floor) / time(b) = {ratio('vmap-floor', 'plain')}  (per-client weights: "
+              f"vmap(grad) + one SGD step per local step, no framework: the vectorized executor's own floor)")
 
 
 if __name__ == "__main__":
