@@ -275,17 +275,28 @@ def run_manual_optimization(epoch_loop: Any, kwargs: OrderedDict) -> Any:
     return epoch_loop.manual_optimization.run(kwargs)
 
 
-def count_lean_step(epoch_loop: Any) -> None:
-    """Advance the optimizer-step and zero-grad progress by one step of automatic optimization taken outside
-    Lightning's ``_AutomaticOptimization`` (what its ``_optimizer_step`` and zero-grad closure count)."""
+def lean_step_trackers(epoch_loop: Any) -> tuple[Any, Any, Any, Any]:
+    """The progress trackers one step of automatic optimization advances (``_AutomaticOptimization``'s
+    ``_optimizer_step`` and zero-grad closure): optimizer step total and current, zero-grad total and current — for
+    :func:`count_lean_step`, looked up once rather than at every step."""
     optimizer = epoch_loop.automatic_optimization.optim_progress.optimizer
-    for tracker in (optimizer.step.total, optimizer.step.current):
-        tracker.ready += 1
-        tracker.completed += 1
-    for tracker in (optimizer.zero_grad.total, optimizer.zero_grad.current):
-        tracker.ready += 1
-        tracker.started += 1
-        tracker.completed += 1
+    return optimizer.step.total, optimizer.step.current, optimizer.zero_grad.total, optimizer.zero_grad.current
+
+
+def count_lean_step(trackers: tuple[Any, Any, Any, Any]) -> None:
+    """Advance the optimizer-step and zero-grad progress (``trackers`` from :func:`lean_step_trackers`) by one step
+    of automatic optimization taken outside Lightning's ``_AutomaticOptimization``."""
+    step_total, step_current, zero_total, zero_current = trackers
+    step_total.ready += 1
+    step_total.completed += 1
+    step_current.ready += 1
+    step_current.completed += 1
+    zero_total.ready += 1
+    zero_total.started += 1
+    zero_total.completed += 1
+    zero_current.ready += 1
+    zero_current.started += 1
+    zero_current.completed += 1
 
 
 def warn_training_step_returned_none() -> None:

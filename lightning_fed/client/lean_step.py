@@ -232,6 +232,7 @@ class LeanLocalStep:
         self._on_cpu = self._device.type == "cpu"
         # the trainer's result collection (fixed within a client; `trainer._results` walks the trainer's state)
         self._collection: Any = pl_private.results(trainer)
+        self._trackers = pl_private.lean_step_trackers(epoch_loop)
         self._logged: dict[str, _Logged] = {}
         self._real_logged = False
         self._fast_logged = False
@@ -244,7 +245,10 @@ class LeanLocalStep:
         """Lightning's automatic-optimization closure: ``training_step`` (as ``_call_strategy_hook`` runs it), then
         ``optimizer.zero_grad()`` (``optimizer_zero_grad``'s default), then ``loss.backward()`` (``backward``'s
         default under 32-true precision) unless the step returned ``None``."""
-        with torch.enable_grad():
+        if not torch.is_grad_enabled():  # as under `torch.enable_grad()` (grad mode is normally on already)
+            with torch.enable_grad():
+                return self._closure()
+        try:
             module = self._module
             previous = pl_private.current_hook(module)  # as _call_strategy_hook does (no `finally` there either)
             pl_private.set_current_hook(module, _HOOK)
@@ -265,6 +269,9 @@ class LeanLocalStep:
             if loss is not None:
                 loss.backward()
             return loss
+        finally:  # grad mode as `torch.enable_grad()` leaves it, whatever training_step did to it
+            if not torch.is_grad_enabled():
+                torch.set_grad_enabled(True)
 
     def step(self, batch: Any, batch_idx: int, pass_batch_idx: bool) -> dict[str, Any]:
         """Train on ``batch`` (the ``batch_idx``-th of the client); returns what Lightning's automatic optimization
@@ -276,7 +283,7 @@ class LeanLocalStep:
         else:
             batch = move_data_to_device(batch, self._device)
         pl_private.start_logged_batch(trainer, results, batch)
-        if isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
+        if type(batch) is not tuple and isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
             size = next((v.shape[0] for v in batch.values() if isinstance(v, Tensor) and v.ndim > 0), None)
             pl_private.set_logged_batch_size(trainer, size)
         self._args = (batch, batch_idx) if pass_batch_idx else (batch,)
@@ -300,7 +307,7 @@ class LeanLocalStep:
                 f"{type(self._optimizer).__name__}.step(closure) did not call the closure: training_step never ran "
                 "(Lightning's automatic optimization needs an optimizer that calls its closure)."
             )
-        pl_private.count_lean_step(self._epoch_loop)
+        pl_private.count_lean_step(self._trackers)
         if self._touched:  # one step value per name and step, the step's last (as the forward cache keeps it)
             for entry in self._touched:
                 if entry.pending is not None:
@@ -320,6 +327,7 @@ class LeanLocalStep:
         """A new client: no step value of an earlier (possibly failed) client is pending; the optimizer and result
         collection are the trainer's current ones (a callback may replace the optimizer before the client starts)."""
         self._collection = pl_private.results(self._trainer)
+        self._trackers = pl_private.lean_step_trackers(self._epoch_loop)
         self._optimizer = self._trainer.optimizers[0]
         self._closure_first = _closure_first(self._optimizer)
         self._fast_logged = False
