@@ -58,8 +58,8 @@ class LogRecorder:
         >>> recorder.begin()
         >>> recorder.log("loss", torch.tensor(2.0), prog_bar=True)
         >>> recorder.log_dict({"a": 1.0, "b": torch.tensor(3.0)}, batch_size=4)
-        >>> recorder.take()
-        {'loss': tensor([2.]), 'a': tensor([1.]), 'b': tensor([3.])}
+        >>> {name: value.tolist() for name, value in recorder.take().items()}  # float64, one entry per call
+        {'loss': [2.0], 'a': [1.0], 'b': [3.0]}
         >>> recorder.taken, recorder.kwargs["loss"]
         ({'loss': [None], 'a': [4], 'b': [4]}, {'prog_bar': True})
     """
