@@ -381,7 +381,8 @@ def _metric_rows(trainer):
     return {(r["epoch"], k): float(v) for r in rows for k, v in r.items() if v and k not in ("epoch", "step")}
 
 
-def test_values_logged_in_a_vmapped_training_step_equal_the_sequential_executors(tmp_path):
+@pytest.mark.parametrize("max_parallel", [None, 3])
+def test_values_logged_in_a_vmapped_training_step_equal_the_sequential_executors(tmp_path, max_parallel):
     """self.log / self.log_dict inside the vmapped training_step: each value reaches the round's log, the
     callback metrics and the logger as through the sequential executor (client-weighted means of the clients'
     step means / batch-size-weighted epoch means; sums in float64 instead of Lightning's float32, so equal to
@@ -400,7 +401,7 @@ def test_values_logged_in_a_vmapped_training_step_equal_the_sequential_executors
         return trainer, [str(w.message) for w in record if "not recorded" in str(w.message)]
 
     seq, seq_warnings = run(None, "seq")
-    executor = VectorizedExecutor()
+    executor = VectorizedExecutor(max_parallel=max_parallel)  # 3: the cohort of 4 in chunks of 3 and 1
     vec, vec_warnings = run(executor, "vec")
     assert executor.fallback_reason is None and seq_warnings == []
     assert len(vec_warnings) == 1 and "(['loss_max'])" in vec_warnings[0]  # named once per fit, not per round
