@@ -560,7 +560,8 @@ class VectorizedExecutor(ClientExecutor):
                 return None
             firsts = [b for b in firsts if len(b) == len(firsts[0])]
             batch = self._fetch(runner, firsts, device)
-            with _logging_recorded(module), self._kernel_flags(module):
+            probe_log = LogRecorder()  # what the probe steps log is thrown away
+            with _logging_recorded(module, probe_log), self._kernel_flags(module):
                 with torch.enable_grad():
                     single = tree_map(lambda x: x[0] if isinstance(x, Tensor) else x, batch)
                     loss = _loss_of(wrapper(single, 0))
@@ -575,7 +576,7 @@ class VectorizedExecutor(ClientExecutor):
                     n: params[i].detach().unsqueeze(0).expand(len(firsts), *params[i].shape)
                     for n, (_, i, _) in zip(names, trainable)
                 }
-                self._grad_fn(wrapper, names, 0, LogRecorder())(stacked, batch)
+                self._grad_fn(wrapper, names, 0, probe_log)(stacked, batch)
         except _Unsupported as err:
             return str(err)
         except Exception as err:  # an op vmap cannot batch, a random op, data that cannot be stacked, ...
