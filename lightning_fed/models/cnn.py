@@ -142,6 +142,11 @@ class FedAwareCNN(Classifier):
         lr: client SGD learning rate; 0.01 in FedAWARE App. C.1.
         arch: ``"fedavg"`` (default, FedAvg/FedLab CNN), ``"toy"`` (the authors' code's
             CIFAR-10 CNN) or ``"mlp"`` (the authors' code's (F)MNIST model).
+        channels_last: keep the convolution weights and the input images in channels-last memory format
+            (``torch.channels_last``). Default ``False``. On CPU, oneDNN's channels-last convolutions train the
+            ``fedavg`` CNN about 1.2× faster (measured here at 1 thread, batch sizes 16–256). The results are the
+            same up to float rounding, not bit for bit, because other convolution kernels run. It only adds a copy
+            for ``"mlp"``.
 
     Shapes:
         input ``x``: ``[B, C, H, W]`` float; labels ``y``: ``[B]`` long in ``[0, num_classes)``;
@@ -159,13 +164,15 @@ class FedAwareCNN(Classifier):
         torch.Size([2, 10])
         >>> FedAwareCNN(in_channels=3, image_size=32, arch="toy")(torch.zeros(2, 3, 32, 32)).shape
         torch.Size([2, 10])
+        >>> FedAwareCNN(channels_last=True).net[0].weight.is_contiguous(memory_format=torch.channels_last)
+        True
         >>> FedAwareCNN(arch="resnet")
         Traceback (most recent call last):
         ...
         ValueError: arch must be one of ('fedavg', 'toy', 'mlp'), got 'resnet'
 
     Raises:
-        ValueError: an unknown ``arch`` or ``lr`` ≤ 0.
+        ValueError: an unknown ``arch``, ``lr`` ≤ 0, or a ``channels_last`` that is not a bool.
     """
 
     def __init__(
@@ -175,16 +182,24 @@ class FedAwareCNN(Classifier):
         num_classes: int = 10,
         lr: float = 0.01,
         arch: str = "fedavg",
+        channels_last: bool = False,
     ) -> None:
         super().__init__()
         if arch not in _BUILDERS:
             raise ValueError(f"arch must be one of {_ARCHS}, got {arch!r}")
         if lr <= 0:
             raise ValueError(f"lr must be positive, got {lr}")
+        if not isinstance(channels_last, bool):
+            raise ValueError(f"channels_last must be True or False, got {channels_last!r}")
         self.save_hyperparameters()
         self.net = _BUILDERS[arch](in_channels, image_size, num_classes)
+        self.channels_last = channels_last
+        if channels_last:
+            self.net.to(memory_format=torch.channels_last)  # 4-D weights only
         self.init_metrics(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, C, H, W]`` images -> ``[B, num_classes]`` logits."""
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.net(x)

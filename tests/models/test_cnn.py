@@ -62,7 +62,8 @@ def test_output_shape_and_parameter_count(arch, in_channels, image_size, expecte
 
 def test_default_is_fedavg_cnn_for_fashion_mnist():
     model = FedAwareCNN()
-    assert dict(model.hparams) == dict(in_channels=1, image_size=28, num_classes=10, lr=0.01, arch="fedavg")
+    assert dict(model.hparams) == dict(in_channels=1, image_size=28, num_classes=10, lr=0.01, arch="fedavg",
+                                       channels_last=False)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == [
@@ -92,7 +93,8 @@ def test_toy_init_matches_authors_code():
     assert fc1.weight.std().item() == pytest.approx(0.01, rel=0.05)
 
 
-@pytest.mark.parametrize("kwargs", [dict(arch="resnet"), dict(image_size=12), dict(lr=0.0), dict(arch="toy", image_size=16)])
+@pytest.mark.parametrize("kwargs", [dict(arch="resnet"), dict(image_size=12), dict(lr=0.0), dict(arch="toy", image_size=16),
+                                    dict(channels_last="yes")])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         FedAwareCNN(**kwargs)
@@ -160,3 +162,50 @@ def test_training_step_logs_train_loss_and_takes_an_sgd_step():
     onehot[0], onehot[5] = 3 / 4, 1 / 4
     expected = bias_before - 0.01 * (p - onehot)
     assert torch.allclose(model.net[-1].bias.detach(), expected, atol=1e-6)
+
+
+def test_channels_last_trains_the_same_model_up_to_rounding():
+    """channels_last=True: the conv weights (and inputs) in channels-last memory; the same function and the same
+    SGD steps as the default layout, up to float rounding (other oneDNN kernels); the default stays contiguous."""
+    torch.manual_seed(0)
+    dense, last = FedAwareCNN(), FedAwareCNN(channels_last=True)
+    last.load_state_dict(dense.state_dict())
+    conv_weights = [m.weight for m in last.net if isinstance(m, torch.nn.Conv2d)]
+    assert conv_weights and all(w.is_contiguous(memory_format=torch.channels_last) for w in conv_weights)
+    assert all(m.weight.is_contiguous() for m in dense.net if isinstance(m, torch.nn.Conv2d))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
+    torch.testing.assert_close(last(x), dense(x), rtol=1e-5, atol=1e-6)
+    for model in (dense, last):
+        optimizer = model.configure_optimizers()
+        for _ in range(3):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    for a, b in zip(dense.parameters(), last.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_channels_last_federated_round_matches_the_default_layout(tmp_path):
+    """One FedAvg round through the sequential executor: x_t is loaded into channels-last weights in place, the
+    pseudo-gradient is aggregated from them, and the result equals the default layout's up to rounding."""
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.callbacks import FedAvg
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    g = torch.Generator().manual_seed(2)
+    data = TensorDataset(torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g))
+    models = []
+    for channels_last in (False, True):
+        torch.manual_seed(0)
+        model = FedAwareCNN(channels_last=channels_last)
+        dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+                                 batch_size=5, seed=0)
+        trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(lr=1.0)], logger=False, enable_checkpointing=False,
+                                   enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                                   default_root_dir=tmp_path)
+        trainer.fit(model, datamodule=dm)
+        models.append(model)
+    assert models[1].net[0].weight.is_contiguous(memory_format=torch.channels_last)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
