@@ -82,7 +82,7 @@ def make_dataset(args: argparse.Namespace) -> TensorDataset:
 def make_model(args: argparse.Namespace) -> torch.nn.Module:
     torch.manual_seed(0)
     if args.model == "cnn":
-        return FedAwareCNN(arch=args.cnn_arch, lr=args.lr)
+        return FedAwareCNN(arch=args.cnn_arch, lr=args.lr, channels_last=args.channels_last)
     return ShakespeareLSTM(lr=args.lr, hidden_size=args.hidden)
 
 
@@ -420,6 +420,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", choices=("cnn", "lstm"), default="cnn")
     p.add_argument("--cnn-arch", choices=("fedavg", "toy", "mlp"), default="fedavg",
                    help="FedAwareCNN architecture for --model cnn (default fedavg: the 582k-parameter FedAvg CNN)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="FedAwareCNN(channels_last=True) for --model cnn (every variant)")
     p.add_argument("--hidden", type=int, default=256, help="LSTM hidden size for --model lstm (default 256)")
     p.add_argument("--clients", type=int, default=100, help="number of clients N (default 100)")
     p.add_argument("--samples-per-client", type=int, default=None,
