@@ -187,25 +187,31 @@ def test_channels_last_trains_the_same_model_up_to_rounding():
 
 
 def test_channels_last_federated_round_matches_the_default_layout(tmp_path):
-    """One FedAvg round through the sequential executor: x_t is loaded into channels-last weights in place, the
-    pseudo-gradient is aggregated from them, and the result equals the default layout's up to rounding."""
+    """Two FedAvg rounds through the sequential executor (x_t loaded into channels-last weights in place, the
+    pseudo-gradient aggregated from them) and through the vectorized one equal the default layout's up to
+    rounding."""
     from lightning_fed import FederatedTrainer
     from lightning_fed.callbacks import FedAvg
     from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
     g = torch.Generator().manual_seed(2)
     data = TensorDataset(torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g))
+    from lightning_fed.vectorized import VectorizedExecutor
+
     models = []
-    for channels_last in (False, True):
+    vectorized = VectorizedExecutor()
+    for channels_last, executor in ((False, None), (True, None), (True, vectorized)):
         torch.manual_seed(0)
         model = FedAwareCNN(channels_last=channels_last)
         dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
                                  batch_size=5, seed=0)
         trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(lr=1.0)], logger=False, enable_checkpointing=False,
                                    enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                                   default_root_dir=tmp_path)
+                                   default_root_dir=tmp_path, client_executor=executor)
         trainer.fit(model, datamodule=dm)
         models.append(model)
     assert models[1].net[0].weight.is_contiguous(memory_format=torch.channels_last)
-    for a, b in zip(models[0].parameters(), models[1].parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert vectorized.fallback_reason is None  # the layout change runs under vmap too
+    for other in models[1:]:
+        for a, b in zip(models[0].parameters(), other.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
