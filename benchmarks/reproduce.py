@@ -208,6 +208,13 @@ def merge_metrics(folder: Path) -> list[dict]:
     return [rows[r] for r in sorted(rows)]
 
 
+def pace(folder: Path, last: int = 20) -> Optional[float]:
+    """Median ``round_time_s`` of the run's ``last`` most recent logged rounds (every attempt merged): its pace in
+    seconds per round at the current load, or ``None`` before any round is logged."""
+    times = [float(r["round_time_s"]) for r in merge_metrics(folder) if r.get("round_time_s")]
+    return statistics.median(times[-last:]) if times else None
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     keys = ["round"] + sorted({k for row in rows for k in row} - {"round"})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -395,8 +402,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     elif args.command == "status":
         for run in runs:
             folder = Path(args.runs_dir) / run.table / run.name
-            state = "done" if run.csv_path.is_file() else f"{rounds_done(folder / 'ckpt' / 'last.ckpt')}/{run.rounds}"
-            print(f"{run.table:18s} {run.name:36s} {state}")
+            if run.csv_path.is_file():
+                print(f"{run.table:18s} {run.name:36s} done")
+                continue
+            done = rounds_done(folder / "ckpt" / "last.ckpt")
+            seconds = pace(folder) if (folder / "logs").is_dir() else None
+            eta = "" if seconds is None else (f"  {seconds:.1f} s/round, ~{(run.rounds - done) * seconds / 3600:.1f} h "
+                                              "left at this pace (validation rounds excluded)")
+            print(f"{run.table:18s} {run.name:36s} {done}/{run.rounds}{eta}")
     elif args.command == "table" and args.write:
         write_tables(EXAMPLES / "README.md", args.tables)
     elif args.command == "table":

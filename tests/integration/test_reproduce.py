@@ -131,3 +131,16 @@ def test_tables_from_csvs(reproduce, tmp_path, monkeypatch):
     table = reproduce.make_table("fedlamb_mnist")
     # best 50, 60 -> 55 ± 7.07; final 40, 60 -> 50 ± 14.14; std of the last 5 evaluations (population std)
     assert "| cnn | fedsgd | 2/3 | 55.00 ± 7.07 | 50.00 ± 14.14 |" in table
+
+
+def test_pace_is_the_median_round_time_of_the_latest_rounds(reproduce, tmp_path):
+    """status's pace: the median round_time_s of the last rounds over every attempt (a round trained again after a
+    resume counts once, with the later attempt's time); None before any round is logged."""
+    assert reproduce.pace(tmp_path) is None
+    for attempt, rows in enumerate(([(0, 1.0), (1, 9.0), (2, 2.0)], [(2, 4.0), (3, 5.0), (4, 6.0)])):
+        folder = tmp_path / "logs" / f"attempt-{attempt}"
+        folder.mkdir(parents=True)
+        text = "epoch,step,round_time_s,val_acc\n" + "".join(f"{e},{e},{t},\n" for e, t in rows)
+        (folder / "metrics.csv").write_text(text + "4,4,,0.5\n")  # a validation row without a round time
+    assert reproduce.pace(tmp_path) == 5.0  # rounds 1..5: 1, 9, 4, 5, 6
+    assert reproduce.pace(tmp_path, last=2) == 5.5
