@@ -116,10 +116,27 @@ class LogRecorder:
         self._values.setdefault(name, []).append(value.detach().reshape(()).to(torch.float64))
         self.trace.setdefault(name, []).append(batch_size)
 
-    def log_dict(self, dictionary: Any, *args: Any, **kwargs: Any) -> None:
-        """``log`` for each item of ``dictionary``."""
+    def log_dict(
+        self,
+        dictionary: Any,
+        prog_bar: bool = False,
+        logger: Optional[bool] = None,
+        on_step: Optional[bool] = None,
+        on_epoch: Optional[bool] = None,
+        reduce_fx: Any = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        batch_size: Optional[int] = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """:meth:`log` for each item of ``dictionary`` (the arguments as ``LightningModule.log_dict``'s)."""
         for name, value in dict(dictionary).items():
-            self.log(name, value, *args, **kwargs)
+            self.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
+                     reduce_fx=reduce_fx, enable_graph=enable_graph, sync_dist=sync_dist,
+                     sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx, batch_size=batch_size,
+                     rank_zero_only=rank_zero_only)
 
     def take(self) -> dict[str, Tensor]:
         """This traced call's values, ``{name: Tensor[n_calls]}`` (float64); its ``batch_size`` arguments go to

@@ -88,3 +88,19 @@ def test_client_sums_by_hand():
     assert sums.client_values(0) == {"x/step": 3.0, "x/epoch": 1.8, "e/step": 6.0, "e/epoch": 37 / 9}
     assert sums.client_values(1) == {"x/step": 2.0, "x/epoch": 2.0, "e/step": 2.0, "e/epoch": 2.0}
     assert sums.client_values(2) == {}
+
+
+def test_positional_arguments_follow_lightnings_signatures():
+    """log(name, value, prog_bar, logger, on_step, on_epoch, ...) and log_dict(dictionary, prog_bar, ...) take the
+    same positional arguments as LightningModule.log / log_dict."""
+    import inspect
+
+    from lightning.pytorch import LightningModule
+
+    for name in ("log", "log_dict"):
+        ours = list(inspect.signature(getattr(LogRecorder, name)).parameters)
+        theirs = list(inspect.signature(getattr(LightningModule, name)).parameters)
+        assert ours == theirs, name
+    recorder = LogRecorder()
+    recorder.log_dict({"a": 1.0}, True, None, False, True)
+    assert recorder.kwargs["a"] == {"prog_bar": True, "on_step": False, "on_epoch": True}
