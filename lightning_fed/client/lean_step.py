@@ -21,6 +21,9 @@ and nothing else:
   passes. A tensor output is used as is (Lightning's ``ClosureResult`` divides it by ``accumulate_grad_batches`` = 1
   and copies it: the same numbers); any other output goes through Lightning's ``ClosureResult`` (its checks and
   errors). The weights are the same bit for bit;
+* callbacks' ``on_before_optimizer_step`` (e.g. FedProx's proximal term, SCAFFOLD's control-variate correction)
+  called as Lightning's precision plugin calls it: after the closure, before the optimizer's update, under that
+  hook's name, with the torch optimizer;
 * ``trainer.global_step`` and the zero-grad progress counted as ``_AutomaticOptimization`` counts them.
 
 ``self.log`` during a lean step goes through a fast path (:meth:`LeanLocalStep.log`): the first call of each name in
@@ -72,8 +75,10 @@ MODULE_BATCH_HOOKS = (
 #: LightningDataModule hooks called on a training batch.
 DATAMODULE_BATCH_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 #: Callback hooks Lightning's optimization calls on every callback of the trainer.
-CALLBACK_OPTIMIZATION_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward",
-                               "on_before_optimizer_step")
+CALLBACK_OPTIMIZATION_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward")
+#: The callback hook the lean step calls itself, where Lightning's precision plugin calls it (``_after_closure``:
+#: after the closure's backward, before the optimizer's update): FedProx's and SCAFFOLD's gradient corrections.
+CALLBACK_BEFORE_STEP_HOOK = "on_before_optimizer_step"
 #: Callback hooks the runner calls on the step callbacks around each local step.
 CALLBACK_BATCH_HOOKS = ("on_train_batch_start", "on_train_batch_end")
 
@@ -237,6 +242,8 @@ class LeanLocalStep:
         self._real_logged = False
         self._fast_logged = False
         self._touched: list[_Logged] = []  # entries with a step value in the current step
+        # callbacks whose on_before_optimizer_step runs after each backward (the others' is Callback's no-op)
+        self._before_step = [cb for cb in trainer.callbacks if is_overridden(CALLBACK_BEFORE_STEP_HOOK, cb, Callback)]
         # the fast path stands in for LightningModule.log only: not for a module's own `log` (or a patched one)
         self.fast_log = type(module).log is LightningModule.log and "log" not in vars(module)
 
@@ -273,6 +280,23 @@ class LeanLocalStep:
             if not torch.is_grad_enabled():
                 torch.set_grad_enabled(True)
 
+    def _after_closure(self) -> None:
+        """What Lightning's ``Precision._after_closure`` does here: every callback's ``on_before_optimizer_step``
+        under that hook name, with the torch optimizer (the module's own hook and ``configure_gradient_clipping`` are
+        Lightning's no-op defaults, or :func:`lean_step_blocker` would have chosen Lightning's loop)."""
+        module = self._module
+        previous = pl_private.current_hook(module)  # as _call_callback_hooks does (no `finally` there either)
+        pl_private.set_current_hook(module, CALLBACK_BEFORE_STEP_HOOK)
+        for callback in self._before_step:
+            callback.on_before_optimizer_step(self._trainer, module, self._optimizer)
+        pl_private.set_current_hook(module, previous)
+
+    def _closure_then_hooks(self) -> Optional[Tensor]:
+        """The closure as Lightning's precision plugin wraps it for ``optimizer.step(closure)``."""
+        loss = self._closure()
+        self._after_closure()
+        return loss
+
     def step(self, batch: Any, batch_idx: int, pass_batch_idx: bool) -> dict[str, Any]:
         """Train on ``batch`` (the ``batch_idx``-th of the client); returns what Lightning's automatic optimization
         returns (``{"loss": detached loss, **extra}``, or ``{}`` when ``training_step`` returned ``None``)."""
@@ -295,9 +319,11 @@ class LeanLocalStep:
         try:
             if self._closure_first:
                 self._closure()
+                if self._before_step:
+                    self._after_closure()
                 self._optimizer.step()
             else:
-                self._optimizer.step(closure=self._closure)
+                self._optimizer.step(closure=self._closure_then_hooks if self._before_step else self._closure)
         finally:
             if self.fast_log:
                 attributes.pop("log", None)

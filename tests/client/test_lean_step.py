@@ -262,7 +262,6 @@ class BatchEndCallback(Callback):
         (OnTrainBatchEnd, {}, "the module overrides on_train_batch_end"),
         (TransferHook, {}, "the module overrides transfer_batch_to_device"),
         (ZeroGradHook, {}, "the module overrides optimizer_zero_grad"),
-        (MLP, {"callbacks": [StepCallback()]}, "callback StepCallback overrides on_before_optimizer_step"),
         (MLP, {"callbacks": [BatchEndCallback()]}, "callback BatchEndCallback overrides on_train_batch_end"),
     ],
 )
@@ -272,6 +271,53 @@ def test_a_batch_hook_takes_lightnings_loop_and_is_called(model_cls, kwargs, rea
     runner = trainer.fit_loop.client_runner
     assert (runner.step_path, runner.lean_step_blocker) == ("lightning", reason)
     assert HookCounter.calls == 12  # 2 rounds x 2 clients x 3 local steps
+
+
+class GradientProbe(Callback):
+    """on_before_optimizer_step: records the hook name the module logs under, the optimizer it gets and the
+    gradient norm (after backward, before the step), logs it, and changes the gradient (as FedProx does)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in pl_module.parameters()]))
+        self.calls.append((pl_module._current_fx_name, optimizer is trainer.optimizers[0], float(norm)))
+        pl_module.log("grad_norm", norm, on_step=True, on_epoch=True, batch_size=1)
+        for p in pl_module.parameters():
+            p.grad.mul_(0.5)
+
+
+def test_a_callbacks_on_before_optimizer_step_keeps_the_lean_path_as_lightning_calls_it():
+    """A callback's on_before_optimizer_step (FedProx's and SCAFFOLD's gradient corrections) runs where
+    Lightning's precision plugin runs it — after the closure's backward, before the update, under the hook's
+    name, with the torch optimizer — so the lean path keeps it: the same weights, hook calls and logs."""
+    lean_probe, full_probe = GradientProbe(), GradientProbe()
+    lean_model, full_model = MLP("step"), MLP("step")
+    lean, lean_rec, lean_log = fit(lean_model, lean=True, callbacks=[lean_probe])
+    full, full_rec, full_log = fit(full_model, lean=False, callbacks=[full_probe])
+    assert (lean.fit_loop.client_runner.step_path, lean.fit_loop.client_runner.lean_step_blocker) == ("lean", None)
+    assert len(lean_probe.calls) == 12 and lean_probe.calls == full_probe.calls
+    assert lean_probe.calls[0][:2] == ("on_before_optimizer_step", True)
+    assert all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(full_model)))
+    assert lean_rec.rounds == full_rec.rounds and lean_rec.after_client == full_rec.after_client
+    assert lean_log.rows == full_log.rows and "grad_norm_step" in lean_rec.rounds[-1][0]
+
+
+@pytest.mark.parametrize("name", ["fedprox", "scaffold"])
+def test_fedprox_and_scaffold_take_the_lean_path_bit_for_bit(name):
+    from lightning_fed.callbacks import SCAFFOLD, FedProx
+
+    make = {"fedprox": lambda: FedProx(mu=0.5), "scaffold": lambda: SCAFFOLD(lr=1.0)}[name]
+    lean_model, full_model = MLP("step+epoch"), MLP("step+epoch")
+    lean, lean_rec, lean_log = fit(lean_model, lean=True, callbacks=[make()], rounds=3)
+    full, full_rec, full_log = fit(full_model, lean=False, callbacks=[make()], rounds=3)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(full_model)))
+    assert lean_rec.rounds == full_rec.rounds and lean_log.rows == full_log.rows
+    untouched = MLP("step+epoch")
+    fit(untouched, lean=True, rounds=3)  # the correction did act
+    assert not all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(untouched)))
 
 
 def test_gradient_clipping_takes_lightnings_loop_and_clips():
