@@ -307,7 +307,8 @@ class LeanLocalStep:
         else:
             batch = move_data_to_device(batch, self._device)
         pl_private.start_logged_batch(trainer, results, batch)
-        if type(batch) is not tuple and isinstance(batch, Mapping):  # e.g. a Hugging Face batch: its size is the first tensor's length
+        # e.g. a Hugging Face batch: its size is the first tensor's length (a tuple skips the slower ABC check)
+        if type(batch) is not tuple and isinstance(batch, Mapping):
             size = next((v.shape[0] for v in batch.values() if isinstance(v, Tensor) and v.ndim > 0), None)
             pl_private.set_logged_batch_size(trainer, size)
         self._args = (batch, batch_idx) if pass_batch_idx else (batch,)

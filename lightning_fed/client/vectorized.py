@@ -207,9 +207,9 @@ class VectorizedExecutor(ClientExecutor):
     the callback metrics and the loggers as through the sequential executor (the same client-weighted values up to
     float rounding); a ``torchmetrics.Metric``, a reduction other than the mean, ``sync_dist`` or
     ``metric_attribute`` cannot be recorded that way, and a ``UserWarning`` names such values once (the loop's
-    round metrics, ``round_train_loss``, ..., are always logged). Inputs of a group of clients must have equal shapes; clients whose k-th batches
-    differ in size (a short last batch) are run in separate vmapped calls, never padded (a padded mean would change
-    the loss).
+    round metrics, ``round_train_loss``, ..., are always logged). Inputs of a group of clients must have equal
+    shapes; clients whose k-th batches differ in size (a short last batch) are run in separate vmapped calls, never
+    padded (a padded mean would change the loss).
 
     Falls back to :class:`~lightning_fed.client.sequential.SequentialExecutor` (exactly the sequential result; the reason is
     logged once at WARNING and kept in :attr:`fallback_reason`) when :meth:`incompatibility` names a reason: module
