@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import csv
+import dataclasses
 import math
 import os
 import shutil
@@ -138,7 +138,7 @@ FEDAWARE_METHODS = ("fedaware", "fedyogi", "fedavgm", "fedavg", "fedprox", "scaf
 def fedaware_fmnist() -> list[Run]:
     runs = []
     # setting-major, Hybrid+ (App. C.2's headline setting) first: one setting's complete mean ± std table (3 seeds)
-    # before the next; the runs take ~10 s per round here, ~25 h for one setting's 18 runs with --parallel 2
+    # before the next; ~8-10 s per round here, ~10-12 h for one setting's 18 runs with --parallel 2
     for setting in FEDAWARE_SETTINGS:
         data = load(EXAMPLES / f"fashion_mnist_{setting}_fedavg.yaml")
         for seed in (0, 1, 2):
@@ -406,7 +406,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 print(f"{run.table:18s} {run.name:36s} done")
                 continue
             done = rounds_done(folder / "ckpt" / "last.ckpt")
-            seconds = pace(folder) if (folder / "logs").is_dir() else None
+            seconds = pace(folder)
             eta = "" if seconds is None else (f"  {seconds:.1f} s/round, ~{(run.rounds - done) * seconds / 3600:.1f} h "
                                               "left at this pace (validation rounds excluded)")
             print(f"{run.table:18s} {run.name:36s} {done}/{run.rounds}{eta}")

@@ -37,6 +37,10 @@ from torch import Tensor
 from lightning_fed import _lightning as pl_private
 
 _MEAN = ("mean", torch.mean)
+#: The log arguments that go into Lightning's metadata of a logged name (and their defaults): recorded per name and
+#: passed to the registration call, so the result metric is the one the sequential executor's calls would make.
+_LOG_DEFAULTS = {"prog_bar": False, "logger": None, "on_step": None, "on_epoch": None, "enable_graph": False,
+                 "add_dataloader_idx": True, "rank_zero_only": False}
 _HOOK = "training_step"
 
 
@@ -106,7 +110,8 @@ class LogRecorder:
             self.trace.pop(name, None)
             return
         kwargs = {"prog_bar": prog_bar, "logger": logger, "on_step": on_step, "on_epoch": on_epoch,
-                  "add_dataloader_idx": add_dataloader_idx, "rank_zero_only": rank_zero_only}
+                  "enable_graph": enable_graph, "add_dataloader_idx": add_dataloader_idx,
+                  "rank_zero_only": rank_zero_only}
         kwargs = {k: v for k, v in kwargs.items() if v != _LOG_DEFAULTS[k]}
         self.kwargs.setdefault(name, kwargs)
         if kwargs != self.kwargs[name]:  # as Lightning's result collection refuses it
@@ -144,10 +149,6 @@ class LogRecorder:
         values, self._values = self._values, {}
         self.taken, self.trace = self.trace, {}
         return {name: torch.stack(v) for name, v in values.items()}
-
-
-_LOG_DEFAULTS = {"prog_bar": False, "logger": None, "on_step": None, "on_epoch": None, "add_dataloader_idx": True,
-                 "rank_zero_only": False}
 
 
 class ClientLogSums:

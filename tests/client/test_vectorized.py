@@ -428,3 +428,28 @@ def test_logging_a_name_with_other_arguments_fails_the_clients_as_lightning_does
     for executor in (None, VectorizedExecutor()):  # every client fails, as in sequential training: the run errors
         with pytest.warns(UserWarning, match=match), pytest.raises(RuntimeError, match="No client reported back"):
             fit(tmp_path, Changes, executor, natural_dataset(), rounds=1)
+
+
+def test_a_logged_names_metadata_is_the_sequential_executors(tmp_path):
+    """The name registered after a vectorized round carries the arguments it was logged with (enable_graph,
+    prog_bar, on_epoch, ...) in Lightning's metadata, as the sequential executor's calls register it."""
+    from lightning_fed import _lightning as pl_private
+
+    class GraphLog(TinyMLP):
+        def training_step(self, batch, batch_idx):
+            loss = F.cross_entropy(self.net(batch[0]), batch[1])
+            self.log("g", loss, enable_graph=True, prog_bar=True, on_epoch=True)
+            return loss
+
+    class Meta(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            metas.append(pl_private.results(trainer)["training_step.g"].meta)
+
+    metas = []
+    for executor in (None, VectorizedExecutor()):
+        fit(tmp_path, GraphLog, executor, natural_dataset(), callbacks=[Meta()], rounds=1)
+    fields = ("fx", "name", "prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "enable_graph",
+              "add_dataloader_idx", "dataloader_idx", "metric_attribute")  # (_sync holds each trainer's strategy)
+    seq, vec = ([getattr(m, f) for f in fields] for m in metas)
+    assert metas[1].enable_graph and metas[1].prog_bar and metas[1].on_epoch
+    assert vec == seq

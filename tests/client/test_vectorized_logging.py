@@ -22,6 +22,8 @@ def test_recorder_keeps_values_batch_sizes_and_first_arguments():
     assert values["a"].dtype == torch.float64
     assert recorder.taken == {"a": [3, None], "n": [None]}
     assert recorder.kwargs == {"a": {"on_epoch": True}, "n": {}}
+    recorder.log("g", torch.tensor(1.0), enable_graph=True)  # part of Lightning's metadata of the name
+    assert recorder.kwargs["g"] == {"enable_graph": True}
     recorder.begin()
     assert recorder.take() == {} and recorder.taken == {}
 
