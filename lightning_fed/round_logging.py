@@ -112,16 +112,21 @@ class RoundLogAccumulator:
         self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
         self._step_count[key] = self._step_count.get(key, 0) + 1
 
-    def add_step_values(self, key: str, values: list[Tensor]) -> None:
-        """:meth:`add_step_value` for each of ``values`` (scalar tensors, in step order), in one go: the same float64
-        sum, in the same order (on the CPU as Python floats, which are IEEE float64: each float32 or float64 value
-        converts exactly and each ``+`` rounds as the float64 tensor addition does)."""
-        if len(values) < 2 or not all(v.is_cpu and v.dtype in _FLOAT_32_64 for v in values):
+    def add_step_values(self, key: str, values: list[Any]) -> None:
+        """:meth:`add_step_value` for each of ``values`` (in step order: scalar tensors, or Python floats holding a
+        float32 or float64 value exactly, as the lean step's ``self.log`` fast path keeps them on the CPU), in one go:
+        the same float64 sum, in the same order (on the CPU as Python floats, which are IEEE float64: each float32 or
+        float64 value converts exactly and each ``+`` rounds as the float64 tensor addition does)."""
+        if values and all(type(v) is float for v in values):
+            floats = values
+        elif len(values) > 1 and all(type(v) is not float and v.is_cpu and v.dtype in _FLOAT_32_64 for v in values):
+            floats = torch.stack([v.detach() for v in values]).double().tolist()
+        else:
             for value in values:
-                self.add_step_value(key, value)
+                self.add_step_value(key, torch.tensor(value, dtype=torch.float64) if type(value) is float else value)
             return
         total = None if key not in self._step_sum else self._step_sum[key].item()
-        for value in torch.stack([v.detach() for v in values]).double().tolist():
+        for value in floats:
             total = value if total is None else total + value
         self._step_sum[key] = torch.tensor(total, dtype=torch.float64)
         self._step_count[key] = self._step_count.get(key, 0) + len(values)

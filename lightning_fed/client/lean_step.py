@@ -32,7 +32,7 @@ and errors stay); a later call with the same arguments (batch size aside) of a s
 reduction, no ``sync_dist``, no ``enable_graph`` and no ``metric_attribute`` applies what Lightning's
 ``_ResultMetric.update`` would: epoch-level, ``value += v · batch_size`` and ``cumulated_batch_size += batch_size``
 (batch size as Lightning extracts it); step-level, the step's last value of the name (Lightning's forward cache
-keeps the last) is kept and, at the client's end (or before a step that used Lightning's log), added in step order to
+keeps the last; on the CPU as a Python float, ``item()``: an exact copy, as Lightning's clone is) is kept and, at the client's end (or before a step that used Lightning's log), added in step order to
 the round's :class:`~lightning_fed.round_logging.RoundLogAccumulator` in the same float64 running sum it keeps for
 Lightning's path (:meth:`~lightning_fed.round_logging.RoundLogAccumulator.add_step_values`). At the end of a client
 (:meth:`LeanLocalStep.finish_client`) the last step values go through the logger connector's ``on_batch_end`` once,
@@ -158,6 +158,14 @@ def _idle_batch_hook(callback: Any, name: str, module: Any) -> bool:
     return False
 
 
+def _cpu_tensors(batch: tuple) -> bool:
+    """Whether every element of ``batch`` is a CPU ``Tensor`` (not a subclass)."""
+    for t in batch:
+        if type(t) is not Tensor or not t.is_cpu:
+            return False
+    return True
+
+
 def _closure_first(optimizer: Any) -> bool:
     """Whether ``optimizer.step(closure)`` equals ``closure(); optimizer.step()`` (see
     :data:`CLOSURE_FIRST_OPTIMIZERS`; an optimizer with a step pre-hook or a subclass keeps ``step(closure)``)."""
@@ -171,7 +179,10 @@ def _closure_first(optimizer: Any) -> bool:
 class _Logged:
     """A name the fast ``self.log`` path handles: the arguments it was first logged with and its result metric."""
 
-    __slots__ = ("kwargs", "metric", "key", "on_step", "on_epoch", "device", "results", "pending", "values", "last")
+    __slots__ = (
+        "kwargs", "metric", "key", "on_step", "on_epoch", "device", "on_cpu", "results", "pending", "pending_dtype",
+        "values", "last", "last_dtype",
+    )
 
     def __init__(self, kwargs: dict, metric: Any, key: str, device: torch.device, results: Any) -> None:
         self.kwargs = kwargs
@@ -180,10 +191,21 @@ class _Logged:
         self.on_step = bool(metric.meta.on_step)
         self.on_epoch = bool(metric.meta.on_epoch)
         self.device = device
+        # on the CPU a step value is kept as a Python float (``Tensor.item()``: the exact float32/float64 value, no
+        # tensor copy); elsewhere as Lightning keeps it, a detached clone (no host sync per step)
+        self.on_cpu = device.type == "cpu"
         self.results = results
-        self.pending: Optional[Tensor] = None  # this step's step value (a later call in the step replaces it)
-        self.values: list[Tensor] = []  # the client's step values not yet in the round log (added in order)
-        self.last: Optional[Tensor] = None  # the client's last step value through the fast path
+        self.pending: Any = None  # this step's step value (a later call in the step replaces it)
+        self.pending_dtype: Optional[torch.dtype] = None  # its dtype (a float's tensor dtype, for `last`)
+        self.values: list[Any] = []  # the client's step values not yet in the round log (added in order)
+        self.last: Any = None  # the client's last step value through the fast path
+        self.last_dtype: Optional[torch.dtype] = None
+
+    def last_tensor(self) -> Tensor:
+        """The client's last step value as the scalar tensor Lightning's forward cache would hold (a float kept on
+        the CPU converts back exactly: it came from a tensor of ``last_dtype``)."""
+        last = self.last
+        return last if type(last) is Tensor else torch.tensor(last, dtype=self.last_dtype)
 
 
 class LeanLocalStep:
@@ -238,6 +260,7 @@ class LeanLocalStep:
         # the trainer's result collection (fixed within a client; `trainer._results` walks the trainer's state)
         self._collection: Any = pl_private.results(trainer)
         self._trackers = pl_private.lean_step_trackers(epoch_loop)
+        self._attributes = vars(module)  # the module's instance attributes (where `log` is installed per step)
         self._logged: dict[str, _Logged] = {}
         self._real_logged = False
         self._fast_logged = False
@@ -302,9 +325,8 @@ class LeanLocalStep:
         returns (``{"loss": detached loss, **extra}``, or ``{}`` when ``training_step`` returned ``None``)."""
         trainer = self._trainer
         results = self._collection
-        if self._on_cpu and type(batch) is tuple and all(type(t) is Tensor and t.is_cpu for t in batch):
-            pass  # what move_data_to_device gives: the same tensors (Tensor.to(cpu) of a CPU tensor is itself)
-        else:
+        if not (self._on_cpu and type(batch) is tuple and _cpu_tensors(batch)):
+            # (a tuple of CPU tensors for a CPU module: what move_data_to_device gives is the same tensors)
             batch = move_data_to_device(batch, self._device)
         pl_private.start_logged_batch(trainer, results, batch)
         # e.g. a Hugging Face batch: its size is the first tensor's length (a tuple skips the slower ABC check)
@@ -313,7 +335,7 @@ class LeanLocalStep:
             pl_private.set_logged_batch_size(trainer, size)
         self._args = (batch, batch_idx) if pass_batch_idx else (batch,)
         self._real_logged = False
-        attributes = vars(self._module)
+        attributes = self._attributes
         if self.fast_log:
             attributes["log"] = self.log
         self._output = None
@@ -340,6 +362,7 @@ class LeanLocalStep:
                 if entry.pending is not None:
                     entry.values.append(entry.pending)
                     entry.last, entry.pending = entry.pending, None
+                    entry.last_dtype = entry.pending_dtype
                     self._fast_logged = True
             self._touched.clear()
         if self._real_logged:
@@ -378,9 +401,10 @@ class LeanLocalStep:
         self._add_step_values()
         stepped = [entry for entry in self._logged.values() if entry.last is not None]
         for entry in stepped:
-            pl_private.set_metric_forward_cache(entry.metric, entry.last)
+            last = entry.last_tensor()
+            pl_private.set_metric_forward_cache(entry.metric, last)
             if not entry.on_epoch:
-                entry.metric.value = entry.last
+                entry.metric.value = last
         if stepped:
             pl_private.log_batch_end(self._trainer)
         for entry in stepped:
@@ -411,14 +435,20 @@ class LeanLocalStep:
             if batch_size is not None:  # Lightning's log ran for this name earlier in this step: it continues
                 kwargs["batch_size"] = batch_size
             return self._real_log(name, value, *args, **kwargs)
-        # what LightningModule.log + _ResultMetric.update do to a scalar float tensor with mean reduction
-        value = value.detach().clone()
+        # what LightningModule.log + _ResultMetric.update do to a scalar float tensor with mean reduction (Lightning
+        # keeps a clone of the step value, safe from later in-place changes: `item()` on the CPU is such a copy, and
+        # the epoch sum below makes new tensors)
+        value = value.detach()
         if value.ndim:
             value = value.squeeze()
         if entry.on_step:
             if entry.pending is None:
                 self._touched.append(entry)
-            entry.pending = value
+            if entry.on_cpu:
+                entry.pending = value.item()
+                entry.pending_dtype = value.dtype
+            else:
+                entry.pending = value.clone()
         if entry.on_epoch:
             size = pl_private.logged_batch_size(entry.results, metric, batch_size)
             metric.value = metric.value + value * size

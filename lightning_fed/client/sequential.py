@@ -51,6 +51,50 @@ def seed_client(seed: int, device: torch.device) -> None:
         torch.manual_seed(seed)
 
 
+def mean_step_loss(losses: list[torch.Tensor]) -> float:
+    """``float(l_1 + l_2 + ... + l_n) / n``: a client's mean local loss over the steps that returned one, the sum
+    taken left to right as tensor additions (so it rounds as a running ``loss_sum + loss`` in the losses' dtype
+    would); ``nan`` for no losses.
+
+    For scalar float32 or float64 losses on the CPU the same additions run on NumPy / Python scalars after one
+    ``stack``, which are the same IEEE operations in the same order (the result is identical), without a tensor
+    operation per step; anything else (other dtypes or shapes, mixed dtypes, another device) is added as tensors.
+
+    Args:
+        losses: The detached losses of the client's local steps, in step order.
+
+    Example::
+
+        >>> mean_step_loss([torch.tensor(1.0), torch.tensor(2.0), torch.tensor(4.5)])
+        2.5
+        >>> mean_step_loss([])
+        nan
+    """
+    if not losses:
+        return math.nan
+    first = losses[0]
+    if len(losses) > 1 and first.is_cpu and first.dtype in (torch.float32, torch.float64):
+        try:
+            stacked = torch.stack(losses)
+        except RuntimeError:  # different shapes or devices: added as tensors below
+            stacked = None
+        if stacked is not None and stacked.ndim == 1 and stacked.dtype == first.dtype:
+            values = stacked.tolist()
+            if first.dtype == torch.float32:  # float32 + float32 rounds to float32, as the tensor addition does
+                total = np.float32(values[0])
+                for value in values[1:]:
+                    total = total + np.float32(value)
+            else:
+                total = values[0]
+                for value in values[1:]:
+                    total = total + value
+            return float(total) / len(losses)
+    total = first
+    for loss in losses[1:]:
+        total = total + loss
+    return float(total) / len(losses)
+
+
 class ClientExecutor(abc.ABC):
     """Runs the local work of a round's cohort and returns one :class:`ClientUpdate` per client that reported back.
 
@@ -189,7 +233,8 @@ class SequentialExecutor(ClientExecutor):
         datamodule = runner.datamodule
         runner.start_client(cid)
         seed_client(client_seed(datamodule.seed, round_idx, cid), runner.trainer.strategy.root_device)
-        loss_sum, steps, loss_steps = None, 0, 0
+        losses: list[torch.Tensor] = []
+        steps = 0
         for batch_idx, batch in enumerate(datamodule.client_dataloader(cid, round_idx)):
             output = runner.local_step(batch, batch_idx)
             if self._time_limit is not None:
@@ -199,8 +244,5 @@ class SequentialExecutor(ClientExecutor):
             steps += 1
             loss = output.get("loss") if isinstance(output, dict) else None
             if loss is not None:  # manual optimization may return nothing: no loss reported, not a NaN
-                loss = loss.detach()
-                loss_sum = loss if loss_sum is None else loss_sum + loss
-                loss_steps += 1
-        mean_loss = math.nan if loss_sum is None else float(loss_sum) / loss_steps
-        return runner.finish_client(cid, num_steps=steps, loss=mean_loss, loss_steps=loss_steps)
+                losses.append(loss.detach() if loss.requires_grad else loss)
+        return runner.finish_client(cid, num_steps=steps, loss=mean_step_loss(losses), loss_steps=len(losses))

@@ -473,6 +473,47 @@ def test_add_step_values_equals_one_at_a_time():
         assert torch.equal(one._step_sum["k"], batched._step_sum["k"]) and batched._step_count["k"] == 500
 
 
+def test_add_step_values_takes_the_floats_the_fast_path_keeps_on_the_cpu():
+    """The lean step keeps CPU step values as Python floats (``item()``): the same sum as the tensors'."""
+    from lightning_fed.round_logging import RoundLogAccumulator
+
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64):
+        values = list((torch.randn(200, generator=g, dtype=dtype) * 1e3).unbind())
+        tensors, floats = RoundLogAccumulator(), RoundLogAccumulator()
+        for start in (tensors, floats):
+            start.start_client({})
+        tensors.add_step_values("k", values[:1])  # one value: added as a tensor
+        floats.add_step_values("k", [v.item() for v in values[:1]])
+        tensors.add_step_values("k", values[1:])
+        floats.add_step_values("k", [v.item() for v in values[1:]])
+        assert torch.equal(tensors._step_sum["k"], floats._step_sum["k"]) and floats._step_count["k"] == 200
+
+
+class ChangesItsLossInPlace(MLP):
+    """Logs the loss, then changes the logged tensor in place (Lightning keeps a copy of the logged value)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        logged = loss.detach()
+        self.log("train_loss", logged, prog_bar=True, batch_size=y.shape[0])
+        logged.mul_(100.0)  # the logged value must stay the one at the call
+        self.log("x_sum64", x.double().sum(), on_step=True, on_epoch=True, batch_size=y.shape[0])
+        return loss * 1.0
+
+
+def test_a_logged_tensor_changed_in_place_afterwards_logs_the_value_at_the_call():
+    lean_model, full_model = ChangesItsLossInPlace(), ChangesItsLossInPlace()
+    lean, lean_rec, lean_log = fit(lean_model, lean=True)
+    full, full_rec, full_log = fit(full_model, lean=False)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert lean_rec.rounds == full_rec.rounds and lean_rec.after_client == full_rec.after_client
+    assert lean_log.rows == full_log.rows
+    assert lean.callback_metrics["train_loss"].dtype == torch.float32  # the forward cache's dtype
+    assert lean.callback_metrics["x_sum64"].dtype == full.callback_metrics["x_sum64"].dtype
+
+
 class WithOptimizer(MLP):
     def __init__(self, make):
         super().__init__("step+epoch")

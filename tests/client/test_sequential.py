@@ -23,3 +23,48 @@ def test_seed_client_on_cpu_gives_torch_manual_seeds_numbers_without_touching_ac
         before = tracker.get_calls()
         seed_client(5, torch.device("cpu"))
         assert tracker.get_calls() == before
+
+
+def _running_sum(losses):
+    """What the executor computed before mean_step_loss: a running ``loss_sum + loss`` of tensors."""
+    total = losses[0]
+    for loss in losses[1:]:
+        total = total + loss
+    return float(total) / len(losses)
+
+
+def test_mean_step_loss_equals_a_running_tensor_sum_bit_for_bit():
+    """float32 and float64 losses of very different magnitudes (where the order of additions shows in the last
+    bits): the NumPy/Python scalar additions give exactly the running tensor sum, and not a pairwise sum."""
+    import math
+
+    import torch
+
+    from lightning_fed.client.sequential import mean_step_loss
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        for n in (2, 3, 30, 1000):
+            scales = 10.0 ** torch.randint(-7, 7, (n,), generator=g).to(dtype)
+            losses = list((torch.rand(n, generator=g, dtype=dtype) * scales).unbind())
+            assert mean_step_loss(losses) == _running_sum(losses)
+    big = [torch.tensor(1.0)] + [torch.tensor(2.0 ** -24)] * 1000  # each 1 + 2^-24 rounds back to 1 in float32
+    assert mean_step_loss(big) == _running_sum(big) == 1.0 / 1001
+    assert float(torch.stack(big).sum()) / 1001 != mean_step_loss(big)  # torch's sum rounds differently
+    assert math.isnan(mean_step_loss([]))
+    assert mean_step_loss([torch.tensor(3.5)]) == 3.5
+
+
+def test_mean_step_loss_falls_back_to_tensor_additions_for_other_losses():
+    """Mixed dtypes (float32 then float64 promotes mid-way), bfloat16, shape [1] and mixed shapes: the running tensor
+    sum itself."""
+    import torch
+
+    from lightning_fed.client.sequential import mean_step_loss
+
+    mixed = [torch.tensor(1.0 + 2.0 ** -20), torch.tensor(1e-9, dtype=torch.float64), torch.tensor(2.0 ** -23)]
+    half = [torch.tensor(v, dtype=torch.bfloat16) for v in (1.0, 0.0039, 0.0039, 3.0)]
+    shaped = [torch.tensor([0.1]), torch.tensor([0.2]), torch.tensor([0.3])]
+    ragged = [torch.tensor(0.1), torch.tensor([0.2])]
+    for losses in (mixed, half, shaped, ragged):
+        assert mean_step_loss(losses) == _running_sum(losses)
