@@ -56,9 +56,10 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
     taken left to right as tensor additions (so it rounds as a running ``loss_sum + loss`` in the losses' dtype
     would); ``nan`` for no losses.
 
-    For scalar float32 or float64 losses on the CPU the same additions run on NumPy / Python scalars after one
-    ``stack``, which are the same IEEE operations in the same order (the result is identical), without a tensor
-    operation per step; anything else (other dtypes or shapes, mixed dtypes, another device) is added as tensors.
+    For scalar float32 or float64 losses on the CPU the same additions run in one ``numpy.add.accumulate`` after one
+    ``stack`` (documented as that running loop in the array's dtype: the same IEEE operations in the same order, so
+    the result is identical), without a tensor operation per step; anything else (other dtypes or shapes, mixed
+    dtypes, another device) is added as tensors.
 
     Args:
         losses: The detached losses of the client's local steps, in step order.
@@ -79,16 +80,8 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
         except RuntimeError:  # different shapes or devices: added as tensors below
             stacked = None
         if stacked is not None and stacked.ndim == 1 and stacked.dtype == first.dtype:
-            values = stacked.tolist()
-            if first.dtype == torch.float32:  # float32 + float32 rounds to float32, as the tensor addition does
-                total = np.float32(values[0])
-                for value in values[1:]:
-                    total = total + np.float32(value)
-            else:
-                total = values[0]
-                for value in values[1:]:
-                    total = total + value
-            return float(total) / len(losses)
+            # NumPy documents `add.accumulate` as the running loop `t = t + a[i]` in the array's dtype
+            return float(np.add.accumulate(stacked.numpy())[-1]) / len(losses)
     total = first
     for loss in losses[1:]:
         total = total + loss
