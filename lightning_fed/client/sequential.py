@@ -81,7 +81,7 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
             stacked = None
         if stacked is not None and stacked.ndim == 1 and stacked.dtype == first.dtype:
             # NumPy documents `add.accumulate` as the running loop `t = t + a[i]` in the array's dtype
-            return float(np.add.accumulate(stacked.numpy())[-1]) / len(losses)
+            return float(np.add.accumulate(stacked.detach().numpy())[-1]) / len(losses)
     total = first
     for loss in losses[1:]:
         total = total + loss

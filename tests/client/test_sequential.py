@@ -53,6 +53,8 @@ def test_mean_step_loss_equals_a_running_tensor_sum_bit_for_bit():
     assert float(torch.stack(big).sum()) / 1001 != mean_step_loss(big)  # torch's sum rounds differently
     assert math.isnan(mean_step_loss([]))
     assert mean_step_loss([torch.tensor(3.5)]) == 3.5
+    w = torch.tensor(2.0, requires_grad=True)  # losses still in a graph are read, not differentiated
+    assert mean_step_loss([w * 1, w * 3]) == 4.0
 
 
 def test_mean_step_loss_falls_back_to_tensor_additions_for_other_losses():
