@@ -32,9 +32,10 @@ and errors stay); a later call with the same arguments (batch size aside) of a s
 reduction, no ``sync_dist``, no ``enable_graph`` and no ``metric_attribute`` applies what Lightning's
 ``_ResultMetric.update`` would: epoch-level, ``value += v · batch_size`` and ``cumulated_batch_size += batch_size``
 (batch size as Lightning extracts it); step-level, the step's last value of the name (Lightning's forward cache
-keeps the last; on the CPU as a Python float, ``item()``: an exact copy, as Lightning's clone is) is kept and, at the client's end (or before a step that used Lightning's log), added in step order to
-the round's :class:`~lightning_fed.round_logging.RoundLogAccumulator` in the same float64 running sum it keeps for
-Lightning's path (:meth:`~lightning_fed.round_logging.RoundLogAccumulator.add_step_values`). At the end of a client
+keeps the last; on the CPU as a Python float, ``item()``: an exact copy, as Lightning's clone is) is kept and, at the
+client's end (or before a step that used Lightning's log), added in step order to the round's
+:class:`~lightning_fed.round_logging.RoundLogAccumulator` in the same float64 running sum it keeps for Lightning's
+path (:meth:`~lightning_fed.round_logging.RoundLogAccumulator.add_step_values`). At the end of a client
 (:meth:`LeanLocalStep.finish_client`) the last step values go through the logger connector's ``on_batch_end`` once,
 so ``trainer.callback_metrics`` & co. hold what they held after the client's last step on Lightning's path.
 ``torchmetrics.Metric`` objects, other reductions (``"max"``, ``"sum"``...), ``sync_dist``, integer or non-scalar
