@@ -64,7 +64,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_metrics(reproduce, tmp_pat
     assert not (tmp_path / "runs_split" / "fedlamb_mnist" / "mlp_fedsgd_seed1" / "ckpt").exists()
 
 
-def test_run_killed_between_checkpoints_resumes_from_the_last_round_end(reproduce, tmp_path):
+def test_run_killed_between_checkpoints_resumes_from_the_last_round_end(reproduce, tmp_path, monkeypatch):
     """last.ckpt is written every ``ckpt_every`` rounds (not only at the end of a fit), and a run that stopped
     after round 3 with its last checkpoint at round 2 trains rounds 3..4 again."""
     import argparse
@@ -88,6 +88,10 @@ def test_run_killed_between_checkpoints_resumes_from_the_last_round_end(reproduc
     second = _rows(folder / "logs" / "attempt-1" / "metrics.csv")
     assert min(int(r["epoch"]) for r in second) == 2  # round 3 (epoch index 2) was trained again
     once = dataclasses.replace(run, results_dir=tmp_path / "b")
+    # in one go, and with glibc's malloc thresholds instead of reproduce.MALLOC_ENV: the same numbers
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert reproduce.run_env(1)["MALLOC_TRIM_THRESHOLD_"] == "131072"
     reproduce.execute(once, args("runs_b"))
     a, b = _rows(run.csv_path), _rows(once.csv_path)
     assert [r["round_train_loss"] for r in a] == [r["round_train_loss"] for r in b]
@@ -144,3 +148,11 @@ def test_pace_is_the_median_round_time_of_the_latest_rounds(reproduce, tmp_path)
         (folder / "metrics.csv").write_text(text + "4,4,,0.5\n")  # a validation row without a round time
     assert reproduce.pace(tmp_path) == 5.0  # rounds 1..5: 1, 9, 4, 5, 6
     assert reproduce.pace(tmp_path, last=2) == 5.5
+
+
+def test_runs_get_the_malloc_settings_unless_the_environment_sets_them(reproduce, monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    env = reproduce.run_env(3)
+    assert env["MALLOC_MMAP_THRESHOLD_"] == str(2**30) and env["MALLOC_TRIM_THRESHOLD_"] == "65536"
+    assert env["OMP_NUM_THREADS"] == "3"
