@@ -18,6 +18,7 @@ from collections import OrderedDict
 from typing import Any, Iterator
 
 import lightning
+import torch
 
 #: The Lightning versions these private symbols were checked against (``pyproject.toml``: ``lightning>=2.6,<2.7``).
 SUPPORTED_LIGHTNING = ">=2.6,<2.7"
@@ -54,6 +55,7 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loops.optimization.automatic", "ClosureResult.from_training_step_output"),
     ("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._extract_batch_size"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_get_default_dtype"),
 )
 
 #: Private instance attributes (set in ``__init__``, so not checkable on the class): (owner, attribute).
@@ -352,6 +354,45 @@ def clear_logged_batch(results: Any) -> None:
 def logged_batch_size(results: Any, metric: Any, batch_size: Any) -> Any:
     """The batch size ``self.log`` uses for ``metric`` (given, cached, or extracted from the current batch)."""
     return results._extract_batch_size(metric, batch_size, metric.meta)
+
+
+_RESULT = "lightning.pytorch.trainer.connectors.logger_connector.result"
+
+
+def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -> bool:
+    """What ``module.log(name, value, prog_bar=prog_bar, on_step=False, on_epoch=True, batch_size=1)`` does to a
+    number when Lightning's logger connector already logs from the module's current hook and that hook's result metric
+    for ``name`` exists with exactly these arguments: ``_ResultMetric.update`` of a mean-reduced tensor metric
+    (``value += v · 1``, ``cumulated_batch_size += 1``, ``has_reset = False``) with ``v`` the number as ``log`` makes
+    it a tensor (the default dtype, the module's device), without ``log``'s per-call checks and ``_ResultMetric.to``.
+
+    Returns ``False``, having done nothing, when any of that does not hold; the caller then calls ``module.log``.
+    """
+    trainer = module._trainer
+    fx = module._current_fx_name
+    if trainer is None or fx is None or trainer._logger_connector._current_fx != fx:
+        return False
+    results = trainer._results
+    if results is None or results.dataloader_idx is not None:
+        return False
+    metric = results.get(f"{fx}.{name}")
+    if metric is None or not metric.is_tensor:
+        return False
+    meta = metric.meta
+    device = module.device
+    if (
+        meta.name != name or meta.fx != fx or meta.prog_bar != prog_bar or meta.logger is not True
+        or meta.on_step or meta.on_epoch is not True or not meta.is_mean_reduction or meta.enable_graph
+        or meta.add_dataloader_idx is not True or meta.dataloader_idx is not None or meta.metric_attribute is not None
+        or meta.sync.should or meta.sync.rank_zero_only
+        or metric.value.device != device or metric.cumulated_batch_size.device != device
+    ):
+        return False
+    v = torch.tensor(value, device=device, dtype=_symbol(_RESULT, "_get_default_dtype")())
+    metric.value = metric.value + v * 1
+    metric.cumulated_batch_size = metric.cumulated_batch_size + 1
+    metric.has_reset = False
+    return True
 
 
 def count_optimizer_steps(epoch_loop: Any, steps: int) -> None:

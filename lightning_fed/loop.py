@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+from lightning.pytorch import LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
@@ -170,6 +171,10 @@ class FederatedFitLoop(pl_private.FitLoop):
         self._rounds_with_updates = 0
         #: True while a round's clients train (the module holds a local model): FederatedTrainer.save_checkpoint refuses.
         self.in_round = False
+        #: Round metrics already registered with the same arguments are added to Lightning's result metric directly
+        #: (what ``LightningModule.log`` would do, without its per-call checks: about 0.3 ms per metric and round);
+        #: False sends every round metric through ``LightningModule.log`` (for comparisons).
+        self.fast_round_logging = True
 
     # ------------------------------------------------------------------ data
     @property
@@ -507,9 +512,13 @@ class FederatedFitLoop(pl_private.FitLoop):
                 buf.copy_(torch.stack(values).amax(dim=0))
 
     def _log_round_metrics(self, module: Any) -> None:
+        # (a module's own `log` gets every call)
+        fast = self.fast_round_logging and type(module).log is LightningModule.log and "log" not in vars(module)
         with pl_private.hook_name(module, "on_train_epoch_end"):
             for name, value in self.round_metrics.items():
-                module.log(name, value, on_step=False, on_epoch=True, batch_size=1, prog_bar=name == "round_train_loss")
+                prog_bar = name == "round_train_loss"
+                if not (fast and pl_private.log_epoch_mean_again(module, name, value, prog_bar)):
+                    module.log(name, value, on_step=False, on_epoch=True, batch_size=1, prog_bar=prog_bar)
 
     def _log_partition(self) -> None:
         """Once per run, to every TensorBoard logger: the federated hyper-parameters (HParams tab), the partition's

@@ -253,3 +253,84 @@ def test_round_metrics_survive_a_callback_logging_at_round_end(tmp_path):
     logged = trainer.logged_metrics
     assert logged["extra_metric"] == 1.0 and "val_loss" in logged
     assert logged["round_clients"] == 2 and logged["round_local_steps"] == 2 * 2  # 30 samples, batch 20: 2 steps
+
+
+def _meta(meta):
+    """A result metric's metadata without its sync function (a bound method of each trainer's strategy)."""
+    return (meta.fx, meta.name, meta.prog_bar, meta.logger, meta.on_step, meta.on_epoch, meta.reduce_fx,
+            meta.enable_graph, meta.add_dataloader_idx, meta.dataloader_idx, meta.metric_attribute, meta.sync.should)
+
+
+class _RoundEndRecorder(L.Callback):
+    """Each round's callback and progress-bar metrics, without the wall time (the one value two runs differ in)."""
+
+    def __init__(self):
+        self.rounds = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        drop = {"round_time_s"}
+        results = trainer._results  # Lightning's result metrics of the round-end hook (a test may look inside)
+        self.rounds.append((
+            {k: float(v) for k, v in trainer.callback_metrics.items() if k not in drop},
+            {k: float(v) for k, v in trainer.progress_bar_metrics.items() if k not in drop},
+            {k: (float(m.value), float(m.cumulated_batch_size), m.value.dtype, m.has_reset, _meta(m.meta))
+             for k, m in results.items() if k.startswith("on_train_epoch_end.") and not k.endswith("round_time_s")},
+        ))
+
+
+@pytest.mark.parametrize("val_every", [1, 2])
+def test_round_metrics_added_directly_equal_lightnings_log(tmp_path, val_every):
+    """The loop adds round metrics registered in an earlier round to Lightning's result metric directly: the same
+    callback, progress-bar and logger values every round as through LightningModule.log, with validation in between
+    or not and a callback logging at the round's end."""
+    train, val = classification_dataset(n=120, n_val=30)
+    runs = {}
+    for fast in (True, False):
+        dm = FederatedDataModule(train, val_dataset=val, partitioner=IIDPartitioner(num_clients=4),
+                                 clients_per_round=2, batch_size=20)
+        recorder = _RoundEndRecorder()
+        kwargs = {**quiet_trainer_kwargs(tmp_path / str(fast)), "logger": CSVLogger(tmp_path / str(fast))}
+        trainer = FederatedTrainer(max_epochs=4, check_val_every_n_epoch=val_every,
+                                   callbacks=[FedAvg(), _LogsAtRoundEnd(), recorder], **kwargs)
+        trainer.fit_loop.fast_round_logging = fast
+        torch.manual_seed(0)
+        trainer.fit(SmallClassifier(), datamodule=dm)
+        with open(next((tmp_path / str(fast)).rglob("metrics.csv"))) as f:
+            rows = [{k: v for k, v in r.items() if k != "round_time_s"} for r in csv.DictReader(f)]
+        runs[fast] = (recorder.rounds, rows)
+    assert runs[True] == runs[False]
+    rounds, rows = runs[True]
+    assert len(rounds) == 4 and all("round_train_loss" in callback for callback, _, _ in rounds)
+    assert all(len(results) == 8 for _, _, results in rounds)  # 7 round metrics and the callback's
+    assert sum(1 for r in rows if r["round_clients"]) == 4
+
+
+def test_round_metric_fast_path_adds_as_log_and_declines_what_it_cannot_do(tmp_path):
+    """lightning_fed._lightning.log_epoch_mean_again on a real trainer after fit: it adds a number to an existing
+    round metric (value + v, count + 1) and does nothing for another name, other arguments or another hook."""
+    from lightning_fed import _lightning
+
+    checked = []
+
+    class Check(L.Callback):
+        def on_train_epoch_end(self, trainer, module):  # after the loop logged this round's metrics
+            metric = trainer._results["on_train_epoch_end.round_clients"]
+            before, count = float(metric.value), float(metric.cumulated_batch_size)
+            with _lightning.hook_name(module, "on_train_epoch_end"):
+                assert _lightning.log_epoch_mean_again(module, "round_clients", 3.0, prog_bar=False)
+                assert float(metric.value) == before + 3.0 and float(metric.cumulated_batch_size) == count + 1
+                assert metric.value.dtype == torch.float32 and not metric.has_reset
+                assert not _lightning.log_epoch_mean_again(module, "not_logged_before", 1.0, prog_bar=False)
+                assert not _lightning.log_epoch_mean_again(module, "round_clients", 1.0, prog_bar=True)  # other args
+                trainer._logger_connector._current_fx = "validation_step"  # Lightning's log would reset values first
+                assert not _lightning.log_epoch_mean_again(module, "round_clients", 1.0, prog_bar=False)
+                trainer._logger_connector._current_fx = "on_train_epoch_end"
+                assert float(metric.value) == before + 3.0
+                metric.value, metric.cumulated_batch_size = metric.value - 3.0, metric.cumulated_batch_size - 1
+            checked.append(True)
+
+    train = classification_dataset(n=80)
+    dm = FederatedDataModule(train, partitioner=IIDPartitioner(num_clients=4), clients_per_round=2, batch_size=20)
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(), Check()], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(SmallClassifier(), datamodule=dm)
+    assert checked == [True]
