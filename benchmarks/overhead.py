@@ -471,6 +471,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--rounds must be >= 2 (the first round is warm-up)")
     if args.cohort > args.clients:
         p.error("--cohort must not exceed --clients")
+    if args.channels_last and (args.model != "cnn" or args.cnn_arch == "linear"):
+        p.error("--channels-last applies to FedAwareCNN only (--model cnn with --cnn-arch fedavg, toy or mlp)")
     return args
 
 

@@ -138,7 +138,7 @@ FEDAWARE_METHODS = ("fedaware", "fedyogi", "fedavgm", "fedavg", "fedprox", "scaf
 def fedaware_fmnist() -> list[Run]:
     runs = []
     # setting-major, Hybrid+ (App. C.2's headline setting) first: one setting's complete mean ± std table (3 seeds)
-    # before the next; ~8-10 s per round here, ~10-12 h for one setting's 18 runs with --parallel 2
+    # before the next; ~5-6 s per round here (with MALLOC_ENV), ~7 h for one setting's 18 runs with --parallel 2
     for setting in FEDAWARE_SETTINGS:
         data = load(EXAMPLES / f"fashion_mnist_{setting}_fedavg.yaml")
         for seed in (0, 1, 2):

@@ -137,3 +137,14 @@ def assert_disjoint_cover(p: Partition, num_samples: int) -> None:
 
 def same(p: Partition, q: Partition) -> bool:
     return np.array_equal(p.indices, q.indices) and np.array_equal(p.offsets, q.offsets)
+
+
+#: Lightning's metadata of a logged name, without its sync function (a bound method of each trainer's strategy, so
+#: two trainers' metadata never compare equal as a whole).
+METADATA_FIELDS = ("fx", "name", "prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "enable_graph",
+                   "add_dataloader_idx", "dataloader_idx", "metric_attribute")
+
+
+def metadata(meta) -> tuple:
+    """A result metric's metadata as comparable fields (:data:`METADATA_FIELDS` and whether it syncs)."""
+    return tuple(getattr(meta, f) for f in METADATA_FIELDS) + (meta.sync.should,)

@@ -13,7 +13,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from helpers import (
+    LinearRegression, SmallClassifier, classification_dataset, metadata, quiet_trainer_kwargs, regression_data,
+)
 from lightning_fed import FederatedFitLoop, FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg, FedYogi
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
@@ -255,12 +257,6 @@ def test_round_metrics_survive_a_callback_logging_at_round_end(tmp_path):
     assert logged["round_clients"] == 2 and logged["round_local_steps"] == 2 * 2  # 30 samples, batch 20: 2 steps
 
 
-def _meta(meta):
-    """A result metric's metadata without its sync function (a bound method of each trainer's strategy)."""
-    return (meta.fx, meta.name, meta.prog_bar, meta.logger, meta.on_step, meta.on_epoch, meta.reduce_fx,
-            meta.enable_graph, meta.add_dataloader_idx, meta.dataloader_idx, meta.metric_attribute, meta.sync.should)
-
-
 class _RoundEndRecorder(L.Callback):
     """Each round's callback and progress-bar metrics, without the wall time (the one value two runs differ in)."""
 
@@ -273,7 +269,7 @@ class _RoundEndRecorder(L.Callback):
         self.rounds.append((
             {k: float(v) for k, v in trainer.callback_metrics.items() if k not in drop},
             {k: float(v) for k, v in trainer.progress_bar_metrics.items() if k not in drop},
-            {k: (float(m.value), float(m.cumulated_batch_size), m.value.dtype, m.has_reset, _meta(m.meta))
+            {k: (float(m.value), float(m.cumulated_batch_size), m.value.dtype, m.has_reset, metadata(m.meta))
              for k, m in results.items() if k.startswith("on_train_epoch_end.") and not k.endswith("round_time_s")},
         ))
 
