@@ -370,13 +370,23 @@ BEGIN, END = "<!-- BEGIN REPRODUCTIONS (benchmarks/reproduce.py table --write) -
 
 
 def write_tables(readme: Path, tables: list[str]) -> None:
-    """Replace the block between :data:`BEGIN` and :data:`END` in ``readme`` by the tables (from the CSVs)."""
+    """Rewrite the sections of ``tables`` (from the CSVs) in the block between :data:`BEGIN` and :data:`END` of
+    ``readme``; the block's other sections stay as they are, and the sections come in :data:`TABLES` order."""
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
-    body = "\n".join(f"#### `{t}`\n\n{make_table(t)}\n" for t in tables)
     head, rest = text.split(BEGIN, 1)
-    readme.write_text(head + BEGIN + "\n\n" + body + "\n" + END + rest.split(END, 1)[1])
+    block, tail = rest.split(END, 1)
+    sections = {}  # table name -> its "#### `name`" section as the block has it now
+    for part in block.split("#### `")[1:]:
+        sections[part.split("`", 1)[0]] = "#### `" + part.strip() + "\n"
+    unknown = set(sections) - set(TABLES)
+    if unknown:
+        raise SystemExit(f"{readme}: the block has sections of unknown tables {sorted(unknown)}")
+    for t in tables:
+        sections[t] = f"#### `{t}`\n\n{make_table(t)}\n"
+    body = "\n".join(sections[t] for t in TABLES if t in sections)
+    readme.write_text(head + BEGIN + "\n\n" + body + "\n" + END + tail)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -137,6 +137,24 @@ def test_tables_from_csvs(reproduce, tmp_path, monkeypatch):
     assert "| cnn | fedsgd | 2/3 | 55.00 ± 7.07 | 50.00 ± 14.14 |" in table
 
 
+def test_writing_some_tables_keeps_the_other_sections_of_the_readme(reproduce, tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce, "RESULTS", tmp_path)  # no CSVs: every table is "not finished"
+    readme = tmp_path / "README.md"
+    kept = "#### `fedlamb_mnist`\n\n| a hand-written table |\n|---|\n"
+    readme.write_text(f"intro\n{reproduce.BEGIN}\n\n#### `reddi_shakespeare`\n\nold\n\n{kept}\n{reproduce.END}\nend\n")
+    reproduce.write_tables(readme, ["reddi_shakespeare"])
+    text = readme.read_text()
+    fresh = f"#### `reddi_shakespeare`\n\n{reproduce.make_table('reddi_shakespeare')}\n"
+    assert text == f"intro\n{reproduce.BEGIN}\n\n{kept}\n{fresh}\n{reproduce.END}\nend\n"  # TABLES order
+    reproduce.write_tables(readme, ["reddi_shakespeare"])
+    assert readme.read_text() == text  # idempotent
+    reproduce.write_tables(readme, ["fedaware_fmnist"])
+    assert kept in readme.read_text() and fresh in readme.read_text() and "#### `fedaware_fmnist`" in readme.read_text()
+    readme.write_text(f"{reproduce.BEGIN}\n#### `cifar_table`\n{reproduce.END}\n")
+    with pytest.raises(SystemExit, match="unknown tables \\['cifar_table'\\]"):
+        reproduce.write_tables(readme, ["reddi_shakespeare"])
+
+
 def test_pace_is_the_median_round_time_of_the_latest_rounds(reproduce, tmp_path):
     """status's pace: the median round_time_s of the last rounds over every attempt (a round trained again after a
     resume counts once, with the later attempt's time); None before any round is logged."""
