@@ -377,8 +377,11 @@ def write_tables(readme: Path, tables: list[str]) -> None:
         raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
     block, tail = rest.split(END, 1)
+    preamble, *parts = block.split("#### `")
+    if preamble.strip():  # text the rewrite would drop: refused, not lost
+        raise SystemExit(f"{readme}: the {BEGIN} block has text before its first '#### `table`' section")
     sections = {}  # table name -> its "#### `name`" section as the block has it now
-    for part in block.split("#### `")[1:]:
+    for part in parts:
         sections[part.split("`", 1)[0]] = "#### `" + part.strip() + "\n"
     unknown = set(sections) - set(TABLES)
     if unknown:

@@ -153,6 +153,9 @@ def test_writing_some_tables_keeps_the_other_sections_of_the_readme(reproduce, t
     readme.write_text(f"{reproduce.BEGIN}\n#### `cifar_table`\n{reproduce.END}\n")
     with pytest.raises(SystemExit, match="unknown tables \\['cifar_table'\\]"):
         reproduce.write_tables(readme, ["reddi_shakespeare"])
+    readme.write_text(f"{reproduce.BEGIN}\nprose\n{kept}{reproduce.END}\n")
+    with pytest.raises(SystemExit, match="text before its first"):
+        reproduce.write_tables(readme, ["reddi_shakespeare"])
 
 
 def test_pace_is_the_median_round_time_of_the_latest_rounds(reproduce, tmp_path):
