@@ -33,6 +33,7 @@ Usage::
     .venv/bin/python benchmarks/reproduce.py run reddi_shakespeare --only shakespeare_fedadam
     .venv/bin/python benchmarks/reproduce.py status
     .venv/bin/python benchmarks/reproduce.py table reddi_shakespeare     # markdown, from the committed CSVs
+    .venv/bin/python benchmarks/reproduce.py seeds fedaware_fmnist       # each seed's figures, a table per setting
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Optional
 
@@ -333,37 +335,103 @@ def _grouped(runs: list[Run], keys: tuple[str, ...]) -> dict[tuple, list[Run]]:
     return groups
 
 
+def summary(run: Run, smooth_last: int, diversity: bool) -> Optional[dict]:
+    """A finished run's figures (``None`` before its CSV exists): best and final test accuracy (%), the population
+    std (percentage points) of its last ``smooth_last`` evaluations and, with ``diversity``, the mean of
+    ``round_gradient_diversity`` over its last 100 rounds (NaN where the run logs none)."""
+    if not run.csv_path.is_file():
+        return None
+    rows = read_csv(run.csv_path)
+    acc = [100 * v for _, v in series(rows, "val_acc")]
+    out = {"best": max(acc), "final": acc[-1], "smooth": statistics.pstdev(acc[-smooth_last:])}
+    if diversity:
+        d = [v for r, v in series(rows, "round_gradient_diversity") if r > run.rounds - 100]
+        out["diversity"] = statistics.mean(d) if d else math.nan
+    return out
+
+
 def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, diversity: bool) -> str:
     head = "| " + " | ".join(keys) + " | seeds | best test acc (%) | final test acc (%) | " + \
         f"std of the last {smooth_last} evaluations (pp) |" + (" gradient diversity (mean, last 100 rounds) |"
                                                                   if diversity else "")
     lines = [head, "|" + "---|" * (len(keys) + 4 + int(diversity))]
     for group, members in _grouped(runs, keys).items():
-        best, final, smooth, div = [], [], [], []
-        for run in members:
-            if not run.csv_path.is_file():
-                continue
-            rows = read_csv(run.csv_path)
-            acc = [100 * v for _, v in series(rows, "val_acc")]
-            best.append(max(acc))
-            final.append(acc[-1])
-            smooth.append(statistics.pstdev(acc[-smooth_last:]))
-            if diversity:
-                d = [v for r, v in series(rows, "round_gradient_diversity") if r > run.rounds - 100]
-                div.append(statistics.mean(d) if d else math.nan)
-        cells = [mean_std(best), mean_std(final), mean_std(smooth)] + ([mean_std(div)] if diversity else [])
-        lines.append("| " + " | ".join(str(g) for g in group) + f" | {len(best)}/{len(members)} | " +
+        done = [s for s in (summary(run, smooth_last, diversity) for run in members) if s is not None]
+        figures = ("best", "final", "smooth") + (("diversity",) if diversity else ())
+        cells = [mean_std([s[f] for s in done]) for f in figures]
+        lines.append("| " + " | ".join(str(g) for g in group) + f" | {len(done)}/{len(members)} | " +
                      " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+#: how the per-seed tables name each method; FedProx also gets its proximal weight μ from the run's config
+METHOD_NAMES = {"fedaware": "FedAWARE", "fedyogi": "FedYogi", "fedavgm": "FedAvgM", "fedavg": "FedAvg",
+                "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam",
+                "fedlamb": "Fed-LAMB", "fedams": "Fed-AMS", "fedsgd": "Fed-SGD"}
+
+
+def method_name(run: Run) -> str:
+    method = run.labels["method"]
+    name = METHOD_NAMES.get(method, method)
+    mus = [c.get("init_args", {}).get("mu") for c in run.config.get("trainer", {}).get("callbacks", [])
+           if isinstance(c, dict) and c.get("class_path", "").endswith("FedProx")]
+    return f"{name} (μ = {mus[0]:g})" if method == "fedprox" and mus and mus[0] is not None else name
+
+
+def rounded(value: float, digits: int, snap: bool = False) -> str:
+    """``value`` to ``digits`` decimals, ties up. With ``snap`` (for accuracies) it is first rounded to 1e-4: the
+    logged accuracies are float32 ratios of counts, so 87.35 % (8,735 of 10,000 test images) is stored as
+    87.3499989... and would otherwise print as 87.3."""
+    text = f"{value:.4f}" if snap else repr(value)
+    return str(Decimal(text).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def _per_seed_cell(values: list[Optional[float]], digits: Optional[int], snap: bool) -> str:
+    def one(v: Optional[float]) -> str:
+        if v is None:
+            return "–"
+        return rounded(v, digits if digits is not None else (1 if abs(v) < 10 else 0), snap)
+    return " / ".join(one(v) for v in values)
+
+
+def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
+    """One markdown table per group of runs (every label but ``method`` and ``seed``: the setting, the model):
+    a row per method, each cell the seeds' figures in seed order ("a / b / c", "–" for a run not finished), rows
+    sorted by the mean best accuracy of the finished seeds, best first. Accuracies in % to 0.1, the std of the last
+    ``smooth_last`` evaluations in pp to 0.01, gradient diversity to 0.1 below 10 and to 1 above."""
+    keys = tuple(k for k in runs[0].labels if k not in ("method", "seed")) if runs else ()
+    seeds = sorted({run.labels["seed"] for run in runs})
+    figures = (("best", 1, True), ("final", 1, True), ("smooth", 2, False)) + \
+        ((("diversity", None, False),) if diversity else ())
+    out = []
+    for group, members in _grouped(runs, keys).items():
+        title = ", ".join(f"{k} {g}" for k, g in zip(keys, group))
+        lines = [f"{title + ': ' if title else ''}seeds {' / '.join(str(s) for s in seeds)}", "",
+                 "| method | best test acc (%) | final test acc (%) | "
+                 f"std of the last {smooth_last} evaluations (pp) |" + (" gradient diversity |" if diversity else ""),
+                 "|" + "---|" * (4 + int(diversity))]
+        rows = []
+        for method, of_method in _grouped(members, ("method",)).items():
+            by_seed = {run.labels["seed"]: summary(run, smooth_last, diversity) for run in of_method}
+            done = [s for s in by_seed.values() if s is not None]
+            rank = -statistics.mean(s["best"] for s in done) if done else math.inf
+            cells = [_per_seed_cell([by_seed[s][f] if by_seed.get(s) else None for s in seeds], d, snap)
+                     for f, d, snap in figures]
+            rows.append((rank, f"| {method_name(of_method[0])} | " + " | ".join(cells) + " |"))
+        lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+TABLE_FIGURES = {"fedaware_fmnist": (("setting", "method"), 10, True), "fedlamb_mnist": (("model", "method"), 5, False)}
 
 
 def make_table(name: str) -> str:
     runs = TABLES[name]()
     if name == "reddi_shakespeare":
         return table_reddi(runs)
-    if name == "fedaware_fmnist":
-        return table_accuracy(runs, ("setting", "method"), smooth_last=10, diversity=True)
-    return table_accuracy(runs, ("model", "method"), smooth_last=5, diversity=False)
+    keys, smooth_last, diversity = TABLE_FIGURES[name]
+    return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 
 
 BEGIN, END = "<!-- BEGIN REPRODUCTIONS (benchmarks/reproduce.py table --write) -->", "<!-- END REPRODUCTIONS -->"
@@ -397,8 +465,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("run", "status", "table", "list"))
-    parser.add_argument("tables", nargs="*", default=list(TABLES), help=f"any of {list(TABLES)} (default all)")
+    parser.add_argument("command", choices=("run", "status", "table", "seeds", "list"))
+    parser.add_argument("tables", nargs="*", default=None,
+                        help=f"any of {list(TABLES)} (default all; for seeds, all with seeds: {list(TABLE_FIGURES)})")
     parser.add_argument("--only", nargs="*", default=None, help="run names (default every run of the tables)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")
@@ -412,6 +481,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--results-dir", default=None, help="with --max-rounds: where the CSVs go")
     args = parser.parse_args(argv)
     args.extra = extra
+    if not args.tables:
+        args.tables = list(TABLE_FIGURES if args.command == "seeds" else TABLES)
     unknown = set(args.tables) - set(TABLES)
     if unknown:
         parser.error(f"unknown table(s) {sorted(unknown)}; allowed: {list(TABLES)}")
@@ -438,6 +509,12 @@ def main(argv: Optional[list[str]] = None) -> None:
             print(f"{run.table:18s} {run.name:36s} {done}/{run.rounds}{eta}")
     elif args.command == "table" and args.write:
         write_tables(EXAMPLES / "README.md", args.tables)
+    elif args.command == "seeds":
+        for t in args.tables:
+            if t not in TABLE_FIGURES:
+                parser.error(f"seeds: {t} has one seed per method; tables with seeds: {list(TABLE_FIGURES)}")
+            _, smooth_last, diversity = TABLE_FIGURES[t]
+            print(f"### {t}\n\n{table_per_seed([r for r in runs if r.table == t], smooth_last, diversity)}\n")
     elif args.command == "table":
         for t in args.tables:
             print(f"### {t}\n\n{make_table(t)}\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import signal
+import struct
 import importlib.util
 import sys
 from pathlib import Path
@@ -135,6 +136,39 @@ def test_tables_from_csvs(reproduce, tmp_path, monkeypatch):
     table = reproduce.make_table("fedlamb_mnist")
     # best 50, 60 -> 55 ± 7.07; final 40, 60 -> 50 ± 14.14; std of the last 5 evaluations (population std)
     assert "| cnn | fedsgd | 2/3 | 55.00 ± 7.07 | 50.00 ± 14.14 |" in table
+
+
+def test_per_seed_tables_from_csvs(reproduce, tmp_path, monkeypatch):
+    """``reproduce.py seeds``: a row per method, the seeds in order ("–" where a run has not finished), best mean
+    accuracy first; accuracies are float32 ratios of counts, so a tie like 87.35 % rounds up, as do exact ties of
+    the other figures (3.25 -> 3.3, 64.5 -> 65, where Python's format would round to even)."""
+    monkeypatch.setattr(reproduce, "RESULTS", tmp_path)
+    f32 = lambda v: struct.unpack("f", struct.pack("f", v))[0]  # as the CSVLogger writes a float32 metric
+    assert f32(0.8735) * 100 < 87.35  # the stored value is just below the tie
+
+    def run_csv(name: str, evaluations: list[float], diversity: tuple[float, float]) -> None:
+        rows = [{"round": r, "val_acc": evaluations[r // 10 - 1] if r % 10 == 0 else "",
+                 "round_gradient_diversity": diversity[r > 400]} for r in range(1, 501)]
+        reproduce.write_csv(rows, tmp_path / "fedaware_fmnist" / f"{name}.csv")
+
+    run_csv("hybrid_fedaware_seed0", [0.5] * 40 + [0.8, 0.9] * 5, (2.0, 3.25))  # last 10: std 5 pp
+    run_csv("hybrid_fedaware_seed2", [f32(0.8735)] * 50, (1.0, 64.5))
+    run_csv("hybrid_fedyogi_seed1", [f32(0.95)] * 50, (2.0, 2.0))
+    runs = reproduce.fedaware_fmnist()
+    text = reproduce.table_per_seed(runs, smooth_last=10, diversity=True)
+    hybrid = text.split("setting hybrid: seeds 0 / 1 / 2\n\n")[1].split("\n\n")[0].splitlines()
+    assert hybrid[:4] == [
+        "| method | best test acc (%) | final test acc (%) | std of the last 10 evaluations (pp) | gradient diversity |",
+        "|---|---|---|---|---|",
+        "| FedYogi | – / 95.0 / – | – / 95.0 / – | – / 0.00 / – | – / 2.0 / – |",
+        "| FedAWARE | 90.0 / – / 87.4 | 90.0 / – / 87.4 | 5.00 / – / 0.00 | 3.3 / – / 65 |",
+    ]
+    assert hybrid[4:] == [f"| {m} | – / – / – | – / – / – | – / – / – | – / – / – |"
+                          for m in ("FedAvgM", "FedAvg", "FedProx (μ = 0.01)", "SCAFFOLD")]  # the table's order
+    assert text.startswith("setting hybrid_plus: seeds 0 / 1 / 2") and "setting statistical_only:" in text
+    assert reproduce.rounded(1.4249648, 2) == "1.42" and reproduce.rounded(f32(0.8515) * 100, 1, snap=True) == "85.2"
+    with pytest.raises(SystemExit):  # one seed per method: refused, naming the tables that have seeds
+        reproduce.main(["seeds", "reddi_shakespeare"])
 
 
 def test_writing_some_tables_keeps_the_other_sections_of_the_readme(reproduce, tmp_path, monkeypatch):
