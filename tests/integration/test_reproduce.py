@@ -171,6 +171,38 @@ def test_per_seed_tables_from_csvs(reproduce, tmp_path, monkeypatch):
         reproduce.main(["seeds", "reddi_shakespeare"])
 
 
+def test_readme_tables_of_finished_runs_are_the_committed_csvs(reproduce):
+    """examples/README.md cannot drift from benchmarks/results/: every section of its generated block whose runs have
+    all finished is what ``reproduce.py table`` makes of the CSVs now, and every per-seed table in its prose with no
+    "–" cell (no run left) is one that ``reproduce.py seeds`` prints. (A table with runs still going may lag by the
+    runs that finished since it was last written.)"""
+    readme = (ROOT / "examples" / "README.md").read_text()
+    block = readme.split(reproduce.BEGIN, 1)[1].split(reproduce.END, 1)[0]
+    checked = 0
+    for part in block.split("#### `")[1:]:
+        name = part.split("`", 1)[0]
+        if all(run.csv_path.is_file() for run in reproduce.TABLES[name]()):
+            assert part.split("\n", 1)[1].strip() == reproduce.make_table(name), name
+            checked += 1
+    generated = "\n".join(
+        reproduce.table_per_seed(reproduce.TABLES[name](), smooth_last, diversity)
+        for name, (_, smooth_last, diversity) in reproduce.TABLE_FIGURES.items())
+    tables, current = [], None
+    for line in readme.splitlines():
+        line = line.strip()
+        if line.startswith("| method | best test acc (%) | final test acc (%) | std of the last"):
+            current = [line]
+            tables.append(current)
+        elif current is not None and line.startswith("|"):
+            current.append(line)
+        else:
+            current = None
+    finished = ["\n".join(t) for t in tables if "–" not in "\n".join(t[2:])]
+    for table in finished:
+        assert table in generated, table
+    assert checked >= 2 and len(finished) >= 2  # the Fed-LAMB and Reddi sections, Hybrid+ and statistical-only
+
+
 def test_writing_some_tables_keeps_the_other_sections_of_the_readme(reproduce, tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "RESULTS", tmp_path)  # no CSVs: every table is "not finished"
     readme = tmp_path / "README.md"
