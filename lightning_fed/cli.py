@@ -6,7 +6,10 @@ from __future__ import annotations
 import importlib
 from typing import Any, Optional
 
+import yaml
 from jsonargparse import Namespace
+from jsonargparse._actions import previous_config
+from jsonargparse._typehints import ActionTypeHint, resolve_class_path_by_name
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.model_helpers import is_overridden
@@ -97,6 +100,42 @@ def move_server_optimizer(cfg: Namespace, source: str = "the config") -> Namespa
     return cfg
 
 
+def _class_path_of(value: Any) -> Optional[str]:
+    """The class path a ``--server_optimizer`` value names (a short name, a class path, or a YAML/JSON mapping with
+    ``class_path``), or ``None`` for anything else (``null``, a nested ``--server_optimizer.lr``-style value)."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return None
+    if isinstance(value, (dict, Namespace)):
+        value = value.get("class_path")
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        class_path = resolve_class_path_by_name(ServerOptimizer, value)
+    except ValueError:
+        return None
+    return class_path if _is_server_optimizer({"class_path": class_path}) else None
+
+
+class _SwapFromDefaults(ActionTypeHint):
+    """The ``server_optimizer`` argument's action: giving another class (``--server_optimizer FedAvg`` on a FedAdam
+    config) starts from that class's defaults instead of jsonargparse's rule of keeping the settings with the same
+    names (which would silently give FedAvg FedAdam's ``lr: 0.01``). Settings given after it
+    (``--server_optimizer.lr 0.5``) apply; the same class keeps the configured settings."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 4:
+            _, cfg, value, option = args
+            if option in self.option_strings:  # the class itself, not `--server_optimizer.lr`
+                new, old = _class_path_of(value), cfg.get(self.dest)
+                old = old.get("class_path") if isinstance(old, Namespace) else None
+                if new is not None and old is not None and new != old:
+                    cfg[self.dest] = None
+        return super().__call__(*args, **kwargs)
+
+
 class FederatedArgumentParser(LightningArgumentParser):
     """A :class:`~lightning.pytorch.cli.LightningArgumentParser` that applies :func:`move_server_optimizer` to every
     config it reads (files, strings and objects), so configs with the server optimizer in ``trainer.callbacks``
@@ -114,11 +153,48 @@ class FederatedArgumentParser(LightningArgumentParser):
         ('lightning_fed.callbacks.FedYogi', [])
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # `--trainer.max_ep 7` must be an error, not `max_epochs` (argparse's prefix matching is off)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Namespace:
+        try:
+            with open(getattr(path, "absolute", None) or str(path), encoding="utf-8") as fh:
+                self._forget_swapped(fh.read())
+        except OSError:
+            pass  # jsonargparse reports an unreadable config
         return self._move(super().parse_path(path, *args, **kwargs), f"Config {str(path)!r}")
 
     def parse_string(self, content: str, *args: Any, **kwargs: Any) -> Namespace:
+        self._forget_swapped(content)
         return self._move(super().parse_string(content, *args, **kwargs), "The config")
+
+    @staticmethod
+    def _forget_swapped(content: str) -> None:
+        """A config read after another (``--config a.yaml --config b.yaml``) that names a different server optimizer
+        class starts it from that class's defaults: the earlier server optimizer is dropped from the config being
+        built before jsonargparse would carry its same-named settings over (see :class:`_SwapFromDefaults`)."""
+        previous = previous_config.get()
+        if not isinstance(previous, Namespace):
+            return
+        try:
+            raw = yaml.safe_load(content)
+        except yaml.YAMLError:
+            return  # jsonargparse reports it
+        if not isinstance(raw, dict):
+            return
+        nodes = [("", raw)] + [(f"{name}.", raw[name]) for name in _SUBCOMMANDS if isinstance(raw.get(name), dict)]
+        for prefix, node in nodes:
+            named = [node.get(SERVER_OPTIMIZER_KEY)]
+            trainer = node.get("trainer")
+            if isinstance(trainer, dict) and isinstance(trainer.get("callbacks"), list):
+                named += trainer["callbacks"]
+            new = next((c for c in map(_class_path_of, named) if c is not None), None)
+            old = previous.get(prefix + SERVER_OPTIMIZER_KEY)
+            old = old.get("class_path") if isinstance(old, Namespace) else None
+            if new is not None and old is not None and new != old:
+                previous[prefix + SERVER_OPTIMIZER_KEY] = None
 
     def parse_object(self, obj: Any, *args: Any, **kwargs: Any) -> Namespace:
         return self._move(super().parse_object(obj, *args, **kwargs), "The config")
@@ -143,9 +219,12 @@ class FederatedCLI(LightningCLI):
     :class:`~lightning_fed.callbacks.ServerOptimizer` subclass, by short name (``--server_optimizer FedYogi``) or
     class path, with its settings as ``--server_optimizer.lr 0.01``; ``null`` (the default) means
     :class:`~lightning_fed.callbacks.FedAvg` with η = 1. It becomes the first of the trainer's callbacks, so swapping
-    it leaves ``trainer.callbacks`` (checkpoints, ...) alone. Replacing the class keeps the settings of the same name
-    (jsonargparse's rule: ``--server_optimizer FedYogi`` on a FedAdam config keeps its lr, β₁, β₂ and τ; the others
-    take FedYogi's defaults): give them explicitly, and check with ``--print_config``. Configs that give the server optimizer the old way, in
+    it leaves ``trainer.callbacks`` (checkpoints, ...) alone. A different class starts from its own defaults
+    (``--server_optimizer FedAvg`` on a FedYogi config gives FedAvg's η = 1, not FedYogi's 0.01), on the command line
+    and in a later ``--config`` alike; settings given after it (``--server_optimizer.lr 0.5``, or ``init_args`` in the
+    config that names it) apply, and naming the configured class again keeps its settings. Check with
+    ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
+    server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
     shows it there).
 
@@ -181,6 +260,14 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("parser_class", FederatedArgumentParser)
         super().__init__(args=args, **kwargs)
 
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        """Lightning's subcommands, then ``partition`` (run by :func:`main` before this parser is built; listed here
+        so that ``lightning-fed --help`` names every subcommand)."""
+        super()._add_subcommands(parser, **kwargs)
+        summary = "Compute and print a data module's partition (client sizes, label counts) without training."
+        listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
+        parser._subcommands_action.add_subcommand("partition", listing, help=summary)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_subclass_arguments(
             ServerOptimizer,
@@ -188,8 +275,11 @@ class FederatedCLI(LightningCLI):
             required=False,
             fail_untyped=False,
             help="The server optimizer (ServerOpt), e.g. FedAdam; null = FedAvg with lr 1. Replaces a server "
-            "optimizer in trainer.callbacks.",
+            "optimizer in trainer.callbacks; a different class starts from its own defaults.",
         )
+        for action in parser._actions:
+            if action.dest == SERVER_OPTIMIZER_KEY and isinstance(action, ActionTypeHint):
+                action.__class__ = _SwapFromDefaults
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)

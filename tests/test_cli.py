@@ -138,9 +138,8 @@ def test_print_config_shows_the_server_optimizer(tmp_path, monkeypatch, capsys):
     assert [c["class_path"] for c in printed["trainer"]["callbacks"]] == ["lightning.pytorch.callbacks.ModelCheckpoint"]
     printed = _print_config(["fit", "--config", str(FEDAWARE), "--server_optimizer", "FedAdam"], capsys)
     assert printed["server_optimizer"]["class_path"].endswith("FedAdam")
-    # jsonargparse's rule when a class is replaced: settings of the same name carry over (FedAWARE's lr = 1 and
-    # weighting), the others take the new class's defaults (FedAdam's τ = 1e-3)
-    assert printed["server_optimizer"]["init_args"]["lr"] == 1.0
+    # a different class starts from its own defaults (issue #32: FedAWARE's lr = 1 no longer carries over)
+    assert printed["server_optimizer"]["init_args"]["lr"] == 0.01
     assert printed["server_optimizer"]["init_args"]["tau"] == 0.001
     assert len(printed["trainer"]["callbacks"]) == 1
     # the printed config is new-style and reads back to the same run
@@ -150,6 +149,55 @@ def test_print_config_shows_the_server_optimizer(tmp_path, monkeypatch, capsys):
     cli = FederatedCLI(args=["--config", str(tmp_path / "printed.yaml")], run=False)
     assert type(cli.trainer.server_optimizer) is FedAdam
     assert sum(isinstance(cb, ModelCheckpoint) for cb in cli.trainer.callbacks) == 1
+
+
+FMNIST_FEDYOGI = next(p for p in EXAMPLES if p.name == "fashion_mnist_hybrid_plus_fedyogi.yaml")  # lr 0.01, τ 1e-4
+
+
+@pytest.mark.parametrize("swap, expected", [
+    # a different class: its own defaults (FedAvg's η = 1, not FedYogi's 0.01), then what follows on the command line
+    (["--server_optimizer", "FedAvg"], (FedAvg, {"lr": 1.0})),
+    (["--server_optimizer", "lightning_fed.callbacks.FedAvg", "--server_optimizer.lr", "0.5"], (FedAvg, {"lr": 0.5})),
+    (["--server_optimizer", "{class_path: FedAvg, init_args: {lr: 0.25}}"], (FedAvg, {"lr": 0.25})),
+    (["--server_optimizer", "FedAdam", "--server_optimizer.beta1", "0.5"],
+     (FedAdam, {"lr": 0.01, "beta1": 0.5, "beta2": 0.99, "tau": 0.001})),
+    # the same class keeps the configured settings
+    (["--server_optimizer", "FedYogi", "--server_optimizer.beta2", "0.9"],
+     (FedYogi, {"lr": 0.01, "tau": 0.0001, "beta2": 0.9})),
+])
+def test_a_swapped_server_optimizer_starts_from_its_own_defaults(swap, expected, tmp_path, monkeypatch):
+    """Issue #32: `--server_optimizer FedAvg` on a FedYogi config used to keep FedYogi's lr 0.01 (jsonargparse's
+    rule of keeping same-named settings), silently; FedAvg's default is 1.0."""
+    monkeypatch.chdir(tmp_path)
+    server = FederatedCLI(args=["--config", str(FMNIST_FEDYOGI), *swap], run=False).trainer.server_optimizer
+    cls, settings = expected
+    assert type(server) is cls and {k: getattr(server, k) for k in settings} == settings
+
+
+@pytest.mark.parametrize("second, expected", [
+    ("server_optimizer: FedAvg\n", {"lr": 1.0}),
+    ("server_optimizer: {class_path: lightning_fed.callbacks.FedAvg, init_args: {lr: 0.7}}\n", {"lr": 0.7}),
+    ("trainer: {callbacks: [{class_path: lightning_fed.callbacks.FedAvg}]}\n", {"lr": 1.0}),  # the old way
+])
+def test_a_second_config_that_swaps_the_server_optimizer_starts_from_its_defaults(second, expected, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "second.yaml").write_text(second)
+    cli = FederatedCLI(args=["--config", str(FMNIST_FEDYOGI), "--config", str(tmp_path / "second.yaml")], run=False)
+    server = cli.trainer.server_optimizer
+    assert type(server) is FedAvg and {k: getattr(server, k) for k in expected} == expected
+    # a second config that does not name the server optimizer keeps the first one's, settings and all
+    (tmp_path / "third.yaml").write_text("trainer: {max_epochs: 3}\n")
+    cli = FederatedCLI(args=["--config", str(FMNIST_FEDYOGI), "--config", str(tmp_path / "third.yaml")], run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi and cli.trainer.server_optimizer.tau == 0.0001
+    assert cli.trainer.max_epochs == 3
+
+
+def test_option_abbreviations_are_refused(tmp_path, monkeypatch, capsys):
+    """`--trainer.max_ep 7` was silently taken as `--trainer.max_epochs 7` (argparse's prefix matching)."""
+    monkeypatch.chdir(tmp_path)
+    err = _parse_error(["--config", str(FMNIST_FEDYOGI), "--trainer.max_ep", "7"], capsys)
+    assert "--trainer.max_ep" in err
 
 
 def _parse_error(args, capsys) -> str:
@@ -296,3 +344,13 @@ def test_partition_command_needs_a_config(capsys):
     with pytest.raises(SystemExit) as err:
         main(["partition", "--plot", "x.png"])
     assert err.value.code == 2 and "--config" in capsys.readouterr().err
+
+
+def test_help_lists_every_subcommand(capsys):
+    """Issue #32: `lightning-fed --help` did not list `partition` (handled by `main` before the CLI's parser)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code in (0, None)
+    out = capsys.readouterr().out
+    for subcommand in ("fit", "validate", "test", "predict", "partition"):
+        assert f"    {subcommand} " in out, subcommand
