@@ -77,6 +77,7 @@ INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("ModelCheckpoint", "_save_on_train_epoch_end"),
     ("_ResultMetric", "_forward_cache"),
     ("_ResultMetric", "_computed"),
+    ("_ResultMetric", "_update_count"),
     ("_EvaluationLoop", "_results"),
     ("_LoggerConnector", "_current_fx"),
     ("_AutomaticOptimization", "optim_progress.optimizer.zero_grad"),
@@ -363,7 +364,8 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
     """What ``module.log(name, value, prog_bar=prog_bar, on_step=False, on_epoch=True, batch_size=1)`` does to a
     number when Lightning's logger connector already logs from the module's current hook and that hook's result metric
     for ``name`` exists with exactly these arguments: ``_ResultMetric.update`` of a mean-reduced tensor metric
-    (``value += v · 1``, ``cumulated_batch_size += 1``, ``has_reset = False``) with ``v`` the number as ``log`` makes
+    (``value += v · 1``, ``cumulated_batch_size += 1``, ``has_reset = False``, and torchmetrics' update bookkeeping:
+    ``_computed = None``, ``_update_count += 1``) with ``v`` the number as ``log`` makes
     it a tensor (the default dtype, the module's device), without ``log``'s per-call checks and ``_ResultMetric.to``.
 
     Returns ``False``, having done nothing, when any of that does not hold; the caller then calls ``module.log``.
@@ -392,6 +394,10 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
     metric.value = metric.value + v * 1
     metric.cumulated_batch_size = metric.cumulated_batch_size + 1
     metric.has_reset = False
+    # what torchmetrics' update wrapper does around ``update``: without it ``compute`` at the round's end warns
+    # "compute ... called before the update method" once per round metric and could return a stale cached value
+    metric._computed = None
+    metric._update_count += 1
     return True
 
 

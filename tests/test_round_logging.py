@@ -140,3 +140,33 @@ def test_round_train_loss_averages_only_reported_losses(tmp_path):
     trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
     trainer.fit(model, datamodule=dm)
     assert float(trainer.callback_metrics["round_train_loss"]) == pytest.approx(losses[0], rel=1e-6)  # logged as float32
+
+
+# ---------------------------------------------------------------- #32.3 no warnings from our own paths
+#: Lightning 2.6's own CombinedLoader under torch 2.14 (a plain `lightning.Trainer.fit` with a validation loader
+#: warns the same): neither ours nor the user's to fix.
+_LIGHTNING_OWN = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+def test_an_ordinary_federated_fit_warns_nothing(tmp_path):
+    """A plain federated fit (FedAdam, validation, TensorBoard, checkpoints, progress bar) raises no warning from the
+    package's own paths. Before #32 the fast round-logging path updated Lightning's result metrics without
+    torchmetrics' update bookkeeping, and every round metric warned "The ``compute`` method of metric _ResultMetric
+    was called before the ``update`` method" once per round."""
+    import warnings
+
+    import lightning as L
+    from helpers import SmallClassifier, classification_dataset
+    from lightning_fed.callbacks import FedAdam
+
+    train, val = classification_dataset(n=300, n_val=60)
+    data = FederatedDataModule(train, val_dataset=val, partitioner=IIDPartitioner(num_clients=10, seed=0),
+                               clients_per_round=3, batch_size=10, local_epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=_LIGHTNING_OWN, category=FutureWarning)
+        trainer = FederatedTrainer(max_epochs=3, callbacks=[FedAdam(lr=0.01)], default_root_dir=str(tmp_path),
+                                   logger=L.pytorch.loggers.TensorBoardLogger(str(tmp_path), default_hp_metric=False))
+        trainer.fit(SmallClassifier(), datamodule=data)
+    assert trainer.current_epoch == 3 and trainer.fit_loop.fast_round_logging
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
