@@ -429,7 +429,30 @@ def main(args: Optional[Any] = None) -> None:
     if isinstance(argv, (list, tuple)) and argv and argv[0] == "partition":
         partition_command(list(argv[1:]))
         return
+    if isinstance(argv, (list, tuple)) and argv and argv[0] in _SUBCOMMANDS and not {"-h", "--help"} & set(argv):
+        print(thread_note(), file=sys.stderr)
     FederatedCLI(args=args)
+
+
+def thread_note() -> str:
+    """One line saying how many threads torch computes with and where that number came from (printed by
+    ``lightning-fed fit`` and the other training subcommands at start).
+
+    torch runs one thread per core by default; with other work on the same cores (two runs at once, a test suite)
+    that oversubscribes them and rounds take 10-30x longer. ``OMP_NUM_THREADS=1`` before the command avoids it.
+
+    >>> thread_note().startswith("torch threads: ")
+    True
+    """
+    import os
+
+    import torch
+
+    given = os.environ.get("OMP_NUM_THREADS")
+    source = f"OMP_NUM_THREADS={given}" if given else (
+        f"torch's default for {os.cpu_count()} cores; with other work on these cores set OMP_NUM_THREADS=1"
+    )
+    return f"torch threads: {torch.get_num_threads()} ({source})"
 
 
 if __name__ == "__main__":  # pragma: no cover
