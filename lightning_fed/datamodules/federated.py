@@ -12,6 +12,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
@@ -134,6 +135,69 @@ class TensorBatches:
     def supports(dataset: Any) -> bool:
         """Whether ``dataset`` can be sliced directly."""
         return callable(getattr(dataset, "get_batch", None)) or isinstance(dataset, TensorDataset)
+
+
+#: Largest Hugging Face dataset (its formatted columns as tensors, bytes) that :class:`HFTensorColumns` holds in memory
+#: for client batches; larger ones are read through a ``DataLoader`` as before.
+HF_TENSOR_LIMIT_BYTES = 2 * 1024**3
+
+
+class HFTensorColumns:
+    """The columns of a ``"torch"``-formatted Hugging Face ``datasets.Dataset``, converted once to tensors, so that
+    client batches are tensor slices (:class:`TensorBatches`) instead of one Arrow read and one formatting per batch.
+
+    ``get_batch(index)`` returns ``{column: tensor[index]}``: the same dict, tensors, dtypes and values that a
+    ``DataLoader`` over the dataset collates for those indices (the torch formatter's dtypes: float32 for floats,
+    int64 for integers). Memory: the formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images
+    and labels take 188 MB).
+
+    Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
+    format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
+    ``limit`` bytes (default :data:`HF_TENSOR_LIMIT_BYTES`, 2 GiB).
+
+    Example::
+
+        >>> import datasets, torch
+        >>> ds = datasets.Dataset.from_dict({"x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], "y": [0, 1, 0]})
+        >>> cols = HFTensorColumns.from_dataset(ds.with_format("torch"))
+        >>> batch = cols.get_batch(torch.tensor([2, 0]))
+        >>> batch["x"].tolist(), batch["y"].tolist(), batch["x"].dtype, cols.nbytes
+        ([[4.0, 5.0], [0.0, 1.0]], [0, 0], torch.float32, 48)
+        >>> HFTensorColumns.from_dataset(ds) is None  # not torch-formatted: DataLoader as before
+        True
+    """
+
+    def __init__(self, columns: dict[str, torch.Tensor]) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the columns' tensors."""
+        return sum(t.numel() * t.element_size() for t in self.columns.values())
+
+    def get_batch(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{column: tensor[index]}`` for a LongTensor ``index [B]``."""
+        return {name: column[index] for name, column in self.columns.items()}
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
+        """The columns of ``dataset`` as tensors, or ``None`` when it cannot or should not be held (see above;
+        ``limit`` in bytes, default :data:`HF_TENSOR_LIMIT_BYTES` as it is at the call)."""
+        limit = HF_TENSOR_LIMIT_BYTES if limit is None else limit
+        if not _is_hf_dataset(dataset) or len(dataset) == 0 or (dataset.format or {}).get("type") != "torch":
+            return None
+        first = dataset[0]
+        if not isinstance(first, dict) or not first or not all(isinstance(v, torch.Tensor) for v in first.values()):
+            return None
+        if len(dataset) * sum(v.numel() * v.element_size() for v in first.values()) > limit:
+            return None
+        columns = dataset[:]
+        if not all(isinstance(v, torch.Tensor) and len(v) == len(dataset) for v in columns.values()):
+            return None  # a ragged column comes back as a list of tensors
+        return cls(dict(columns))
 
 
 def _is_hf_dataset(dataset: Any) -> bool:
@@ -668,7 +732,26 @@ class FederatedDataModule(L.LightningDataModule):
         batches = self.client_batches(cid, round_idx)
         if self.num_workers == 0 and TensorBatches.supports(self.train_dataset):
             return TensorBatches(self.train_dataset, batches)
+        if self.num_workers == 0 and _is_hf_dataset(self.train_dataset):
+            columns = self._hf_tensor_columns()
+            if columns is not None:
+                return TensorBatches(columns, batches)
         return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
+
+    def _hf_tensor_columns(self) -> Optional[HFTensorColumns]:
+        """A torch-formatted Hugging Face ``train_dataset`` as tensors (once; :class:`HFTensorColumns`), or ``None``."""
+        cached = getattr(self, "_hf_columns", None)
+        if cached is not None and cached[0] is self.train_dataset:
+            return cached[1]
+        columns = HFTensorColumns.from_dataset(self.train_dataset)
+        self._hf_columns = (self.train_dataset, columns)
+        if columns is not None:
+            rank_zero_info(
+                f"Hugging Face train_dataset: columns {list(columns.columns)} held as tensors for client batches "
+                f"({columns.nbytes / 2**20:.1f} MiB, once; datasets above {HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are "
+                "read through a DataLoader instead)."
+            )
+        return columns
 
     # ------------------------------------------------------------------ Lightning loaders
     def train_dataloader(self) -> DataLoader:

@@ -143,7 +143,12 @@ def test_tensor_fast_path_yields_what_a_dataloader_collates():
     assert isinstance(dm.client_dataloader(0, 0), TensorBatches)
     dm = FederatedDataModule(_hf_dataset(), partitioner=ShardPartitioner(5, 1), clients_per_round=1)
     dm.setup()
-    assert isinstance(dm.client_dataloader(0, 0), DataLoader)
+    # since #32 a torch-formatted Hugging Face dataset of fixed-shape columns is sliced too (its columns held as
+    # tensors; test_hf_client_batches_are_tensor_slices_equal_to_what_a_dataloader_collates), not read per sample
+    assert isinstance(dm.client_dataloader(0, 0), TensorBatches)
+    dm = FederatedDataModule(_hf_dataset(), partitioner=ShardPartitioner(5, 1), clients_per_round=1, num_workers=1)
+    dm.setup()
+    assert isinstance(dm.client_dataloader(0, 0), DataLoader)  # workers: the DataLoader, as asked
 
 
 def _selection_module(**kwargs):
@@ -274,3 +279,53 @@ def test_datamodule_eval_fraction_split_per_client_class_counts():
     assert all(np.array_equal(again.client_eval_indices(c), dm.client_eval_indices(c)) for c in range(5))
     # no val_dataset: central validation covers the union of the clients' evaluation data
     assert len(dm.val_dataloader().dataset) == sum(len(dm.client_eval_indices(c)) for c in range(5))
+
+
+# ---------------------------------------------------------------- #32.2 Hugging Face data at tensor speed
+def _collated(dataset, batches):
+    from torch.utils.data import DataLoader
+
+    return list(DataLoader(dataset, batch_sampler=[b.tolist() for b in batches]))
+
+
+def test_hf_client_batches_are_tensor_slices_equal_to_what_a_dataloader_collates():
+    """A torch-formatted Hugging Face dataset's columns are held as tensors once, and every client batch is a slice:
+    the same dict, dtypes and values as the DataLoader path (float64 → float32 and int → int64, the torch
+    formatter's dtypes), for several clients and rounds with reshuffling."""
+    from lightning_fed.datamodules.federated import HFTensorColumns, TensorBatches
+
+    rng = np.random.default_rng(0)
+    n = 120
+    hf = datasets.Dataset.from_dict({
+        "image": rng.normal(size=(n, 2, 3)),  # float64 → float32
+        "label": rng.integers(0, 4, n),
+        "flag": rng.random(n) > 0.5,
+    })
+    dm = FederatedDataModule(hf, partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=2,
+                             batch_size=7, local_epochs=2)
+    dm.setup()
+    for round_idx in range(3):
+        for cid in range(6):
+            fast = dm.client_dataloader(cid, round_idx)
+            assert isinstance(fast, TensorBatches) and isinstance(fast.dataset, HFTensorColumns)
+            slow = _collated(dm.train_dataset, dm.client_batches(cid, round_idx))
+            assert len(list(fast)) == len(slow)
+            for a, b in zip(fast, slow):
+                assert list(a) == list(b) == ["image", "label", "flag"]
+                for key in a:
+                    assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+    assert dm.client_dataloader(0, 0).dataset is dm.client_dataloader(1, 0).dataset  # converted once
+
+
+@pytest.mark.parametrize("column", [
+    [[1.0] * (1 + i % 3) for i in range(40)],  # ragged sequences: a list of tensors, not one tensor
+    [f"text {i}" for i in range(40)],          # text
+])
+def test_hf_datasets_that_are_not_fixed_shape_tensors_keep_the_dataloader(column):
+    from torch.utils.data import DataLoader
+
+    hf = datasets.Dataset.from_dict({"x": column, "label": [i % 2 for i in range(40)]})
+    dm = FederatedDataModule(hf, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+                             batch_size=1)
+    dm.setup()
+    assert isinstance(dm.client_dataloader(0, 0), DataLoader)
