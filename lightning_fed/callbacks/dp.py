@@ -116,7 +116,7 @@ class DifferentialPrivacy:
 
     def _resolve_update_noise(self, clients_per_round: Optional[int]) -> None:
         clip, _, noise = self.aggregators
-        if clip.count_stddev is None and clients_per_round is None:
+        if clip.count_stddev is None and clients_per_round is None and self.noise_multiplier != 0:
             noise.noise_multiplier = math.nan  # resolved at fit start (σ_b = C/20 needs C)
             return
         noise.noise_multiplier = update_noise_multiplier(
@@ -152,7 +152,7 @@ class DifferentialPrivacy:
                 )
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        """Log ``privacy/epsilon`` and ``privacy/clip_norm``; stop the run if one more round would exceed
+        """Log ``privacy/epsilon`` and ``privacy/clip_norm`` (NaN in a round where no client reported); stop the run if one more round would exceed
         ``target_epsilon``."""
         parent = getattr(super(), "on_train_epoch_end", None)
         if parent is not None:
@@ -164,8 +164,9 @@ class DifferentialPrivacy:
         eps = self.accountant.epsilon(self.target_delta)
         self.epsilon = eps
         pl_module.log("privacy/epsilon", eps, on_step=False, on_epoch=True, batch_size=1)
-        pl_module.log("privacy/clip_norm", self.aggregators[2].round_clip_norm(), on_step=False, on_epoch=True,
-                      batch_size=1)
+        # NaN in a round where no client reported (nothing released), as the loop's other round metrics
+        clip_norm = self.aggregators[2].round_clip_norm() if self._stepped else math.nan
+        pl_module.log("privacy/clip_norm", clip_norm, on_step=False, on_epoch=True, batch_size=1)
         if self.target_epsilon is not None and not trainer.should_stop:
             nxt = self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
             if nxt > self.target_epsilon:
