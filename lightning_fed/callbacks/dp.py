@@ -63,7 +63,10 @@ class DifferentialPrivacy:
     Raises:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
             adaptive clipping with 2σ_b ≤ σ; at fit start, ``sampling="poisson"`` with fixed-size cohorts or a
-            ``target_epsilon`` already spent by one round.
+            ``target_epsilon`` already spent by one round; with σ > 0, at fit start, modules with running statistics
+            (BatchNorm) or ``max_update_norm_ratio`` (see :attr:`ServerOptimizer.privatises
+            <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0 buffers keep their global value and
+            parameters the clients do not train are neither clipped nor noised).
     Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
 
         >>> from lightning_fed.callbacks import FedAvgM
@@ -152,8 +155,8 @@ class DifferentialPrivacy:
                 )
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        """Log ``privacy/epsilon`` and ``privacy/clip_norm`` (NaN in a round where no client reported); stop the run if one more round would exceed
-        ``target_epsilon``."""
+        """Log ``privacy/epsilon`` and ``privacy/clip_norm`` (NaN in a round where no client reported); stop the run
+        if one more round would exceed ``target_epsilon``."""
         parent = getattr(super(), "on_train_epoch_end", None)
         if parent is not None:
             parent(trainer, pl_module)

@@ -280,8 +280,8 @@ class ServerOptimizer(Callback):
         (:meth:`client_delta`) and Σ_i λ_i g_i the pseudo-gradient; norms are over all parameters together,
         accumulated in float64. Under a chain that adds DP noise (:attr:`privatises`) the pseudo-gradient released
         is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
-        ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes the
-        clients' updates — a diagnostic of the trusted server, not covered by ε.
+        ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
+        the clients' updates — a diagnostic of the trusted server, not covered by ε.
 
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
@@ -298,7 +298,15 @@ class ServerOptimizer(Callback):
         return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
+        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t.
+
+        Under a chain that adds DP noise (:attr:`privatises`) the parameters the clients do not train
+        (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) are left out of
+        the chain (not in the clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit.
+
+        Raises:
+            ValueError: under such a chain, no parameter trained.
+        """
         self.validate_round(params, updates)
         frozen: list[int] = []
         if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
@@ -357,6 +365,9 @@ class ServerOptimizer(Callback):
 
         Raises:
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
+            ValueError: under a chain that adds DP noise (:attr:`privatises`), what
+                :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
+                ``max_update_norm_ratio``, no trained parameter).
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 

@@ -339,7 +339,8 @@ def adds_noise(stages: Optional[Any]) -> bool:
     Example::
 
         >>> clip = ClipUpdates(1.0)
-        >>> adds_noise([clip, DPMean(), GaussianNoise(1.0, clip)]), adds_noise([clip, DPMean(), GaussianNoise(0.0, clip)])
+        >>> noised, noise_free = GaussianNoise(1.0, clip), GaussianNoise(0.0, clip)
+        >>> adds_noise([clip, DPMean(), noised]), adds_noise([clip, DPMean(), noise_free])
         (True, False)
         >>> adds_noise(None)
         False

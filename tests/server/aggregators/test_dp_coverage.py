@@ -101,7 +101,8 @@ def test_buffers_stay_at_the_global_value_under_dp_with_one_warning(tmp_path, ma
     model = WithCounters()
     start = {n: b.clone() for n, b in model.named_buffers()}
     with pytest.warns(UserWarning, match=r"input_sum, steps") as record:
-        FederatedTrainer(max_epochs=3, callbacks=[make()], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=_dm())
+        FederatedTrainer(max_epochs=3, callbacks=[make()], **quiet_trainer_kwargs(tmp_path)).fit(
+            model, datamodule=_dm())
     for name, buf in model.named_buffers():
         assert torch.equal(buf, start[name]), name  # bit for bit: nothing of the clients' buffers is released
     assert sum("kept at the global value" in str(w.message) for w in record) == 1
@@ -134,7 +135,8 @@ class WithFrozen(LinearRegression):
 def test_frozen_and_unoptimized_parameters_stay_bit_for_bit_under_dp(tmp_path, make):
     torch.manual_seed(0)
     model = WithFrozen()
-    frozen, unoptimized, w = model.frozen.detach().clone(), model.unoptimized.detach().clone(), model.linear.weight.detach().clone()
+    frozen, unoptimized = model.frozen.detach().clone(), model.unoptimized.detach().clone()
+    w = model.linear.weight.detach().clone()
     FederatedTrainer(max_epochs=3, callbacks=[make()], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=_dm())
     assert torch.equal(model.frozen, frozen) and torch.equal(model.unoptimized, unoptimized)
     assert not torch.equal(model.linear.weight, w)  # the trained layer did move
@@ -153,7 +155,8 @@ def test_noise_on_trained_coordinates_is_sigma_s_over_c_and_the_clip_ignores_fro
     # clients moved the frozen parameter a lot (norm 100 each): it must neither be released nor shrink the clip
     updates = [_update(i, [np.full(30, 100 / math.sqrt(30)), np.zeros(d)]) for i in range(k)]
     delta = server.server_update([frozen, trained], updates)
-    assert torch.equal(frozen, torch.zeros(30, dtype=torch.float64)) and torch.equal(delta[0], torch.zeros(30, dtype=torch.float64))
+    zero = torch.zeros(30, dtype=torch.float64)
+    assert torch.equal(frozen, zero) and torch.equal(delta[0], zero)
     std = float(trained.std())  # x_1 − x_0 = Δ_t = noise only: N(0, (σS/C)²), C = k here
     assert abs(std / (sigma * s / k) - 1) < 0.03  # 3 sampling SEs ≈ 3/sqrt(2·20000) = 1.5%
     # a trained update of norm 0.5 < S = 0.7 passes unclipped though its frozen part has norm 100
