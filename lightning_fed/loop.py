@@ -72,7 +72,8 @@ class FederatedFitLoop(pl_private.FitLoop):
        :class:`ClientUpdate` s and failures;
     3. the server optimizer callback aggregates them into Δ_t and writes x_{t+1} into the module (l. 10-11);
        floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
-       buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer;
+       buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer; under a server
+       optimizer that adds DP noise (``ServerOptimizer.privatises``) every buffer keeps its global value;
     4. the per-round metrics ``round_train_loss`` (sample-weighted mean of the clients' mean local losses),
        ``round_pseudo_grad_norm`` (‖Δ_t‖₂), ``round_gradient_diversity`` (√(Σλ_i‖g_i‖²/‖Σλ_i g_i‖²), see
        :meth:`ServerOptimizer.gradient_diversity`), ``round_time_s`` (wall time) and ``round_local_steps`` are
@@ -503,6 +504,9 @@ class FederatedFitLoop(pl_private.FitLoop):
     def _average_buffers(self, updates: list[ClientUpdate]) -> None:
         if not self._buffers:
             return
+        if getattr(self.server_optimizer, "privatises", False):  # DP: the clients' buffers are not released
+            self._keep_global_buffers(updates)
+            return
         weights = self.server_optimizer.client_weights(updates).tolist()
         for i, buf in enumerate(self._buffers):
             values = [u.buffers[i] for u in updates]
@@ -510,6 +514,24 @@ class FederatedFitLoop(pl_private.FitLoop):
                 buf.copy_(sum(w * v.to(torch.float64) for w, v in zip(weights, values)).to(buf.dtype))
             else:
                 buf.copy_(torch.stack(values).amax(dim=0))
+
+    def _keep_global_buffers(self, updates: list[ClientUpdate]) -> None:
+        """Under a server optimizer that adds DP noise: every buffer back to its global value (ε covers only the
+        noised parameters), with a warning naming the buffers some client changed (running statistics of norm
+        layers are refused at fit start; these are other buffers the module updates in training)."""
+        names = [n for n, _ in self.trainer.lightning_module.named_buffers()]
+        changed = [
+            name for i, (name, g) in enumerate(zip(names, self.client_runner.global_buffers))
+            if any(not torch.equal(u.buffers[i], g) for u in updates if len(u.buffers) == len(names))
+        ]
+        torch._foreach_copy_(self._buffers, self.client_runner.global_buffers)
+        if changed and not getattr(self, "_warned_dp_buffers", False):  # once per run
+            self._warned_dp_buffers = True
+            rank_zero_warn(
+                f"{type(self.server_optimizer).__name__} adds DP noise, and ε does not cover buffers: the buffers the "
+                f"clients changed in training ({', '.join(changed)}) are kept at the global value, never averaged "
+                "from the clients. Make them parameters, or compute them outside training, if they must change."
+            )
 
     def _log_round_metrics(self, module: Any) -> None:
         # (a module's own `log` gets every call)

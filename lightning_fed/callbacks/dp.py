@@ -63,7 +63,10 @@ class DifferentialPrivacy:
     Raises:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
             adaptive clipping with 2σ_b ≤ σ; at fit start, ``sampling="poisson"`` with fixed-size cohorts or a
-            ``target_epsilon`` already spent by one round.
+            ``target_epsilon`` already spent by one round; with σ > 0, at fit start, modules with running statistics
+            (BatchNorm) or ``max_update_norm_ratio`` (see :attr:`ServerOptimizer.privatises
+            <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0 buffers keep their global value and
+            parameters the clients do not train are neither clipped nor noised).
     Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
 
         >>> from lightning_fed.callbacks import FedAvgM
@@ -116,7 +119,7 @@ class DifferentialPrivacy:
 
     def _resolve_update_noise(self, clients_per_round: Optional[int]) -> None:
         clip, _, noise = self.aggregators
-        if clip.count_stddev is None and clients_per_round is None:
+        if clip.count_stddev is None and clients_per_round is None and self.noise_multiplier != 0:
             noise.noise_multiplier = math.nan  # resolved at fit start (σ_b = C/20 needs C)
             return
         noise.noise_multiplier = update_noise_multiplier(
@@ -152,8 +155,8 @@ class DifferentialPrivacy:
                 )
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        """Log ``privacy/epsilon`` and ``privacy/clip_norm``; stop the run if one more round would exceed
-        ``target_epsilon``."""
+        """Log ``privacy/epsilon`` and ``privacy/clip_norm`` (NaN in a round where no client reported); stop the run
+        if one more round would exceed ``target_epsilon``."""
         parent = getattr(super(), "on_train_epoch_end", None)
         if parent is not None:
             parent(trainer, pl_module)
@@ -164,8 +167,9 @@ class DifferentialPrivacy:
         eps = self.accountant.epsilon(self.target_delta)
         self.epsilon = eps
         pl_module.log("privacy/epsilon", eps, on_step=False, on_epoch=True, batch_size=1)
-        pl_module.log("privacy/clip_norm", self.aggregators[2].round_clip_norm(), on_step=False, on_epoch=True,
-                      batch_size=1)
+        # NaN in a round where no client reported (nothing released), as the loop's other round metrics
+        clip_norm = self.aggregators[2].round_clip_norm() if self._stepped else math.nan
+        pl_module.log("privacy/clip_norm", clip_norm, on_step=False, on_epoch=True, batch_size=1)
         if self.target_epsilon is not None and not trainer.should_stop:
             nxt = self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
             if nxt > self.target_epsilon:

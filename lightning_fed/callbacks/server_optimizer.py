@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Optional, Sequence
 
@@ -12,6 +13,7 @@ from torch import Tensor
 from lightning_fed.client import ClientUpdate
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, chain_states, check_chain
+from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, trained_parameters
 from lightning_fed.server.rules.base import Rule, move_state, state_from_dict, state_to_dict
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
 from lightning_fed.server.rules.sgd import SGD
@@ -103,6 +105,8 @@ class ServerOptimizer(Callback):
         #: The per-client state (:class:`~lightning_fed.server.client_state.ClientStateTable`) of a method that keeps
         #: one (FedAWARE's m_i, SCAFFOLD's c_i), ``None`` otherwise; checkpointed under ``"client_state"``.
         self.client_state: Optional[ClientStateTable] = None
+        self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
+        self._stepped = False  # the server stepped in the current round
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
@@ -253,6 +257,17 @@ class ServerOptimizer(Callback):
             self._round_info = RoundInfo(
                 int(trainer.current_epoch), int(getattr(dm, "seed", 0)), int(dm.num_clients), int(dm.clients_per_round)
             )
+        self._stepped = False
+        if self.privatises:
+            self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+
+    @property
+    def privatises(self) -> bool:
+        """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
+        Then only what ε covers is released: buffers stay at their global value (the loop does not average the
+        clients' buffers), parameters not trained by the clients (``requires_grad=False`` or in no client optimizer)
+        are neither clipped, noised nor stepped, and fit refuses running statistics and ``max_update_norm_ratio``."""
+        return adds_noise(self.aggregators)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
         """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
@@ -263,7 +278,10 @@ class ServerOptimizer(Callback):
         (Jensen) and D = 1 exactly when all g_i are equal (the IID case); Fig. 3 and Fig. 5 plot this D. Here
         λ are the round's aggregation weights (:meth:`client_weights`), g_i the clients' contributions
         (:meth:`client_delta`) and Σ_i λ_i g_i the pseudo-gradient; norms are over all parameters together,
-        accumulated in float64.
+        accumulated in float64. Under a chain that adds DP noise (:attr:`privatises`) the pseudo-gradient released
+        is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
+        ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
+        the clients' updates — a diagnostic of the trusted server, not covered by ε.
 
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
@@ -272,13 +290,40 @@ class ServerOptimizer(Callback):
         sq_norms = torch.stack(
             [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
         )
+        if self.privatises:
+            deltas = [self.client_delta(u) for u in updates]
+            pseudo_gradient = [sum(float(w) * d[j].double() for w, d in zip(weights, deltas))
+                               for j in range(len(deltas[0]))]
         denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
         return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
+        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t.
+
+        Under a chain that adds DP noise (:attr:`privatises`) the parameters the clients do not train
+        (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) are left out of
+        the chain (not in the clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit.
+
+        Raises:
+            ValueError: under such a chain, no parameter trained.
+        """
         self.validate_round(params, updates)
-        pseudo_gradient = self.aggregate(updates)
+        frozen: list[int] = []
+        if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
+            trained = self._trained if self._trained is not None and len(self._trained) == len(params) \
+                else trained_parameters(params)
+            frozen = [i for i, t in enumerate(trained) if not t]
+        if frozen:
+            kept = [i for i in range(len(params)) if i not in set(frozen)]
+            if not kept:
+                raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained (all frozen).")
+            released = self.aggregate([dataclasses.replace(u, delta=[u.delta[i] for i in kept]) for u in updates])
+            pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta]
+            for i, d in zip(kept, released):
+                pseudo_gradient[i] = d
+            global_frozen = [params[i].detach().clone() for i in frozen]
+        else:
+            pseudo_gradient = self.aggregate(updates)
         with torch.no_grad():
             if self.server_rule is not None:
                 if self._rule_state is None:
@@ -291,6 +336,9 @@ class ServerOptimizer(Callback):
                 self._move_state(params)
             self.num_steps += 1
             self.step(params, pseudo_gradient)
+            for i, value in zip(frozen, global_frozen if frozen else ()):
+                params[i].copy_(value)
+        self._stepped = True
         return pseudo_gradient
 
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
@@ -317,6 +365,9 @@ class ServerOptimizer(Callback):
 
         Raises:
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
+            ValueError: under a chain that adds DP noise (:attr:`privatises`), what
+                :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
+                ``max_update_norm_ratio``, no trained parameter).
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
@@ -335,6 +386,9 @@ class ServerOptimizer(Callback):
                 f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "
                 "the server optimizer from `callbacks` for a centralized baseline."
             )
+        if self.privatises:
+            self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+            check_private_fit(self, trainer, pl_module, self._trained)
 
     # ------------------------------------------------------------------ checkpointing
     @property

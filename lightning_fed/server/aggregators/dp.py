@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -327,3 +327,97 @@ class GaussianNoise(Stage):
             noise = torch.randn(d.shape, generator=gen, device=d.device, dtype=d.dtype)
             out.append(d + noise * std)
         return out, new_state
+
+
+# ----------------------------------------------------------------------------- what a noised chain may release
+def adds_noise(stages: Optional[Any]) -> bool:
+    """Whether an aggregator chain privatises its release: it has a :class:`GaussianNoise` stage with σ ≠ 0 (a σ not
+    yet resolved, NaN, counts). Under such a chain the server optimizer releases only what ε covers: buffers stay at
+    their global value, parameters that are not trained are neither clipped nor noised, and the fit-start checks of
+    :func:`check_private_fit` apply. σ = 0 (ε = ∞) changes nothing.
+
+    Example::
+
+        >>> clip = ClipUpdates(1.0)
+        >>> noised, noise_free = GaussianNoise(1.0, clip), GaussianNoise(0.0, clip)
+        >>> adds_noise([clip, DPMean(), noised]), adds_noise([clip, DPMean(), noise_free])
+        (True, False)
+        >>> adds_noise(None)
+        False
+    """
+    return any(isinstance(s, GaussianNoise) and s.noise_multiplier != 0 for s in stages or ())
+
+
+def running_stat_modules(module: torch.nn.Module) -> list[str]:
+    """``"name (Type)"`` of every sub-module of ``module`` that updates running statistics in training: BatchNorm
+    (any dimension, SyncBatchNorm and lazy ones included) and InstanceNorm built with ``track_running_stats=True``
+    (the modules Opacus's ``ModuleValidator`` refuses for the same reason).
+
+    Example::
+
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2),
+        ...                           torch.nn.BatchNorm1d(2, track_running_stats=False), torch.nn.GroupNorm(1, 2))
+        >>> running_stat_modules(net)
+        ['1 (BatchNorm1d)']
+    """
+    return [f"{name} ({type(m).__name__})" for name, m in module.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats]
+
+
+def check_private_fit(server: Any, trainer: Any, pl_module: torch.nn.Module, trained: Sequence[bool]) -> None:
+    """The fit-start refusals of a server optimizer whose chain :func:`adds_noise` (user-level DP): what the run
+    would release or decide from client data outside the DP analysis.
+
+    Args:
+        server: The server optimizer (for its name in the messages).
+        trainer: The federated trainer (its ``fit_loop.max_update_norm_ratio`` is read).
+        pl_module: The module trained.
+        trained: One bool per ``pl_module.parameters()``: trained by the clients (see
+            :func:`trained_parameters`).
+
+    Raises:
+        ValueError: a module with running statistics (:func:`running_stat_modules`; their buffers would be the
+            clients' unclipped, unnoised mean), naming the modules and the fix; ``max_update_norm_ratio`` set (its
+            drop rule depends on the clients' data and is outside the DP analysis); no parameter trained.
+    """
+    name = type(server).__name__
+    modules = running_stat_modules(pl_module)
+    if modules:
+        raise ValueError(
+            f"{name} adds DP noise (noise_multiplier > 0), and ε covers the model's trained parameters only, but "
+            f"these modules update running statistics (buffers) from the clients' data during training, which "
+            f"differential privacy does not cover: {', '.join(modules)}. Use GroupNorm or LayerNorm instead (e.g. "
+            "lightning_fed.models' ResNet with norm='group'), or build them with track_running_stats=False."
+        )
+    ratio = getattr(getattr(trainer, "fit_loop", None), "max_update_norm_ratio", None)
+    if ratio is not None:
+        raise ValueError(
+            f"`max_update_norm_ratio`={ratio:g} drops clients by a rule that depends on their data (the round's "
+            f"median update norm), outside the DP analysis of {name} (noise_multiplier > 0), which already bounds "
+            "every client's influence by clipping: leave `max_update_norm_ratio=None` with a DP server optimizer, "
+            "or set noise_multiplier=0."
+        )
+    if not any(trained):
+        raise ValueError(
+            f"{name} adds DP noise to the trained parameters, but the module has none (every parameter has "
+            "requires_grad=False or is in no optimizer of configure_optimizers)."
+        )
+
+
+def trained_parameters(params: Sequence[Tensor], optimizers: Sequence[Any] = ()) -> list[bool]:
+    """One bool per entry of ``params``: ``requires_grad`` (a plain tensor, not an ``nn.Parameter``, counts as
+    trained) and, when there are client optimizers, held by one of their parameter groups. Under a chain that
+    :func:`adds_noise`, the others are kept at their global value (not clipped, not noised, not stepped).
+
+    Example::
+
+        >>> a, b, c = (torch.nn.Parameter(torch.zeros(1)) for _ in range(3))
+        >>> b.requires_grad_(False)
+        Parameter containing:
+        tensor([0.])
+        >>> trained_parameters([a, b, c], [torch.optim.SGD([a, b], lr=0.1)])
+        [True, False, False]
+    """
+    held = {id(p) for opt in optimizers for group in opt.param_groups for p in group["params"]}
+    return [(bool(p.requires_grad) or not isinstance(p, torch.nn.Parameter)) and (not held or id(p) in held)
+            for p in params]

@@ -1,0 +1,237 @@
+"""What a DP run releases is what ε covers (issue #31, items 2, 4, 6 and 8): buffers, frozen parameters, the
+update-norm guard, and the privacy/diversity metrics of a round (lightning_fed/server/aggregators/dp.py, the DP
+mixin in lightning_fed/callbacks/dp.py and the server optimizer in lightning_fed/callbacks/server_optimizer.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import TensorDataset
+
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from lightning_fed import ClientUpdate, FederatedTrainer
+from lightning_fed.callbacks import DPFedAdam, DPFedAvg, FedAvg
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.server.aggregators import ClipUpdates, DPMean, GaussianNoise, check_chain
+
+
+def _dm(num_clients=6, clients_per_round=3):
+    x, y = regression_data(n=60)
+    return FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                               partitioner=IIDPartitioner(num_clients=num_clients, seed=0),
+                               clients_per_round=clients_per_round, batch_size=4)
+
+
+def _hand_chain(sigma=1.0, s=0.1):
+    """A plain FedAvg given the DP-FedAvg chain by hand (no DP mixin)."""
+    server = FedAvg(weighting="uniform")
+    clip = ClipUpdates(s)
+    server.aggregators = check_chain([clip, DPMean(), GaussianNoise(sigma, clip)])
+    return server
+
+
+class Trained(Callback):
+    """Records whether any client trained (a refusal at fit start must come before)."""
+
+    def __init__(self):
+        self.batches = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches += 1
+
+
+# --------------------------------------------------------------------------------- item 2: buffers under DP
+class WithBatchNorm(LinearRegression):
+    def __init__(self, track_running_stats=True):
+        super().__init__()
+        self.bn1 = torch.nn.BatchNorm1d(3, dtype=torch.float64, track_running_stats=track_running_stats)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.linear(self.bn1(x)).squeeze(-1), y)
+
+
+@pytest.mark.parametrize("make", [lambda: DPFedAvg(0.1, 1.0, 1e-3), lambda: DPFedAdam(0.1, 1.0, 1e-3, lr=0.05),
+                                  lambda: DPFedAvg(0.1, 1.0, 1e-3, adaptive_clipping=True, count_stddev=1.0),
+                                  _hand_chain])
+def test_running_statistics_under_dp_are_refused_at_fit_start_naming_the_module(tmp_path, make):
+    seen = Trained()
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[make(), seen], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"bn1 \(BatchNorm1d\)") as err:
+        trainer.fit(WithBatchNorm(), datamodule=_dm())
+    assert "GroupNorm" in str(err.value) and "track_running_stats=False" in str(err.value)
+    assert seen.batches == 0 and trainer.current_epoch == 0  # before any round trained
+
+
+def test_batchnorm_without_running_statistics_and_noise_free_dp_are_accepted(tmp_path):
+    FederatedTrainer(max_epochs=1, callbacks=[DPFedAvg(0.1, 1.0, 1e-3)], **quiet_trainer_kwargs(tmp_path)).fit(
+        WithBatchNorm(track_running_stats=False), datamodule=_dm())
+    # σ = 0 releases nothing private (ε = ∞, logged as such): buffers are averaged as without DP
+    model = WithBatchNorm()
+    FederatedTrainer(max_epochs=1, callbacks=[DPFedAvg(math.inf, 0.0, 1e-3)], **quiet_trainer_kwargs(tmp_path)).fit(
+        model, datamodule=_dm())
+    assert not torch.equal(model.bn1.running_mean, torch.zeros(3, dtype=torch.float64))
+
+
+class WithCounters(LinearRegression):
+    """A module whose training step changes a float buffer and an integer counter in place (not a norm layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("input_sum", torch.zeros(3, dtype=torch.float64))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.register_buffer("constant", torch.arange(4, dtype=torch.float32))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        with torch.no_grad():
+            self.input_sum += x.sum(0)
+            self.steps += 1
+        return F.mse_loss(self.linear(x).squeeze(-1), y)
+
+
+@pytest.mark.parametrize("make", [lambda: DPFedAvg(0.1, 1.0, 1e-3), _hand_chain])
+def test_buffers_stay_at_the_global_value_under_dp_with_one_warning(tmp_path, make):
+    torch.manual_seed(0)
+    model = WithCounters()
+    start = {n: b.clone() for n, b in model.named_buffers()}
+    with pytest.warns(UserWarning, match=r"input_sum, steps") as record:
+        FederatedTrainer(max_epochs=3, callbacks=[make()], **quiet_trainer_kwargs(tmp_path)).fit(
+            model, datamodule=_dm())
+    for name, buf in model.named_buffers():
+        assert torch.equal(buf, start[name]), name  # bit for bit: nothing of the clients' buffers is released
+    assert sum("kept at the global value" in str(w.message) for w in record) == 1
+    # without DP the same buffers are averaged (float) / maximised (integer) from the clients
+    plain = WithCounters()
+    FederatedTrainer(max_epochs=1, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path)).fit(plain, datamodule=_dm())
+    assert int(plain.steps) > 0 and not torch.equal(plain.input_sum, start["input_sum"])
+
+
+# ------------------------------------------------------------------------------ item 4: frozen parameters
+class WithFrozen(LinearRegression):
+    """A trained linear layer, a frozen parameter (requires_grad=False) and one left out of the optimizer."""
+
+    def __init__(self):
+        super().__init__()
+        self.frozen = torch.nn.Parameter(torch.randn(50, dtype=torch.float64), requires_grad=False)
+        self.unoptimized = torch.nn.Parameter(torch.randn(40, dtype=torch.float64))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out = self.linear(x).squeeze(-1) + 0 * (self.frozen.sum() + self.unoptimized.sum())
+        return F.mse_loss(out, y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.linear.parameters(), lr=self.lr)
+
+
+@pytest.mark.parametrize("make", [lambda: DPFedAvg(0.1, 1.0, 1e-3), lambda: DPFedAdam(0.1, 1.0, 1e-3, lr=0.05),
+                                  _hand_chain])
+def test_frozen_and_unoptimized_parameters_stay_bit_for_bit_under_dp(tmp_path, make):
+    torch.manual_seed(0)
+    model = WithFrozen()
+    frozen, unoptimized = model.frozen.detach().clone(), model.unoptimized.detach().clone()
+    w = model.linear.weight.detach().clone()
+    FederatedTrainer(max_epochs=3, callbacks=[make()], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=_dm())
+    assert torch.equal(model.frozen, frozen) and torch.equal(model.unoptimized, unoptimized)
+    assert not torch.equal(model.linear.weight, w)  # the trained layer did move
+
+
+def _update(cid, delta):
+    return ClientUpdate(client_id=cid, delta=[torch.tensor(d, dtype=torch.float64) for d in delta], num_samples=1,
+                        num_steps=1, loss=0.0)
+
+
+def test_noise_on_trained_coordinates_is_sigma_s_over_c_and_the_clip_ignores_frozen_ones():
+    sigma, s, k, d = 1.3, 0.7, 4, 20000
+    frozen = torch.nn.Parameter(torch.zeros(30, dtype=torch.float64), requires_grad=False)
+    trained = torch.nn.Parameter(torch.zeros(d, dtype=torch.float64))
+    server = DPFedAvg(clip_norm=s, noise_multiplier=sigma, target_delta=1e-5)
+    # clients moved the frozen parameter a lot (norm 100 each): it must neither be released nor shrink the clip
+    updates = [_update(i, [np.full(30, 100 / math.sqrt(30)), np.zeros(d)]) for i in range(k)]
+    delta = server.server_update([frozen, trained], updates)
+    zero = torch.zeros(30, dtype=torch.float64)
+    assert torch.equal(frozen, zero) and torch.equal(delta[0], zero)
+    std = float(trained.std())  # x_1 − x_0 = Δ_t = noise only: N(0, (σS/C)²), C = k here
+    assert abs(std / (sigma * s / k) - 1) < 0.03  # 3 sampling SEs ≈ 3/sqrt(2·20000) = 1.5%
+    # a trained update of norm 0.5 < S = 0.7 passes unclipped though its frozen part has norm 100
+    tiny = DPFedAvg(clip_norm=s, noise_multiplier=1e-9, target_delta=1e-5)
+    v = np.zeros(d)
+    v[:2] = [0.3, 0.4]
+    updates = [_update(i, [np.full(30, 100 / math.sqrt(30)), v]) for i in range(k)]
+    trained = torch.nn.Parameter(torch.zeros(d, dtype=torch.float64))
+    tiny.server_update([frozen, trained], updates)
+    np.testing.assert_allclose(trained.detach().numpy()[:2], [0.3, 0.4], atol=1e-7)  # Σ_i Δ_i / C = v
+
+
+# ------------------------------------------------------------------------ item 6: the update-norm guard
+@pytest.mark.parametrize("make", [lambda: DPFedAvg(0.1, 1.0, 1e-3), _hand_chain])
+def test_dp_with_max_update_norm_ratio_is_refused_at_fit_start(tmp_path, make):
+    seen = Trained()
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[make(), seen], max_update_norm_ratio=10.0,
+                               **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match="max_update_norm_ratio") as err:
+        trainer.fit(LinearRegression(), datamodule=_dm())
+    assert "noise_multiplier" in str(err.value)
+    assert seen.batches == 0 and trainer.current_epoch == 0
+
+
+def test_noise_free_dp_with_max_update_norm_ratio_is_accepted(tmp_path):
+    FederatedTrainer(max_epochs=1, callbacks=[DPFedAvg(0.1, 0.0, 1e-3)], max_update_norm_ratio=10.0,
+                     **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=_dm())
+
+
+# -------------------------------------------------------------------- item 8: clip_norm and gradient diversity
+class FailsInRound1(LinearRegression):
+    def training_step(self, batch, batch_idx):
+        if self.trainer.current_epoch == 1:
+            raise RuntimeError("client failure in round 1")
+        return super().training_step(batch, batch_idx)
+
+
+class Record(Callback):
+    def __init__(self):
+        self.rows = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        m = trainer.callback_metrics
+        self.rows.append({k: float(m[k]) for k in ("privacy/clip_norm", "privacy/epsilon", "round_gradient_diversity")})
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_clip_norm_is_nan_in_a_round_where_no_client_reported(tmp_path, adaptive):
+    server = DPFedAvg(0.1, 1.0, 1e-3, adaptive_clipping=adaptive, count_stddev=1.0 if adaptive else None)
+    record = Record()
+    with pytest.warns(UserWarning, match="no client reported back"):
+        FederatedTrainer(max_epochs=3, callbacks=[server, record], **quiet_trainer_kwargs(tmp_path)).fit(
+            FailsInRound1(), datamodule=_dm())
+    clip = [r["privacy/clip_norm"] for r in record.rows]
+    assert math.isfinite(clip[0]) and math.isnan(clip[1]) and math.isfinite(clip[2])
+    assert math.isnan(record.rows[1]["round_gradient_diversity"])  # as the other round metrics of that round
+    eps = [r["privacy/epsilon"] for r in record.rows]
+    assert eps[1] == eps[0] < eps[2]  # nothing released in round 1
+
+
+def test_gradient_diversity_under_dp_is_that_of_the_raw_updates():
+    g = np.random.default_rng(3)
+    raw = [[g.standard_normal(3) * 5, g.standard_normal((2, 2)) * 5] for _ in range(4)]
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=2.0, target_delta=1e-5)
+    updates = [_update(i, d) for i, d in enumerate(raw)]
+    params = [torch.zeros(3, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)]
+    pseudo = server.server_update(params, updates)
+    flat = np.stack([np.concatenate([t.ravel() for t in d]) for d in raw])  # λ_i = 1/4, norms over all params
+    expected = math.sqrt(np.mean(np.sum(flat ** 2, axis=1)) / np.sum(flat.mean(0) ** 2))
+    got = server.gradient_diversity(updates, pseudo)
+    assert got == pytest.approx(expected, rel=1e-12) and got >= 1
+
+
+def test_logged_gradient_diversity_of_a_dp_fit_is_at_least_one(tmp_path):
+    record = Record()
+    FederatedTrainer(max_epochs=3, callbacks=[DPFedAvg(1.0, 1.0, 1e-3), record], **quiet_trainer_kwargs(tmp_path)).fit(
+        LinearRegression(), datamodule=_dm())
+    assert all(r["round_gradient_diversity"] >= 1 for r in record.rows), record.rows
