@@ -275,6 +275,18 @@ class ServerOptimizer(Callback):
         denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
         return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
+    def aggregation_requirement(self, num_clients: int) -> Optional[str]:
+        """``None`` when the aggregator chain can aggregate a round of ``num_clients`` = K reporting clients, else the
+        first stage's reason (:meth:`~lightning_fed.server.aggregators.Stage.client_requirement`, e.g. Krum's
+        K > 2f + 2); always ``None`` without a chain. The federated loop skips such a round like one where no
+        client reported."""
+        for stage in self.aggregators or ():
+            requirement = getattr(stage, "client_requirement", None)
+            why = requirement(num_clients) if requirement is not None else None
+            if why is not None:
+                return why
+        return None
+
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t."""
         self.validate_round(params, updates)
@@ -315,8 +327,12 @@ class ServerOptimizer(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
 
+        Also runs every aggregator stage's ``check_cohort(clients_per_round)`` (e.g. Krum refuses
+        ``clients_per_round`` ≤ 2f + 2; TrimmedMean warns when it would trim nothing).
+
         Raises:
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
+            ValueError: as a stage's ``check_cohort``.
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
@@ -335,6 +351,12 @@ class ServerOptimizer(Callback):
                 f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "
                 "the server optimizer from `callbacks` for a centralized baseline."
             )
+        cohort = getattr(trainer.datamodule, "clients_per_round", None)
+        if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
+            for stage in self.aggregators or ():
+                check = getattr(stage, "check_cohort", None)
+                if check is not None:
+                    check(int(cohort))
 
     # ------------------------------------------------------------------ checkpointing
     @property

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -186,8 +186,15 @@ class Krum(Stage):
         num_malicious_clients: f ≥ 0, the number of Byzantine clients the rule tolerates per round.
         num_clients_to_keep: m ≥ 0; 0 or 1 is Krum (default 1), m > 1 Multi-Krum. Must not exceed K.
 
+    Rounds with too few reports: in a federated run, ``clients_per_round`` C ≤ 2f + 2 or m > C is refused at fit
+    start (:meth:`~lightning_fed.server.aggregators.Stage.check_cohort`: no round could be aggregated), and a round
+    in which client dropout or failures leave K ≤ 2f + 2 (or K < m) reports is skipped by the loop like a round
+    where no client reported: model and server state unchanged, the K reports counted in ``round_clients_dropped``,
+    a warning; the run goes on.
+
     Raises:
-        ValueError: a negative or non-integer argument; (at aggregation) K ≤ 2f + 2 or m > K.
+        ValueError: a negative or non-integer argument; (:meth:`apply` / :meth:`scores` called directly) K ≤ 2f + 2
+            or m > K.
 
     Example: four updates 0, 1, 2 and 50 with f = 0: each scores the sum of squared distances to its K − f − 2 = 2
     nearest: 0 → 1 + 4 = 5, 1 → 1 + 1 = 2, 2 → 1 + 4 = 5, 50 → 48² + 49² = 4705; Krum picks 1::
@@ -215,17 +222,22 @@ class Krum(Stage):
         self.num_malicious_clients = int(num_malicious_clients)
         self.num_clients_to_keep = int(num_clients_to_keep)
 
-    def _check_round(self, k: int) -> None:
-        f = self.num_malicious_clients
+    def client_requirement(self, num_clients: int) -> Optional[str]:
+        """Why a round of K = ``num_clients`` reports cannot be reduced (K ≤ 2f + 2, or m > K), else ``None``."""
+        f, k = self.num_malicious_clients, int(num_clients)
         if k <= 2 * f + 2:
-            raise ValueError(
+            return (
                 f"Krum with `num_malicious_clients`={f} needs more than 2f + 2 = {2 * f + 2} clients per round "
                 f"(Blanchard et al. 2017, Sec. 4), got {k}."
             )
         if self.num_clients_to_keep > k:
-            raise ValueError(
-                f"`num_clients_to_keep` ({self.num_clients_to_keep}) must not exceed the clients in the round ({k})."
-            )
+            return f"`num_clients_to_keep` ({self.num_clients_to_keep}) must not exceed the clients in the round ({k})."
+        return None
+
+    def _check_round(self, k: int) -> None:
+        why = self.client_requirement(k)
+        if why is not None:
+            raise ValueError(why)
 
     def scores(self, x: ClientDeltas) -> Tensor:
         """The Krum scores s(i), float64 ``[K]`` (see the class doc).
