@@ -25,7 +25,7 @@ from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
-from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm
+from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm, warn_if_guard_inactive
 from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,9 @@ class FederatedFitLoop(pl_private.FitLoop):
     ClientTimeLimit`: a ``SIGALRM`` timer in the main thread, else a check between local steps). Absurd updates:
     with ``max_update_norm_ratio`` = k, after the finite check a client whose ‖Δ_i‖₂ exceeds k times the median
     of the round's (finite) update norms is dropped like a failing client
-    (:func:`~lightning_fed.guards.norm_outliers`; it needs at least three reporting clients to single one out).
+    (:func:`~lightning_fed.guards.norm_outliers`; it needs at least three reporting clients to single one out, and
+    warns once at fit start when ``clients_per_round`` makes it a no-op: :func:`~lightning_fed.guards.
+    warn_if_guard_inactive`).
 
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
     ``time.sleep`` included): the round's local work is discarded, the module gets back the global model x_t and
@@ -239,6 +241,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         if check_local_work is not None:
             check_local_work()
         self._rounds_run = self._rounds_with_updates = 0
+        warn_if_guard_inactive(self.max_update_norm_ratio, self.datamodule.clients_per_round)
         self._log_partition()
         super().on_run_start()
 

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
@@ -61,6 +62,8 @@ def choose_malicious_clients(num_clients: int, fraction: float, seed: int = 0) -
     function of ``seed``; sorted int64 ids ``[⌊fraction·N⌋]``. For data poisoning (:class:`LabelFlip`), where the
     malicious clients are the same every round.
 
+    A ``fraction`` > 0 that gives 0 clients is warned about (the attack would do nothing).
+
     Raises:
         ValueError: ``fraction`` outside [0, 1], ``num_clients`` not an integer >= 0, or a negative ``seed``.
 
@@ -73,8 +76,14 @@ def choose_malicious_clients(num_clients: int, fraction: float, seed: int = 0) -
     seed = _check_seed(seed)
     if isinstance(num_clients, bool) or not isinstance(num_clients, numbers.Integral) or num_clients < 0:
         raise ValueError(f"`num_clients` must be an integer >= 0, got {num_clients!r}.")
+    size = num_malicious(fraction, int(num_clients))
+    if fraction > 0 and size == 0:
+        rank_zero_warn(
+            f"choose_malicious_clients: `fraction`={fraction:g} of {int(num_clients)} clients is ⌊fraction·N⌋ = 0 "
+            "malicious clients: the attack does nothing."
+        )
     rng = np.random.default_rng([seed, _SELECT_TAG])
-    chosen = rng.choice(int(num_clients), size=num_malicious(fraction, int(num_clients)), replace=False)
+    chosen = rng.choice(int(num_clients), size=size, replace=False)
     return np.sort(chosen).astype(np.int64)
 
 
@@ -98,6 +107,8 @@ class MaliciousClients(Stage):
     by ``(seed, t, i)``. ``info.round_idx`` is the round t given by the server optimizer.
 
     Place it first in the chain (it is a ``"transform"``), before the reducer it is meant to test. It keeps no state.
+    A ``fraction`` > 0 that gives no attacker in any round (⌊fraction·C⌋ = 0 for ``clients_per_round`` C) is warned
+    about once at fit start (:meth:`check_cohort`).
     The counts (sample weights) of malicious clients are left as reported.
 
     Args:
@@ -150,6 +161,18 @@ class MaliciousClients(Stage):
             scale = float(scale)
         self.scale = scale
         self.seed = _check_seed(seed)
+
+    def check_cohort(self, clients_per_round: int) -> None:
+        """Warn (once, at fit start) when ``fraction`` > 0 gives ⌊fraction·C⌋ = 0 malicious clients for C =
+        ``clients_per_round`` (so in every round, K ≤ C): the simulated attack would do nothing."""
+        super().check_cohort(clients_per_round)
+        c = int(clients_per_round)
+        if self.fraction > 0 and num_malicious(self.fraction, c) == 0:
+            rank_zero_warn(
+                f"MaliciousClients with `fraction`={self.fraction:g} and `clients_per_round`={c} makes "
+                f"⌊{self.fraction:g}·K⌋ = 0 malicious clients in every round (K ≤ {c}): the attack does nothing. "
+                f"One attacker per round needs `fraction` >= 1/{c}."
+            )
 
     def malicious_ids(self, client_ids: Sequence[int], round_idx: int) -> list[int]:
         """The malicious clients among ``client_ids`` in round ``round_idx``: ⌊fraction·K⌋ ids, sorted."""
@@ -332,6 +355,8 @@ def flip_client_labels(datamodule: Any, malicious_clients: Sequence[int], num_cl
     bad = [c for c in ids if not 0 <= c < n]
     if bad:
         raise ValueError(f"`malicious_clients` must be client ids in [0, {n}), got {bad}.")
+    if not ids:
+        rank_zero_warn("flip_client_labels with no malicious clients flips no label: the attack does nothing.")
     indices = np.concatenate([datamodule.client_indices(c) for c in ids]) if ids else np.zeros(0, dtype=np.int64)
     wrapper = LabelFlip(datamodule.train_dataset, indices, num_classes)
     datamodule.train_dataset = wrapper

@@ -224,3 +224,13 @@ def test_flip_client_labels_with_eval_fraction_keeps_central_and_federated_evalu
         expected = torch.nn.functional.cross_entropy(model.net(data.tensors[0][union]), true[union]).item()
     assert float(m["val_loss"]) == pytest.approx(expected, rel=1e-5)
     assert float(m["fed_val_loss/weighted"]) == pytest.approx(expected, rel=1e-5)  # sample-weighted = the union's mean
+
+
+def test_choosing_or_flipping_zero_malicious_clients_warns():
+    with pytest.warns(UserWarning, match=r"`fraction`=0.2 of 4 clients.*0 malicious"):
+        assert choose_malicious_clients(4, 0.2).size == 0
+    data = classification_dataset(n=60, classes=3)
+    dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=3, batch_size=8)
+    dm.setup("fit")
+    with pytest.warns(UserWarning, match="no malicious clients"):
+        flip_client_labels(dm, [], num_classes=3)

@@ -30,6 +30,7 @@ import numbers
 from typing import NamedTuple, Optional
 
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype
@@ -119,6 +120,9 @@ class TrimmedMean(Stage):
         beta: β in [0, 0.5), the fraction trimmed from *each* side (default 0.2, Flower's default). β ≥ 0.5 would trim
             every value for an even K (Flower then returns NaN); β = 0 is the plain unweighted mean.
 
+    A β > 0 that trims nothing in every round (⌊β·C⌋ = 0 for ``clients_per_round`` C) is warned about once at fit
+    start (:meth:`check_cohort`).
+
     Raises:
         ValueError: ``beta`` not a number in [0, 0.5); (at aggregation) an empty round.
 
@@ -149,6 +153,21 @@ class TrimmedMean(Stage):
     def num_trimmed(self, num_clients: int) -> int:
         """b = ⌊β·K⌋, the number of values dropped from each side for K = ``num_clients``."""
         return int(math.floor(self.beta * num_clients))
+
+    def check_cohort(self, clients_per_round: int) -> None:
+        """Warn (once, at fit start) when β > 0 trims nothing in every round: ⌊β·C⌋ = 0 for C =
+        ``clients_per_round`` (so for every K ≤ C), i.e. the trimmed mean is the plain mean."""
+        super().check_cohort(clients_per_round)
+        c = int(clients_per_round)
+        if self.beta > 0 and self.num_trimmed(c) == 0:
+            need = max(1, math.ceil(1.0 / self.beta) - 1)
+            while self.num_trimmed(need) == 0:
+                need += 1
+            rank_zero_warn(
+                f"TrimmedMean with `beta`={self.beta:g} and `clients_per_round`={c} trims ⌊{self.beta:g}·K⌋ = 0 values "
+                f"per side in every round (K ≤ {c}): it is the plain unweighted mean. Trimming one value per side "
+                f"needs `beta` >= 1/{c} or `clients_per_round` >= {need}."
+            )
 
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
         _check_nonempty(x, "TrimmedMean")

@@ -344,3 +344,40 @@ def test_krum_settings_no_round_could_satisfy_are_refused_at_fit_start(tmp_path,
     with pytest.raises(ValueError, match=match):
         trainer.fit(model, datamodule=dm)
     assert trainer.global_step == 0  # refused before any client trained
+
+
+# ------------------------------------------------------------------------------------------------ settings that do nothing
+def _fit_warnings(tmp_path, server, clients_per_round, rounds=2):
+    """Fit `rounds` rounds on 6 clients; returns the messages of the UserWarnings raised."""
+    import warnings
+
+    x, y = regression_data(n=60)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=clients_per_round,
+                             batch_size=10)
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(LinearRegression(), datamodule=dm)
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+@pytest.mark.parametrize("beta, clients_per_round, warned", [(0.2, 4, True), (0.2, 5, False), (0.0, 4, False),
+                                                              (0.3, 3, True), (0.34, 3, False)])
+def test_a_trimmed_mean_that_trims_nothing_warns_once_per_fit(tmp_path, beta, clients_per_round, warned):
+    """⌊β·C⌋ = 0 (0.2·4 = 0.8, 0.3·3 = 0.9): every round's trimmed mean is the plain mean; one warning at fit start
+    naming beta and clients_per_round. β = 0 asks for the plain mean: no warning."""
+    messages = _fit_warnings(tmp_path, FedTrimmedAvg(beta=beta), clients_per_round)
+    hits = [m for m in messages if "trims" in m and "`beta`" in m]
+    assert len(hits) == (1 if warned else 0), messages
+    if warned:
+        assert f"`clients_per_round`={clients_per_round}" in hits[0] and "0 values" in hits[0]
+
+
+def test_attackers_that_round_to_zero_warn_once_per_fit(tmp_path):
+    """⌊0.2·4⌋ = 0 malicious clients per round: the simulated attack does nothing; one warning naming fraction."""
+    messages = _fit_warnings(tmp_path, FedMedian(client_transforms=[MaliciousClients(0.2)]), clients_per_round=4)
+    hits = [m for m in messages if "`fraction`" in m]
+    assert len(hits) == 1 and "`clients_per_round`=4" in hits[0] and "0 malicious" in hits[0], messages
+    messages = _fit_warnings(tmp_path, FedMedian(client_transforms=[MaliciousClients(0.2)]), clients_per_round=5)
+    assert not [m for m in messages if "`fraction`" in m]
