@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 
@@ -80,3 +81,23 @@ def norm_outliers(norms: Sequence[float], max_ratio: float) -> list[int]:
     if not 0.0 < median < math.inf:
         return [int(i) for i in np.flatnonzero(~np.isfinite(values))]
     return [int(i) for i in np.flatnonzero(values > max_ratio * median)]
+
+
+def warn_if_guard_inactive(max_ratio: Optional[float], clients_per_round: int) -> bool:
+    """Warn (and return True) when the update-norm guard can never drop a client: with C = ``clients_per_round``
+    reporting clients at most, C = 1 (an update never exceeds k times itself) or C = 2 with k ≥ 2 (the larger norm
+    is at most twice the median, the two norms' mean). Called once at fit start; ``None`` (guard off) never warns.
+
+    Example::
+
+        >>> warn_if_guard_inactive(10.0, 3), warn_if_guard_inactive(1.5, 2), warn_if_guard_inactive(None, 1)
+        (False, False, False)
+    """
+    if max_ratio is None or not (clients_per_round == 1 or (clients_per_round == 2 and max_ratio >= 2)):
+        return False
+    rank_zero_warn(
+        f"`max_update_norm_ratio`={max_ratio:g} does nothing with `clients_per_round`={clients_per_round}: no update "
+        f"can exceed {max_ratio:g} × the median of at most {clients_per_round} update norms. The guard needs at least "
+        "3 reporting clients (or a ratio below 2 with 2)."
+    )
+    return True

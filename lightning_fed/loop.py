@@ -25,7 +25,7 @@ from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
-from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm
+from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm, warn_if_guard_inactive
 from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
 
 log = logging.getLogger(__name__)
@@ -88,15 +88,21 @@ class FederatedFitLoop(pl_private.FitLoop):
     Failing clients: a client whose local training raises, or whose update is non-finite (NaN/Inf loss, delta
     or buffer), is dropped from the round's aggregate with a warning (``on_client_failure="skip"``, the default)
     or stops training (``"raise"``). Dropped clients are counted in ``round_clients_dropped``; a round in which
-    no client reports back leaves the global model and the server optimizer's state unchanged. Clients removed
-    by the data module's simulated dropout are counted in ``round_clients_unavailable``.
+    no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
+    whose K reporting clients are too few for the server optimizer's aggregator chain (e.g. Krum needs
+    K > 2f + 2; :meth:`ServerOptimizer.aggregation_requirement`): it is skipped with a warning naming the round, K
+    and the requirement, its K reports are counted in ``round_clients_dropped`` (``round_clients`` is 0, as in a
+    round where nobody reported), and the run goes on. Clients removed by the data module's simulated dropout are
+    counted in ``round_clients_unavailable``.
 
     Hung clients: with ``client_timeout_s`` a client whose local work (from loading x_t to packaging its update)
     runs longer is interrupted and dropped like a failing client (see :class:`~lightning_fed.interrupts.
     ClientTimeLimit`: a ``SIGALRM`` timer in the main thread, else a check between local steps). Absurd updates:
     with ``max_update_norm_ratio`` = k, after the finite check a client whose ‖Δ_i‖₂ exceeds k times the median
     of the round's (finite) update norms is dropped like a failing client
-    (:func:`~lightning_fed.guards.norm_outliers`; it needs at least three reporting clients to single one out).
+    (:func:`~lightning_fed.guards.norm_outliers`; it needs at least three reporting clients to single one out, and
+    warns once at fit start when ``clients_per_round`` makes it a no-op: :func:`~lightning_fed.guards.
+    warn_if_guard_inactive`).
 
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
     ``time.sleep`` included): the round's local work is discarded, the module gets back the global model x_t and
@@ -236,6 +242,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         if check_local_work is not None:
             check_local_work()
         self._rounds_run = self._rounds_with_updates = 0
+        warn_if_guard_inactive(self.max_update_norm_ratio, self.datamodule.clients_per_round)
         self._log_partition()
         super().on_run_start()
 
@@ -245,7 +252,8 @@ class FederatedFitLoop(pl_private.FitLoop):
         if self._rounds_run > 0 and self._rounds_with_updates == 0:
             raise RuntimeError(
                 f"No client reported back in any of the {self._rounds_run} round(s) of this run (every client "
-                "failed or was dropped; see the warnings above): the global model was never updated."
+                "failed or was dropped, or too few reported for the aggregator; see the warnings above): the global "
+                "model was never updated."
             )
         return output
 
@@ -289,6 +297,14 @@ class FederatedFitLoop(pl_private.FitLoop):
         updates = [u for u in updates if self._is_finite(u)]
         if self.max_update_norm_ratio is not None:
             updates = self._drop_norm_outliers(updates)
+        # Too few reports for the aggregator (e.g. Krum's K > 2f + 2): the round is skipped like one where nobody
+        # reported, its K reports counted as dropped.
+        too_few = self.server_optimizer.aggregation_requirement(len(updates)) if updates else None
+        num_too_few = len(updates) if too_few is not None else 0
+        if too_few is not None:
+            for update in updates:
+                self._round_log.discard(update.client_id)
+            updates = []
         self._rounds_run += 1
         self._rounds_with_updates += bool(updates)
         pseudo_gradient: Optional[list[Tensor]] = None
@@ -308,7 +324,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             "round_time_s": time.perf_counter() - start,
             "round_local_steps": float(sum(u.num_steps for u in updates)),
             "round_clients": float(len(updates)),
-            "round_clients_dropped": float(len(self.round_failures)),
+            "round_clients_dropped": float(len(self.round_failures) + num_too_few),
             "round_clients_unavailable": float(selection.unavailable),
         }
         weights: dict[int, float] = {}
@@ -320,6 +336,12 @@ class FederatedFitLoop(pl_private.FitLoop):
             self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
             self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
                 updates, pseudo_gradient
+            )
+        elif too_few is not None:
+            rank_zero_warn(
+                f"Round {round_idx}: {num_too_few} clients reported back, too few for the aggregator: {too_few} The "
+                "round is skipped: the global model and the server optimizer's state are unchanged, and the "
+                f"{num_too_few} reports are counted in round_clients_dropped."
             )
         else:
             rank_zero_warn(f"Round {round_idx}: no client reported back; the global model is unchanged.")

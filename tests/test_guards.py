@@ -112,3 +112,25 @@ def test_update_norm_is_the_l2_norm_of_all_entries_in_float64():
 def test_bad_max_update_norm_ratio_is_refused(bad):
     with pytest.raises(ValueError, match="`max_update_norm_ratio` must be None .* finite number > 1"):
         FederatedTrainer(max_update_norm_ratio=bad, logger=False, enable_checkpointing=False)
+
+
+@pytest.mark.parametrize("clients_per_round, ratio, warned", [(1, 10, True), (2, 10, True), (2, 2, True),
+                                                              (2, 1.5, False), (3, 10, False)])
+def test_a_norm_guard_that_cannot_flag_anyone_warns_once_per_fit(tmp_path, clients_per_round, ratio, warned):
+    """With one client, or two and k ≥ 2 (the larger norm is at most twice the median, their mean), no update can
+    exceed k × the median: the guard does nothing; one warning at fit start naming both arguments."""
+    import warnings
+
+    x, y = regression_data(n=30)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=NaturalIdPartitioner("c"),
+                             clients_per_round=clients_per_round, batch_size=10)
+    dm.train_dataset.c = np.repeat(np.arange(3), 10)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg()], max_update_norm_ratio=ratio,
+                               **quiet_trainer_kwargs(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(LinearRegression(), datamodule=dm)
+    hits = [str(w.message) for w in caught if "`max_update_norm_ratio`" in str(w.message)]
+    assert len(hits) == (1 if warned else 0), hits
+    if warned:
+        assert f"`clients_per_round`={clients_per_round}" in hits[0] and "does nothing" in hits[0]

@@ -115,8 +115,10 @@ class Krum(FedAvg):
     out); Flower's ``Krum(num_malicious_clients=0, num_clients_to_keep=0)`` (``flwr/server/strategy/krum.py``,
     ``aggregate_krum``): ``num_clients_to_keep`` = 0 is Krum (the single best update), m > 0 Multi-Krum (the
     sample-weighted mean of the m best, as Flower; ``weighting="uniform"`` for the paper's plain mean). Unlike
-    Flower, a round with K ≤ 2f + 2 clients is refused (the paper's condition) instead of clamping the neighbour
-    count to 1.
+    Flower, which clamps the neighbour count to 1, the paper's condition K > 2f + 2 is kept: ``clients_per_round``
+    ≤ 2f + 2 (or < m) is refused at fit start, and a round in which dropout or failing clients leave K ≤ 2f + 2
+    (or K < m) reports is skipped (global model and server state unchanged, the reports counted in
+    ``round_clients_dropped``, a warning).
 
     Args:
         num_malicious_clients: f ≥ 0 (default 0).
@@ -127,7 +129,8 @@ class Krum(FedAvg):
 
     Raises:
         ValueError: a negative / non-integer count, ``lr`` not > 0, an unknown ``weighting``, a bad
-            ``client_transforms`` entry; (at aggregation) K ≤ 2f + 2 or m > K.
+            ``client_transforms`` entry; (at fit start) ``clients_per_round`` ≤ 2f + 2 or m > ``clients_per_round``;
+            (:meth:`server_update` called directly) K ≤ 2f + 2 or m > K.
 
     Example: f = 1 with 5 clients; each scores its K − f − 2 = 2 nearest; the outlier 100 is never chosen::
 

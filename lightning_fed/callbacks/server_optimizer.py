@@ -297,6 +297,18 @@ class ServerOptimizer(Callback):
         denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
         return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
+    def aggregation_requirement(self, num_clients: int) -> Optional[str]:
+        """``None`` when the aggregator chain can aggregate a round of ``num_clients`` = K reporting clients, else the
+        first stage's reason (:meth:`~lightning_fed.server.aggregators.Stage.client_requirement`, e.g. Krum's
+        K > 2f + 2); always ``None`` without a chain. The federated loop skips such a round like one where no
+        client reported."""
+        for stage in self.aggregators or ():
+            requirement = getattr(stage, "client_requirement", None)
+            why = requirement(num_clients) if requirement is not None else None
+            if why is not None:
+                return why
+        return None
+
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t.
 
@@ -363,11 +375,14 @@ class ServerOptimizer(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
 
+        Also runs every aggregator stage's ``check_cohort(clients_per_round)`` (e.g. Krum refuses
+        ``clients_per_round`` ≤ 2f + 2; TrimmedMean warns when it would trim nothing).
+
         Raises:
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
             ValueError: under a chain that adds DP noise (:attr:`privatises`), what
                 :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
-                ``max_update_norm_ratio``, no trained parameter).
+                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort``.
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
@@ -389,6 +404,12 @@ class ServerOptimizer(Callback):
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
+        cohort = getattr(trainer.datamodule, "clients_per_round", None)
+        if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
+            for stage in self.aggregators or ():
+                check = getattr(stage, "check_cohort", None)
+                if check is not None:
+                    check(int(cohort))
 
     # ------------------------------------------------------------------ checkpointing
     @property

@@ -766,9 +766,11 @@ class FederatedDataModule(L.LightningDataModule):
         """The centralized validation loader over ``val_dataset``; without one, over the union of the clients'
         evaluation data (from ``eval_fraction``) when there is any, else ``[]``."""
         if self.val_dataset is None:
-            if self._client_eval_indices is not None and self.client_eval_dataset is self.train_dataset:
+            # held out by eval_fraction (not `client_eval_dataset is train_dataset`: a wrapper installed after setup,
+            # e.g. flip_client_labels, must not make central and federated evaluation vanish)
+            if self._client_eval_indices is not None and self.eval_fraction is not None:
                 union = np.concatenate(self._client_eval_indices).tolist()
-                return DataLoader(Subset(self.train_dataset, union), batch_size=self.eval_batch_size,
+                return DataLoader(Subset(self.client_eval_dataset, union), batch_size=self.eval_batch_size,
                                   num_workers=self.num_workers)
             return []
         return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)

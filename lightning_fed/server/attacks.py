@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
@@ -61,6 +62,8 @@ def choose_malicious_clients(num_clients: int, fraction: float, seed: int = 0) -
     function of ``seed``; sorted int64 ids ``[⌊fraction·N⌋]``. For data poisoning (:class:`LabelFlip`), where the
     malicious clients are the same every round.
 
+    A ``fraction`` > 0 that gives 0 clients is warned about (the attack would do nothing).
+
     Raises:
         ValueError: ``fraction`` outside [0, 1], ``num_clients`` not an integer >= 0, or a negative ``seed``.
 
@@ -73,8 +76,14 @@ def choose_malicious_clients(num_clients: int, fraction: float, seed: int = 0) -
     seed = _check_seed(seed)
     if isinstance(num_clients, bool) or not isinstance(num_clients, numbers.Integral) or num_clients < 0:
         raise ValueError(f"`num_clients` must be an integer >= 0, got {num_clients!r}.")
+    size = num_malicious(fraction, int(num_clients))
+    if fraction > 0 and size == 0:
+        rank_zero_warn(
+            f"choose_malicious_clients: `fraction`={fraction:g} of {int(num_clients)} clients is ⌊fraction·N⌋ = 0 "
+            "malicious clients: the attack does nothing."
+        )
     rng = np.random.default_rng([seed, _SELECT_TAG])
-    chosen = rng.choice(int(num_clients), size=num_malicious(fraction, int(num_clients)), replace=False)
+    chosen = rng.choice(int(num_clients), size=size, replace=False)
     return np.sort(chosen).astype(np.int64)
 
 
@@ -98,6 +107,8 @@ class MaliciousClients(Stage):
     by ``(seed, t, i)``. ``info.round_idx`` is the round t given by the server optimizer.
 
     Place it first in the chain (it is a ``"transform"``), before the reducer it is meant to test. It keeps no state.
+    A ``fraction`` > 0 that gives no attacker in any round (⌊fraction·C⌋ = 0 for ``clients_per_round`` C) is warned
+    about once at fit start (:meth:`check_cohort`).
     The counts (sample weights) of malicious clients are left as reported.
 
     Args:
@@ -151,6 +162,18 @@ class MaliciousClients(Stage):
         self.scale = scale
         self.seed = _check_seed(seed)
 
+    def check_cohort(self, clients_per_round: int) -> None:
+        """Warn (once, at fit start) when ``fraction`` > 0 gives ⌊fraction·C⌋ = 0 malicious clients for C =
+        ``clients_per_round`` (so in every round, K ≤ C): the simulated attack would do nothing."""
+        super().check_cohort(clients_per_round)
+        c = int(clients_per_round)
+        if self.fraction > 0 and num_malicious(self.fraction, c) == 0:
+            rank_zero_warn(
+                f"MaliciousClients with `fraction`={self.fraction:g} and `clients_per_round`={c} makes "
+                f"⌊{self.fraction:g}·K⌋ = 0 malicious clients in every round (K ≤ {c}): the attack does nothing. "
+                f"One attacker per round needs `fraction` >= 1/{c}."
+            )
+
     def malicious_ids(self, client_ids: Sequence[int], round_idx: int) -> list[int]:
         """The malicious clients among ``client_ids`` in round ``round_idx``: ⌊fraction·K⌋ ids, sorted."""
         ids = sorted(int(c) for c in client_ids)
@@ -180,6 +203,25 @@ class MaliciousClients(Stage):
         return x._replace(client_ids=list(x.client_ids), deltas=deltas), state
 
 
+def _readable_labels(dataset: Any) -> Optional[Tensor]:
+    """Every label of ``dataset`` without reading its samples (its ``targets``, or a ``TensorDataset``'s second
+    tensor), as a tensor whose first dimension is ``len(dataset)``; ``None`` when not available or not integer."""
+    if hasattr(dataset, "targets"):
+        labels = dataset.targets
+    elif isinstance(dataset, TensorDataset) and len(dataset.tensors) >= 2:
+        labels = dataset.tensors[1]
+    else:
+        return None
+    if not isinstance(labels, Tensor):
+        array = np.asarray(labels)
+        if array.dtype.kind not in "iub":
+            return None
+        labels = torch.from_numpy(array.astype(np.int64))
+    if labels.is_floating_point() or labels.is_complex() or labels.ndim == 0 or len(labels) != len(dataset):
+        return None
+    return labels
+
+
 class LabelFlip(Dataset):
     """A dataset whose samples at ``indices`` have their label flipped y → C − 1 − y (the label-flipping data
     poisoning attack, e.g. Fang et al. 2020, Sec. 5; Tolpegin et al. 2020); the others are returned unchanged.
@@ -189,15 +231,21 @@ class LabelFlip(Dataset):
     federated loop's fast path (``TensorBatches``) still applies. ``targets`` (if the wrapped dataset has it) stays
     the *true* labels, so label-based partitioners and evaluation see the clean data.
 
+    ``num_classes`` is checked against the labels when the wrapper is built (before any training): the labels of
+    the samples to flip must lie in [0, C), and where all labels are known without reading the samples (the
+    dataset's ``targets``, or a ``TensorDataset``'s second tensor) C must be their number of classes: ``len(classes)``
+    when the dataset has a ``classes`` attribute, else the largest label + 1. Other datasets have the samples to
+    flip read once here (``dataset[i][1]``).
+
     Args:
         dataset: The map-style dataset of ``(x, y)`` pairs.
         indices: Indices into ``dataset`` whose labels are flipped (e.g. all samples of the malicious clients;
             :func:`flip_client_labels`).
-        num_classes: C >= 2.
+        num_classes: C >= 2, the number of classes of the labels.
 
     Raises:
-        ValueError: ``num_classes`` not an integer >= 2, an index outside [0, len(dataset)); (when read) a flipped
-            label outside [0, C).
+        ValueError: naming ``num_classes``: not an integer >= 2, a label to flip outside [0, C), or (labels known)
+            C other than the labels' number of classes; an index outside [0, len(dataset)).
 
     Example::
 
@@ -221,8 +269,38 @@ class LabelFlip(Dataset):
             raise ValueError(f"`indices` must lie in [0, {n}) (indices into `dataset`), got {int(idx.min())}..{int(idx.max())}.")
         self.flipped = torch.zeros(n, dtype=torch.bool)
         self.flipped[torch.from_numpy(idx)] = True
+        self._check_num_classes(np.unique(idx))
         if hasattr(dataset, "targets"):
             self.targets = dataset.targets
+
+    def _check_num_classes(self, idx: np.ndarray) -> None:
+        """Refuse a ``num_classes`` that does not fit the labels, now rather than in the poisoned clients' training
+        (where the error, or the model's on a flipped label it has no class for, would drop them from every
+        round)."""
+        c = self.num_classes
+        labels = _readable_labels(self.dataset)
+        if labels is not None:
+            flipped = [(int(i), labels[int(i)]) for i in idx]
+        else:  # labels known only when read: read the samples that will be flipped
+            flipped = [(int(i), torch.as_tensor(self.dataset[int(i)][1])) for i in idx]
+        for i, y in flipped:
+            if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
+                bad = int(y.min()) if int(y.min()) < 0 else int(y.max())
+                raise ValueError(
+                    f"LabelFlip: a label outside [0, {c}) (`num_classes`): `num_classes`={c} but sample {i}, to be "
+                    f"flipped, has label {bad}; give the number of classes C of the labels."
+                )
+        if labels is not None and labels.numel():
+            declared = getattr(self.dataset, "classes", None)
+            classes = len(declared) if declared is not None else int(labels.max()) + 1
+            if c != classes:
+                source = "the dataset's `classes`" if declared is not None else f"largest label {int(labels.max())}"
+                raise ValueError(
+                    f"`num_classes`={c} but the labels hold {classes} classes ({source}): the flip y -> C - 1 - y "
+                    f"needs C = {classes} (a larger C sends labels to classes that do not exist, and the poisoned "
+                    "clients fail in training; a smaller one flips within the wrong range). A data set missing its "
+                    "top classes declares them all in a `classes` attribute."
+                )
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -264,15 +342,21 @@ def flip_client_labels(datamodule: Any, malicious_clients: Sequence[int], num_cl
     their samples (``datamodule.client_indices``) and install it. Call after ``datamodule.setup()`` (the partition
     is computed on the clean labels) and before training; returns the wrapper.
 
+    With ``eval_fraction`` the clients' held-out evaluation samples are not flipped and stay the central and
+    federated evaluation data (``client_eval_dataset`` keeps the clean dataset).
+
     Raises:
         RuntimeError: the data module is not set up.
-        ValueError: a client id outside [0, num_clients), or as :class:`LabelFlip`.
+        ValueError: a client id outside [0, num_clients), or as :class:`LabelFlip` (e.g. a ``num_classes`` that does
+            not fit the labels); nothing is installed then.
     """
     n = datamodule.num_clients  # raises RuntimeError before setup
     ids = [int(c) for c in malicious_clients]
     bad = [c for c in ids if not 0 <= c < n]
     if bad:
         raise ValueError(f"`malicious_clients` must be client ids in [0, {n}), got {bad}.")
+    if not ids:
+        rank_zero_warn("flip_client_labels with no malicious clients flips no label: the attack does nothing.")
     indices = np.concatenate([datamodule.client_indices(c) for c in ids]) if ids else np.zeros(0, dtype=np.int64)
     wrapper = LabelFlip(datamodule.train_dataset, indices, num_classes)
     datamodule.train_dataset = wrapper

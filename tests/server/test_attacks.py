@@ -156,3 +156,81 @@ def test_flip_client_labels_poisons_exactly_the_malicious_clients_batches():
             assert torch.equal(yb, want), cid
             seen += len(yb)
         assert seen == dm.client_num_samples(cid)
+
+
+# ------------------------------------------------------------------------------------------------ num_classes checked
+class _PairDataset(torch.utils.data.Dataset):
+    """A plain map-style dataset of (x, y) pairs: no `targets`, not a TensorDataset (labels known only when read)."""
+
+    def __init__(self, y):
+        self.y = list(y)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return torch.zeros(1), self.y[i]
+
+
+@pytest.mark.parametrize("num_classes, match", [
+    (2, r"`num_classes`=2.*label 2"),  # too few: a flipped sample's label 2 is outside [0, 2)
+    (5, r"`num_classes`=5.*3 classes"),  # too many: y -> 4 - y sends label 0 to 4, a class the model does not have
+])
+def test_flip_client_labels_checks_num_classes_against_the_labels_before_training(num_classes, match):
+    """Labels 0..2 (3 classes): a wrong `num_classes` is refused when the attack is installed, not discovered inside
+    the poisoned clients' training (where they failed and were dropped from every round)."""
+    data = classification_dataset(n=120, classes=3)
+    assert int(data.tensors[1].max()) == 2
+    dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3, batch_size=8)
+    dm.setup("fit")
+    clean = dm.train_dataset
+    with pytest.raises(ValueError, match=match):
+        flip_client_labels(dm, [0, 1], num_classes=num_classes)
+    assert dm.train_dataset is clean  # nothing installed
+    with pytest.raises(ValueError, match=match):  # the same check on LabelFlip itself (TensorDataset labels)
+        LabelFlip(TensorDataset(*data.tensors), dm.client_indices(0), num_classes=num_classes)
+
+
+def test_label_flip_reads_the_flipped_labels_of_a_plain_dataset_when_built():
+    ds = _PairDataset([0, 1, 2, 1, 0, 2])
+    with pytest.raises(ValueError, match=r"`num_classes`=2.*label 2"):
+        LabelFlip(ds, indices=[1, 2], num_classes=2)
+    assert [int(LabelFlip(ds, indices=[1, 2], num_classes=3)[i][1]) for i in range(6)] == [0, 1, 0, 1, 0, 2]
+    LabelFlip(ds, indices=[0, 1], num_classes=2)  # the flipped samples' labels fit; the rest are never flipped
+
+
+def test_flip_client_labels_with_eval_fraction_keeps_central_and_federated_evaluation(tmp_path):
+    """eval_fraction and no val_dataset: the central validation set is the union of the clients' held-out samples
+    and federated evaluation runs over them; both survive flip_client_labels, on the clean (true) labels."""
+    from helpers import SmallClassifier, quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+
+    data = classification_dataset(n=120, classes=3)
+    true = data.tensors[1].clone()
+    dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3,
+                             batch_size=8, eval_fraction=0.25, eval_clients_per_round="all", eval_batch_size=7)
+    dm.setup("fit")
+    flip_client_labels(dm, [0, 1], num_classes=3)
+    torch.manual_seed(0)
+    model = SmallClassifier(num_classes=3)
+    trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    m = trainer.callback_metrics
+    assert "val_loss" in m and float(m["fed_eval_clients"]) == 6
+    union = np.concatenate([dm.client_eval_indices(c) for c in range(6)])
+    assert len(union) == 30
+    model.eval()
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(model.net(data.tensors[0][union]), true[union]).item()
+    assert float(m["val_loss"]) == pytest.approx(expected, rel=1e-5)
+    assert float(m["fed_val_loss/weighted"]) == pytest.approx(expected, rel=1e-5)  # sample-weighted = the union's mean
+
+
+def test_choosing_or_flipping_zero_malicious_clients_warns():
+    with pytest.warns(UserWarning, match=r"`fraction`=0.2 of 4 clients.*0 malicious"):
+        assert choose_malicious_clients(4, 0.2).size == 0
+    data = classification_dataset(n=60, classes=3)
+    dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=3, batch_size=8)
+    dm.setup("fit")
+    with pytest.warns(UserWarning, match="no malicious clients"):
+        flip_client_labels(dm, [], num_classes=3)

@@ -128,6 +128,30 @@ class Stage(abc.ABC):
         Stages with state or randomness (clipping, attacks) keep the default."""
         return delta
 
+    def client_requirement(self, num_clients: int) -> Optional[str]:
+        """``None`` when a round with ``num_clients`` = K reporting clients can go through this stage, else why not
+        (one sentence naming the stage's argument, e.g. Krum's K > 2f + 2). The federated loop skips such a round
+        like a round where no client reported (model and server state unchanged, the K reports counted in
+        ``round_clients_dropped``, a warning); :meth:`check_cohort` refuses a cohort size for which every round
+        would be skipped. Default: any K ≥ 1."""
+        return None
+
+    def check_cohort(self, clients_per_round: int) -> None:
+        """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains) with C =
+        ``clients_per_round``, the most clients a round can have.
+
+        Raises:
+            ValueError: no round of at most C reporting clients could go through the stage
+                (:meth:`client_requirement` of C), naming the argument and ``clients_per_round``.
+        Subclasses also warn here (once per fit) when a setting would do nothing in every round.
+        """
+        why = self.client_requirement(clients_per_round)
+        if why is not None:
+            raise ValueError(
+                f"`clients_per_round`={clients_per_round} is too small for {type(self).__name__}: every round would "
+                f"be skipped. {why}"
+            )
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype
@@ -119,6 +120,9 @@ class TrimmedMean(Stage):
         beta: β in [0, 0.5), the fraction trimmed from *each* side (default 0.2, Flower's default). β ≥ 0.5 would trim
             every value for an even K (Flower then returns NaN); β = 0 is the plain unweighted mean.
 
+    A β > 0 that trims nothing in every round (⌊β·C⌋ = 0 for ``clients_per_round`` C) is warned about once at fit
+    start (:meth:`check_cohort`).
+
     Raises:
         ValueError: ``beta`` not a number in [0, 0.5); (at aggregation) an empty round.
 
@@ -149,6 +153,21 @@ class TrimmedMean(Stage):
     def num_trimmed(self, num_clients: int) -> int:
         """b = ⌊β·K⌋, the number of values dropped from each side for K = ``num_clients``."""
         return int(math.floor(self.beta * num_clients))
+
+    def check_cohort(self, clients_per_round: int) -> None:
+        """Warn (once, at fit start) when β > 0 trims nothing in every round: ⌊β·C⌋ = 0 for C =
+        ``clients_per_round`` (so for every K ≤ C), i.e. the trimmed mean is the plain mean."""
+        super().check_cohort(clients_per_round)
+        c = int(clients_per_round)
+        if self.beta > 0 and self.num_trimmed(c) == 0:
+            need = max(1, math.ceil(1.0 / self.beta) - 1)
+            while self.num_trimmed(need) == 0:
+                need += 1
+            rank_zero_warn(
+                f"TrimmedMean with `beta`={self.beta:g} and `clients_per_round`={c} trims ⌊{self.beta:g}·K⌋ = 0 values "
+                f"per side in every round (K ≤ {c}): it is the plain unweighted mean. Trimming one value per side "
+                f"needs `beta` >= 1/{c} or `clients_per_round` >= {need}."
+            )
 
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
         _check_nonempty(x, "TrimmedMean")
@@ -186,8 +205,15 @@ class Krum(Stage):
         num_malicious_clients: f ≥ 0, the number of Byzantine clients the rule tolerates per round.
         num_clients_to_keep: m ≥ 0; 0 or 1 is Krum (default 1), m > 1 Multi-Krum. Must not exceed K.
 
+    Rounds with too few reports: in a federated run, ``clients_per_round`` C ≤ 2f + 2 or m > C is refused at fit
+    start (:meth:`~lightning_fed.server.aggregators.Stage.check_cohort`: no round could be aggregated), and a round
+    in which client dropout or failures leave K ≤ 2f + 2 (or K < m) reports is skipped by the loop like a round
+    where no client reported: model and server state unchanged, the K reports counted in ``round_clients_dropped``,
+    a warning; the run goes on.
+
     Raises:
-        ValueError: a negative or non-integer argument; (at aggregation) K ≤ 2f + 2 or m > K.
+        ValueError: a negative or non-integer argument; (:meth:`apply` / :meth:`scores` called directly) K ≤ 2f + 2
+            or m > K.
 
     Example: four updates 0, 1, 2 and 50 with f = 0: each scores the sum of squared distances to its K − f − 2 = 2
     nearest: 0 → 1 + 4 = 5, 1 → 1 + 1 = 2, 2 → 1 + 4 = 5, 50 → 48² + 49² = 4705; Krum picks 1::
@@ -215,17 +241,22 @@ class Krum(Stage):
         self.num_malicious_clients = int(num_malicious_clients)
         self.num_clients_to_keep = int(num_clients_to_keep)
 
-    def _check_round(self, k: int) -> None:
-        f = self.num_malicious_clients
+    def client_requirement(self, num_clients: int) -> Optional[str]:
+        """Why a round of K = ``num_clients`` reports cannot be reduced (K ≤ 2f + 2, or m > K), else ``None``."""
+        f, k = self.num_malicious_clients, int(num_clients)
         if k <= 2 * f + 2:
-            raise ValueError(
+            return (
                 f"Krum with `num_malicious_clients`={f} needs more than 2f + 2 = {2 * f + 2} clients per round "
                 f"(Blanchard et al. 2017, Sec. 4), got {k}."
             )
         if self.num_clients_to_keep > k:
-            raise ValueError(
-                f"`num_clients_to_keep` ({self.num_clients_to_keep}) must not exceed the clients in the round ({k})."
-            )
+            return f"`num_clients_to_keep` ({self.num_clients_to_keep}) must not exceed the clients in the round ({k})."
+        return None
+
+    def _check_round(self, k: int) -> None:
+        why = self.client_requirement(k)
+        if why is not None:
+            raise ValueError(why)
 
     def scores(self, x: ClientDeltas) -> Tensor:
         """The Krum scores s(i), float64 ``[K]`` (see the class doc).

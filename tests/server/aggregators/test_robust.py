@@ -4,6 +4,8 @@ end-to-end run under 20 % scaled-update attackers."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -267,3 +269,115 @@ def test_twenty_percent_scaled_update_attackers_break_the_mean_but_not_median_or
     assert clean < 0.03
     assert mean > 100.0  # diverged: far above the initial 5.25
     assert median < 0.1 and krum < 0.1
+
+
+# ------------------------------------------------------------------------------------------------ too few reports
+KRUM_CLIENTS, KRUM_FAILING, KRUM_LR = 5, 3, 0.1
+
+
+class _FailsInRoundOne(LinearRegression):
+    """Client KRUM_FAILING raises in round 1 only (its data holds the marker 777 in the first feature)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.trainer.current_epoch == 1 and (x == 777.0).any():
+            raise RuntimeError("simulated client failure")
+        return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
+
+
+def _krum_data():
+    x, y = regression_data(n=10 * KRUM_CLIENTS)
+    ids = np.repeat(np.arange(KRUM_CLIENTS), 10)
+    x[np.flatnonzero(ids == KRUM_FAILING)[0], 0] = 777.0
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    dataset.client_id = ids
+    return x, y, ids, dataset
+
+
+def test_a_round_with_too_few_reports_for_krum_is_skipped_counted_and_warned_not_the_end_of_the_run(tmp_path):
+    """Krum with f = 1 needs K > 4 reports. 5 clients per round; client 3 fails in round 1, so round 1 has K = 4: it
+    is skipped (model and server state unchanged, its 4 reports counted in ``round_clients_dropped`` with
+    ``round_clients`` = 0, a warning naming the round, K and the requirement) and rounds 0 and 2 are Krum steps, checked against Krum written out in NumPy."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from helpers import linear_weights, mse_grad
+    from lightning_fed.datamodules import NaturalIdPartitioner
+
+    x, y, ids, dataset = _krum_data()
+    dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=KRUM_CLIENTS,
+                             batch_size=100)
+    model = _FailsInRoundOne(lr=KRUM_LR)
+    w = linear_weights(model)
+    server = Krum(num_malicious_clients=1)
+    logger = CSVLogger(str(tmp_path), name="krum")
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[server], **(quiet_trainer_kwargs(tmp_path) | {"logger": logger}))
+    with pytest.warns(UserWarning, match=r"Round 1: 4 clients reported back.*more than 2f \+ 2 = 4.*skipped"):
+        trainer.fit(model, datamodule=dm)
+    for round_idx in range(3):
+        clients = [c for c in range(KRUM_CLIENTS) if not (round_idx == 1 and c == KRUM_FAILING)]
+        if len(clients) <= 4:
+            continue  # skipped: w unchanged
+        deltas = np.array([-KRUM_LR * mse_grad(w, x[ids == c], y[ids == c]) for c in clients])
+        w = w + deltas[int(np.argmin(_numpy_krum_scores(deltas, 1)))]
+    np.testing.assert_allclose(linear_weights(model), w, rtol=1e-12, atol=1e-15)
+    assert server.num_steps == 2  # the server step counter (and any server state) skipped round 1
+    rows = [r for r in csv.DictReader(open(f"{logger.log_dir}/metrics.csv")) if r.get("round_clients")]
+    assert [float(r["round_clients"]) for r in rows] == [5.0, 0.0, 5.0]
+    assert [float(r["round_clients_dropped"]) for r in rows] == [0.0, 1.0 + 4.0, 0.0]  # the failure and the 4 reports
+    assert math.isnan(float(rows[1]["round_train_loss"])) and math.isnan(float(rows[1]["round_pseudo_grad_norm"]))
+
+
+@pytest.mark.parametrize(
+    "server, match",
+    [(Krum(num_malicious_clients=1), r"`clients_per_round`=4.*`num_malicious_clients`=1 needs more than 2f \+ 2 = 4"),
+     (FedAvg(aggregators=[KrumReducer(num_malicious_clients=1)]), r"`clients_per_round`=4.*2f \+ 2 = 4"),
+     (Krum(num_malicious_clients=0, num_clients_to_keep=5), r"`clients_per_round`=4.*`num_clients_to_keep` \(5\)")],
+)
+def test_krum_settings_no_round_could_satisfy_are_refused_at_fit_start(tmp_path, server, match):
+    x, y, ids, dataset = _krum_data()
+    dm = FederatedDataModule(dataset, partitioner=IIDPartitioner(num_clients=5, seed=0), clients_per_round=4,
+                             batch_size=100)
+    model = LinearRegression()
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=match):
+        trainer.fit(model, datamodule=dm)
+    assert trainer.global_step == 0  # refused before any client trained
+
+
+# ------------------------------------------------------------------------------------------------ settings that do nothing
+def _fit_warnings(tmp_path, server, clients_per_round, rounds=2):
+    """Fit `rounds` rounds on 6 clients; returns the messages of the UserWarnings raised."""
+    import warnings
+
+    x, y = regression_data(n=60)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=clients_per_round,
+                             batch_size=10)
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(LinearRegression(), datamodule=dm)
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+@pytest.mark.parametrize("beta, clients_per_round, warned", [(0.2, 4, True), (0.2, 5, False), (0.0, 4, False),
+                                                              (0.3, 3, True), (0.34, 3, False)])
+def test_a_trimmed_mean_that_trims_nothing_warns_once_per_fit(tmp_path, beta, clients_per_round, warned):
+    """⌊β·C⌋ = 0 (0.2·4 = 0.8, 0.3·3 = 0.9): every round's trimmed mean is the plain mean; one warning at fit start
+    naming beta and clients_per_round. β = 0 asks for the plain mean: no warning."""
+    messages = _fit_warnings(tmp_path, FedTrimmedAvg(beta=beta), clients_per_round)
+    hits = [m for m in messages if "trims" in m and "`beta`" in m]
+    assert len(hits) == (1 if warned else 0), messages
+    if warned:
+        assert f"`clients_per_round`={clients_per_round}" in hits[0] and "0 values" in hits[0]
+
+
+def test_attackers_that_round_to_zero_warn_once_per_fit(tmp_path):
+    """⌊0.2·4⌋ = 0 malicious clients per round: the simulated attack does nothing; one warning naming fraction."""
+    messages = _fit_warnings(tmp_path, FedMedian(client_transforms=[MaliciousClients(0.2)]), clients_per_round=4)
+    hits = [m for m in messages if "`fraction`" in m]
+    assert len(hits) == 1 and "`clients_per_round`=4" in hits[0] and "0 malicious" in hits[0], messages
+    messages = _fit_warnings(tmp_path, FedMedian(client_transforms=[MaliciousClients(0.2)]), clients_per_round=5)
+    assert not [m for m in messages if "`fraction`" in m]
