@@ -60,6 +60,7 @@ class FedMedian(FedAvg):
 
     def __init__(self, lr: float = 1.0, client_transforms: Optional[Sequence[Stage]] = None) -> None:
         super().__init__(lr=lr, aggregators=_chain(client_transforms, CoordinateMedian()))
+        self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}"
@@ -98,6 +99,7 @@ class FedTrimmedAvg(FedAvg):
         reducer = TrimmedMean(beta)
         super().__init__(lr=lr, aggregators=_chain(client_transforms, reducer))
         self.beta = reducer.beta
+        self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
 
     @property
     def state_key(self) -> str:
@@ -149,6 +151,7 @@ class Krum(FedAvg):
     ) -> None:
         reducer = KrumReducer(num_malicious_clients, num_clients_to_keep)
         super().__init__(lr=lr, weighting=weighting, aggregators=_chain(client_transforms, reducer))
+        self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
         self.num_malicious_clients = reducer.num_malicious_clients
         self.num_clients_to_keep = reducer.num_clients_to_keep
 
