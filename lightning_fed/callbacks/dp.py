@@ -47,7 +47,11 @@ class DifferentialPrivacy:
     ``sampling="fixed_size"`` (default, what ``FederatedDataModule`` draws: C distinct clients of N) composes
     sampling-without-replacement Gaussian events under replace-one adjacency; ``sampling="poisson"`` composes
     Poisson-sampled Gaussian events (q = C/N, add-or-remove-one) and is only accepted with a data module whose
-    ``cohort_sampling`` is ``"poisson"``. Only rounds in which the server stepped are composed.
+    ``cohort_sampling`` is ``"poisson"``. Only rounds in which the server stepped are composed. The rounds of the
+    same run under earlier server optimizers (an allowed change of class on resume, e.g. DPFedAdam → DPFedYogi) are
+    composed too, each with its own σ, N and C (the checkpoint's run record keeps them,
+    :func:`lightning_fed.checkpoint.privacy_history`); if any of them was aggregated without DP (e.g. FedAdam →
+    DPFedAdam), ε = ∞ for the whole run, with a warning at fit start.
 
     Args (of :meth:`setup_privacy`, and of every ready-made class):
         clip_norm: S > 0 (``math.inf``: no clipping, only with σ = 0); with ``adaptive_clipping``, S_0.
@@ -58,13 +62,18 @@ class DifferentialPrivacy:
         clip_learning_rate: η_C > 0 (default 0.2).
         count_stddev: σ_b ≥ 0 of the clipped-count noise; ``None`` (default): C/20 (Andrew et al. 2021, Sec. 3.1).
         target_epsilon: Stop the run (``trainer.should_stop``) at the end of the last round after which one more round
-            would take ε above this; ``None`` (default): never. Fit refuses to start when not even one round fits.
+            would take ε above this; ``None`` (default): never. Fit refuses to start when not even one round fits,
+            or when the trainer's ``min_epochs`` (before which Lightning ignores ``should_stop``) is more rounds
+            than it allows; a round that would take ε above it never trains (``RuntimeError`` at its start if the
+            stop was overridden), so the logged ε never exceeds it.
         sampling: ``"fixed_size"`` (default) or ``"poisson"`` (see above).
 
     Raises:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
-            adaptive clipping with 2σ_b ≤ σ; at fit start, ``sampling="poisson"`` with fixed-size cohorts or a
-            ``target_epsilon`` already spent by one round.
+            adaptive clipping with 2σ_b ≤ σ; a server optimizer with ``weighting`` other than ``"uniform"``; at fit
+            start, ``sampling="poisson"`` with fixed-size cohorts, a ``target_epsilon`` already spent by one round,
+            or ``min_epochs`` beyond ``target_epsilon`` (the message gives the largest ``min_epochs`` allowed).
+        RuntimeError: at the start of a round after which ε would exceed ``target_epsilon`` (the stop overridden).
     Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
 
         >>> from lightning_fed.callbacks import FedAvgM

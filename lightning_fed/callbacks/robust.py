@@ -8,7 +8,9 @@ model is the robust aggregate of the client models, as Flower's strategies of th
 server rule, give it as an aggregator instead: ``FedAdam(aggregators=[CoordinateMedian()])``.
 
 ``client_transforms`` are client-update stages (kind ``"transform"``) run before the reducer, e.g. the simulated
-attackers :class:`~lightning_fed.server.attacks.MaliciousClients` for an experiment.
+attackers :class:`~lightning_fed.server.attacks.MaliciousClients` for an experiment. They are kept as the attribute
+``client_transforms`` and recorded in the checkpoint's run record (``server_optimizer.client_transforms``, each
+stage's repr), so a resume with another attack is refused unless allowed.
 """
 
 from __future__ import annotations

@@ -361,6 +361,22 @@ def test_31_1_min_epochs_beyond_target_epsilon_is_refused_at_fit_start(tmp_path)
     assert max(record.logged) <= target
 
 
+def test_31_1_min_epochs_is_checked_against_the_rounds_already_run_on_resume(tmp_path):
+    """#31 item 1 on resume: 2 rounds run, target_epsilon allows 3 in all, min_epochs=5 is refused naming 3."""
+    sigma, delta = 2.0, 1e-3
+    per_round = [_library_epsilon([(sigma, 6, 3, t)], delta) for t in range(1, 8)]
+    target = (per_round[2] + per_round[3]) / 2
+    make = lambda **kw: DPFedAvg(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, **kw)  # noqa: E731
+    _, trainer = _fit(make(), rounds=2, tmp=tmp_path / "a")
+    trainer.save_checkpoint(tmp_path / "mid.ckpt")
+    server = make(target_epsilon=target)
+    trainer = FederatedTrainer(max_epochs=7, min_epochs=5, callbacks=[server],
+                               allow_resume_changes=["server_optimizer.target_epsilon"], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"min_epochs=5.*min_epochs <= 3"):
+        trainer.fit(LinearRegression(), datamodule=_dm(), ckpt_path=tmp_path / "mid.ckpt")
+    assert server.accountant.rounds == 2
+
+
 def test_31_1_a_stop_that_is_overridden_never_lets_epsilon_exceed_the_target(tmp_path):
     """#31 item 1: whatever keeps the run going after the stop (here a callback resetting should_stop), the round
     that would take ε above target_epsilon does not train: the run ends with an error before it."""
