@@ -143,6 +143,20 @@ class PrivacyAccountant:
         Raises:
             ValueError: a private segment accounted with another ``sampling`` (its rounds cannot be composed under
                 this accountant's neighbouring relation).
+
+        Example: 2 rounds with σ = 1 under an earlier server optimizer, then 1 with σ = 2; a non-private round
+        makes ε infinite::
+
+            >>> earlier = PrivacyAccountant(1.0, num_clients=100, clients_per_round=10)
+            >>> earlier.step(2)
+            >>> acc = PrivacyAccountant(2.0, num_clients=100, clients_per_round=10)
+            >>> acc.set_history([earlier.segment()])
+            >>> acc.step(1)
+            >>> 0 < earlier.epsilon(1e-5) < acc.epsilon(1e-5) < PrivacyAccountant(1.0, 100, 10).epsilon(1e-5, 3)
+            True
+            >>> acc.set_history([earlier.segment(), {"private": False, "rounds": 1}])
+            >>> acc.epsilon(1e-5), acc.nonprivate_rounds()
+            (inf, 1)
         """
         history = [dict(s) for s in history if int(s["rounds"]) > 0]
         for s in history:
