@@ -586,7 +586,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
             return
         old, new = record.get("run_config", {}), run_config(self.trainer)
         diffs = config_differences(old, new)
-        unrecorded = [d for d in diffs if d[1] == _ABSENT and d[0].startswith("server_optimizer.")
+        same_server = "server_optimizer" not in {d[0] for d in diffs}
+        unrecorded = [d for d in diffs if same_server and d[1] == _ABSENT and d[0].startswith("server_optimizer.")
                       and d[0].rsplit(".", 1)[1] in _LATER_SETTINGS]
         if unrecorded:
             rank_zero_warn(
