@@ -61,6 +61,9 @@ RUN_CONFIG_NAMES = (
 )
 _DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection")
 _ABSENT = "<absent>"
+#: Server-optimizer settings recorded only since issue #31 (adaptive clipping's, the robust reducers' simulated
+#: attack): absent from an older checkpoint's record, they cannot be checked (a warning), not a refusal.
+_LATER_SETTINGS = ("target_quantile", "clip_learning_rate", "count_stddev", "client_transforms")
 
 
 class MidRoundCheckpointError(RuntimeError):
@@ -389,6 +392,38 @@ def run_config(trainer: Any) -> dict[str, Any]:
     return config
 
 
+def privacy_history(trainer: Any) -> list[dict[str, Any]]:
+    """The rounds of the run that a resumed ``fit`` inherits from *earlier* server optimizers (an allowed change of
+    class on resume), as :class:`~lightning_fed.server.privacy.PrivacyAccountant` history segments
+    (``{"rounds", "private", ...}``; ``private=False``: aggregated without DP). ``[]`` for a fresh run, a resume
+    with the same server-optimizer class (its own state carries its rounds) or a trainer without the federated
+    checkpoint connector. Kept in every checkpoint under ``checkpoint["lightning_fed"]["privacy"]``."""
+    connector = getattr(trainer, "_checkpoint_connector", None)
+    return [dict(s) for s in getattr(connector, "privacy_history", [])]
+
+
+def _privacy_segment(server: Any) -> Optional[dict[str, Any]]:
+    """The server optimizer's own rounds as a history segment: its accountant's (a DP server optimizer, see
+    ``privacy_segment``), or its server steps as non-private rounds; ``None`` when not known."""
+    if server is None:
+        return None
+    segment = getattr(server, "privacy_segment", None)
+    if callable(segment):
+        return segment()
+    return {"private": False, "rounds": int(getattr(server, "num_steps", 0))}
+
+
+def _segment_from_state(state: Any) -> Optional[dict[str, Any]]:
+    """A history segment from a server optimizer's checkpointed state (checkpoints without a privacy record)."""
+    if not isinstance(state, dict):
+        return None
+    if isinstance(state.get("privacy"), dict):
+        return {"private": True, **state["privacy"]}
+    if "num_steps" in state:
+        return {"private": False, "rounds": int(state["num_steps"])}
+    return None
+
+
 def _server_optimizer(trainer: Any) -> Any:
     from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 
@@ -456,7 +491,9 @@ class FederatedCheckpointConnector(CheckpointConnector):
     server optimizer's saved state under the current optimizer's ``state_key`` — Lightning matches callback states
     by ``state_key``, which contains hyper-parameters such as ``lr``, so a changed learning rate would otherwise
     drop FedAdam's m, v and step count without a word. An allowed change of the server optimizer's class cannot
-    carry the state over: it starts afresh, with a warning.
+    carry the state over: it starts afresh, with a warning — except the privacy accountant's history: the record's
+    ``"privacy"`` entry keeps the rounds of every earlier server optimizer (with their σ, N, C and sampling, or as
+    non-private rounds), handed to the new one through :func:`privacy_history`, so ε covers the whole run.
 
     Args:
         trainer: The trainer.
@@ -509,6 +546,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
     def __init__(self, trainer: Any, allowed: Union[bool, tuple[str, ...]] = ()) -> None:
         super().__init__(trainer)
         self.allowed = allowed
+        #: History segments of the rounds run under earlier server optimizers (see :func:`privacy_history`).
+        self.privacy_history: list[dict[str, Any]] = []
 
     def dump_checkpoint(self, weights_only: Optional[bool] = None) -> dict:
         checkpoint = super().dump_checkpoint(weights_only)
@@ -517,10 +556,14 @@ class FederatedCheckpointConnector(CheckpointConnector):
             "format": 1,
             "run_config": run_config(self.trainer),
             "server_optimizer_state_key": None if server is None else server.state_key,
+            # the privacy accountant's history: earlier server optimizers' rounds, then the current one's
+            "privacy": {"previous": [dict(s) for s in self.privacy_history], "current": _privacy_segment(server)},
         }
         return checkpoint
 
     def resume_start(self, checkpoint_path: Optional[PATH] = None, weights_only: Optional[bool] = None) -> None:
+        if self.trainer.state.fn == TrainerFn.FITTING:
+            self.privacy_history = []
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
@@ -543,6 +586,15 @@ class FederatedCheckpointConnector(CheckpointConnector):
             return
         old, new = record.get("run_config", {}), run_config(self.trainer)
         diffs = config_differences(old, new)
+        same_server = "server_optimizer" not in {d[0] for d in diffs}
+        unrecorded = [d for d in diffs if same_server and d[1] == _ABSENT and d[0].startswith("server_optimizer.")
+                      and d[0].rsplit(".", 1)[1] in _LATER_SETTINGS]
+        if unrecorded:
+            rank_zero_warn(
+                f"Checkpoint {path} was written before these settings were recorded, so they cannot be checked: "
+                + ", ".join(f"{key} (now {b!r})" for key, _, b in unrecorded)
+            )
+            diffs = [d for d in diffs if d not in unrecorded]
         refused = [d for d in diffs if not _is_allowed(d[0], self.allowed)]
         if refused:
             lines = "\n".join(f"  {key}: {a!r} -> {b!r}" for key, a, b in refused)
@@ -559,8 +611,15 @@ class FederatedCheckpointConnector(CheckpointConnector):
             )
         if server is None:
             return
+        privacy = record.get("privacy") if isinstance(record.get("privacy"), dict) else {}
+        self.privacy_history = [dict(s) for s in privacy.get("previous", [])]
         if old.get("server_optimizer", _class_name(server)) != _class_name(server):
             old_key = record.get("server_optimizer_state_key")
+            # the old server optimizer's rounds join the history: they stay in ε (or make it ∞ if not private)
+            current = privacy["current"] if "current" in privacy else _segment_from_state(
+                checkpoint.get("callbacks", {}).get(old_key))
+            if current is not None and int(current.get("rounds", 0)) > 0:
+                self.privacy_history.append(dict(current))
             if old_key is not None and old_key in checkpoint.get("callbacks", {}):
                 del checkpoint["callbacks"][old_key]
             rank_zero_warn(

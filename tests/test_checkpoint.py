@@ -310,6 +310,48 @@ def test_a_name_allows_its_sub_settings_and_a_partitioner_change_its_partition(t
     assert "local_work" not in str(info.value)
 
 
+def test_31_5_a_changed_simulated_attack_is_refused_on_resume(tmp_path):
+    """#31 item 5: the robust reducers' client_transforms (the simulated attack) are in the run record: resuming
+    with another attack is refused unless allowed; a checkpoint written before they were recorded is accepted with
+    a warning that they cannot be checked."""
+    from lightning_fed.callbacks import FedMedian
+    from lightning_fed.server.attacks import MaliciousClients
+
+    _, trainer = _fit(tmp_path, tmp_path / "a", max_epochs=1,
+                      server=FedMedian(client_transforms=[MaliciousClients(0.3, attack="sign_flip")]))
+    ckpt = tmp_path / "a" / "last.ckpt"
+    record = torch.load(ckpt, weights_only=True)["lightning_fed"]["run_config"]
+    assert record["server_optimizer.client_transforms"] == [
+        "MaliciousClients(fraction=0.3, attack='sign_flip', scale=None, seed=0)"]
+    stronger = lambda: FedMedian(client_transforms=[MaliciousClients(0.6, attack="sign_flip")])  # noqa: E731
+    with pytest.raises(ValueError, match=r"server_optimizer.client_transforms: .*fraction=0.3.* -> .*fraction=0.6"):
+        _fit(tmp_path, tmp_path / "b", max_epochs=2, server=stronger(), ckpt_path=str(ckpt))
+    with pytest.raises(ValueError, match=r"server_optimizer.client_transforms"):
+        _fit(tmp_path, tmp_path / "b", max_epochs=2, server=FedMedian(), ckpt_path=str(ckpt))
+    _, trainer = _fit(tmp_path, tmp_path / "c", max_epochs=2, server=stronger(), ckpt_path=str(ckpt),
+                      allow_resume_changes=["server_optimizer.client_transforms"])
+    assert trainer.current_epoch == 2
+    # an older checkpoint without the setting in its record: accepted, with a warning
+    old = torch.load(ckpt, weights_only=True)
+    del old["lightning_fed"]["run_config"]["server_optimizer.client_transforms"]
+    torch.save(old, tmp_path / "old.ckpt")
+    with pytest.warns(UserWarning, match="cannot be checked: server_optimizer.client_transforms"):
+        _, trainer = _fit(tmp_path, tmp_path / "d", max_epochs=2, server=stronger(), ckpt_path=str(tmp_path / "old.ckpt"))
+    assert trainer.current_epoch == 2
+
+
+def test_31_3_the_run_record_keeps_the_privacy_history(tmp_path, two_rounds):
+    """#31 item 3: every checkpoint records the rounds of the run by server optimizer (here 2 non-private rounds of
+    FedAdam); after an allowed change of class they move to ``previous``."""
+    record = torch.load(two_rounds, weights_only=True)["lightning_fed"]["privacy"]
+    assert record == {"previous": [], "current": {"private": False, "rounds": 2}}
+    with pytest.warns(UserWarning, match="not carried over"):
+        _, trainer = _fit(tmp_path, tmp_path / "resumed", max_epochs=3, server=FedYogi(lr=0.02),
+                          ckpt_path=str(two_rounds), allow_resume_changes=["server_optimizer"])
+    record = torch.load(tmp_path / "resumed" / "last.ckpt", weights_only=True)["lightning_fed"]["privacy"]
+    assert record == {"previous": [{"private": False, "rounds": 2}], "current": {"private": False, "rounds": 1}}
+
+
 @pytest.mark.parametrize("bad", ["lr", ["server_optimizer.lr", "learning_rate"], 3])
 def test_malformed_allow_resume_changes_is_an_error(tmp_path, bad):
     with pytest.raises(ValueError, match="allow_resume_changes"):

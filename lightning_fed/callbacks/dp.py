@@ -29,6 +29,7 @@ from lightning_fed.server.aggregators.dp import (
     GaussianNoise,
     update_noise_multiplier,
 )
+from lightning_fed.checkpoint import privacy_history
 from lightning_fed.server.privacy import SAMPLINGS, PrivacyAccountant
 
 
@@ -46,7 +47,11 @@ class DifferentialPrivacy:
     ``sampling="fixed_size"`` (default, what ``FederatedDataModule`` draws: C distinct clients of N) composes
     sampling-without-replacement Gaussian events under replace-one adjacency; ``sampling="poisson"`` composes
     Poisson-sampled Gaussian events (q = C/N, add-or-remove-one) and is only accepted with a data module whose
-    ``cohort_sampling`` is ``"poisson"``. Only rounds in which the server stepped are composed.
+    ``cohort_sampling`` is ``"poisson"``. Only rounds in which the server stepped are composed. The rounds of the
+    same run under earlier server optimizers (an allowed change of class on resume, e.g. DPFedAdam → DPFedYogi) are
+    composed too, each with its own σ, N and C (the checkpoint's run record keeps them,
+    :func:`lightning_fed.checkpoint.privacy_history`); if any of them was aggregated without DP (e.g. FedAdam →
+    DPFedAdam), ε = ∞ for the whole run, with a warning at fit start.
 
     Args (of :meth:`setup_privacy`, and of every ready-made class):
         clip_norm: S > 0 (``math.inf``: no clipping, only with σ = 0); with ``adaptive_clipping``, S_0.
@@ -57,16 +62,21 @@ class DifferentialPrivacy:
         clip_learning_rate: η_C > 0 (default 0.2).
         count_stddev: σ_b ≥ 0 of the clipped-count noise; ``None`` (default): C/20 (Andrew et al. 2021, Sec. 3.1).
         target_epsilon: Stop the run (``trainer.should_stop``) at the end of the last round after which one more round
-            would take ε above this; ``None`` (default): never. Fit refuses to start when not even one round fits.
+            would take ε above this; ``None`` (default): never. Fit refuses to start when not even one round fits,
+            or when the trainer's ``min_epochs`` (before which Lightning ignores ``should_stop``) is more rounds
+            than it allows; a round that would take ε above it never trains (``RuntimeError`` at its start if the
+            stop was overridden), so the logged ε never exceeds it.
         sampling: ``"fixed_size"`` (default) or ``"poisson"`` (see above).
 
     Raises:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
-            adaptive clipping with 2σ_b ≤ σ; at fit start, ``sampling="poisson"`` with fixed-size cohorts or a
-            ``target_epsilon`` already spent by one round; with σ > 0, at fit start, modules with running statistics
-            (BatchNorm) or ``max_update_norm_ratio`` (see :attr:`ServerOptimizer.privatises
-            <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0 buffers keep their global value and
-            parameters the clients do not train are neither clipped nor noised).
+            adaptive clipping with 2σ_b ≤ σ; a server optimizer with ``weighting`` other than ``"uniform"``; at fit
+            start, ``sampling="poisson"`` with fixed-size cohorts, a ``target_epsilon`` already spent by one round,
+            or ``min_epochs`` beyond ``target_epsilon`` (the message gives the largest ``min_epochs`` allowed); with
+            σ > 0, at fit start, modules with running statistics (BatchNorm) or ``max_update_norm_ratio`` (see
+            :attr:`ServerOptimizer.privatises <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0
+            buffers keep their global value and parameters the clients do not train are neither clipped nor noised).
+        RuntimeError: at the start of a round after which ε would exceed ``target_epsilon`` (the stop overridden).
     Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
 
         >>> from lightning_fed.callbacks import FedAvgM
@@ -77,6 +87,9 @@ class DifferentialPrivacy:
         >>> [type(s).__name__ for s in DPFedAvgM(1.0, 1.0, 1e-5).aggregators]
         ['ClipUpdates', 'DPMean', 'GaussianNoise']
     """
+
+    #: ε is accounted (and logged) by this server optimizer: its DP chain raises no "not accounted" warning.
+    accounts_privacy = True
 
     def setup_privacy(self, clip_norm: float, noise_multiplier: float, target_delta: float,
                       adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
@@ -97,6 +110,11 @@ class DifferentialPrivacy:
             raise ValueError(f"`sampling` must be one of {SAMPLINGS}, got {sampling!r}.")
         if not isinstance(adaptive_clipping, bool):
             raise ValueError(f"`adaptive_clipping` must be True or False, got {adaptive_clipping!r}.")
+        if getattr(self, "weighting", "uniform") != "uniform":
+            raise ValueError(
+                f"{type(self).__name__} has weighting={self.weighting!r}; DP-FedAvg weights every client 1 (DPMean): "
+                "construct the server optimizer with weighting='uniform'."
+            )
         if adaptive_clipping:
             clip = AdaptiveClip(target_quantile, clip_learning_rate, initial_clip=clip_norm, count_stddev=count_stddev)
         else:
@@ -110,12 +128,17 @@ class DifferentialPrivacy:
         self.adaptive_clipping = adaptive_clipping
         self.target_epsilon = None if target_epsilon is None else float(target_epsilon)
         self.sampling = sampling
+        # recorded in the checkpoint's run record (a changed value is refused on resume unless allowed)
+        self.target_quantile = clip.target_quantile if adaptive_clipping else target_quantile
+        self.clip_learning_rate = clip.learning_rate if adaptive_clipping else clip_learning_rate
+        self.count_stddev = clip.count_stddev if adaptive_clipping else count_stddev
         self.aggregators = check_chain([clip, DPMean(), noise])
         if adaptive_clipping:
             self._resolve_update_noise(None)
         #: The privacy accountant (created at fit start, when N and C are known).
         self.accountant: Optional[PrivacyAccountant] = None
         self._saved_privacy: Optional[dict[str, Any]] = None
+        self._next_epsilon: Optional[tuple[int, float]] = None
 
     def _resolve_update_noise(self, clients_per_round: Optional[int]) -> None:
         clip, _, noise = self.aggregators
@@ -146,13 +169,80 @@ class DifferentialPrivacy:
         if self._saved_privacy is not None:
             self.accountant.load_state_dict(self._saved_privacy)
             self._saved_privacy = None
+        # rounds run under earlier server optimizers of this run (an allowed change of class on resume)
+        self.accountant.set_history(privacy_history(trainer))
+        nonprivate = self.accountant.nonprivate_rounds()
+        if nonprivate:
+            rank_zero_warn(
+                f"{nonprivate} round(s) of this run (before the resume) were aggregated without differential privacy "
+                "(by a server optimizer without DP accounting): the models they released have no privacy guarantee, "
+                "so privacy/epsilon reports ε = ∞ for the whole run."
+            )
+        self._next_epsilon = None
         if self.target_epsilon is not None:
-            nxt = self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
+            acc = self.accountant
+            nxt = acc.epsilon(self.target_delta, acc.rounds + 1)
             if nxt > self.target_epsilon:
+                why = f" ({nonprivate} earlier round(s) were not private)" if nonprivate else ""
                 raise ValueError(
-                    f"target_epsilon={self.target_epsilon} is spent: after {self.accountant.rounds + 1} round(s) "
-                    f"ε would be {nxt:.4g} at δ={self.target_delta}. Raise target_epsilon or noise_multiplier."
+                    f"target_epsilon={self.target_epsilon} is spent: after {acc.rounds + 1} round(s) "
+                    f"ε would be {nxt:.4g} at δ={self.target_delta}{why}. Raise target_epsilon or noise_multiplier."
                 )
+            # Lightning ignores should_stop until min_epochs rounds have run: refuse a min_epochs beyond the budget
+            min_epochs = int(getattr(trainer.fit_loop, "min_epochs", 0) or 0)
+            remaining = min_epochs - int(trainer.current_epoch)
+            if remaining > 1:
+                at_min = acc.epsilon(self.target_delta, acc.rounds + remaining)
+                if at_min > self.target_epsilon:
+                    allowed = int(trainer.current_epoch) + self._rounds_within_target(remaining)
+                    raise ValueError(
+                        f"target_epsilon={self.target_epsilon} cannot be kept with min_epochs={min_epochs}: "
+                        f"Lightning does not stop a run before min_epochs rounds, and after them ε would be "
+                        f"{at_min:.4g} at δ={self.target_delta}. Use min_epochs <= {allowed} (the rounds "
+                        "target_epsilon allows), or raise target_epsilon or noise_multiplier."
+                    )
+
+    def _rounds_within_target(self, upper: int) -> int:
+        """The most further rounds k (1 ≤ k < ``upper``) with ε ≤ ``target_epsilon`` after them (ε after 1 more
+        round is known to fit, after ``upper`` not): a binary search, ε growing with the rounds."""
+        acc, lo, hi = self.accountant, 1, upper
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if acc.epsilon(self.target_delta, acc.rounds + mid) <= self.target_epsilon:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Refuse to train a round after which ε would exceed ``target_epsilon`` (a stop requested after the previous
+        round and overridden, e.g. by a callback resetting ``trainer.should_stop``): ``RuntimeError`` before any
+        client trains."""
+        super().on_train_epoch_start(trainer, pl_module)
+        if self.target_epsilon is None or self.accountant is None:
+            return
+        if self.aggregator_state is not None:
+            self.accountant.rounds = int(self.aggregator_state[2].rounds)
+        cached = self._next_epsilon
+        nxt = cached[1] if cached is not None and cached[0] == self.accountant.rounds else \
+            self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
+        if nxt > self.target_epsilon:
+            raise RuntimeError(
+                f"{type(self).__name__}: round index {trainer.current_epoch} would take ε to {nxt:.4g} at "
+                f"δ={self.target_delta}, above target_epsilon={self.target_epsilon}; the stop requested after the "
+                "previous round was overridden (trainer.should_stop reset). Not training it."
+            )
+
+    def privacy_segment(self) -> Optional[dict[str, Any]]:
+        """This server optimizer's private rounds as a history segment for the checkpoint's run record
+        (``None`` before fit start)."""
+        if self.accountant is None:
+            if self._saved_privacy is not None:
+                return {"private": True, **self._saved_privacy}
+            return None
+        if self.aggregator_state is not None:
+            self.accountant.rounds = int(self.aggregator_state[2].rounds)
+        return self.accountant.segment()
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Log ``privacy/epsilon`` and ``privacy/clip_norm`` (NaN in a round where no client reported); stop the run
@@ -172,6 +262,7 @@ class DifferentialPrivacy:
         pl_module.log("privacy/clip_norm", clip_norm, on_step=False, on_epoch=True, batch_size=1)
         if self.target_epsilon is not None and not trainer.should_stop:
             nxt = self.accountant.epsilon(self.target_delta, self.accountant.rounds + 1)
+            self._next_epsilon = (self.accountant.rounds, nxt)
             if nxt > self.target_epsilon:
                 trainer.should_stop = True
                 rank_zero_info(

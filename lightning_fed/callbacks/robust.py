@@ -8,7 +8,9 @@ model is the robust aggregate of the client models, as Flower's strategies of th
 server rule, give it as an aggregator instead: ``FedAdam(aggregators=[CoordinateMedian()])``.
 
 ``client_transforms`` are client-update stages (kind ``"transform"``) run before the reducer, e.g. the simulated
-attackers :class:`~lightning_fed.server.attacks.MaliciousClients` for an experiment.
+attackers :class:`~lightning_fed.server.attacks.MaliciousClients` for an experiment. They are kept as the attribute
+``client_transforms`` and recorded in the checkpoint's run record (``server_optimizer.client_transforms``, each
+stage's repr), so a resume with another attack is refused unless allowed.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class FedMedian(FedAvg):
 
     def __init__(self, lr: float = 1.0, client_transforms: Optional[Sequence[Stage]] = None) -> None:
         super().__init__(lr=lr, aggregators=_chain(client_transforms, CoordinateMedian()))
+        self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}"
@@ -98,6 +101,7 @@ class FedTrimmedAvg(FedAvg):
         reducer = TrimmedMean(beta)
         super().__init__(lr=lr, aggregators=_chain(client_transforms, reducer))
         self.beta = reducer.beta
+        self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
 
     @property
     def state_key(self) -> str:
@@ -152,6 +156,7 @@ class Krum(FedAvg):
     ) -> None:
         reducer = KrumReducer(num_malicious_clients, num_clients_to_keep)
         super().__init__(lr=lr, weighting=weighting, aggregators=_chain(client_transforms, reducer))
+        self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
         self.num_malicious_clients = reducer.num_malicious_clients
         self.num_clients_to_keep = reducer.num_clients_to_keep
 

@@ -372,6 +372,19 @@ class ServerOptimizer(Callback):
         return {}
 
     # ------------------------------------------------------------------ trainer check
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """At fit start (before round 0): check a chain holding DP stages
+        (:func:`~lightning_fed.server.aggregators.dp.check_dp_chain`: ``DPMean`` needs ``weighting="uniform"``; a
+        hand-composed DP chain warns that ε is not accounted).
+
+        Raises:
+            ValueError: ``DPMean`` in the chain with ``weighting="num_samples"``.
+        """
+        if stage == "fit":
+            from lightning_fed.server.aggregators.dp import check_dp_chain
+
+            check_dp_chain(self)
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
 

@@ -50,7 +50,11 @@ class PrivacyAccountant:
             (q = C/N, add-or-remove-one adjacency). See the module doc for the events.
 
     Attributes:
-        rounds: The number of rounds composed so far (the accountant's whole state with the arguments above).
+        rounds: The number of rounds composed so far with the arguments above.
+        history: The rounds of the same run composed *before* this accountant's (under an earlier server optimizer,
+            e.g. before an allowed change of class on resume), as segments ``{"rounds", "private", "noise_multiplier",
+            "num_clients", "clients_per_round", "sampling"}`` (:meth:`segment`); ``private=False`` marks rounds
+            aggregated without DP, which make ε = ∞. :meth:`epsilon` composes them with :attr:`rounds`. Default ``[]``.
 
     Raises:
         ValueError: naming the argument, for σ < 0, N < 1, C outside [1, N], or an unknown ``sampling``.
@@ -83,6 +87,7 @@ class PrivacyAccountant:
         self.clients_per_round = int(clients_per_round)
         self.sampling = sampling
         self.rounds = 0
+        self.history: list[dict[str, Any]] = []
 
     @property
     def sampling_probability(self) -> float:
@@ -103,8 +108,8 @@ class PrivacyAccountant:
         self.rounds += int(rounds)
 
     def epsilon(self, delta: float, rounds: int | None = None) -> float:
-        """ε for ``delta`` after ``rounds`` rounds (default: the rounds composed so far); 0 for no round,
-        ∞ for σ = 0.
+        """ε for ``delta`` after the :attr:`history` and ``rounds`` rounds (default: the rounds composed so far);
+        0 for no round, ∞ for σ = 0 or a non-private round in the history.
 
         Raises:
             ValueError: ``delta`` not in (0, 1).
@@ -112,16 +117,60 @@ class PrivacyAccountant:
         if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 < delta < 1.0:
             raise ValueError(f"`delta` (target_delta) must be a number in (0, 1), got {delta!r}.")
         rounds = self.rounds if rounds is None else int(rounds)
-        if rounds == 0:
+        history = [s for s in self.history if int(s["rounds"]) > 0]
+        if rounds == 0 and not history:
             return 0.0
-        if self.noise_multiplier == 0.0:
+        if (rounds > 0 and self.noise_multiplier == 0.0) or any(_unbounded(s) for s in history):
             return math.inf
         dp, rdp = _dp()
         relation = dp.NeighboringRelation.REPLACE_ONE if self.sampling == "fixed_size" \
             else dp.NeighboringRelation.ADD_OR_REMOVE_ONE
         accountant = rdp.RdpAccountant(neighboring_relation=relation)
-        accountant.compose(self.round_event(), rounds)
+        for s in history:  # the earlier rounds, each with its own (σ, N, C)
+            accountant.compose(PrivacyAccountant(s["noise_multiplier"], s["num_clients"], s["clients_per_round"],
+                                                 s["sampling"]).round_event(), int(s["rounds"]))
+        if rounds > 0:
+            accountant.compose(self.round_event(), rounds)
         return float(accountant.get_epsilon(delta))
+
+    def segment(self) -> dict[str, Any]:
+        """This accountant's rounds as one :attr:`history` segment (``private=True``), for the run record."""
+        return {"private": True, **self.state_dict()}
+
+    def set_history(self, history: list[dict[str, Any]]) -> None:
+        """Set :attr:`history` (the run's rounds before this accountant's, see there).
+
+        Raises:
+            ValueError: a private segment accounted with another ``sampling`` (its rounds cannot be composed under
+                this accountant's neighbouring relation).
+
+        Example: 2 rounds with σ = 1 under an earlier server optimizer, then 1 with σ = 2; a non-private round
+        makes ε infinite::
+
+            >>> earlier = PrivacyAccountant(1.0, num_clients=100, clients_per_round=10)
+            >>> earlier.step(2)
+            >>> acc = PrivacyAccountant(2.0, num_clients=100, clients_per_round=10)
+            >>> acc.set_history([earlier.segment()])
+            >>> acc.step(1)
+            >>> 0 < earlier.epsilon(1e-5) < acc.epsilon(1e-5) < PrivacyAccountant(1.0, 100, 10).epsilon(1e-5, 3)
+            True
+            >>> acc.set_history([earlier.segment(), {"private": False, "rounds": 1}])
+            >>> acc.epsilon(1e-5), acc.nonprivate_rounds()
+            (inf, 1)
+        """
+        history = [dict(s) for s in history if int(s["rounds"]) > 0]
+        for s in history:
+            if s.get("private", True) and s["sampling"] != self.sampling:
+                raise ValueError(
+                    f"The run's earlier {s['rounds']} round(s) were accounted with sampling={s['sampling']!r}, this "
+                    f"run has sampling={self.sampling!r}: their neighbouring relations differ, so they cannot be "
+                    "composed into one ε. Keep the sampling of the run."
+                )
+        self.history = history
+
+    def nonprivate_rounds(self) -> int:
+        """The rounds of :attr:`history` aggregated without DP (``private=False``); any makes ε = ∞."""
+        return sum(int(s["rounds"]) for s in self.history if not s.get("private", True))
 
     def state_dict(self) -> dict[str, Any]:
         """The rounds composed and the parameters they were composed with."""
@@ -146,3 +195,8 @@ class PrivacyAccountant:
     def __repr__(self) -> str:
         return (f"PrivacyAccountant(noise_multiplier={self.noise_multiplier}, num_clients={self.num_clients}, "
                 f"clients_per_round={self.clients_per_round}, sampling={self.sampling!r}, rounds={self.rounds})")
+
+
+def _unbounded(segment: dict[str, Any]) -> bool:
+    """A history segment without a finite ε: rounds aggregated without DP, or with σ = 0."""
+    return not segment.get("private", True) or float(segment["noise_multiplier"]) == 0.0

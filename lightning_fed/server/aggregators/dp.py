@@ -329,6 +329,49 @@ class GaussianNoise(Stage):
         return out, new_state
 
 
+def check_dp_chain(server: Any) -> None:
+    """Fit-start check of a server optimizer's aggregator chain holding DP stages (called from
+    :meth:`~lightning_fed.callbacks.ServerOptimizer.setup`, before round 0 trains).
+
+    * :class:`DPMean` weights every client 1: ``weighting="num_samples"`` is refused (it would otherwise fail at the
+      first aggregation, after round 0 trained).
+    * A hand-composed chain (:class:`DPMean` or :class:`GaussianNoise` in the ``aggregators`` of a server optimizer
+      that does not account privacy — any but :class:`~lightning_fed.callbacks.DPFedAvg` and the other
+      :class:`~lightning_fed.callbacks.dp.DifferentialPrivacy` classes) has no δ at which to report ε: one warning
+      that ε is not accounted (and no ``privacy/epsilon`` is logged).
+
+    Raises:
+        ValueError: naming ``weighting`` and the allowed value.
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> check_dp_chain(FedAvg(aggregators=[ClipUpdates(1.0), DPMean(), GaussianNoise(1.0, 1.0)]))
+        Traceback (most recent call last):
+        ...
+        ValueError: FedAvg(weighting='num_samples') aggregates with DPMean, which weights every client 1 (DP-FedAvg, McMahan et al. 2018): use weighting='uniform'.
+    """
+    from lightning.pytorch.utilities import rank_zero_warn
+
+    stages = list(getattr(server, "aggregators", None) or [])
+    dp_stages = [s for s in stages if isinstance(s, (DPMean, GaussianNoise))]
+    if not dp_stages:
+        return
+    weighting = getattr(server, "weighting", "uniform")
+    if any(isinstance(s, DPMean) for s in stages) and weighting != "uniform":
+        raise ValueError(
+            f"{type(server).__name__}(weighting={weighting!r}) aggregates with DPMean, which weights every client 1 "
+            "(DP-FedAvg, McMahan et al. 2018): use weighting='uniform'."
+        )
+    if not getattr(server, "accounts_privacy", False):
+        names = ", ".join(type(s).__name__ for s in stages)
+        rank_zero_warn(
+            f"{type(server).__name__} aggregates with the DP stages [{names}] but does not account privacy: ε is not "
+            "accounted and privacy/epsilon is not logged (there is no target_delta). Use DPFedAvg, DPFedAdam, "
+            "DPFedYogi, DPFedAdagrad or the DifferentialPrivacy mixin (setup_privacy) for an accounted ε."
+        )
+
+
 # ----------------------------------------------------------------------------- what a noised chain may release
 def adds_noise(stages: Optional[Any]) -> bool:
     """Whether an aggregator chain privatises its release: it has a :class:`GaussianNoise` stage with σ ≠ 0 (a σ not

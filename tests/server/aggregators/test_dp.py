@@ -311,3 +311,221 @@ def test_two_gloo_processes_equal_one_with_dp(tmp_path):
     assert two["world_size"] == 2
     for key, value in one["state"].items():
         torch.testing.assert_close(two["state"][key], value, rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- #31: guarantees at the edges
+def _library_epsilon(segments, delta):
+    """ε of ``segments`` [(σ, N, C, rounds)] of fixed-size cohorts, computed with dp-accounting directly (replace-one,
+    sampling without replacement, σ/2: Wang, Balle & Kasiviswanathan 2019)."""
+    acc = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    for sigma, n, c, rounds in segments:
+        acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, c, dp_accounting.GaussianDpEvent(sigma / 2)),
+                    rounds)
+    return float(acc.get_epsilon(delta))
+
+
+class _RecordEpsilon:
+    """A callback recording privacy/epsilon after every round (placed after the server optimizer)."""
+
+    def __new__(cls):
+        from lightning.pytorch.callbacks import Callback
+
+        class Record(Callback):
+            def __init__(self):
+                self.logged = []
+
+            def on_train_epoch_end(self, trainer, pl_module):
+                self.logged.append(float(trainer.callback_metrics["privacy/epsilon"]))
+
+        return Record()
+
+
+def test_31_1_min_epochs_beyond_target_epsilon_is_refused_at_fit_start(tmp_path):
+    """#31 item 1: Lightning ignores should_stop until min_epochs; a min_epochs that target_epsilon cannot cover is
+    refused before round 0 trains, naming both arguments and the largest min_epochs allowed."""
+    sigma, delta = 2.0, 1e-3
+    per_round = [_library_epsilon([(sigma, 6, 3, t)], delta) for t in range(1, 8)]
+    target = (per_round[2] + per_round[3]) / 2  # 3 rounds fit, a 4th would not
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, target_epsilon=target)
+    record = _RecordEpsilon()
+    trainer = FederatedTrainer(max_epochs=7, min_epochs=5, callbacks=[server, record], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"target_epsilon.*min_epochs=5.*min_epochs <= 3"):
+        trainer.fit(LinearRegression(), datamodule=_dm())
+    assert record.logged == [] and server.accountant.rounds == 0  # nothing trained
+    # min_epochs = 3 is allowed and the run stops there, never logging ε above the target
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, target_epsilon=target)
+    record = _RecordEpsilon()
+    trainer = FederatedTrainer(max_epochs=7, min_epochs=3, callbacks=[server, record], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=_dm())
+    assert trainer.current_epoch == 3 and record.logged == pytest.approx(per_round[:3], rel=1e-6)
+    assert max(record.logged) <= target
+
+
+def test_31_1_min_epochs_is_checked_against_the_rounds_already_run_on_resume(tmp_path):
+    """#31 item 1 on resume: 2 rounds run, target_epsilon allows 3 in all, min_epochs=5 is refused naming 3."""
+    sigma, delta = 2.0, 1e-3
+    per_round = [_library_epsilon([(sigma, 6, 3, t)], delta) for t in range(1, 8)]
+    target = (per_round[2] + per_round[3]) / 2
+    make = lambda **kw: DPFedAvg(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, **kw)  # noqa: E731
+    _, trainer = _fit(make(), rounds=2, tmp=tmp_path / "a")
+    trainer.save_checkpoint(tmp_path / "mid.ckpt")
+    server = make(target_epsilon=target)
+    trainer = FederatedTrainer(max_epochs=7, min_epochs=5, callbacks=[server],
+                               allow_resume_changes=["server_optimizer.target_epsilon"], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"min_epochs=5.*min_epochs <= 3"):
+        trainer.fit(LinearRegression(), datamodule=_dm(), ckpt_path=tmp_path / "mid.ckpt")
+    assert server.accountant.rounds == 2
+
+
+def test_31_1_a_stop_that_is_overridden_never_lets_epsilon_exceed_the_target(tmp_path):
+    """#31 item 1: whatever keeps the run going after the stop (here a callback resetting should_stop), the round
+    that would take ε above target_epsilon does not train: the run ends with an error before it."""
+    from lightning.pytorch.callbacks import Callback
+
+    sigma, delta = 2.0, 1e-3
+    per_round = [_library_epsilon([(sigma, 6, 3, t)], delta) for t in range(1, 8)]
+    target = (per_round[1] + per_round[2]) / 2  # 2 rounds fit
+
+    class KeepGoing(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            trainer.should_stop = False
+
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, target_epsilon=target)
+    record = _RecordEpsilon()
+    trainer = FederatedTrainer(max_epochs=7, callbacks=[server, record, KeepGoing()], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match="target_epsilon"):
+        trainer.fit(LinearRegression(), datamodule=_dm())
+    assert server.accountant.rounds == 2 and record.logged == pytest.approx(per_round[:2], rel=1e-6)
+
+
+def _resume(tmp_path, first, second, rounds=(2, 4), allow=("server_optimizer",)):
+    """Train ``first`` for rounds[0] rounds, checkpoint, resume with ``second`` to rounds[1]; returns the trainer."""
+    _, trainer = _fit(first, rounds=rounds[0], tmp=tmp_path / "a")
+    ckpt = tmp_path / "mid.ckpt"
+    trainer.save_checkpoint(ckpt)
+    torch.manual_seed(0)
+    trainer = FederatedTrainer(max_epochs=rounds[1], callbacks=[second], allow_resume_changes=list(allow),
+                               **quiet_trainer_kwargs(tmp_path / "b"))
+    trainer.fit(LinearRegression(), datamodule=_dm(), ckpt_path=ckpt)
+    return trainer, ckpt
+
+
+def test_31_3_privacy_history_survives_an_allowed_change_of_server_optimizer_class(tmp_path):
+    """#31 item 3: DPFedAdam for 2 rounds, then DPFedYogi for 2: ε is that of 4 rounds (not of the last 2), and the
+    history goes on into the next checkpoint."""
+    from lightning_fed.callbacks import DPFedYogi
+
+    sigma, delta = 1.0, 1e-3
+    make = lambda cls: cls(clip_norm=0.1, noise_multiplier=sigma, target_delta=delta, lr=0.05)  # noqa: E731
+    second = make(DPFedYogi)
+    with pytest.warns(UserWarning, match="server optimizer changed"):
+        trainer, _ = _resume(tmp_path, make(DPFedAdam), second)
+    expected = _library_epsilon([(sigma, 6, 3, 4)], delta)
+    assert float(trainer.callback_metrics["privacy/epsilon"]) == pytest.approx(expected, rel=1e-6)
+    assert second.epsilon == pytest.approx(expected, rel=1e-9)
+    # the history is in the new checkpoint: a third class resumes at 4 + 1 rounds
+    ckpt = tmp_path / "late.ckpt"
+    trainer.save_checkpoint(ckpt)
+    third = make(DPFedAdam)
+    trainer = FederatedTrainer(max_epochs=5, callbacks=[third], allow_resume_changes=["server_optimizer"],
+                               **quiet_trainer_kwargs(tmp_path / "c"))
+    trainer.fit(LinearRegression(), datamodule=_dm(), ckpt_path=ckpt)
+    assert third.epsilon == pytest.approx(_library_epsilon([(sigma, 6, 3, 5)], delta), rel=1e-9)
+
+
+def test_31_3_history_with_other_noise_composes_each_segment(tmp_path):
+    """#31 item 3: the history keeps each segment's σ: DPFedAdam(σ=1) 2 rounds → DPFedYogi(σ=2) 1 round."""
+    from lightning_fed.callbacks import DPFedYogi
+
+    delta = 1e-3
+    second = DPFedYogi(clip_norm=0.1, noise_multiplier=2.0, target_delta=delta, lr=0.05)
+    _resume(tmp_path, DPFedAdam(clip_norm=0.1, noise_multiplier=1.0, target_delta=delta, lr=0.05), second,
+            rounds=(2, 3))
+    assert second.epsilon == pytest.approx(_library_epsilon([(1.0, 6, 3, 2), (2.0, 6, 3, 1)], delta), rel=1e-9)
+
+
+def test_31_3_non_private_rounds_make_epsilon_infinite_with_a_warning(tmp_path):
+    """#31 item 3: FedAdam for 2 rounds, then DPFedAdam: the model already released non-private rounds, so ε of the
+    run is ∞ (with a warning saying why), not the ε of the private rounds."""
+    second = DPFedAdam(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, lr=0.05)
+    with pytest.warns(UserWarning, match=r"2 round\(s\).*without differential privacy.*ε = ∞"):
+        trainer, _ = _resume(tmp_path, FedAdam(lr=0.05, weighting="uniform"), second)
+    assert second.epsilon == math.inf
+    assert float(trainer.callback_metrics["privacy/epsilon"]) == math.inf
+    # ... also after DP → non-DP → DP
+    third = DPFedAdam(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, lr=0.05)
+    trainer, _ = _resume(tmp_path / "x", DPFedAdam(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, lr=0.05),
+                         FedAdam(lr=0.05, weighting="uniform"), rounds=(1, 2))
+    ckpt = tmp_path / "x" / "late.ckpt"
+    trainer.save_checkpoint(ckpt)
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[third], allow_resume_changes=["server_optimizer"],
+                               **quiet_trainer_kwargs(tmp_path / "y"))
+    with pytest.warns(UserWarning, match="without differential privacy"):
+        trainer.fit(LinearRegression(), datamodule=_dm(), ckpt_path=ckpt)
+    assert third.epsilon == math.inf
+
+
+@pytest.mark.parametrize("setting, value", [("target_quantile", 0.8), ("count_stddev", 2.0),
+                                            ("clip_learning_rate", 0.5)])
+def test_31_5_adaptive_clipping_settings_are_in_the_record_and_a_change_is_refused(tmp_path, setting, value):
+    """#31 item 5: a resume that changes adaptive clipping's γ, σ_b or η_C is refused unless allowed."""
+    kwargs = dict(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3, adaptive_clipping=True, count_stddev=1.0)
+    with pytest.raises(ValueError, match=f"server_optimizer.{setting}"):
+        _resume(tmp_path, DPFedAvg(**kwargs), DPFedAvg(**(kwargs | {setting: value})), allow=())
+    trainer, _ = _resume(tmp_path / "ok", DPFedAvg(**kwargs), DPFedAvg(**(kwargs | {setting: value})),
+                         allow=[f"server_optimizer.{setting}"])
+    assert trainer.current_epoch == 4
+
+
+@pytest.mark.parametrize("make", [
+    lambda: FedAvg(weighting="num_samples", aggregators=[ClipUpdates(0.1), DPMean(), GaussianNoise(1.0, 0.1)]),
+    lambda: _dp_fedavgm(weighting="num_samples")[0],
+])
+def test_31_7_dp_stages_with_sample_weights_are_refused_at_fit_start(tmp_path, make):
+    """#31 item 7: DPMean needs uniform weights; the refusal comes before round 0 trains, naming `weighting`."""
+    from lightning.pytorch.callbacks import Callback
+
+    started = []
+
+    class Spy(Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            started.append(trainer.current_epoch)
+
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[make(), Spy()], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match="weighting='uniform'"):
+        trainer.fit(LinearRegression(), datamodule=_dm())
+    assert started == []
+
+
+def _dp_fedavgm(weighting="uniform"):
+    """The class doc's DPFedAvgM (the DP mixin on FedAvgM) with the given ``weighting`` (set after construction
+    when it is not uniform: the mixin refuses it at construction already)."""
+    from lightning_fed.callbacks import FedAvgM
+    from lightning_fed.callbacks.dp import DifferentialPrivacy
+
+    class DPFedAvgM(DifferentialPrivacy, FedAvgM):
+        def __init__(self, weighting="uniform"):
+            FedAvgM.__init__(self, lr=1.0, momentum=0.9, weighting=weighting)
+            self.setup_privacy(0.1, 1.0, 1e-3)
+
+    server = DPFedAvgM()
+    server.weighting = weighting
+    return server, DPFedAvgM
+
+
+def test_31_7_the_dp_mixin_refuses_sample_weights_when_set_up():
+    _, cls = _dp_fedavgm()
+    with pytest.raises(ValueError, match="weighting='uniform'"):
+        cls(weighting="num_samples")
+
+
+def test_31_7_a_hand_composed_dp_chain_warns_at_fit_start_that_epsilon_is_not_accounted(tmp_path):
+    """#31 item 7: a plain server optimizer with ClipUpdates → DPMean → GaussianNoise has no δ to report ε at: one
+    warning at fit start (not one per round), and no privacy/epsilon logged."""
+    server = FedAdam(lr=0.05, tau=1e-2, weighting="uniform")
+    clip = ClipUpdates(0.05)
+    server.aggregators = check_chain([clip, DPMean(), GaussianNoise(0.5, clip)])
+    with pytest.warns(UserWarning, match="ε is not accounted") as caught:
+        _, trainer = _fit(server, rounds=3, tmp=tmp_path)
+    assert sum("ε is not accounted" in str(w.message) for w in caught) == 1
+    assert "privacy/epsilon" not in trainer.callback_metrics
