@@ -57,9 +57,13 @@ RUN_CONFIG_NAMES = (
     "drop_last",
     "client_dropout",
     "over_selection",
+    "cohort_sampling",
     "server_optimizer",
 )
-_DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection")
+_DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection",
+                        "cohort_sampling")
+#: Settings added to the record later, with the value a checkpoint that lacks them was run with.
+_RECORD_DEFAULTS = {"cohort_sampling": "fixed_size", "server_optimizer.accounting": "rdp"}
 _ABSENT = "<absent>"
 #: Server-optimizer settings recorded only since issue #31 (adaptive clipping's, the robust reducers' simulated
 #: attack): absent from an older checkpoint's record, they cannot be checked (a warning), not a refusal.
@@ -365,8 +369,8 @@ def run_config(trainer: Any) -> dict[str, Any]:
     * ``partitioner`` (class) and ``partitioner.<arg>`` (its constructor settings, e.g. ``partitioner.alpha``);
     * ``partition``: the client → sample assignment (number of clients, of samples, SHA-256 of the index arrays),
       which also changes when the training data change;
-    * ``seed``, ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``: the
-      data module's arguments;
+    * ``seed``, ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``,
+      ``cohort_sampling``: the data module's arguments;
     * ``local_work`` (class) and ``local_work.<arg>`` (e.g. ``local_work.batch_size``, ``local_work.local_epochs``);
     * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``).
 
@@ -473,10 +477,11 @@ def _is_allowed(key: str, allowed: Union[bool, tuple[str, ...]]) -> bool:
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(name, old value, new value)`` of every setting that differs (``'<absent>'`` for a missing one)."""
+    """``(name, old value, new value)`` of every setting that differs (``'<absent>'`` for a missing one; a setting
+    recorded only by newer versions counts as its default where a record lacks it)."""
     diffs = []
     for key in sorted(set(old) | set(new)):
-        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        a, b = old.get(key, _RECORD_DEFAULTS.get(key, _ABSENT)), new.get(key, _RECORD_DEFAULTS.get(key, _ABSENT))
         if a != b:
             diffs.append((key, a, b))
     return diffs

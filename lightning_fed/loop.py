@@ -313,8 +313,11 @@ class FederatedFitLoop(pl_private.FitLoop):
             if updates:
                 pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
                 self._average_buffers(updates)
-            elif self._buffers:
-                torch._foreach_copy_(self._buffers, runner.global_buffers)
+            else:
+                if getattr(self.server_optimizer, "releases_empty_rounds", False):  # DP on Poisson cohorts
+                    pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
+                if self._buffers:
+                    torch._foreach_copy_(self._buffers, runner.global_buffers)
         self.in_round = False
         nan = float("nan")
         self.round_metrics = {
@@ -328,7 +331,12 @@ class FederatedFitLoop(pl_private.FitLoop):
             "round_clients_unavailable": float(selection.unavailable),
         }
         weights: dict[int, float] = {}
-        if pseudo_gradient is not None:
+        if pseudo_gradient is not None and not updates:
+            norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()
+            self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
+            rank_zero_warn(f"Round {round_idx}: no client reported back; the server stepped with the DP noise alone "
+                           "(Poisson cohorts: every round releases a noised update).")
+        elif pseudo_gradient is not None:
             weights_t = self.server_optimizer.client_weights(updates)
             weights = {u.client_id: float(w) for u, w in zip(updates, weights_t.tolist())}
             self.round_metrics["round_train_loss"] = self._round_train_loss(updates, weights_t, round_idx)

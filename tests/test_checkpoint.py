@@ -222,6 +222,7 @@ def two_rounds(tmp_path_factory) -> Path:
         ({"batch_size": 16}, None, ["local_work.batch_size: 8 -> 16"]),
         ({"local_epochs": 2}, None, ["local_work.local_epochs: 1 -> 2"]),
         ({"data_order": "once"}, None, ["data_order: 'reshuffle' -> 'once'"]),
+        ({"cohort_sampling": "poisson"}, None, ["cohort_sampling: 'fixed_size' -> 'poisson'"]),  # #31 item 19
         ({}, FedYogi(lr=0.02), ["server_optimizer: 'lightning_fed.callbacks.fedadam.FedAdam' -> "
                                 "'lightning_fed.callbacks.fedyogi.FedYogi'"]),
         ({}, FedAdam(lr=0.01), ["server_optimizer.lr: 0.02 -> 0.01"]),
@@ -247,6 +248,21 @@ def test_resume_with_a_different_configuration_is_refused(tmp_path, two_rounds, 
 def test_resume_with_the_same_configuration_is_accepted(tmp_path, two_rounds):
     _, trainer = _fit(tmp_path, tmp_path / "resumed", max_epochs=3, ckpt_path=str(two_rounds))
     assert trainer.current_epoch == 3 and trainer.server_optimizer.num_steps == 3
+
+
+def test_a_record_from_before_cohort_sampling_resumes_as_fixed_size(tmp_path, two_rounds):
+    """#31 item 19: ``cohort_sampling`` joined the record later; a record without it was run with fixed-size cohorts,
+    so it resumes with them and is refused with Poisson cohorts."""
+    from lightning_fed.checkpoint import CHECKPOINT_KEY
+
+    ckpt = torch.load(two_rounds, weights_only=False)
+    assert ckpt[CHECKPOINT_KEY]["run_config"].pop("cohort_sampling") == "fixed_size"
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    _, trainer = _fit(tmp_path, tmp_path / "resumed", max_epochs=3, ckpt_path=str(old))
+    assert trainer.current_epoch == 3
+    with pytest.raises(ValueError, match="cohort_sampling: 'fixed_size' -> 'poisson'"):
+        _fit(tmp_path, tmp_path / "resumed2", max_epochs=3, dm=_dm(cohort_sampling="poisson"), ckpt_path=str(old))
 
 
 class _RecordAtStart(Callback):

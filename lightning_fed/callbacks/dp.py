@@ -15,13 +15,14 @@ import math
 import numbers
 from typing import Any, Optional
 
+import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedyogi import FedYogi
-from lightning_fed.server.aggregators.base import check_chain
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, chain_states, check_chain
 from lightning_fed.server.aggregators.dp import (
     AdaptiveClip,
     ClipUpdates,
@@ -30,7 +31,7 @@ from lightning_fed.server.aggregators.dp import (
     update_noise_multiplier,
 )
 from lightning_fed.checkpoint import privacy_history
-from lightning_fed.server.privacy import SAMPLINGS, PrivacyAccountant
+from lightning_fed.server.privacy import ACCOUNTINGS, SAMPLINGS, PrivacyAccountant
 
 
 class DifferentialPrivacy:
@@ -43,15 +44,21 @@ class DifferentialPrivacy:
     norms (Andrew et al. 2021, Alg. 1) and σ is the noise multiplier of the *pair* of queries (updates and clipped
     count, Thm. 1): the updates get σ_Δ = (σ⁻² − (2σ_b)⁻²)^(−½).
 
-    Accounting (:class:`~lightning_fed.server.privacy.PrivacyAccountant`, RDP from ``dp-accounting``):
-    ``sampling="fixed_size"`` (default, what ``FederatedDataModule`` draws: C distinct clients of N) composes
-    sampling-without-replacement Gaussian events under replace-one adjacency; ``sampling="poisson"`` composes
-    Poisson-sampled Gaussian events (q = C/N, add-or-remove-one) and is only accepted with a data module whose
-    ``cohort_sampling`` is ``"poisson"``. Only rounds in which the server stepped are composed. The rounds of the
-    same run under earlier server optimizers (an allowed change of class on resume, e.g. DPFedAdam → DPFedYogi) are
-    composed too, each with its own σ, N and C (the checkpoint's run record keeps them,
-    :func:`lightning_fed.checkpoint.privacy_history`); if any of them was aggregated without DP (e.g. FedAdam →
-    DPFedAdam), ε = ∞ for the whole run, with a warning at fit start.
+    Accounting (:class:`~lightning_fed.server.privacy.PrivacyAccountant`, RDP or PLD from ``dp-accounting``):
+    ``sampling`` must be the data module's ``cohort_sampling`` (checked at fit start).
+    ``sampling="fixed_size"`` (default, ``FederatedDataModule``'s default: C distinct clients of N) composes
+    sampling-without-replacement Gaussian events under replace-one adjacency; ``sampling="poisson"`` (a data
+    module with ``cohort_sampling="poisson"``: every client joins with probability q = C/N) composes Poisson-sampled
+    Gaussian events under add-or-remove-one. Under Poisson sampling the mean still divides by C = qN, the expected
+    cohort size (McMahan et al. 2018, Alg. 1), and every round releases a noised Δ_t — one where no client reports
+    (nobody sampled, or every sampled client failed) releases the noise alone, N(0, σ²S²·I)/C, the server steps with
+    it and the round is composed (the Poisson analysis covers the empty sample; skipping the release would tell who
+    was not sampled). ``accounting="rdp"`` (default) or ``"pld"`` picks the library's accountant. Only rounds in
+    which the server stepped are composed (with fixed-size cohorts a round where every client failed releases
+    nothing and is not composed). The rounds of the same run under earlier server optimizers (an allowed change of
+    class on resume, e.g. DPFedAdam → DPFedYogi) are composed too, each with its own σ, N, C and sampling (the
+    checkpoint's run record keeps them, :func:`lightning_fed.checkpoint.privacy_history`); if any of them was
+    aggregated without DP (e.g. FedAdam → DPFedAdam), ε = ∞ for the whole run, with a warning at fit start.
 
     Args (of :meth:`setup_privacy`, and of every ready-made class):
         clip_norm: S > 0 (``math.inf``: no clipping, only with σ = 0); with ``adaptive_clipping``, S_0.
@@ -66,16 +73,19 @@ class DifferentialPrivacy:
             or when the trainer's ``min_epochs`` (before which Lightning ignores ``should_stop``) is more rounds
             than it allows; a round that would take ε above it never trains (``RuntimeError`` at its start if the
             stop was overridden), so the logged ε never exceeds it.
-        sampling: ``"fixed_size"`` (default) or ``"poisson"`` (see above).
+        sampling: ``"fixed_size"`` (default) or ``"poisson"``: the data module's ``cohort_sampling`` (see above).
+        accounting: ``"rdp"`` (default) or ``"pld"`` (see above; ε from PLD is tighter, and each evaluation costs
+            about a second of CPU time where RDP's costs milliseconds).
 
     Raises:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
-            adaptive clipping with 2σ_b ≤ σ; a server optimizer with ``weighting`` other than ``"uniform"``; at fit
-            start, ``sampling="poisson"`` with fixed-size cohorts, a ``target_epsilon`` already spent by one round,
-            or ``min_epochs`` beyond ``target_epsilon`` (the message gives the largest ``min_epochs`` allowed); with
-            σ > 0, at fit start, modules with running statistics (BatchNorm) or ``max_update_norm_ratio`` (see
-            :attr:`ServerOptimizer.privatises <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0
-            buffers keep their global value and parameters the clients do not train are neither clipped nor noised).
+            adaptive clipping with 2σ_b ≤ σ, an unknown ``accounting``; a server optimizer with ``weighting`` other
+            than ``"uniform"``; at fit start, a ``sampling`` other than the data module's ``cohort_sampling``, a
+            ``target_epsilon`` already spent by one round, or ``min_epochs`` beyond ``target_epsilon`` (the message
+            gives the largest ``min_epochs`` allowed); with σ > 0, at fit start, modules with running statistics
+            (BatchNorm) or ``max_update_norm_ratio`` (see :attr:`ServerOptimizer.privatises
+            <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0 buffers keep their global value and
+            parameters the clients do not train are neither clipped nor noised).
         RuntimeError: at the start of a round after which ε would exceed ``target_epsilon`` (the stop overridden).
     Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
 
@@ -94,7 +104,7 @@ class DifferentialPrivacy:
     def setup_privacy(self, clip_norm: float, noise_multiplier: float, target_delta: float,
                       adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
                       count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
-                      sampling: str = "fixed_size") -> None:
+                      sampling: str = "fixed_size", accounting: str = "rdp") -> None:
         """Validate the DP arguments and install the DP-FedAvg aggregator chain (see the class doc)."""
         if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real) \
                 or not math.isfinite(noise_multiplier) or noise_multiplier < 0:
@@ -108,6 +118,8 @@ class DifferentialPrivacy:
                 raise ValueError("`target_epsilon` needs `noise_multiplier` > 0: with no noise ε is infinite.")
         if sampling not in SAMPLINGS:
             raise ValueError(f"`sampling` must be one of {SAMPLINGS}, got {sampling!r}.")
+        if accounting not in ACCOUNTINGS:
+            raise ValueError(f"`accounting` must be one of {ACCOUNTINGS}, got {accounting!r}.")
         if not isinstance(adaptive_clipping, bool):
             raise ValueError(f"`adaptive_clipping` must be True or False, got {adaptive_clipping!r}.")
         if getattr(self, "weighting", "uniform") != "uniform":
@@ -132,13 +144,47 @@ class DifferentialPrivacy:
         self.target_quantile = clip.target_quantile if adaptive_clipping else target_quantile
         self.clip_learning_rate = clip.learning_rate if adaptive_clipping else clip_learning_rate
         self.count_stddev = clip.count_stddev if adaptive_clipping else count_stddev
+        self.accounting = accounting
         self.aggregators = check_chain([clip, DPMean(), noise])
         if adaptive_clipping:
             self._resolve_update_noise(None)
+        self._round_params: Optional[list[Any]] = None
         #: The privacy accountant (created at fit start, when N and C are known).
         self.accountant: Optional[PrivacyAccountant] = None
         self._saved_privacy: Optional[dict[str, Any]] = None
         self._next_epsilon: Optional[tuple[int, float]] = None
+
+    @property
+    def releases_empty_rounds(self) -> bool:
+        """Whether a round with no client update still steps the server (with the noise alone): with Poisson
+        cohorts (``sampling="poisson"``). Read by the federated loop."""
+        return self.sampling == "poisson"
+
+    def validate_round(self, params: list[Any], updates: list[Any]) -> None:
+        super().validate_round(params, updates)
+        self._round_params = params  # x_t, the template of an empty round's Δ_t
+
+    def _run_aggregators(self, updates: list[Any]) -> list[Any]:
+        """The DP-FedAvg chain's Δ_t; for no update (an empty Poisson round), the noise alone: the clipping stage
+        runs on no client (adaptive clipping still privatises its count, a noised 0), the mean of no client is 0,
+        and :class:`GaussianNoise` adds N(0, (σS/C)²) to every coordinate."""
+        if updates:
+            return super()._run_aggregators(updates)
+        params = self._round_params
+        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, 1, 1)
+        zeros = [torch.zeros_like(p) for p in params]
+        if self.aggregator_state is None:
+            states = chain_states(self.aggregators, zeros, info.num_clients)
+            if self._saved_aggregator_state is not None:
+                states = tuple(type(s0)(**saved) for s0, saved in zip(states, self._saved_aggregator_state))
+                self._saved_aggregator_state = None
+            self.aggregator_state = states
+        (clip, _, noise), (clip_state, mean_state, noise_state) = self.aggregators, self.aggregator_state
+        empty = ClientDeltas([], [], torch.zeros(0, dtype=torch.float64), [])
+        _, clip_state = clip.apply(empty, clip_state, info)
+        delta, noise_state = noise.apply(zeros, noise_state, info)
+        self.aggregator_state = (clip_state, mean_state, noise_state)
+        return delta
 
     def _resolve_update_noise(self, clients_per_round: Optional[int]) -> None:
         clip, _, noise = self.aggregators
@@ -153,10 +199,16 @@ class DifferentialPrivacy:
         super().on_train_start(trainer, pl_module)
         dm = trainer.datamodule
         n, c = int(dm.num_clients), int(dm.clients_per_round)
-        if self.sampling == "poisson" and getattr(dm, "cohort_sampling", "fixed_size") != "poisson":
+        cohorts = getattr(dm, "cohort_sampling", "fixed_size")
+        if self.sampling == "poisson" and cohorts != "poisson":
             raise ValueError(
                 f"`sampling='poisson'` accounts Poisson-sampled cohorts, but {type(dm).__name__} draws "
                 f"{c} distinct clients every round; use sampling='fixed_size' (sampling without replacement)."
+            )
+        if self.sampling != cohorts:
+            raise ValueError(
+                f"`sampling={self.sampling!r}` but {type(dm).__name__} has cohort_sampling={cohorts!r}: the privacy "
+                f"analysis must be that of the cohorts drawn; use sampling={cohorts!r}."
             )
         if getattr(dm, "client_dropout", 0) or getattr(dm, "over_selection", 0):
             rank_zero_warn(
@@ -165,7 +217,7 @@ class DifferentialPrivacy:
             )
         if self.adaptive_clipping:
             self._resolve_update_noise(c)
-        self.accountant = PrivacyAccountant(self.noise_multiplier, n, c, self.sampling)
+        self.accountant = PrivacyAccountant(self.noise_multiplier, n, c, self.sampling, self.accounting)
         if self._saved_privacy is not None:
             self.accountant.load_state_dict(self._saved_privacy)
             self._saved_privacy = None
@@ -286,7 +338,7 @@ class DifferentialPrivacy:
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, "
                 f"target_delta={self.target_delta}, adaptive_clipping={self.adaptive_clipping}, "
-                f"target_epsilon={self.target_epsilon}, sampling={self.sampling!r}")
+                f"target_epsilon={self.target_epsilon}, sampling={self.sampling!r}, accounting={self.accounting!r}")
 
 
 class DPFedAvg(DifferentialPrivacy, FedAvg):
@@ -306,10 +358,10 @@ class DPFedAvg(DifferentialPrivacy, FedAvg):
     def __init__(self, clip_norm: float, noise_multiplier: float, target_delta: float,
                  adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
                  count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
-                 sampling: str = "fixed_size", lr: float = 1.0) -> None:
+                 sampling: str = "fixed_size", lr: float = 1.0, accounting: str = "rdp") -> None:
         FedAvg.__init__(self, lr=lr, weighting="uniform")
         self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
-                           clip_learning_rate, count_stddev, target_epsilon, sampling)
+                           clip_learning_rate, count_stddev, target_epsilon, sampling, accounting)
 
 
 class _DPAdaptive(DifferentialPrivacy):
@@ -318,11 +370,11 @@ class _DPAdaptive(DifferentialPrivacy):
                  count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
                  sampling: str = "fixed_size", lr: float = 1e-2, beta1: float = 0.9, beta2: float = 0.99,
                  tau: float = 1e-3, initial_accumulator: Optional[float] = None, bias_correction: bool = False,
-                 convention: str = "reddi") -> None:
+                 convention: str = "reddi", accounting: str = "rdp") -> None:
         super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
                          bias_correction=bias_correction, weighting="uniform", convention=convention)
         self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
-                           clip_learning_rate, count_stddev, target_epsilon, sampling)
+                           clip_learning_rate, count_stddev, target_epsilon, sampling, accounting)
 
 
 class DPFedAdam(_DPAdaptive, FedAdam):
@@ -363,8 +415,8 @@ class DPFedAdagrad(DifferentialPrivacy, FedAdagrad):
                  count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
                  sampling: str = "fixed_size", lr: float = 1e-2, tau: float = 1e-3,
                  initial_accumulator: Optional[float] = None, beta1: Optional[float] = None,
-                 bias_correction: bool = False, convention: str = "reddi") -> None:
+                 bias_correction: bool = False, convention: str = "reddi", accounting: str = "rdp") -> None:
         FedAdagrad.__init__(self, lr=lr, tau=tau, initial_accumulator=initial_accumulator, beta1=beta1,
                             bias_correction=bias_correction, weighting="uniform", convention=convention)
         self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
-                           clip_learning_rate, count_stddev, target_epsilon, sampling)
+                           clip_learning_rate, count_stddev, target_epsilon, sampling, accounting)

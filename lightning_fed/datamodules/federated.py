@@ -18,6 +18,8 @@ from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, Loc
 from lightning_fed.datamodules.partition import Partition, Partitioner
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
+#: The cohort samplings of :class:`FederatedDataModule` (``cohort_sampling``).
+COHORT_SAMPLINGS = ("fixed_size", "poisson")
 
 
 def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
@@ -79,8 +81,11 @@ class CohortSelection:
     """Who was asked and who reports back in one round.
 
     Attributes:
-        cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order.
-        candidates: The clients sampled (``clients_per_round`` plus the over-selection), int64, in order.
+        cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order (with
+            ``cohort_sampling="poisson"``: every sampled client that did not drop out, any number from 0 to N, in
+            increasing id order).
+        candidates: The clients sampled (``clients_per_round`` plus the over-selection; Poisson: the round's
+            sample), int64, in order.
         unavailable: How many candidates dropped out (simulated device dropout).
 
     Example::
@@ -286,11 +291,21 @@ class FederatedDataModule(L.LightningDataModule):
         eval_csv: Path of a CSV file receiving one row per (validation, evaluation client): round, client id,
             evaluation samples and every metric (default ``None``: no file). Overwritten by the first
             federated evaluation of a run, appended to afterwards.
+        cohort_sampling: How each round's cohort is drawn. ``"fixed_size"`` (default): ``clients_per_round``
+            distinct clients, uniformly without replacement. ``"poisson"``: every client joins independently with
+            probability q = C/N (C = ``clients_per_round``, N clients; McMahan et al. 2018, Alg. 1, the sampling
+            of the add/remove-one privacy analysis of TFF and Opacus), so the cohort size is Binomial(N, q) with
+            mean C: it varies by round and may be 0 — such a round is a round where nobody reports (the global
+            model is unchanged, with a warning; a DP server optimizer with ``sampling="poisson"`` still steps
+            with the noise alone and composes the round, as the Poisson analysis requires). Seeded by
+            ``(seed, round)`` like the fixed-size cohorts; recorded in checkpoints. Not combinable with
+            ``over_selection``; DP server optimizers must be given the same ``sampling``.
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
             an unknown ``data_order``, a negative ``num_workers``, ``client_dropout`` outside [0, 1), a negative
-            ``over_selection``, an ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
+            ``over_selection``, an unknown ``cohort_sampling`` or ``"poisson"`` with ``over_selection`` > 0, an
+            ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
             ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
             without ``eval_clients_per_round``; at :meth:`setup`, federated evaluation with no per-client
             evaluation data, more evaluation clients than clients with evaluation data, ``eval_fraction`` with a
@@ -337,6 +352,7 @@ class FederatedDataModule(L.LightningDataModule):
         eval_fraction: Optional[float] = None,
         eval_local_steps: int = 0,
         eval_csv: Optional[str] = None,
+        cohort_sampling: str = "fixed_size",
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -356,6 +372,14 @@ class FederatedDataModule(L.LightningDataModule):
             or not math.isfinite(over_selection) or over_selection < 0
         ):
             raise ValueError(f"`over_selection` must be a finite number >= 0, got {over_selection!r}.")
+        if cohort_sampling not in COHORT_SAMPLINGS:
+            raise ValueError(f"`cohort_sampling` must be one of {COHORT_SAMPLINGS}, got {cohort_sampling!r}.")
+        if cohort_sampling == "poisson" and over_selection:
+            raise ValueError(
+                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': a Poisson cohort has no "
+                "fixed size to over-select for."
+            )
+        self.cohort_sampling = cohort_sampling
         self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
         if eval_fraction is not None and (
             isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
@@ -672,12 +696,17 @@ class FederatedDataModule(L.LightningDataModule):
         (fewer when ``client_dropout`` removes more candidates than ``over_selection`` replaces).
 
         Uniform without replacement within the round, independent across rounds; a pure function of
-        ``(seed, round_idx)`` (Reddi et al. 2021, Alg. 1, l. 3). See :meth:`select_cohort`.
+        ``(seed, round_idx)`` (Reddi et al. 2021, Alg. 1, l. 3). With ``cohort_sampling="poisson"``: each client
+        independently with probability C/N (any size from 0 to N, mean C), in increasing id order. See
+        :meth:`select_cohort`.
         """
         return self.select_cohort(round_idx).cohort
 
     def select_cohort(self, round_idx: int) -> CohortSelection:
-        """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round``."""
+        """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round`` (Poisson
+        cohorts: keep all)."""
+        if self.cohort_sampling == "poisson":
+            return self._select_poisson_cohort(int(round_idx))
         num = min(self.num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
         rng = np.random.default_rng([self.seed, 0x5A3D, int(round_idx)])
         candidates = rng.choice(self.num_clients, size=num, replace=False).astype(np.int64)
@@ -686,6 +715,16 @@ class FederatedDataModule(L.LightningDataModule):
             draws = np.random.default_rng([self.seed, 0xD409, int(round_idx)]).random(num)
             available = candidates[draws >= self.client_dropout]
         return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+
+    def _select_poisson_cohort(self, round_idx: int) -> CohortSelection:
+        q = self.clients_per_round / self.num_clients
+        draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(self.num_clients)
+        candidates = np.flatnonzero(draws < q).astype(np.int64)
+        available = candidates
+        if self.client_dropout > 0:
+            drop = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
+            available = candidates[drop >= self.client_dropout]
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
 
     def check_local_work(self) -> None:
         """Refuse local work that trains nothing: with ``drop_last=True`` and a fixed batch size, a client with fewer

@@ -22,7 +22,9 @@ class GroupedNaturalIdPartitioner(NaturalIdPartitioner):
     order. With ``U`` distinct ids and ``r = U % group_size`` left over, ``mode`` decides (Flower's modes):
 
     - ``"allow-smaller"`` (default): the last client holds the ``r`` remaining ids (``ceil(U / group_size)`` clients);
-    - ``"allow-bigger"``: the ``r`` remaining ids join the last full group (``floor(U / group_size)`` clients);
+    - ``"allow-bigger"``: ``floor(U / group_size)`` clients; the ``r`` remaining ids go one each to the first
+      clients (Flower's ``np.array_split(ids, U // group_size)``: 7 ids in pairs give groups of 3, 2, 2; 11 ids in
+      threes give 4, 4, 3; with ``r`` >= the number of groups, every group takes several);
     - ``"drop-remainder"``: the ``r`` remaining ids and their samples belong to no client (Flower spells it
       ``"drop-reminder"``);
     - ``"strict"``: ``r > 0`` is an error.
@@ -74,8 +76,8 @@ class GroupedNaturalIdPartitioner(NaturalIdPartitioner):
         bounds = list(range(0, full * g + 1, g))  # id positions where groups start/end
         if rest and self.mode == "allow-smaller":
             bounds.append(u)
-        elif rest and self.mode == "allow-bigger":
-            bounds[-1] = u
+        elif rest and self.mode == "allow-bigger":  # Flower: np.array_split(ids, full), leftovers to the first groups
+            bounds = [0] + np.cumsum([len(a) for a in np.array_split(np.arange(u), full)]).tolist()
         offsets = natural.offsets[bounds]
         names = np.empty(len(bounds) - 1, dtype=object)
         for i in range(len(bounds) - 1):

@@ -195,9 +195,66 @@ def test_dropout_without_over_selection_shrinks_the_cohort(tmp_path):
     assert np.mean(sizes) == pytest.approx(5.0, abs=0.4)
 
 
+def test_poisson_cohorts_are_binomial_and_seeded():
+    """``cohort_sampling="poisson"``: client i joins round t iff u_{t,i} < q = C/N (#31 item 19), so the cohort
+    size is Binomial(N, q) — mean C = 10, variance Nq(1 - q) = 9 — every client joins a fraction q of the rounds,
+    and the cohorts are a pure function of (seed, round)."""
+    dm = _selection_module(cohort_sampling="poisson")
+    rounds, n, q = 3000, 100, 0.1
+    member = np.zeros((rounds, n), dtype=bool)
+    for r in range(rounds):
+        sel = dm.select_cohort(r)
+        assert np.array_equal(sel.cohort, sel.candidates) and sel.unavailable == 0
+        assert np.array_equal(sel.cohort, np.unique(sel.cohort))  # distinct, increasing
+        member[r, sel.cohort] = True
+    sizes = member.sum(axis=1)
+    assert sizes.mean() == pytest.approx(n * q, abs=4 * math.sqrt(n * q * (1 - q) / rounds))  # 4 standard errors
+    assert sizes.var() == pytest.approx(n * q * (1 - q), rel=0.1)
+    pmf = np.array([math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(n + 1)])
+    for k in (5, 10, 15):  # the histogram follows Binomial(100, 0.1) at a few sizes
+        assert np.mean(sizes == k) == pytest.approx(pmf[k], abs=4 * math.sqrt(pmf[k] * (1 - pmf[k]) / rounds))
+    assert member.mean(axis=0).min() > q - 4 * math.sqrt(q * (1 - q) / rounds)  # every client joins about q of rounds
+    again = _selection_module(cohort_sampling="poisson")
+    assert all(np.array_equal(dm.sample_clients(r), again.sample_clients(r)) for r in range(50))
+    other = _selection_module(cohort_sampling="poisson", seed=1)
+    assert not all(np.array_equal(dm.sample_clients(r), other.sample_clients(r)) for r in range(50))
+
+
+def test_poisson_cohorts_can_be_empty_and_take_dropout():
+    """C/N = 1/100: P(empty) = 0.99^100 = 0.366; with dropout p the cohort is Binomial(N, q(1 - p))."""
+    x, y = regression_data(n=200)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=100), clients_per_round=1, cohort_sampling="poisson")
+    dm.setup()
+    sizes = np.array([len(dm.sample_clients(r)) for r in range(3000)])
+    assert np.mean(sizes == 0) == pytest.approx(0.99**100, abs=0.04)
+    dm = _selection_module(cohort_sampling="poisson", client_dropout=0.5)
+    sels = [dm.select_cohort(r) for r in range(2000)]
+    assert np.mean([len(s.cohort) for s in sels]) == pytest.approx(5.0, abs=0.25)
+    assert all(len(s.cohort) + s.unavailable == len(s.candidates) for s in sels)
+
+
+def test_poisson_fit_runs_empty_rounds_as_rounds_nobody_reports(tmp_path):
+    from helpers import LinearRegression, quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(20),
+                             clients_per_round=1, batch_size=2, cohort_sampling="poisson", seed=3)
+    dm.setup()
+    sizes = [len(dm.sample_clients(r)) for r in range(8)]
+    assert 0 in sizes and max(sizes) > 1  # empty rounds and rounds larger than C
+    trainer = FederatedTrainer(max_epochs=8, **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match="no client reported back"):
+        trainer.fit(LinearRegression(), datamodule=dm)
+    assert trainer.current_epoch == 8
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
+        ({"cohort_sampling": "uniform"}, "`cohort_sampling` must be one of \\('fixed_size', 'poisson'\\)"),
+        ({"cohort_sampling": "poisson", "over_selection": 0.5}, "`over_selection`.*cohort_sampling='fixed_size'"),
         ({"client_dropout": 1.0}, "`client_dropout` must be a probability in \\[0, 1\\), got 1.0"),
         ({"client_dropout": -0.1}, "`client_dropout`"),
         ({"over_selection": -1}, "`over_selection` must be a finite number >= 0, got -1"),

@@ -56,6 +56,7 @@ class ShakespeareDataModule(FederatedDataModule):
         eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
             :class:`FederatedDataModule`); each client's evaluation data is its own test part (its last
             ``test_fraction`` of speeches, :meth:`natural_eval_split`).
+        cohort_sampling: ``"fixed_size"`` (default) or ``"poisson"`` (see :class:`FederatedDataModule`).
 
     Raises:
         ValueError: an unknown ``source``, ``source="leaf"`` without ``leaf_path`` (or ``leaf_path`` with another
@@ -96,6 +97,7 @@ class ShakespeareDataModule(FederatedDataModule):
         eval_clients_per_round: Optional[int | str] = None,
         eval_local_steps: int = 0,
         eval_csv: Optional[str] = None,
+        cohort_sampling: str = "fixed_size",
     ) -> None:
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
@@ -119,6 +121,7 @@ class ShakespeareDataModule(FederatedDataModule):
             eval_clients_per_round=eval_clients_per_round,
             eval_local_steps=eval_local_steps,
             eval_csv=eval_csv,
+            cohort_sampling=cohort_sampling,
         )
         self._client_test: Optional[ShakespeareSequences] = None
         self.data_dir = str(data_dir)

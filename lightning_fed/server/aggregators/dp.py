@@ -42,7 +42,10 @@ def round_generator(info: RoundInfo, tag: int, device: Any = "cpu") -> torch.Gen
 
 
 def update_norms(deltas: list[list[Tensor]]) -> Tensor:
-    """float64 ``[K]`` (on the CPU): the global L2 norm of every client's update over all its parameters."""
+    """float64 ``[K]`` (on the CPU): the global L2 norm of every client's update over all its parameters (``[0]``
+    for no client)."""
+    if not deltas:
+        return torch.zeros(0, dtype=torch.float64)
     return torch.stack([
         torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.double()) for t in d])).cpu() for d in deltas
     ])

@@ -194,6 +194,47 @@ def test_epsilon_is_the_library_answer(n, c, sigma, rounds, delta):
     assert PrivacyAccountant(sigma, n, c, "poisson").epsilon(delta, rounds) == lib.get_epsilon(delta)
 
 
+@pytest.mark.parametrize("sampling", ["fixed_size", "poisson"])
+@pytest.mark.parametrize("accounting", ["rdp", "pld"])
+@pytest.mark.parametrize("n, c, sigma, rounds, delta", [(100, 10, 1.0, 20, 1e-5), (1154, 10, 1.0, 15, 7e-4)])
+def test_epsilon_of_every_sampling_and_accounting_is_the_library_answer(sampling, accounting, n, c, sigma, rounds,
+                                                                         delta):
+    """#31 item 19: each (sampling, accounting) pair is dp-accounting's answer for its event, built here directly:
+    fixed-size cohorts are sampling without replacement under replace-one (RDP: the library's sampled-without-
+    replacement event with σ/2; PLD: the dominating pair γ·N(1, (σ/2)²) + (1 − γ)·N(0, (σ/2)²) vs N(0, (σ/2)²),
+    the library's Poisson event of σ/2 under add-or-remove-one); Poisson cohorts are the Poisson event of σ under
+    add-or-remove-one."""
+    add_remove = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if accounting == "rdp" and sampling == "fixed_size":
+        lib = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+        event = dp_accounting.SampledWithoutReplacementDpEvent(n, c, dp_accounting.GaussianDpEvent(sigma / 2))
+    else:
+        lib = (rdp.RdpAccountant if accounting == "rdp" else dp_accounting.pld.PLDAccountant)(neighboring_relation=add_remove)
+        base = sigma / 2 if sampling == "fixed_size" else sigma
+        event = dp_accounting.PoissonSampledDpEvent(c / n, dp_accounting.GaussianDpEvent(base))
+    lib.compose(event, rounds)
+    acc = PrivacyAccountant(sigma, n, c, sampling, accounting)
+    acc.step(rounds)
+    assert acc.epsilon(delta) == lib.get_epsilon(delta)
+    assert acc.state_dict()["accounting"] == accounting
+    if accounting == "pld":  # PLD is the tighter of the two for the same rounds
+        assert acc.epsilon(delta) < PrivacyAccountant(sigma, n, c, sampling, "rdp").epsilon(delta, rounds)
+
+
+def test_pld_dominating_pair_for_fixed_size_cohorts_by_hand():
+    """One round, fixed-size cohort: for the pair (γP + (1 − γ)Q, Q) with P = N(1, s²), Q = N(0, s²), s = σ/2,
+    δ(ε') = γ·δ_PQ(ε) with e^ε' = 1 + γ(e^ε − 1) (Balle, Barthe & Gaboardi 2018, Thm. 2 and Thm. 10), and the
+    Gaussian's δ_PQ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2), μ = 1/s (Balle & Wang 2018, Thm. 8)."""
+    from scipy.stats import norm
+
+    n, c, sigma = 1154, 10, 1.0
+    gamma, mu = c / n, 2.0 / sigma
+    eps = PrivacyAccountant(sigma, n, c, "fixed_size", "pld").epsilon(7e-4, 1)
+    base = math.log1p(math.expm1(eps) / gamma)
+    delta = gamma * (norm.cdf(-base / mu + mu / 2) - math.exp(base) * norm.cdf(-base / mu - mu / 2))
+    assert delta == pytest.approx(7e-4, rel=2e-3)  # PLD's discretisation is pessimistic: ε slightly above exact
+
+
 def test_accountant_bad_arguments():
     with pytest.raises(ValueError, match="sampling"):
         PrivacyAccountant(1.0, 10, 2, "shuffle")
@@ -226,6 +267,129 @@ def test_epsilon_is_logged_every_round_and_target_epsilon_stops_the_run(tmp_path
                          **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=_dm())
 
 
+def _poisson_dm(num_clients=6, clients_per_round=3, seed=0):
+    x, y = regression_data(n=60)
+    return FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                               partitioner=IIDPartitioner(num_clients=num_clients, seed=0),
+                               clients_per_round=clients_per_round, batch_size=4, cohort_sampling="poisson", seed=seed)
+
+
+@pytest.mark.parametrize("server", [
+    lambda: DPFedAvg(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3),
+    lambda: DPFedAdam(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, sampling="fixed_size", accounting="pld"),
+])
+def test_fixed_size_accounting_is_refused_for_poisson_cohorts_at_fit_start(tmp_path, server):
+    """#31 item 19: the replace-one fixed-size analysis does not hold for Poisson cohorts: refused before round 0."""
+    torch.manual_seed(0)
+    model = LinearRegression()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[server()], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match="`sampling='fixed_size'` but FederatedDataModule has "
+                                         "cohort_sampling='poisson'.*use sampling='poisson'"):
+        trainer.fit(model, datamodule=_poisson_dm())
+    assert trainer.current_epoch == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "pld"])
+def test_poisson_dp_run_logs_the_poisson_epsilon(tmp_path, accounting):
+    """A DP run on Poisson cohorts: ε after each round is dp-accounting's Poisson-sampled Gaussian, q = C/N, under
+    add-or-remove-one, from the chosen accountant; the accountant's state and the checkpoint record say so."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lightning_fed.checkpoint import run_config
+
+    logged = []
+
+    class Record(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            logged.append(float(trainer.callback_metrics["privacy/epsilon"]))
+
+    dm = _poisson_dm(seed=4)
+    dm.setup()
+    assert [len(dm.sample_clients(r)) for r in range(3)] == [3, 6, 5]  # this seed: no empty round, one of all N
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, sampling="poisson",
+                      accounting=accounting)
+    torch.manual_seed(0)
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[server, Record()], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=dm)
+    lib_kind = rdp.RdpAccountant if accounting == "rdp" else dp_accounting.pld.PLDAccountant
+    expected = []
+    for t in (1, 2, 3):
+        lib = lib_kind(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        lib.compose(dp_accounting.PoissonSampledDpEvent(3 / 6, dp_accounting.GaussianDpEvent(1.0)), t)
+        expected.append(lib.get_epsilon(1e-3))
+    assert logged == pytest.approx(expected, rel=1e-6)  # logged as float32
+    assert server.state_dict()["privacy"] | {"rounds": 3} == server.state_dict()["privacy"]
+    assert server.state_dict()["privacy"]["sampling"] == "poisson"
+    config = run_config(trainer)
+    assert config["cohort_sampling"] == "poisson" and config["server_optimizer.accounting"] == accounting
+
+
+def test_poisson_dp_mean_divides_by_the_expected_cohort_size(tmp_path):
+    """Under Poisson sampling the DP mean is Σ_i clip(Δ_i) / (qN) whatever the cohort's size (McMahan et al. 2018,
+    Alg. 1, the fixed denominator): seed 3's round 0 samples one client of N = 6 with qN = 3, so with σ = 0 and no
+    clipping the step is a third of FedAvg's on the same cohort (its mean of one client is Δ_1)."""
+    dm = _poisson_dm(seed=3)
+    dm.setup()
+    assert dm.sample_clients(0).tolist() == [1]
+    steps = []
+    for server in (DPFedAvg(clip_norm=math.inf, noise_multiplier=0.0, target_delta=1e-3, sampling="poisson"),
+                   FedAvg(weighting="uniform")):
+        torch.manual_seed(0)
+        model = LinearRegression()
+        x0 = [p.detach().clone() for p in model.parameters()]
+        FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(
+            model, datamodule=_poisson_dm(seed=3))
+        steps.append([p.detach() - a for p, a in zip(model.parameters(), x0)])
+    for dp_step, avg_step in zip(*steps):
+        torch.testing.assert_close(dp_step, avg_step / 3)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+@pytest.mark.parametrize("seed, sizes", [(0, [4, 2, 0]), (22, [0, 3, 5])])
+def test_empty_poisson_round_releases_the_noise_alone_and_is_composed(tmp_path, adaptive, seed, sizes):
+    """The Poisson analysis composes the noised sum of whoever was sampled, nobody included: a round with an empty
+    cohort must still release N(0, σ²S²)/(qN) and count as a round. Seed 0 samples nobody in round 2, seed 22 nobody
+    in round 0 (N = 6, q = 1/2): the model moves by exactly the round's seeded noise (DPFedAvg, η = 1), and ε is that
+    of three rounds."""
+    from lightning_fed.server.aggregators import RoundInfo
+    from lightning_fed.server.aggregators.dp import _NOISE_TAG, round_generator
+
+    dm = _poisson_dm(seed=seed)
+    dm.setup()
+    assert [len(dm.sample_clients(r)) for r in range(3)] == sizes
+    empty = sizes.index(0)
+    kwargs = dict(adaptive_clipping=True, count_stddev=1.0) if adaptive else {}
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, sampling="poisson", **kwargs)
+    torch.manual_seed(0)
+    model = LinearRegression()
+    seen, seen_clips = [], []
+
+    from lightning.pytorch.callbacks import Callback
+
+    class Record(Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            seen.append([p.detach().clone() for p in pl_module.parameters()])
+            state = server.aggregator_state
+            seen_clips.append(float(state[0].clip_norm) if adaptive and state is not None else 0.1)
+
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[server, Record()], **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match=f"Round {empty}: no client reported back; the server stepped with the DP noise"):
+        trainer.fit(model, datamodule=dm)
+    assert server.accountant.rounds == 3 and server.num_steps == 3
+    lib = rdp.RdpAccountant()
+    lib.compose(dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(server.noise_multiplier)), 3)
+    assert float(trainer.callback_metrics["privacy/epsilon"]) == pytest.approx(lib.get_epsilon(1e-3), rel=1e-6)
+    seen.append([p.detach() for p in model.parameters()])
+    clip = seen_clips[empty]  # S of the empty round (adaptive: S_0 = 0.1 moved by the rounds before it)
+    std = server.aggregators[2].noise_multiplier * clip / 3  # σ_Δ·S/(qN)
+    gen = round_generator(RoundInfo(empty, seed, 6, 3), _NOISE_TAG)
+    for before, now in zip(seen[empty], seen[empty + 1]):
+        noise = torch.randn(before.shape, generator=gen, dtype=before.dtype) * std
+        torch.testing.assert_close(now - before, noise, rtol=1e-4, atol=0.0)
+
+
 def test_poisson_accounting_is_refused_for_fixed_size_cohorts(tmp_path):
     server = DPFedAvg(clip_norm=0.1, noise_multiplier=1.0, target_delta=1e-3, sampling="poisson")
     with pytest.raises(ValueError, match="sampling='fixed_size'"):
@@ -236,6 +400,7 @@ def test_poisson_accounting_is_refused_for_fixed_size_cohorts(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(clip_norm=0.0), "clip_norm"), (dict(noise_multiplier=-1.0), "noise_multiplier"),
     (dict(target_delta=1.0), "target_delta"), (dict(sampling="shuffle"), "sampling"),
+    (dict(accounting="prv"), "`accounting` must be one of \\('rdp', 'pld'\\)"),
     (dict(clip_norm=math.inf), "finite"), (dict(noise_multiplier=0.0, target_epsilon=1.0), "target_epsilon"),
     (dict(adaptive_clipping=True, target_quantile=1.5), "target_quantile"),
     (dict(adaptive_clipping=True, count_stddev=0.1), "count_stddev"),
