@@ -65,6 +65,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
+from lightning_fed.client.algorithm import dispatch_only
 
 #: LightningModule hooks that Lightning calls in a training batch; overriding any of them takes Lightning's path.
 MODULE_BATCH_HOOKS = (
@@ -267,7 +268,8 @@ class LeanLocalStep:
         self._fast_logged = False
         self._touched: list[_Logged] = []  # entries with a step value in the current step
         # callbacks whose on_before_optimizer_step runs after each backward (the others' is Callback's no-op)
-        self._before_step = [cb for cb in trainer.callbacks if is_overridden(CALLBACK_BEFORE_STEP_HOOK, cb, Callback)]
+        self._before_step = [cb for cb in trainer.callbacks if is_overridden(CALLBACK_BEFORE_STEP_HOOK, cb, Callback)
+                             and not dispatch_only(cb)]
         # the fast path stands in for LightningModule.log only: not for a module's own `log` (or a patched one)
         self.fast_log = type(module).log is LightningModule.log and "log" not in vars(module)
 
