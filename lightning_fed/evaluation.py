@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning_fed import _lightning
 
 #: The statistics logged per metric, ``fed_<metric>/<stat>``.
@@ -228,15 +230,20 @@ def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
     return values
 
 
+def _check_personalization(num_optimizers: int, automatic_optimization: bool) -> None:
+    """Raises ``ValueError`` (naming ``eval_local_steps``) unless automatic optimization with one optimizer."""
+    if num_optimizers != 1 or not automatic_optimization:
+        raise ValueError(
+            "`eval_local_steps` (personalised evaluation) needs automatic optimization with exactly one optimizer; "
+            f"got {num_optimizers} optimizer(s), automatic_optimization={automatic_optimization}."
+        )
+
+
 def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int) -> None:
     """k local steps of the module's own optimizer (fresh) with its ``training_step`` on client ``cid``."""
     module = trainer.lightning_module
     optimizers = _lightning.init_optimizers(module)
-    if len(optimizers) != 1 or not module.automatic_optimization:
-        raise ValueError(
-            "`eval_local_steps` (personalised evaluation) needs automatic optimization with exactly one optimizer; "
-            f"got {len(optimizers)} optimizer(s), automatic_optimization={module.automatic_optimization}."
-        )
+    _check_personalization(len(optimizers), module.automatic_optimization)
     optimizer = optimizers[0]
     batches = datamodule.client_personalization_batches(cid, round_idx, steps)
     dataset = datamodule.train_dataset
@@ -260,6 +267,12 @@ def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps:
                     continue
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                # as Lightning's automatic optimization: the module's configure_gradient_clipping with the
+                # trainer's gradient_clip_val / gradient_clip_algorithm, between backward and the step
+                _lightning.call_module_hook(
+                    trainer, "configure_gradient_clipping", optimizer,
+                    gradient_clip_val=trainer.gradient_clip_val, gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+                )
                 optimizer.step()
         finally:
             results.reset()
@@ -280,6 +293,49 @@ def _eval_batch_limit(limit: Any) -> Optional[int]:
             "first k evaluation batches) or 1.0 (all); evaluate fewer clients with `eval_clients_per_round`."
         )
     return int(limit)
+
+
+def check_eval_csv(path: Any) -> str:
+    """Check ``eval_csv`` before anything trains: create its missing parent folder (as Lightning's loggers do for
+    their ``save_dir``) and make sure the file can be written; its content is left as it is.
+
+    Args:
+        path: The ``eval_csv`` path (``str`` or ``os.PathLike``).
+
+    Returns:
+        ``path`` as a ``str``.
+
+    Raises:
+        ValueError: naming ``eval_csv``, when the path is a directory, its folder cannot be created (e.g. a file
+            stands where a folder is needed) or the file cannot be opened for writing.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"`eval_csv={path!r}` is a directory; give the path of a CSV file, e.g. {path!r} + '/clients.csv'.")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        existed = os.path.exists(path)
+        with open(path, "a", newline=""):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as error:
+        raise ValueError(f"`eval_csv={path!r}` cannot be written: {type(error).__name__}: {error}.") from error
+    return path
+
+
+def _read_csv_rows_before(path: str, round_idx: int) -> Optional[tuple[list[str], list[list[str]]]]:
+    """``(header, rows)`` of an ``eval_csv`` file, keeping only the rows of rounds before ``round_idx``; ``None``
+    when the file is absent or empty."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return None
+    header, body = rows[0], rows[1:]
+    return header, [r for r in body if r and int(r[0]) < round_idx]
 
 
 def evaluate_clients(
@@ -400,6 +456,70 @@ class FederatedEvaluation(Callback):
         self.last: Optional[ClientEvaluation] = None
         self._csv_started: set[str] = set()
         self._train_losses: list[float] = []
+        #: The round of the checkpoint a ``trainer.validate(ckpt_path=...)`` loaded (``None``: none loaded).
+        self._checkpoint_round: Optional[int] = None
+        self._resuming = False
+
+    # ------------------------------------------------------------------ checks at fit / validate start
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._checkpoint_round = None
+        self._resuming = False
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """Remember the checkpoint's round: the round whose server update produced its global model (the fit loop's
+        processed rounds minus one), the round its federated evaluation was labelled with during ``fit``."""
+        try:
+            processed = int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["processed"])
+        except (KeyError, TypeError, ValueError):
+            processed = int(checkpoint.get("epoch", 0)) + 1
+        self._checkpoint_round = max(processed - 1, 0)
+
+    def _check_settings(self, trainer: Any, pl_module: Any) -> None:
+        """The refusals that need only the configuration, at fit / validate start (before any round trains)."""
+        datamodule = trainer.datamodule
+        if getattr(datamodule, "eval_clients_per_round", None) is None:
+            return
+        _eval_batch_limit(trainer.limit_val_batches)
+        if datamodule.eval_local_steps:
+            automatic = pl_module.automatic_optimization
+            optimizers = trainer.optimizers if trainer.state.fn == TrainerFn.FITTING and automatic else (
+                _lightning.init_optimizers(pl_module) if automatic else []
+            )
+            _check_personalization(len(optimizers), automatic)
+        if datamodule.eval_csv is not None:
+            datamodule.eval_csv = check_eval_csv(datamodule.eval_csv)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self._check_settings(trainer, pl_module)
+        self._resuming = trainer.ckpt_path is not None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """On a resumed fit (loops restored), keep ``eval_csv``'s rows of the rounds before the resumed round and
+        append from there: the rows the interrupted run wrote after its checkpoint are removed (their rounds run
+        again), so each round appears once."""
+        datamodule = trainer.datamodule
+        path = getattr(datamodule, "eval_csv", None)
+        if not self._resuming or path is None or getattr(datamodule, "eval_clients_per_round", None) is None:
+            return
+        self._csv_started.add(path)
+        if not trainer.is_global_zero:
+            return
+        kept = _read_csv_rows_before(path, trainer.current_epoch)
+        if kept is None:
+            return
+        from lightning_fed.atomic_io import atomic_write
+
+        header, rows = kept
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(header)
+        writer.writerows(rows)
+        with atomic_write(path) as f:  # a kill while rewriting leaves the old file, never a truncated one
+            f.write(text.getvalue().encode())
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.state.fn == TrainerFn.VALIDATING:
+            self._check_settings(trainer, pl_module)
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
@@ -415,6 +535,8 @@ class FederatedEvaluation(Callback):
             )
         datamodule.eval_batch_limit = _eval_batch_limit(trainer.limit_val_batches)
         round_idx = trainer.current_epoch
+        if trainer.state.fn == TrainerFn.VALIDATING and self._checkpoint_round is not None:
+            round_idx = self._checkpoint_round  # validate(ckpt_path=...): that checkpoint's round and clients
         clients = datamodule.select_eval_clients(round_idx)
         result = evaluate_clients(trainer, datamodule, clients, round_idx, datamodule.eval_local_steps)
         if not result.metrics:
