@@ -221,7 +221,9 @@ class FederatedDataModule(L.LightningDataModule):
             (logged as ``fed_personalized_*``; the global model is restored afterwards). Default 0: off.
         eval_csv: Path of a CSV file receiving one row per (validation, evaluation client): round, client id,
             evaluation samples and every metric (default ``None``: no file). Overwritten by the first
-            federated evaluation of a run, appended to afterwards.
+            federated evaluation of a run, appended to afterwards; a resumed ``fit(ckpt_path=...)`` keeps the rows of
+            the rounds before the resumed round and appends. Checked at fit / validate start: a missing folder is
+            created, a directory or an unwritable path is refused (``ValueError`` naming ``eval_csv``).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -681,11 +683,12 @@ class FederatedDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> Any:
         """The centralized validation loader over ``val_dataset``; without one, over the union of the clients'
-        evaluation data (from ``eval_fraction``) when there is any, else ``[]``."""
+        evaluation data (from ``eval_fraction`` or the natural per-client split) when there is any, else ``[]``
+        (Lightning skips validation, federated evaluation included, when there is no validation batch)."""
         if self.val_dataset is None:
-            if self._client_eval_indices is not None and self.client_eval_dataset is self.train_dataset:
+            if self._client_eval_indices is not None and self.client_eval_dataset is not None:
                 union = np.concatenate(self._client_eval_indices).tolist()
-                return DataLoader(Subset(self.train_dataset, union), batch_size=self.eval_batch_size,
+                return DataLoader(Subset(self.client_eval_dataset, union), batch_size=self.eval_batch_size,
                                   num_workers=self.num_workers)
             return []
         return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
