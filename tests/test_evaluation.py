@@ -424,3 +424,72 @@ def test_validate_a_checkpoint_after_fit_evaluates_that_rounds_clients(tmp_path)
     assert dm.select_eval_clients(0).tolist() != dm.select_eval_clients(3).tolist()  # the test tells them apart
     rows = list(csv.DictReader(path.open()))[len(fit_rows):]
     assert rows == fit_rows[:2]  # the same clients, round label and values as fit's evaluation of round 0
+
+
+MARK = 555.0
+
+
+class FailsInPersonalization(LinearRegression):
+    """Hangs in ``time.sleep`` (``"hang"``) or raises (``"raise"``) in the local steps of personalised evaluation
+    on a client whose data is marked (``"none"``: never); trains normally in rounds."""
+
+    def __init__(self, how: str, **kwargs):
+        super().__init__(**kwargs)
+        self.how = how
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.how != "none" and self.trainer.validating and (x == MARK).any():
+            if self.how == "hang":
+                import time
+
+                time.sleep(1000)
+            raise ValueError("client data is broken")
+        return super().training_step(batch, batch_idx)
+
+
+def _marked_dm(bad_client: int):
+    from lightning_fed.datamodules import NaturalIdPartitioner
+
+    x, y = regression_data(n=40, seed=0)
+    ids = np.repeat(np.arange(4), 10)
+    x[ids == bad_client, 0] = MARK
+    ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    ds.client_id = ids
+    return FederatedDataModule(ds, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=4,
+                               batch_size=4, eval_fraction=0.2, eval_clients_per_round="all", eval_local_steps=2)
+
+
+@pytest.mark.parametrize("how", ["hang", "raise"])
+def test_failing_client_in_personalized_eval_is_dropped_and_counted(tmp_path, how):
+    """Item 14: a client that hangs (past `client_timeout_s`) or raises in personalised evaluation is dropped from
+    the evaluation with a warning and counted in `fed_clients_dropped`; the other clients' values are those of a
+    run in which nobody fails; the global model is unchanged; with on_client_failure="raise" the run stops."""
+    import time
+
+    clean = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    torch.manual_seed(0)
+    clean.fit(FailsInPersonalization("none"), datamodule=_marked_dm(bad_client=2))
+    reference = _fed_callback(clean).last
+    torch.manual_seed(0)
+    model = FailsInPersonalization(how)
+    trainer = FederatedTrainer(max_epochs=1, client_timeout_s=0.5, **quiet_trainer_kwargs(tmp_path))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="Client 2 failed in the federated evaluation of round 0"):
+        trainer.fit(model, datamodule=_marked_dm(bad_client=2))
+    assert time.monotonic() - start < 30
+    last = _fed_callback(trainer).last
+    assert last.client_ids.tolist() == [0, 1, 3] and [c for c, _ in last.dropped] == [2]
+    assert float(trainer.callback_metrics["fed_clients_dropped"]) == 1
+    assert float(trainer.callback_metrics["fed_eval_clients"]) == 3
+    keep = [0, 1, 3]
+    np.testing.assert_array_equal(last.metrics["val_loss"], reference.metrics["val_loss"][keep])
+    np.testing.assert_array_equal(last.personalized["val_loss"], reference.personalized["val_loss"][keep])
+    assert float(trainer.callback_metrics["fed_personalized_val_loss/mean"]) == pytest.approx(
+        reference.personalized["val_loss"][keep].mean())
+    # the dropped client's partial local steps left nothing behind: the same global model as the clean run
+    torch.testing.assert_close(model.linear.weight, clean.lightning_module.linear.weight, rtol=0, atol=0)
+    strict = FederatedTrainer(max_epochs=1, client_timeout_s=0.5, on_client_failure="raise",
+                              **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises((RuntimeError, ValueError), match="timed out \\(client_timeout_s=0.5 s\\)|client data is broken"):
+        strict.fit(FailsInPersonalization(how), datamodule=_marked_dm(bad_client=2))
