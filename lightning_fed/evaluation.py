@@ -32,7 +32,23 @@ is restored bit for bit; statistics go to ``fed_personalized_m/...``. Its random
 generator seeded by :func:`~lightning_fed.executor.client_seed`, so the training run's random stream is unchanged.
 
 With ``eval_csv`` every federated evaluation appends one row per client (``round, client_id, samples`` then the
-metrics, ``personalized_m`` for personalised ones) to that CSV file.
+metrics, ``personalized_m`` for personalised ones) to that CSV file. The path is checked at fit / validate start (a
+missing folder is created; a directory or an unwritable path is a ``ValueError`` naming ``eval_csv``). A fresh
+``fit`` starts the file afresh; a resumed ``fit(ckpt_path=...)`` keeps the rows of the rounds before the resumed
+round, removes those of later rounds (written by the interrupted run after its checkpoint) and appends, so each
+round appears once.
+
+Each client's evaluation (and personalisation) is treated like a client's local work in training: it runs under the
+trainer's ``client_timeout_s``; a client that raises or runs past the limit is dropped from that evaluation with a
+warning and counted in ``fed_clients_dropped`` (``on_client_failure="raise"``: the run stops); the others' values
+are unchanged. SIGTERM and SIGINT stop federated evaluation at once, even with a hung client (the global model is
+restored, no ``fed_*`` values or CSV rows for that round): under ``fit`` the run then stops at the round's end with
+its checkpoint (exit status 1), under ``trainer.validate()`` with ``SIGTERMException`` (exit status 1); SIGINT is
+Lightning's ``KeyboardInterrupt``. Personalisation steps clip gradients as Lightning's training does
+(``configure_gradient_clipping`` with ``gradient_clip_val`` / ``gradient_clip_algorithm``). Refused at fit (and
+validate) start: ``limit_val_batches`` as a fraction other than 1.0, ``eval_local_steps`` without automatic
+optimization with one optimizer. ``trainer.validate(ckpt_path=...)`` evaluates the clients of the checkpoint's round
+(the round whose server update produced its model) and labels its rows with that round.
 
 Every round's per-client training losses (each client's mean local loss, as in ``round_train_loss``) go to a
 TensorBoard histogram ``round_client_train_loss``.
@@ -350,7 +366,13 @@ def _read_csv_rows_before(path: str, round_idx: int) -> Optional[tuple[list[str]
     if not rows:
         return None
     header, body = rows[0], rows[1:]
-    return header, [r for r in body if r and int(r[0]) < round_idx]
+    try:
+        return header, [r for r in body if r and int(r[0]) < round_idx]
+    except ValueError as error:
+        raise ValueError(
+            f"`eval_csv={path!r}` exists but is not a federated-evaluation table (a row whose first column is not a "
+            f"round: {error}); give another path or remove the file."
+        ) from error
 
 
 def evaluate_clients(
@@ -562,7 +584,8 @@ class FederatedEvaluation(Callback):
         datamodule = trainer.datamodule
         if getattr(datamodule, "eval_clients_per_round", None) is None:
             return
-        _eval_batch_limit(trainer.limit_val_batches)
+        if trainer.limit_val_batches != 0:  # 0 / 0.0: no validation at all, as in Lightning
+            _eval_batch_limit(trainer.limit_val_batches)
         if datamodule.eval_local_steps:
             automatic = pl_module.automatic_optimization
             optimizers = trainer.optimizers if trainer.state.fn == TrainerFn.FITTING and automatic else (

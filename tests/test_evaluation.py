@@ -374,6 +374,10 @@ def test_federated_evaluation_refusals_come_at_fit_start(tmp_path):
     dm, _, _ = _regression_dm(eval_clients_per_round="all", eval_local_steps=2)
     with pytest.raises(ValueError, match="eval_local_steps"):
         FederatedTrainer(**quiet_trainer_kwargs(tmp_path)).validate(ManualRegression(), datamodule=dm)
+    dm, _, _ = _regression_dm(eval_clients_per_round="all")  # 0.0 turns validation off, as in Lightning: no refusal
+    trainer = FederatedTrainer(max_epochs=1, limit_val_batches=0.0, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=dm)
+    assert _fed_callback(trainer).last is None
 
 
 @pytest.mark.parametrize("algorithm", ["norm", "value"])
