@@ -24,30 +24,48 @@ from lightning_fed.server.checks import check_positive, check_unit_interval  # n
 
 
 class ServerOptimizer(Callback):
-    """Base class of the server optimizers (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11).
+    """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
+    round's client updates into the next global model, and carries the client halves of the algorithms it runs.
 
-    After every round the federated loop hands the round's :class:`~lightning_fed.ClientUpdate` list to
-    :meth:`server_update`, which
+    A server optimizer is a composition, not a subclass hierarchy (optax's ``chain``, pfl-research's split of the
+    central optimizer from the client algorithm):
 
-    1. aggregates the client deltas into the pseudo-gradient Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
+    1. **aggregators** (:mod:`lightning_fed.server.aggregators`, optional): a chain of stages over typed states —
+       client transforms → one reducer → delta transforms (robust reducers, DP clipping and noise, SCAFFOLD's and
+       FedAWARE's server halves) — that replaces the default weighted mean Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
        (``weighting="num_samples"``, the example-weighted average of Reddi et al. 2021, Sec. 4 / Alg. 5) or
-       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10), and
-    2. applies :meth:`step`, the update rule x_{t+1} = ServerOpt(x_t, Δ_t), in place on the module's parameters.
+       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10);
+    2. **rule** (:mod:`lightning_fed.server.rules`): the update x_{t+1} = ServerOpt(x_t, Δ_t) over its own typed
+       state (SGD — FedAvg's rule, the default —, Momentum, Adagrad/Adam/Yogi, LAMB, AdaptiveStepSize);
+    3. **client** (:mod:`lightning_fed.client.algorithm`, optional): client halves every client runs
+       (:class:`~lightning_fed.algorithms.FedProxClient`, ...), with per-client state kept here and checkpointed.
 
-    Subclasses implement :meth:`step` over explicit state kept in ``self.state`` (a dict of tensor lists, created
-    lazily by :meth:`init_state`), so ``state_dict()`` carries it into checkpoints. Exactly one server optimizer
-    may be given to a :class:`~lightning_fed.FederatedTrainer`; none means :class:`FedAvg`.
+    The ready-made names (:class:`FedAvg`, :class:`FedAdam`, :class:`FedProx`, DP and robust variants, ...) fix some
+    of these parts; ``ServerOptimizer(rule=..., aggregators=..., client=...)`` builds any other combination, in YAML
+    too. After every round the federated loop calls :meth:`server_update`; Lightning checkpoints the state
+    (:meth:`state_dict`). Exactly one server optimizer may be given to a :class:`~lightning_fed.FederatedTrainer`;
+    none means :class:`FedAvg` with η = 1. Under a plain :class:`lightning.Trainer` it is refused at fit start.
 
-    Algorithms that need a channel to the clients override :meth:`configure_client` (server → client, at the
-    start of a client's local work) and :meth:`collect_client_extras` (client → server, into
-    ``ClientUpdate.extras``).
+    Writing a new method: a server-side rule is a :class:`~lightning_fed.server.rules.Rule` (``init`` / ``update``
+    over a NamedTuple state), a server-side aggregation a :class:`~lightning_fed.server.aggregators.Stage`, a
+    client-side change a :class:`~lightning_fed.client.ClientAlgorithm`; one module of :mod:`lightning_fed.algorithms`
+    holds an algorithm's halves. Overriding :meth:`step`/:meth:`init_state` (the older route, kept for Fed-LAMB's and
+    SCAFFOLD's classes) or the client channel (:meth:`configure_client`, :meth:`collect_client_extras`) still works
+    but cannot be combined with ``client``.
 
     Args:
-        lr: Server learning rate η (> 0).
+        lr: Server learning rate η (> 0; default 1.0, or the rule's).
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
+        aggregators: An aggregator chain in place of the weighted mean (default ``None``).
+        rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
+        client: Client algorithms every client runs (default ``None``).
 
     Raises:
-        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``;
+            at fit start, ``client`` beside a subclass with its own client channel, or what a client algorithm's
+            ``check`` refuses.
+        TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
+            :class:`~lightning_fed.client.ClientAlgorithm`.
 
     Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (here with
     :class:`FedAvg`, the simplest subclass)::
