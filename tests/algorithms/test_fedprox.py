@@ -120,3 +120,27 @@ def test_dp_with_fedprox_clients_equals_numpy(tmp_path):
     # ClipUpdates guarantees ‖clipped‖ ≤ S after rounding: when S/‖Δ‖ overshoots by an ulp it shrinks the factor by
     # 1e-6 (relative), which a NumPy norm may or may not see: agreement to 1e-5 relative
     np.testing.assert_allclose(linear_weights(model), w, rtol=1e-5, atol=1e-9)
+
+
+def test_the_vectorized_executor_never_skips_a_client_algorithm(tmp_path, caplog):
+    """Client halves run in the client's local steps: the vectorized executor trains such a round sequentially (the
+    same weights as the sequential executor) or, with on_unsupported="raise", refuses naming them."""
+    from lightning_fed.client.vectorized import VectorizedExecutor
+
+    results = []
+    for executor in ("sequential", "vectorized"):
+        _, _, dm = _datamodule()
+        torch.manual_seed(0)
+        model = LinearRegression(lr=0.05)
+        trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAdam(lr=0.03, client=[FedProxClient(mu=0.5)])],
+                                   client_executor=executor, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(model, datamodule=dm)
+        results.append(linear_weights(model))
+    assert np.array_equal(results[0], results[1])
+    assert "training clients sequentially because server optimizer FedAdam runs client algorithms" in caplog.text
+    _, _, dm = _datamodule()
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAdam(lr=0.03, client=[FedProxClient(mu=0.5)])],
+                               client_executor=VectorizedExecutor(on_unsupported="raise"),
+                               **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"client algorithms \[FedProxClient\(mu=0.5\)\]"):
+        trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
