@@ -82,7 +82,7 @@ def _plain(value: Any) -> Any:
 def _settings(obj: Any) -> dict[str, Any]:
     """The constructor arguments of ``obj`` read back from its attributes of the same name (all the project's
     server optimizers, partitioners and local-work policies store them so); arguments without such an attribute,
-    and an unset ``aggregators`` chain, are left out."""
+    an unset ``aggregators`` chain and unset ``client`` algorithms are left out."""
     try:
         params = inspect.signature(type(obj).__init__).parameters
     except (TypeError, ValueError):  # pragma: no cover - builtins
@@ -91,8 +91,8 @@ def _settings(obj: Any) -> dict[str, Any]:
     for name, param in params.items():
         if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if name == "aggregators" and getattr(obj, name, None) is None:
-            continue  # no aggregator chain: the default weighted mean, as runs logged before chains existed
+        if name in ("aggregators", "client") and getattr(obj, name, None) is None:
+            continue  # no aggregator chain / client algorithms: the defaults, as runs logged before they existed
         if hasattr(obj, name):
             out[name] = getattr(obj, name)
     return out
