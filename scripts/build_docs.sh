@@ -9,8 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV_PYTHON:-.venv/bin/python}
 missing=$("$PY" - <<'PYEOF'
-import importlib.metadata as md, re, tomllib
-for req in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]:
+import importlib.metadata as md, re
+# the "docs" extra of pyproject.toml (read as text: tomllib needs Python 3.11, the project supports 3.10)
+block = re.search(r"^docs = \[(.*?)^\]", open("pyproject.toml").read(), re.S | re.M).group(1)
+for req in re.findall(r'^\s*"([^"]+)"', block, re.M):
     name, version = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", req).groups()
     try:
         ok = md.version(name) == version

@@ -13,8 +13,6 @@ import re
 import unicodedata
 from pathlib import Path
 
-from mkdocs.structure.files import File
-
 ROOT = Path(__file__).resolve().parents[1]
 HOME_SECTIONS = 2  # ``##`` sections of the README shown on the home page after its introduction
 _HEADING = re.compile(r"^(#{1,6}) +(.*?) *$")
@@ -150,7 +148,9 @@ def on_config(config, **kwargs):
 
 
 def on_files(files, config, **kwargs):
-    """Add the README's pages as generated files."""
+    """Add the README's and the API reference's pages as generated files."""
+    from mkdocs.structure.files import File  # here, so that the page builders above import without MkDocs
+
     for path, _, md in _pages():
         if files.get_file_from_path(path) is not None:
             files.remove(files.get_file_from_path(path))
