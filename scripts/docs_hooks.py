@@ -129,7 +129,7 @@ def _api_pages() -> list[tuple[str, str, str]]:
     for page, package, lead in API_PAGES:
         modules = [m for m in _public_modules(package) if m not in claimed]
         claimed.update(modules)
-        blocks = [f"# {package}", "", lead, ""]
+        blocks = [f"# {package}", "", f"*{lead}*", ""]
         for module in modules:
             # a package's own heading shows its docstring only: what it re-exports is documented where it is defined
             options = "\n    options:\n      members: false" if (ROOT.joinpath(*module.split(".")) / "__init__.py").exists() else ""
@@ -140,7 +140,7 @@ def _api_pages() -> list[tuple[str, str, str]]:
 
 def on_config(config, **kwargs):
     """The navigation: home, the README's sections, then the hand-written pages and the API reference."""
-    pages = _pages()
+    pages = _rewrite_links(_split_readme((ROOT / "README.md").read_text(encoding="utf-8")))
     nav = list(config["nav"] or [])
     guide = [{title: path} for path, title, _ in pages[1:]]
     config["nav"] = [{"Home": "index.md"}, {"Guide": guide}] + [item for item in nav if item != {"Home": "index.md"}]

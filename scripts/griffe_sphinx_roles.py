@@ -165,13 +165,52 @@ def _split_param_groups(text: str) -> str:
     return "\n".join(out)
 
 
+def _literal_blocks(text: str) -> str:
+    """reStructuredText literal blocks as Markdown: a paragraph ending in ``::`` followed by an indented block ends
+    in ``:`` instead, and the block becomes a fenced code block (``pycon`` for ``>>>`` examples, else ``text``)
+    where the paragraph starts a line of the docstring; elsewhere (inside a section's entry) only the ``::``
+    becomes ``:``."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.rstrip().endswith("::"):
+            out.append(line)
+            continue
+        stripped = line.rstrip()[:-2].rstrip()
+        indent = len(line) - len(line.lstrip())
+        # the paragraph keeps one colon ("Example::" -> "Example:"); a line that was only "::" goes
+        if stripped.strip():
+            out.append(stripped + (":" if not stripped.endswith(" ") and line.rstrip()[-3] != " " else ""))
+        j = i
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        block_end = j
+        while block_end < len(lines) and (
+            not lines[block_end].strip() or len(lines[block_end]) - len(lines[block_end].lstrip()) > indent
+        ):
+            block_end += 1
+        while block_end > j and not lines[block_end - 1].strip():
+            block_end -= 1
+        if indent != 0 or j == i or j >= block_end:
+            continue  # nested in a section entry, or no blank line / no block after it: leave the block as it is
+        block = lines[j:block_end]
+        cut = min(len(b) - len(b.lstrip()) for b in block if b.strip())
+        lang = "pycon" if block[0].lstrip().startswith(">>>") else "text"
+        out += [""] + [f"```{lang}"] + [b[cut:] for b in block] + ["```"]
+        i = block_end
+    return "\n".join(out)
+
+
 class SphinxRoles(griffe.Extension):
     """Rewrite Sphinx roles in every docstring of the package into autorefs links (see the module doc)."""
 
     def on_object(self, *, obj: Any, loader: Any, **kwargs: Any) -> None:
         if obj.is_alias or obj.docstring is None:
             return
-        obj.docstring.value = _split_param_groups(obj.docstring.value)
+        obj.docstring.value = _literal_blocks(_split_param_groups(obj.docstring.value))
         if ":`" not in obj.docstring.value:
             return
 
