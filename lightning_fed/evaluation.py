@@ -32,7 +32,23 @@ is restored bit for bit; statistics go to ``fed_personalized_m/...``. Its random
 generator seeded by :func:`~lightning_fed.executor.client_seed`, so the training run's random stream is unchanged.
 
 With ``eval_csv`` every federated evaluation appends one row per client (``round, client_id, samples`` then the
-metrics, ``personalized_m`` for personalised ones) to that CSV file.
+metrics, ``personalized_m`` for personalised ones) to that CSV file. The path is checked at fit / validate start (a
+missing folder is created; a directory or an unwritable path is a ``ValueError`` naming ``eval_csv``). A fresh
+``fit`` starts the file afresh; a resumed ``fit(ckpt_path=...)`` keeps the rows of the rounds before the resumed
+round, removes those of later rounds (written by the interrupted run after its checkpoint) and appends, so each
+round appears once.
+
+Each client's evaluation (and personalisation) is treated like a client's local work in training: it runs under the
+trainer's ``client_timeout_s``; a client that raises or runs past the limit is dropped from that evaluation with a
+warning and counted in ``fed_clients_dropped`` (``on_client_failure="raise"``: the run stops); the others' values
+are unchanged. SIGTERM and SIGINT stop federated evaluation at once, even with a hung client (the global model is
+restored, no ``fed_*`` values or CSV rows for that round): under ``fit`` the run then stops at the round's end with
+its checkpoint (exit status 1), under ``trainer.validate()`` with ``SIGTERMException`` (exit status 1); SIGINT is
+Lightning's ``KeyboardInterrupt``. Personalisation steps clip gradients as Lightning's training does
+(``configure_gradient_clipping`` with ``gradient_clip_val`` / ``gradient_clip_algorithm``). Refused at fit (and
+validate) start: ``limit_val_batches`` as a fraction other than 1.0, ``eval_local_steps`` without automatic
+optimization with one optimizer. ``trainer.validate(ckpt_path=...)`` evaluates the clients of the checkpoint's round
+(the round whose server update produced its model) and labels its rows with that round.
 
 Every round's per-client training losses (each client's mean local loss, as in ``round_train_loss``) go to a
 TensorBoard histogram ``round_client_train_loss``.
@@ -42,15 +58,23 @@ from __future__ import annotations
 
 import copy
 import csv
+import io
+import logging
 import math
 import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_fed import _lightning
+from lightning_fed.interrupts import RoundInterrupted
+
+log = logging.getLogger(__name__)
 
 #: The statistics logged per metric, ``fed_<metric>/<stat>``.
 FED_STATISTICS = ("weighted", "mean", "p10", "p50", "p90", "worst10")
@@ -109,6 +133,8 @@ class ClientEvaluation:
         client_ids: int64 ``[K]``; samples: int64 ``[K]`` evaluation samples per client.
         metrics: ``{name: float64 [K]}``, what ``validation_step`` logged, per client.
         personalized: the same after ``eval_local_steps`` local steps (empty when off).
+        dropped: ``(client id, reason)`` of the clients dropped from the evaluation (they raised or ran past
+            ``client_timeout_s``); not in ``client_ids``.
 
     Example (sample-weighted mean, unweighted mean, NumPy's linear percentiles, mean of the worst ⌈10 %⌉)::
 
@@ -127,6 +153,7 @@ class ClientEvaluation:
     samples: np.ndarray
     metrics: dict[str, np.ndarray]
     personalized: dict[str, np.ndarray] = field(default_factory=dict)
+    dropped: list[tuple[int, str]] = field(default_factory=list)
 
     def statistics(self) -> dict[str, float]:
         """``{"fed_<m>/<stat>": value}`` and ``{"fed_personalized_<m>/<stat>": value}`` for every metric."""
@@ -213,9 +240,10 @@ def _reset_metrics(module: torch.nn.Module) -> None:
             m.reset()
 
 
-def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
+def _validate_client(trainer: Any, batches: Any, limit: Any = None) -> dict[str, float]:
     """Run ``validation_step`` over ``batches`` into a fresh results collection (the module's ``torchmetrics``
-    reset first); the per-client epoch values."""
+    reset first); the per-client epoch values. ``limit`` (a :class:`~lightning_fed.interrupts.ClientTimeLimit`)
+    is checked after every batch (where ``SIGALRM`` cannot interrupt)."""
     _reset_metrics(trainer.lightning_module)
     results = _new_results(training=False)
     with _SwappedResults(trainer, results), torch.no_grad():
@@ -223,20 +251,28 @@ def _validate_client(trainer: Any, batches: Any) -> dict[str, float]:
             batch = _to_device(trainer, batch)
             results.batch, results.batch_size = batch, None
             _lightning.call_strategy_hook(trainer, "validation_step", batch, i)
+            if limit is not None:
+                limit.check()
         values = _epoch_values(results)
         results.reset()
     return values
 
 
-def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int) -> None:
-    """k local steps of the module's own optimizer (fresh) with its ``training_step`` on client ``cid``."""
-    module = trainer.lightning_module
-    optimizers = _lightning.init_optimizers(module)
-    if len(optimizers) != 1 or not module.automatic_optimization:
+def _check_personalization(num_optimizers: int, automatic_optimization: bool) -> None:
+    """Raises ``ValueError`` (naming ``eval_local_steps``) unless automatic optimization with one optimizer."""
+    if num_optimizers != 1 or not automatic_optimization:
         raise ValueError(
             "`eval_local_steps` (personalised evaluation) needs automatic optimization with exactly one optimizer; "
-            f"got {len(optimizers)} optimizer(s), automatic_optimization={module.automatic_optimization}."
+            f"got {num_optimizers} optimizer(s), automatic_optimization={automatic_optimization}."
         )
+
+
+def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int, limit: Any = None) -> None:
+    """k local steps of the module's own optimizer (fresh) with its ``training_step`` on client ``cid`` (``limit``
+    checked after every step)."""
+    module = trainer.lightning_module
+    optimizers = _lightning.init_optimizers(module)
+    _check_personalization(len(optimizers), module.automatic_optimization)
     optimizer = optimizers[0]
     batches = datamodule.client_personalization_batches(cid, round_idx, steps)
     dataset = datamodule.train_dataset
@@ -260,7 +296,15 @@ def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps:
                     continue
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                # as Lightning's automatic optimization: the module's configure_gradient_clipping with the
+                # trainer's gradient_clip_val / gradient_clip_algorithm, between backward and the step
+                _lightning.call_module_hook(
+                    trainer, "configure_gradient_clipping", optimizer,
+                    gradient_clip_val=trainer.gradient_clip_val, gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+                )
                 optimizer.step()
+                if limit is not None:
+                    limit.check()
         finally:
             results.reset()
     module.eval()
@@ -282,14 +326,77 @@ def _eval_batch_limit(limit: Any) -> Optional[int]:
     return int(limit)
 
 
+def check_eval_csv(path: Any) -> str:
+    """Check ``eval_csv`` before anything trains: create its missing parent folder (as Lightning's loggers do for
+    their ``save_dir``) and make sure the file can be written; its content is left as it is.
+
+    Args:
+        path: The ``eval_csv`` path (``str`` or ``os.PathLike``).
+
+    Returns:
+        ``path`` as a ``str``.
+
+    Raises:
+        ValueError: naming ``eval_csv``, when the path is a directory, its folder cannot be created (e.g. a file
+            stands where a folder is needed) or the file cannot be opened for writing.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"`eval_csv={path!r}` is a directory; give the path of a CSV file, e.g. {path!r} + '/clients.csv'.")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        existed = os.path.exists(path)
+        with open(path, "a", newline=""):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as error:
+        raise ValueError(f"`eval_csv={path!r}` cannot be written: {type(error).__name__}: {error}.") from error
+    return path
+
+
+def _read_csv_rows_before(path: str, round_idx: int) -> Optional[tuple[list[str], list[list[str]]]]:
+    """``(header, rows)`` of an ``eval_csv`` file, keeping only the rows of rounds before ``round_idx``; ``None``
+    when the file is absent or empty."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return None
+    header, body = rows[0], rows[1:]
+    try:
+        return header, [r for r in body if r and int(r[0]) < round_idx]
+    except ValueError as error:
+        raise ValueError(
+            f"`eval_csv={path!r}` exists but is not a federated-evaluation table (a row whose first column is not a "
+            f"round: {error}); give another path or remove the file."
+        ) from error
+
+
 def evaluate_clients(
-    trainer: Any, datamodule: Any, client_ids: Sequence[int], round_idx: int, local_steps: int = 0
+    trainer: Any,
+    datamodule: Any,
+    client_ids: Sequence[int],
+    round_idx: int,
+    local_steps: int = 0,
+    client_timeout_s: Optional[float] = None,
+    on_client_failure: str = "raise",
+    stop_signals: bool = False,
 ) -> ClientEvaluation:
     """Evaluate the trainer's module (the global model) on each client's own evaluation data.
 
     Must run while the trainer validates (inside the validation loop: ``on_validation_epoch_end``). The global
     model, its gradients, train/eval mode, the module's ``torchmetrics`` states and torch's random state are the
-    same afterwards, bit for bit.
+    same afterwards, bit for bit (also when a client fails or the evaluation is stopped).
+
+    Each client's evaluation (its evaluation batches, then with ``local_steps`` its personalisation and second
+    evaluation) is one unit of work, treated as a client's local work in training: with ``client_timeout_s`` it is
+    interrupted past that many seconds (:class:`~lightning_fed.interrupts.ClientTimeLimit`); a client that raises
+    or times out is dropped from the evaluation with a warning and listed in :attr:`ClientEvaluation.dropped`
+    (``on_client_failure="skip"``), or the error is raised (``"raise"``: the exception itself, a ``RuntimeError``
+    for a time-out).
 
     Args:
         trainer: The trainer, validating.
@@ -297,53 +404,99 @@ def evaluate_clients(
         client_ids: The clients to evaluate.
         round_idx: The round (seeds personalisation batches and random draws).
         local_steps: k > 0 adds personalised evaluation after k local steps (default 0: off).
+        client_timeout_s: Wall-clock limit of one client's evaluation, seconds (default ``None``: none).
+        on_client_failure: ``"skip"`` or ``"raise"`` (default, for direct calls).
+        stop_signals: While clients are evaluated, SIGTERM and SIGINT raise
+            :class:`~lightning_fed.interrupts.RoundInterrupted` at once (:class:`~lightning_fed.interrupts.StopSignals`,
+            the previous SIGTERM handler runs first); default ``False``.
 
     Returns:
-        :class:`ClientEvaluation` (metrics of the clients in ``client_ids`` order).
-    """
-    from lightning_fed.executor import client_seed
+        :class:`ClientEvaluation` (metrics of the clients that reported, in ``client_ids`` order).
 
+    Raises:
+        RoundInterrupted: with ``stop_signals``, on SIGTERM or SIGINT.
+        RuntimeError: a failing client under ``on_client_failure="raise"`` (or its own exception).
+    """
+    import contextlib
+
+    from lightning_fed.executor import client_seed
+    from lightning_fed.interrupts import ClientTimeLimit, ClientTimeout, StopSignals
+
+    if on_client_failure not in ("skip", "raise"):
+        raise ValueError(f"`on_client_failure` must be one of ('skip', 'raise'), got {on_client_failure!r}.")
     module = trainer.lightning_module
     metric_states = _metric_states(module)
     ids = np.asarray(client_ids, dtype=np.int64)
-    samples = np.array([sum(len(b) for b in datamodule.client_eval_batches(c)) for c in ids], dtype=np.int64)
     rows: list[dict[str, float]] = []
     prows: list[dict[str, float]] = []
-    try:
-        for cid in ids.tolist():
-            rows.append(_validate_client(trainer, datamodule.client_eval_dataloader(cid)))
+    kept: list[int] = []
+    dropped: list[tuple[int, str]] = []
+    devices = [module.device] if module.device.type == "cuda" else []
+    params: list[torch.Tensor] = []
+    buffers: list[torch.Tensor] = []
+    saved_p: list[torch.Tensor] = []
+    saved_b: list[torch.Tensor] = []
+    saved_g: list[Any] = []
+    was_training = module.training
+
+    def restore_model() -> None:
+        with torch.no_grad():
+            for p, s in zip(params, saved_p):
+                p.copy_(s)
+            for b, s in zip(buffers, saved_b):
+                b.copy_(s)
+        module.train(was_training)
+
+    def fail(cid: int, reason: str, error: BaseException) -> None:
+        message = f"Client {cid} failed in the federated evaluation of round {round_idx}: {reason}"
+        if on_client_failure == "raise":
+            if isinstance(error, Exception):
+                raise error
+            raise RuntimeError(message + " (on_client_failure='raise').") from error
+        _lightning_warn(message + "; dropped from the evaluation.")
+        dropped.append((int(cid), reason))
+
+    with contextlib.ExitStack() as stack:
+        stack.callback(_restore_metric_states, metric_states)
         if local_steps:
-            devices = [module.device] if module.device.type == "cuda" else []
-            with torch.inference_mode(False):
-                params = list(module.parameters())
-                buffers = list(module.buffers())
-                with torch.no_grad():
-                    saved_p = [p.detach().clone() for p in params]
-                    saved_b = [b.detach().clone() for b in buffers]
-                saved_g = [p.grad for p in params]
-                was_training = module.training
-                try:
-                    for cid in ids.tolist():
+            stack.enter_context(torch.inference_mode(False))
+            params, buffers = list(module.parameters()), list(module.buffers())
+            with torch.no_grad():
+                saved_p = [p.detach().clone() for p in params]
+                saved_b = [b.detach().clone() for b in buffers]
+            saved_g = [p.grad for p in params]
+
+            def restore_grads() -> None:
+                restore_model()
+                for p, g in zip(params, saved_g):
+                    p.grad = g
+
+            stack.callback(restore_grads)
+        stack.enter_context(StopSignals(enabled=stop_signals))
+        for cid in ids.tolist():
+            limit = None if client_timeout_s is None else ClientTimeLimit(client_timeout_s, cid, round_idx)
+            try:
+                with limit if limit is not None else contextlib.nullcontext():
+                    row = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
+                    prow = None
+                    if local_steps:
                         with torch.random.fork_rng(devices=devices):
                             torch.manual_seed(client_seed(datamodule.seed, round_idx, cid))
-                            _personalize(trainer, datamodule, cid, round_idx, local_steps)
-                            prows.append(_validate_client(trainer, datamodule.client_eval_dataloader(cid)))
-                        with torch.no_grad():
-                            for p, s in zip(params, saved_p):
-                                p.copy_(s)
-                            for b, s in zip(buffers, saved_b):
-                                b.copy_(s)
-                finally:
-                    with torch.no_grad():
-                        for p, s in zip(params, saved_p):
-                            p.copy_(s)
-                        for b, s in zip(buffers, saved_b):
-                            b.copy_(s)
-                    for p, g in zip(params, saved_g):
-                        p.grad = g
-                    module.train(was_training)
-    finally:
-        _restore_metric_states(metric_states)
+                            _personalize(trainer, datamodule, cid, round_idx, local_steps, limit)
+                            prow = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
+            except ClientTimeout as timeout:
+                fail(cid, f"timed out (client_timeout_s={timeout.limit_s:g} s)", timeout)
+                continue
+            except Exception as error:  # noqa: BLE001 - one failing client must not end the evaluation
+                fail(cid, f"{type(error).__name__}: {error}", error)
+                continue
+            finally:
+                if local_steps:
+                    restore_model()
+            rows.append(row)
+            if prow is not None:
+                prows.append(prow)
+            kept.append(cid)
 
     def table(dicts: list[dict[str, float]]) -> dict[str, np.ndarray]:
         if not dicts:
@@ -354,7 +507,15 @@ def evaluate_clients(
             raise RuntimeError(f"validation_step logged {missing} for some clients only: every client must log them.")
         return {n: np.array([d[n] for d in dicts], dtype=np.float64) for n in names}
 
-    return ClientEvaluation(int(round_idx), ids, samples, table(rows), table(prows))
+    kept_ids = np.asarray(kept, dtype=np.int64)
+    samples = np.array([sum(len(b) for b in datamodule.client_eval_batches(c)) for c in kept], dtype=np.int64)
+    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped)
+
+
+def _lightning_warn(message: str) -> None:
+    from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+    rank_zero_warn(message)
 
 
 class FederatedEvaluation(Callback):
@@ -400,6 +561,71 @@ class FederatedEvaluation(Callback):
         self.last: Optional[ClientEvaluation] = None
         self._csv_started: set[str] = set()
         self._train_losses: list[float] = []
+        #: The round of the checkpoint a ``trainer.validate(ckpt_path=...)`` loaded (``None``: none loaded).
+        self._checkpoint_round: Optional[int] = None
+        self._resuming = False
+
+    # ------------------------------------------------------------------ checks at fit / validate start
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._checkpoint_round = None
+        self._resuming = False
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """Remember the checkpoint's round: the round whose server update produced its global model (the fit loop's
+        processed rounds minus one), the round its federated evaluation was labelled with during ``fit``."""
+        try:
+            processed = int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["processed"])
+        except (KeyError, TypeError, ValueError):
+            processed = int(checkpoint.get("epoch", 0)) + 1
+        self._checkpoint_round = max(processed - 1, 0)
+
+    def _check_settings(self, trainer: Any, pl_module: Any) -> None:
+        """The refusals that need only the configuration, at fit / validate start (before any round trains)."""
+        datamodule = trainer.datamodule
+        if getattr(datamodule, "eval_clients_per_round", None) is None:
+            return
+        if trainer.limit_val_batches != 0:  # 0 / 0.0: no validation at all, as in Lightning
+            _eval_batch_limit(trainer.limit_val_batches)
+        if datamodule.eval_local_steps:
+            automatic = pl_module.automatic_optimization
+            optimizers = trainer.optimizers if trainer.state.fn == TrainerFn.FITTING and automatic else (
+                _lightning.init_optimizers(pl_module) if automatic else []
+            )
+            _check_personalization(len(optimizers), automatic)
+        if datamodule.eval_csv is not None:
+            datamodule.eval_csv = check_eval_csv(datamodule.eval_csv)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self._check_settings(trainer, pl_module)
+        self._resuming = trainer.ckpt_path is not None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """On a resumed fit (loops restored), keep ``eval_csv``'s rows of the rounds before the resumed round and
+        append from there: the rows the interrupted run wrote after its checkpoint are removed (their rounds run
+        again), so each round appears once."""
+        datamodule = trainer.datamodule
+        path = getattr(datamodule, "eval_csv", None)
+        if not self._resuming or path is None or getattr(datamodule, "eval_clients_per_round", None) is None:
+            return
+        self._csv_started.add(path)
+        if not trainer.is_global_zero:
+            return
+        kept = _read_csv_rows_before(path, trainer.current_epoch)
+        if kept is None:
+            return
+        from lightning_fed.atomic_io import atomic_write
+
+        header, rows = kept
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(header)
+        writer.writerows(rows)
+        with atomic_write(path) as f:  # a kill while rewriting leaves the old file, never a truncated one
+            f.write(text.getvalue().encode())
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.state.fn == TrainerFn.VALIDATING:
+            self._check_settings(trainer, pl_module)
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
@@ -415,26 +641,69 @@ class FederatedEvaluation(Callback):
             )
         datamodule.eval_batch_limit = _eval_batch_limit(trainer.limit_val_batches)
         round_idx = trainer.current_epoch
+        if trainer.state.fn == TrainerFn.VALIDATING and self._checkpoint_round is not None:
+            round_idx = self._checkpoint_round  # validate(ckpt_path=...): that checkpoint's round and clients
         clients = datamodule.select_eval_clients(round_idx)
-        result = evaluate_clients(trainer, datamodule, clients, round_idx, datamodule.eval_local_steps)
-        if not result.metrics:
+        runner = getattr(trainer.fit_loop, "client_runner", None)
+        validating = trainer.state.fn == TrainerFn.VALIDATING
+        if validating and trainer.received_sigterm and trainer.world_size == 1:  # during the last central batch
+            raise SIGTERMException(f"Federated evaluation (trainer.validate) of round {round_idx} stopped by SIGTERM.")
+        try:
+            result = evaluate_clients(
+                trainer, datamodule, clients, round_idx, datamodule.eval_local_steps,
+                client_timeout_s=getattr(runner, "client_timeout_s", None),
+                on_client_failure=getattr(runner, "on_client_failure", "skip"),
+                stop_signals=trainer.world_size == 1,
+            )
+        except RoundInterrupted as interrupt:
+            self._stopped(trainer, round_idx, interrupt.signum, validating)
+            return
+        if result.client_ids.size and not result.metrics:
             raise RuntimeError(
                 "Federated evaluation is on (`eval_clients_per_round`) but validation_step logged no metric "
                 "with on_epoch=True."
             )
         self.last = result
+        if not result.client_ids.size:
+            _lightning_warn(
+                f"Federated evaluation of round {round_idx}: all {len(clients)} evaluation client(s) failed (see the "
+                "warnings above); no fed_* statistics for this round."
+            )
         with _lightning.hook_name(pl_module, "on_validation_epoch_end"):
-            for name, value in result.statistics().items():
-                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
-            pl_module.log("fed_eval_clients", float(len(clients)), on_step=False, on_epoch=True, batch_size=1)
+            if result.client_ids.size:
+                for name, value in result.statistics().items():
+                    pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
+            pl_module.log("fed_eval_clients", float(result.client_ids.size), on_step=False, on_epoch=True,
+                          batch_size=1)
+            pl_module.log("fed_clients_dropped", float(len(result.dropped)), on_step=False, on_epoch=True,
+                          batch_size=1)
         step = _lightning.batches_that_stepped(trainer.fit_loop.epoch_loop)
         for prefix, table in (("fed_", result.metrics), ("fed_personalized_", result.personalized)):
             for name, values in table.items():
                 _histogram(trainer, f"{prefix}{name}", values, step)
         path = datamodule.eval_csv
-        if path is not None:
+        if path is not None and result.client_ids.size:
             result.write_csv(path, append=path in self._csv_started)
             self._csv_started.add(path)
+        if validating and trainer.received_sigterm and trainer.world_size == 1:
+            # under trainer.validate() nothing after this hook looks at the flag: the run would end with status 0
+            raise SIGTERMException(f"Federated evaluation (trainer.validate) of round {round_idx} stopped by SIGTERM.")
+
+    def _stopped(self, trainer: Any, round_idx: int, signum: int, validating: bool) -> None:
+        """A stop signal during federated evaluation: the clients' evaluation was abandoned at once (the global model
+        restored). SIGINT is Lightning's ``KeyboardInterrupt``; SIGTERM under ``trainer.validate()`` ends it with
+        ``SIGTERMException``; under ``fit`` the loop has held the SIGTERM back (``DeferSigterm``) and stops the run at
+        the round's end, with its checkpoint."""
+        name = signal.Signals(signum).name
+        message = (
+            f"Federated evaluation of round {round_idx} stopped by {name}: no fed_* statistics or eval_csv rows "
+            "for it."
+        )
+        log.warning(message)
+        if signum == getattr(signal, "SIGINT", None):
+            raise KeyboardInterrupt(message) from None
+        if validating:
+            raise SIGTERMException(message) from None
 
     # ------------------------------------------------------------------ training-loss histogram
     def on_client_end(self, trainer: Any, pl_module: Any, update: Any, position: int) -> None:

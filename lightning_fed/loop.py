@@ -111,8 +111,9 @@ class FederatedFitLoop(pl_private.FitLoop):
     :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (SIGTERM; exit status 1 in a script) or
     ``KeyboardInterrupt`` (SIGINT; Lightning exits with status 1). ``trainer.fit(..., ckpt_path=that path)``
     resumes exactly (same weights as an uninterrupted run). A SIGTERM that arrives after the round's aggregation
-    stops the run at the round's end, after validation (held back until it is done, see
-    :class:`~lightning_fed.interrupts.DeferSigterm`) and the round's callbacks, with the same checkpoint of the
+    stops the run at the round's end, after validation (central validation is held back until it is done, see
+    :class:`~lightning_fed.interrupts.DeferSigterm`; federated evaluation is cut short and its round keeps no
+    ``fed_*`` values) and the round's callbacks, with the same checkpoint of the
     state between rounds and ``SIGTERMException`` (exit status 1). A SIGINT outside the cohort's training is
     Lightning's ``KeyboardInterrupt`` (exit status 1, no checkpoint written). Under several processes
     (``strategy="ddp"``) rounds are not stopped early and validation is not deferred (a rank leaving a round alone

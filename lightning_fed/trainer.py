@@ -9,6 +9,7 @@ import lightning as L
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_fed._lightning import PATH, set_checkpoint_connector, strategy_has_checkpoint_io
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -74,6 +75,22 @@ def _default_logger(root_dir: Optional[str]) -> Any:
     if tensorboard_available():
         return TensorBoardLogger(save_dir=save_dir, default_hp_metric=False)
     return CSVLogger(save_dir=save_dir)
+
+
+def _raise_sigterm_exception(signum: int, frame: Any) -> None:
+    raise SIGTERMException(f"Received SIGTERM again ({signum}) while stopping.")
+
+
+def _exit_1_on_next_sigterm() -> None:
+    """Where SIGTERM's disposition is the default (terminate, status 143), make the next SIGTERM raise
+    ``SIGTERMException`` (``SystemExit`` with status 1) instead; handlers a user installed are left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+        signal.SIG_DFL, None
+    ):
+        signal.signal(signal.SIGTERM, _raise_sigterm_exception)
 
 
 class FederatedTrainer(L.Trainer):
@@ -256,6 +273,27 @@ class FederatedTrainer(L.Trainer):
                 n = len(dm.client_batches(c, t))
                 total += n if limit is None else min(n, limit)
         return total
+
+    def validate(
+        self,
+        model: Optional[L.LightningModule] = None,
+        dataloaders: Optional[Any] = None,
+        ckpt_path: Optional[PATH] = None,
+        verbose: bool = True,
+        datamodule: Optional[L.LightningDataModule] = None,
+        weights_only: Optional[bool] = None,
+    ) -> Any:
+        """:meth:`lightning.Trainer.validate`; a SIGTERM received during it ends it with
+        :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (exit status 1 in a script), federated
+        evaluation included (stopped at once, even with a hung client). After such a stop a second SIGTERM (e.g. a
+        scheduler repeating it while the process shuts down) raises ``SIGTERMException`` again where SIGTERM's
+        disposition was the default, so the process still exits with status 1, not 143 (killed by the signal).
+        """
+        try:
+            return super().validate(model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
+        except SIGTERMException:
+            _exit_1_on_next_sigterm()
+            raise
 
     @property
     def server_optimizer(self) -> ServerOptimizer:

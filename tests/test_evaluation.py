@@ -279,3 +279,221 @@ def test_limit_val_batches_caps_each_clients_evaluation_batches(tmp_path):
         FederatedTrainer(max_epochs=1, limit_val_batches=0.5, **quiet_trainer_kwargs(tmp_path)).validate(
             LinearRegression(), datamodule=dm2
         )
+
+
+# ------------------------------------------------------------------------------------------------ issue #31
+class CountingRegression(LinearRegression):
+    """LinearRegression that counts its training steps (to show a refusal comes before any round trains)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.train_steps = 0
+
+    def training_step(self, batch, batch_idx):
+        self.train_steps += 1
+        return super().training_step(batch, batch_idx)
+
+
+def _checkpointing_trainer(tmp_path, **kwargs):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    args = quiet_trainer_kwargs(tmp_path)
+    args["enable_checkpointing"] = True
+    checkpoint = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_top_k=-1, every_n_epochs=1)
+    return FederatedTrainer(callbacks=[checkpoint], **args, **kwargs)
+
+
+def test_eval_csv_is_appended_across_a_resume(tmp_path):
+    """Item 12: a run writes rounds 0, 1, 2 (checkpoints after each); resuming from round 0's checkpoint keeps round
+    0's rows, drops the rows of rounds 1 and 2 (written after that checkpoint) and writes them again: the file equals
+    the uninterrupted run's, byte for byte (each round once). A fresh fit still starts the file afresh."""
+    path = tmp_path / "clients.csv"
+    dm, _, _ = _regression_dm(eval_clients_per_round=4, eval_local_steps=1, eval_csv=str(path))
+    torch.manual_seed(0)
+    _checkpointing_trainer(tmp_path, max_epochs=3).fit(LinearRegression(lr=0.05), datamodule=dm)
+    full = path.read_text()
+    rows = list(csv.DictReader(full.splitlines()))
+    assert [r["round"] for r in rows] == ["0"] * 4 + ["1"] * 4 + ["2"] * 4
+    ckpt = next((tmp_path / "ckpt").glob("epoch=0-*.ckpt"))
+    resumed_dm, _, _ = _regression_dm(eval_clients_per_round=4, eval_local_steps=1, eval_csv=str(path))
+    trainer = _checkpointing_trainer(tmp_path / "resumed", max_epochs=3)
+    trainer.fit(LinearRegression(lr=0.05), datamodule=resumed_dm, ckpt_path=str(ckpt))
+    assert path.read_text() == full
+    fresh_dm, _, _ = _regression_dm(eval_clients_per_round=4, eval_csv=str(path))
+    FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=fresh_dm)
+    assert [r["round"] for r in csv.DictReader(path.open())] == ["0"] * 4
+
+
+def test_bad_eval_csv_is_refused_at_fit_start_and_a_missing_folder_is_created(tmp_path):
+    """Item 13: a directory, or a path under a file, is refused naming `eval_csv` before any round trains (at fit
+    and at validate start); a missing folder is created."""
+    (tmp_path / "a_file").write_text("x")
+    for bad in (tmp_path, tmp_path / "a_file" / "clients.csv"):
+        dm, _, _ = _regression_dm(eval_clients_per_round="all", eval_csv=str(bad))
+        model = CountingRegression()
+        with pytest.raises(ValueError, match="eval_csv"):
+            FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+        assert model.train_steps == 0
+        dm, _, _ = _regression_dm(eval_clients_per_round="all", eval_csv=str(bad))
+        with pytest.raises(ValueError, match="eval_csv"):
+            FederatedTrainer(**quiet_trainer_kwargs(tmp_path)).validate(LinearRegression(), datamodule=dm)
+    path = tmp_path / "new" / "folder" / "clients.csv"
+    dm, _, _ = _regression_dm(eval_clients_per_round="all", eval_csv=str(path))
+    FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=dm)
+    assert [r["round"] for r in csv.DictReader(path.open())] == ["0"] * 6
+
+
+class ManualRegression(CountingRegression):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        self.train_steps += 1
+        optimizer = self.optimizers()
+        x, y = batch
+        loss = F.mse_loss(self.linear(x).squeeze(-1), y)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+
+
+def test_federated_evaluation_refusals_come_at_fit_start(tmp_path):
+    """Item 16: `limit_val_batches` as a fraction with federated evaluation, and `eval_local_steps` with manual
+    optimization, are refused naming the argument before round 0 trains."""
+    dm, _, _ = _regression_dm(eval_clients_per_round="all")
+    model = CountingRegression()
+    with pytest.raises(ValueError, match="limit_val_batches=0.5"):
+        FederatedTrainer(max_epochs=2, limit_val_batches=0.5, **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    assert model.train_steps == 0
+    dm, _, _ = _regression_dm(eval_clients_per_round="all", eval_local_steps=2)
+    model = ManualRegression()
+    with pytest.raises(ValueError, match="eval_local_steps"):
+        FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    assert model.train_steps == 0
+    dm, _, _ = _regression_dm(eval_clients_per_round="all", eval_local_steps=2)
+    with pytest.raises(ValueError, match="eval_local_steps"):
+        FederatedTrainer(**quiet_trainer_kwargs(tmp_path)).validate(ManualRegression(), datamodule=dm)
+    dm, _, _ = _regression_dm(eval_clients_per_round="all")  # 0.0 turns validation off, as in Lightning: no refusal
+    trainer = FederatedTrainer(max_epochs=1, limit_val_batches=0.0, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=dm)
+    assert _fed_callback(trainer).last is None
+
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_personalized_eval_clips_gradients_as_lightning(tmp_path, algorithm):
+    """Item 16: personalised evaluation's local steps clip the gradient as Lightning's training does
+    (`gradient_clip_val` c: ‖g‖₂ scaled to c / (‖g‖₂ + 1e-6) when above c, or each entry clipped to [-c, c])."""
+    k, lr, bs, c = 3, 0.05, 4, 0.05
+    dm, x, y = _regression_dm(eval_clients_per_round="all", eval_local_steps=k, data_order="none", batch_size=bs)
+    model = LinearRegression(lr=lr)
+    trainer = FederatedTrainer(gradient_clip_val=c, gradient_clip_algorithm=algorithm, **quiet_trainer_kwargs(tmp_path))
+    w0 = model.linear.weight.detach().numpy().reshape(-1).copy()
+    b0 = float(model.linear.bias.detach())
+    trainer.validate(model, datamodule=dm, verbose=False)
+    expected, clipped = [], 0
+    for cid in range(6):
+        tr = dm.client_indices(cid)
+        w, b = w0.copy(), b0
+        passes = [tr[i : i + bs] for i in range(0, len(tr), bs)]
+        for idx in (passes * (k // len(passes) + 1))[:k]:
+            r = x[idx] @ w + b - y[idx]
+            g = np.append((2.0 / len(idx)) * (x[idx].T @ r), (2.0 / len(idx)) * r.sum())
+            if algorithm == "norm":
+                norm = np.linalg.norm(g)
+                clipped += norm > c
+                g = g * min(1.0, c / (norm + 1e-6))
+            else:
+                clipped += (np.abs(g) > c).any()
+                g = np.clip(g, -c, c)
+            w, b = w - lr * g[:-1], b - lr * g[-1]
+        ev = dm.client_eval_indices(cid)
+        expected.append(np.mean((x[ev] @ w + b - y[ev]) ** 2))
+    assert clipped > 0  # the clipping binds
+    np.testing.assert_allclose(_fed_callback(trainer).last.personalized["val_loss"], expected, rtol=1e-9)
+
+
+def test_validate_a_checkpoint_after_fit_evaluates_that_rounds_clients(tmp_path):
+    """Item 16: after fit, `trainer.validate(ckpt_path=round 0's checkpoint)` evaluates the clients federated
+    evaluation drew for round 0, labels the rows round 0, on that checkpoint's model."""
+    path = tmp_path / "clients.csv"
+    dm, x, y = _regression_dm(eval_clients_per_round=2, eval_csv=str(path))
+    trainer = _checkpointing_trainer(tmp_path, max_epochs=3)
+    trainer.fit(LinearRegression(), datamodule=dm)
+    fit_rows = list(csv.DictReader(path.open()))
+    ckpt = next((tmp_path / "ckpt").glob("epoch=0-*.ckpt"))
+    trainer.validate(LinearRegression(), datamodule=dm, ckpt_path=str(ckpt), verbose=False)
+    last = _fed_callback(trainer).last
+    assert last.round == 0 and last.client_ids.tolist() == dm.select_eval_clients(0).tolist()
+    assert dm.select_eval_clients(0).tolist() != dm.select_eval_clients(3).tolist()  # the test tells them apart
+    rows = list(csv.DictReader(path.open()))[len(fit_rows):]
+    assert rows == fit_rows[:2]  # the same clients, round label and values as fit's evaluation of round 0
+
+
+MARK = 555.0
+
+
+class FailsInPersonalization(LinearRegression):
+    """Hangs in ``time.sleep`` (``"hang"``) or raises (``"raise"``) in the local steps of personalised evaluation
+    on a client whose data is marked (``"none"``: never); trains normally in rounds."""
+
+    def __init__(self, how: str, **kwargs):
+        super().__init__(**kwargs)
+        self.how = how
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.how != "none" and self.trainer.validating and (x == MARK).any():
+            if self.how == "hang":
+                import time
+
+                time.sleep(1000)
+            raise ValueError("client data is broken")
+        return super().training_step(batch, batch_idx)
+
+
+def _marked_dm(bad_client: int):
+    from lightning_fed.datamodules import NaturalIdPartitioner
+
+    x, y = regression_data(n=40, seed=0)
+    ids = np.repeat(np.arange(4), 10)
+    x[ids == bad_client, 0] = MARK
+    ds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    ds.client_id = ids
+    return FederatedDataModule(ds, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=4,
+                               batch_size=4, eval_fraction=0.2, eval_clients_per_round="all", eval_local_steps=2)
+
+
+@pytest.mark.parametrize("how", ["hang", "raise"])
+def test_failing_client_in_personalized_eval_is_dropped_and_counted(tmp_path, how):
+    """Item 14: a client that hangs (past `client_timeout_s`) or raises in personalised evaluation is dropped from
+    the evaluation with a warning and counted in `fed_clients_dropped`; the other clients' values are those of a
+    run in which nobody fails; the global model is unchanged; with on_client_failure="raise" the run stops."""
+    import time
+
+    clean = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    torch.manual_seed(0)
+    clean.fit(FailsInPersonalization("none"), datamodule=_marked_dm(bad_client=2))
+    reference = _fed_callback(clean).last
+    torch.manual_seed(0)
+    model = FailsInPersonalization(how)
+    trainer = FederatedTrainer(max_epochs=1, client_timeout_s=0.5, **quiet_trainer_kwargs(tmp_path))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="Client 2 failed in the federated evaluation of round 0"):
+        trainer.fit(model, datamodule=_marked_dm(bad_client=2))
+    assert time.monotonic() - start < 30
+    last = _fed_callback(trainer).last
+    assert last.client_ids.tolist() == [0, 1, 3] and [c for c, _ in last.dropped] == [2]
+    assert float(trainer.callback_metrics["fed_clients_dropped"]) == 1
+    assert float(trainer.callback_metrics["fed_eval_clients"]) == 3
+    keep = [0, 1, 3]
+    np.testing.assert_array_equal(last.metrics["val_loss"], reference.metrics["val_loss"][keep])
+    np.testing.assert_array_equal(last.personalized["val_loss"], reference.personalized["val_loss"][keep])
+    assert float(trainer.callback_metrics["fed_personalized_val_loss/mean"]) == pytest.approx(
+        reference.personalized["val_loss"][keep].mean())
+    # the dropped client's partial local steps left nothing behind: the same global model as the clean run
+    torch.testing.assert_close(model.linear.weight, clean.lightning_module.linear.weight, rtol=0, atol=0)
+    strict = FederatedTrainer(max_epochs=1, client_timeout_s=0.5, on_client_failure="raise",
+                              **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises((RuntimeError, ValueError), match="timed out \\(client_timeout_s=0.5 s\\)|client data is broken"):
+        strict.fit(FailsInPersonalization(how), datamodule=_marked_dm(bad_client=2))

@@ -305,3 +305,49 @@ def test_stackoverflow_nwp_one_round_with_personalized_eval(tmp_path):
     for row in rows[1:]:
         _, cid, samples = row.split(",")[:3]
         assert int(samples) == len(dm.client_eval_indices(int(cid))) > 0
+
+
+# ---------------------------------------------------------------------------------------------- issue #31, item 15
+class _NaturalSplit(FederatedDataModule):
+    """A natural per-client evaluation split (``test`` samples tagged with their client's natural id) and no
+    ``val_dataset``."""
+
+    def __init__(self, test, test_ids, **kwargs):
+        super().__init__(**kwargs)
+        self._test, self._test_ids = test, test_ids
+
+    def natural_eval_split(self):
+        return self._test, self._test_ids
+
+
+def test_natural_split_without_val_dataset_runs_federated_evaluation(tmp_path):
+    """Item 15: with a natural per-client evaluation split and no ``val_dataset``, federated evaluation runs (the
+    validation loop is not skipped for want of a central loader); its per-client losses match NumPy, and the central
+    ``val_loss`` is over the union of the clients' evaluation data."""
+    from helpers import LinearRegression, regression_data
+    from lightning_fed.datamodules import NaturalIdPartitioner
+    from torch.utils.data import TensorDataset
+
+    x, y = regression_data(n=40, seed=0)
+    ids = np.repeat(np.array([10, 20, 30, 40]), 10)
+    train = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    train.client_id = ids
+    tx, ty = regression_data(n=9, seed=1)
+    test_ids = np.array([20, 10, 20, 30, 99, 10, 20, 30, 30])  # 99 is nobody's: never evaluated; 40 has no test data
+    dm = _NaturalSplit(TensorDataset(torch.from_numpy(tx), torch.from_numpy(ty)), test_ids, train_dataset=train,
+                       partitioner=NaturalIdPartitioner("client_id"), clients_per_round=2, batch_size=5,
+                       eval_clients_per_round="all", eval_batch_size=2)
+    model = LinearRegression()
+    trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    last = next(cb for cb in trainer.callbacks if isinstance(cb, FederatedEvaluation)).last
+    assert last is not None and last.client_ids.tolist() == [0, 1, 2]
+    w = model.linear.weight.detach().numpy().ravel()
+    b = float(model.linear.bias.detach())
+    mse = [np.mean((tx[test_ids == i] @ w + b - ty[test_ids == i]) ** 2) for i in (10, 20, 30)]
+    assert last.samples.tolist() == [2, 3, 3]
+    np.testing.assert_allclose(last.metrics["val_loss"], mse, rtol=1e-9)
+    assert float(trainer.callback_metrics["fed_eval_clients"]) == 3
+    known = test_ids != 99
+    central = np.mean((tx[known] @ w + b - ty[known]) ** 2)
+    assert float(trainer.callback_metrics["val_loss"]) == pytest.approx(central, rel=1e-9)

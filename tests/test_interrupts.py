@@ -350,3 +350,109 @@ def test_stop_signal_during_a_hung_round_checkpoints_exits_and_resumes_exactly(t
     assert resumed.keys() == uninterrupted.keys()
     for key in uninterrupted:
         torch.testing.assert_close(resumed[key], uninterrupted[key], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------- issue #31, items 14 and 17: federated evaluation
+EVAL_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    sys.path.insert(0, {tests!r})
+    import torch
+    torch.set_num_threads(1)
+    from torch.utils.data import TensorDataset
+    from helpers import LinearRegression, regression_data
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    out, mode = sys.argv[1], sys.argv[2]
+
+
+    class Model(LinearRegression):
+        calls = 0
+
+        def training_step(self, batch, batch_idx):
+            if mode.endswith("hang") and self.trainer.validating:  # personalised evaluation's local steps
+                open(out + ".hanging", "w").close()
+                time.sleep(1000)
+            return super().training_step(batch, batch_idx)
+
+        def validation_step(self, batch, batch_idx):
+            Model.calls += 1
+            if mode == "validate_signal" and Model.calls == 2:  # call 1: the central batch; 2: the first client
+                os.kill(os.getpid(), signal.SIGTERM)
+            return super().validation_step(batch, batch_idx)
+
+
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), clients_per_round=2, batch_size=5,
+                             partitioner=IIDPartitioner(num_clients=4, seed=0), eval_fraction=0.2,
+                             eval_clients_per_round="all", eval_local_steps=1 if mode.endswith("hang") else 0,
+                             eval_batch_size=100)
+    trainer = FederatedTrainer(max_epochs=2, default_root_dir=out + ".root", logger=False, enable_checkpointing=False,
+                               enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+                               num_sanity_val_steps=0)
+    try:
+        if mode == "fit_hang":
+            trainer.fit(Model(), datamodule=dm)
+        else:
+            trainer.validate(Model(), datamodule=dm, verbose=False)
+    finally:
+        open(out + ".left", "w").write(repr(time.time()))
+        if mode == "validate_signal":
+            os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM while the process shuts down
+            time.sleep(3)
+    print("finished")
+    """
+)
+
+
+def _run_eval_script(tmp_path: Path, mode: str) -> tuple[int, str, float]:
+    """Run the script; in the ``*_hang`` modes send SIGTERM once a client hangs in personalised evaluation.
+    Returns (exit status, stderr + stdout, seconds from the SIGTERM to leaving fit/validate)."""
+    script = tmp_path / "evaluate.py"
+    script.write_text(EVAL_SCRIPT.format(tests=str(Path(__file__).parent)))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), mode], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    sent = None
+    try:
+        if mode.endswith("hang"):
+            hanging = Path(str(out) + ".hanging")
+            deadline = time.monotonic() + 240
+            while not hanging.exists():
+                assert proc.poll() is None, proc.communicate()[1].decode()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.2)
+            sent = time.time()
+            proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = Path(str(out) + ".left")
+    delay = float(left.read_text()) - sent if sent is not None and left.exists() else 0.0
+    return proc.returncode, stderr.decode() + stdout.decode(), delay
+
+
+def test_sigterm_during_a_hung_personalized_evaluation_in_fit_stops_at_the_rounds_end(tmp_path):
+    """Item 14: a client hung in personalised evaluation (no time limit) does not hold a SIGTERM back: the evaluation
+    is abandoned at once (global model restored), the round ends with its checkpoint and the process exits 1."""
+    code, output, delay = _run_eval_script(tmp_path, "fit_hang")
+    assert code == 1, output
+    assert delay < 3.0
+    assert "Federated evaluation of round 0 stopped by SIGTERM" in output
+    assert "Stopped by SIGTERM after round 0" in output and "finished" not in output
+    checkpoint = torch.load(tmp_path / "run.root" / "last.ckpt", weights_only=True)
+    assert checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == 1
+
+
+@pytest.mark.parametrize("mode", ["validate_hang", "validate_signal"])
+def test_sigterm_during_federated_evaluation_under_validate_exits_1(tmp_path, mode):
+    """Item 17: under trainer.validate(), a SIGTERM during federated evaluation (a hung personalisation client, or
+    between clients) ends the process with status 1, never 0; a second SIGTERM during shutdown still gives 1."""
+    code, output, delay = _run_eval_script(tmp_path, mode)
+    assert code == 1, output
+    assert delay < 3.0
+    assert "Federated evaluation" in output and "stopped by SIGTERM" in output
+    assert "finished" not in output

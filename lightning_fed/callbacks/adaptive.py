@@ -7,6 +7,7 @@ from typing import Optional
 from torch import Tensor
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.server.aggregators.base import Stage
 from lightning_fed.server.checks import check_positive, check_weighting
 from lightning_fed.server.rules.adaptive import ADAPTIVE_RULES, CONVENTIONS, AdaptiveRule  # noqa: F401  (CONVENTIONS re-exported)
@@ -65,6 +66,8 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
         convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"``, see above.
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
+        client: Client algorithms every client runs (:mod:`lightning_fed.client.algorithm`, e.g.
+            ``[FedProxClient(mu=0.01)]``; default ``None``: plain local training).
 
     Raises:
         ValueError: ``lr``/``tau`` not finite and > 0, ``beta1``/``beta2`` outside [0, 1), a negative or
@@ -101,6 +104,7 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         weighting: str = "num_samples",
         convention: str = "reddi",
         aggregators: Optional[list[Stage]] = None,
+        client: Optional[list[ClientAlgorithm]] = None,
     ) -> None:
         check_positive("lr", lr)
         check_weighting(weighting)
@@ -113,7 +117,7 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         kwargs = dict(lr=lr, tau=tau, initial_accumulator=initial_accumulator, bias_correction=bias_correction,
                       convention=convention)
         rule: AdaptiveRule = cls(beta1=beta1, **kwargs) if self.rule == "adagrad" else cls(beta1=beta1, beta2=beta2, **kwargs)
-        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule, client=client)
         self.convention = rule.convention
         self.beta1, self.beta2, self.tau = rule.beta1, rule.beta2, rule.tau
         self.initial_accumulator = rule.initial_accumulator

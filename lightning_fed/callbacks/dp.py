@@ -241,7 +241,7 @@ class DifferentialPrivacy:
                     f"ε would be {nxt:.4g} at δ={self.target_delta}{why}. Raise target_epsilon or noise_multiplier."
                 )
             # Lightning ignores should_stop until min_epochs rounds have run: refuse a min_epochs beyond the budget
-            min_epochs = int(getattr(trainer.fit_loop, "min_epochs", 0) or 0)
+            min_epochs = int(getattr(trainer, "min_epochs", 0) or 0)
             remaining = min_epochs - int(trainer.current_epoch)
             if remaining > 1:
                 at_min = acc.epsilon(self.target_delta, acc.rounds + remaining)

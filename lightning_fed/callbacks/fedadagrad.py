@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from lightning_fed.callbacks.adaptive import AdaptiveServerOptimizer
+from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.server.aggregators.base import Stage
 from lightning_fed.server.rules.adaptive import adagrad_beta1
 
@@ -57,8 +58,9 @@ class FedAdagrad(AdaptiveServerOptimizer):
         weighting: str = "num_samples",
         convention: str = "reddi",
         aggregators: Optional[list[Stage]] = None,
+        client: Optional[list[ClientAlgorithm]] = None,
     ) -> None:
         beta1 = adagrad_beta1(beta1, convention)
         super().__init__(lr=lr, beta1=beta1, beta2=0.0, tau=tau, initial_accumulator=initial_accumulator,
                          bias_correction=bias_correction, weighting=weighting, convention=convention,
-                         aggregators=aggregators)
+                         aggregators=aggregators, client=client)

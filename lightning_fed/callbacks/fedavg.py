@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.server.aggregators.base import Stage
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
@@ -18,6 +19,8 @@ class FedAvg(ServerOptimizer):
         lr: Server learning rate η (default 1.0, > 0).
         weighting: ``"num_samples"`` (default) or ``"uniform"`` client weights.
         aggregators: An aggregator chain (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean.
+        client: Client algorithms every client runs (:mod:`lightning_fed.client.algorithm`, e.g.
+            ``[FedProxClient(mu=0.01)]``; default ``None``: plain local training).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
@@ -39,6 +42,7 @@ class FedAvg(ServerOptimizer):
     """
 
     def __init__(
-        self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None
+        self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None,
+        client: Optional[list[ClientAlgorithm]] = None,
     ) -> None:
-        super().__init__(weighting=weighting, aggregators=aggregators, rule=SGD(lr))
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=SGD(lr), client=client)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.server.aggregators.base import Stage
 from lightning_fed.server.checks import check_positive, check_weighting
 from lightning_fed.server.rules.momentum import Momentum
@@ -27,6 +28,8 @@ class FedAvgM(ServerOptimizer):
         momentum: μ in [0, 1) (default 0.9).
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
+        client: Client algorithms every client runs (:mod:`lightning_fed.client.algorithm`, e.g.
+            ``[FedProxClient(mu=0.01)]``; default ``None``: plain local training).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, ``momentum`` outside [0, 1), or an unknown ``weighting``.
@@ -51,12 +54,12 @@ class FedAvgM(ServerOptimizer):
 
     def __init__(
         self, lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_samples",
-        aggregators: Optional[list[Stage]] = None,
+        aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None,
     ) -> None:
         check_positive("lr", lr)
         check_weighting(weighting)
         rule = Momentum(lr=lr, momentum=momentum)
-        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=rule, client=client)
         self.momentum = rule.momentum
 
     @property

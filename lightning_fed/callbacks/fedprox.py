@@ -1,42 +1,10 @@
-"""FedProx: FedAvg whose clients minimise their loss plus a proximal term μ/2‖w − w_t‖²."""
+"""FedProx: FedAvg whose clients minimise their loss plus a proximal term μ/2‖w − w_t‖² (the client half is
+:class:`~lightning_fed.algorithms.FedProxClient`; with another server optimizer, give it as ``client=[...]``)."""
 
 from __future__ import annotations
 
-import math
-import numbers
-from typing import TYPE_CHECKING, Any, Optional
-
-import torch
-from torch import Tensor
-
+from lightning_fed.algorithms.fedprox import FedProxClient, check_non_negative, optimizer_param_indices  # noqa: F401
 from lightning_fed.callbacks.fedavg import FedAvg
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lightning_fed.client.runner import ClientContext
-
-
-def check_non_negative(name: str, value: Any) -> float:
-    """Return ``value`` as a float if it is a finite number >= 0.
-
-    Raises:
-        ValueError: naming ``name`` otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
-    return float(value)
-
-
-def optimizer_param_indices(optimizer: Any, index: dict[int, int]) -> list[int]:
-    """Positions in ``module.parameters()`` (via ``index``: ``id(param) -> position``) of the parameters that
-    ``optimizer`` (a torch optimizer or Lightning's wrapper of one) updates, in its parameter-group order."""
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # LightningOptimizer -> torch.optim.Optimizer
-    positions = []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            i = index.get(id(p))
-            if i is not None:
-                positions.append(i)
-    return positions
 
 
 class FedProx(FedAvg):
@@ -114,47 +82,7 @@ class FedProx(FedAvg):
     def __init__(self, mu: float, lr: float = 1.0, weighting: str = "num_samples") -> None:
         super().__init__(lr=lr, weighting=weighting)
         self.mu = check_non_negative("mu", mu)
-        self._params: list[Tensor] = []
-        self._index: dict[int, int] = {}
-        self._anchor: Optional[list[Tensor]] = None
-
-    # ------------------------------------------------------------------ client side
-    def configure_client(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
-    ) -> None:
-        """Anchor the proximal term at the round's global model x_t (``context.global_params``) for this client's
-        local steps.
-
-        Raises:
-            RuntimeError: no ``context`` (the federated loop's client runner always sends one).
-        """
-        if context is None:
-            raise RuntimeError(
-                "FedProx.configure_client needs the ClientContext (x_t) that the federated loop's ClientRunner sends."
-            )
-        self._params = list(pl_module.parameters())
-        self._index = {id(p): i for i, p in enumerate(self._params)}
-        self._anchor = context.global_params
-
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        """Add μ·(p − p_t) to the gradient of every parameter ``optimizer`` is about to update (no-op outside a
-        client's local work, e.g. under a plain ``lightning.Trainer``)."""
-        if self._anchor is None or self.mu == 0.0:
-            return
-        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
-        if not stepped:
-            return
-        with torch.no_grad():
-            grads = [self._params[i].grad for i in stepped]
-            drift = torch._foreach_sub([self._params[i].detach() for i in stepped], [self._anchor[i] for i in stepped])
-            torch._foreach_add_(grads, drift, alpha=self.mu)  # ∇F_k(w) + μ(w − w_t)
-
-    def collect_client_extras(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
-    ) -> dict[str, Any]:
-        """The client's local work is over: detach the anchor (nothing is sent beyond the ordinary delta)."""
-        self._anchor = None
-        return {}
+        self._own_client = [FedProxClient(self.mu)]  # the client half (lightning_fed.algorithms.fedprox)
 
     # ------------------------------------------------------------------ bookkeeping
     @property

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.fedprox import optimizer_param_indices
+from lightning_fed.algorithms.fedprox import optimizer_param_indices
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 from lightning_fed.server.aggregators.scaffold import ScaffoldControl

@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
+from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, chain_states, check_chain
 from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, trained_parameters
@@ -23,30 +24,48 @@ from lightning_fed.server.checks import check_positive, check_unit_interval  # n
 
 
 class ServerOptimizer(Callback):
-    """Base class of the server optimizers (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11).
+    """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
+    round's client updates into the next global model, and carries the client halves of the algorithms it runs.
 
-    After every round the federated loop hands the round's :class:`~lightning_fed.ClientUpdate` list to
-    :meth:`server_update`, which
+    A server optimizer is a composition, not a subclass hierarchy (optax's ``chain``, pfl-research's split of the
+    central optimizer from the client algorithm):
 
-    1. aggregates the client deltas into the pseudo-gradient Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
+    1. **aggregators** (:mod:`lightning_fed.server.aggregators`, optional): a chain of stages over typed states —
+       client transforms → one reducer → delta transforms (robust reducers, DP clipping and noise, SCAFFOLD's and
+       FedAWARE's server halves) — that replaces the default weighted mean Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
        (``weighting="num_samples"``, the example-weighted average of Reddi et al. 2021, Sec. 4 / Alg. 5) or
-       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10), and
-    2. applies :meth:`step`, the update rule x_{t+1} = ServerOpt(x_t, Δ_t), in place on the module's parameters.
+       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10);
+    2. **rule** (:mod:`lightning_fed.server.rules`): the update x_{t+1} = ServerOpt(x_t, Δ_t) over its own typed
+       state (SGD — FedAvg's rule, the default —, Momentum, Adagrad/Adam/Yogi, LAMB, AdaptiveStepSize);
+    3. **client** (:mod:`lightning_fed.client.algorithm`, optional): client halves every client runs
+       (:class:`~lightning_fed.algorithms.FedProxClient`, ...), with per-client state kept here and checkpointed.
 
-    Subclasses implement :meth:`step` over explicit state kept in ``self.state`` (a dict of tensor lists, created
-    lazily by :meth:`init_state`), so ``state_dict()`` carries it into checkpoints. Exactly one server optimizer
-    may be given to a :class:`~lightning_fed.FederatedTrainer`; none means :class:`FedAvg`.
+    The ready-made names (:class:`FedAvg`, :class:`FedAdam`, :class:`FedProx`, DP and robust variants, ...) fix some
+    of these parts; ``ServerOptimizer(rule=..., aggregators=..., client=...)`` builds any other combination, in YAML
+    too. After every round the federated loop calls :meth:`server_update`; Lightning checkpoints the state
+    (:meth:`state_dict`). Exactly one server optimizer may be given to a :class:`~lightning_fed.FederatedTrainer`;
+    none means :class:`FedAvg` with η = 1. Under a plain :class:`lightning.Trainer` it is refused at fit start.
 
-    Algorithms that need a channel to the clients override :meth:`configure_client` (server → client, at the
-    start of a client's local work) and :meth:`collect_client_extras` (client → server, into
-    ``ClientUpdate.extras``).
+    Writing a new method: a server-side rule is a :class:`~lightning_fed.server.rules.Rule` (``init`` / ``update``
+    over a NamedTuple state), a server-side aggregation a :class:`~lightning_fed.server.aggregators.Stage`, a
+    client-side change a :class:`~lightning_fed.client.ClientAlgorithm`; one module of :mod:`lightning_fed.algorithms`
+    holds an algorithm's halves. Overriding :meth:`step`/:meth:`init_state` (the older route, kept for Fed-LAMB's and
+    SCAFFOLD's classes) or the client channel (:meth:`configure_client`, :meth:`collect_client_extras`) still works
+    but cannot be combined with ``client``.
 
     Args:
-        lr: Server learning rate η (> 0).
+        lr: Server learning rate η (> 0; default 1.0, or the rule's).
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
+        aggregators: An aggregator chain in place of the weighted mean (default ``None``).
+        rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
+        client: Client algorithms every client runs (default ``None``).
 
     Raises:
-        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``;
+            at fit start, ``client`` beside a subclass with its own client channel, or what a client algorithm's
+            ``check`` refuses.
+        TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
+            :class:`~lightning_fed.client.ClientAlgorithm`.
 
     Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (here with
     :class:`FedAvg`, the simplest subclass)::
@@ -74,6 +93,7 @@ class ServerOptimizer(Callback):
         weighting: str = "num_samples",
         aggregators: Optional[list[Stage]] = None,
         rule: Optional[Rule] = None,
+        client: Optional[list[ClientAlgorithm]] = None,
     ) -> None:
         if rule is not None:
             if not isinstance(rule, Rule):
@@ -107,6 +127,19 @@ class ServerOptimizer(Callback):
         self.client_state: Optional[ClientStateTable] = None
         self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
         self._stepped = False  # the server stepped in the current round
+        #: The client algorithms given as ``client`` (``None``: none), run by every client of every round
+        #: (:mod:`lightning_fed.client.algorithm`).
+        self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
+        #: Client halves a ready-made method brings itself (FedProx's :class:`FedProxClient`), run before ``client``.
+        self._own_client: list[ClientAlgorithm] = []
+        #: Per-client state of the client algorithms that keep one: position in :attr:`client_algorithms` -> table.
+        self.client_algorithm_states: dict[int, ClientStateTable] = {}
+        self._client_contexts: dict[int, Any] = {}
+
+    @property
+    def client_algorithms(self) -> list[ClientAlgorithm]:
+        """Every client half this server optimizer runs: the method's own, then ``client``, in order."""
+        return [*self._own_client, *(self.client or ())]
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
@@ -320,6 +353,7 @@ class ServerOptimizer(Callback):
             ValueError: under such a chain, no parameter trained.
         """
         self.validate_round(params, updates)
+        self.receive_client_states(updates)
         frozen: list[int] = []
         if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
             trained = self._trained if self._trained is not None and len(self._trained) == len(params) \
@@ -363,13 +397,66 @@ class ServerOptimizer(Callback):
             if tensors and (tensors[0].device != params[0].device):
                 self.state[name] = [t.to(p.device) for t, p in zip(tensors, params)]
 
-    # ------------------------------------------------------------------ client channel (no-ops by default)
-    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
-        """Called after a client starts from x_t with a fresh optimizer, before its local steps (server → client)."""
+    # ------------------------------------------------------------------ client channel
+    def configure_client(
+        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
+    ) -> None:
+        """Called after a client starts from x_t with a fresh optimizer, before its local steps (server → client):
+        every client algorithm's :meth:`~lightning_fed.client.ClientAlgorithm.start`, with the client's stored state.
 
-    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
-        """Called after a client's local steps; the result becomes ``ClientUpdate.extras`` (client → server)."""
-        return {}
+        Raises:
+            RuntimeError: client algorithms but no ``context`` (the federated loop's client runner always sends one).
+        """
+        algorithms = self.client_algorithms
+        if not algorithms:
+            return
+        if context is None:
+            raise RuntimeError(
+                f"{type(self).__name__}'s client algorithms need the ClientContext (x_t) that the federated loop's "
+                "ClientRunner sends to configure_client."
+            )
+        self._client_contexts[int(client_id)] = context
+        for i, algorithm in enumerate(algorithms):
+            table = self.client_algorithm_states.get(i)
+            state = table.get(client_id) if table is not None and client_id in table else None
+            algorithm.start(pl_module, context, state)
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        """At every local step, before the client optimizer steps: every client algorithm's
+        :meth:`~lightning_fed.client.ClientAlgorithm.before_optimizer_step` (no-op outside a client's local work)."""
+        if not self._client_contexts:
+            return
+        for algorithm in self.client_algorithms:
+            algorithm.before_optimizer_step(pl_module, optimizer)
+
+    on_before_optimizer_step.client_dispatch = True  # type: ignore[attr-defined]  # see client.algorithm.dispatch_only
+
+    def collect_client_extras(
+        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
+    ) -> dict[str, Any]:
+        """Called after a client's local steps; the result becomes ``ClientUpdate.extras`` (client → server): every
+        client algorithm's extras from :meth:`~lightning_fed.client.ClientAlgorithm.finish`, and its new per-client
+        state under ``"client_state/<position>"`` (written to the table when the server receives the update)."""
+        algorithms = self.client_algorithms
+        if not algorithms:
+            return {}
+        context = self._client_contexts.pop(int(client_id), context)
+        extras: dict[str, Any] = {}
+        for i, algorithm in enumerate(algorithms):
+            sent, state = algorithm.finish(pl_module, context)
+            extras.update(sent)
+            if state is not None:
+                extras[f"client_state/{i}"] = state.detach().reshape(-1).cpu()
+        return extras
+
+    def receive_client_states(self, updates: list[ClientUpdate]) -> None:
+        """Write the client algorithms' new per-client states that arrived with ``updates`` into their tables
+        (called by :meth:`server_update` first; a client dropped from the round keeps its old state)."""
+        for i in self.client_algorithm_states:
+            key = f"client_state/{i}"
+            for update in updates:
+                if key in update.extras:
+                    self.client_algorithm_states[i].put(update.client_id, update.extras[key])
 
     # ------------------------------------------------------------------ trainer check
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -417,12 +504,43 @@ class ServerOptimizer(Callback):
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
+        self._setup_client_algorithms(trainer, pl_module)
         cohort = getattr(trainer.datamodule, "clients_per_round", None)
         if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
             for stage in self.aggregators or ():
                 check = getattr(stage, "check_cohort", None)
                 if check is not None:
                     check(int(cohort))
+
+    def _setup_client_algorithms(self, trainer: Any, pl_module: Any) -> None:
+        """At fit start: refuse a server optimizer with its own client channel beside ``client`` (one of them would be
+        bypassed), run every client algorithm's :meth:`~lightning_fed.client.ClientAlgorithm.check`, and create the
+        per-client state tables (kept when a checkpoint restored them)."""
+        algorithms = self.client_algorithms
+        if not algorithms:
+            return
+        if self.client:
+            own = [name for name in ("configure_client", "collect_client_extras", "on_before_optimizer_step")
+                   if getattr(type(self), name) is not getattr(ServerOptimizer, name)]
+            if own:
+                raise ValueError(
+                    f"{type(self).__name__} has its own client side (it overrides `{own[0]}`), so the client algorithms "
+                    f"{self.client} given as `client` cannot be combined with it. Give them to a server optimizer "
+                    "without one (FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, ServerOptimizer(rule=...))."
+                )
+        for algorithm in algorithms:
+            algorithm.check(self)
+        num_clients = getattr(trainer.datamodule, "num_clients", None)
+        params = list(pl_module.parameters())
+        dim = sum(p.numel() for p in params)
+        for i, algorithm in enumerate(algorithms):
+            size = int(algorithm.state_dim(dim))
+            if size <= 0 or num_clients is None:
+                continue
+            table = self.client_algorithm_states.get(i)
+            if table is None or table.num_clients != int(num_clients) or table.dim != size:
+                dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
+                self.client_algorithm_states[i] = ClientStateTable(int(num_clients), size, dtype=dtype)
 
     # ------------------------------------------------------------------ checkpointing
     @property
@@ -444,6 +562,8 @@ class ServerOptimizer(Callback):
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
         if self.client_state is not None:
             out["client_state"] = self.client_state.state_dict()
+        if self.client_algorithm_states:
+            out["client_algorithms"] = {str(i): t.state_dict() for i, t in self.client_algorithm_states.items()}
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -457,12 +577,18 @@ class ServerOptimizer(Callback):
             self.aggregator_state = None
         if "client_state" in state_dict:
             self.client_state = ClientStateTable.from_state_dict(state_dict["client_state"])
+        self.client_algorithm_states = {
+            int(i): ClientStateTable.from_state_dict(t) for i, t in state_dict.get("client_algorithms", {}).items()
+        }
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"
 
+    def _client_repr(self) -> str:
+        return f", client={self.client!r}" if self.client else ""
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.extra_repr()})"
+        return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
 
 
 def _accumulation_dtype(t: Tensor) -> torch.dtype:

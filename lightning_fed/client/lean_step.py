@@ -65,6 +65,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
+from lightning_fed.client.algorithm import dispatch_only
 
 #: LightningModule hooks that Lightning calls in a training batch; overriding any of them takes Lightning's path.
 MODULE_BATCH_HOOKS = (
@@ -177,6 +178,13 @@ def _closure_first(optimizer: Any) -> bool:
     )
 
 
+#: On the CPU, a step value logged with ``self.log`` is kept as a Python float (``Tensor.item()``): there that is a
+#: copy, not a device synchronisation, and the cheapest one. ``False`` keeps it as a detached tensor clone, the path
+#: every other device takes (no host synchronisation inside a local step; the values reach the host once per client,
+#: at its end). Both give the same logged values bit for bit (``tests/client/test_lean_step.py``).
+HOST_SCALARS_ON_CPU = True
+
+
 class _Logged:
     """A name the fast ``self.log`` path handles: the arguments it was first logged with and its result metric."""
 
@@ -194,7 +202,7 @@ class _Logged:
         self.device = device
         # on the CPU a step value is kept as a Python float (``Tensor.item()``: the exact float32/float64 value, no
         # tensor copy); elsewhere as Lightning keeps it, a detached clone (no host sync per step)
-        self.on_cpu = device.type == "cpu"
+        self.on_cpu = device.type == "cpu" and HOST_SCALARS_ON_CPU
         self.results = results
         self.pending: Any = None  # this step's step value (a later call in the step replaces it)
         self.pending_dtype: Optional[torch.dtype] = None  # its dtype (a float's tensor dtype, for `last`)
@@ -267,7 +275,8 @@ class LeanLocalStep:
         self._fast_logged = False
         self._touched: list[_Logged] = []  # entries with a step value in the current step
         # callbacks whose on_before_optimizer_step runs after each backward (the others' is Callback's no-op)
-        self._before_step = [cb for cb in trainer.callbacks if is_overridden(CALLBACK_BEFORE_STEP_HOOK, cb, Callback)]
+        self._before_step = [cb for cb in trainer.callbacks if is_overridden(CALLBACK_BEFORE_STEP_HOOK, cb, Callback)
+                             and not dispatch_only(cb)]
         # the fast path stands in for LightningModule.log only: not for a module's own `log` (or a patched one)
         self.fast_log = type(module).log is LightningModule.log and "log" not in vars(module)
 

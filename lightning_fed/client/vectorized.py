@@ -37,6 +37,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.data import TensorDataset, default_collate
 
 from lightning_fed import _lightning as pl_private
+from lightning_fed.client.algorithm import dispatch_only
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
@@ -378,6 +379,8 @@ class VectorizedExecutor(ClientExecutor):
         for name in ("configure_client", "collect_client_extras"):
             if server is not None and is_overridden(name, server, parent=ServerOptimizer):
                 return f"server optimizer {type(server).__name__} overrides `{name}` (a client-side algorithm)"
+        if server is not None and server.client_algorithms:
+            return f"server optimizer {type(server).__name__} runs client algorithms {server.client_algorithms}"
         for callback in trainer.callbacks:
             if callable(getattr(callback, "on_client_start", None)):
                 name = type(callback).__name__
@@ -389,7 +392,7 @@ class VectorizedExecutor(ClientExecutor):
                 if not every_n_train_steps and train_time_interval is None:
                     continue
             for name in _CALLBACK_STEP_HOOKS:
-                if is_overridden(name, callback, parent=Callback):
+                if is_overridden(name, callback, parent=Callback) and not dispatch_only(callback, name):
                     return f"callback {type(callback).__name__} overrides the per-step hook `{name}`"
         return None
 

@@ -290,7 +290,9 @@ class FederatedDataModule(L.LightningDataModule):
             (logged as ``fed_personalized_*``; the global model is restored afterwards). Default 0: off.
         eval_csv: Path of a CSV file receiving one row per (validation, evaluation client): round, client id,
             evaluation samples and every metric (default ``None``: no file). Overwritten by the first
-            federated evaluation of a run, appended to afterwards.
+            federated evaluation of a run, appended to afterwards; a resumed ``fit(ckpt_path=...)`` keeps the rows of
+            the rounds before the resumed round and appends. Checked at fit / validate start: a missing folder is
+            created, a directory or an unwritable path is refused (``ValueError`` naming ``eval_csv``).
         cohort_sampling: How each round's cohort is drawn. ``"fixed_size"`` (default): ``clients_per_round``
             distinct clients, uniformly without replacement. ``"poisson"``: every client joins independently with
             probability q = C/N (C = ``clients_per_round``, N clients; McMahan et al. 2018, Alg. 1, the sampling
@@ -803,11 +805,12 @@ class FederatedDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> Any:
         """The centralized validation loader over ``val_dataset``; without one, over the union of the clients'
-        evaluation data (from ``eval_fraction``) when there is any, else ``[]``."""
+        evaluation data (from ``eval_fraction`` or the natural per-client split) when there is any, else ``[]``
+        (Lightning skips validation, federated evaluation included, when there is no validation batch)."""
         if self.val_dataset is None:
-            # held out by eval_fraction (not `client_eval_dataset is train_dataset`: a wrapper installed after setup,
-            # e.g. flip_client_labels, must not make central and federated evaluation vanish)
-            if self._client_eval_indices is not None and self.eval_fraction is not None:
+            # any per-client evaluation data (eval_fraction or a natural split), over the clean dataset set up
+            # before any wrapper (flip_client_labels replaces train_dataset after setup)
+            if self._client_eval_indices is not None and self.client_eval_dataset is not None:
                 union = np.concatenate(self._client_eval_indices).tolist()
                 return DataLoader(Subset(self.client_eval_dataset, union), batch_size=self.eval_batch_size,
                                   num_workers=self.num_workers)

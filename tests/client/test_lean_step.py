@@ -554,3 +554,64 @@ def test_optimizer_step_pre_hook_sees_the_same_gradients():
         assert trainer.fit_loop.client_runner.step_path == ("lean" if lean else "lightning")
     assert len(seen[True]) == len(seen[False]) == 12
     assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(seen[True], seen[False]))
+
+
+# ---------------------------------------------------------------- #33.2 host synchronisations per local step
+_HOST_SYNCS = ("aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.item.default")
+
+
+class _HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ops that copy a tensor's value to the host (``Tensor.item()``, ``float(t)``, ``bool(t)``, a Python
+    branch on a tensor): on an accelerator each is a device synchronisation."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func) in _HOST_SYNCS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _syncs(monkeypatch, host_scalars_on_cpu, batch_size):
+    """Host syncs of a 2-round fit logging step and epoch values, and its logged rows."""
+    import lightning_fed.client.lean_step as lean_step
+
+    monkeypatch.setattr(lean_step, "HOST_SCALARS_ON_CPU", host_scalars_on_cpu)
+    counter = _HostSyncs()
+    with counter:
+        trainer, recorder, logger = fit(MLP("step+epoch+dict+float64"), batch_size=batch_size)
+    assert trainer.fit_loop.client_runner.step_path == "lean"
+    return counter.count, trainer.global_step, logger.rows, recorder.rounds
+
+
+def test_no_host_sync_inside_a_local_step_on_the_device_path(monkeypatch):
+    """Issue #33: every copy of a tensor's value to the host inside a local step stalls an accelerator. On the path
+    every device but the CPU takes (HOST_SCALARS_ON_CPU off), a run with 3× the local steps makes exactly as many host
+    syncs as one with a third of them: none is per step (the remaining ones are per client and per round: the round
+    log's per-client means, the server's finiteness check and round metrics). With the CPU default each step keeps
+    its logged values as Python floats (`item()`: a copy on the CPU, not a sync), one per logged name and step. The
+    logged values are bit for bit the same either way."""
+    # every client takes 4 local steps per round, then 10 (clients of 10 samples, batches of 3, then 1)
+    few, few_steps, few_rows, few_rounds = _syncs(monkeypatch, False, batch_size=3)
+    many, many_steps, many_rows, many_rounds = _syncs(monkeypatch, False, batch_size=1)
+    assert many_steps == few_steps * 10 // 4
+    assert many == few
+    cpu_few, _, cpu_rows, cpu_rounds = _syncs(monkeypatch, True, batch_size=3)
+    cpu_many, _, _, _ = _syncs(monkeypatch, True, batch_size=1)
+    assert cpu_many - cpu_few > 0  # the CPU default: Python floats per step, by design
+    assert (cpu_rows, cpu_rounds) == (few_rows, few_rounds)
+
+
+def test_no_host_sync_inside_a_local_step_of_the_vectorized_executor():
+    """The vectorized executor (the cohort's steps under torch.func.vmap, self.log recorded per client) makes as many
+    host syncs for 10 local steps per client as for 4: none per step."""
+    counts = []
+    for batch_size in (3, 1):
+        counter = _HostSyncs()
+        with counter:
+            trainer, _, _ = fit(MLP("step+epoch+dict+float64"), batch_size=batch_size, client_executor="vectorized")
+        counts.append((counter.count, trainer.global_step))
+    (few, few_steps), (many, many_steps) = counts
+    assert many_steps == few_steps * 10 // 4 and many == few
