@@ -2,7 +2,9 @@
 
 The guide pages are the README itself, split at build time so that the site never drifts from it: the text before
 the first ``##`` heading and the first two ``##`` sections form the home page (``index.md``), every other ``##``
-section becomes one page under ``guide/``. Links are rewritten for the split: ``#anchor`` links point to the page
+section becomes one page under ``guide/``, except the sections of :data:`MERGED_SECTIONS`, which open a
+hand-written page of ``docs/`` of the same title (at its ``<!-- README: title -->`` line). The API reference pages
+are generated too (:data:`API_PAGES`). Links are rewritten for the split: ``#anchor`` links point to the page
 that holds the heading, ``docs/…`` links and images to the docs folder, and links to other files of the repository
 (which are not part of the site) become plain text naming the file.
 """
@@ -15,6 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME_SECTIONS = 2  # ``##`` sections of the README shown on the home page after its introduction
+#: README sections shown at the top of a hand-written page of docs/ (its ``<!-- README: title -->`` line), not as
+#: guide pages of their own: title -> page.
+MERGED_SECTIONS = {"Write your own algorithm": "write-your-own-algorithm.md"}
 _HEADING = re.compile(r"^(#{1,6}) +(.*?) *$")
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
@@ -43,8 +48,16 @@ def _split_readme(text: str) -> list[tuple[str, str, str]]:
     for sec in body[HOME_SECTIONS:]:
         title = sec[0][3:].strip()
         # the section's heading becomes the page's title; its ### subsections become ##
-        lines = ["# " + title] + [ln[1:] if ln.startswith("###") else ln for ln in sec[1:]]
-        pages.append((f"guide/{re.sub('-+', '-', _slug(title))}.md", title, "\n".join(lines)))
+        lines = [ln[1:] if ln.startswith("###") else ln for ln in sec[1:]]
+        if title in MERGED_SECTIONS:
+            path = MERGED_SECTIONS[title]
+            page = (ROOT / "docs" / path).read_text(encoding="utf-8")
+            marker = f"<!-- README: {title} -->"
+            if marker not in page:
+                raise ValueError(f"docs/{path} has no line {marker!r} for the README's section {title!r}")
+            pages.append((path, title, page.replace(marker, "\n".join(lines).strip("\n"))))
+            continue
+        pages.append((f"guide/{re.sub('-+', '-', _slug(title))}.md", title, "\n".join(["# " + title] + lines)))
     return pages
 
 
@@ -74,6 +87,8 @@ def _rewrite_links(pages: list[tuple[str, str, str]]) -> list[tuple[str, str, st
             href = ("" if dest == page else up + dest) + ("" if is_title else target)
             return f"{bang}[{text}]({href or target})"
         path, _, frag = target.partition("#")
+        if (docs / Path(page).parent / path).is_file():
+            return m.group(0)  # a page or file of the site, relative to this page
         if path.startswith("docs/") and (docs / path[5:]).exists():
             return f"{bang}[{text}]({up}{path[5:]}{'#' + frag if frag else ''})"
         # another file of the repository: not on the site; name it
@@ -101,6 +116,7 @@ API_PAGES = [
     ("api/rules.md", "lightning_fed.server.rules", "Server rules x_{t+1} = ServerOpt(x_t, Δ_t)."),
     ("api/server.md", "lightning_fed.server", "Privacy accounting, attacks, per-client server state, checks."),
     ("api/client.md", "lightning_fed.client", "What one client does in a round, and the executors."),
+    ("api/algorithms.md", "lightning_fed.algorithms", "Algorithms as one unit each: client half, server half, state."),
     ("api/models.md", "lightning_fed.models", "The papers' models (plain LightningModules)."),
     ("api/evaluation.md", "lightning_fed.evaluation", "Federated evaluation."),
     ("api/lightning_fed.md", "lightning_fed", "`FederatedTrainer`, the federated fit loop and the modules beside them."),
@@ -142,7 +158,7 @@ def on_config(config, **kwargs):
     """The navigation: home, the README's sections, then the hand-written pages and the API reference."""
     pages = _rewrite_links(_split_readme((ROOT / "README.md").read_text(encoding="utf-8")))
     nav = list(config["nav"] or [])
-    guide = [{title: path} for path, title, _ in pages[1:]]
+    guide = [{title: path} for path, title, _ in pages[1:] if title not in MERGED_SECTIONS]
     config["nav"] = [{"Home": "index.md"}, {"Guide": guide}] + [item for item in nav if item != {"Home": "index.md"}]
     return config
 

@@ -20,18 +20,34 @@ def _hooks():
 
 
 def test_write_your_own_algorithm_page_runs(tmp_path, monkeypatch):
-    """Every ``python`` block of the page, in order, in one namespace; the blocks' own asserts are the checks
-    (the hand-written momentum rule equals FedAvgM bit for bit, top-k uploads change at most 5 coordinates,
-    the proximal term shrinks the clients' drift)."""
+    """Every ``python`` block of the page's own part, in order, in one namespace; the blocks' asserts are the
+    checks (the hand-written momentum rule equals FedAvgM bit for bit, top-k uploads change at most 5 coordinates,
+    the proximal term shrinks the clients' drift, the per-client participation counts equal the data module's
+    cohorts). The README's section at its top is run by tests/integration/test_readme.py."""
     page = (ROOT / "docs" / "write-your-own-algorithm.md").read_text(encoding="utf-8")
+    assert "<!-- README: Write your own algorithm -->" in page
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "write_your_own_algorithm"}
     for block in blocks:
         exec(compile(block, "docs/write-your-own-algorithm.md", "exec"), namespace)
     assert len(namespace["prox"].drifts) == len(namespace["plain"].drifts) == 3
     assert namespace["changed"] >= 1
+    counts = [namespace["table"].get(c).item() for c in range(20)]
+    assert sum(counts) == 3 * 5  # three rounds of five clients
+
+
+def test_readme_section_opens_its_page():
+    """The README's "Write your own algorithm" section is the top of the docs page of that title (not a guide page
+    of its own), with its link to the architecture page made relative to the site."""
+    hooks = _hooks()
+    pages = hooks._rewrite_links(hooks._split_readme((ROOT / "README.md").read_text(encoding="utf-8")))
+    page = dict((p, md) for p, _, md in pages)["write-your-own-algorithm.md"]
+    assert "<!-- README:" not in page and "class LocalWeightDecay(ClientAlgorithm)" in page
+    assert page.index("class LocalWeightDecay") < page.index("## In more depth")
+    assert "](architecture.md)" in page and "](docs/architecture.md)" not in page
+    assert not any(p.startswith("guide/write-your-own") for p, _, _ in pages)
 
 
 def test_readme_split_into_guide_pages():
@@ -45,6 +61,7 @@ def test_readme_split_into_guide_pages():
     assert paths[0] == "index.md" and len(paths) == len(set(paths))
     titles = [line[3:].strip() for line in readme.splitlines() if line.startswith("## ")]
     assert [t for _, t, _ in pages[1:]] == titles[hooks.HOME_SECTIONS:]
+    assert set(hooks.MERGED_SECTIONS) <= set(titles)
     text = "\n".join(md for _, _, md in pages)
     for title in titles:
         assert title in text
