@@ -18,6 +18,7 @@ from typing import Any, Optional
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -347,7 +348,8 @@ class DPFedAvg(DifferentialPrivacy, FedAvg):
     ``FedAvg(lr, weighting="uniform")`` exactly (when all C clients report).
 
     Args: ``clip_norm``, ``noise_multiplier``, ``target_delta`` and the rest as :class:`DifferentialPrivacy`;
-    ``lr``: server learning rate η (default 1.0).
+    ``lr``: server learning rate η (default 1.0); ``client``: client algorithms (e.g. ``[FedProxClient(mu=0.01)]``:
+    DP with FedProx clients; the clipping bounds each client's whole update, whatever the client algorithm).
 
     Example: a fixed clip of S = 1 and σ = 1::
 
@@ -358,8 +360,9 @@ class DPFedAvg(DifferentialPrivacy, FedAvg):
     def __init__(self, clip_norm: float, noise_multiplier: float, target_delta: float,
                  adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
                  count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
-                 sampling: str = "fixed_size", lr: float = 1.0, accounting: str = "rdp") -> None:
-        FedAvg.__init__(self, lr=lr, weighting="uniform")
+                 sampling: str = "fixed_size", lr: float = 1.0, accounting: str = "rdp",
+                 client: Optional[list[ClientAlgorithm]] = None) -> None:
+        FedAvg.__init__(self, lr=lr, weighting="uniform", client=client)
         self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
                            clip_learning_rate, count_stddev, target_epsilon, sampling, accounting)
 
@@ -370,9 +373,10 @@ class _DPAdaptive(DifferentialPrivacy):
                  count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
                  sampling: str = "fixed_size", lr: float = 1e-2, beta1: float = 0.9, beta2: float = 0.99,
                  tau: float = 1e-3, initial_accumulator: Optional[float] = None, bias_correction: bool = False,
-                 convention: str = "reddi", accounting: str = "rdp") -> None:
+                 convention: str = "reddi", accounting: str = "rdp",
+                 client: Optional[list[ClientAlgorithm]] = None) -> None:
         super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting="uniform", convention=convention)
+                         bias_correction=bias_correction, weighting="uniform", convention=convention, client=client)
         self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
                            clip_learning_rate, count_stddev, target_epsilon, sampling, accounting)
 
@@ -415,8 +419,9 @@ class DPFedAdagrad(DifferentialPrivacy, FedAdagrad):
                  count_stddev: Optional[float] = None, target_epsilon: Optional[float] = None,
                  sampling: str = "fixed_size", lr: float = 1e-2, tau: float = 1e-3,
                  initial_accumulator: Optional[float] = None, beta1: Optional[float] = None,
-                 bias_correction: bool = False, convention: str = "reddi", accounting: str = "rdp") -> None:
+                 bias_correction: bool = False, convention: str = "reddi", accounting: str = "rdp",
+                 client: Optional[list[ClientAlgorithm]] = None) -> None:
         FedAdagrad.__init__(self, lr=lr, tau=tau, initial_accumulator=initial_accumulator, beta1=beta1,
-                            bias_correction=bias_correction, weighting="uniform", convention=convention)
+                            bias_correction=bias_correction, weighting="uniform", convention=convention, client=client)
         self.setup_privacy(clip_norm, noise_multiplier, target_delta, adaptive_clipping, target_quantile,
                            clip_learning_rate, count_stddev, target_epsilon, sampling, accounting)

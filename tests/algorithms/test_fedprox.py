@@ -94,3 +94,53 @@ def test_the_client_algorithms_are_in_the_run_record(tmp_path):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
     trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
     assert run_config(trainer)["server_optimizer.client"] == ["FedProxClient(mu=0.25)"]
+
+
+def test_dp_with_fedprox_clients_equals_numpy(tmp_path):
+    """DP-FedAvg (McMahan et al. 2018, Alg. 1) over FedProx clients: each client's update (after its proximal local
+    steps) clipped to S, the clipped sum over C clients divided by C, σ = 0 (no noise: the clipping alone, checked
+    exactly), server η = 1."""
+    from lightning_fed.callbacks import DPFedAvg
+
+    x, y, dm = _datamodule()
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    w = linear_weights(model)
+    server = DPFedAvg(clip_norm=0.05, noise_multiplier=0.0, target_delta=1e-3, client=[FedProxClient(mu=0.5)])
+    FederatedTrainer(max_epochs=3, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+    for t in range(3):
+        clipped = []
+        for cid in dm.sample_clients(t):
+            wk = w.copy()
+            for batch in dm.client_batches(cid, t):
+                wk = wk - 0.05 * (mse_grad(wk, x[batch], y[batch]) + 0.5 * (wk - w))
+            d = wk - w
+            clipped.append(d * min(1.0, 0.05 / np.linalg.norm(d)))
+        w = w + np.sum(clipped, axis=0) / 3
+    # ClipUpdates guarantees ‖clipped‖ ≤ S after rounding: when S/‖Δ‖ overshoots by an ulp it shrinks the factor by
+    # 1e-6 (relative), which a NumPy norm may or may not see: agreement to 1e-5 relative
+    np.testing.assert_allclose(linear_weights(model), w, rtol=1e-5, atol=1e-9)
+
+
+def test_the_vectorized_executor_never_skips_a_client_algorithm(tmp_path, caplog):
+    """Client halves run in the client's local steps: the vectorized executor trains such a round sequentially (the
+    same weights as the sequential executor) or, with on_unsupported="raise", refuses naming them."""
+    from lightning_fed.client.vectorized import VectorizedExecutor
+
+    results = []
+    for executor in ("sequential", "vectorized"):
+        _, _, dm = _datamodule()
+        torch.manual_seed(0)
+        model = LinearRegression(lr=0.05)
+        trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAdam(lr=0.03, client=[FedProxClient(mu=0.5)])],
+                                   client_executor=executor, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(model, datamodule=dm)
+        results.append(linear_weights(model))
+    assert np.array_equal(results[0], results[1])
+    assert "training clients sequentially because server optimizer FedAdam runs client algorithms" in caplog.text
+    _, _, dm = _datamodule()
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAdam(lr=0.03, client=[FedProxClient(mu=0.5)])],
+                               client_executor=VectorizedExecutor(on_unsupported="raise"),
+                               **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"client algorithms \[FedProxClient\(mu=0.5\)\]"):
+        trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
