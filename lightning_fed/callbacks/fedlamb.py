@@ -376,9 +376,8 @@ class FedLAMB(LocalAdaptiveServer):
     Args:
         phi_min: γ_l ≥ 0 of φ(z) = min(max(z, γ_l), γ_u) (default 0; the paper's H4 asks φ ≥ φ_m > 0).
         phi_max: γ_u > 0 (default ``None``: ∞; φ = identity by default, as the paper's experiments).
-        **kwargs: see :class:`LocalAdaptiveServer` (``client_lr``, ``beta1``, ``beta2``, ``eps``,
-            ``weight_decay``, ``bias_correction``, ``ratio_denominator``, ``first_moment``,
-            ``initial_second_moment``, ``lr``, ``weighting``).
+        client_lr, beta1, beta2, eps, weight_decay, bias_correction, ratio_denominator, first_moment,
+        initial_second_moment, lr, weighting: see :class:`LocalAdaptiveServer`.
 
     Raises:
         ValueError: an argument outside its range (the message names it).

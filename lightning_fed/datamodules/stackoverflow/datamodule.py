@@ -349,8 +349,7 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
     10 clients per round, 10,000 validation examples.
 
     Args:
-        num_tags: number of tags K (default 500), >= 1.
-        Others: see :class:`StackOverflowNWPDataModule`.
+        num_tags: number of tags K (default 500), >= 1; the other arguments: see :class:`StackOverflowNWPDataModule`.
 
     Attributes:
         vocab: the V words (column ``i`` of ``x`` = ``vocab[i]``); tags: the K tags (after :meth:`setup`).
