@@ -465,6 +465,8 @@ class ServerOptimizer(Callback):
             ValueError: under a chain that adds DP noise (:attr:`privatises`), what
                 :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
                 ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort``.
+            ValueError: as a stage's ``check_server(server)``, where it has one (e.g. FedDyn's server half without
+                its client half).
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
@@ -487,6 +489,10 @@ class ServerOptimizer(Callback):
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
         self._setup_client_algorithms(trainer, pl_module)
+        for stage in self.aggregators or ():  # a server half that needs its client half (FedDyn) refuses here
+            check_server = getattr(stage, "check_server", None)
+            if check_server is not None:
+                check_server(self)
         cohort = getattr(trainer.datamodule, "clients_per_round", None)
         if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
             for stage in self.aggregators or ():
