@@ -217,7 +217,8 @@ class FedDynCorrection(Stage):
     :func:`check_feddyn` requires), summed in float64; the sum of A3 is over every client that reported. h
     (:class:`State`, one tensor per parameter, float32 — float64 for a float64 model — on the model's device, zeros
     before the first round) is checkpointed with the server optimizer's chain. Server SGD with η = 1 then gives
-    θ^t of A4.
+    θ^t of A4. ``round_gradient_diversity`` (FedAWARE, Def. 3.1) stays a measure of the clients' updates: its
+    denominator is the uniform mean's norm, not Δ_t's (``shifts_mean``).
 
     Args:
         alpha: α (> 0, default 0.01), the same as the clients' :class:`FedDynClient`.
@@ -236,6 +237,8 @@ class FedDynCorrection(Stage):
     """
 
     kind = "reduce"
+    #: Δ_t is the clients' mean shifted by −h/α: ``round_gradient_diversity`` is computed on the mean itself.
+    shifts_mean = True
 
     class State(NamedTuple):
         """h, one tensor per parameter (``None`` before the first round)."""

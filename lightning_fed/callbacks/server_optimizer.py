@@ -296,7 +296,8 @@ class ServerOptimizer(Callback):
         accumulated in float64. Under a chain that adds DP noise (:attr:`privatises`) the pseudo-gradient released
         is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
         ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
-        the clients' updates — a diagnostic of the trusted server, not covered by ε.
+        the clients' updates — a diagnostic of the trusted server, not covered by ε. Likewise under a reducer
+        that adds server state to the weighted mean (a stage with ``shifts_mean = True``: FedDyn's Δ_t = mean − h/α).
 
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
@@ -305,7 +306,7 @@ class ServerOptimizer(Callback):
         sq_norms = torch.stack(
             [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
         )
-        if self.privatises:
+        if self.privatises or any(getattr(stage, "shifts_mean", False) for stage in self.aggregators or ()):
             deltas = [self.client_delta(u) for u in updates]
             pseudo_gradient = [sum(float(w) * d[j].double() for w, d in zip(weights, deltas))
                                for j in range(len(deltas[0]))]

@@ -47,7 +47,7 @@ def _feddyn_reference(w0, x, y, dm, rounds, gamma, alpha, eta=1.0, keep_state=Tr
             drifts.append(wk - w)
         h = h - alpha / n * np.sum(drifts, axis=0)        # A3: N = all clients
         w = w + eta * (np.mean(drifts, axis=0) - h / alpha)  # A4: θ^t = mean_k θ_k^t − h/α (uniform over P_t)
-    return w, g, h
+    return w, g, h, np.array(drifts)
 
 
 def _fit(tmp_path, server, rounds=4, **trainer_kwargs):
@@ -62,12 +62,12 @@ def _fit(tmp_path, server, rounds=4, **trainer_kwargs):
 
 def test_feddyn_equals_numpy_algorithm_1(tmp_path):
     server = FedDyn(alpha=0.1)
-    x, y, dm, w0, model, _ = _fit(tmp_path, server, rounds=5)
+    x, y, dm, w0, model, trainer = _fit(tmp_path, server, rounds=5)
     cohorts = [list(dm.sample_clients(t)) for t in range(5)]
     assert len({c for cohort in cohorts for c in cohort}) < sum(map(len, cohorts))  # some client comes back
     steps = {len(dm.client_batches(c, t)) for t, cohort in enumerate(cohorts) for c in cohort}
     assert len(steps) > 1  # heterogeneous local work
-    want_w, want_g, want_h = _feddyn_reference(w0, x, y, dm, rounds=5, gamma=0.05, alpha=0.1)
+    want_w, want_g, want_h, last = _feddyn_reference(w0, x, y, dm, rounds=5, gamma=0.05, alpha=0.1)
     np.testing.assert_allclose(linear_weights(model), want_w, rtol=1e-12, atol=1e-13)
     table = server.client_algorithm_states[0]
     assert sorted(table.ids()) == sorted(want_g)
@@ -76,8 +76,12 @@ def test_feddyn_equals_numpy_algorithm_1(tmp_path):
     (state,) = server.aggregator_state
     np.testing.assert_allclose(torch.cat([t.reshape(-1) for t in state.h]).numpy(), want_h, rtol=1e-12, atol=1e-13)
     # the stored g_k and h changed the result: without them (g_k = 0 on every visit) it is another run
-    forgetful, _, _ = _feddyn_reference(w0, x, y, dm, rounds=5, gamma=0.05, alpha=0.1, keep_state=False)
+    forgetful, *_ = _feddyn_reference(w0, x, y, dm, rounds=5, gamma=0.05, alpha=0.1, keep_state=False)
     assert np.abs(forgetful - want_w).max() > 1e-6
+    # round_gradient_diversity (FedAWARE, Def. 3.1) describes the clients' updates: √(mean‖Δ_k‖² / ‖mean Δ_k‖²) of the
+    # last round, not of the h-corrected step Δ_t
+    diversity = np.sqrt(np.mean(np.sum(last**2, axis=1)) / np.sum(np.mean(last, axis=0) ** 2))
+    assert float(trainer.callback_metrics["round_gradient_diversity"]) == pytest.approx(diversity, rel=1e-6)
 
 
 def test_feddyn_is_fedavg_with_both_halves_bit_for_bit(tmp_path):
@@ -91,7 +95,7 @@ def test_feddyn_is_fedavg_with_both_halves_bit_for_bit(tmp_path):
 
 def test_feddyn_with_a_server_learning_rate_scales_the_corrected_step(tmp_path):
     x, y, dm, w0, model, _ = _fit(tmp_path, FedDyn(alpha=0.01, lr=0.5), rounds=3)
-    want, _, _ = _feddyn_reference(w0, x, y, dm, rounds=3, gamma=0.05, alpha=0.01, eta=0.5)
+    want, *_ = _feddyn_reference(w0, x, y, dm, rounds=3, gamma=0.05, alpha=0.01, eta=0.5)
     np.testing.assert_allclose(linear_weights(model), want, rtol=1e-12, atol=1e-13)
 
 
@@ -171,6 +175,7 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path):
     ckpt = torch.load(tmp_path / "cb" / "last.ckpt", weights_only=True)
     (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("FedDyn")]
     assert state["num_steps"] == 2 and state["client_algorithms"]["0"]["rows"] and state["aggregators"][0]["h"]
+    assert ckpt["lightning_fed"]["run_config"]["server_optimizer.alpha"] == 0.1  # a resume with another α is refused
     resumed, server = _resume_run(tmp_path / "b", 5, tmp_path / "cb", ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
     assert server.num_steps == 5
     for p, q in zip(full.parameters(), resumed.parameters()):
