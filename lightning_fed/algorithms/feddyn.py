@@ -24,9 +24,10 @@ Choices, and where the peers differ (read, not copied):
 
 * **Uniform mean over the clients that reported** (A4's 1/|P_t|; the authors' code, ``np.mean(clnt_params_list
   [selected_clnts])`` in utils_methods.py ``train_FedDyn``; Flower's DepthFL baseline, strategy.py; FedLab's
-  ``Aggregators.fedavg_aggregate``). ``weighting="num_samples"`` is refused at fit start: h^t is the plain mean
-  (1/N)Σ_k g_k over all clients (Acar et al., Sec. 3), and θ^t = mean θ_k − h/α is the fixed point of Alg. 1 only
-  with the same unweighted mean; a sample-weighted mean would mix two different averages silently.
+  ``Aggregators.fedavg_aggregate`` without weights). ``weighting="num_samples"`` is refused at fit start rather
+  than offered: h^t tracks the plain mean (1/N)Σ_k ∇L_k(θ_k^t) over all clients, and Acar et al.'s analysis pairs it
+  with the unweighted mean of A4; a sample-weighted A4 beside an unweighted h is a variant none of the peers runs,
+  and its results would not be FedDyn's.
 * **h's update sums the clients' own drifts** Σ_{k∈P_t}(θ_k^t − θ^{t−1}) (so that h^t = (1/N)Σ_k ∇L_k(θ_k^t) — the
   authors' code keeps exactly this, ``cld_mdl_param = avg + np.mean(local_param_list, axis=0)`` with
   ``local_param_list[k] += θ_k − θ``, and Flower's DepthFL baseline too). FedLab (fedlab/contrib/algorithm/
@@ -45,7 +46,9 @@ Choices, and where the peers differ (read, not copied):
   statistics) are averaged by the loop as for every method, without h — like Flower's DepthFL baseline, which
   applies h to weights and biases only.
 * A parameter whose gradient is ``None`` at a step (unused, frozen) gets no correction at that step, as torch
-  optimizers skip it; it stays at θ^{t−1}, so its entries of g_k are unchanged by A2.
+  optimizers skip it; one that never gets a gradient stays at θ^{t−1}, so its entries of g_k are unchanged by A2.
+* **Which model is evaluated.** θ^t of A4 (the authors' ``cld_model``); their code also reports the plain mean of
+  the cohort's models (``avg_model``), which is not kept here.
 
 The server half works with any server rule (``FedAdam(client=[FedDynClient(0.01)], aggregators=
 [FedDynCorrection(0.01)], weighting="uniform")`` runs FedDyn's corrected pseudo-gradient through Adam); only SGD with
