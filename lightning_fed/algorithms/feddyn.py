@@ -259,7 +259,9 @@ class FedDynCorrection(Stage):
         """:func:`check_feddyn` (fit start, called by the server optimizer for every stage that has it)."""
         check_feddyn(server)
 
-    def apply(self, x: ClientDeltas, state: "FedDynCorrection.State", info: RoundInfo) -> tuple[list[Tensor], "FedDynCorrection.State"]:
+    def apply(
+        self, x: ClientDeltas, state: "FedDynCorrection.State", info: RoundInfo
+    ) -> tuple[list[Tensor], "FedDynCorrection.State"]:
         """Δ_t and the new h (see the class doc)."""
         mean, _ = WeightedMean().apply(x, EmptyState(), info)
         first = x.deltas[0]

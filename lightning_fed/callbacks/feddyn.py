@@ -13,7 +13,9 @@ from lightning_fed.server.checks import check_positive
 
 class FedDyn(FedAvg):
     """FedDyn (Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021, Algorithm 1): the
-    composition ``FedAvg(lr, weighting="uniform", aggregators=[FedDynCorrection(alpha)], client=[FedDynClient(alpha)])``.
+    composition ``FedAvg(lr, weighting="uniform", aggregators=[FedDynCorrection(alpha)],
+    client=[FedDynClient(alpha)])``; write that composition by hand to add client transforms (e.g. clipping) before
+    the reducer, or give the two halves to another server rule.
 
     Client k of round t (cohort P_t, global model θ^{t−1}) runs its local work on the gradient
     ``∇L_k(θ) − g_k + α(θ − θ^{t−1})`` (Alg. 1's local objective L_k(θ) − ⟨∇L_k(θ_k^{t−1}), θ⟩ + α/2‖θ − θ^{t−1}‖²),

@@ -55,7 +55,8 @@ def _fit(tmp_path, server, rounds=4, **trainer_kwargs):
     torch.manual_seed(0)
     model = LinearRegression(lr=0.05)
     w0 = linear_weights(model)
-    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **(quiet_trainer_kwargs(tmp_path) | trainer_kwargs))
+    kwargs = quiet_trainer_kwargs(tmp_path) | trainer_kwargs
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **kwargs)
     trainer.fit(model, datamodule=dm)
     return x, y, dm, w0, model, trainer
 
@@ -87,7 +88,8 @@ def test_feddyn_equals_numpy_algorithm_1(tmp_path):
 def test_feddyn_is_fedavg_with_both_halves_bit_for_bit(tmp_path):
     runs = []
     for server in (FedDyn(alpha=0.01, lr=0.8),
-                   FedAvg(lr=0.8, weighting="uniform", aggregators=[FedDynCorrection(0.01)], client=[FedDynClient(0.01)])):
+                   FedAvg(lr=0.8, weighting="uniform", aggregators=[FedDynCorrection(0.01)],
+                          client=[FedDynClient(0.01)])):
         *_, model, _ = _fit(tmp_path, server, rounds=3)
         runs.append(linear_weights(model))
     assert np.array_equal(runs[0], runs[1])
