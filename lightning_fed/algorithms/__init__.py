@@ -6,6 +6,8 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 (:class:`~lightning_fed.callbacks.FedProx` is FedAvg with :class:`FedProxClient`).
 """
 
+from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
 from lightning_fed.algorithms.fedprox import FedProxClient
 
 __all__ = ["FedProxClient"]
+__all__ += ["FedDynClient", "FedDynCorrection"]

@@ -6,6 +6,7 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
+from lightning_fed.callbacks.feddyn import FedDyn
 from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB, LocalAdaptiveServer
 from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient, LocalAMSGrad
@@ -42,6 +43,7 @@ __all__ = [
     "FedAMS",
     "FedAWARE",
     "FedAvgM",
+    "FedDyn",
     "FedLAMB",
     "FedLAMBClient",
     "FedMedian",

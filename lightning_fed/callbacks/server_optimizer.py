@@ -314,7 +314,8 @@ class ServerOptimizer(Callback):
         accumulated in float64. Under a chain that adds DP noise (:attr:`privatises`) the pseudo-gradient released
         is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
         ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
-        the clients' updates — a diagnostic of the trusted server, not covered by ε.
+        the clients' updates — a diagnostic of the trusted server, not covered by ε. Likewise under a reducer
+        that adds server state to the weighted mean (a stage with ``shifts_mean = True``: FedDyn's Δ_t = mean − h/α).
 
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
@@ -323,7 +324,7 @@ class ServerOptimizer(Callback):
         sq_norms = torch.stack(
             [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
         )
-        if self.privatises:
+        if self.privatises or any(getattr(stage, "shifts_mean", False) for stage in self.aggregators or ()):
             deltas = [self.client_delta(u) for u in updates]
             pseudo_gradient = [sum(float(w) * d[j].double() for w, d in zip(weights, deltas))
                                for j in range(len(deltas[0]))]
@@ -483,6 +484,8 @@ class ServerOptimizer(Callback):
             ValueError: under a chain that adds DP noise (:attr:`privatises`), what
                 :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
                 ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort``.
+            ValueError: as a stage's ``check_server(server)``, where it has one (e.g. FedDyn's server half without
+                its client half).
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
@@ -505,6 +508,10 @@ class ServerOptimizer(Callback):
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
         self._setup_client_algorithms(trainer, pl_module)
+        for stage in self.aggregators or ():  # a server half that needs its client half (FedDyn) refuses here
+            check_server = getattr(stage, "check_server", None)
+            if check_server is not None:
+                check_server(self)
         cohort = getattr(trainer.datamodule, "clients_per_round", None)
         if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
             for stage in self.aggregators or ():

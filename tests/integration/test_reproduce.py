@@ -116,6 +116,21 @@ def test_shortened_phases_and_seeds(reproduce, tmp_path):
     assert hp["seed"] == 1
 
 
+def test_the_added_baselines_run_beside_the_six_method_table(reproduce):
+    """Issue #30: FedDyn's runs compose like fedaware_fmnist's (setting's data, method's server and model, seeds 0-2,
+    500 rounds) in a table of their own."""
+    runs = {r.name: r for r in reproduce.fedaware_fmnist_baselines()}
+    assert {f"{s}_feddyn_seed{k}" for s in reproduce.FEDAWARE_SETTINGS for k in (0, 1, 2)} <= set(runs)
+    run = runs["hybrid_feddyn_seed1"]
+    assert run.table == "fedaware_fmnist_baselines" and run.rounds == 500
+    assert run.config["trainer"]["callbacks"][0] == {"class_path": "lightning_fed.callbacks.feddyn.FedDyn",
+                                                     "init_args": {"alpha": 0.01, "lr": 1.0}}
+    twin = {r.name: r for r in reproduce.fedaware_fmnist()}["hybrid_fedavg_seed1"]
+    assert run.config["data"] == twin.config["data"] and run.config["model"] == twin.config["model"]
+    assert reproduce.method_name(run) == "FedDyn"
+    assert "fedaware_fmnist_baselines" in reproduce.TABLES and "fedaware_fmnist_baselines" in reproduce.TABLE_FIGURES
+
+
 def test_tables_from_csvs(reproduce, tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "RESULTS", tmp_path)
     folder = tmp_path / "reddi_shakespeare"
