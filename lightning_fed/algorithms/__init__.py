@@ -7,5 +7,7 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 """
 
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.fednova import FedNovaAveraging
 
 __all__ = ["FedProxClient"]
+__all__ += ["FedNovaAveraging"]
