@@ -135,6 +135,7 @@ def reddi_shakespeare() -> list[Run]:
 
 FEDAWARE_SETTINGS = ("hybrid_plus", "hybrid", "statistical_only")  # the order runs take (see fedaware_fmnist)
 FEDAWARE_METHODS = ("fedaware", "fedyogi", "fedavgm", "fedavg", "fedprox", "scaffold")
+FEDAWARE_METHODS += ("fednova",)  # #30: Table 1's FedNova row (fashion_mnist_hybrid_plus_fednova.yaml)
 
 
 def fedaware_fmnist() -> list[Run]:
@@ -368,6 +369,7 @@ def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, div
 METHOD_NAMES = {"fedaware": "FedAWARE", "fedyogi": "FedYogi", "fedavgm": "FedAvgM", "fedavg": "FedAvg",
                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam",
                 "fedlamb": "Fed-LAMB", "fedams": "Fed-AMS", "fedsgd": "Fed-SGD"}
+METHOD_NAMES["fednova"] = "FedNova"  # #30
 
 
 def method_name(run: Run) -> str:
