@@ -185,7 +185,7 @@ class FedNovaAveraging(Stage):
         >>> FedNovaAveraging(local_solver="sgd", momentum=0.9)
         Traceback (most recent call last):
         ...
-        ValueError: `momentum`=0.9 is the local momentum ρ of local_solver='momentum', but local_solver='sgd'; use FedNovaAveraging(local_solver='momentum', momentum=0.9).
+        ValueError: `momentum`=0.9 is the local momentum ρ of local_solver='momentum', but local_solver='sgd'; use local_solver='momentum', momentum=0.9.
     """
 
     kind = "reduce"
@@ -200,13 +200,13 @@ class FedNovaAveraging(Stage):
         if momentum != 0.0 and local_solver != "momentum":
             raise ValueError(
                 f"`momentum`={momentum} is the local momentum ρ of local_solver='momentum', but "
-                f"local_solver={local_solver!r}; use {type(self).__name__}(local_solver='momentum', momentum={momentum})"
+                f"local_solver={local_solver!r}; use local_solver='momentum', momentum={momentum}"
                 + ("" if local_solver == "sgd" else " (momentum and proximal together have no closed-form a_i)") + "."
             )
         if mu != 0.0 and local_solver != "proximal":
             raise ValueError(
                 f"`mu`={mu} is FedProx's proximal coefficient of local_solver='proximal', but "
-                f"local_solver={local_solver!r}; use {type(self).__name__}(local_solver='proximal', mu={mu})."
+                f"local_solver={local_solver!r}; use local_solver='proximal', mu={mu}."
             )
         self.local_solver = local_solver
         self.momentum = momentum

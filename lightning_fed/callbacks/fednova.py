@@ -77,7 +77,7 @@ class FedNova(ServerOptimizer):
         >>> FedNova(local_solver="sgd", mu=0.1)
         Traceback (most recent call last):
         ...
-        ValueError: `mu`=0.1 is FedProx's proximal coefficient of local_solver='proximal', but local_solver='sgd'; use FedNovaAveraging(local_solver='proximal', mu=0.1).
+        ValueError: `mu`=0.1 is FedProx's proximal coefficient of local_solver='proximal', but local_solver='sgd'; use local_solver='proximal', mu=0.1.
     """
 
     def __init__(

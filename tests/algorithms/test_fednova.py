@@ -38,8 +38,8 @@ class AdamRegression(LinearRegression):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
 
-def _datamodule(seed=0, local_work=True):
-    x, y = regression_data(n=60, d=3, seed=seed)
+def _datamodule(seed=0, local_work=True, n=60):
+    x, y = regression_data(n=n, d=3, seed=seed)
     kwargs = (dict(local_work=SampledLocalWork(epochs=[1, 3], batch_size=[2, 5], seed=1)) if local_work
               else dict(batch_size=5, local_epochs=1))
     dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
@@ -91,7 +91,7 @@ def test_a_norm_refuses_what_has_no_non_negative_a():
 
 # ------------------------------------------------------------------------------------------ NumPy reference
 def _fednova_reference(w0, x, y, dm, rounds, gamma, solver="sgd", rho=0.0, mu=0.0, wd=0.0, eta=1.0,
-                       server_adam=None):
+                       server_adam=None, uniform=False):
     """Wang et al. 2020: local solver (Sec. 4.1), then x ← x + η·τ_eff·Σ p_i Δ_i/‖a_i‖₁ (Sec. 5), p_i ∝ n_i in the
     cohort; with ``server_adam=(β1, β2, τ)`` Reddi et al.'s FedAdam step (Alg. 2, v₋₁ = τ²) on that Δ_t instead."""
     w = w0.copy()
@@ -114,7 +114,7 @@ def _fednova_reference(w0, x, y, dm, rounds, gamma, solver="sgd", rho=0.0, mu=0.
             deltas.append(wk - w)
             sizes.append(dm.client_num_samples(cid))
             norms.append(np.abs(a).sum())
-        p = np.array(sizes, float) / sum(sizes)
+        p = np.full(len(sizes), 1.0 / len(sizes)) if uniform else np.array(sizes, float) / sum(sizes)
         tau_eff = float((p * np.array(norms)).sum())
         delta = tau_eff * sum(pi * d / n for pi, d, n in zip(p, deltas, norms))
         if server_adam is None:
@@ -147,6 +147,16 @@ def test_fednova_local_sgd_equals_numpy(tmp_path):
     torch.manual_seed(0)
     plain = _fit(FedAvg(lr=0.8), LinearRegression(lr=0.05), dm2, tmp_path, rounds=4)
     assert np.abs(plain - got).max() > 1e-4
+
+
+def test_fednova_uniform_weights_equal_numpy(tmp_path):
+    x, y, dm = _datamodule(seed=1, n=64)  # clients of 10 and 11 samples
+    model = LinearRegression(lr=0.05)
+    w0 = linear_weights(model)
+    got = _fit(FedNova(weighting="uniform"), model, dm, tmp_path, rounds=3)
+    expected = _fednova_reference(w0, x, y, dm, rounds=3, gamma=0.05, uniform=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+    assert np.abs(expected - _fednova_reference(w0, x, y, dm, rounds=3, gamma=0.05)).max() > 1e-6
 
 
 def test_fednova_local_momentum_with_weight_decay_equals_numpy(tmp_path):
@@ -237,9 +247,9 @@ def test_proximal_needs_one_client_learning_rate_and_alpha_below_one():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(local_solver="adam"), r"`local_solver` must be one of \('sgd', 'momentum', 'proximal'\)"),
     (dict(local_solver="momentum", momentum=1.0), r"`momentum` must be a number in \[0, 1\)"),
-    (dict(local_solver="sgd", momentum=0.9), r"use FedNovaAveraging\(local_solver='momentum', momentum=0.9\)"),
+    (dict(local_solver="sgd", momentum=0.9), r"local_solver='sgd'; use local_solver='momentum', momentum=0.9\."),
     (dict(local_solver="proximal", mu=0.1, momentum=0.9), r"momentum and proximal together have no closed-form"),
-    (dict(local_solver="momentum", momentum=0.9, mu=0.1), r"use FedNovaAveraging\(local_solver='proximal', mu=0.1\)"),
+    (dict(local_solver="momentum", momentum=0.9, mu=0.1), r"local_solver='momentum'; use local_solver='proximal', mu=0.1\."),
     (dict(local_solver="proximal", mu=-1.0), r"`mu` must be a finite number >= 0"),
 ])
 def test_bad_arguments(kwargs, message):
