@@ -137,6 +137,7 @@ def reddi_shakespeare() -> list[Run]:
 
 FEDAWARE_SETTINGS = ("hybrid_plus", "hybrid", "statistical_only")  # the order runs take (see fedaware_fmnist)
 FEDAWARE_METHODS = ("fedaware", "fedyogi", "fedavgm", "fedavg", "fedprox", "scaffold")
+FEDAWARE_METHODS += ("fednova",)  # #30: Table 1's FedNova row (fashion_mnist_hybrid_plus_fednova.yaml)
 
 
 def fedaware_fmnist() -> list[Run]:
@@ -393,6 +394,7 @@ METHOD_NAMES = {"fedaware": "FedAWARE", "fedyogi": "FedYogi", "fedavgm": "FedAvg
                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam",
                 "fedlamb": "Fed-LAMB", "fedams": "Fed-AMS", "fedsgd": "Fed-SGD"}
 METHOD_NAMES["feddyn"] = "FedDyn"
+METHOD_NAMES["fednova"] = "FedNova"  # #30
 
 
 def method_name(run: Run) -> str:

@@ -8,6 +8,8 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 
 from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.fednova import FedNovaAveraging
 
 __all__ = ["FedProxClient"]
 __all__ += ["FedDynClient", "FedDynCorrection"]
+__all__ += ["FedNovaAveraging"]

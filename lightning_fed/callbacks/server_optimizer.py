@@ -483,7 +483,9 @@ class ServerOptimizer(Callback):
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
             ValueError: under a chain that adds DP noise (:attr:`privatises`), what
                 :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
-                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort``.
+                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort``, or as a stage's
+                ``check_fit(trainer, pl_module, server)`` where it has one (e.g. FedNova's reducer refuses clients
+                that do not run its declared local solver).
             ValueError: as a stage's ``check_server(server)``, where it has one (e.g. FedDyn's server half without
                 its client half).
         """
@@ -518,6 +520,10 @@ class ServerOptimizer(Callback):
                 check = getattr(stage, "check_cohort", None)
                 if check is not None:
                     check(int(cohort))
+        for stage in self.aggregators or ():  # a stage that depends on the clients' local solver checks it here
+            check_fit = getattr(stage, "check_fit", None)
+            if check_fit is not None:
+                check_fit(trainer, pl_module, self)
 
     def _setup_client_algorithms(self, trainer: Any, pl_module: Any) -> None:
         """At fit start: refuse a server optimizer with its own client channel beside ``client`` (one of them would be
