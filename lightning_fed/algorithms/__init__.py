@@ -9,3 +9,6 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 from lightning_fed.algorithms.fedprox import FedProxClient
 
 __all__ = ["FedProxClient"]
+from lightning_fed.algorithms.fedmgda import FedMGDAMinNorm, min_norm_box  # noqa: E402  (FedMGDA+'s server half)
+
+__all__ += ["FedMGDAMinNorm", "min_norm_box"]

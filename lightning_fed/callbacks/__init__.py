@@ -7,6 +7,7 @@ from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.fedaware import FedAWARE
+from lightning_fed.callbacks.fedmgda import FedMGDAPlus
 from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB, LocalAdaptiveServer
 from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient, LocalAMSGrad
 from lightning_fed.callbacks.fedyogi import FedYogi
@@ -44,6 +45,7 @@ __all__ = [
     "FedAvgM",
     "FedLAMB",
     "FedLAMBClient",
+    "FedMGDAPlus",
     "FedMedian",
     "FedProx",
     "FedTrimmedAvg",
