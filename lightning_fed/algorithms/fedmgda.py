@@ -1,8 +1,8 @@
-"""FedMGDA+ (Hu, Wang, Ma, Yu / Hu, Shaloudegi, Zhang, Yu, *Federated Learning Meets Multi-objective Optimization*,
-IEEE TNSE 2022, arXiv:2006.11489, Algorithm 1 "FedMGDA+"): the server combines the round's *normalised* client
-updates with the weights of minimum norm over the ε-constrained simplex, a common descent direction of every
-participating client's objective (MGDA, Désidéri 2012; Sener & Koltun 2018). Server half only: the clients train
-as in FedAvg (any client half can be added with ``client=[...]``).
+"""FedMGDA+ (Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu, *Federated Learning Meets Multi-objective Optimization*, IEEE
+Trans. Network Science and Engineering 2022, arXiv:2006.11489, Algorithm 1 "FedMGDA+"): the server combines the
+round's *normalised* client updates with the weights of minimum norm over the ε-constrained simplex, a common descent
+direction of every participating client's objective (MGDA, Désidéri 2012; Sener & Koltun 2018). Server half only:
+the clients train as in FedAvg (any client half can be added with ``client=[...]``).
 
 With S_t the round's cohort (the clients that reported, K = |S_t|), Δ_i = x_i − x_t client i's update and
 g_i = −Δ_i its "gradient" (Alg. 1 writes the server step with g_i = x_t − x_i)::

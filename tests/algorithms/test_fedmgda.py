@@ -285,6 +285,7 @@ def test_a_client_transform_runs_before_the_min_norm_step(tmp_path):
         server = FedAvg(lr=0.5, weighting="uniform", aggregators=chain)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            FederatedTrainer(max_epochs=2, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+            trainer = FederatedTrainer(max_epochs=2, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+            trainer.fit(model, datamodule=dm)
         runs.append(linear_weights(model))
     np.testing.assert_allclose(runs[0], runs[1], rtol=1e-12)
