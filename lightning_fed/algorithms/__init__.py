@@ -7,9 +7,8 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 """
 
 from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
-from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.fedmgda import FedMGDAMinNorm, min_norm_box
 from lightning_fed.algorithms.fednova import FedNovaAveraging
+from lightning_fed.algorithms.fedprox import FedProxClient
 
-__all__ = ["FedProxClient"]
-__all__ += ["FedDynClient", "FedDynCorrection"]
-__all__ += ["FedNovaAveraging"]
+__all__ = ["FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedProxClient", "min_norm_box"]

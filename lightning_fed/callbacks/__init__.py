@@ -9,6 +9,7 @@ from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.feddyn import FedDyn
 from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.callbacks.fednova import FedNova
+from lightning_fed.callbacks.fedmgda import FedMGDAPlus
 from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB, LocalAdaptiveServer
 from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient, LocalAMSGrad
 from lightning_fed.callbacks.fedyogi import FedYogi
@@ -47,6 +48,7 @@ __all__ = [
     "FedDyn",
     "FedLAMB",
     "FedLAMBClient",
+    "FedMGDAPlus",
     "FedMedian",
     "FedNova",
     "FedProx",

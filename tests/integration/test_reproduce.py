@@ -258,3 +258,17 @@ def test_runs_get_the_malloc_settings_unless_the_environment_sets_them(reproduce
     env = reproduce.run_env(3)
     assert env["MALLOC_MMAP_THRESHOLD_"] == str(2**30) and env["MALLOC_TRIM_THRESHOLD_"] == "65536"
     assert env["OMP_NUM_THREADS"] == "3"
+
+
+def test_fedmgda_runs_sit_beside_the_fedaware_hybrid_plus_runs(reproduce):
+    """FedMGDA+'s reproduction (issue #30): Hybrid+ at seeds 0, 1, 2, composed exactly as the six methods of
+    ``fedaware_fmnist`` (same data section, seeds, CNN and rounds), only the server optimizer differs."""
+    runs = {r.name: r for r in reproduce.fedmgda_fmnist()}
+    assert sorted(runs) == [f"hybrid_plus_fedmgda_seed{s}" for s in (0, 1, 2)]
+    (fedavg,) = [r for r in reproduce.fedaware_fmnist() if r.name == "hybrid_plus_fedavg_seed1"]
+    run = runs["hybrid_plus_fedmgda_seed1"]
+    assert run.config["data"] == fedavg.config["data"] and run.config["model"] == fedavg.config["model"]
+    assert run.config["seed_everything"] == 1 and run.phases == fedavg.phases
+    (server,) = run.config["trainer"]["callbacks"]
+    assert server["class_path"].endswith("FedMGDAPlus") and server["init_args"]["epsilon"] == 1.0
+    assert reproduce.method_name(run) == "FedMGDA+" and "fedmgda_fmnist" in reproduce.TABLE_FIGURES
