@@ -7,8 +7,9 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
-from lightning.pytorch.callbacks import Callback, ProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_fed._lightning import PATH, set_checkpoint_connector, strategy_has_checkpoint_io
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -31,6 +32,13 @@ from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
 
 #: ``client_executor`` names accepted as strings (e.g. from the CLI).
 EXECUTOR_NAMES = ("sequential", "vectorized")
+
+
+#: Said (``rank_zero_info``) when a trainer is built without a server optimizer callback.
+NO_SERVER_OPTIMIZER_NOTE = (
+    "No server optimizer given: using FedAvg with server learning rate η = 1 (the sample-weighted average of the "
+    "client models). Choose one with callbacks=[FedAdam(lr=1e-2)] (CLI: --server_optimizer FedAdam)."
+)
 
 
 def _resolve_executor(executor: Any) -> Optional[ClientExecutor]:
@@ -127,8 +135,9 @@ class FederatedTrainer(L.Trainer):
 
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
     round's local work is discarded, a checkpoint of the state at the round's start is written to the
-    ModelCheckpoint's ``dirpath/last.ckpt`` (else ``default_root_dir/last.ckpt``) and the run ends with exit status
-    1; ``fit(..., ckpt_path=...)`` on it resumes exactly. See :class:`~lightning_fed.FederatedFitLoop`.
+    ModelCheckpoint's ``dirpath/last.ckpt`` (without a ModelCheckpoint in ``callbacks``, Lightning's default one
+    included: ``default_root_dir/last.ckpt``) and the run ends with exit status 1; ``fit(..., ckpt_path=...)`` on
+    it resumes exactly. See :class:`~lightning_fed.FederatedFitLoop`.
 
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
@@ -187,8 +196,11 @@ class FederatedTrainer(L.Trainer):
             callbacks = [callbacks]
         else:
             callbacks = list(callbacks)
+        # a stop signal's checkpoint goes to a ModelCheckpoint the user gave, never to Lightning's default one
+        self._model_checkpoint_given = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
         servers = [cb for cb in callbacks if isinstance(cb, ServerOptimizer)]
         if not servers:
+            rank_zero_info(NO_SERVER_OPTIMIZER_NOTE)  # info, once per trainer: a documented default, not a mistake
             callbacks.append(FedAvg())
         else:
             find_server_optimizer(callbacks)  # raises on two or more

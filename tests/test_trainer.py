@@ -119,3 +119,21 @@ def test_hugging_face_dict_batches_do_not_warn_about_batch_size(tmp_path, recwar
     dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=3, batch_size=5)
     FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(_DictRegression(), datamodule=dm)
     assert not [w for w in recwarn if "batch_size" in str(w.message)]
+
+
+def test_leaving_out_the_server_optimizer_says_fedavg_once(tmp_path, caplog):
+    """Issue #32 item 8: no server optimizer means FedAvg with η = 1; said once, as info (not a warning)."""
+    import logging
+    import warnings
+
+    with caplog.at_level(logging.INFO), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer = FederatedTrainer(**quiet_trainer_kwargs(tmp_path))
+    notes = [r for r in caplog.records if "No server optimizer given" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
+    assert "FedAvg with server learning rate η = 1" in notes[0].getMessage()
+    assert type(trainer.server_optimizer).__name__ == "FedAvg" and trainer.server_optimizer.lr == 1.0
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        FederatedTrainer(**quiet_trainer_kwargs(tmp_path), callbacks=[FedAdam(lr=0.01)])
+    assert not [r for r in caplog.records if "No server optimizer given" in r.getMessage()]
