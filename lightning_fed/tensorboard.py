@@ -222,6 +222,51 @@ def _csv_loggers(trainer: Any) -> list[Any]:
     return [lg for lg in trainer.loggers if isinstance(lg, CSVLogger)]
 
 
+def one_row_per_step(logger: Any) -> None:
+    """Make a :class:`~lightning.pytorch.loggers.CSVLogger`'s ``metrics.csv`` hold one row per step (per round):
+    Lightning writes a row per logging call, three per round in a federated run (the step-level training values,
+    the validation metrics, the round's metrics), all with the same ``step``.
+
+    Values logged at the step of the row before (and under other names) are merged into that row; the rows of the
+    latest step are written when a later step is logged or when the logger is finalized (end of ``fit``,
+    ``validate``, ..., also after an exception). A name logged twice at one step starts a new row, as before.
+    Installed once per logger, at the start of the fit loop; values are unchanged.
+    """
+    writer = logger.experiment
+    if getattr(writer, "_lightning_fed_one_row_per_step", False):
+        return
+    writer._lightning_fed_one_row_per_step = True
+    log_metrics, save, finalize = writer.log_metrics, writer.save, logger.finalize
+
+    def merged_log_metrics(metrics_dict: dict, step: Optional[int] = None) -> None:
+        log_metrics(metrics_dict, step)
+        row = writer.metrics.pop()
+        last = writer.metrics[-1] if writer.metrics else None
+        shared = set(row).intersection(last or ()) - {"step", "epoch"}
+        if last is not None and last["step"] == row["step"] and last.get("epoch") == row.get("epoch", last.get("epoch")) \
+                and not shared:
+            last.update(row)
+        else:
+            writer.metrics.append(row)
+
+    def held_back_save() -> None:
+        rows = writer.metrics
+        if not rows:
+            return
+        first_held = len(rows)
+        while first_held > 0 and rows[first_held - 1]["step"] == rows[-1]["step"]:
+            first_held -= 1
+        held, writer.metrics = rows[first_held:], rows[:first_held]
+        save()  # writes (and clears) the rows of earlier steps
+        writer.metrics = held + writer.metrics
+
+    def flushing_finalize(status: str) -> None:
+        save()
+        finalize(status)
+
+    writer.log_metrics, writer.save, logger.finalize = merged_log_metrics, held_back_save, flushing_finalize
+
+
 def run_name(logger: Any) -> str:
     """The run's HParams *trial id*: its log directory (``logger.log_dir``, normalised, e.g.
     ``runs/lightning_logs/version_3``), one per run, so TensorBoard never merges two runs into one session group
@@ -251,7 +296,8 @@ def log_federated_hparams(trainer: Any) -> dict[str, Any]:
     (step 0, trial id :func:`run_name`: the log directory, so runs with equal settings stay apart) with the
     :func:`custom_scalars_layout`, and into the logger's ``hparams.yaml`` (``logger.log_hyperparams(params,
     metrics={})``, which writes no placeholder metric); a :class:`~lightning.pytorch.loggers.CSVLogger`'s
-    ``hparams.yaml`` gets the same settings (next to the module's). Called once, at the start of the fit loop.
+    ``hparams.yaml`` gets the same settings (next to the module's) and its ``metrics.csv`` one row per round
+    (:func:`one_row_per_step`). Called once, at the start of the fit loop.
 
     Returns:
         The hyper-parameters written (``{}`` without a TensorBoard or CSV logger).
@@ -269,6 +315,7 @@ def log_federated_hparams(trainer: Any) -> dict[str, Any]:
     params = federated_hparams(trainer)
     for logger in csv_loggers:
         logger.log_hyperparams(params)
+        one_row_per_step(logger)
     for logger in loggers:
         if _lightning_logged_hparams(trainer, logger):
             rank_zero_warn(

@@ -362,3 +362,29 @@ def test_csv_logger_hparams_yaml_gets_the_federated_settings(tmp_path):
     for key, value in {**LEADING, "server_optimizer/lr": 0.03, "partitioner/alpha": 0.5, "clients_per_round": 3,
                        "local_work/local_epochs": 2, "lr": 0.05, "dropout": 0.1}.items():
         assert saved[key] == pytest.approx(value) if isinstance(value, float) else saved[key] == value, key
+
+
+def test_csv_metrics_have_one_row_per_round_with_the_logged_values(tmp_path):
+    """Issue #32 item 8: metrics.csv had three rows per round (step-level train values, validation, round
+    metrics). Now one per round; every value equals the one TensorBoard got at the same step (float32)."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3),
+                             clients_per_round=3, batch_size=16, local_epochs=1, seed=7)
+    csv_logger = CSVLogger(str(tmp_path), name="csv", version=0)
+    tb_logger = TensorBoardLogger(str(tmp_path), name="tb", version=0, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": [tb_logger, csv_logger], "max_epochs": 3,
+                                               "callbacks": [FedAvg()]}
+    FederatedTrainer(**kwargs).fit(SmallClassifier(in_features=5, num_classes=3), datamodule=dm)
+    with open(os.path.join(csv_logger.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["epoch"], r["step"]) for r in rows] == [("0", "0"), ("1", "1"), ("2", "2")]
+    acc = _events(tb_logger.log_dir)
+    for name in ("round_train_loss", "round_pseudo_grad_norm", "train_loss_step", "train_loss_epoch", "val_loss"):
+        logged = {e.step: e.value for e in acc.Scalars(name)}
+        assert sorted(logged) == [0, 1, 2], name
+        for row in rows:
+            assert float(row[name]) == pytest.approx(logged[int(row["step"])], rel=1e-6), name
