@@ -267,6 +267,52 @@ def one_row_per_step(logger: Any) -> None:
     writer.log_metrics, writer.save, logger.finalize = merged_log_metrics, held_back_save, flushing_finalize
 
 
+#: What Lightning and the fit loop write to a run's log folder before the first round: event files (the HParams
+#: session, the partition), ``hparams.yaml``, the CLI's ``config.yaml``. A failed fit's folder holding only these
+#: is removed (:func:`remove_unused_log_dirs`).
+_SETUP_FILES = ("hparams.yaml", "config.yaml")
+
+
+def new_log_dirs(trainer: Any) -> list[str]:
+    """The log folders of ``trainer``'s TensorBoard and CSV loggers that do not exist yet, with their ancestors that
+    do not exist either (``runs/lightning_logs/version_0``, ``runs/lightning_logs``, ...), called before ``fit``;
+    reading ``log_dir`` fixes the logger's next version, as Lightning would. ``[]`` with several processes
+    (``world_size > 1``: there Lightning broadcasts the version of rank 0)."""
+    if trainer.world_size != 1:
+        return []
+    out: list[str] = []
+    for logger in [*_tensorboard_loggers(trainer), *_csv_loggers(trainer)]:
+        path = os.path.abspath(str(logger.log_dir))
+        while path and not os.path.exists(path) and path not in out:
+            out.append(path)
+            path = os.path.dirname(path)
+    return out
+
+
+def remove_unused_log_dirs(paths: list[str]) -> list[str]:
+    """Remove the folders among ``paths`` (from :func:`new_log_dirs`: created by this fit) that hold nothing but
+    what the set-up of a failed fit writes: TensorBoard event files, ``hparams.yaml``, ``config.yaml`` (no
+    ``metrics.csv``, no checkpoint, no sub-folder left); deepest first, so a ``lightning_logs`` left empty goes too.
+    Returns the folders removed.
+
+    Called by :meth:`FederatedTrainer.fit` when the fit raised before its first round finished: a refused argument
+    or a data error would otherwise leave an empty ``version_N`` behind every time (Lightning creates the loggers'
+    folders before the data module's ``setup``).
+    """
+    import shutil
+
+    removed = []
+    for path in sorted(paths, key=lambda p: p.count(os.sep), reverse=True):
+        if not os.path.isdir(path):
+            continue
+        entries = os.listdir(path)
+        if all(os.path.isfile(os.path.join(path, e)) and (e.startswith("events.out.tfevents.") or e in _SETUP_FILES)
+               for e in entries):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def run_name(logger: Any) -> str:
     """The run's HParams *trial id*: its log directory (``logger.log_dir``, normalised, e.g.
     ``runs/lightning_logs/version_3``), one per run, so TensorBoard never merges two runs into one session group

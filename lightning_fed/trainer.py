@@ -7,9 +7,12 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.types import EVAL_DATALOADERS, TRAIN_DATALOADERS
 
 from lightning_fed._lightning import PATH, set_checkpoint_connector, strategy_has_checkpoint_io
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -273,6 +276,37 @@ class FederatedTrainer(L.Trainer):
     def server_optimizer(self) -> ServerOptimizer:
         """The trainer's server optimizer callback."""
         return find_server_optimizer(self.callbacks)
+
+    def fit(
+        self,
+        model: LightningModule,
+        train_dataloaders: Optional[Union[TRAIN_DATALOADERS, LightningDataModule]] = None,
+        val_dataloaders: Optional[EVAL_DATALOADERS] = None,
+        datamodule: Optional[LightningDataModule] = None,
+        ckpt_path: Optional[_PATH] = None,
+        weights_only: Optional[bool] = None,
+    ) -> None:
+        """:meth:`lightning.Trainer.fit` (the same arguments). When it raises before its first round finished, the
+        log folders it created and left holding only set-up files are removed (no empty ``version_N`` per failed
+        attempt; :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
+
+        Args:
+            model: The LightningModule (the global model).
+            train_dataloaders: As in :meth:`lightning.Trainer.fit` (a data module may be passed here).
+            val_dataloaders: As in :meth:`lightning.Trainer.fit`.
+            datamodule: The :class:`~lightning_fed.datamodules.FederatedDataModule`.
+            ckpt_path: Checkpoint to resume from ("last", "hpc", or a path), as in Lightning.
+            weights_only: Passed to ``torch.load`` when resuming, as in Lightning.
+        """
+        from lightning_fed.tensorboard import new_log_dirs, remove_unused_log_dirs
+
+        created = new_log_dirs(self)
+        try:
+            return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+        except BaseException:
+            if created and getattr(self.fit_loop, "_rounds_run", 0) == 0:
+                remove_unused_log_dirs(created)
+            raise
 
     def save_checkpoint(
         self, filepath: PATH, weights_only: Optional[bool] = None, storage_options: Optional[Any] = None
