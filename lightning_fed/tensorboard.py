@@ -613,7 +613,7 @@ def client_size_figure(partition: Any, bins: int = 30) -> Any:
         ax.set_xscale("log")
         for (name, value), colour in zip(size_quantiles(partition).items(), ("0.5", "0.3", "black", "0.3", "0.5")):
             ax.axvline(value, color=colour, linestyle="--", linewidth=1)
-            ax.annotate(f"{name} {_round(value):,}", (value, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+            ax.annotate(f"{name} = {_round(value):,}", (value, 1.0), xycoords=("data", "axes fraction"), rotation=90,
                         va="top", ha="right", fontsize=8)
     ax.set_xlabel("samples per client (log scale)")
     ax.set_ylabel("number of clients")
