@@ -4,6 +4,7 @@ TensorBoard by default."""
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Optional
 
 import yaml
@@ -318,6 +319,13 @@ class FederatedCLI(LightningCLI):
             "batches), or evaluate with `lightning-fed test`."
         )
 
+    def after_fit(self) -> None:
+        """Close ``lightning-fed fit`` with :func:`run_summary`: rounds trained, last validation metrics, and where
+        the logs, metrics, checkpoints and saved config are (``rank_zero_info``, Lightning's console logger)."""
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        rank_zero_info(run_summary(self.trainer))
+
     def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:
         """The trainer, with the ``server_optimizer`` argument as the first callback (none: the trainer's FedAvg)."""
         server = self._get(self.config_init, SERVER_OPTIMIZER_KEY)
@@ -332,6 +340,58 @@ class FederatedCLI(LightningCLI):
         trainer_config["callbacks"] = [server, *callbacks]
         extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
         return self._instantiate_trainer(trainer_config, extra)
+
+
+def run_summary(trainer: Any) -> str:
+    """The closing lines of ``lightning-fed fit``: how many rounds were trained, the last validation metrics, and
+    where the run's outputs are.
+
+    Rounds are counted from 0 in the TensorBoard step, the progress bar and the messages (round t of Reddi et al.'s
+    Alg. 1, ``trainer.current_epoch``); "N rounds trained" is the count, so validation "after 10 rounds" is logged
+    at step 9.
+
+    Lines: ``Trained N round(s) (rounds 0..N-1 ...)``; ``last validation (round t): val_acc 0.454, ...`` (the
+    ``val_*`` values of ``trainer.callback_metrics``, 4 significant digits); one per logger
+    (TensorBoard: the run's folder and the ``tensorboard --logdir`` command; CSV: ``metrics.csv`` and
+    ``hparams.yaml``; another logger: its ``log_dir``), or ``no logger``; the saved ``config.yaml`` when there is
+    one; one per ModelCheckpoint (its folder, the best checkpoint with its monitored score, the last one).
+    """
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    rounds = int(trainer.current_epoch)
+    last = f"rounds 0..{rounds - 1}" if rounds else "no round"
+    lines = [f"Trained {rounds} round(s) ({last}; the TensorBoard step and the progress bar count rounds from 0)."]
+    val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+    if val:
+        lines.append(f"  last validation (round {rounds - 1}): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(val.items())))
+    config_dirs = []
+    for logger in trainer.loggers:
+        log_dir = getattr(logger, "log_dir", None) or logger.save_dir
+        config_dirs.append(log_dir)
+        if isinstance(logger, TensorBoardLogger):
+            lines.append(f"  logs and metrics (TensorBoard): {log_dir}  -> tensorboard --logdir {logger.save_dir}")
+        elif isinstance(logger, CSVLogger):
+            lines.append(f"  metrics (CSV): {os.path.join(log_dir, 'metrics.csv')}; settings: "
+                         f"{os.path.join(log_dir, 'hparams.yaml')}")
+        else:
+            lines.append(f"  logs ({type(logger).__name__}): {log_dir}")
+    if not trainer.loggers:
+        lines.append("  no logger (trainer.logger is false): no metrics were written")
+    for folder in dict.fromkeys([*config_dirs, trainer.default_root_dir]):
+        if folder and os.path.isfile(os.path.join(folder, "config.yaml")):
+            lines.append(f"  config: {os.path.join(folder, 'config.yaml')}")
+            break
+    for callback in trainer.checkpoint_callbacks:
+        parts = [f"  checkpoints: {callback.dirpath}"]
+        if callback.best_model_path and callback.monitor:
+            score = callback.best_model_score
+            parts.append(f"best ({callback.monitor} {float(score):.4g}): {callback.best_model_path}")
+        if callback.last_model_path:
+            parts.append(f"last: {callback.last_model_path}")
+        elif callback.best_model_path and not callback.monitor:
+            parts.append(f"latest: {callback.best_model_path}")
+        lines.append(parts[0] + (" (" + "; ".join(parts[1:]) + ")" if len(parts) > 1 else ""))
+    return "\n".join(lines)
 
 
 PARTITION_USAGE = (

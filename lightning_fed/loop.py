@@ -486,10 +486,12 @@ class FederatedFitLoop(pl_private.FitLoop):
     def stop_checkpoint_path(self) -> str:
         """Where a stop signal's checkpoint goes: the trainer's :class:`ModelCheckpoint`'s "last" file
         (``<dirpath>/last.ckpt``, so ``ckpt_path="last"`` finds it; a ``save_last="link"`` symlink is replaced by
-        a file), else ``<default_root_dir>/last.ckpt``."""
+        a file), else ``<default_root_dir>/last.ckpt`` (also when the only ModelCheckpoint is the one Lightning adds
+        by default: the documented place, not ``<log_dir or default_root_dir>/checkpoints/``)."""
         trainer = self.trainer
         callback = trainer.checkpoint_callback
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath is not None:
+        given = getattr(trainer, "_model_checkpoint_given", True)
+        if given and isinstance(callback, ModelCheckpoint) and callback.dirpath is not None:
             metrics = {"epoch": torch.tensor(trainer.current_epoch), "step": torch.tensor(trainer.global_step)}
             return callback.format_checkpoint_name(metrics, callback.CHECKPOINT_NAME_LAST)
         return os.path.join(trainer.default_root_dir, "last.ckpt")

@@ -1,11 +1,18 @@
-"""What a federated run writes to TensorBoard at fit start: its hyper-parameters for the HParams tab and the
-partition (size statistics, a clients × classes figure).
+"""What a federated run writes to TensorBoard at fit start: a *Custom Scalars* layout (the curves that matter first:
+validation metrics, round loss, pseudo-gradient norm, gradient diversity), its hyper-parameters for the HParams tab
+and the partition (rounded size statistics, the client-size distribution, per-client label shares where labels exist).
 
 The HParams tab compares runs by their *session start info*, one per run directory. TensorBoard keeps only the
 **first** one written to a run, so :func:`log_federated_hparams` must be the first hparams write of the run:
 Lightning's own hparams write at fit start (the model's ``save_hyperparameters`` with a ``hp_metric`` placeholder)
 happens only when the :class:`~lightning.pytorch.loggers.TensorBoardLogger` has ``default_hp_metric=True``
 (Lightning's default); the ``lightning-fed`` command's logger turns it off. When it already happened, a warning says so.
+
+Column order in the HParams tab: TensorBoard puts the settings that differ between the shown runs first, then sorts
+by name, and ticks the first five. The first five names (capitalised, so they sort before every ``snake_case`` key)
+are therefore the federated summary: ``Cohort`` (clients per round), ``Local work``, ``Partitioner``,
+``Server optimizer`` and ``Server optimizer lr`` (η). Each run is its own session group (the *trial id* is the run's
+log directory), so two runs with equal settings stay two rows.
 
 No experiment summary is written: TensorBoard then builds the HParams table from the union of every run's
 hyper-parameters (a FedAdam run's ``server_optimizer/beta1`` next to a FedAvg run without one) and offers every
@@ -27,6 +34,8 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 __all__ = [
+    "client_size_figure",
+    "custom_scalars_layout",
     "federated_hparams",
     "flatten_settings",
     "label_distribution_figure",
@@ -40,6 +49,16 @@ PARTITION_FIGURE_TAG = "partition/clients_x_classes"
 PARTITION_STATS_TAG = "partition/stats"
 #: Tag of the per-client label distribution (stacked bars, :func:`label_distribution_figure`).
 PARTITION_DISTRIBUTION_TAG = "partition/label_distribution"
+#: Tag of the client-size distribution (histogram on log bins with quantiles, :func:`client_size_figure`).
+PARTITION_SIZES_TAG = "partition/client_sizes"
+#: Above this many clients the per-client label bars (one bar per client, the first 30) are left out: they would
+#: show a handful of the clients; the size distribution and the clients × classes figure cover all of them.
+MANY_CLIENTS = 100
+#: Quantiles of the client size written in the statistics and drawn on :func:`client_size_figure`.
+SIZE_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+#: The leading HParams columns (see the module docstring): name → what it holds.
+LEADING_COLUMNS = ("Cohort", "Local work", "Partitioner", "Server optimizer", "Server optimizer lr")
 
 _SIZE_UNITS = ("absolute", "percent")
 
@@ -143,7 +162,11 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
     - ``rounds`` (``max_epochs``), ``global_seed`` (``seed_everything``'s, ``"None"`` when not called);
     - ``client_optimizer``, ``client_optimizer/*`` (lr, momentum, ... of the client optimizer's first parameter
       group, as built by ``configure_optimizers``);
-    - ``model``, ``model/*``: the module class and its saved hyper-parameters (``save_hyperparameters``).
+    - ``model``, ``model/*``: the module class and its saved hyper-parameters (``save_hyperparameters``);
+    - first, a readable summary (:data:`LEADING_COLUMNS`, capitalised so that TensorBoard sorts them before the
+      rest and shows them by default): ``Server optimizer`` (class name), ``Server optimizer lr`` (η, float; ``"None"``
+      without an ``lr``), ``Partitioner`` (class name, ``"None"`` without one), ``Cohort`` (clients per round, int),
+      ``Local work`` (its settings, e.g. ``"local_epochs=1, batch_size=4"``).
 
     Args:
         trainer: A :class:`~lightning_fed.FederatedTrainer` whose data module is set up (the fit loop's start).
@@ -153,7 +176,17 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     from lightning_fed.loop import find_server_optimizer
 
-    out.update(flatten_settings("server_optimizer", find_server_optimizer(trainer.callbacks)))
+    server = find_server_optimizer(trainer.callbacks)
+    partitioner = getattr(dm, "partitioner", None)
+    local_work = getattr(dm, "local_work", None)
+    out["Server optimizer"] = type(server).__name__
+    out["Server optimizer lr"] = _plain(getattr(server, "lr", None))
+    out["Partitioner"] = type(partitioner).__name__ if partitioner is not None else "None"
+    out["Cohort"] = int(dm.clients_per_round)
+    out["Local work"] = (
+        ", ".join(f"{k}={_plain(v)}" for k, v in _settings(local_work).items()) if local_work is not None else "None"
+    )
+    out.update(flatten_settings("server_optimizer", server))
     if getattr(dm, "partitioner", None) is not None:
         out.update(flatten_settings("partitioner", dm.partitioner))
     out["num_clients"] = int(dm.partition.num_clients)
@@ -183,6 +216,110 @@ def _global_seed() -> Optional[int]:
     return int(seed) if seed is not None else None
 
 
+def _csv_loggers(trainer: Any) -> list[Any]:
+    from lightning.pytorch.loggers import CSVLogger
+
+    return [lg for lg in trainer.loggers if isinstance(lg, CSVLogger)]
+
+
+def one_row_per_step(logger: Any) -> None:
+    """Make a :class:`~lightning.pytorch.loggers.CSVLogger`'s ``metrics.csv`` hold one row per step (per round):
+    Lightning writes a row per logging call, three per round in a federated run (the step-level training values,
+    the validation metrics, the round's metrics), all with the same ``step``.
+
+    Values logged at the step of the row before (and under other names) are merged into that row; the rows of the
+    latest step are written when a later step is logged or when the logger is finalized (end of ``fit``,
+    ``validate``, ..., also after an exception). A name logged twice at one step starts a new row, as before.
+    Installed once per logger, at the start of the fit loop; values are unchanged.
+    """
+    writer = logger.experiment
+    if getattr(writer, "_lightning_fed_one_row_per_step", False):
+        return
+    writer._lightning_fed_one_row_per_step = True
+    log_metrics, save, finalize = writer.log_metrics, writer.save, logger.finalize
+
+    def merged_log_metrics(metrics_dict: dict, step: Optional[int] = None) -> None:
+        log_metrics(metrics_dict, step)
+        row = writer.metrics.pop()
+        last = writer.metrics[-1] if writer.metrics else None
+        shared = set(row).intersection(last or ()) - {"step", "epoch"}
+        if last is not None and last["step"] == row["step"] and last.get("epoch") == row.get("epoch", last.get("epoch")) \
+                and not shared:
+            last.update(row)
+        else:
+            writer.metrics.append(row)
+
+    def held_back_save() -> None:
+        rows = writer.metrics
+        if not rows:
+            return
+        first_held = len(rows)
+        while first_held > 0 and rows[first_held - 1]["step"] == rows[-1]["step"]:
+            first_held -= 1
+        held, writer.metrics = rows[first_held:], rows[:first_held]
+        save()  # writes (and clears) the rows of earlier steps
+        writer.metrics = held + writer.metrics
+
+    def flushing_finalize(status: str) -> None:
+        save()
+        finalize(status)
+
+    writer.log_metrics, writer.save, logger.finalize = merged_log_metrics, held_back_save, flushing_finalize
+
+
+#: What Lightning and the fit loop write to a run's log folder before the first round: event files (the HParams
+#: session, the partition), ``hparams.yaml``, the CLI's ``config.yaml``. A failed fit's folder holding only these
+#: is removed (:func:`remove_unused_log_dirs`).
+_SETUP_FILES = ("hparams.yaml", "config.yaml")
+
+
+def new_log_dirs(trainer: Any) -> list[str]:
+    """The log folders of ``trainer``'s TensorBoard and CSV loggers that do not exist yet, with their ancestors that
+    do not exist either (``runs/lightning_logs/version_0``, ``runs/lightning_logs``, ...), called before ``fit``;
+    reading ``log_dir`` fixes the logger's next version, as Lightning would. ``[]`` with several processes
+    (``world_size > 1``: there Lightning broadcasts the version of rank 0)."""
+    if trainer.world_size != 1:
+        return []
+    out: list[str] = []
+    for logger in [*_tensorboard_loggers(trainer), *_csv_loggers(trainer)]:
+        path = os.path.abspath(str(logger.log_dir))
+        while path and not os.path.exists(path) and path not in out:
+            out.append(path)
+            path = os.path.dirname(path)
+    return out
+
+
+def remove_unused_log_dirs(paths: list[str]) -> list[str]:
+    """Remove the folders among ``paths`` (from :func:`new_log_dirs`: created by this fit) that hold nothing but
+    what the set-up of a failed fit writes: TensorBoard event files, ``hparams.yaml``, ``config.yaml`` (no
+    ``metrics.csv``, no checkpoint, no sub-folder left); deepest first, so a ``lightning_logs`` left empty goes too.
+    Returns the folders removed.
+
+    Called by :meth:`FederatedTrainer.fit` when the fit raised before its first round finished: a refused argument
+    or a data error would otherwise leave an empty ``version_N`` behind every time (Lightning creates the loggers'
+    folders before the data module's ``setup``).
+    """
+    import shutil
+
+    removed = []
+    for path in sorted(paths, key=lambda p: p.count(os.sep), reverse=True):
+        if not os.path.isdir(path):
+            continue
+        entries = os.listdir(path)
+        if all(os.path.isfile(os.path.join(path, e)) and (e.startswith("events.out.tfevents.") or e in _SETUP_FILES)
+               for e in entries):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def run_name(logger: Any) -> str:
+    """The run's HParams *trial id*: its log directory (``logger.log_dir``, normalised, e.g.
+    ``runs/lightning_logs/version_3``), one per run, so TensorBoard never merges two runs into one session group
+    (it would for equal settings without a trial id)."""
+    return os.path.normpath(str(logger.log_dir))
+
+
 def _tensorboard_loggers(trainer: Any) -> list[Any]:
     from lightning.fabric.loggers import TensorBoardLogger as FabricTensorBoardLogger
     from lightning.pytorch.loggers import TensorBoardLogger
@@ -202,22 +339,29 @@ def _lightning_logged_hparams(trainer: Any, logger: Any) -> bool:
 @rank_zero_only
 def log_federated_hparams(trainer: Any) -> dict[str, Any]:
     """Write :func:`federated_hparams` to every TensorBoard logger of ``trainer`` as the run's HParams session
-    (step 0), and into the logger's ``hparams.yaml`` (``logger.log_hyperparams(params, metrics={})``, which
-    writes no placeholder metric). Called once, at the start of the fit loop.
+    (step 0, trial id :func:`run_name`: the log directory, so runs with equal settings stay apart) with the
+    :func:`custom_scalars_layout`, and into the logger's ``hparams.yaml`` (``logger.log_hyperparams(params,
+    metrics={})``, which writes no placeholder metric); a :class:`~lightning.pytorch.loggers.CSVLogger`'s
+    ``hparams.yaml`` gets the same settings (next to the module's) and its ``metrics.csv`` one row per round
+    (:func:`one_row_per_step`). Called once, at the start of the fit loop.
 
     Returns:
-        The hyper-parameters written (``{}`` without a TensorBoard logger).
+        The hyper-parameters written (``{}`` without a TensorBoard or CSV logger).
 
     Warns:
         when Lightning already wrote this run's hparams session (``TensorBoardLogger(default_hp_metric=True)``
         and a module/data module with ``save_hyperparameters``): TensorBoard shows only that first session.
     """
     loggers = _tensorboard_loggers(trainer)
-    if not loggers:
+    csv_loggers = _csv_loggers(trainer)
+    if not loggers and not csv_loggers:
         return {}
     from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
     params = federated_hparams(trainer)
+    for logger in csv_loggers:
+        logger.log_hyperparams(params)
+        one_row_per_step(logger)
     for logger in loggers:
         if _lightning_logged_hparams(trainer, logger):
             rank_zero_warn(
@@ -227,8 +371,36 @@ def log_federated_hparams(trainer: Any) -> dict[str, Any]:
                 "`TensorBoardLogger(..., default_hp_metric=False)` (the lightning-fed command does)."
             )
         logger.log_hyperparams(params, metrics={})
-        logger.experiment._get_file_writer().add_summary(hparams_pb(params), 0)
+        logger.experiment._get_file_writer().add_summary(hparams_pb(params, trial_id=run_name(logger)), 0)
+        logger.experiment.add_custom_scalars(custom_scalars_layout())
     return params
+
+
+def custom_scalars_layout() -> dict[str, dict[str, list]]:
+    """The *Custom Scalars* tab of a federated run: ``{category: {chart title: ["Multiline", [tag regexes]]}}``
+    (``SummaryWriter.add_custom_scalars``' format; a regex is matched against the start of a tag).
+
+    Category ``"Federated training"`` (open): the global model's validation metrics (every tag starting ``val_``,
+    e.g. ``val_loss``, ``val_acc``), the round's training loss (``round_train_loss``), the pseudo-gradient norm
+    ‖Δ_t‖ (``round_pseudo_grad_norm``) and the gradient diversity (``round_gradient_diversity``); category
+    ``"Round cost and clients"``: ``round_time_s``, ``round_local_steps`` and the client counts.
+
+    >>> list(custom_scalars_layout()["Federated training"])
+    ['validation (global model)', 'round_train_loss', 'pseudo-gradient norm ‖Δ_t‖', 'gradient diversity']
+    """
+    return {
+        "Federated training": {
+            "validation (global model)": ["Multiline", [r"val_.*"]],
+            "round_train_loss": ["Multiline", [r"round_train_loss$"]],
+            "pseudo-gradient norm ‖Δ_t‖": ["Multiline", [r"round_pseudo_grad_norm$"]],
+            "gradient diversity": ["Multiline", [r"round_gradient_diversity$"]],
+        },
+        "Round cost and clients": {
+            "round_time_s": ["Multiline", [r"round_time_s$"]],
+            "round_local_steps": ["Multiline", [r"round_local_steps$"]],
+            "clients": ["Multiline", [r"round_clients.*"]],
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------------------- partition
@@ -361,17 +533,108 @@ def _class_colours(num_classes: int) -> list:
     return [colormaps["viridis"](x) for x in np.linspace(0, 1, num_classes)]
 
 
+def size_quantiles(partition: Any) -> dict[str, float]:
+    """The client-size quantiles :data:`SIZE_QUANTILES` (``numpy.quantile``, linear), as ``{"p10": ..., ...}``."""
+    sizes = partition.sizes().astype(np.float64)
+    return {f"p{round(100 * q)}": float(np.quantile(sizes, q)) for q in SIZE_QUANTILES}
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else float(f"{value:.3g}") if abs(value) < 100 else round(value, 1)
+    return value
+
+
+def partition_stats_text(partition: Any) -> str:
+    """The partition's statistics as TensorBoard text (``partition/stats``), one ``key: value`` per line: the keys of
+    :meth:`Partition.stats` without ``sizes`` and ``num_classes`` when there are no labels, plus the size quantiles
+    ``size_p10`` … ``size_p90``; floats rounded to 3 significant digits (one decimal from 100 up), integers with
+    thousands separators.
+
+    >>> from lightning_fed.datamodules import Partition
+    >>> print(partition_stats_text(Partition.from_client_lists([[0], [1, 2], [3, 4, 5]])))
+    num_clients: 3
+    num_samples: 6
+    size_min: 1
+    size_median: 2
+    size_mean: 2
+    size_std: 0.816
+    size_max: 3
+    size_p10: 1.2
+    size_p25: 1.5
+    size_p50: 2
+    size_p75: 2.5
+    size_p90: 2.8
+    """
+    stats = partition.stats(label_histogram=False)
+    summary = {k: v for k, v in stats.items() if k != "sizes" and not (k == "num_classes" and v is None)}
+    summary.update({f"size_{k}": v for k, v in size_quantiles(partition).items()})
+    lines = []
+    for key, value in summary.items():
+        value = _round(value)
+        lines.append(f"{key}: {value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{key}: {value}")
+    return "\n".join(lines)
+
+
+def client_size_figure(partition: Any, bins: int = 30) -> Any:
+    """The distribution of client sizes (samples per client) over all clients: a histogram on logarithmically
+    spaced bins (x axis log scale), with the quantiles :data:`SIZE_QUANTILES` as dashed vertical lines, labelled.
+
+    For natural-id partitions (Shakespeare's 1,154 roles, ...) this is the figure that says something: per-client
+    bars of the first clients would show a few arbitrary ids.
+
+    Args:
+        partition: a :class:`~lightning_fed.datamodules.Partition`.
+        bins: number of histogram bins (int >= 1, default 30), spaced evenly in log(size) between the smallest and
+            the largest non-empty client.
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (Agg canvas, 6.4 × 4 in at 100 dpi). Its first axes hold the histogram: bar
+        heights are the numbers of clients per bin (empty clients are counted in the title, not drawn: log scale).
+
+    Raises:
+        ValueError: ``bins`` < 1.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from lightning_fed.datamodules.partition import _check_int
+
+    bins = _check_int("bins", bins, minimum=1)
+    sizes = partition.sizes()
+    nonempty = sizes[sizes > 0].astype(np.float64)
+    fig = Figure(figsize=(6.4, 4.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if nonempty.size:
+        lo, hi = nonempty.min(), nonempty.max()
+        edges = np.geomspace(lo, hi if hi > lo else lo * 1.0001, bins + 1)
+        ax.hist(nonempty, bins=edges, color="tab:blue", edgecolor="white")
+        ax.set_xscale("log")
+        for (name, value), colour in zip(size_quantiles(partition).items(), ("0.5", "0.3", "black", "0.3", "0.5")):
+            ax.axvline(value, color=colour, linestyle="--", linewidth=1)
+            ax.annotate(f"{name} = {_round(value):,}", (value, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                        va="top", ha="right", fontsize=8)
+    ax.set_xlabel("samples per client (log scale)")
+    ax.set_ylabel("number of clients")
+    empty = int((sizes == 0).sum())
+    title = f"Client sizes: {partition.num_clients:,} clients, {int(sizes.sum()):,} samples"
+    ax.set_title(title + (f" ({empty} empty)" if empty else ""))
+    return fig
+
+
 @rank_zero_only
 def log_partition(trainer: Any, partition: Any, max_clients: int = 100) -> None:
-    """Write the partition's size statistics (text, ``partition/stats``), its :func:`label_distribution_figure`
-    (image, ``partition/label_distribution``: stacked per-client class counts with a legend, or client sizes without
-    labels) and, when it has labels, its :func:`partition_figure` (image, ``partition/clients_x_classes``) to every
-    TensorBoard logger, at step 0."""
+    """Write to every TensorBoard logger, at step 0: the partition's statistics (text, ``partition/stats``,
+    :func:`partition_stats_text`: rounded, with size quantiles), its client-size distribution (image,
+    ``partition/client_sizes``, :func:`client_size_figure`) and, when it has labels, its :func:`partition_figure`
+    (image, ``partition/clients_x_classes``) and, for at most :data:`MANY_CLIENTS` clients, its
+    :func:`label_distribution_figure` (image, ``partition/label_distribution``: stacked per-client class counts)."""
     for logger in _tensorboard_loggers(trainer):
         experiment = logger.experiment
-        stats = partition.stats(label_histogram=False)
-        summary = {k: v for k, v in stats.items() if k != "sizes"}
-        experiment.add_text(PARTITION_STATS_TAG, "  \n".join(f"{k}: {v}" for k, v in summary.items()), 0)
-        experiment.add_figure(PARTITION_DISTRIBUTION_TAG, label_distribution_figure(partition), 0)
+        experiment.add_text(PARTITION_STATS_TAG, partition_stats_text(partition).replace("\n", "  \n"), 0)
+        experiment.add_figure(PARTITION_SIZES_TAG, client_size_figure(partition), 0)
         if partition.labels is not None:
             experiment.add_figure(PARTITION_FIGURE_TAG, partition_figure(partition, max_clients), 0)
+            if partition.num_clients <= MANY_CLIENTS:
+                experiment.add_figure(PARTITION_DISTRIBUTION_TAG, label_distribution_figure(partition), 0)

@@ -7,9 +7,13 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
-from lightning.pytorch.callbacks import Callback, ProgressBar
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.types import EVAL_DATALOADERS, TRAIN_DATALOADERS
 
 from lightning_fed._lightning import PATH, set_checkpoint_connector, strategy_has_checkpoint_io
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -32,6 +36,13 @@ from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
 
 #: ``client_executor`` names accepted as strings (e.g. from the CLI).
 EXECUTOR_NAMES = ("sequential", "vectorized")
+
+
+#: Said (``rank_zero_info``) when a trainer is built without a server optimizer callback.
+NO_SERVER_OPTIMIZER_NOTE = (
+    "No server optimizer given: using FedAvg with server learning rate η = 1 (the sample-weighted average of the "
+    "client models). Choose one with callbacks=[FedAdam(lr=1e-2)] (CLI: --server_optimizer FedAdam)."
+)
 
 
 def _resolve_executor(executor: Any) -> Optional[ClientExecutor]:
@@ -144,8 +155,9 @@ class FederatedTrainer(L.Trainer):
 
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
     round's local work is discarded, a checkpoint of the state at the round's start is written to the
-    ModelCheckpoint's ``dirpath/last.ckpt`` (else ``default_root_dir/last.ckpt``) and the run ends with exit status
-    1; ``fit(..., ckpt_path=...)`` on it resumes exactly. See :class:`~lightning_fed.FederatedFitLoop`.
+    ModelCheckpoint's ``dirpath/last.ckpt`` (without a ModelCheckpoint in ``callbacks``, Lightning's default one
+    included: ``default_root_dir/last.ckpt``) and the run ends with exit status 1; ``fit(..., ckpt_path=...)`` on
+    it resumes exactly. See :class:`~lightning_fed.FederatedFitLoop`.
 
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
@@ -204,8 +216,11 @@ class FederatedTrainer(L.Trainer):
             callbacks = [callbacks]
         else:
             callbacks = list(callbacks)
+        # a stop signal's checkpoint goes to a ModelCheckpoint the user gave, never to Lightning's default one
+        self._model_checkpoint_given = any(isinstance(cb, ModelCheckpoint) for cb in callbacks)
         servers = [cb for cb in callbacks if isinstance(cb, ServerOptimizer)]
         if not servers:
+            rank_zero_info(NO_SERVER_OPTIMIZER_NOTE)  # info, once per trainer: a documented default, not a mistake
             callbacks.append(FedAvg())
         else:
             find_server_optimizer(callbacks)  # raises on two or more
@@ -299,6 +314,37 @@ class FederatedTrainer(L.Trainer):
     def server_optimizer(self) -> ServerOptimizer:
         """The trainer's server optimizer callback."""
         return find_server_optimizer(self.callbacks)
+
+    def fit(
+        self,
+        model: LightningModule,
+        train_dataloaders: Optional[Union[TRAIN_DATALOADERS, LightningDataModule]] = None,
+        val_dataloaders: Optional[EVAL_DATALOADERS] = None,
+        datamodule: Optional[LightningDataModule] = None,
+        ckpt_path: Optional[_PATH] = None,
+        weights_only: Optional[bool] = None,
+    ) -> None:
+        """:meth:`lightning.Trainer.fit` (the same arguments). When it raises before its first round finished, the
+        log folders it created and left holding only set-up files are removed (no empty ``version_N`` per failed
+        attempt; :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
+
+        Args:
+            model: The LightningModule (the global model).
+            train_dataloaders: As in :meth:`lightning.Trainer.fit` (a data module may be passed here).
+            val_dataloaders: As in :meth:`lightning.Trainer.fit`.
+            datamodule: The :class:`~lightning_fed.datamodules.FederatedDataModule`.
+            ckpt_path: Checkpoint to resume from ("last", "hpc", or a path), as in Lightning.
+            weights_only: Passed to ``torch.load`` when resuming, as in Lightning.
+        """
+        from lightning_fed.tensorboard import new_log_dirs, remove_unused_log_dirs
+
+        created = new_log_dirs(self)
+        try:
+            return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+        except BaseException:
+            if created and getattr(self.fit_loop, "_rounds_run", 0) == 0:
+                remove_unused_log_dirs(created)
+            raise
 
     def save_checkpoint(
         self, filepath: PATH, weights_only: Optional[bool] = None, storage_options: Optional[Any] = None

@@ -373,3 +373,25 @@ def test_training_subcommands_say_how_many_torch_threads(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit):
         main(["fit", "--config", str(FMNIST_FEDYOGI), "--print_config"])
     assert "set OMP_NUM_THREADS=1" in capsys.readouterr().err
+
+
+def test_fit_ends_saying_where_logs_metrics_and_checkpoints_are(tmp_path, monkeypatch, caplog):
+    """Issue #32 item 7: the closing lines of `lightning-fed fit`."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    config = _mnist_config(tmp_path)
+    with caplog.at_level(logging.INFO):
+        cli = FederatedCLI(args=["fit", "--config", str(config), "--trainer.max_epochs", "2"])
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trained ")]
+    log_dir = cli.trainer.logger.log_dir
+    val_loss = float(cli.trainer.callback_metrics["val_loss"])
+    assert summary.splitlines() == [
+        "Trained 2 round(s) (rounds 0..1; the TensorBoard step and the progress bar count rounds from 0).",
+        f"  last validation (round 1): val_acc {float(cli.trainer.callback_metrics['val_acc']):.4g}, "
+        f"val_loss {val_loss:.4g}",
+        f"  logs and metrics (TensorBoard): {log_dir}  -> tensorboard --logdir runs",
+        f"  config: {log_dir}/config.yaml",
+        f"  checkpoints: {tmp_path / 'ckpt'} (last: {tmp_path / 'ckpt' / 'last.ckpt'})",
+    ]
+    assert (Path(log_dir) / "config.yaml").is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()

@@ -456,3 +456,17 @@ def test_sigterm_during_federated_evaluation_under_validate_exits_1(tmp_path, mo
     assert delay < 3.0
     assert "Federated evaluation" in output and "stopped by SIGTERM" in output
     assert "finished" not in output
+
+
+def test_sigterm_with_lightnings_default_model_checkpoint_writes_default_root_dir_last(tmp_path):
+    """Issue #32 item 8: checkpointing on (Lightning adds its default ModelCheckpoint) but none given: the stop
+    checkpoint goes to the documented ``default_root_dir/last.ckpt``, not ``default_root_dir/checkpoints/``."""
+    dm, *_ = _data(val=True)
+    root = tmp_path / "root"
+    kwargs = quiet_trainer_kwargs(root) | {"enable_checkpointing": True}
+    trainer = FederatedTrainer(max_epochs=3, **kwargs)
+    with pytest.raises(SIGTERMException, match=f"checkpoint written to {root / 'last.ckpt'}"):
+        trainer.fit(SignalsItself("in_round", lr=LR), datamodule=dm)
+    assert (root / "last.ckpt").is_file() and not (root / "checkpoints" / "last.ckpt").exists()
+    checkpoint = torch.load(root / "last.ckpt", weights_only=True)
+    assert checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == 1

@@ -20,6 +20,8 @@ from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, Partition
 from lightning_fed.tensorboard import PARTITION_FIGURE_TAG, flatten_settings, partition_figure
+
+PARTITION_SIZES_TAG = "partition/client_sizes"  # the client-size distribution (issue #32 item 6)
 from lightning_fed.datamodules import Partition
 from lightning_fed.tensorboard import label_distribution_figure
 
@@ -70,12 +72,17 @@ EXPECTED = {
 }
 
 
+# The readable leading columns of _fit's run (issue #32 item 6), by hand.
+LEADING = {"Server optimizer": "FedAdam", "Server optimizer lr": 0.03, "Partitioner": "DirichletPartitioner",
+           "Cohort": 3, "Local work": "local_epochs=2, batch_size=16"}
+
+
 def test_hparams_session_holds_the_federated_settings(tmp_path):
     server = FedAdam(lr=0.03, beta1=0.9, beta2=0.99, tau=1e-3)
     _, logger = _fit(tmp_path, "fedadam", server)
     acc = _events(logger.log_dir)
     written = _session_hparams(acc)
-    expected = dict(EXPECTED, global_seed=os.environ.get("PL_GLOBAL_SEED", "None"))
+    expected = dict(EXPECTED, **LEADING, global_seed=os.environ.get("PL_GLOBAL_SEED", "None"))
     if expected["global_seed"] != "None":
         expected["global_seed"] = int(expected["global_seed"])
     assert set(written) == set(expected)
@@ -213,3 +220,171 @@ def test_bad_arguments():
         label_distribution_figure(P, max_clients=0)
     with pytest.raises(TypeError, match="legend"):
         label_distribution_figure(P, legend="yes")
+
+
+# ---------------------------------------------------------------------------------------------- issue #32 item 6
+def _hparams_experiment(logdir):
+    """TensorBoard's own HParams backend on ``logdir``: (experiment proto, backend context, request context)."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import backend_context
+
+    mux = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(logdir)
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, logdir)
+    ctx = backend_context.Context(base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider))
+    request = context.RequestContext()
+    experiment = ctx.experiment_from_metadata(
+        request, "", True, ctx.hparams_metadata(request, ""), ctx.hparams_from_data_provider(request, "", None)
+    )
+    return experiment, ctx, request
+
+
+def test_custom_scalars_layout_opens_on_the_curves_that_matter(tmp_path):
+    """The Custom Scalars tab's first category holds validation, round loss, ‖Δ_t‖ and gradient diversity, and each
+    chart's regexes match exactly those logged tags (as TensorBoard matches them: ``re.match``)."""
+    import re
+
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.custom_scalar import metadata as cs_metadata
+
+    _, logger = _fit(tmp_path, "cs", FedAdam(lr=0.03), rounds=2)
+    acc = _events(logger.log_dir)
+    (event,) = acc.Tensors(cs_metadata.CONFIG_SUMMARY_TAG)
+    layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+    first = layout.category[0]
+    assert first.title == "Federated training"
+    scalars = set(acc.Tags()["scalars"])
+
+    def matched(chart):
+        return sorted(t for t in scalars if any(re.match(r, t) for r in chart.multiline.tag))
+
+    assert [matched(c) for c in first.chart] == [
+        ["val_loss"], ["round_train_loss"], ["round_pseudo_grad_norm"], ["round_gradient_diversity"],
+    ]
+    assert matched(layout.category[1].chart[2]) == sorted(t for t in scalars if t.startswith("round_clients"))
+
+
+def test_hparams_lead_with_the_federated_settings_and_equal_runs_stay_apart(tmp_path):
+    """Two runs with equal settings: TensorBoard lists the federated summary as the first five columns (the ones it
+    ticks by default) and keeps the runs as two session groups (trial id = log directory)."""
+    from tensorboard.plugins.hparams import api_pb2, list_session_groups
+
+    _, first = _fit(tmp_path, "a", FedAdam(lr=0.03), rounds=1)
+    _, second = _fit(tmp_path, "b", FedAdam(lr=0.03), rounds=1)
+    experiment, ctx, request = _hparams_experiment(str(tmp_path))
+    names = [h.name for h in experiment.hparam_infos]
+    assert names[:5] == ["Cohort", "Local work", "Partitioner", "Server optimizer", "Server optimizer lr"]
+    groups = set()
+    for logger in (first, second):
+        content = _events(logger.log_dir).PluginTagToContent(hp_metadata.PLUGIN_NAME)[hp_metadata.SESSION_START_INFO_TAG]
+        info = hp_metadata.parse_session_start_info_plugin_data(content)
+        assert info.group_name == os.path.normpath(logger.log_dir)
+        groups.add(info.group_name)
+    assert len(groups) == 2
+    handler = list_session_groups.Handler(
+        request, ctx, "", api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=[
+            api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS, api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING]),
+    )
+    assert handler.run().total_size == 2
+
+
+def _fit_unlabelled_iid(tmp_path, num_clients, labelled):
+    from torch.utils.data import TensorDataset
+
+    from lightning_fed.datamodules import IIDPartitioner
+
+    train, val = classification_dataset(n=240, classes=3, n_val=30, seed=0)
+    if not labelled:
+        train = TensorDataset(*train.tensors)  # no `targets`: a partition without labels
+    dm = FederatedDataModule(train, val, partitioner=IIDPartitioner(num_clients=num_clients, seed=0),
+                             clients_per_round=2, batch_size=16, local_epochs=1)
+    logger = TensorBoardLogger(str(tmp_path), name="iid", version=num_clients, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": 1, "callbacks": [FedAvg()]}
+    FederatedTrainer(**kwargs).fit(SmallClassifier(in_features=5, num_classes=3), datamodule=dm)
+    return dm.partition, _events(logger.log_dir)
+
+
+def test_unlabelled_partition_logs_size_distribution_and_rounded_stats(tmp_path):
+    partition, acc = _fit_unlabelled_iid(tmp_path, 7, labelled=False)
+    assert partition.labels is None
+    assert set(acc.Tags()["images"]) == {PARTITION_SIZES_TAG}  # no per-client bars of arbitrary ids
+    (text,) = acc.Tensors("partition/stats/text_summary")
+    text = text.tensor_proto.string_val[0].decode()
+    sizes = np.sort(partition.sizes())
+    assert sizes.sum() == 240 and "None" not in text and "num_classes" not in text
+    lines = dict(line.split(": ") for line in text.split("  \n"))
+    # 240 samples over 7 clients: sizes 34 or 35; quantiles by numpy, rounded to 3 significant digits
+    assert lines["num_samples"] == "240" and lines["size_min"] == str(sizes.min())
+    assert lines["size_mean"] == "34.3"  # 240 / 7 = 34.2857...
+    assert lines["size_p90"] == f"{float(np.quantile(sizes, 0.9)):.3g}".rstrip("0").rstrip(".")
+
+
+def test_many_labelled_clients_skip_the_per_client_bars(tmp_path):
+    _, acc = _fit_unlabelled_iid(tmp_path, 120, labelled=True)
+    assert set(acc.Tags()["images"]) == {PARTITION_SIZES_TAG, PARTITION_FIGURE_TAG}
+    _, acc = _fit_unlabelled_iid(tmp_path, 6, labelled=True)
+    assert set(acc.Tags()["images"]) == {PARTITION_SIZES_TAG, PARTITION_FIGURE_TAG, "partition/label_distribution"}
+
+
+def test_client_size_figure_histogram_on_log_bins_with_quantiles():
+    from lightning_fed.tensorboard import client_size_figure
+
+    sizes = [1, 2, 2, 3, 10, 40, 100, 1000]
+    offsets = np.cumsum([0] + sizes)
+    p = Partition.from_client_lists([list(range(a, b)) for a, b in zip(offsets[:-1], offsets[1:])])
+    fig = client_size_figure(p, bins=3)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_ylabel() == "number of clients"
+    # bins: 1 .. 10 .. 100 .. 1000 (log-spaced); counts by hand: {1,2,2,3}, {10,40}, {100,1000}
+    heights = [patch.get_height() for patch in ax.patches]
+    assert heights == [4, 2, 2]
+    np.testing.assert_allclose([patch.get_x() for patch in ax.patches], [1, 10, 100], rtol=1e-12)
+    lines = [line.get_xdata()[0] for line in ax.get_lines()]
+    np.testing.assert_allclose(lines, np.quantile(sizes, [0.1, 0.25, 0.5, 0.75, 0.9]))
+    assert "8 clients, 1,158 samples" in ax.get_title()
+
+
+def test_csv_logger_hparams_yaml_gets_the_federated_settings(tmp_path):
+    """Issue #32 item 8: the CSV logger's hparams.yaml held only the module's settings."""
+    import yaml
+    from lightning.pytorch.loggers import CSVLogger
+
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3),
+                             clients_per_round=3, batch_size=16, local_epochs=2, data_order="once", seed=7)
+    logger = CSVLogger(str(tmp_path), name="csv", version=0)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": 1, "callbacks": [FedAdam(lr=0.03)]}
+    FederatedTrainer(**kwargs).fit(SmallClassifier(in_features=5, num_classes=3, lr=0.05, dropout=0.1), datamodule=dm)
+    with open(os.path.join(logger.log_dir, "hparams.yaml")) as f:
+        saved = yaml.safe_load(f)
+    for key, value in {**LEADING, "server_optimizer/lr": 0.03, "partitioner/alpha": 0.5, "clients_per_round": 3,
+                       "local_work/local_epochs": 2, "lr": 0.05, "dropout": 0.1}.items():
+        assert saved[key] == pytest.approx(value) if isinstance(value, float) else saved[key] == value, key
+
+
+def test_csv_metrics_have_one_row_per_round_with_the_logged_values(tmp_path):
+    """Issue #32 item 8: metrics.csv had three rows per round (step-level train values, validation, round
+    metrics). Now one per round; every value equals the one TensorBoard got at the same step (float32)."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3),
+                             clients_per_round=3, batch_size=16, local_epochs=1, seed=7)
+    csv_logger = CSVLogger(str(tmp_path), name="csv", version=0)
+    tb_logger = TensorBoardLogger(str(tmp_path), name="tb", version=0, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": [tb_logger, csv_logger], "max_epochs": 3,
+                                               "callbacks": [FedAvg()]}
+    FederatedTrainer(**kwargs).fit(SmallClassifier(in_features=5, num_classes=3), datamodule=dm)
+    with open(os.path.join(csv_logger.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["epoch"], r["step"]) for r in rows] == [("0", "0"), ("1", "1"), ("2", "2")]
+    acc = _events(tb_logger.log_dir)
+    for name in ("round_train_loss", "round_pseudo_grad_norm", "train_loss_step", "train_loss_epoch", "val_loss"):
+        logged = {e.step: e.value for e in acc.Scalars(name)}
+        assert sorted(logged) == [0, 1, 2], name
+        for row in rows:
+            assert float(row[name]) == pytest.approx(logged[int(row["step"])], rel=1e-6), name

@@ -1,6 +1,8 @@
 """Lightning semantics in federated training: every Trainer feature keeps its meaning or is refused (issue #11 A)."""
 from __future__ import annotations
 
+import os
+
 import lightning as L
 import pytest
 import torch
@@ -119,3 +121,58 @@ def test_hugging_face_dict_batches_do_not_warn_about_batch_size(tmp_path, recwar
     dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=3, batch_size=5)
     FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(_DictRegression(), datamodule=dm)
     assert not [w for w in recwarn if "batch_size" in str(w.message)]
+
+
+def test_leaving_out_the_server_optimizer_says_fedavg_once(tmp_path, caplog):
+    """Issue #32 item 8: no server optimizer means FedAvg with η = 1; said once, as info (not a warning)."""
+    import logging
+    import warnings
+
+    with caplog.at_level(logging.INFO), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer = FederatedTrainer(**quiet_trainer_kwargs(tmp_path))
+    notes = [r for r in caplog.records if "No server optimizer given" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
+    assert "FedAvg with server learning rate η = 1" in notes[0].getMessage()
+    assert type(trainer.server_optimizer).__name__ == "FedAvg" and trainer.server_optimizer.lr == 1.0
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        FederatedTrainer(**quiet_trainer_kwargs(tmp_path), callbacks=[FedAdam(lr=0.01)])
+    assert not [r for r in caplog.records if "No server optimizer given" in r.getMessage()]
+
+
+@pytest.mark.parametrize("failure", ["refused_argument", "data_error"])
+def test_a_fit_that_fails_at_its_start_leaves_no_empty_version_folder(tmp_path, failure):
+    """Issue #32 item 8: Lightning creates the loggers' folders before the data module's setup; a fit refused at its
+    start used to leave ``lightning_logs/version_N`` behind (events file, hparams.yaml) on every attempt."""
+    train, val = classification_dataset(n=60, n_val=10)
+    cohort = 9 if failure == "data_error" else 2  # more than the 4 clients: refused in the data module's setup
+    dm = FederatedDataModule(train, val, partitioner=IIDPartitioner(4), clients_per_round=cohort, batch_size=10)
+    root = tmp_path / "root"
+    kwargs = quiet_trainer_kwargs(root) | {"logger": True, "max_epochs": 1}
+    if failure == "refused_argument":
+        kwargs["max_steps"] = 3
+    with pytest.raises(ValueError, match="max_steps" if failure == "refused_argument" else "clients_per_round"):
+        FederatedTrainer(**kwargs).fit(SmallClassifier(), datamodule=dm)
+    assert not (root / "lightning_logs").exists()
+    # a run that trained keeps its folder; the next run takes version_1 after a kept version_0
+    dm = FederatedDataModule(train, val, partitioner=IIDPartitioner(4), clients_per_round=2, batch_size=10)
+    kwargs = quiet_trainer_kwargs(root) | {"logger": True, "max_epochs": 1}
+    FederatedTrainer(**kwargs).fit(SmallClassifier(), datamodule=dm)
+    assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
+    with pytest.raises(ValueError, match="max_steps"):
+        FederatedTrainer(**kwargs | {"max_steps": 3}).fit(SmallClassifier(), datamodule=dm)
+    assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
+
+
+def test_an_existing_log_folder_is_never_removed(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    train, val = classification_dataset(n=60, n_val=10)
+    dm = FederatedDataModule(train, val, partitioner=IIDPartitioner(4), clients_per_round=2, batch_size=10)
+    (tmp_path / "tb" / "run" / "version_0").mkdir(parents=True)  # the user's folder, e.g. a fixed version
+    logger = TensorBoardLogger(str(tmp_path / "tb"), name="run", version=0, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": 1, "max_steps": 3}
+    with pytest.raises(ValueError, match="max_steps"):
+        FederatedTrainer(**kwargs).fit(SmallClassifier(), datamodule=dm)
+    assert (tmp_path / "tb" / "run" / "version_0").is_dir()

