@@ -7,7 +7,6 @@ from typing import Any, Optional, Union
 
 import lightning as L
 from lightning.fabric.plugins import CheckpointIO
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import Strategy
@@ -321,7 +320,7 @@ class FederatedTrainer(L.Trainer):
         train_dataloaders: Optional[Union[TRAIN_DATALOADERS, LightningDataModule]] = None,
         val_dataloaders: Optional[EVAL_DATALOADERS] = None,
         datamodule: Optional[LightningDataModule] = None,
-        ckpt_path: Optional[_PATH] = None,
+        ckpt_path: Optional[PATH] = None,
         weights_only: Optional[bool] = None,
     ) -> None:
         """:meth:`lightning.Trainer.fit` (the same arguments). When it raises before its first round finished, the
