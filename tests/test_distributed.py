@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     trainer.fit(model, datamodule=dm)
     if trainer.global_rank == 0:
         torch.save({{"state": model.state_dict(), "val_loss": float(trainer.callback_metrics["val_loss"]),
-                    "world_size": trainer.world_size}}, out)
+                    "world_size": trainer.world_size, "step_path": trainer.fit_loop.client_runner.step_path}}, out)
     """
 )
 
@@ -49,6 +49,8 @@ def test_two_gloo_processes_equal_one(tmp_path):
     one = torch.load(tmp_path / "w1.pt", weights_only=True)
     two = torch.load(tmp_path / "w2.pt", weights_only=True)
     assert one["world_size"] == 1 and two["world_size"] == 2
+    # every rank takes the lean local step too (issue #33: it was switched off whenever the world size was not 1)
+    assert one["step_path"] == two["step_path"] == "lean"
     for key, value in one["state"].items():
         torch.testing.assert_close(two["state"][key], value, rtol=0, atol=0)  # bit for bit
     # validation is sharded across the two ranks; the logged value is rank 0's shard mean, so only roughly equal

@@ -130,7 +130,9 @@ def lean_step_blocker(trainer: Any, datamodule: Any, step_callbacks: list[Any]) 
     if type(trainer.profiler) is not PassThroughProfiler:
         return f"profiler {type(trainer.profiler).__name__}"
     strategy = trainer.strategy
-    if type(strategy) is not SingleDeviceStrategy or strategy.model is not module or trainer.world_size != 1:
+    if strategy.model is not module or not (
+        (type(strategy) is SingleDeviceStrategy and trainer.world_size == 1) or _unwrapped_federated_ddp(strategy)
+    ):
         return f"strategy {type(strategy).__name__}"
     if any(config.interval != "epoch" for config in trainer.lr_scheduler_configs):
         return "an LR scheduler stepped per optimizer step"
@@ -147,6 +149,17 @@ def lean_step_blocker(trainer: Any, datamodule: Any, step_callbacks: list[Any]) 
                 if is_overridden(name, callback, Callback) and not _idle_batch_hook(callback, name, module):
                     return f"callback {type(callback).__name__} overrides {name}"
     return None
+
+
+def _unwrapped_federated_ddp(strategy: Any) -> bool:
+    """Whether ``strategy`` is lightning_fed's own ``FederatedDDPStrategy`` (not a subclass) with the module unwrapped
+    and no post-local-SGD model averager: then a local step is the single-device one on this rank's device —
+    Lightning's DDP ``training_step`` calls the module directly, ``pre_backward``/``post_backward`` return at once for
+    an unwrapped module, and ``optimizer_step`` only adds the averager, which is absent (issue #33: the lean step was
+    switched off on every rank)."""
+    from lightning_fed.distributed import FederatedDDPStrategy
+
+    return type(strategy) is FederatedDDPStrategy and getattr(strategy, "_model_averager", None) is None
 
 
 def _idle_batch_hook(callback: Any, name: str, module: Any) -> bool:
