@@ -227,7 +227,7 @@ class FedDynCorrection(Stage):
         alpha: α (> 0, default 0.01), the same as the clients' :class:`FedDynClient`.
 
     Raises:
-        ValueError: ``alpha`` not a finite number > 0; at fit start (:meth:`check_server`), as :func:`check_feddyn`.
+        ValueError: ``alpha`` not a finite number > 0; at fit start (:meth:`check_fit`), as :func:`check_feddyn`.
 
     Example: N = 4 clients, α = 0.5, two report Δ = [1] and [3] in the first round (h = 0)::
 
@@ -255,8 +255,8 @@ class FedDynCorrection(Stage):
         """h = 0 shaped like ``params``."""
         return self.State([torch.zeros(p.shape, dtype=_h_dtype(p.dtype), device=p.device) for p in params])
 
-    def check_server(self, server: Any) -> None:
-        """:func:`check_feddyn` (fit start, called by the server optimizer for every stage that has it)."""
+    def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """:func:`check_feddyn` (fit start, :meth:`Stage.check_fit <lightning_fed.server.aggregators.Stage.check_fit>`)."""
         check_feddyn(server)
 
     def apply(

@@ -483,11 +483,9 @@ class ServerOptimizer(Callback):
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
             ValueError: under a chain that adds DP noise (:attr:`privatises`), what
                 :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
-                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort``, or as a stage's
-                ``check_fit(trainer, pl_module, server)`` where it has one (e.g. FedNova's reducer refuses clients
-                that do not run its declared local solver).
-            ValueError: as a stage's ``check_server(server)``, where it has one (e.g. FedDyn's server half without
-                its client half).
+                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort`` or ``check_fit``
+                (e.g. FedDyn's server half without its client half; FedNova's reducer with clients that do not run
+                its declared local solver).
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
@@ -510,18 +508,14 @@ class ServerOptimizer(Callback):
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
         self._setup_client_algorithms(trainer, pl_module)
-        for stage in self.aggregators or ():  # a server half that needs its client half (FedDyn) refuses here
-            check_server = getattr(stage, "check_server", None)
-            if check_server is not None:
-                check_server(self)
         cohort = getattr(trainer.datamodule, "clients_per_round", None)
         if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
             for stage in self.aggregators or ():
                 check = getattr(stage, "check_cohort", None)
                 if check is not None:
                     check(int(cohort))
-        for stage in self.aggregators or ():  # a stage that depends on the clients' local solver checks it here
-            check_fit = getattr(stage, "check_fit", None)
+        for stage in self.aggregators or ():  # a server half that needs its client half (FedDyn), or a stage that
+            check_fit = getattr(stage, "check_fit", None)  # depends on the clients' local solver (FedNova), refuses
             if check_fit is not None:
                 check_fit(trainer, pl_module, self)
 

@@ -136,6 +136,12 @@ class Stage(abc.ABC):
         would be skipped. Default: any K ≥ 1."""
         return None
 
+    def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains), after
+        the client algorithms' checks: raise ``ValueError`` naming both parts when this stage cannot work with the
+        run — e.g. FedDyn's server half without its client half, FedNova's reducer with clients that do not run its
+        declared local solver. Default: nothing."""
+
     def check_cohort(self, clients_per_round: int) -> None:
         """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains) with C =
         ``clients_per_round``, the most clients a round can have.
