@@ -347,7 +347,22 @@ def summary(run: Run, smooth_last: int, diversity: bool) -> Optional[dict]:
     if diversity:
         d = [v for r, v in series(rows, "round_gradient_diversity") if r > run.rounds - 100]
         out["diversity"] = statistics.mean(d) if d else math.nan
+        out["lambda_weighted"] = lambda_weighted_diversity(rows)
     return out
+
+
+#: marks a diversity cell that holds FedAWARE's λ-weighted diversity (see :func:`lambda_weighted_diversity`)
+LAMBDA_MARK = "†"
+
+
+def lambda_weighted_diversity(rows: list[dict]) -> bool:
+    """Whether a run's ``round_gradient_diversity`` column is FedAWARE's λ-weighted diversity (√(Σλ_i‖v_i‖²)/‖d_t‖,
+    = 1/√fedaware_min_norm_sq under normalised momenta) rather than the raw client updates' diversity that every
+    other method logs: CSVs written before #34 (they have ``fedaware_min_norm_sq`` but no
+    ``fedaware_weighted_diversity`` column). The raw-update value cannot be re-derived from them (it needs the
+    round's updates); the tables print such cells with :data:`LAMBDA_MARK`."""
+    keys = set(rows[0]) if rows else set()
+    return "fedaware_min_norm_sq" in keys and "fedaware_weighted_diversity" not in keys
 
 
 def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, diversity: bool) -> str:
@@ -359,6 +374,8 @@ def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, div
         done = [s for s in (summary(run, smooth_last, diversity) for run in members) if s is not None]
         figures = ("best", "final", "smooth") + (("diversity",) if diversity else ())
         cells = [mean_std([s[f] for s in done]) for f in figures]
+        if diversity and any(s["lambda_weighted"] for s in done):
+            cells[-1] += f" {LAMBDA_MARK}"
         lines.append("| " + " | ".join(str(g) for g in group) + f" | {len(done)}/{len(members)} | " +
                      " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -386,19 +403,22 @@ def rounded(value: float, digits: int, snap: bool = False) -> str:
     return str(Decimal(text).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
 
 
-def _per_seed_cell(values: list[Optional[float]], digits: Optional[int], snap: bool) -> str:
-    def one(v: Optional[float]) -> str:
+def _per_seed_cell(values: list[Optional[float]], digits: Optional[int], snap: bool,
+                   marks: Optional[list[bool]] = None) -> str:
+    def one(v: Optional[float], mark: bool) -> str:
         if v is None:
             return "–"
-        return rounded(v, digits if digits is not None else (1 if abs(v) < 10 else 0), snap)
-    return " / ".join(one(v) for v in values)
+        return rounded(v, digits if digits is not None else (1 if abs(v) < 10 else 0), snap) + (LAMBDA_MARK if mark
+                                                                                               else "")
+    return " / ".join(one(v, m) for v, m in zip(values, marks or [False] * len(values)))
 
 
 def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
     """One markdown table per group of runs (every label but ``method`` and ``seed``: the setting, the model):
     a row per method, each cell the seeds' figures in seed order ("a / b / c", "–" for a run not finished), rows
     sorted by the mean best accuracy of the finished seeds, best first. Accuracies in % to 0.1, the std of the last
-    ``smooth_last`` evaluations in pp to 0.01, gradient diversity to 0.1 below 10 and to 1 above."""
+    ``smooth_last`` evaluations in pp to 0.01, gradient diversity to 0.1 below 10 and to 1 above (marked
+    :data:`LAMBDA_MARK` where the CSV holds FedAWARE's λ-weighted diversity, see :func:`lambda_weighted_diversity`)."""
     keys = tuple(k for k in runs[0].labels if k not in ("method", "seed")) if runs else ()
     seeds = sorted({run.labels["seed"] for run in runs})
     figures = (("best", 1, True), ("final", 1, True), ("smooth", 2, False)) + \
@@ -415,7 +435,9 @@ def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
             by_seed = {run.labels["seed"]: summary(run, smooth_last, diversity) for run in of_method}
             done = [s for s in by_seed.values() if s is not None]
             rank = -statistics.mean(s["best"] for s in done) if done else math.inf
-            cells = [_per_seed_cell([by_seed[s][f] if by_seed.get(s) else None for s in seeds], d, snap)
+            cells = [_per_seed_cell([by_seed[s][f] if by_seed.get(s) else None for s in seeds], d, snap,
+                                    [bool(by_seed.get(s) and f == "diversity" and by_seed[s]["lambda_weighted"])
+                                     for s in seeds])
                      for f, d, snap in figures]
             rows.append((rank, f"| {method_name(of_method[0])} | " + " | ".join(cells) + " |"))
         lines += [row for _, row in sorted(rows, key=lambda r: r[0])]

@@ -102,10 +102,10 @@ class FedAWARE(ServerOptimizer):
     After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
     (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`) and, in the logged metrics,
     ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
-    solver) and ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²). :meth:`gradient_diversity` (``round_gradient_diversity``) is
-    √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (the square root, Eq. 3/6) with FedAWARE's λ and the vectors it was solved on (so
-    1/‖d_t‖ under ``normalize``); the FedAvg diversity of the
-    round's updates during warm-up.
+    solver), ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²) and ``fedaware_weighted_diversity``
+    (:attr:`last_weighted_diversity`: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 6, with FedAWARE's λ and the vectors it was
+    solved on, so 1/‖d_t‖ under ``normalize``). ``round_gradient_diversity`` (:meth:`gradient_diversity`) is, as
+    for every server optimizer, the diversity of the round's raw client updates (Def. 3.1), warm-up or not.
 
     Args:
         lr: Server learning rate η (> 0; the paper uses 1).
@@ -297,11 +297,34 @@ class FedAWARE(ServerOptimizer):
         return torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """√(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 3/6: the square root) with FedAWARE's λ and the vectors v_i it was solved on (unit momenta under
-        ``normalize``, else the momenta); ``nan`` when the combination is zero. In warm-up rounds, the base
-        class's diversity of the round's updates."""
-        if self._last_diversity is None:
-            return super().gradient_diversity(updates, pseudo_gradient)
+        """The round's gradient diversity of the **raw client updates**, the same metric as every other server
+        optimizer logs as ``round_gradient_diversity`` (Def. 3.1, Eq. 3: the square root)::
+
+            D = √( Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖² ),   w_i ∝ |D_i| (``weighting="num_samples"``) or 1 (``"uniform"``)
+
+        over the round's cohort, whatever FedAWARE steps with (``pseudo_gradient`` = −d_t is not used: its length
+        is not that of the updates' average). It is the value a FedAvg with the same ``weighting`` logs for the
+        same updates, so the column compares across methods. The authors' code (github.com/dunzeng/FedAWARE,
+        ``utils.gradient_diversity``, read, not copied) logs this quantity with uniform weights for every method
+        (= ``weighting="uniform"``). FedAWARE's own λ-weighted diversity of the vectors it solved on is
+        :attr:`last_weighted_diversity`, logged as ``fedaware_weighted_diversity``.
+
+        Returns:
+            D (float, dimensionless, ≥ 1); ``nan`` when Σ_i w_i Δ_i is zero.
+        """
+        weights = self.client_weight_counts(updates)
+        weights = weights / weights.sum()
+        deltas = [self.client_delta(u) for u in updates]
+        mean = [sum(float(w) * d[j].detach().double() for w, d in zip(weights, deltas)) for j in range(len(deltas[0]))]
+        return super().gradient_diversity(updates, mean)
+
+    @property
+    def last_weighted_diversity(self) -> Optional[float]:
+        """FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root)
+        with its min-norm λ and the vectors v_i it was solved on (unit momenta under ``normalize``, so 1/‖d_t‖;
+        else the momenta); logged as ``fedaware_weighted_diversity``. ``None`` in a warm-up round, ``nan`` for a
+        zero combination. Not comparable with ``round_gradient_diversity`` (:meth:`gradient_diversity`): it
+        weighs momenta by the weights chosen to maximise it."""
         return self._last_diversity
 
     @property
@@ -317,6 +340,7 @@ class FedAWARE(ServerOptimizer):
             "fedaware_support": float((self.last_weights > 0).sum()),
             "fedaware_fw_iters": float(self.last_solve.num_iters),
             "fedaware_min_norm_sq": float(self.last_solve.value),
+            "fedaware_weighted_diversity": float(self._last_diversity),
         }
         for name, value in metrics.items():
             pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)

@@ -217,6 +217,15 @@ def _run_direct(server, x0, rounds):
     return _flat(p.numpy() for p in params), diversities
 
 
+def _raw_diversity(clients, weighting="num_samples"):
+    """Def. 3.1 (the square root) on the round's raw updates [(cid, Δ_i flat, |D_i|)], written from the paper."""
+    g = np.stack([d for _, d, _ in clients])
+    w = np.array([n if weighting == "num_samples" else 1.0 for _, _, n in clients], float)
+    w = w / w.sum()
+    mean = w @ g
+    return np.sqrt((w * (g * g).sum(axis=1)).sum() / (mean @ mean))
+
+
 OPTIONS = [
     dict(normalize=False, alpha_convention="paper", fedavg_warmup=False, projection=False),  # Alg. 1 as written
     dict(normalize=True, alpha_convention="paper", fedavg_warmup=False, projection=False),
@@ -242,7 +251,9 @@ def test_update_rule_matches_numpy_alg1(options):
     np.testing.assert_allclose(got, want, atol=1e-9)
     final = history[-1]
     np.testing.assert_allclose(server.last_weights, final[0], atol=1e-7)
-    assert diversities[-1] == pytest.approx(final[1], rel=1e-7)
+    assert server.last_weighted_diversity == pytest.approx(final[1], rel=1e-7)  # Eq. 6 with FedAWARE's λ
+    for clients, got_div in zip(flat_rounds, diversities):  # round_gradient_diversity: the raw updates (Def. 3.1)
+        assert got_div == pytest.approx(_raw_diversity(clients, options.get("weighting", "num_samples")), rel=1e-12)
     if options["fedavg_warmup"]:
         assert history[0] is None and server.warming_up is False
 
@@ -404,7 +415,26 @@ def test_logs_solver_metrics_and_fedaware_diversity(tmp_path):
     unit = gram / np.sqrt(np.outer(np.diag(gram), np.diag(gram)))
     assert float(last["fedaware_support"]) == (lam > 0).sum()
     assert float(last["fedaware_min_norm_sq"]) == pytest.approx(lam @ unit @ lam, rel=1e-6)
-    assert float(last["round_gradient_diversity"]) == pytest.approx(1.0 / np.sqrt(lam @ unit @ lam), rel=1e-6)
+    assert float(last["fedaware_weighted_diversity"]) == pytest.approx(1.0 / np.sqrt(lam @ unit @ lam), rel=1e-6)
+    assert float(last["round_gradient_diversity"]) >= 1.0  # the raw updates' diversity, checked against NumPy above
+
+
+def test_round_gradient_diversity_is_that_of_the_raw_updates_not_the_lambda_weighted_one():
+    """#34: FedAWARE logs the same ``round_gradient_diversity`` as FedAvg for the same updates (Def. 3.1 on the raw
+    Δ_i), and its λ-weighted value separately. Orthogonal updates g_0 = [1, 0] (|D| = 10), g_1 = [0, 3] (|D| = 30):
+    w = (¼, ¾), D = √((¼·1 + ¾·9) / ‖[¼, 9/4]‖²) = √(7 / (82/16)) ≈ 1.1687; FedAWARE's unit momenta are orthogonal,
+    λ = (½, ½), ‖d‖² = ½, weighted D = √2."""
+    from lightning_fed.callbacks.fedavg import FedAvg
+
+    updates = [ClientUpdate(0, [torch.tensor([-1.0, 0.0], dtype=torch.float64)], 10, 1, 0.0),
+               ClientUpdate(1, [torch.tensor([0.0, -3.0], dtype=torch.float64)], 30, 1, 0.0)]
+    server = FedAWARE(num_clients=2)
+    pseudo = server.server_update([torch.zeros(2, dtype=torch.float64)], updates)
+    want = np.sqrt(7.0 / (82.0 / 16.0))
+    assert server.gradient_diversity(updates, pseudo) == pytest.approx(want, rel=1e-14)
+    fedavg = FedAvg()
+    assert fedavg.gradient_diversity(updates, fedavg.aggregate(updates)) == pytest.approx(want, rel=1e-14)
+    assert server.last_weighted_diversity == pytest.approx(np.sqrt(2.0), rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------- errors
