@@ -488,3 +488,63 @@ def test_num_clients_must_agree_with_the_datamodule(tmp_path):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAWARE(num_clients=5)], **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match="num_clients=5, but the data module has 4 clients"):
         trainer.fit(LinearRegression(), datamodule=dm)
+
+
+# ---------------------------------------------------------------------------------------------- #34: the authors' recipe
+def _updates(pairs):
+    return [ClientUpdate(cid, [torch.tensor(d, dtype=torch.float64)], n, 1, 0.0) for cid, d, n in pairs]
+
+
+def test_warmup_rounds_is_fedavg_for_that_many_rounds_then_fedaware():
+    """``warmup_rounds=2``: rounds 0 and 1 step with the |D|-weighted FedAvg of the updates although every client has
+    been seen after round 0; round 2 is FedAWARE (here with α = 1 in the code convention, m_i = g_i, so on two
+    orthogonal unit-length... momenta the min-norm step is −½(v_0 + v_1))."""
+    server = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", num_clients=2, warmup_rounds=2)
+    x = [torch.zeros(2, dtype=torch.float64)]
+    rounds = [[(0, [-1.0, 0.0], 10), (1, [0.0, -2.0], 30)]] * 3
+    want = np.zeros(2)
+    for t, pairs in enumerate(rounds):
+        assert server.warming_up == (t < 2)
+        server.server_update(x, _updates(pairs))
+        if t < 2:  # FedAvg: x += ¼·[-1, 0] + ¾·[0, -2]
+            want = want + np.array([-0.25, -1.5])
+            assert server.last_weights is None
+        else:  # momenta g_0 = [1, 0], g_1 = [0, 2]: unit vectors e_0, e_1, λ = (½, ½)
+            want = want - np.array([0.5, 0.5])
+            np.testing.assert_allclose(server.last_weights, [0.5, 0.5], atol=1e-12)
+        np.testing.assert_allclose(x[0].numpy(), want, atol=1e-14)
+    assert FedAWARE(warmup_rounds=0).warmup_rounds == 0
+    with pytest.raises(ValueError, match="`warmup_rounds` must be an integer >= 0 or None, got -1"):
+        FedAWARE(warmup_rounds=-1)
+    with pytest.raises(ValueError, match="`warmup_rounds` and `fedavg_warmup=True`"):
+        FedAWARE(warmup_rounds=3, fedavg_warmup=True)
+
+
+def test_public_code_pairing_puts_updates_in_other_clients_slots():
+    """``pairing="public_code"`` (the public code's bug): the cohort drawn as [2, 0, 1], the k-th update in id order
+    goes to the k-th drawn client: client 0's update into slot 2, client 1's into slot 0, client 2's into slot 1.
+    With α = 1 (code convention) m_slot = g of the update it got. In a warm-up round the FedAvg weights |D| of the
+    drawn order multiply the updates in id order: (20·g_0 + 30·g_1 + 50·g_2)/100 with |D_2| = 20, |D_0| = 30,
+    |D_1| = 50. The default pairs each update with its own client; a cohort drawn in id order is unaffected."""
+    g = {0: [1.0, 0.0, 0.0], 1: [0.0, 1.0, 0.0], 2: [0.0, 0.0, 1.0]}
+    n = {0: 30, 1: 50, 2: 20}
+    drawn = [2, 0, 1]
+    pairs = [(cid, [-v for v in g[cid]], n[cid]) for cid in drawn]  # Δ_i = −g_i, in the cohort's order
+    bug = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", num_clients=3, warmup_rounds=1, pairing="public_code")
+    x = [torch.zeros(3, dtype=torch.float64)]
+    bug.server_update(x, _updates(pairs))
+    np.testing.assert_array_equal(bug.momenta.numpy(), np.array([g[1], g[2], g[0]]))  # rows = slots 0, 1, 2
+    np.testing.assert_allclose(x[0].numpy(), -(20 * np.array(g[0]) + 30 * np.array(g[1]) + 50 * np.array(g[2])) / 100,
+                               atol=1e-15)
+    assert bug.client_num_samples.tolist() == [30, 50, 20]  # the slots keep their own clients' |D_i|
+    right = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", num_clients=3, warmup_rounds=1)
+    x = [torch.zeros(3, dtype=torch.float64)]
+    right.server_update(x, _updates(pairs))
+    np.testing.assert_array_equal(right.momenta.numpy(), np.eye(3))
+    np.testing.assert_allclose(x[0].numpy(), -np.array([30, 50, 20]) / 100, atol=1e-15)
+    in_order = FedAWARE(alpha=1.0, alpha_convention="code", num_clients=3, pairing="public_code")
+    in_order.server_update([torch.zeros(3, dtype=torch.float64)], _updates(sorted(pairs)))
+    np.testing.assert_array_equal(in_order.momenta.numpy(), np.eye(3))
+    assert "pairing='public_code'" in repr(bug) and FedAWARE().pairing == "client_id"
+    with pytest.raises(ValueError, match=r"`pairing` must be one of \('client_id', 'public_code'\), got 'buggy'"):
+        FedAWARE(pairing="buggy")
