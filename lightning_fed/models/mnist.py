@@ -1,5 +1,4 @@
-"""The MNIST models of Fed-LAMB (a one-hidden-layer MLP and the classic two-convolution CNN) and fedlab's
-``MLP(784, 10)``, the model of FedAWARE's public code for MNIST and Fashion-MNIST (:class:`FedLabMLP`).
+"""The MNIST models of Fed-LAMB: a one-hidden-layer MLP and the classic two-convolution CNN.
 
 Source
 ------
@@ -24,7 +23,7 @@ from lightning_fed.callbacks.server_optimizer import check_positive, check_unit_
 from lightning_fed.datamodules.federated import _check_positive_int
 from lightning_fed.models.classifier import Classifier
 
-__all__ = ["FedLabMLP", "MNISTCNN", "MNISTMLP"]
+__all__ = ["MNISTCNN", "MNISTMLP"]
 
 
 class MNISTMLP(Classifier):
@@ -148,62 +147,4 @@ class MNISTCNN(Classifier):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in_channels, 28, 28]`` images -> ``[B, num_classes]`` logits."""
-        return self.net(x)
-
-
-class FedLabMLP(Classifier):
-    """fedlab's ``MLP(input_size, output_size)`` (``fedlab/models/mlp.py``, fedlab 1.3.0; read, not copied): two
-    hidden layers of 200 units, ReLU, no dropout::
-
-        Flatten - Linear(in_features, 200) - ReLU - Linear(200, 200) - ReLU - Linear(200, num_classes)
-
-    The model FedAWARE's public code (github.com/dunzeng/FedAWARE, ``settings.get_settings``) trains on MNIST and
-    Fashion-MNIST, on [0, 1] pixels (``ToTensor``, no standardisation: ``normalize=False`` in the data modules).
-    With the defaults: 784·200 + 200 + 200·200 + 200 + 200·10 + 10 = **199,210** parameters. PyTorch's default
-    ``nn.Linear`` initialisation, as fedlab.
-
-    Args:
-        in_features: flattened input size (784 = 1·28·28).
-        hidden: units of each of the two hidden layers (200, fedlab's).
-        num_classes: number of classes (10).
-        lr: client SGD learning rate (FedAWARE's scripts: 0.01).
-
-    Shapes:
-        input ``x``: ``[B, 1, 28, 28]`` (any ``[B, ...]`` with ``in_features`` elements per sample);
-        labels ``y``: ``[B]`` long; output of :meth:`forward`: logits ``[B, num_classes]``.
-
-    Raises:
-        ValueError: a size not a positive integer, or ``lr`` not finite and > 0.
-
-    Example::
-
-        >>> import torch
-        >>> model = FedLabMLP()
-        >>> model(torch.zeros(2, 1, 28, 28)).shape, sum(p.numel() for p in model.parameters())
-        (torch.Size([2, 10]), 199210)
-        >>> FedLabMLP(hidden=0)
-        Traceback (most recent call last):
-        ...
-        ValueError: `hidden` must be a positive integer, got 0.
-    """
-
-    def __init__(self, in_features: int = 784, hidden: int = 200, num_classes: int = 10, lr: float = 0.01) -> None:
-        super().__init__()
-        _check_positive_int("in_features", in_features)
-        _check_positive_int("hidden", hidden)
-        _check_positive_int("num_classes", num_classes)
-        check_positive("lr", lr)
-        self.save_hyperparameters()
-        self.net = nn.Sequential(
-            nn.Flatten(),
-            nn.Linear(in_features, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, num_classes),
-        )
-        self.init_metrics(num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, 1, 28, 28]`` images -> ``[B, num_classes]`` logits."""
         return self.net(x)

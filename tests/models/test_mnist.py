@@ -65,22 +65,3 @@ def test_dropout_is_active_only_in_training():
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
-
-
-def test_fedlab_mlp_is_784_200_200_10_relu_against_numpy():
-    """#34: fedlab's MLP(784, 10), the model of FedAWARE's public code for (Fashion-)MNIST: 199,210 parameters and
-    logits = W3·relu(W2·relu(W1·x + b1) + b2) + b3, recomputed in NumPy from the module's weights."""
-    import numpy as np
-    import torch
-
-    from lightning_fed.models import FedLabMLP
-
-    torch.manual_seed(0)
-    model = FedLabMLP()
-    assert sum(p.numel() for p in model.parameters()) == 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10 == 199210
-    x = torch.rand(3, 1, 28, 28)
-    w = [p.detach().double().numpy() for p in model.parameters()]
-    h = np.maximum(x.reshape(3, -1).double().numpy() @ w[0].T + w[1], 0)
-    h = np.maximum(h @ w[2].T + w[3], 0)
-    np.testing.assert_allclose(model(x).detach().double().numpy(), h @ w[4].T + w[5], rtol=1e-5, atol=1e-6)
-    assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())
