@@ -82,7 +82,10 @@ class FedAWARE(ServerOptimizer):
     * ``fedavg_warmup`` (default ``False``, the paper: FedAWARE from round 1; ``True`` is the public code):
       until every one of the N clients has been seen once, step with the ``weighting``-weighted FedAvg of the
       round's updates (x_{t+1} = x_t + η·Σ w_i Δ_i); the momenta are updated during warm-up all the same.
-      With 10 of 100 clients per round the warm-up lasts about 50 rounds (coupon collector: N·H_N/C).
+      The public code's cohorts first sweep every client once (``cohort_sampling="sweep_then_uniform"``), so
+      there the warm-up is the first ⌈N/C⌉−1 rounds (rounds 1–9 with 10 of 100 clients per round). Under uniform
+      cohorts (``"fixed_size"``) it lasts until the last client is first drawn, about 50 rounds for 10 of 100
+      (coupon collector: N·H_N/C).
     * ``warmup_rounds`` (default ``None``: off): FedAvg, as under ``fedavg_warmup``, in the first
       ``warmup_rounds`` rounds (round indices 0..warmup_rounds−1), whatever has been seen; the momenta are updated
       all the same. Not with ``fedavg_warmup=True``. With ``cohort_sampling="sweep_then_uniform"`` (the public
