@@ -548,3 +548,25 @@ def test_public_code_pairing_puts_updates_in_other_clients_slots():
     assert "pairing='public_code'" in repr(bug) and FedAWARE().pairing == "client_id"
     with pytest.raises(ValueError, match=r"`pairing` must be one of \('client_id', 'public_code'\), got 'buggy'"):
         FedAWARE(pairing="buggy")
+
+
+def test_public_code_pairing_through_the_trainer_follows_the_cohorts_selection_order(tmp_path):
+    """Through FederatedTrainer (one round, 4 of 5 clients drawn in the data module's selection order): with
+    ``pairing="public_code"`` slot ``cohort[k]`` holds the momentum that the correct pairing gives client
+    ``sorted(cohort)[k]`` (α = 1, code convention: m = g), so the emulation sees the cohort in its draw order."""
+    x, y = regression_data(n=60, seed=3)
+
+    def fit(pairing):
+        torch.manual_seed(0)
+        dm = _regression_module(x, y, num_clients=5, clients_per_round=4, batch_size=4)
+        server = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", warmup_rounds=1, pairing=pairing)
+        FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path / pairing)).fit(
+            LinearRegression(lr=0.05), datamodule=dm)
+        return server.momenta.numpy(), dm.sample_clients(0).tolist()
+
+    right, cohort = fit("client_id")
+    bug, cohort_again = fit("public_code")
+    assert cohort == cohort_again and cohort != sorted(cohort)  # a draw that is not already in id order
+    for slot, owner in zip(cohort, sorted(cohort)):
+        np.testing.assert_array_equal(bug[slot], right[owner])
+    assert not np.array_equal(bug, right)
