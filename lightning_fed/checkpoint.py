@@ -64,7 +64,10 @@ _DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", 
                         "cohort_sampling")
 #: Settings added to the record later, with the value a checkpoint that lacks them was run with.
 _RECORD_DEFAULTS = {"cohort_sampling": "fixed_size", "server_optimizer.accounting": "rdp",
-                    "server_optimizer.client": None}
+                    "server_optimizer.client": None,
+                    # issue #34: options added later, with the behaviour of a checkpoint that lacks them
+                    "local_work.batch_size_upper": "dataset_size", "server_optimizer.warmup_rounds": None,
+                    "server_optimizer.pairing": "client_id"}
 _ABSENT = "<absent>"
 #: Server-optimizer settings recorded only since issue #31 (adaptive clipping's, the robust reducers' simulated
 #: attack): absent from an older checkpoint's record, they cannot be checked (a warning), not a refusal.

@@ -489,3 +489,20 @@ def test_truncated_legacy_format_is_named_and_a_content_error_is_not_disguised(t
 
 class _Unsafe:
     pass
+
+
+def test_settings_added_by_issue_34_default_to_the_old_behaviour_in_older_records():
+    """#34 added ``SampledLocalWork(batch_size_upper=)`` and ``FedAWARE(warmup_rounds=, pairing=)``: a record
+    without them was run with their defaults, so it resumes under the defaults and is refused under another value."""
+    from lightning_fed.checkpoint import config_differences
+
+    old = {"local_work": "SampledLocalWork", "server_optimizer": "FedAWARE"}
+    new = dict(old, **{"local_work.batch_size_upper": "dataset_size", "server_optimizer.warmup_rounds": None,
+                       "server_optimizer.pairing": "client_id"})
+    assert config_differences(old, new) == []
+    changed = dict(new, **{"server_optimizer.pairing": "public_code",
+                           "local_work.batch_size_upper": "dataset_size_minus_one"})
+    assert config_differences(old, changed) == [
+        ("local_work.batch_size_upper", "dataset_size", "dataset_size_minus_one"),
+        ("server_optimizer.pairing", "client_id", "public_code"),
+    ]

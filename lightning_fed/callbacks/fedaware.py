@@ -18,6 +18,8 @@ from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.rules.sgd import SGD
 
 _CONVENTIONS = ("paper", "code")
+#: Allowed values of ``FedAWARE(pairing=...)``: ``"client_id"`` (Alg. 1) or ``"public_code"`` (its bug, see there).
+_PAIRINGS = ("client_id", "public_code")
 
 
 def _stage_attribute(name: str, doc: str) -> property:
@@ -80,7 +82,28 @@ class FedAWARE(ServerOptimizer):
     * ``fedavg_warmup`` (default ``False``, the paper: FedAWARE from round 1; ``True`` is the public code):
       until every one of the N clients has been seen once, step with the ``weighting``-weighted FedAvg of the
       round's updates (x_{t+1} = x_t + η·Σ w_i Δ_i); the momenta are updated during warm-up all the same.
-      With 10 of 100 clients per round the warm-up lasts about 50 rounds (coupon collector: N·H_N/C).
+      The public code's cohorts first sweep every client once (``cohort_sampling="sweep_then_uniform"``), so
+      there the warm-up is the first ⌈N/C⌉−1 rounds (rounds 1–9 with 10 of 100 clients per round). Under uniform
+      cohorts (``"fixed_size"``) it lasts until the last client is first drawn, about 50 rounds for 10 of 100
+      (coupon collector: N·H_N/C).
+    * ``warmup_rounds`` (default ``None``: off): FedAvg, as under ``fedavg_warmup``, in the first
+      ``warmup_rounds`` rounds (round indices 0..warmup_rounds−1), whatever has been seen; the momenta are updated
+      all the same. Not with ``fedavg_warmup=True``. With ``cohort_sampling="sweep_then_uniform"`` (the public
+      code's start-up: ⌈N/C⌉ rounds that visit every client once) ``fedavg_warmup=True`` already ends exactly where
+      the public code's warm-up ends: FedAvg in the first ⌈N/C⌉−1 rounds (rounds 1–9 of 100 clients, 10 per
+      round), FedAWARE from the round that completes the sweep.
+    * ``pairing`` (default ``"client_id"``: each update goes into its own client's momentum slot, Alg. 1).
+      ``"public_code"`` reproduces a bug of the public code (github.com/dunzeng/FedAWARE at eb60efc, read, not
+      copied): it trains the cohort in increasing client id (``utils.py``, the samplers return
+      ``np.sort(sampled)``) but zips the updates with the client indices in the order ``np.random.choice`` drew
+      them (``sampler.last_sampled``; ``fedaware.py``, ``global_update``), so the k-th update in id order lands in
+      the slot of the k-th client *as drawn* — another client's slot, whenever the draw was not already sorted —
+      and the warm-up FedAvg's sample weights are permuted the same way
+      (:func:`~lightning_fed.server.aggregators.fedaware.public_code_pairing`). Under the federated loop the
+      round's updates arrive in the cohort's selection order, which plays the part of the draw order. Only to
+      regenerate the published curves and measure the difference: it is never the default and not the method.
+      Mixing several clients' updates in each slot lengthens the min-norm direction (about 3× in ‖d_t‖² on
+      Fashion-MNIST), hence the steps.
     * ``projection`` (default ``False``): replace d_t by the projection of the ``weighting``-weighted average of
       the (raw) momenta m̄ = Σ_i w_i m_i onto d_t, i.e. d_t ← (⟨m̄, d_t⟩ / ‖d_t‖²)·d_t: the FedAWARE direction
       with the magnitude of the average update (the code's ``-projection``). A zero d_t gives a zero step.
@@ -102,10 +125,10 @@ class FedAWARE(ServerOptimizer):
     After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
     (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`) and, in the logged metrics,
     ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
-    solver) and ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²). :meth:`gradient_diversity` (``round_gradient_diversity``) is
-    √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (the square root, Eq. 3/6) with FedAWARE's λ and the vectors it was solved on (so
-    1/‖d_t‖ under ``normalize``); the FedAvg diversity of the
-    round's updates during warm-up.
+    solver), ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²) and ``fedaware_weighted_diversity``
+    (:attr:`last_weighted_diversity`: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 6, with FedAWARE's λ and the vectors it was
+    solved on, so 1/‖d_t‖ under ``normalize``). ``round_gradient_diversity`` (:meth:`gradient_diversity`) is, as
+    for every server optimizer, the diversity of the round's raw client updates (Def. 3.1), warm-up or not.
 
     Args:
         lr: Server learning rate η (> 0; the paper uses 1).
@@ -126,12 +149,16 @@ class FedAWARE(ServerOptimizer):
             or ``"uniform"``.
         solver: The min-norm solver: ``"active_set"`` (default, exact) or ``"frank_wolfe"`` (the public code's;
             reproduces results of the earlier default with the ``fw_*`` options left at ``None``).
+        warmup_rounds: FedAvg in the first this many rounds (int ≥ 0, default ``None``: off; see above).
+        pairing: ``"client_id"`` (default, Alg. 1) or ``"public_code"`` (the public code's update-to-slot pairing,
+            a bug; see above).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, ``alpha`` outside its convention's range, an unknown
             ``alpha_convention``, ``weighting`` or ``solver``, ``fw_max_iter`` < 1, ``fw_tol`` negative or not
             finite, an ``fw_*`` option given with ``solver="active_set"``,
-            ``num_clients`` not a positive integer, or a non-boolean flag. At run time: no N known, client ids
+            ``num_clients`` not a positive integer, a non-boolean flag, ``warmup_rounds`` not an integer ≥ 0 or
+            given with ``fedavg_warmup=True``, or an unknown ``pairing``. At run time: no N known, client ids
             outside [0, N) or repeated within a round, or an N that disagrees with the data module / a checkpoint.
 
     Example: two clients with orthogonal updates of lengths 1 and 2 (g_0 = [1, 0], g_1 = [0, 2]); after round 1
@@ -172,8 +199,21 @@ class FedAWARE(ServerOptimizer):
         num_clients: Optional[int] = None,
         weighting: str = "num_samples",
         solver: str = "active_set",
+        warmup_rounds: Optional[int] = None,
+        pairing: str = "client_id",
     ) -> None:
         lr = check_positive("lr", lr)
+        if warmup_rounds is not None and (
+            isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0
+        ):
+            raise ValueError(f"`warmup_rounds` must be an integer >= 0 or None, got {warmup_rounds!r}.")
+        if warmup_rounds is not None and fedavg_warmup is True:
+            raise ValueError(
+                "`warmup_rounds` and `fedavg_warmup=True` are two ways to set the FedAvg warm-up: give one "
+                f"(got warmup_rounds={warmup_rounds!r}, fedavg_warmup=True)."
+            )
+        if pairing not in _PAIRINGS:
+            raise ValueError(f"`pairing` must be one of {_PAIRINGS}, got {pairing!r}.")
         if weighting not in WEIGHTINGS:
             raise ValueError(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}.")
         if alpha_convention not in _CONVENTIONS:
@@ -222,7 +262,7 @@ class FedAWARE(ServerOptimizer):
             fw_max_iter=1000 if fw_max_iter is None else fw_max_iter,
             fw_tol=1e-5 if fw_tol is None else float(fw_tol),
             fw_away_steps=False if fw_away_steps is None else fw_away_steps,
-            weighting=weighting, num_clients=num_clients,
+            weighting=weighting, num_clients=num_clients, warmup_rounds=warmup_rounds, pairing=pairing,
         )
         super().__init__(weighting=weighting, aggregators=[self.min_norm], rule=SGD(lr))
 
@@ -232,6 +272,8 @@ class FedAWARE(ServerOptimizer):
     fedavg_warmup = _stage_attribute("fedavg_warmup", "FedAvg until every client has been seen once.")
     projection = _stage_attribute("projection", "Keep the magnitude of the average momentum.")
     solver = _stage_attribute("solver", "The min-norm solver, ``\"active_set\"`` or ``\"frank_wolfe\"``.")
+    warmup_rounds = _stage_attribute("warmup_rounds", "FedAvg in rounds 0..warmup_rounds−1 (``None``: off).")
+    pairing = _stage_attribute("pairing", "``\"client_id\"`` (Alg. 1) or ``\"public_code\"`` (the public code's bug).")
     fw_max_iter = _stage_attribute("fw_max_iter", "Frank–Wolfe iteration cap.")
     fw_tol = _stage_attribute("fw_tol", "Frank–Wolfe L1 tolerance on λ.")
     fw_away_steps = _stage_attribute("fw_away_steps", "Away-step Frank–Wolfe.")
@@ -297,16 +339,42 @@ class FedAWARE(ServerOptimizer):
         return torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """√(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 3/6: the square root) with FedAWARE's λ and the vectors v_i it was solved on (unit momenta under
-        ``normalize``, else the momenta); ``nan`` when the combination is zero. In warm-up rounds, the base
-        class's diversity of the round's updates."""
-        if self._last_diversity is None:
-            return super().gradient_diversity(updates, pseudo_gradient)
+        """The round's gradient diversity of the **raw client updates**, the same metric as every other server
+        optimizer logs as ``round_gradient_diversity`` (Def. 3.1, Eq. 3: the square root)::
+
+            D = √( Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖² ),   w_i ∝ |D_i| (``weighting="num_samples"``) or 1 (``"uniform"``)
+
+        over the round's cohort, whatever FedAWARE steps with (``pseudo_gradient`` = −d_t is not used: its length
+        is not that of the updates' average). It is the value a FedAvg with the same ``weighting`` logs for the
+        same updates, so the column compares across methods. The authors' code (github.com/dunzeng/FedAWARE,
+        ``utils.gradient_diversity``, read, not copied) logs this quantity with uniform weights for every method
+        (= ``weighting="uniform"``). FedAWARE's own λ-weighted diversity of the vectors it solved on is
+        :attr:`last_weighted_diversity`, logged as ``fedaware_weighted_diversity``.
+
+        Returns:
+            D (float, dimensionless, ≥ 1); ``nan`` when Σ_i w_i Δ_i is zero.
+        """
+        weights = self.client_weight_counts(updates)
+        weights = weights / weights.sum()
+        deltas = [self.client_delta(u) for u in updates]
+        mean = [sum(float(w) * d[j].detach().double() for w, d in zip(weights, deltas)) for j in range(len(deltas[0]))]
+        return super().gradient_diversity(updates, mean)
+
+    @property
+    def last_weighted_diversity(self) -> Optional[float]:
+        """FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root)
+        with its min-norm λ and the vectors v_i it was solved on (unit momenta under ``normalize``, so 1/‖d_t‖;
+        else the momenta); logged as ``fedaware_weighted_diversity``. ``None`` in a warm-up round, ``nan`` for a
+        zero combination. Not comparable with ``round_gradient_diversity`` (:meth:`gradient_diversity`): it
+        weighs momenta by the weights chosen to maximise it."""
         return self._last_diversity
 
     @property
     def warming_up(self) -> bool:
-        """Whether the next round would still be a FedAvg warm-up round."""
+        """Whether the next round would still be a FedAvg warm-up round (under ``warmup_rounds``: whether fewer
+        than ``warmup_rounds`` server steps have been taken)."""
+        if self.warmup_rounds is not None:
+            return self.num_steps < self.warmup_rounds
         return self.fedavg_warmup and (self.seen is None or not bool(self.seen.all()))
 
     # ------------------------------------------------------------------ logging
@@ -317,6 +385,7 @@ class FedAWARE(ServerOptimizer):
             "fedaware_support": float((self.last_weights > 0).sum()),
             "fedaware_fw_iters": float(self.last_solve.num_iters),
             "fedaware_min_norm_sq": float(self.last_solve.value),
+            "fedaware_weighted_diversity": float(self._last_diversity),
         }
         for name, value in metrics.items():
             pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
@@ -392,4 +461,6 @@ class FedAWARE(ServerOptimizer):
             f"{super().extra_repr()}, alpha={self.alpha}, alpha_convention={self.alpha_convention!r}, "
             f"normalize={self.normalize}, fedavg_warmup={self.fedavg_warmup}, projection={self.projection}, "
             f"solver={self.solver!r}"
+            + (f", warmup_rounds={self.warmup_rounds}" if self.warmup_rounds is not None else "")
+            + (f", pairing={self.pairing!r}" if self.pairing != "client_id" else "")
         )

@@ -23,6 +23,11 @@ Two solvers (:func:`min_norm_point` picks one; ``SOLVERS`` lists them):
   variant (Lacoste-Julien & Jaggi 2015, Alg. 1). Plain Frank–Wolfe converges sublinearly and zig-zags when the
   optimum lies inside a face: on 6 unit vectors it can stop at its 1,000-iteration cap with λ still visibly
   off (see ``tests/callbacks/test_min_norm.py``). Kept so that results of the earlier default are reproducible.
+  One difference from the public code's ``MinNormSolver.find_min_norm_element_FW`` (github.com/dunzeng/FedAWARE,
+  ``min_norm_solvers.py``, read, not copied): its two-point line search returns γ = 0.999 when ⟨a, b⟩ ≥ ⟨a, a⟩
+  and γ = 0.001 when ⟨a, b⟩ ≥ ⟨b, b⟩ (a clamp, so it keeps moving 0.1 % towards a vertex that does not improve),
+  where :func:`min_norm_pair` clips exactly to 1 and 0. With the clamp it stops at 1.04–1.99× the exact minimum
+  ‖d‖² on Fashion-MNIST (issue #34); this solver has no clamp, so where it stops differs.
 
 Every solver emits a :class:`MinNormConvergenceWarning` when it stops at its iteration cap without meeting its
 stopping test (``converged=False`` in the result).

@@ -19,7 +19,7 @@ from lightning_fed.datamodules.partition import Partition, Partitioner
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
 #: The cohort samplings of :class:`FederatedDataModule` (``cohort_sampling``).
-COHORT_SAMPLINGS = ("fixed_size", "poisson")
+COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
 
 
 def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
@@ -302,6 +302,14 @@ class FederatedDataModule(L.LightningDataModule):
             with the noise alone and composes the round, as the Poisson analysis requires). Seeded by
             ``(seed, round)`` like the fixed-size cohorts; recorded in checkpoints. Not combinable with
             ``over_selection``; DP server optimizers must be given the same ``sampling``.
+            ``"sweep_then_uniform"``: the first ⌈N/C⌉ rounds visit every client exactly once, C at a time, in a
+            random order fixed by ``seed`` (the last sweep round takes the N mod C left over, if any); from then on
+            as ``"fixed_size"``. This is the start-up of FedAWARE's public code (github.com/dunzeng/FedAWARE,
+            ``FeedbackSampler``, read, not copied: its first ⌈N/C⌉ rounds sweep all clients, then it samples
+            uniformly; there the sweep after the first round happens to go in increasing client id, an artefact of
+            Python's set order). Each sweep round's cohort is listed in the permutation's order. Not combinable
+            with ``over_selection``; refused by DP server optimizers (no privacy analysis for it); recorded in
+            checkpoints.
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -380,6 +388,11 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(
                 f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': a Poisson cohort has no "
                 "fixed size to over-select for."
+            )
+        if cohort_sampling == "sweep_then_uniform" and over_selection:
+            raise ValueError(
+                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': the sweep of "
+                "cohort_sampling='sweep_then_uniform' visits each client once, with nobody to over-select."
             )
         self.cohort_sampling = cohort_sampling
         self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
@@ -709,6 +722,8 @@ class FederatedDataModule(L.LightningDataModule):
         cohorts: keep all)."""
         if self.cohort_sampling == "poisson":
             return self._select_poisson_cohort(int(round_idx))
+        if self.cohort_sampling == "sweep_then_uniform" and int(round_idx) < self.sweep_rounds:
+            return self._select_sweep_cohort(int(round_idx))
         num = min(self.num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
         rng = np.random.default_rng([self.seed, 0x5A3D, int(round_idx)])
         candidates = rng.choice(self.num_clients, size=num, replace=False).astype(np.int64)
@@ -717,6 +732,23 @@ class FederatedDataModule(L.LightningDataModule):
             draws = np.random.default_rng([self.seed, 0xD409, int(round_idx)]).random(num)
             available = candidates[draws >= self.client_dropout]
         return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+
+    @property
+    def sweep_rounds(self) -> int:
+        """⌈N/C⌉: the rounds of the sweep of ``cohort_sampling="sweep_then_uniform"`` (0 under the other samplings)."""
+        if self.cohort_sampling != "sweep_then_uniform":
+            return 0
+        return math.ceil(self.num_clients / self.clients_per_round)
+
+    def _select_sweep_cohort(self, round_idx: int) -> CohortSelection:
+        c = self.clients_per_round
+        order = np.random.default_rng([self.seed, 0x5EE9]).permutation(self.num_clients).astype(np.int64)
+        candidates = order[round_idx * c:(round_idx + 1) * c]
+        available = candidates
+        if self.client_dropout > 0:
+            draws = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
+            available = candidates[draws >= self.client_dropout]
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
 
     def _select_poisson_cohort(self, round_idx: int) -> CohortSelection:
         q = self.clients_per_round / self.num_clients

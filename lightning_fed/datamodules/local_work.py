@@ -40,6 +40,8 @@ DATA_ORDERS: tuple[str, ...] = ("reshuffle", "once", "none")
 
 #: Allowed values of ``steps_rule`` in :class:`SampledLocalWork`.
 STEPS_RULES: tuple[str, ...] = ("paper", "epochs")
+#: Allowed values of ``SampledLocalWork(batch_size_upper=...)``: what ``batch_size=(low, None)`` draws up to.
+BATCH_SIZE_UPPERS: tuple[str, ...] = ("dataset_size", "dataset_size_minus_one")
 
 # Non-zero stream tags appended to the SeedSequence entropy so the permutation streams never
 # coincide with each other or with SampledLocalWork's ``[seed, round_idx, cid]`` (SeedSequence
@@ -217,8 +219,10 @@ class SampledLocalWork(LocalWork):
       full batches per epoch) ``K_i`` can exceed ``E_i * floor(|D_i|/B_i)``, and the client goes on
       into epoch ``E_i`` (further epochs), still ``K_i`` steps of ``B_i`` samples.
     * ``"epochs"``: ``E_i`` full passes, ``E_i * ceil(|D_i|/B_i)`` steps (``floor`` with ``drop_last``):
-      what the authors' public code runs (a ``DataLoader(shuffle=True)`` iterated ``E_i`` times), and
-      this class's behaviour before ``steps_rule`` existed. With ``|D_i| = q B_i + r`` the counts are
+      what the authors' public code runs (fedlab's ``get_dataloader``, a ``DataLoader`` without shuffling
+      over the client's samples in the fixed order of fedlab's partition, which shuffled each client once:
+      ``data_order="once"`` here; iterated ``E_i`` times), and this class's behaviour before ``steps_rule``
+      existed. With ``|D_i| = q B_i + r`` the counts are
       ``E_i q + floor(E_i r / B_i)`` and ``E_i q + E_i [r > 0]``: they differ exactly when ``B_i``
       does not divide ``|D_i|``, and then the paper's is smaller by ``E_i - floor(E_i r / B_i) >= 1``.
 
@@ -230,6 +234,12 @@ class SampledLocalWork(LocalWork):
     size), so they do not depend on cohort order or on what else was sampled; ``steps_rule`` does
     not change the draws.
 
+    ``batch_size_upper`` sets what an open high end (``batch_size=(low, None)``) means:
+    ``"dataset_size"`` (default, the paper's ``B_i ~ U{10..|D_i|}``) or ``"dataset_size_minus_one"``
+    (``B_i ~ U{low..|D_i|−1}``, the authors' public code, ``np.random.randint(10, |D_i|)`` in
+    ``settings.get_heterogeneity`` of github.com/dunzeng/FedAWARE, read, not copied; still
+    ``B_i = |D_i|`` when ``|D_i| <= low``). A given high end is unaffected.
+
     Args:
         epochs: ``(low, high)`` inclusive range of local epochs, ``1 <= low <= high``, or one int
             (default ``(2, 5)``).
@@ -238,10 +248,12 @@ class SampledLocalWork(LocalWork):
         seed: experiment seed (int >= 0, default 0).
         steps_rule: ``"paper"`` (default, ``K_i = floor(E_i |D_i| / B_i)`` steps) or ``"epochs"``
             (``E_i`` full epochs), see above.
+        batch_size_upper: ``"dataset_size"`` (default) or ``"dataset_size_minus_one"``, see above
+            (keyword-only).
 
     Raises:
-        TypeError / ValueError: a malformed range or seed, or an unknown ``steps_rule`` (the message
-            names the argument).
+        TypeError / ValueError: a malformed range or seed, or an unknown ``steps_rule`` or
+            ``batch_size_upper`` (the message names the argument and the allowed values).
 
     Example: Hybrid+ on clients of |D_i| = 23 samples; K_i = floor(5·23/18) = 6, floor(5·23/16) = 7,
     floor(2·23/18) = 2::
@@ -266,6 +278,8 @@ class SampledLocalWork(LocalWork):
         batch_size: int | tuple[int, int | None] = (10, None),
         seed: int = 0,
         steps_rule: str = "paper",
+        *,
+        batch_size_upper: str = "dataset_size",
     ) -> None:
         self.epochs = _check_range("epochs", epochs, minimum=1, allow_none_high=False)
         self.batch_size = _check_range("batch_size", batch_size, minimum=1, allow_none_high=True)
@@ -273,6 +287,9 @@ class SampledLocalWork(LocalWork):
         if not isinstance(steps_rule, str) or steps_rule not in STEPS_RULES:
             raise ValueError(f"`steps_rule` must be one of {STEPS_RULES}, got {steps_rule!r}")
         self.steps_rule = steps_rule
+        if not isinstance(batch_size_upper, str) or batch_size_upper not in BATCH_SIZE_UPPERS:
+            raise ValueError(f"`batch_size_upper` must be one of {BATCH_SIZE_UPPERS}, got {batch_size_upper!r}")
+        self.batch_size_upper = batch_size_upper
 
     def plan(self, cid: int, round_idx: int, num_samples: int) -> ClientWork:
         cid, round_idx, num_samples = _check_plan_args(cid, round_idx, num_samples)
@@ -281,6 +298,8 @@ class SampledLocalWork(LocalWork):
         epochs = int(rng.integers(e_low, e_high, endpoint=True))
         b_low, b_high = self.batch_size
         high = num_samples if b_high is None else min(b_high, num_samples)
+        if b_high is None and self.batch_size_upper == "dataset_size_minus_one" and num_samples > b_low:
+            high = num_samples - 1  # the public code: np.random.randint(low, |D_i|), |D_i| excluded
         low = min(b_low, high)
         batch = int(rng.integers(low, high, endpoint=True)) if high >= 1 else 1
         if self.steps_rule == "paper" and num_samples > 0:

@@ -217,6 +217,15 @@ def _run_direct(server, x0, rounds):
     return _flat(p.numpy() for p in params), diversities
 
 
+def _raw_diversity(clients, weighting="num_samples"):
+    """Def. 3.1 (the square root) on the round's raw updates [(cid, Δ_i flat, |D_i|)], written from the paper."""
+    g = np.stack([d for _, d, _ in clients])
+    w = np.array([n if weighting == "num_samples" else 1.0 for _, _, n in clients], float)
+    w = w / w.sum()
+    mean = w @ g
+    return np.sqrt((w * (g * g).sum(axis=1)).sum() / (mean @ mean))
+
+
 OPTIONS = [
     dict(normalize=False, alpha_convention="paper", fedavg_warmup=False, projection=False),  # Alg. 1 as written
     dict(normalize=True, alpha_convention="paper", fedavg_warmup=False, projection=False),
@@ -242,7 +251,9 @@ def test_update_rule_matches_numpy_alg1(options):
     np.testing.assert_allclose(got, want, atol=1e-9)
     final = history[-1]
     np.testing.assert_allclose(server.last_weights, final[0], atol=1e-7)
-    assert diversities[-1] == pytest.approx(final[1], rel=1e-7)
+    assert server.last_weighted_diversity == pytest.approx(final[1], rel=1e-7)  # Eq. 6 with FedAWARE's λ
+    for clients, got_div in zip(flat_rounds, diversities):  # round_gradient_diversity: the raw updates (Def. 3.1)
+        assert got_div == pytest.approx(_raw_diversity(clients, options.get("weighting", "num_samples")), rel=1e-12)
     if options["fedavg_warmup"]:
         assert history[0] is None and server.warming_up is False
 
@@ -404,7 +415,26 @@ def test_logs_solver_metrics_and_fedaware_diversity(tmp_path):
     unit = gram / np.sqrt(np.outer(np.diag(gram), np.diag(gram)))
     assert float(last["fedaware_support"]) == (lam > 0).sum()
     assert float(last["fedaware_min_norm_sq"]) == pytest.approx(lam @ unit @ lam, rel=1e-6)
-    assert float(last["round_gradient_diversity"]) == pytest.approx(1.0 / np.sqrt(lam @ unit @ lam), rel=1e-6)
+    assert float(last["fedaware_weighted_diversity"]) == pytest.approx(1.0 / np.sqrt(lam @ unit @ lam), rel=1e-6)
+    assert float(last["round_gradient_diversity"]) >= 1.0  # the raw updates' diversity, checked against NumPy above
+
+
+def test_round_gradient_diversity_is_that_of_the_raw_updates_not_the_lambda_weighted_one():
+    """#34: FedAWARE logs the same ``round_gradient_diversity`` as FedAvg for the same updates (Def. 3.1 on the raw
+    Δ_i), and its λ-weighted value separately. Orthogonal updates g_0 = [1, 0] (|D| = 10), g_1 = [0, 3] (|D| = 30):
+    w = (¼, ¾), D = √((¼·1 + ¾·9) / ‖[¼, 9/4]‖²) = √(7 / (82/16)) ≈ 1.1687; FedAWARE's unit momenta are orthogonal,
+    λ = (½, ½), ‖d‖² = ½, weighted D = √2."""
+    from lightning_fed.callbacks.fedavg import FedAvg
+
+    updates = [ClientUpdate(0, [torch.tensor([-1.0, 0.0], dtype=torch.float64)], 10, 1, 0.0),
+               ClientUpdate(1, [torch.tensor([0.0, -3.0], dtype=torch.float64)], 30, 1, 0.0)]
+    server = FedAWARE(num_clients=2)
+    pseudo = server.server_update([torch.zeros(2, dtype=torch.float64)], updates)
+    want = np.sqrt(7.0 / (82.0 / 16.0))
+    assert server.gradient_diversity(updates, pseudo) == pytest.approx(want, rel=1e-14)
+    fedavg = FedAvg()
+    assert fedavg.gradient_diversity(updates, fedavg.aggregate(updates)) == pytest.approx(want, rel=1e-14)
+    assert server.last_weighted_diversity == pytest.approx(np.sqrt(2.0), rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -458,3 +488,85 @@ def test_num_clients_must_agree_with_the_datamodule(tmp_path):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAWARE(num_clients=5)], **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match="num_clients=5, but the data module has 4 clients"):
         trainer.fit(LinearRegression(), datamodule=dm)
+
+
+# ---------------------------------------------------------------------------------------------- #34: the authors' recipe
+def _updates(pairs):
+    return [ClientUpdate(cid, [torch.tensor(d, dtype=torch.float64)], n, 1, 0.0) for cid, d, n in pairs]
+
+
+def test_warmup_rounds_is_fedavg_for_that_many_rounds_then_fedaware():
+    """``warmup_rounds=2``: rounds 0 and 1 step with the |D|-weighted FedAvg of the updates although every client has
+    been seen after round 0; round 2 is FedAWARE (here with α = 1 in the code convention, m_i = g_i, so on two
+    orthogonal unit-length... momenta the min-norm step is −½(v_0 + v_1))."""
+    server = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", num_clients=2, warmup_rounds=2)
+    x = [torch.zeros(2, dtype=torch.float64)]
+    rounds = [[(0, [-1.0, 0.0], 10), (1, [0.0, -2.0], 30)]] * 3
+    want = np.zeros(2)
+    for t, pairs in enumerate(rounds):
+        assert server.warming_up == (t < 2)
+        server.server_update(x, _updates(pairs))
+        if t < 2:  # FedAvg: x += ¼·[-1, 0] + ¾·[0, -2]
+            want = want + np.array([-0.25, -1.5])
+            assert server.last_weights is None
+        else:  # momenta g_0 = [1, 0], g_1 = [0, 2]: unit vectors e_0, e_1, λ = (½, ½)
+            want = want - np.array([0.5, 0.5])
+            np.testing.assert_allclose(server.last_weights, [0.5, 0.5], atol=1e-12)
+        np.testing.assert_allclose(x[0].numpy(), want, atol=1e-14)
+    assert FedAWARE(warmup_rounds=0).warmup_rounds == 0
+    with pytest.raises(ValueError, match="`warmup_rounds` must be an integer >= 0 or None, got -1"):
+        FedAWARE(warmup_rounds=-1)
+    with pytest.raises(ValueError, match="`warmup_rounds` and `fedavg_warmup=True`"):
+        FedAWARE(warmup_rounds=3, fedavg_warmup=True)
+
+
+def test_public_code_pairing_puts_updates_in_other_clients_slots():
+    """``pairing="public_code"`` (the public code's bug): the cohort drawn as [2, 0, 1], the k-th update in id order
+    goes to the k-th drawn client: client 0's update into slot 2, client 1's into slot 0, client 2's into slot 1.
+    With α = 1 (code convention) m_slot = g of the update it got. In a warm-up round the FedAvg weights |D| of the
+    drawn order multiply the updates in id order: (20·g_0 + 30·g_1 + 50·g_2)/100 with |D_2| = 20, |D_0| = 30,
+    |D_1| = 50. The default pairs each update with its own client; a cohort drawn in id order is unaffected."""
+    g = {0: [1.0, 0.0, 0.0], 1: [0.0, 1.0, 0.0], 2: [0.0, 0.0, 1.0]}
+    n = {0: 30, 1: 50, 2: 20}
+    drawn = [2, 0, 1]
+    pairs = [(cid, [-v for v in g[cid]], n[cid]) for cid in drawn]  # Δ_i = −g_i, in the cohort's order
+    bug = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", num_clients=3, warmup_rounds=1, pairing="public_code")
+    x = [torch.zeros(3, dtype=torch.float64)]
+    bug.server_update(x, _updates(pairs))
+    np.testing.assert_array_equal(bug.momenta.numpy(), np.array([g[1], g[2], g[0]]))  # rows = slots 0, 1, 2
+    np.testing.assert_allclose(x[0].numpy(), -(20 * np.array(g[0]) + 30 * np.array(g[1]) + 50 * np.array(g[2])) / 100,
+                               atol=1e-15)
+    assert bug.client_num_samples.tolist() == [30, 50, 20]  # the slots keep their own clients' |D_i|
+    right = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", num_clients=3, warmup_rounds=1)
+    x = [torch.zeros(3, dtype=torch.float64)]
+    right.server_update(x, _updates(pairs))
+    np.testing.assert_array_equal(right.momenta.numpy(), np.eye(3))
+    np.testing.assert_allclose(x[0].numpy(), -np.array([30, 50, 20]) / 100, atol=1e-15)
+    in_order = FedAWARE(alpha=1.0, alpha_convention="code", num_clients=3, pairing="public_code")
+    in_order.server_update([torch.zeros(3, dtype=torch.float64)], _updates(sorted(pairs)))
+    np.testing.assert_array_equal(in_order.momenta.numpy(), np.eye(3))
+    assert "pairing='public_code'" in repr(bug) and FedAWARE().pairing == "client_id"
+    with pytest.raises(ValueError, match=r"`pairing` must be one of \('client_id', 'public_code'\), got 'buggy'"):
+        FedAWARE(pairing="buggy")
+
+
+def test_public_code_pairing_through_the_trainer_follows_the_cohorts_selection_order(tmp_path):
+    """Through FederatedTrainer (one round, 4 of 5 clients drawn in the data module's selection order): with
+    ``pairing="public_code"`` slot ``cohort[k]`` holds the momentum that the correct pairing gives client
+    ``sorted(cohort)[k]`` (α = 1, code convention: m = g), so the emulation sees the cohort in its draw order."""
+    x, y = regression_data(n=60, seed=3)
+
+    def fit(pairing):
+        torch.manual_seed(0)
+        dm = _regression_module(x, y, num_clients=5, clients_per_round=4, batch_size=4)
+        server = FedAWARE(lr=1.0, alpha=1.0, alpha_convention="code", warmup_rounds=1, pairing=pairing)
+        FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path / pairing)).fit(
+            LinearRegression(lr=0.05), datamodule=dm)
+        return server.momenta.numpy(), dm.sample_clients(0).tolist()
+
+    right, cohort = fit("client_id")
+    bug, cohort_again = fit("public_code")
+    assert cohort == cohort_again and cohort != sorted(cohort)  # a draw that is not already in id order
+    for slot, owner in zip(cohort, sorted(cohort)):
+        np.testing.assert_array_equal(bug[slot], right[owner])
+    assert not np.array_equal(bug, right)

@@ -253,7 +253,7 @@ def test_poisson_fit_runs_empty_rounds_as_rounds_nobody_reports(tmp_path):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"cohort_sampling": "uniform"}, "`cohort_sampling` must be one of \\('fixed_size', 'poisson'\\)"),
+        ({"cohort_sampling": "uniform"}, "`cohort_sampling` must be one of \\('fixed_size', 'poisson', 'sweep_then_uniform'\\)"),
         ({"cohort_sampling": "poisson", "over_selection": 0.5}, "`over_selection`.*cohort_sampling='fixed_size'"),
         ({"client_dropout": 1.0}, "`client_dropout` must be a probability in \\[0, 1\\), got 1.0"),
         ({"client_dropout": -0.1}, "`client_dropout`"),
@@ -386,3 +386,35 @@ def test_hf_datasets_that_are_not_fixed_shape_tensors_keep_the_dataloader(column
                              batch_size=1)
     dm.setup()
     assert isinstance(dm.client_dataloader(0, 0), DataLoader)
+
+
+def test_sweep_then_uniform_visits_every_client_once_then_samples_uniformly():
+    """#34: ``cohort_sampling="sweep_then_uniform"`` (the start-up of FedAWARE's public code): rounds 0..⌈N/C⌉−1
+    partition the N = 100 clients into cohorts of C = 10 (each client exactly once, a seeded permutation), then the
+    cohorts are those of ``"fixed_size"`` (C distinct clients, uniform). With N = 25, C = 10 the sweep is 3 rounds,
+    the last of 5 clients."""
+    dm = _selection_module(cohort_sampling="sweep_then_uniform")
+    fixed = _selection_module()
+    assert dm.sweep_rounds == 10 and fixed.sweep_rounds == 0
+    sweep = [dm.sample_clients(r) for r in range(10)]
+    assert all(len(c) == 10 for c in sweep)
+    assert sorted(np.concatenate(sweep).tolist()) == list(range(100))  # every client exactly once
+    assert not all(np.array_equal(c, np.sort(c)) for c in sweep)  # in the permutation's (random) order
+    for r in range(10, 60):  # afterwards: exactly the fixed-size sampler's cohorts
+        assert np.array_equal(dm.sample_clients(r), fixed.sample_clients(r))
+    again = _selection_module(cohort_sampling="sweep_then_uniform")
+    other = _selection_module(cohort_sampling="sweep_then_uniform", seed=1)
+    assert all(np.array_equal(dm.sample_clients(r), again.sample_clients(r)) for r in range(12))
+    assert not np.array_equal(dm.sample_clients(0), other.sample_clients(0))
+    x, y = regression_data(n=100)
+    small = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(
+        num_clients=25), clients_per_round=10, cohort_sampling="sweep_then_uniform")
+    small.setup()
+    sizes = [len(small.sample_clients(r)) for r in range(4)]
+    assert small.sweep_rounds == 3 and sizes == [10, 10, 5, 10]
+    assert sorted(np.concatenate([small.sample_clients(r) for r in range(3)]).tolist()) == list(range(25))
+    with pytest.raises(ValueError, match="`over_selection` .* needs cohort_sampling='fixed_size'"):
+        _selection_module(cohort_sampling="sweep_then_uniform", over_selection=0.5)
+    with pytest.raises(ValueError, match=r"`cohort_sampling` must be one of \('fixed_size', 'poisson', "
+                                         r"'sweep_then_uniform'\)"):
+        _selection_module(cohort_sampling="sweep")

@@ -144,3 +144,26 @@ def test_client_loader_gives_k_steps(tensor_backed):
             per_epoch = -(-n // work.batch_size)
             partial += k % per_epoch != 0
     assert partial > 0, "some draws end inside an epoch"
+
+
+def test_batch_size_upper_dataset_size_minus_one_is_the_public_codes_draw():
+    """#34: ``batch_size_upper="dataset_size_minus_one"`` draws B_i ~ U{10..|D_i|−1} (the authors' code,
+    ``np.random.randint(10, |D_i|)``), B_i = |D_i| for |D_i| <= 10; the default reaches |D_i|. Over 4,000 draws on
+    |D_i| = 12 the default hits {10, 11, 12} and the option {10, 11} only, each about equally often."""
+    from lightning_fed.datamodules.local_work import BATCH_SIZE_UPPERS
+
+    assert BATCH_SIZE_UPPERS == ("dataset_size", "dataset_size_minus_one")
+    paper = SampledLocalWork(epochs=1, seed=0, steps_rule="epochs")
+    code = SampledLocalWork(epochs=1, seed=0, steps_rule="epochs", batch_size_upper="dataset_size_minus_one")
+    assert paper.batch_size_upper == "dataset_size"
+    drawn_paper = [paper.plan(c, r, 12).batch_size for r in range(40) for c in range(100)]
+    drawn_code = [code.plan(c, r, 12).batch_size for r in range(40) for c in range(100)]
+    assert sorted(set(drawn_paper)) == [10, 11, 12] and sorted(set(drawn_code)) == [10, 11]
+    assert abs(drawn_code.count(10) / 4000 - 0.5) < 0.05
+    assert code.plan(0, 0, 11).batch_size == 10  # randint(10, 11) = 10
+    assert {code.plan(c, 0, 10).batch_size for c in range(20)} == {10}  # |D_i| <= 10: the whole client
+    assert {code.plan(c, 0, 7).batch_size for c in range(20)} == {7}
+    fixed_high = SampledLocalWork(epochs=1, batch_size=(10, 12), batch_size_upper="dataset_size_minus_one")
+    assert 12 in {fixed_high.plan(c, 0, 50).batch_size for c in range(200)}  # a given high end is unaffected
+    with pytest.raises(ValueError, match=r"`batch_size_upper` must be one of \('dataset_size', 'dataset_size_minus_one'\)"):
+        SampledLocalWork(batch_size_upper="exclusive")

@@ -272,3 +272,26 @@ def test_fedmgda_runs_sit_beside_the_fedaware_hybrid_plus_runs(reproduce):
     (server,) = run.config["trainer"]["callbacks"]
     assert server["class_path"].endswith("FedMGDAPlus") and server["init_args"]["epsilon"] == 1.0
     assert reproduce.method_name(run) == "FedMGDA+" and "fedmgda_fmnist" in reproduce.TABLE_FIGURES
+
+
+def test_lambda_weighted_fedaware_diversity_cells_are_marked(reproduce, tmp_path, monkeypatch):
+    """#34: a FedAWARE CSV written before the diversity fix (``fedaware_min_norm_sq`` but no
+    ``fedaware_weighted_diversity`` column) logged the λ-weighted diversity in ``round_gradient_diversity``: its cells
+    are marked †; a CSV with the new column (raw-update diversity) and every other method's are not."""
+    monkeypatch.setattr(reproduce, "RESULTS", tmp_path)
+
+    def run_csv(name: str, extra: dict) -> None:
+        rows = [{"round": r, "val_acc": 0.5 if r % 10 == 0 else "", "round_gradient_diversity": 2.0, **extra}
+                for r in range(1, 501)]
+        reproduce.write_csv(rows, tmp_path / "fedaware_fmnist" / f"{name}.csv")
+
+    run_csv("hybrid_fedaware_seed0", {"fedaware_min_norm_sq": 0.25})
+    run_csv("hybrid_fedaware_seed1", {"fedaware_min_norm_sq": 0.25, "fedaware_weighted_diversity": 2.0})
+    run_csv("hybrid_fedyogi_seed0", {})
+    text = reproduce.table_per_seed(reproduce.fedaware_fmnist(), smooth_last=10, diversity=True)
+    hybrid = text.split("setting hybrid: seeds 0 / 1 / 2\n\n")[1].split("\n\n")[0].splitlines()
+    assert "| FedAWARE | 50.0 / 50.0 / – | 50.0 / 50.0 / – | 0.00 / 0.00 / – | 2.0† / 2.0 / – |" in hybrid
+    assert "| FedYogi | 50.0 / – / – | 50.0 / – / – | 0.00 / – / – | 2.0 / – / – |" in hybrid
+    table = reproduce.make_table("fedaware_fmnist")
+    assert "| hybrid | fedaware | 2/3 | 50.00 ± 0.00 | 50.00 ± 0.00 | 0.00 ± 0.00 | 2.00 ± 0.00 † |" in table
+    assert "| hybrid | fedyogi | 1/3 | 50.00 | 50.00 | 0.00 | 2.00 |" in table

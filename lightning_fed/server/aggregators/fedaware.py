@@ -16,7 +16,32 @@ from torch import Tensor
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.client_state import ClientStateTable
 
-__all__ = ["FedAWAREMinNorm"]
+__all__ = ["FedAWAREMinNorm", "public_code_pairing"]
+
+
+def public_code_pairing(x: ClientDeltas) -> ClientDeltas:
+    """The round as FedAWARE's public code pairs it (github.com/dunzeng/FedAWARE at eb60efc, read, not copied):
+    ``x.deltas`` re-ordered so that the k-th update, in increasing client id, is paired with the k-th client of
+    ``x.client_ids`` as listed (the cohort's selection order), while ``x.client_ids``, ``x.counts`` and
+    ``x.updates`` stay as they are.
+
+    The public code trains the cohort in increasing id order (its samplers return ``np.sort(sampled)``) but zips
+    the resulting updates with the indices in the order ``np.random.choice`` drew them (``sampler.last_sampled``):
+    each update goes into the momentum slot of another client, and the warm-up FedAvg's sample weights are
+    permuted the same way. It is a bug, reproduced here only to regenerate the published curves; the paper's Alg. 1
+    (and :class:`FedAWAREMinNorm`'s default ``pairing="client_id"``) pairs each update with its own client.
+
+    Example: cohort drawn as [7, 2, 5] (updates a, b, c of clients 7, 2, 5): in id order the updates are b (2),
+    c (5), a (7), and they land in the slots 7, 2, 5::
+
+        >>> import torch
+        >>> a, b, c = ([torch.tensor([float(v)])] for v in (7, 2, 5))
+        >>> x = public_code_pairing(ClientDeltas([7, 2, 5], [a, b, c], torch.tensor([70.0, 20.0, 50.0])))
+        >>> x.client_ids, [float(d[0]) for d in x.deltas], x.counts.tolist()
+        ([7, 2, 5], [2.0, 5.0, 7.0], [70.0, 20.0, 50.0])
+    """
+    order = sorted(range(len(x.client_ids)), key=lambda i: int(x.client_ids[i]))
+    return x._replace(deltas=[x.deltas[i] for i in order])
 
 
 class FedAWAREMinNorm(Stage):
@@ -40,8 +65,9 @@ class FedAWAREMinNorm(Stage):
     ``None`` in a warm-up round, ``nan`` for a zero combination).
 
     Args:
-        alpha, alpha_convention, normalize, fedavg_warmup, projection, solver, fw_max_iter, fw_tol, fw_away_steps:
-            as :class:`~lightning_fed.callbacks.FedAWARE` (here ``fw_*`` are the resolved values).
+        alpha, alpha_convention, normalize, fedavg_warmup, projection, solver, fw_max_iter, fw_tol, fw_away_steps,
+            warmup_rounds, pairing: as :class:`~lightning_fed.callbacks.FedAWARE` (here ``fw_*`` are the resolved
+            values).
         weighting: ``"num_samples"`` or ``"uniform"``: the weights of the ``projection`` average.
         num_clients: N (``None``: must be set before the first round; FedAWARE reads it from the data module).
 
@@ -90,7 +116,11 @@ class FedAWAREMinNorm(Stage):
         fw_away_steps: bool = False,
         weighting: str = "num_samples",
         num_clients: Optional[int] = None,
+        warmup_rounds: Optional[int] = None,
+        pairing: str = "client_id",
     ) -> None:
+        self.warmup_rounds = warmup_rounds
+        self.pairing = pairing
         self.alpha = float(alpha)
         self.normalize = normalize
         self.alpha_convention = alpha_convention
@@ -239,8 +269,11 @@ class FedAWAREMinNorm(Stage):
         with torch.no_grad():
             state = self._ensure_state(state, x.deltas[0])
             ids = self._check_ids(x.client_ids)
+            if self.pairing == "public_code":
+                x = public_code_pairing(x)
             self._update_momenta(state, ids, x)
-            if self.fedavg_warmup and not bool(state.table.present.all()):
+            warm = self.warmup_rounds is not None and info.round_idx < self.warmup_rounds
+            if warm or (self.fedavg_warmup and not bool(state.table.present.all())):
                 self.last_weights, self.last_solve, self.last_diversity = None, None, None
                 if float(x.counts.sum()) <= 0:
                     raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
