@@ -63,7 +63,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.min_norm import MinNormConvergenceWarning, MinNormResult, _as_gram, min_norm_active_set
+from lightning_fed.callbacks.min_norm import (
+    MinNormConvergenceWarning, MinNormResult, _as_gram, _check_solver_args, min_norm_active_set,
+)
 from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, _accumulation_dtype
 
 __all__ = ["FedMGDAMinNorm", "box_duality_gap", "check_epsilon", "min_norm_box"]
@@ -203,12 +205,7 @@ def min_norm_box(
         >>> result.weights, result.value, result.converged
         (array([0.75, 0.25]), 0.8125, True)
     """
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
-    if max_iter is not None and (
-        isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1
-    ):
-        raise ValueError(f"`max_iter` must be an integer >= 1 or None, got {max_iter!r}.")
+    _check_solver_args(tol, max_iter)
     g = _as_gram(gram)
     n = g.shape[0]
     lo, up = _box_bounds(lower, upper, n)

@@ -120,6 +120,16 @@ def min_norm_pair(aa: float, ab: float, bb: float) -> tuple[float, float]:
     return gamma, value
 
 
+def _check_solver_args(tol: Any, max_iter: Any) -> None:
+    """Raise ``ValueError`` naming ``tol`` (a finite number >= 0) or ``max_iter`` (an integer >= 1 or ``None``)."""
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
+    if max_iter is not None and (
+        isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1
+    ):
+        raise ValueError(f"`max_iter` must be an integer >= 1 or None, got {max_iter!r}.")
+
+
 def _as_gram(gram: ArrayLike) -> np.ndarray:
     if isinstance(gram, Tensor):
         gram = gram.detach().cpu().double().numpy()
@@ -278,12 +288,7 @@ def min_norm_active_set(gram: ArrayLike, tol: float = 1e-9, max_iter: Optional[i
     Raises:
         ValueError: ``gram`` not a non-empty finite square matrix, ``tol`` negative or not finite, ``max_iter`` < 1.
     """
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
-    if max_iter is not None and (
-        isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1
-    ):
-        raise ValueError(f"`max_iter` must be an integer >= 1 or None, got {max_iter!r}.")
+    _check_solver_args(tol, max_iter)
     g = _as_gram(gram)
     n = g.shape[0]
     cap = 10 * n + 10 if max_iter is None else int(max_iter)
