@@ -304,6 +304,8 @@ class FedMGDAMinNorm(Stage):
     """
 
     kind = "reduce"
+    #: Δ_t is not the clients' weighted mean: ``round_gradient_diversity`` uses the raw updates' mean instead.
+    shifts_mean = True
 
     def __init__(self, epsilon: float = 1.0, normalize: bool = True, tol: float = 1e-9) -> None:
         self.epsilon = check_epsilon(epsilon)

@@ -189,6 +189,8 @@ class FedNovaAveraging(Stage):
     """
 
     kind = "reduce"
+    #: Δ_t is not the clients' weighted mean: ``round_gradient_diversity`` uses the raw updates' mean instead.
+    shifts_mean = True
 
     def __init__(self, local_solver: str = "sgd", momentum: float = 0.0, mu: float = 0.0) -> None:
         if local_solver not in LOCAL_SOLVERS:

@@ -338,28 +338,6 @@ class FedAWARE(ServerOptimizer):
             return torch.ones(len(updates), dtype=torch.float64)
         return torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
 
-    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """The round's gradient diversity of the **raw client updates**, the same metric as every other server
-        optimizer logs as ``round_gradient_diversity`` (Def. 3.1, Eq. 3: the square root)::
-
-            D = √( Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖² ),   w_i ∝ |D_i| (``weighting="num_samples"``) or 1 (``"uniform"``)
-
-        over the round's cohort, whatever FedAWARE steps with (``pseudo_gradient`` = −d_t is not used: its length
-        is not that of the updates' average). It is the value a FedAvg with the same ``weighting`` logs for the
-        same updates, so the column compares across methods. The authors' code (github.com/dunzeng/FedAWARE,
-        ``utils.gradient_diversity``, read, not copied) logs this quantity with uniform weights for every method
-        (= ``weighting="uniform"``). FedAWARE's own λ-weighted diversity of the vectors it solved on is
-        :attr:`last_weighted_diversity`, logged as ``fedaware_weighted_diversity``.
-
-        Returns:
-            D (float, dimensionless, ≥ 1); ``nan`` when Σ_i w_i Δ_i is zero.
-        """
-        weights = self.client_weight_counts(updates)
-        weights = weights / weights.sum()
-        deltas = [self.client_delta(u) for u in updates]
-        mean = [sum(float(w) * d[j].detach().double() for w, d in zip(weights, deltas)) for j in range(len(deltas[0]))]
-        return super().gradient_diversity(updates, mean)
-
     @property
     def last_weighted_diversity(self) -> Optional[float]:
         """FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root)

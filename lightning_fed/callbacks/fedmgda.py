@@ -31,8 +31,9 @@ class FedMGDAPlus(ServerOptimizer):
     FLGo's implementations differ). A client whose update is zero (no local step) is left out of the λ-step. Shapes:
     Δ_t has the parameters' shapes and dtypes; λ* (:attr:`last_weights`) is float64 ``[K]`` in the round's order.
     No server state. Logged per round: ``fedmgda_min_norm_sq`` (‖Σλ*_i d_i‖²: 0 at a Pareto-stationary point of the
-    cohort's objectives) and ``fedmgda_support`` (clients with λ*_i > 0); ``round_gradient_diversity`` is
-    √(Σλ*_i‖d_i‖²/‖Σλ*_i d_i‖²) with these λ* and d_i.
+    cohort's objectives), ``fedmgda_support`` (clients with λ*_i > 0) and ``fedmgda_weighted_diversity``
+    (√(Σλ*_i‖d_i‖²/‖Σλ*_i d_i‖²) with these λ* and d_i); ``round_gradient_diversity`` is the raw updates' diversity,
+    the same metric as every other method logs.
 
     Args:
         lr: Server (global) learning rate η (> 0, default 1.0; FedAWARE's baseline and the authors' default).
@@ -102,19 +103,14 @@ class FedMGDAPlus(ServerOptimizer):
         """λ* of the last round, float64 ``[K]`` in the round's order (``None`` before the first round)."""
         return self.min_norm.last_weights
 
-    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """√(Σλ*_i‖d_i‖² / ‖Σλ*_i d_i‖²) with the round's λ* and the vectors it was solved on (FedAWARE's Eq. 3);
-        ``nan`` for a zero combination; the base class's before the first round."""
-        if self.min_norm.last_diversity is None:
-            return super().gradient_diversity(updates, pseudo_gradient)
-        return self.min_norm.last_diversity
-
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         weights = self.min_norm.last_weights
         if weights is None or not self._stepped:
             return
         solve = self.min_norm.last_solve
         metrics = {"fedmgda_support": float((weights > 0).sum())}
+        if self.min_norm.last_diversity is not None:  # √(Σλ*‖d_i‖²/‖Σλ*d_i‖²) of the vectors it solved on
+            metrics["fedmgda_weighted_diversity"] = float(self.min_norm.last_diversity)
         if solve is not None:
             metrics["fedmgda_min_norm_sq"] = float(solve.value)
         for name, value in metrics.items():

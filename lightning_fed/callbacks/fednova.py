@@ -45,8 +45,8 @@ class FedNova(ServerOptimizer):
     (with ``client=[FedProxClient(mu)]`` for the proximal variant), or the authors' server momentum ``gmf``:
     ``rule=Momentum(lr=1.0, momentum=gmf)``. The same fit-start checks run there.
 
-    Logged ``round_gradient_diversity``: √(Σ_i p_i‖g_i‖² / ‖Δ_t‖²) over the clients' normalised contributions
-    g_i = τ_eff·Δ_i/‖a_i‖₁ (so that Σ_i p_i g_i = Δ_t; Zeng et al. 2024, Def. 3.1).
+    Logged ``round_gradient_diversity``: the raw client updates' diversity √(Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖²) (Zeng et
+    al. 2024, Def. 3.1), the same metric as every other method logs (not over the normalised contributions).
 
     Args:
         lr: Server learning rate η (> 0, default 1.0).
@@ -89,20 +89,6 @@ class FedNova(ServerOptimizer):
         self.local_solver, self.momentum, self.mu = stage.local_solver, stage.momentum, stage.mu
         if stage.local_solver == "proximal":
             self._own_client = [FedProxClient(stage.mu)]  # FedProx's client half (lightning_fed.algorithms.fedprox)
-
-    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
-        """√(Σ_i p_i‖g_i‖² / ‖Δ_t‖²) with g_i = τ_eff·Δ_i/‖a_i‖₁ (see the class docstring); ``nan`` when Δ_t = 0."""
-        stage = self.aggregators[-1]
-        counts = self._weighting_counts(updates)
-        p, norms, tau_eff = stage.combine(ClientDeltas([u.client_id for u in updates], [u.delta for u in updates],
-                                                       counts, list(updates)))
-        spread = 0.0
-        for w, n, u in zip(p.tolist(), norms, updates):
-            if w > 0:
-                sq = float(torch.stack(torch._foreach_norm(u.delta)).double().square().sum())
-                spread += w * sq * (tau_eff / n) ** 2
-        denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
-        return math.sqrt(spread / denom) if denom > 0 else float("nan")
 
     # ------------------------------------------------------------------ bookkeeping
     @property

@@ -134,7 +134,7 @@ class ServerOptimizer(Callback):
         self._own_client: list[ClientAlgorithm] = []
         #: Per-client state of the client algorithms that keep one: position in :attr:`client_algorithms` -> table.
         self.client_algorithm_states: dict[int, ClientStateTable] = {}
-        self._client_contexts: dict[int, Any] = {}
+        self._client_context: Any = None  # the ClientContext of the client in local work (None between clients)
 
     @property
     def client_algorithms(self) -> list[ClientAlgorithm]:
@@ -314,18 +314,18 @@ class ServerOptimizer(Callback):
         accumulated in float64. Under a chain that adds DP noise (:attr:`privatises`) the pseudo-gradient released
         is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
         ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
-        the clients' updates — a diagnostic of the trusted server, not covered by ε. Likewise under a reducer
-        that adds server state to the weighted mean (a stage with ``shifts_mean = True``: FedDyn's Δ_t = mean − h/α).
+        the clients' updates — a diagnostic of the trusted server, not covered by ε. Likewise under a reducer whose
+        Δ_t is not the clients' weighted mean (a stage with ``shifts_mean = True``: FedDyn's mean − h/α, FedNova's
+        normalised average, FedAWARE's and FedMGDA+'s min-norm directions), so the value is the same metric of the
+        raw updates for every method (issue #34).
 
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
         """
         weights = self.client_weights(updates)
-        sq_norms = torch.stack(
-            [torch.stack(torch._foreach_norm(self.client_delta(u))).double().square().sum().cpu() for u in updates]
-        )
+        deltas = [self.client_delta(u) for u in updates]
+        sq_norms = torch.stack([torch.stack(torch._foreach_norm(d)).double().square().sum().cpu() for d in deltas])
         if self.privatises or any(getattr(stage, "shifts_mean", False) for stage in self.aggregators or ()):
-            deltas = [self.client_delta(u) for u in updates]
             pseudo_gradient = [sum(float(w) * d[j].double() for w, d in zip(weights, deltas))
                                for j in range(len(deltas[0]))]
         denom = float(torch.stack(torch._foreach_norm(pseudo_gradient)).double().square().sum())
@@ -416,7 +416,7 @@ class ServerOptimizer(Callback):
                 f"{type(self).__name__}'s client algorithms need the ClientContext (x_t) that the federated loop's "
                 "ClientRunner sends to configure_client."
             )
-        self._client_contexts[int(client_id)] = context
+        self._client_context = context
         for i, algorithm in enumerate(algorithms):
             table = self.client_algorithm_states.get(i)
             state = table.get(client_id) if table is not None and client_id in table else None
@@ -425,7 +425,7 @@ class ServerOptimizer(Callback):
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         """At every local step, before the client optimizer steps: every client algorithm's
         :meth:`~lightning_fed.client.ClientAlgorithm.before_optimizer_step` (no-op outside a client's local work)."""
-        if not self._client_contexts:
+        if self._client_context is None:
             return
         for algorithm in self.client_algorithms:
             algorithm.before_optimizer_step(pl_module, optimizer)
@@ -441,7 +441,7 @@ class ServerOptimizer(Callback):
         algorithms = self.client_algorithms
         if not algorithms:
             return {}
-        context = self._client_contexts.pop(int(client_id), context)
+        context, self._client_context = self._client_context or context, None
         extras: dict[str, Any] = {}
         for i, algorithm in enumerate(algorithms):
             sent, state = algorithm.finish(pl_module, context)

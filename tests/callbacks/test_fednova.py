@@ -48,7 +48,7 @@ def test_the_proximal_variant_brings_fedprox_client_half_and_checkpoints(tmp_pat
     assert again.num_steps == 2 and again.state_key == server.state_key != FedNova(local_solver="proximal", mu=0.1).state_key
 
 
-def test_gradient_diversity_is_over_the_normalised_contributions():
+def test_gradient_diversity_is_that_of_the_raw_updates():
     deltas = [np.array([1.0, 0.0]), np.array([0.0, 4.0]), np.array([2.0, 2.0])]
     steps, samples = [1, 4, 2], [1, 2, 1]
     updates = [ClientUpdate(i, [torch.tensor(d)], num_samples=n, num_steps=s, loss=0.0)
@@ -60,7 +60,10 @@ def test_gradient_diversity_is_over_the_normalised_contributions():
     g = [tau_eff * d / s for d, s in zip(deltas, steps)]
     mean = sum(pi * gi for pi, gi in zip(p, g))
     np.testing.assert_allclose(pseudo[0].numpy(), mean, rtol=1e-15)
-    want = np.sqrt(sum(pi * gi @ gi for pi, gi in zip(p, g)) / (mean @ mean))
+    # round_gradient_diversity is the same metric for every method (issue #34): the raw Δ_i with the sample weights,
+    # not the normalised g_i FedNova steps with
+    raw = sum(pi * d for pi, d in zip(p, deltas))
+    want = np.sqrt(sum(pi * d @ d for pi, d in zip(p, deltas)) / (raw @ raw))
     assert server.gradient_diversity(updates, pseudo) == pytest.approx(want, rel=1e-12)
     assert want >= 1.0
 

@@ -90,6 +90,8 @@ class FedAWAREMinNorm(Stage):
     """
 
     kind = "reduce"
+    #: Δ_t is not the clients' weighted mean: ``round_gradient_diversity`` uses the raw updates' mean instead.
+    shifts_mean = True
 
     class State(NamedTuple):
         """The momentum table m (``None`` until the first round), |D_i| int64 ``[N]`` and the Gram matrix
