@@ -426,9 +426,10 @@ def lambda_weighted_diversity(rows: list[dict]) -> bool:
     = 1/√fedaware_min_norm_sq under normalised momenta) rather than the raw client updates' diversity that every
     other method logs: CSVs written before #34 (they have ``fedaware_min_norm_sq`` but no
     ``fedaware_weighted_diversity`` column). The raw-update value cannot be re-derived from them (it needs the
-    round's updates); the tables print such cells with :data:`LAMBDA_MARK`."""
+    round's updates); the tables print such cells with :data:`LAMBDA_MARK`. The same holds for FedMGDA+ CSVs written
+    before its λ*-weighted value moved to ``fedmgda_weighted_diversity``."""
     keys = set(rows[0]) if rows else set()
-    return "fedaware_min_norm_sq" in keys and "fedaware_weighted_diversity" not in keys
+    return any(f"{m}_min_norm_sq" in keys and f"{m}_weighted_diversity" not in keys for m in ("fedaware", "fedmgda"))
 
 
 def table_accuracy(runs: list[Run], keys: tuple[str, ...], smooth_last: int, diversity: bool) -> str:

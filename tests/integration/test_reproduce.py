@@ -295,3 +295,13 @@ def test_lambda_weighted_fedaware_diversity_cells_are_marked(reproduce, tmp_path
     table = reproduce.make_table("fedaware_fmnist")
     assert "| hybrid | fedaware | 2/3 | 50.00 ± 0.00 | 50.00 ± 0.00 | 0.00 ± 0.00 | 2.00 ± 0.00 † |" in table
     assert "| hybrid | fedyogi | 1/3 | 50.00 | 50.00 | 0.00 | 2.00 |" in table
+
+
+def test_lambda_weighted_cells_of_fedmgda_csvs_are_marked(reproduce):
+    """A FedMGDA+ CSV written before its λ*-weighted diversity moved to ``fedmgda_weighted_diversity`` logged that
+    value as ``round_gradient_diversity``: marked like FedAWARE's; a newer one (with the column) and others are not."""
+    old = [{"round": 1, "fedmgda_min_norm_sq": 0.5, "round_gradient_diversity": 1.4}]
+    new = [{**old[0], "fedmgda_weighted_diversity": 1.4}]
+    assert reproduce.lambda_weighted_diversity(old)
+    assert not reproduce.lambda_weighted_diversity(new)
+    assert not reproduce.lambda_weighted_diversity([{"round": 1, "round_gradient_diversity": 2.0}])
