@@ -10,5 +10,7 @@ from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
 from lightning_fed.algorithms.fedmgda import FedMGDAMinNorm, min_norm_box
 from lightning_fed.algorithms.fednova import FedNovaAveraging
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedProxClient", "min_norm_box"]
+__all__ = ["FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedProxClient", "ScaffoldClient", "ScaffoldControl",
+           "min_norm_box"]

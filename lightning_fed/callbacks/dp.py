@@ -23,7 +23,7 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedyogi import FedYogi
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, chain_states, check_chain
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, check_chain
 from lightning_fed.server.aggregators.dp import (
     AdaptiveClip,
     ClipUpdates,
@@ -174,12 +174,7 @@ class DifferentialPrivacy:
         params = self._round_params
         info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, 1, 1)
         zeros = [torch.zeros_like(p) for p in params]
-        if self.aggregator_state is None:
-            states = chain_states(self.aggregators, zeros, info.num_clients)
-            if self._saved_aggregator_state is not None:
-                states = tuple(type(s0)(**saved) for s0, saved in zip(states, self._saved_aggregator_state))
-                self._saved_aggregator_state = None
-            self.aggregator_state = states
+        self.chain_state(zeros, info.num_clients)
         (clip, _, noise), (clip_state, mean_state, noise_state) = self.aggregators, self.aggregator_state
         empty = ClientDeltas([], [], torch.zeros(0, dtype=torch.float64), [])
         _, clip_state = clip.apply(empty, clip_state, info)

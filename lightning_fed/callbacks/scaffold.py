@@ -2,31 +2,28 @@
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from lightning_fed.algorithms.fedprox import optimizer_param_indices
+from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
-from lightning_fed.server.aggregators.scaffold import ScaffoldControl
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.rules.sgd import SGD
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lightning_fed.client.runner import ClientContext
 
 
 class SCAFFOLD(ServerOptimizer):
     """SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020,
     Algorithm 1 with option II).
 
-    A composition: ``ServerOptimizer(aggregators=[ScaffoldControl()], rule=SGD(lr))`` — the reducer
-    :class:`~lightning_fed.server.aggregators.ScaffoldControl` (Δx, c and c_i updates, l. 14-17) followed by the
-    server SGD rule x ← x + η_g·Δx; c and the c_i table live in the stage's state (:attr:`aggregator_state`), and
-    this class adds the client side (the gradient correction and Δc_i).
+    A composition of the two halves in :mod:`lightning_fed.algorithms.scaffold`:
+    ``ServerOptimizer(aggregators=[ScaffoldControl()], rule=SGD(lr), client=[ScaffoldClient()])`` — the client half
+    :class:`~lightning_fed.algorithms.ScaffoldClient` (the gradient correction and Δc_i), the reducer
+    :class:`~lightning_fed.algorithms.ScaffoldControl` (Δx, c and c_i updates, l. 14-17) and the server SGD rule
+    x ← x + η_g·Δx; c and the c_i table live in the stage's state (:attr:`aggregator_state`). The halves also go
+    with another server rule (e.g. FedYogi's), see the module :mod:`lightning_fed.algorithms.scaffold`.
 
     Server control variate c and one client control variate c_i per client, all zero at the start and shaped
     like the model (one tensor per entry of ``module.parameters()``). Round with cohort S, for client i ∈ S
@@ -43,21 +40,9 @@ class SCAFFOLD(ServerOptimizer):
 
     so c stays the mean of all N client variates. N is ``trainer.datamodule.num_clients`` (read in ``setup``).
 
-    How it runs inside the user's unchanged LightningModule:
-
-    * the correction c − c_i is added to every parameter's gradient in Lightning's ``on_before_optimizer_step``
-      hook (after the backward pass — and, under AMP, after unscaling — before gradient clipping and the step),
-      so a plain SGD client optimizer with learning rate η_l takes exactly step l. 10; with another optimizer
-      (momentum, Adam, weight decay) the corrected gradient goes through it;
-    * K is counted per parameter: the number of local steps at which the parameter had a gradient (for an
-      ordinary model, every parameter: the client's number of optimizer steps, which differs between clients
-      under heterogeneous local work — each client uses its own K_i). η_l is the learning rate of the
-      parameter's optimizer group at the start of the client's work (``context.client_lr`` of the
-      :class:`~lightning_fed.client.runner.ClientContext` for one group). x is ``context.global_params``. A parameter with K = 0 (a client that took no step, or an unused parameter) sends Δc = 0 and
-      keeps its c_i;
-    * Δc_i travels in ``ClientUpdate.extras["delta_control"]`` (one tensor per parameter); the server applies
-      c_i ← c_i + Δc_i only for the updates that reach :meth:`server_update`, so a client dropped from the round
-      (failure, non-finite update) changes neither c nor its own c_i.
+    How the client half runs inside the user's unchanged LightningModule (the correction in Lightning's
+    ``on_before_optimizer_step``, K and η_l per parameter, Δc_i in ``ClientUpdate.extras["delta_control"]``, a
+    dropped client changing neither c nor its c_i): :class:`~lightning_fed.algorithms.ScaffoldClient`.
 
     Choices where the paper leaves room: ``weighting="num_samples"`` weights the model update Δx by client size
     instead (not the paper's); the c update is always the plain sum /N above, which keeps c = mean_i c_i.
@@ -123,13 +108,7 @@ class SCAFFOLD(ServerOptimizer):
         #: The reducer stage (:class:`~lightning_fed.server.aggregators.ScaffoldControl`): Δx, c and the c_i.
         self.control_stage = ScaffoldControl()
         super().__init__(weighting=weighting, aggregators=[self.control_stage], rule=SGD(lr))
-        # The client being trained (set in configure_client, cleared in collect_client_extras).
-        self._params: list[Tensor] = []
-        self._index: dict[int, int] = {}
-        self._correction: Optional[list[Tensor]] = None
-        self._steps: list[int] = []
-        self._lrs: list[float] = []
-        self._global_params: list[Tensor] = []
+        self._own_client = [ScaffoldClient()]  # the client half: c − c_i on the gradients, Δc_i sent back
 
     @property
     def num_clients(self) -> Optional[int]:
@@ -194,10 +173,6 @@ class SCAFFOLD(ServerOptimizer):
             )
         self.num_clients = num_clients
 
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        """c = 0, one tensor per parameter (float32, or float64 for float64 parameters)."""
-        return {"control": ScaffoldControl.zero_control(params)}
-
     def client_control(self, client_id: int) -> list[Tensor]:
         """c_i of client ``client_id`` shaped like c (on c's device; zeros before its first participation).
 
@@ -214,90 +189,6 @@ class SCAFFOLD(ServerOptimizer):
         pieces = torch.split(flat, [c.numel() for c in control])
         return [t.reshape(c.shape).to(device=c.device, dtype=c.dtype) for t, c in zip(pieces, control)]
 
-    def _check_client_id(self, client_id: int) -> None:
-        if self.num_clients is not None and not 0 <= int(client_id) < self.num_clients:
-            raise ValueError(f"Client id {client_id} is outside [0, {self.num_clients}).")
-
-    # ------------------------------------------------------------------ client side
-    def configure_client(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
-    ) -> None:
-        """Send (x, c) to client ``client_id`` (Alg. 1, l. 5; x is ``context.global_params``): prepare its gradient
-        correction c − c_i and zero its per-parameter step counts.
-
-        Raises:
-            RuntimeError: no ``context`` (the federated loop's client runner always sends one).
-        """
-        if context is None:
-            raise RuntimeError(
-                "SCAFFOLD.configure_client needs the ClientContext (x_t) that the federated loop's ClientRunner sends."
-            )
-        self._check_client_id(client_id)
-        self._global_params = context.global_params
-        self._params = list(pl_module.parameters())
-        self._index = {id(p): i for i, p in enumerate(self._params)}
-        if not self.state:
-            self.state = self.init_state(self._params)
-        else:
-            self._move_state(self._params)
-        control = self.state["control"]
-        client = self.client_control(client_id)
-        self._correction = [(c - ci).to(p.dtype) for c, ci, p in zip(control, client, self._params)]
-        self._steps = [0] * len(self._params)
-        self._lrs = [math.nan] * len(self._params)
-        for optimizer in trainer.optimizers:
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    i = self._index.get(id(p))
-                    if i is not None:
-                        self._lrs[i] = float(group.get("lr", math.nan))
-
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        """Corrected gradient g_i(y_i) − c_i + c (Alg. 1, l. 10) for the parameters ``optimizer`` updates; counts
-        the step for each of them. No-op outside a client's local work."""
-        if self._correction is None:
-            return
-        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
-        if not stepped:
-            return
-        with torch.no_grad():
-            torch._foreach_add_([self._params[i].grad for i in stepped], [self._correction[i] for i in stepped])
-        for i in stepped:
-            self._steps[i] += 1
-
-    def collect_client_extras(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Optional["ClientContext"] = None
-    ) -> dict[str, Any]:
-        """Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K·η_l) per parameter (Alg. 1, l. 12-13, option II), as
-        ``{"delta_control": [tensor per parameter]}``; zero where K = 0.
-
-        Raises:
-            RuntimeError: called without :meth:`configure_client`, or a stepped parameter's learning rate is not a
-                finite number > 0.
-        """
-        if self._correction is None:
-            raise RuntimeError("SCAFFOLD.collect_client_extras called before configure_client for this client.")
-        global_params = context.global_params if context is not None else self._global_params
-        control = self.state["control"]
-        delta_control = []
-        with torch.no_grad():
-            for i, (p, x, c) in enumerate(zip(self._params, global_params, control)):
-                steps, lr = self._steps[i], self._lrs[i]
-                if steps == 0:
-                    delta_control.append(torch.zeros_like(c))
-                    continue
-                if not (math.isfinite(lr) and lr > 0):
-                    raise RuntimeError(
-                        f"SCAFFOLD option II needs the client learning rate η_l > 0 of every trained parameter; "
-                        f"parameter {i} has lr={lr!r}."
-                    )
-                # (x − y_i)/(K·η_l)
-                drift = (x.to(c.device, c.dtype) - p.detach().to(c.device, c.dtype)) / (steps * lr)
-                delta_control.append(drift - c)
-        self._correction = None
-        self._global_params = []
-        return {"delta_control": delta_control}
-
     # ------------------------------------------------------------------ server side
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
         """Before any state changes: N known, client ids in [0, N), every update with ``extras["delta_control"]``;
@@ -309,8 +200,9 @@ class SCAFFOLD(ServerOptimizer):
             ValueError: a client id outside [0, N).
         """
         self.control_stage.check_round([u.client_id for u in updates], updates)
-        if not self.state:
-            self.state = self.init_state(params)
+        control = self.state.get("control")
+        if control is None:
+            self.state = {"control": ScaffoldControl.zero_control(params)}
         else:
             self._move_state(params)
 

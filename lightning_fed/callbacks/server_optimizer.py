@@ -266,12 +266,7 @@ class ServerOptimizer(Callback):
                          self.client_weight_counts(updates) if own_counts else self._weighting_counts(updates),
                          list(updates))
         info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
-        if self.aggregator_state is None:
-            states = chain_states(self.aggregators, x.deltas[0], info.num_clients)
-            if self._saved_aggregator_state is not None:
-                states = tuple(type(s0)(**saved) for s0, saved in zip(states, self._saved_aggregator_state))
-                self._saved_aggregator_state = None
-            self.aggregator_state = states
+        self.chain_state(x.deltas[0], info.num_clients)
         # run_chain's loop, recording what the reducer saw (for client_weights / gradient_diversity)
         value: Any = x
         new_states = []
@@ -282,6 +277,25 @@ class ServerOptimizer(Callback):
             new_states.append(state)
         self.aggregator_state = tuple(new_states)
         return value
+
+    def chain_state(self, params: list[Tensor], num_clients: Optional[int] = None) -> tuple:
+        """The aggregator chain's states (one typed state per stage), created for a model shaped like ``params`` —
+        or restored from the checkpoint loaded — the first time they are asked for: when the first round is
+        aggregated, or earlier by a client half that reads its server half's state (SCAFFOLD's c and c_i).
+
+        Args:
+            params: tensors shaped like the model's parameters (a client's delta, or the parameters detached).
+            num_clients: N for the stages' ``init_state`` (default: the round's ``RoundInfo.num_clients``, else 0).
+        """
+        if self.aggregator_state is None:
+            if num_clients is None:
+                num_clients = self._round_info.num_clients if self._round_info is not None else 0
+            states = chain_states(self.aggregators, params, num_clients)
+            if self._saved_aggregator_state is not None:
+                states = tuple(type(s0)(**_restore_tables(saved)) for s0, saved in zip(states, self._saved_aggregator_state))
+                self._saved_aggregator_state = None
+            self.aggregator_state = states
+        return self.aggregator_state
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain."""
@@ -605,7 +619,21 @@ def _accumulation_dtype(t: Tensor) -> torch.dtype:
     return torch.float64
 
 
+_TABLE_KEY = "client_state_table"  # a ClientStateTable inside a stage's state, saved as its (weights-only) state dict
+
+
+def _restore_tables(value: Any) -> Any:
+    """A stage state saved by :func:`_cpu` back to live values (its client-state tables re-made)."""
+    if isinstance(value, dict):
+        if set(value) == {_TABLE_KEY}:
+            return ClientStateTable.from_state_dict(value[_TABLE_KEY])
+        return {k: _restore_tables(v) for k, v in value.items()}
+    return value
+
+
 def _cpu(value: Any) -> Any:
+    if isinstance(value, ClientStateTable):
+        return {_TABLE_KEY: value.state_dict()}
     if isinstance(value, Tensor):
         return value.detach().cpu()
     if isinstance(value, dict):

@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 from helpers import LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedProxClient
-from lightning_fed.callbacks import FedAdam, FedAvg, FedProx, FedYogi, SCAFFOLD
+from lightning_fed.callbacks import FedAdam, FedAvg, FedProx, FedYogi
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
 
 
@@ -66,18 +66,6 @@ def test_fedprox_is_fedavg_with_the_fedprox_client_bit_for_bit(tmp_path):
         FederatedTrainer(max_epochs=3, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
         runs.append(linear_weights(model))
     assert np.array_equal(runs[0], runs[1])
-
-
-def test_client_algorithms_beside_a_server_optimizer_with_its_own_client_side_are_refused_at_fit_start(tmp_path):
-    _, _, dm = _datamodule()
-    model = LinearRegression(lr=0.05)
-    w0 = linear_weights(model)
-    server = SCAFFOLD()  # SCAFFOLD has its own client side and takes no `client`; set by hand as a user might
-    server.client = [FedProxClient(mu=0.1)]
-    trainer = FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
-    with pytest.raises(ValueError, match=r"SCAFFOLD has its own client side .*FedProxClient\(mu=0.1\)"):
-        trainer.fit(model, datamodule=dm)
-    assert trainer.global_step == 0 and np.array_equal(linear_weights(model), w0)
 
 
 @pytest.mark.parametrize("bad", [0.1, ["FedProxClient"], [FedYogi()]])

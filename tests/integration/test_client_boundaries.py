@@ -8,11 +8,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "lightning_fed"
 
-#: The client side: what runs a client, and the callbacks (client-side algorithms, progress bar).
+#: The client side: what runs a client, the algorithms' client halves, and the callbacks (progress bar, ...).
 CLIENT_SIDE = sorted(
     [PACKAGE / "executor.py", PACKAGE / "vectorized.py", PACKAGE / "distributed.py"]
     + list((PACKAGE / "client").glob("*.py"))
     + list((PACKAGE / "callbacks").glob("*.py"))
+    + list((PACKAGE / "algorithms").glob("*.py"))
 )
 
 #: Loop objects the client side must not reach: the fit loop, Lightning's epoch loop and its optimization helpers.
@@ -39,7 +40,7 @@ ALLOWED_PRIVATE = {
     ("callbacks/fedlamb.py", "_wrapped_by_lr_sched"): "torch.optim.lr_scheduler's own flag on optimizer.step",
     ("callbacks/fedlamb.py", "_last_lr"): "torch.optim.lr_scheduler's last learning rates, re-pointed to the new "
     "optimizer",
-    ("callbacks/scaffold.py", "_check_client_id"): "SCAFFOLD's own method, called on self",
+    ("algorithms/scaffold.py", "_replace"): "typing.NamedTuple's public API (ScaffoldControl's state)",
     ("callbacks/server_optimizer.py", "_asdict"): "typing.NamedTuple's public API (aggregator stage states)",
     ("callbacks/server_optimizer.py", "_field_defaults"): "typing.NamedTuple's public API (rule states)",
 }

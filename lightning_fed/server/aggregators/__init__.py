@@ -25,8 +25,9 @@ from lightning_fed.server.aggregators.dp import (
 from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
 from lightning_fed.server.aggregators.local_adaptive import MaxSecondMoment
 from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
-from lightning_fed.server.aggregators.scaffold import ScaffoldControl, control_dtype
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
+# SCAFFOLD's server half lives with its client half (lightning_fed.algorithms.scaffold); re-exported here
+from lightning_fed.algorithms.scaffold import ScaffoldControl, control_dtype  # noqa: E402
 
 __all__ = [
     "AdaptiveClip",

@@ -1,0 +1,323 @@
+"""SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020,
+Algorithm 1 with option II) as one unit: the client half :class:`ScaffoldClient` (the drift correction c − c_i of
+l. 10 and Δc_i of l. 12-13) and the server half :class:`ScaffoldControl` (the reducer of l. 16-17, whose typed state
+holds c and the c_i). :class:`~lightning_fed.callbacks.SCAFFOLD` is the two under server SGD (η_g), the paper's
+method; the halves go with any server rule, e.g. SCAFFOLD's clients and control variates under FedYogi::
+
+    FedYogi(lr=0.01, weighting="uniform", aggregators=[ScaffoldControl()], client=[ScaffoldClient()])
+
+One half without the other is refused at fit start naming both (:func:`check_scaffold`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_fed.algorithms.fedprox import optimizer_param_indices
+from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
+from lightning_fed.server.client_state import ClientStateTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_fed.client.runner import ClientContext
+
+__all__ = ["ScaffoldClient", "ScaffoldControl", "check_scaffold", "control_dtype"]
+
+
+def control_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of c for parameters of ``dtype``: float64 stays float64; every other floating dtype (float32,
+    bf16, fp16) accumulates in float32.
+
+    Example::
+
+        >>> control_dtype(torch.bfloat16), control_dtype(torch.float64)
+        (torch.float32, torch.float64)
+    """
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _flatten(tensors: list[Tensor], dtype: torch.dtype) -> Tensor:
+    """One 1-D CPU tensor of ``dtype`` holding ``tensors`` one after another."""
+    return torch.cat([t.detach().reshape(-1).to(device="cpu", dtype=dtype) for t in tensors])
+
+
+class ScaffoldControl(Stage):
+    """Reducer of SCAFFOLD (Karimireddy et al. 2020, Alg. 1, l. 14-17, option II on the clients)::
+
+        Δx = Σ_{i∈S} λ_i·Δy_i                  λ_i = counts_i / Σ counts (uniform counts: l. 16's 1/|S|)
+        c  ← c + (1/N)·Σ_{i∈S} Δc_i             (l. 17: (|S|/N)·(1/|S|)·ΣΔc_i, so c stays mean_i c_i)
+        c_i ← c_i + Δc_i   for i ∈ S            (l. 14, the server's copy of the client variates)
+
+    Δy_i is the client's delta and Δc_i its ``ClientUpdate.extras["delta_control"]`` (one tensor per parameter).
+    The :class:`State` holds c (one tensor per parameter, float32 — float64 for a float64 model — on the model's
+    device; zeros shaped like the deltas if none yet) and the c_i in a lazily filled
+    :class:`~lightning_fed.server.client_state.ClientStateTable` (``dense=False``, flat CPU rows), created at the
+    first round. The server step x ← x + η_g·Δx is the rule's (:class:`~lightning_fed.server.rules.SGD`).
+
+    Args:
+        num_clients: N (``None``: must be set before the first round; SCAFFOLD reads it from the data module).
+
+    Raises:
+        RuntimeError: in :meth:`apply`, N unknown, ``ClientDeltas.updates`` missing, or an update without
+            ``extras["delta_control"]``.
+        ValueError: in :meth:`apply`, a client id outside [0, N).
+
+    Example: N = 4, two clients with Δy = [1], [3] and Δc = [2], [−6] (uniform weights): Δx = 2, c = (2 − 6)/4::
+
+        >>> from lightning_fed import ClientUpdate
+        >>> updates = [ClientUpdate(0, [torch.tensor([1.0])], 1, 1, 0.0, extras={"delta_control": [torch.tensor([2.0])]}),
+        ...            ClientUpdate(3, [torch.tensor([3.0])], 1, 1, 0.0, extras={"delta_control": [torch.tensor([-6.0])]})]
+        >>> x = ClientDeltas([0, 3], [u.delta for u in updates], torch.ones(2, dtype=torch.float64), updates)
+        >>> stage = ScaffoldControl(num_clients=4)
+        >>> delta, state = stage.apply(x, stage.init_state(x.deltas[0], 4), RoundInfo(0, 0, 4, 2))
+        >>> delta, state.control, state.table.get(3)
+        ([tensor([2.])], [tensor([-1.])], tensor([-6.]))
+    """
+
+    kind = "reduce"
+
+    class State(NamedTuple):
+        """c (one tensor per parameter; ``None`` before the first round) and the c_i table (``None`` likewise)."""
+
+        control: Optional[list[Tensor]] = None
+        table: Optional[ClientStateTable] = None
+
+    def __init__(self, num_clients: Optional[int] = None) -> None:
+        self.num_clients = num_clients
+
+    def __repr__(self) -> str:
+        return "ScaffoldControl()"  # N is the data module's (set at fit start), not a setting of the run
+
+    @staticmethod
+    def zero_control(params: list[Tensor]) -> list[Tensor]:
+        """c = 0 shaped like ``params`` (dtype :func:`control_dtype`, on their devices)."""
+        return [torch.zeros(p.shape, dtype=control_dtype(p.dtype), device=p.device) for p in params]
+
+    def init_state(self, params: list[Tensor], num_clients: int) -> "ScaffoldControl.State":
+        """c = 0 shaped like ``params``; no c_i yet."""
+        return self.State(self.zero_control(params), None)
+
+    def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """At fit start: the client half is there (:func:`check_scaffold`) and N is the data module's
+        ``num_clients`` (kept as given when the data module has none)."""
+        check_scaffold(server)
+        num_clients = getattr(getattr(trainer, "datamodule", None), "num_clients", None)
+        if num_clients is not None:
+            self.num_clients = int(num_clients)
+
+    def check_round(self, client_ids: list[int], updates: list) -> None:
+        """The checks of Alg. 1's inputs, before any state changes (errors as in the class doc)."""
+        if self.num_clients is None:
+            raise RuntimeError(
+                "SCAFFOLD needs the number of clients N (read from `trainer.datamodule.num_clients` in `setup`)."
+            )
+        for cid, update in zip(client_ids, updates):
+            if not 0 <= int(cid) < self.num_clients:
+                raise ValueError(f"Client id {cid} is outside [0, {self.num_clients}).")
+            if "delta_control" not in update.extras:
+                raise RuntimeError(
+                    f"Client {cid}'s update has no extras['delta_control']: SCAFFOLD clients must be "
+                    "trained through the federated loop (configure_client / collect_client_extras)."
+                )
+
+    def apply(self, x: ClientDeltas, state: "ScaffoldControl.State", info: RoundInfo) -> tuple[list[Tensor], "ScaffoldControl.State"]:
+        """Δx (the weighted mean of ``x.deltas`` by ``x.counts``) and the state with c and the cohort's c_i updated."""
+        if x.updates is None:
+            raise RuntimeError("ScaffoldControl needs `ClientDeltas.updates` (the clients' extras['delta_control']).")
+        self.check_round(x.client_ids, x.updates)
+        pseudo_gradient, _ = WeightedMean().apply(x, state, info)
+        with torch.no_grad():
+            control = state.control if state.control is not None else self.zero_control(x.deltas[0])
+            table = state.table
+            if table is not None and table.num_clients != self.num_clients:
+                raise ValueError(
+                    f"SCAFFOLD holds control variates for {table.num_clients} clients, but the data module has "
+                    f"{self.num_clients} clients."
+                )
+            if table is None:
+                dtype = torch.float32
+                for c in control:
+                    dtype = torch.promote_types(dtype, c.dtype)
+                table = ClientStateTable(self.num_clients, sum(c.numel() for c in control), dtype=dtype)
+            dtype = table.dtype
+            for update in x.updates:
+                delta = [d.to(device=c.device, dtype=c.dtype) for d, c in zip(update.extras["delta_control"], control)]
+                torch._foreach_add_(control, delta, alpha=1.0 / self.num_clients)
+                flat = _flatten(delta, dtype)
+                cid = int(update.client_id)
+                # A new tensor (never in place), so state dicts handed out earlier keep their values.
+                table.put(cid, flat if cid not in table else table.get(cid) + flat)
+        return pseudo_gradient, self.State(control, table)
+
+
+def check_scaffold(server: Any) -> None:
+    """At fit start: SCAFFOLD's two halves come together, once each.
+
+    Args:
+        server: the server optimizer (:class:`~lightning_fed.callbacks.ServerOptimizer`) holding the halves.
+
+    Raises:
+        ValueError: a :class:`ScaffoldClient` without a :class:`ScaffoldControl` in ``server.aggregators`` or the
+            reverse, or either twice; the message names both parts.
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedYogi
+        >>> check_scaffold(FedYogi(aggregators=[ScaffoldControl()], client=[ScaffoldClient()]))  # fine
+        >>> check_scaffold(FedYogi(client=[ScaffoldClient()]))
+        Traceback (most recent call last):
+        ...
+        ValueError: ScaffoldClient() (SCAFFOLD's client half) needs SCAFFOLD's server half in FedYogi's `aggregators`: `aggregators=[ScaffoldControl()]` (or use SCAFFOLD()); without it c and the c_i are never updated (Karimireddy et al. 2020, Alg. 1, l. 16-17).
+    """
+    name = type(server).__name__
+    clients = [a for a in getattr(server, "client_algorithms", ()) if isinstance(a, ScaffoldClient)]
+    stages = [s for s in getattr(server, "aggregators", None) or () if isinstance(s, ScaffoldControl)]
+    if clients and not stages:
+        raise ValueError(
+            f"{clients[0]!r} (SCAFFOLD's client half) needs SCAFFOLD's server half in {name}'s `aggregators`: "
+            "`aggregators=[ScaffoldControl()]` (or use SCAFFOLD()); without it c and the c_i are never updated "
+            "(Karimireddy et al. 2020, Alg. 1, l. 16-17)."
+        )
+    if stages and not clients:
+        raise ValueError(
+            f"{stages[0]!r} (SCAFFOLD's server half) in {name}'s `aggregators` needs SCAFFOLD's client half: "
+            "`client=[ScaffoldClient()]` (or use SCAFFOLD()); without it no client sends Δc_i (Alg. 1, l. 12-13)."
+        )
+    if len(clients) > 1 or len(stages) > 1:
+        raise ValueError(f"{name} runs SCAFFOLD's halves more than once ({clients}, {stages}); give one of each.")
+
+
+class ScaffoldClient(ClientAlgorithm):
+    """SCAFFOLD's client half (Karimireddy et al. 2020, Alg. 1, l. 7-13, option II): client i starts from x with the
+    server's c and its own c_i (both held in :class:`ScaffoldControl`'s state by the server optimizer), takes its
+    local steps on the corrected gradient and sends Δc_i::
+
+        y_i ← x;   K times:  y_i ← y_i − η_l·(g_i(y_i) − c_i + c)                 (l. 10)
+        c_i⁺ = c_i − c + (x − y_i)/(K·η_l),   Δc_i = c_i⁺ − c_i                       (l. 12-13, option II)
+
+    How it runs inside the user's unchanged LightningModule:
+
+    * the correction c − c_i (in the parameter's dtype) is added to the gradient of every parameter the optimizer is
+      about to update, in Lightning's ``on_before_optimizer_step`` (after the backward pass and, under AMP, after
+      unscaling; before gradient clipping and the step), so a plain SGD client optimizer with learning rate η_l takes
+      exactly l. 10; another optimizer (momentum, Adam, weight decay) gets the corrected gradient;
+    * K is counted per parameter: the local steps at which it had a gradient (each client its own K_i under
+      heterogeneous local work); η_l is the learning rate of the parameter's optimizer group when the client starts.
+      A parameter with K = 0 sends Δc = 0 and keeps its c_i;
+    * Δc_i travels in ``ClientUpdate.extras["delta_control"]`` (one tensor per parameter, c's dtype and device); the
+      server applies c_i ← c_i + Δc_i only for updates that reach it, so a dropped client changes neither c nor c_i.
+
+    Stateless as a client algorithm (``state_dim`` 0): the c_i are the server half's state, as in Alg. 1.
+
+    Raises:
+        ValueError: at fit start, as :func:`check_scaffold`; a client id outside [0, N).
+        RuntimeError: :meth:`finish` without :meth:`start`, or a stepped parameter's learning rate not a finite
+            number > 0 (option II divides by it).
+
+    Example: SCAFFOLD's clients and control variates under FedAvgM (server momentum)::
+
+        >>> from lightning_fed.callbacks import FedAvgM
+        >>> FedAvgM(lr=1.0, momentum=0.9, weighting="uniform", aggregators=[ScaffoldControl()], client=[ScaffoldClient()])
+        FedAvgM(lr=1.0, weighting='uniform', momentum=0.9, client=[ScaffoldClient()])
+    """
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._stage_index = -1
+        self._params: list[Tensor] = []
+        self._index: dict[int, int] = {}
+        self._control: list[Tensor] = []
+        self._correction: Optional[list[Tensor]] = None
+        self._steps: list[int] = []
+        self._lrs: list[float] = []
+
+    def check(self, server: Any) -> None:
+        """:func:`check_scaffold`; then remember the server optimizer, whose chain state holds c and the c_i."""
+        check_scaffold(server)
+        self._server = server
+        self._stage_index = next(i for i, s in enumerate(server.aggregators) if isinstance(s, ScaffoldControl))
+
+    def _stage(self) -> ScaffoldControl:
+        if self._server is None:
+            raise RuntimeError("ScaffoldClient runs only inside a server optimizer's fit (its `check` binds it).")
+        return self._server.aggregators[self._stage_index]
+
+    def control(self, params: list[Tensor]) -> tuple[list[Tensor], Optional[ClientStateTable]]:
+        """The server's c (created as zeros, or moved to ``params``' device, in the server optimizer's chain state)
+        and the c_i table (``None`` before any client reported)."""
+        states = list(self._server.chain_state(params))
+        state = states[self._stage_index]
+        control = state.control if state.control is not None else self._stage().zero_control(params)
+        if control[0].device != params[0].device:
+            control = [t.to(p.device) for t, p in zip(control, params)]
+        if control is not state.control:
+            states[self._stage_index] = state._replace(control=control)
+            self._server.aggregator_state = tuple(states)
+        return control, state.table
+
+    def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
+        """Receive (x, c) and c_i (Alg. 1, l. 5-7): the correction c − c_i, zero step counts, η_l per parameter."""
+        stage = self._stage()
+        client_id = int(context.client_id)
+        if stage.num_clients is not None and not 0 <= client_id < stage.num_clients:
+            raise ValueError(f"Client id {client_id} is outside [0, {stage.num_clients}).")
+        self._params = list(module.parameters())
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        control, table = self.control([p.detach() for p in self._params])
+        self._control = control
+        flat = table.get(client_id) if table is not None and client_id in table else None
+        if flat is None:
+            client = [torch.zeros_like(c) for c in control]
+        else:
+            pieces = torch.split(flat, [c.numel() for c in control])
+            client = [t.reshape(c.shape).to(device=c.device, dtype=c.dtype) for t, c in zip(pieces, control)]
+        self._correction = [(c - ci).to(p.dtype) for c, ci, p in zip(control, client, self._params)]
+        self._steps = [0] * len(self._params)
+        self._lrs = [math.nan] * len(self._params)
+        for optimizer in module.trainer.optimizers:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    i = self._index.get(id(p))
+                    if i is not None:
+                        self._lrs[i] = float(group.get("lr", math.nan))
+
+    def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
+        """g_i(y_i) − c_i + c (Alg. 1, l. 10) for the parameters ``optimizer`` updates; counts their steps."""
+        if self._correction is None:
+            return
+        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
+        if not stepped:
+            return
+        with torch.no_grad():
+            torch._foreach_add_([self._params[i].grad for i in stepped], [self._correction[i] for i in stepped])
+        for i in stepped:
+            self._steps[i] += 1
+
+    def finish(self, module: Any, context: "ClientContext") -> tuple[dict[str, Any], Optional[Tensor]]:
+        """Δc_i = −c + (x − y_i)/(K·η_l) per parameter (l. 12-13, option II; zero where K = 0), sent as
+        ``extras["delta_control"]``."""
+        if self._correction is None:
+            raise RuntimeError("ScaffoldClient.finish called before start for this client.")
+        delta_control = []
+        with torch.no_grad():
+            for i, (p, x, c) in enumerate(zip(self._params, context.global_params, self._control)):
+                steps, lr = self._steps[i], self._lrs[i]
+                if steps == 0:
+                    delta_control.append(torch.zeros_like(c))
+                    continue
+                if not (math.isfinite(lr) and lr > 0):
+                    raise RuntimeError(
+                        f"SCAFFOLD option II needs the client learning rate η_l > 0 of every trained parameter; "
+                        f"parameter {i} has lr={lr!r}."
+                    )
+                drift = (x.to(c.device, c.dtype) - p.detach().to(c.device, c.dtype)) / (steps * lr)  # (x − y_i)/(K·η_l)
+                delta_control.append(drift - c)
+        self._correction, self._control = None, []
+        return {"delta_control": delta_control}, None
+
+    def settings(self) -> dict[str, Any]:
+        return {}
