@@ -79,7 +79,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.algorithms.fedprox import FedProxClient
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype
 
 __all__ = ["LOCAL_SOLVERS", "FedNovaAveraging", "a_norm"]
 
@@ -347,10 +347,3 @@ class FedNovaAveraging(Stage):
                 raise ValueError(
                     f"{me} needs α = γ·μ < 1, but the client learning rate γ={lrs[0]} gives α = {lrs[0] * self.mu}."
                 )
-
-
-def _accumulation_dtype(t: Tensor) -> torch.dtype:
-    """float64 for floating-point tensors (the parameters' dtype on Apple MPS, which has no float64)."""
-    if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type == "mps":
-        return t.dtype
-    return torch.float64

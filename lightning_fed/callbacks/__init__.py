@@ -11,7 +11,7 @@ from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.callbacks.fednova import FedNova
 from lightning_fed.callbacks.fedmgda import FedMGDAPlus
 from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB, LocalAdaptiveServer
-from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient, LocalAMSGrad
+from lightning_fed.algorithms.fedlamb import AMSGradClient, FedLAMBClient, LocalAMSGrad
 from lightning_fed.callbacks.fedyogi import FedYogi
 from lightning_fed.callbacks.fedprox import FedProx
 from lightning_fed.callbacks.progress import FederatedProgressBar
@@ -21,7 +21,6 @@ from lightning_fed.callbacks.server_lamb import ServerLAMB
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.callbacks.server_step_size import (
     AdaptiveServerStepSize,
-    NormalizedDirection,
     NormalizedFedAdagrad,
     NormalizedFedAdam,
     NormalizedFedAvgM,
@@ -58,7 +57,6 @@ __all__ = [
     "Krum",
     "LocalAMSGrad",
     "LocalAdaptiveServer",
-    "NormalizedDirection",
     "NormalizedFedAdagrad",
     "NormalizedFedAdam",
     "NormalizedFedAvgM",

@@ -329,15 +329,6 @@ class FedAWARE(ServerOptimizer):
         self.min_norm.check_num_clients()
         self.min_norm.check_table(self.client_state, sum(p.numel() for p in params))
 
-    def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
-        """|D_i| (``"num_samples"``) or 1 (``"uniform"``), float64 ``[len(updates)]``: the weights of a warm-up
-        round's FedAvg; zero-sample rounds are only refused there (the min-norm weights do not use them)."""
-        if not updates:
-            raise ValueError("Cannot aggregate an empty round: no client updates.")
-        if self.weighting == "uniform":
-            return torch.ones(len(updates), dtype=torch.float64)
-        return torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
-
     @property
     def last_weighted_diversity(self) -> Optional[float]:
         """FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root)

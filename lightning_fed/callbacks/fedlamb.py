@@ -10,19 +10,20 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 
-from lightning_fed.callbacks.lamb_client import (
+from lightning_fed.algorithms.fedlamb import (
     BIAS_CORRECTIONS,
     RATIO_DENOMINATORS,
     AMSGradClient,
     FedLAMBClient,
+    LocalAdaptiveClient,
     LocalAMSGrad,
+    MaxSecondMoment,
     check_choice,
     check_in_range,
     check_phi_bounds,
 )
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_positive, check_unit_interval
 from lightning_fed.client import ClientUpdate
-from lightning_fed.server.aggregators.local_adaptive import MaxSecondMoment
 from lightning_fed.server.rules.sgd import SGD
 
 #: Accepted values of ``first_moment``: m restarts at 0 every round, or the server broadcasts the clients' mean m.
@@ -52,10 +53,12 @@ class LocalAdaptiveServer(ServerOptimizer):
     ``configure_optimizers`` returned, e.g. SGD) by ``client_optimizer_class`` over the same parameter groups,
     with learning rate α = ``client_lr`` or, if ``None``, the user's optimizer's learning rate per group
     (:meth:`install_client_optimizer`). Each client of round r starts from the global model θ̄_r (l. 5) with
-    the optimizer state seeded by :meth:`configure_client`: local step 0, v⁰ = v̂⁰ = v̂_r, the broadcast second
+    the optimizer state seeded by the client half
+    (:class:`~lightning_fed.algorithms.fedlamb.LocalAdaptiveClient`): local step 0, v⁰ = v̂⁰ = v̂_r, the broadcast second
     moment (l. 6), and m⁰ = 0 (``first_moment="reset"``) or the broadcast m̄_r (``"average"``). It then takes its
-    local steps (l. 7-13, :class:`~lightning_fed.callbacks.lamb_client.LocalAMSGrad`) and sends back its model
-    and its uncorrected second moment v_i^T (l. 14; :meth:`collect_client_extras`, ``ClientUpdate.extras``).
+    local steps (l. 7-13, :class:`~lightning_fed.algorithms.fedlamb.LocalAMSGrad`) and sends back its model
+    and its uncorrected second moment v_i^T (l. 14; the client half
+    :class:`~lightning_fed.algorithms.fedlamb.LocalAdaptiveClient`, ``ClientUpdate.extras``).
 
     **Server** (Alg. 1, l. 16): a composition ``ServerOptimizer(aggregators=[MaxSecondMoment(...)], rule=SGD(lr))``
     — the reducer :class:`~lightning_fed.server.aggregators.MaxSecondMoment` (:attr:`moment_stage`, whose state
@@ -144,6 +147,7 @@ class LocalAdaptiveServer(ServerOptimizer):
         #: The reducer stage (:class:`~lightning_fed.server.aggregators.MaxSecondMoment`): Δ, v̂ and m̄.
         self.moment_stage = MaxSecondMoment(owner=type(self).__name__)
         super().__init__(weighting=weighting, aggregators=[self.moment_stage], rule=SGD(lr))
+        self._own_client = [LocalAdaptiveClient()]  # the client half: seeds the local optimizer, sends v_i^T back
         self.client_lr = None if client_lr is None else check_positive("client_lr", client_lr)
         self.beta1 = check_unit_interval("beta1", beta1)
         self.beta2 = check_unit_interval("beta2", beta2)
@@ -254,65 +258,11 @@ class LocalAdaptiveServer(ServerOptimizer):
         super().on_fit_start(trainer, pl_module)
         self.install_client_optimizer(trainer)
 
-    def _client_optimizer(self, trainer: Any) -> LocalAMSGrad:
-        optimizers = list(trainer.optimizers)
-        if len(optimizers) != 1 or not isinstance(optimizers[0], LocalAMSGrad):
-            raise RuntimeError(
-                f"{type(self).__name__}: the client optimizer is {[type(o).__name__ for o in optimizers]}, not "
-                f"{self.client_optimizer_class.__name__}; it is installed in `on_fit_start` — was the callback "
-                "passed to the trainer that runs `fit`?"
-            )
-        return optimizers[0]
-
-    # ------------------------------------------------------------------ client channel
-    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> None:
-        """Seed the (just cleared) client optimizer: step 0, v⁰ = v̂⁰ = v̂_r (Alg. 1, l. 6) and m⁰ = 0 or m̄_r."""
-        params = list(pl_module.parameters())
-        if not self.state:
-            self.state = self.init_state(params)
-        else:
-            self._move_state(params)
-        optimizer = self._client_optimizer(trainer)
-        index = {id(p): k for k, p in enumerate(params)}
-        v_hat = self.state["second_moment"]
-        m_bar = self.state.get("first_moment")
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                k = index.get(id(p))
-                if k is None:
-                    continue
-                first = None if m_bar is None else m_bar[k]
-                optimizer.state[p] = LocalAMSGrad.make_state(p, v_hat[k], first)
-
-    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int) -> dict[str, Any]:
-        """``{"exp_avg_sq": [v_i^T per parameter]}`` (uncorrected, Alg. 1, l. 14), plus ``"exp_avg"`` (m_i^T)
-        with ``first_moment="average"``; a parameter the client never stepped reports the broadcast values."""
-        params = list(pl_module.parameters())
-        optimizer = self._client_optimizer(trainer)
-        extras: dict[str, Any] = {"exp_avg_sq": []}
-        if self.first_moment == "average":
-            extras["exp_avg"] = []
-        for k, p in enumerate(params):
-            state = optimizer.state.get(p) or {}
-            v = state.get("exp_avg_sq")
-            extras["exp_avg_sq"].append((self.state["second_moment"][k] if v is None else v).detach().clone())
-            if "exp_avg" in extras:
-                m = state.get("exp_avg")
-                extras["exp_avg"].append((self.state["first_moment"][k] if m is None else m).detach().clone())
-        return extras
-
     # ------------------------------------------------------------------ server
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        """v̂_0 = ``initial_second_moment``·1 (Alg. 1, l. 2) and, with ``first_moment="average"``, m̄_0 = 0."""
-        st = self.moment_stage.init_state(params)
-        return {"second_moment": st.second_moment, **({} if st.first_moment is None else {"first_moment": st.first_moment})}
-
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Create the server moments (zeros / v̂_0) or move them to the parameters' device before the round."""
-        if not self.state:
-            self.state = self.init_state(params)
-        else:
-            self._move_state(params)
+        """Create the server moments (v̂_0, m̄_0 = 0) or move them to the parameters' device before the round."""
+        self.chain_state(params)
+        self._move_state(params)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a replaced aggregator chain (this class is its own chain, ``[MaxSecondMoment]``), then the base
@@ -363,7 +313,7 @@ class LocalAdaptiveServer(ServerOptimizer):
 class FedLAMB(LocalAdaptiveServer):
     """Fed-LAMB (Karimi, Li, Li, *Layerwise and Dimensionwise Locally Adaptive Optimization*, Algorithm 1).
 
-    Clients run :class:`~lightning_fed.callbacks.lamb_client.FedLAMBClient` — local AMSGrad moments and the
+    Clients run :class:`~lightning_fed.algorithms.fedlamb.FedLAMBClient` — local AMSGrad moments and the
     layerwise step θ^ℓ ← θ^ℓ − α·φ(‖θ^ℓ‖)·(p^ℓ + λθ^ℓ)/‖p^ℓ + λθ^ℓ‖ (l. 8-12) — from the global model and the
     broadcast second moment v̂_r; the server averages the models and sets v̂_{r+1} = max(v̂_r, mean_i v_i^T)
     (l. 16). The module's own ``configure_optimizers`` (e.g. SGD) is replaced at fit start; see
@@ -453,7 +403,7 @@ class FedLAMB(LocalAdaptiveServer):
 
 class FedAMS(LocalAdaptiveServer):
     """Fed-AMS, the baseline of Karimi et al. (Sec. 4): Algorithm 1 with plain local AMSGrad on the clients
-    (:class:`~lightning_fed.callbacks.lamb_client.AMSGradClient`, θ ← θ − α·(p + λθ), no layerwise
+    (:class:`~lightning_fed.algorithms.fedlamb.AMSGradClient`, θ ← θ − α·(p + λθ), no layerwise
     normalisation; the Local AMSGrad of Chen, Li, Li 2020), the same model averaging and v̂ max-averaging on
     the server. (Not the server-side AMSGrad that Wang et al. 2022 also call FedAMS.)
 

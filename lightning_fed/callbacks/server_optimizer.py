@@ -13,7 +13,16 @@ from torch import Tensor
 from lightning_fed.client import ClientUpdate
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.server.client_state import ClientStateTable
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, chain_states, check_chain
+from lightning_fed.server.aggregators.base import (
+    ClientDeltas,
+    EmptyState,
+    RoundInfo,
+    Stage,
+    WeightedMean,
+    chain_states,
+    check_chain,
+    run_chain,
+)
 from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, trained_parameters
 from lightning_fed.server.rules.base import Rule, move_state, state_from_dict, state_to_dict
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
@@ -49,9 +58,8 @@ class ServerOptimizer(Callback):
     Writing a new method: a server-side rule is a :class:`~lightning_fed.server.rules.Rule` (``init`` / ``update``
     over a NamedTuple state), a server-side aggregation a :class:`~lightning_fed.server.aggregators.Stage`, a
     client-side change a :class:`~lightning_fed.client.ClientAlgorithm`; one module of :mod:`lightning_fed.algorithms`
-    holds an algorithm's halves. Overriding :meth:`step`/:meth:`init_state` (the older route, kept for Fed-LAMB's and
-    SCAFFOLD's classes) or the client channel (:meth:`configure_client`, :meth:`collect_client_extras`) still works
-    but cannot be combined with ``client``.
+    holds an algorithm's halves (SCAFFOLD's, Fed-LAMB's, FedProx's, FedDyn's, ...). This is the only way: a subclass
+    fixes parts and defaults, it does not override the update, the aggregation or the client channel.
 
     Args:
         lr: Server learning rate η (> 0; default 1.0, or the rule's).
@@ -62,8 +70,7 @@ class ServerOptimizer(Callback):
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``;
-            at fit start, ``client`` beside a subclass with its own client channel, or what a client algorithm's
-            ``check`` refuses.
+            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses.
         TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
             :class:`~lightning_fed.client.ClientAlgorithm`.
 
@@ -108,20 +115,16 @@ class ServerOptimizer(Callback):
         if weighting not in _WEIGHTINGS:
             raise ValueError(f"`weighting` must be one of {_WEIGHTINGS}, got {weighting!r}.")
         self.weighting = weighting
-        if rule is None and type(self).step is ServerOptimizer.step:
-            rule = SGD(self.lr)  # no rule and no `step` of a subclass: FedAvg's rule
-        #: The server rule (:mod:`lightning_fed.server.rules`), or ``None`` for a subclass with its own :meth:`step`.
-        self.server_rule: Optional[Rule] = rule
+        #: The server rule (:mod:`lightning_fed.server.rules`; default SGD(lr), FedAvg's rule).
+        self.server_rule: Rule = SGD(self.lr) if rule is None else rule
         self._rule_state: Optional[Any] = None
         #: The aggregator chain (:mod:`lightning_fed.server.aggregators`) replacing the weighted mean, or ``None``.
         self.aggregators: Optional[list[Any]] = None if aggregators is None else check_chain(aggregators)
         self.aggregator_state: Optional[tuple] = None
         self._saved_aggregator_state: Optional[list[dict[str, Any]]] = None
         self._round_info: Optional[RoundInfo] = None
-        self._reducer_input: Optional[tuple[list[ClientUpdate], ClientDeltas]] = None
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
-        self._legacy_state: dict[str, list[Tensor]] = {}
         #: The per-client state (:class:`~lightning_fed.server.client_state.ClientStateTable`) of a method that keeps
         #: one (FedAWARE's m_i, SCAFFOLD's c_i), ``None`` otherwise; checkpointed under ``"client_state"``.
         self.client_state: Optional[ClientStateTable] = None
@@ -144,10 +147,8 @@ class ServerOptimizer(Callback):
     @property
     def state(self) -> dict[str, list[Tensor]]:
         """The optimizer state: name -> list of tensors aligned with ``module.parameters()`` (``{}`` before the
-        first round). With a :attr:`server_rule` this is a view of the tensor fields of its typed state (the
-        tensors themselves, so in-place changes persist); assigning a dict sets those fields."""
-        if self.server_rule is None:
-            return self._legacy_state
+        first round): a view of the tensor fields of :attr:`server_rule`'s typed state (the tensors themselves, so
+        in-place changes persist); assigning a dict sets those fields."""
         if self._rule_state is None:
             return {}
         defaults = type(self._rule_state)._field_defaults
@@ -155,9 +156,6 @@ class ServerOptimizer(Callback):
 
     @state.setter
     def state(self, value: dict[str, list[Tensor]]) -> None:
-        if self.server_rule is None:
-            self._legacy_state = value
-            return
         state_type = self.server_rule.State
         if not value:
             self._rule_state = None
@@ -169,21 +167,6 @@ class ServerOptimizer(Callback):
     def rule_state(self) -> Optional[Any]:
         """The typed state (a ``NamedTuple``) of :attr:`server_rule`; ``None`` before the first round."""
         return self._rule_state
-
-    # ------------------------------------------------------------------ the update rule
-    def init_state(self, params: list[Tensor]) -> dict[str, list[Tensor]]:
-        """Return the initial state for parameters ``params`` (a subclass with its own :meth:`step`; default: none)."""
-        return {}
-
-    def step(self, params: list[Tensor], pseudo_gradient: list[Tensor]) -> None:
-        """Update ``params`` (x_t, in place) to x_{t+1} given the pseudo-gradient Δ_t (same shapes): by default
-        :attr:`server_rule`'s ``update`` over :attr:`rule_state`.
-
-        ``self.num_steps`` is already t + 1 when this runs (1 on the first round).
-        """
-        if self.server_rule is None:
-            raise NotImplementedError
-        self._rule_state = self.server_rule.update(params, pseudo_gradient, self._rule_state, self.num_steps)
 
     # ------------------------------------------------------------------ aggregation
     def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
@@ -209,7 +192,7 @@ class ServerOptimizer(Callback):
             raw = torch.ones(len(updates), dtype=torch.float64)
         else:
             raw = torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
-        if raw.sum() <= 0:
+        if raw.sum() <= 0 and not any(getattr(s, "checks_zero_counts", False) for s in self.aggregators or ()):
             raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
         return raw
 
@@ -246,36 +229,18 @@ class ServerOptimizer(Callback):
         """
         if self.aggregators is not None:
             return self._run_aggregators(updates)
-        counts = self.client_weight_counts(updates)
-        total = float(counts.sum())
-        counts = counts.tolist()
-        first = self.client_delta(updates[0])
-        result = [torch.mul(d.to(_accumulation_dtype(d)), counts[0]) for d in first]
-        for c, update in zip(counts[1:], updates[1:]):
-            torch._foreach_add_(result, self.client_delta(update), alpha=c)  # in float64: exact for float32 Δ
-        torch._foreach_div_(result, total)
-        return [acc.to(d.dtype) for acc, d in zip(result, first)]
+        x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
+                         self.client_weight_counts(updates), list(updates))
+        return WeightedMean().apply(x, EmptyState(), RoundInfo(self.num_steps, 0, len(updates), len(updates)))[0]
 
     def _run_aggregators(self, updates: list[ClientUpdate]) -> list[Tensor]:
         """Δ_t from the aggregator chain (client transforms → reducer → delta transforms)."""
-        # The chain's transforms apply themselves; a subclass's own client_delta / client_weight_counts is honoured.
-        own_delta = type(self).client_delta is not ServerOptimizer.client_delta
-        own_counts = type(self).client_weight_counts is not ServerOptimizer.client_weight_counts
-        x = ClientDeltas([u.client_id for u in updates],
-                         [self.client_delta(u) if own_delta else u.delta for u in updates],
-                         self.client_weight_counts(updates) if own_counts else self._weighting_counts(updates),
+        # The chain's client transforms apply themselves to the raw deltas and weighting counts.
+        x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], self._weighting_counts(updates),
                          list(updates))
         info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
         self.chain_state(x.deltas[0], info.num_clients)
-        # run_chain's loop, recording what the reducer saw (for client_weights / gradient_diversity)
-        value: Any = x
-        new_states = []
-        for stage, state in zip(self.aggregators, self.aggregator_state):
-            if stage.kind == "reduce":
-                self._reducer_input = (updates, value)
-            value, state = stage.apply(value, state, info)
-            new_states.append(state)
-        self.aggregator_state = tuple(new_states)
+        value, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info)
         return value
 
     def chain_state(self, params: list[Tensor], num_clients: Optional[int] = None) -> tuple:
@@ -386,17 +351,12 @@ class ServerOptimizer(Callback):
         else:
             pseudo_gradient = self.aggregate(updates)
         with torch.no_grad():
-            if self.server_rule is not None:
-                if self._rule_state is None:
-                    self._rule_state = self.server_rule.init(params)
-                else:
-                    self._rule_state = move_state(self._rule_state, params)
-            elif not self.state:
-                self.state = self.init_state(params)
+            if self._rule_state is None:
+                self._rule_state = self.server_rule.init(params)
             else:
-                self._move_state(params)
-            self.num_steps += 1
-            self.step(params, pseudo_gradient)
+                self._rule_state = move_state(self._rule_state, params)
+            self.num_steps += 1  # t + 1 when the rule runs (1 on the first round)
+            self._rule_state = self.server_rule.update(params, pseudo_gradient, self._rule_state, self.num_steps)
             for i, value in zip(frozen, global_frozen if frozen else ()):
                 params[i].copy_(value)
         self._stepped = True
@@ -406,11 +366,6 @@ class ServerOptimizer(Callback):
         """Called first by :meth:`server_update`, before any state changes: a subclass raises here when the round
         cannot be applied to ``params`` (e.g. FedAWARE: N unknown, a momentum table of another shape). Default:
         nothing."""
-
-    def _move_state(self, params: list[Tensor]) -> None:
-        for name, tensors in self.state.items():
-            if tensors and (tensors[0].device != params[0].device):
-                self.state[name] = [t.to(p.device) for t, p in zip(tensors, params)]
 
     # ------------------------------------------------------------------ client channel
     def configure_client(
@@ -503,15 +458,6 @@ class ServerOptimizer(Callback):
         """
         from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
 
-        if self.aggregators is not None and (
-            type(self).aggregate is not ServerOptimizer.aggregate
-            or type(self).server_update is not ServerOptimizer.server_update
-        ):
-            raise ValueError(
-                f"{type(self).__name__} aggregates in its own way (it overrides `aggregate`/`server_update`), so "
-                "`aggregators` would be ignored; use them with a server optimizer that takes the default aggregation."
-            )
-
         if not isinstance(trainer.fit_loop, FederatedFitLoop):
             raise RuntimeError(
                 f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
@@ -534,21 +480,11 @@ class ServerOptimizer(Callback):
                 check_fit(trainer, pl_module, self)
 
     def _setup_client_algorithms(self, trainer: Any, pl_module: Any) -> None:
-        """At fit start: refuse a server optimizer with its own client channel beside ``client`` (one of them would be
-        bypassed), run every client algorithm's :meth:`~lightning_fed.client.ClientAlgorithm.check`, and create the
-        per-client state tables (kept when a checkpoint restored them)."""
+        """At fit start: run every client algorithm's :meth:`~lightning_fed.client.ClientAlgorithm.check` and create
+        the per-client state tables (kept when a checkpoint restored them)."""
         algorithms = self.client_algorithms
         if not algorithms:
             return
-        if self.client:
-            own = [name for name in ("configure_client", "collect_client_extras", "on_before_optimizer_step")
-                   if getattr(type(self), name) is not getattr(ServerOptimizer, name)]
-            if own:
-                raise ValueError(
-                    f"{type(self).__name__} has its own client side (it overrides `{own[0]}`), so the client algorithms "
-                    f"{self.client} given as `client` cannot be combined with it. Give them to a server optimizer "
-                    "without one (FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, ServerOptimizer(rule=...))."
-                )
         for algorithm in algorithms:
             algorithm.check(self)
         num_clients = getattr(trainer.datamodule, "num_clients", None)
@@ -571,14 +507,8 @@ class ServerOptimizer(Callback):
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
         (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table."""
-        if self.server_rule is not None:
-            tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
-            out = {"num_steps": self.num_steps, "state": tensors, **scalars}
-        else:
-            out = {
-                "num_steps": self.num_steps,
-                "state": {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()},
-            }
+        tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
+        out = {"num_steps": self.num_steps, "state": tensors, **scalars}
         if self.aggregator_state is not None:
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
         if self.client_state is not None:
@@ -589,10 +519,7 @@ class ServerOptimizer(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.num_steps = int(state_dict["num_steps"])
-        if self.server_rule is not None:
-            self._rule_state = state_from_dict(self.server_rule.State, state_dict["state"], state_dict)
-        else:
-            self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
+        self._rule_state = state_from_dict(self.server_rule.State, state_dict["state"], state_dict)
         if "aggregators" in state_dict:
             self._saved_aggregator_state = state_dict["aggregators"]
             self.aggregator_state = None
@@ -610,13 +537,6 @@ class ServerOptimizer(Callback):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
-
-
-def _accumulation_dtype(t: Tensor) -> torch.dtype:
-    """float64 for floating-point tensors (float32 on Apple MPS, which has no float64); ``t.dtype`` otherwise."""
-    if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type == "mps":
-        return t.dtype
-    return torch.float64
 
 
 _TABLE_KEY = "client_state_table"  # a ClientStateTable inside a stage's state, saved as its (weights-only) state dict

@@ -50,7 +50,6 @@ from lightning_fed.server.rules.stepsize import AdaptiveStepSize
 
 __all__ = [
     "AdaptiveServerStepSize",
-    "NormalizedDirection",
     "NormalizedFedAdagrad",
     "NormalizedFedAdam",
     "NormalizedFedAvgM",
@@ -58,58 +57,6 @@ __all__ = [
     "ServerStepSize",
     "normalized_direction",
 ]
-
-
-class NormalizedDirection:
-    """Mixin for a :class:`~lightning_fed.callbacks.ServerOptimizer`: aggregate Δ_m/(γ·n_m) instead of Δ_m.
-
-    Nastya (Malinovsky, Mishchenko, Richtárik; Alg. 1, l. 8-9): each client's model change is divided by its
-    client learning rate γ (per optimizer parameter group) and its number of local steps n_m, g_{t,m} = (x_t − x_{t,m})/(γ·n_m), and the server
-    averages the g_{t,m} over the cohort. Here :meth:`client_delta` returns Δ_m/(γ·n_m) = −g_{t,m} (the sign of a
-    model change, so that the FedOpt rules, which add their pseudo-gradient, descend), and the base class's
-    ``aggregate`` gives the pseudo-gradient −g_t = Σ_m w_m·Δ_m/(γ·n_m). The logged ``round_pseudo_grad_norm`` is
-    therefore ‖g_t‖ and ``round_gradient_diversity`` is computed on the normalised directions.
-
-    Weights: Alg. 1, l. 9 averages uniformly over the cohort, g_t = (1/C)·Σ_{m∈S_t} g_{t,m}, so every class in
-    this module defaults to ``weighting="uniform"``; ``"num_samples"`` weights by |D_m| instead. Clients that took
-    no local step (n_m = 0, e.g. a client smaller than the batch size under ``drop_last``) carry no direction:
-    they get weight 0 and the others are renormalised.
-
-    The ready classes of this module are instead compositions, ``Foo(aggregators=[NormalizedDirections(),
-    WeightedMean()], ...)`` (:class:`~lightning_fed.server.aggregators.normalized.NormalizedDirections`); this mixin
-    serves a server optimizer that takes no ``aggregators``. Put it first among the bases:
-    ``class NormalizedFoo(NormalizedDirection, Foo): ...`` (give the subclass an
-    explicit ``__init__`` with ``weighting: str = "uniform"`` to change the default, as the ready classes do).
-
-    Example: a normalised FedAvg; client 0 took n = 2 steps, client 1 one step, client 2 none (weight 0), all at
-    γ = 0.25, so −g_t = ½·(−1.5/(0.25·2) + (−0.25)/(0.25·1)) = ½·(−3 − 1) = −2::
-
-        >>> import torch
-        >>> from lightning_fed import ClientUpdate
-        >>> from lightning_fed.callbacks import FedAvg
-        >>> class NormalizedFedAvg(NormalizedDirection, FedAvg):
-        ...     pass
-        >>> updates = [ClientUpdate(0, [torch.tensor([-1.5])], num_samples=8, num_steps=2, loss=0.0, client_lr=0.25),
-        ...            ClientUpdate(1, [torch.tensor([-0.25])], num_samples=4, num_steps=1, loss=0.0, client_lr=0.25),
-        ...            ClientUpdate(2, [torch.tensor([0.0])], num_samples=1, num_steps=0, loss=0.0, client_lr=0.25)]
-        >>> opt = NormalizedFedAvg(weighting="uniform")
-        >>> opt.client_weights(updates), opt.aggregate(updates)
-        (tensor([0.5000, 0.5000, 0.0000], dtype=torch.float64), [tensor([-2.])])
-    """
-
-    def client_delta(self, update: ClientUpdate) -> list[Tensor]:
-        """Δ_m/(γ·n_m) (see :func:`normalized_direction`, which lists the errors)."""
-        return normalized_direction(update)
-
-    def client_weight_counts(self, updates: list[ClientUpdate]) -> Tensor:
-        """The base class's unnormalised weights (1 or |D_m|) with zero-step clients set to 0; shape
-        ``[len(updates)]``, float64 (normalised by their sum in ``client_weights`` and ``aggregate``).
-
-        Raises:
-            ValueError: ``updates`` empty, or no client in the round took a local step.
-        """
-        counts = super().client_weight_counts(updates)  # type: ignore[misc]
-        return NormalizedDirections().client_counts(counts, updates)
 
 
 def _normalized_chain() -> list:

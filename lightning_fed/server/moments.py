@@ -8,7 +8,7 @@ Two forms, because existing runs are pinned bit for bit and the two forms round 
   m ← lerp(m, Δ, 1 − β₁), v ← lerp(v, Δ², 1 − β₂);
 * the *per-tensor* form (:func:`adam_moments_`, :func:`amsgrad_max_`, :func:`bias_corrections`), used by LAMB on
   the server (:mod:`lightning_fed.server.rules.lamb`) and by the Fed-LAMB / Fed-AMS client optimizers
-  (:mod:`lightning_fed.callbacks.lamb_client`): m ← lerp(m, g, 1 − β₁), v ← β₂·v + (1 − β₂)·g·g (addcmul).
+  (:mod:`lightning_fed.algorithms.fedlamb`): m ← lerp(m, g, 1 − β₁), v ← β₂·v + (1 − β₂)·g·g (addcmul).
 
 All functions update their first arguments in place.
 

@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB
-from lightning_fed.callbacks.lamb_client import AMSGradClient, FedLAMBClient
+from lightning_fed.algorithms.fedlamb import AMSGradClient, FedLAMBClient
 from lightning_fed.callbacks.server_lamb import ServerLAMB
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
@@ -324,7 +324,7 @@ def test_checkpoint_resume_continues_identically(tmp_path):
 def test_state_dict_round_trip():
     server = FedLAMB(first_moment="average")
     params = [torch.zeros(3, 2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)]
-    server.state = server.init_state(params)
+    server.chain_state(params)  # v̂_0, m̄_0 = 0 (the server half's initial state)
     server.state["second_moment"][0].fill_(0.25)
     server.state["first_moment"][1].fill_(-1.5)
     server.num_steps = 7

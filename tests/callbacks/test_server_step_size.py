@@ -20,7 +20,6 @@ from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks import FedAvg
 from lightning_fed.callbacks.server_step_size import (
     AdaptiveServerStepSize,
-    NormalizedDirection,
     NormalizedFedAdagrad,
     NormalizedFedAdam,
     NormalizedFedAvgM,
@@ -321,7 +320,8 @@ def test_fedadam_on_the_normalised_direction_matches_numpy(tmp_path):
 
 
 def test_fedavgm_on_the_normalised_direction_and_a_user_composition():
-    """NormalizedFedAvgM is heavy ball on g_t; a user's ``(NormalizedDirection, FedAvg)`` is ServerStepSize."""
+    """NormalizedFedAvgM is heavy ball on g_t; a user's composition FedAvg + [NormalizedDirections, WeightedMean] is
+    ServerStepSize."""
     rounds = _synthetic_rounds(3, seed=2)
     p_m = [torch.zeros(2, 2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)]
     server = NormalizedFedAvgM(lr=0.2, momentum=0.5)
@@ -336,12 +336,12 @@ def test_fedavgm_on_the_normalised_direction_and_a_user_composition():
     for a, b in zip(p_m, want):
         np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=1e-12)
 
-    class NormalizedFedAvg(NormalizedDirection, FedAvg):
-        pass
-
     p_a = [torch.zeros(2, 2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)]
     p_b = [torch.zeros(2, 2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)]
-    composed, nastya = NormalizedFedAvg(lr=0.2, weighting="uniform"), ServerStepSize(lr=0.2)
+    from lightning_fed.server.aggregators import NormalizedDirections, WeightedMean
+
+    composed = FedAvg(lr=0.2, weighting="uniform", aggregators=[NormalizedDirections(), WeightedMean()])
+    nastya = ServerStepSize(lr=0.2)
     for clients in rounds:
         _server_round(composed, p_a, clients)
         _server_round(nastya, p_b, clients)

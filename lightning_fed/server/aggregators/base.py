@@ -164,7 +164,11 @@ class Stage(abc.ABC):
 
 
 def _accumulation_dtype(t: Tensor) -> torch.dtype:
-    return t.dtype if t.device.type == "mps" else torch.float64
+    """The dtype client updates are summed in: float64 for floating-point tensors (their own dtype on Apple MPS,
+    which has no float64); a non-floating tensor keeps its dtype. The one rule for every weighted sum of updates."""
+    if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type == "mps":
+        return t.dtype
+    return torch.float64
 
 
 class WeightedMean(Stage):

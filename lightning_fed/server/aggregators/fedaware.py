@@ -90,6 +90,9 @@ class FedAWAREMinNorm(Stage):
     """
 
     kind = "reduce"
+    #: The weighting counts matter only in a warm-up round's FedAvg, where :meth:`apply` refuses all-zero counts
+    #: itself; the server optimizer does not refuse a zero-sample round before the chain.
+    checks_zero_counts = True
     #: Δ_t is not the clients' weighted mean: ``round_gradient_diversity`` uses the raw updates' mean instead.
     shifts_mean = True
 

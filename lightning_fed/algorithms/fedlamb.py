@@ -1,24 +1,31 @@
-"""Client optimizers of Fed-LAMB and Fed-AMS (Karimi, Li, Li, *Layerwise and Dimensionwise Locally Adaptive
-Optimization*, Algorithm 1, l. 7-13): local AMSGrad moments, with (Fed-LAMB) or without (Fed-AMS) a layerwise
-trust ratio.
+"""Fed-LAMB and Fed-AMS (Karimi, Li, Li, *Layerwise and Dimensionwise Locally Adaptive Optimization*, Algorithm 1)
+as one unit: the client optimizers (local AMSGrad moments, with (Fed-LAMB) or without (Fed-AMS) a layerwise trust
+ratio, l. 7-13), the client half :class:`LocalAdaptiveClient` (seeds each client's optimizer with the broadcast
+moments, l. 5-6, and sends its second moment back, l. 14) and the server half :class:`MaxSecondMoment` (model
+averaging and the max-averaged second moment, l. 16). :class:`~lightning_fed.callbacks.FedLAMB` and
+:class:`~lightning_fed.callbacks.FedAMS` are the three together under server SGD.
 
-These are ordinary ``torch.optim.Optimizer`` s; they work without the federated server too. Inside federated
-training the server callbacks :class:`~lightning_fed.callbacks.FedLAMB` / :class:`~lightning_fed.callbacks.FedAMS`
-install them in place of the module's own optimizer and seed their state with the broadcast second moment.
+The client optimizers are ordinary ``torch.optim.Optimizer`` s; they work without the federated server too. Inside
+federated training the server callbacks install them in place of the module's own optimizer.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.checks import check_choice, check_in_range, check_phi_bounds  # noqa: F401  (re-exported)
 from lightning_fed.server.moments import adam_moments_, amsgrad_max_
 from lightning_fed.server.rules.lamb import layerwise_scale  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_fed.client.runner import ClientContext
 
 #: Accepted values of ``bias_correction``: correct m and v (Alg. 1, l. 9-10), m only, or neither.
 BIAS_CORRECTIONS = ("both", "first_moment", "none")
@@ -258,3 +265,183 @@ class AMSGradClient(LocalAMSGrad):
             ratio_denominator=ratio_denominator,
             initial_second_moment=initial_second_moment,
         )
+
+
+class MaxSecondMoment(Stage):
+    """Reducer of Karimi et al., Alg. 1, l. 16, with w_i = counts_i / Σ counts (uniform counts: the paper's mean)::
+
+        Δ_t     = Σ_i w_i·Δ_i                   (the model average; the rule steps θ̄ + η·Δ_t)
+        v̂_{r+1} = max(v̂_r, Σ_i w_i·v_i^T)      (v_i^T = ``extras["exp_avg_sq"]``)
+        m̄_{r+1} = Σ_i w_i·m_i^T                 (``average_first_moment``; m_i^T = ``extras["exp_avg"]``)
+
+    Δ_t is summed in float64 (:class:`~lightning_fed.server.aggregators.WeightedMean`); the moments are summed in
+    their own dtype with the float weights w_i, and v̂, m̄ are updated in place. The :class:`State` holds
+    v̂ = ``initial_second_moment``·1 and m̄ = 0 shaped like the parameters (:meth:`init_state`).
+
+    Args:
+        initial_second_moment: v̂_0 (≥ 0; Alg. 1, l. 2: ε).
+        average_first_moment: Keep and average m̄ (``first_moment="average"``; default ``False``).
+        owner: The name in error messages (default ``"MaxSecondMoment"``).
+
+    Raises:
+        ValueError: in :meth:`apply`, ``ClientDeltas.updates`` missing or an update without the extras needed.
+
+    Example: two clients (uniform weights) with Δ = [1], [3] and v^T = [4], [0]: Δ_t = 2 and
+    v̂ = max(0.5, (4 + 0)/2) = 2::
+
+        >>> from lightning_fed import ClientUpdate
+        >>> updates = [ClientUpdate(0, [torch.tensor([1.0])], 1, 1, 0.0, extras={"exp_avg_sq": [torch.tensor([4.0])]}),
+        ...            ClientUpdate(1, [torch.tensor([3.0])], 1, 1, 0.0, extras={"exp_avg_sq": [torch.tensor([0.0])]})]
+        >>> x = ClientDeltas([0, 1], [u.delta for u in updates], torch.ones(2, dtype=torch.float64), updates)
+        >>> stage = MaxSecondMoment(initial_second_moment=0.5)
+        >>> stage.apply(x, stage.init_state(x.deltas[0], 2), RoundInfo(0, 0, 2, 2))
+        ([tensor([2.])], State(second_moment=[tensor([2.])], first_moment=None))
+    """
+
+    kind = "reduce"
+
+    class State(NamedTuple):
+        """v̂ and m̄ (``None`` without ``average_first_moment``), one tensor per parameter."""
+
+        second_moment: Optional[list[Tensor]] = None
+        first_moment: Optional[list[Tensor]] = None
+
+    def __init__(self, initial_second_moment: float = 1e-8, average_first_moment: bool = False,
+                 owner: str = "MaxSecondMoment") -> None:
+        self.initial_second_moment = initial_second_moment
+        self.average_first_moment = average_first_moment
+        self.owner = owner
+
+    def init_state(self, params: list[Tensor], num_clients: int = 0) -> "MaxSecondMoment.State":
+        """v̂_0 = ``initial_second_moment``·1 and (with ``average_first_moment``) m̄_0 = 0, shaped like ``params``."""
+        return self.State(
+            [torch.full_like(p, self.initial_second_moment) for p in params],
+            [torch.zeros_like(p) for p in params] if self.average_first_moment else None,
+        )
+
+    def _weighted_mean(self, updates: list, weights: list[float], key: str) -> list[Tensor]:
+        for u in updates:
+            if key not in u.extras:
+                raise ValueError(
+                    f"{self.owner}: client {u.client_id}'s update has no `extras[{key!r}]`; the client "
+                    "executor must call `collect_client_extras`."
+                )
+        result = [torch.mul(t, weights[0]) for t in updates[0].extras[key]]
+        for w, u in zip(weights[1:], updates[1:]):
+            torch._foreach_add_(result, [t.to(r.device) for t, r in zip(u.extras[key], result)], alpha=w)
+        return result
+
+    def apply(self, x: ClientDeltas, state: "MaxSecondMoment.State", info: RoundInfo) -> tuple[list[Tensor], "MaxSecondMoment.State"]:
+        """Δ_t and the state with v̂ (and m̄) updated in place."""
+        if x.updates is None:
+            raise ValueError(f"{self.owner} needs `ClientDeltas.updates` (the clients' moments in their extras).")
+        pseudo_gradient, _ = WeightedMean().apply(x, state, info)
+        if state.second_moment is None:
+            state = self.init_state(x.deltas[0])
+        weights = (x.counts / x.counts.sum()).tolist()
+        with torch.no_grad():
+            mean_v = self._weighted_mean(x.updates, weights, "exp_avg_sq")
+            for v_hat, v in zip(state.second_moment, mean_v):
+                torch.maximum(v_hat, v.to(v_hat.device, v_hat.dtype), out=v_hat)
+            if self.average_first_moment:
+                mean_m = self._weighted_mean(x.updates, weights, "exp_avg")
+                for m_bar, m in zip(state.first_moment, mean_m):
+                    m_bar.copy_(m)
+        return pseudo_gradient, state
+
+
+class LocalAdaptiveClient(ClientAlgorithm):
+    """The client half of Fed-LAMB / Fed-AMS (Karimi et al., Alg. 1, l. 5-6 and 14): each client of round r starts
+    its local optimizer (a :class:`LocalAMSGrad`, installed by :class:`~lightning_fed.callbacks.FedLAMB` /
+    :class:`~lightning_fed.callbacks.FedAMS` at fit start) from the broadcast moments — local step 0,
+    v⁰ = v̂⁰ = v̂_r and m⁰ = 0 (or m̄_r under ``first_moment="average"``) — and, when its local work is over, sends
+    its uncorrected second moment v_i^T (``extras["exp_avg_sq"]``; ``extras["exp_avg"]`` = m_i^T too when the
+    server averages m), one tensor per parameter. A parameter the client never stepped reports the broadcast values.
+
+    v̂_r and m̄_r are the state of the server half (:class:`MaxSecondMoment`, the server optimizer's only such
+    stage), created as v̂_0 = ``initial_second_moment``·1 before the first client starts. Stateless as a client
+    algorithm (``state_dim`` 0).
+
+    Raises:
+        ValueError: at fit start, no :class:`MaxSecondMoment` (or more than one) in the server optimizer's chain.
+        RuntimeError: a client starts while the trainer's optimizer is not one :class:`LocalAMSGrad`.
+
+    Example: the half alone, beside a server optimizer without its server half, is refused::
+
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> LocalAdaptiveClient().check(FedAvg())
+        Traceback (most recent call last):
+        ...
+        ValueError: LocalAdaptiveClient() (Fed-LAMB's client half) needs exactly one MaxSecondMoment (its server half) in FedAvg's `aggregators`; use FedLAMB or FedAMS.
+    """
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._stage_index = -1
+
+    def check(self, server: Any) -> None:
+        """Bind to the server optimizer whose :class:`MaxSecondMoment` holds v̂ and m̄ (errors as in the class doc)."""
+        stages = [i for i, s in enumerate(getattr(server, "aggregators", None) or ()) if isinstance(s, MaxSecondMoment)]
+        if len(stages) != 1:
+            raise ValueError(
+                f"{self!r} (Fed-LAMB's client half) needs exactly one MaxSecondMoment (its server half) in "
+                f"{type(server).__name__}'s `aggregators`; use FedLAMB or FedAMS."
+            )
+        self._server, self._stage_index = server, stages[0]
+
+    def moments(self, params: list[Tensor]) -> "MaxSecondMoment.State":
+        """v̂_r and m̄_r on ``params``' device (created as v̂_0 in the server optimizer's chain state the first time)."""
+        states = list(self._server.chain_state(params))
+        state = states[self._stage_index]
+        tensors = [t for t in (state.second_moment, state.first_moment) if t]
+        if any(t[0].device != params[0].device for t in tensors):
+            state = MaxSecondMoment.State(*(None if t is None else [x.to(p.device) for x, p in zip(t, params)]
+                                            for t in (state.second_moment, state.first_moment)))
+            states[self._stage_index] = state
+            self._server.aggregator_state = tuple(states)
+        return state
+
+    @staticmethod
+    def _optimizer(module: Any) -> LocalAMSGrad:
+        optimizers = list(module.trainer.optimizers)
+        if len(optimizers) != 1 or not isinstance(optimizers[0], LocalAMSGrad):
+            raise RuntimeError(
+                f"Fed-LAMB's client half needs the client optimizer installed at fit start (a LocalAMSGrad); the "
+                f"trainer has {[type(o).__name__ for o in optimizers]} — was FedLAMB/FedAMS passed to the trainer "
+                "that runs `fit`?"
+            )
+        return optimizers[0]
+
+    def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
+        """Seed the (just cleared) client optimizer: step 0, v⁰ = v̂⁰ = v̂_r (Alg. 1, l. 6) and m⁰ = 0 or m̄_r."""
+        params = list(module.parameters())
+        moments = self.moments([p.detach() for p in params])
+        optimizer = self._optimizer(module)
+        index = {id(p): k for k, p in enumerate(params)}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                k = index.get(id(p))
+                if k is None:
+                    continue
+                first = None if moments.first_moment is None else moments.first_moment[k]
+                optimizer.state[p] = LocalAMSGrad.make_state(p, moments.second_moment[k], first)
+
+    def finish(self, module: Any, context: "ClientContext") -> tuple[dict[str, Any], Optional[Tensor]]:
+        """``({"exp_avg_sq": [v_i^T]} (+ ``"exp_avg"``: [m_i^T]), None)`` — uncorrected, Alg. 1, l. 14."""
+        params = list(module.parameters())
+        moments = self._server.aggregator_state[self._stage_index]
+        optimizer = self._optimizer(module)
+        extras: dict[str, Any] = {"exp_avg_sq": []}
+        if moments.first_moment is not None:
+            extras["exp_avg"] = []
+        for k, p in enumerate(params):
+            state = optimizer.state.get(p) or {}
+            v = state.get("exp_avg_sq")
+            extras["exp_avg_sq"].append((moments.second_moment[k] if v is None else v).detach().clone())
+            if "exp_avg" in extras:
+                m = state.get("exp_avg")
+                extras["exp_avg"].append((moments.first_moment[k] if m is None else m).detach().clone())
+        return extras, None
+
+    def settings(self) -> dict[str, Any]:
+        return {}
