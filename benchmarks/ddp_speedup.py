@@ -40,9 +40,9 @@ def worker(args: argparse.Namespace) -> None:
     dataset = overhead.make_dataset(args)
     dm = overhead.make_datamodule(args, dataset)
     model = overhead.make_model(args)
-    timer = overhead._RoundTimer(torch.device("cpu"))
+    timer = overhead._RoundTimer(torch.device(args.accelerator))
     trainer = FederatedTrainer(
-        max_epochs=args.rounds, callbacks=[FedAvg(lr=1.0), timer], accelerator="cpu", devices=args.devices,
+        max_epochs=args.rounds, callbacks=[FedAvg(lr=1.0), timer], accelerator=args.accelerator, devices=args.devices,
         strategy="ddp" if args.devices > 1 else "auto", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
         default_root_dir=tempfile.gettempdir() + "/lightning_fed_ddp_bench",
@@ -58,7 +58,8 @@ def worker(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("cnn", "lstm"), default="cnn")
-    p.add_argument("--cnn-arch", choices=("fedavg", "toy", "mlp"), default="fedavg")
+    p.add_argument("--cnn-arch", choices=("fedavg", "toy", "mlp", "mlp256"), default="fedavg")
+    p.add_argument("--channels-last", action="store_true", help="FedAwareCNN(channels_last=True) (overhead.py's flag)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--samples-per-client", type=int, default=None)
@@ -71,6 +72,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per process (default 1)")
     p.add_argument("--devices", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    # the worker's accelerator ("cpu", or "cuda" with one GPU per rank; benchmarks/gpu_suite.py runs the worker)
+    p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.samples_per_client is None:
         args.samples_per_client = {"cnn": 200, "lstm": 40}[args.model]

@@ -91,10 +91,23 @@ class LinearProbe(Classifier):
         self.init_metrics(num_classes=10)
 
 
+class MLP256(Classifier):
+    """``--cnn-arch mlp256``: the small MLP of issue #33's table, 784-256-10 with ReLU (203,530 parameters)."""
+
+    def __init__(self, lr: float = 0.05) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 256), torch.nn.ReLU(),
+                                       torch.nn.Linear(256, 10))
+        self.init_metrics(num_classes=10)
+
+
 def make_model(args: argparse.Namespace) -> torch.nn.Module:
     torch.manual_seed(0)
     if args.model == "cnn" and args.cnn_arch == "linear":
         return LinearProbe(lr=args.lr)
+    if args.model == "cnn" and args.cnn_arch == "mlp256":
+        return MLP256(lr=args.lr)
     if args.model == "cnn":
         return FedAwareCNN(arch=args.cnn_arch, lr=args.lr, channels_last=args.channels_last)
     return ShakespeareLSTM(lr=args.lr, hidden_size=args.hidden)
@@ -432,9 +445,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--model", choices=("cnn", "lstm"), default="cnn")
-    p.add_argument("--cnn-arch", choices=("fedavg", "toy", "mlp", "linear"), default="fedavg",
+    p.add_argument("--cnn-arch", choices=("fedavg", "toy", "mlp", "linear", "mlp256"), default="fedavg",
                    help="FedAwareCNN architecture for --model cnn (default fedavg: the 582k-parameter FedAvg CNN), or "
-                        "linear: a 7,850-parameter linear classifier (the per-step framework overhead in isolation)")
+                        "linear: a 7,850-parameter linear classifier (the per-step framework overhead in isolation), "
+                        "or mlp256: a 784-256-10 MLP (issue #33's MLP workload)")
     p.add_argument("--channels-last", action="store_true",
                    help="FedAwareCNN(channels_last=True) for --model cnn (every variant)")
     p.add_argument("--hidden", type=int, default=256, help="LSTM hidden size for --model lstm (default 256)")
@@ -471,7 +485,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--rounds must be >= 2 (the first round is warm-up)")
     if args.cohort > args.clients:
         p.error("--cohort must not exceed --clients")
-    if args.channels_last and (args.model != "cnn" or args.cnn_arch == "linear"):
+    if args.channels_last and (args.model != "cnn" or args.cnn_arch in ("linear", "mlp256")):
         p.error("--channels-last applies to FedAwareCNN only (--model cnn with --cnn-arch fedavg, toy or mlp)")
     return args
 

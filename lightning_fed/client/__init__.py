@@ -9,7 +9,9 @@
   :class:`~lightning_fed.client.runner.ClientContext`, what the server sends a client;
 * :mod:`~lightning_fed.client.sequential` — :class:`ClientExecutor` and :class:`SequentialExecutor`;
 * :mod:`~lightning_fed.client.vectorized` — :class:`VectorizedExecutor` (``torch.func.vmap`` over clients);
-* :mod:`~lightning_fed.client.distributed` — the cohort split over DDP ranks and the gather of the round's updates.
+* :mod:`~lightning_fed.client.distributed` — the cohort split over DDP ranks and the gather of the round's updates;
+* :mod:`~lightning_fed.client.host_sync` — :class:`~lightning_fed.client.host_sync.HostSyncCounter`, counting the
+  copies of tensor values to the host (device synchronisations) that a local step makes.
 
 This ``__init__`` imports only :mod:`~lightning_fed.client.update` and :mod:`~lightning_fed.client.algorithm` (the
 server optimizers import them from here; the executors import the server optimizers).

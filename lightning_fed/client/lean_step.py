@@ -32,8 +32,9 @@ and errors stay); a later call with the same arguments (batch size aside) of a s
 reduction, no ``sync_dist``, no ``enable_graph`` and no ``metric_attribute`` applies what Lightning's
 ``_ResultMetric.update`` would: epoch-level, ``value += v · batch_size`` and ``cumulated_batch_size += batch_size``
 (batch size as Lightning extracts it); step-level, the step's last value of the name (Lightning's forward cache
-keeps the last; on the CPU as a Python float, ``item()``: an exact copy, as Lightning's clone is) is kept and, at the
-client's end (or before a step that used Lightning's log), added in step order to the round's
+keeps the last; on the CPU as a Python float, ``item()``: an exact copy, as Lightning's clone is — except while
+torch.compile traces a compiled ``training_step``, where ``item()`` would break the graph and a tensor clone is kept)
+is kept and, at the client's end (or before a step that used Lightning's log), added in step order to the round's
 :class:`~lightning_fed.round_logging.RoundLogAccumulator` in the same float64 running sum it keeps for Lightning's
 path (:meth:`~lightning_fed.round_logging.RoundLogAccumulator.add_step_values`). At the end of a client
 (:meth:`LeanLocalStep.finish_client`) the last step values go through the logger connector's ``on_batch_end`` once,
@@ -95,6 +96,9 @@ CLOSURE_FIRST_OPTIMIZERS = (
     torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Rprop, torch.optim.ASGD,
 )
 _HOOK = "training_step"
+#: Whether torch.compile (dynamo) is tracing the caller: ``self.log`` inside a compiled ``training_step`` (e.g. a
+#: ``torch.compile``d LightningModule, whose ``training_step`` Lightning compiles) keeps step values as tensors.
+_is_compiling = torch.compiler.is_compiling
 
 
 def lean_step_blocker(trainer: Any, datamodule: Any, step_callbacks: list[Any]) -> Optional[str]:
@@ -467,7 +471,7 @@ class LeanLocalStep:
         if entry.on_step:
             if entry.pending is None:
                 self._touched.append(entry)
-            if entry.on_cpu:
+            if entry.on_cpu and not _is_compiling():  # (`item()` would break a torch.compile graph)
                 entry.pending = value.item()
                 entry.pending_dtype = value.dtype
             else:

@@ -15,6 +15,7 @@ from torch.utils.data import TensorDataset
 from torchmetrics import MeanMetric
 
 from lightning_fed import FederatedTrainer
+from lightning_fed.client.host_sync import HostSyncCounter
 from lightning_fed.client.lean_step import lean_step_blocker
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
@@ -557,29 +558,12 @@ def test_optimizer_step_pre_hook_sees_the_same_gradients():
 
 
 # ---------------------------------------------------------------- #33.2 host synchronisations per local step
-_HOST_SYNCS = ("aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.item.default")
-
-
-class _HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the ops that copy a tensor's value to the host (``Tensor.item()``, ``float(t)``, ``bool(t)``, a Python
-    branch on a tensor): on an accelerator each is a device synchronisation."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if str(func) in _HOST_SYNCS:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _syncs(monkeypatch, host_scalars_on_cpu, batch_size):
     """Host syncs of a 2-round fit logging step and epoch values, and its logged rows."""
     import lightning_fed.client.lean_step as lean_step
 
     monkeypatch.setattr(lean_step, "HOST_SCALARS_ON_CPU", host_scalars_on_cpu)
-    counter = _HostSyncs()
+    counter = HostSyncCounter()
     with counter:
         trainer, recorder, logger = fit(MLP("step+epoch+dict+float64"), batch_size=batch_size)
     assert trainer.fit_loop.client_runner.step_path == "lean"
@@ -609,7 +593,7 @@ def test_no_host_sync_inside_a_local_step_of_the_vectorized_executor():
     host syncs for 10 local steps per client as for 4: none per step."""
     counts = []
     for batch_size in (3, 1):
-        counter = _HostSyncs()
+        counter = HostSyncCounter()
         with counter:
             trainer, _, _ = fit(MLP("step+epoch+dict+float64"), batch_size=batch_size, client_executor="vectorized")
         counts.append((counter.count, trainer.global_step))
