@@ -43,9 +43,10 @@ from lightning_fed._lightning import (
     set_model_checkpoint_saves_on_train_epoch_end,
 )
 from lightning_fed.atomic_io import atomic_write
+from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
 
 #: Key of the lightning_fed record in a checkpoint dict.
-CHECKPOINT_KEY = "lightning_fed"
+CHECKPOINT_KEY = RECORD_KEY
 #: The top-level names of :func:`run_config` (the first part of every name ``allow_resume_changes`` accepts).
 RUN_CONFIG_NAMES = (
     "partitioner",
@@ -562,7 +563,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
         checkpoint = super().dump_checkpoint(weights_only)
         server = _server_optimizer(self.trainer)
         checkpoint[CHECKPOINT_KEY] = {
-            "format": 1,
+            "format": CHECKPOINT_FORMAT,  # older formats are upgraded on load (lightning_fed/migrations.py)
             "run_config": run_config(self.trainer),
             "server_optimizer_state_key": None if server is None else server.state_key,
             # the privacy accountant's history: earlier server optimizers' rounds, then the current one's
@@ -574,6 +575,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
         if self.trainer.state.fn == TrainerFn.FITTING:
             self.privacy_history = []
         super().resume_start(checkpoint_path, weights_only=weights_only)
+        if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
+            migrate_checkpoint(self._loaded_checkpoint)
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
 

@@ -12,6 +12,7 @@ from torch import Tensor
 from lightning_fed.callbacks.min_norm import SOLVERS, MinNormResult
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.migrations import upgrade_server_state
 from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
 from lightning_fed.server.checks import WEIGHTINGS, check_positive
 from lightning_fed.server.client_state import ClientStateTable
@@ -397,22 +398,17 @@ class FedAWARE(ServerOptimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the momentum table and seen mask (``"client_state"``; from ``"fedaware"``'s ``momenta``/``seen``
-        in checkpoints written before the client-state table), sample counts and Gram matrix.
+        """Restore the momentum table and seen mask (``"client_state"``; older layouts through
+        :func:`~lightning_fed.migrations.upgrade_server_state`), sample counts and Gram matrix.
 
         Raises:
             ValueError: the checkpoint's N differs from the one already known.
         """
+        state_dict = upgrade_server_state(state_dict)  # the layout before ClientStateTable, if so
+        if "client_state" not in state_dict:
+            self.client_state = None
         super().load_state_dict(state_dict)
         saved = state_dict.get("fedaware", {})
-        if "client_state" not in state_dict:  # the format before ClientStateTable
-            momenta = saved.get("momenta")
-            self.client_state = None
-            if momenta is not None:
-                n, d = momenta.shape
-                self.client_state = ClientStateTable.from_state_dict(
-                    {"num_clients": n, "dim": d, "dense": True, "rows": momenta, "present": saved.get("seen")}
-                )
         n = saved.get("num_clients")
         if n is not None:
             if self.num_clients is not None and int(n) != self.num_clients:

@@ -10,6 +10,7 @@ from torch import Tensor
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
+from lightning_fed.migrations import upgrade_server_state
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.rules.sgd import SGD
 
@@ -237,30 +238,21 @@ class SCAFFOLD(ServerOptimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore c, the client variates (``client_state``, or ``client_controls`` of a checkpoint written before
-        the client-state table) and N.
+        """Restore c, the client variates (``client_state``; older layouts through
+        :func:`~lightning_fed.migrations.upgrade_server_state`) and N.
 
         Raises:
             ValueError: the checkpoint's N differs from the data module's.
         """
+        state_dict = upgrade_server_state(state_dict)
         num_clients = int(state_dict.get("num_clients", -1))
         if num_clients >= 0 and self.num_clients is not None and num_clients != self.num_clients:
             raise ValueError(
                 f"This SCAFFOLD checkpoint was saved with {num_clients} clients; the data module has "
                 f"{self.num_clients}."
             )
+        self.client_state = None
         super().load_state_dict(state_dict)
         self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
         if num_clients >= 0:
             self.num_clients = num_clients
-        if "client_state" in state_dict:
-            return  # restored by the base class
-        controls = state_dict.get("client_controls", {})
-        self.client_state = None
-        if controls:
-            if self.num_clients is None:
-                raise ValueError("This SCAFFOLD checkpoint holds client control variates but no `num_clients`.")
-            first = next(iter(controls.values()))
-            self.client_state = ClientStateTable.from_state_dict(
-                {"num_clients": self.num_clients, "dim": first.numel(), "rows": controls}
-            )

@@ -1,0 +1,79 @@
+"""The one migration table (issue #30, item 4): every older checkpoint format is upgraded in one place, before the
+callbacks are restored; the classes read only today's layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import TensorDataset
+
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from lightning_fed import FederatedTrainer
+from lightning_fed.callbacks import SCAFFOLD
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.migrations import CHECKPOINT_FORMAT, MIGRATIONS, checkpoint_format, migrate_checkpoint, upgrade_server_state
+
+
+def test_the_table_covers_every_format_below_the_current_one():
+    assert sorted(MIGRATIONS) == list(range(CHECKPOINT_FORMAT))
+
+
+def test_fedaware_layout_before_the_table_becomes_a_dense_table():
+    momenta = torch.arange(6, dtype=torch.float64).reshape(3, 2)
+    seen = torch.tensor([True, False, True])
+    old = {"num_steps": 2, "state": {}, "fedaware": {"num_clients": 3, "momenta": momenta, "seen": seen,
+                                                    "client_num_samples": None, "gram": None}}
+    new = upgrade_server_state(old)
+    assert "momenta" not in new["fedaware"] and "seen" not in new["fedaware"] and new["fedaware"]["num_clients"] == 3
+    table = new["client_state"]
+    assert table["dense"] and table["num_clients"] == 3 and table["dim"] == 2
+    assert torch.equal(table["rows"], momenta) and torch.equal(table["present"], seen)
+    assert "client_state" not in old  # the saved dict is not modified
+
+
+def test_scaffold_without_n_is_refused_naming_it():
+    with pytest.raises(ValueError, match="client control variates but no `num_clients`"):
+        upgrade_server_state({"num_steps": 1, "state": {}, "client_controls": {0: torch.ones(2)}})
+
+
+def test_a_newer_format_is_refused():
+    with pytest.raises(ValueError, match="format 3, newer than this version's 2"):
+        migrate_checkpoint({"lightning_fed": {"format": 3}})
+
+
+def _run(tmp_path, folder, epochs, ckpt=None):
+    x, y = regression_data(n=40, d=3, seed=4)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+                             batch_size=4, local_epochs=2)
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    server = SCAFFOLD(lr=0.8)
+    saver = ModelCheckpoint(dirpath=str(tmp_path / folder), save_last=True, every_n_epochs=1)
+    FederatedTrainer(max_epochs=epochs, callbacks=[server, saver],
+                     **(quiet_trainer_kwargs(tmp_path / folder) | {"enable_checkpointing": True})).fit(
+        model, datamodule=dm, ckpt_path=ckpt)
+    return model, server
+
+
+def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(tmp_path):
+    """A checkpoint as an older version wrote it (format 1, SCAFFOLD's c_i under "client_controls") resumes through
+    the trainer exactly like today's."""
+    full, full_server = _run(tmp_path, "full", 4)
+    _run(tmp_path, "old", 2)
+    path = tmp_path / "old" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 2
+    checkpoint["lightning_fed"]["format"] = 1
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("SCAFFOLD")]
+    state = checkpoint["callbacks"][key]
+    state["client_controls"] = dict(state.pop("client_state")["rows"])
+    torch.save(checkpoint, path)
+    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path))
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    assert server.client_controls.keys() == full_server.client_controls.keys()
+    for k, v in full_server.client_controls.items():
+        assert np.array_equal(server.client_controls[k].numpy(), v.numpy())
