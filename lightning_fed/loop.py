@@ -338,7 +338,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             rank_zero_warn(f"Round {round_idx}: no client reported back; the server stepped with the DP noise alone "
                            "(Poisson cohorts: every round releases a noised update).")
         elif pseudo_gradient is not None:
-            weights_t = self.server_optimizer.client_weights(updates)
+            weights_t = self.server_optimizer.round_weights(updates)  # the round report's, computed once
             weights = {u.client_id: float(w) for u, w in zip(updates, weights_t.tolist())}
             self.round_metrics["round_train_loss"] = self._round_train_loss(updates, weights_t, round_idx)
             norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()

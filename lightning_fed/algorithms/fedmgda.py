@@ -20,7 +20,7 @@ FedLab run it so), ε = 0 forces λ = λ₀, i.e. FedAvg of the normalised updat
 The λ-step is solved exactly on the K × K Gram matrix of the d_i (float64):
 
 * box inactive (every λ₀_i − ε ≤ 0 and λ₀_i + ε ≥ 1, e.g. ε = 1): the simplex QP, by FedAWARE's exact active-set
-  solver (:func:`~lightning_fed.callbacks.min_norm.min_norm_active_set`, duality gap ≤ ``tol``·max G_ii);
+  solver (:func:`~lightning_fed.server.min_norm.min_norm_active_set`, duality gap ≤ ``tol``·max G_ii);
 * otherwise: the polytope P = {λ ≥ 0, Σλ = 1, λ₀ − ε ≤ λ ≤ λ₀ + ε} by Wolfe's minimum-norm-point algorithm
   (:func:`min_norm_box`; Wolfe 1976, *Finding the nearest point in a polytope*, Math. Programming 11) over the
   vertices of P, found by an exact greedy linear minimisation; it stops when the Frank–Wolfe duality gap over P
@@ -63,8 +63,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.min_norm import (
-    MinNormConvergenceWarning, MinNormResult, _as_gram, _check_solver_args, min_norm_active_set,
+from lightning_fed.server.min_norm import (
+    MinNormConvergenceWarning, MinNormReport, MinNormResult, _as_gram, _check_solver_args, min_norm_active_set,
 )
 from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, _accumulation_dtype
 
@@ -130,7 +130,7 @@ def box_duality_gap(gram: Any, weights: Any, lower: Any, upper: Any) -> float:
     """The Frank–Wolfe duality gap λᵀGλ − min_{s ∈ P} sᵀGλ of λ over P = {Σs = 1, lower ≤ s ≤ upper}.
 
     ≥ 0 for λ ∈ P, 0 exactly at a minimiser of f(λ) = λᵀGλ over P, and f(λ) − min_P f ≤ 2·gap (convexity). With
-    lower = 0 and upper = 1 it is :func:`~lightning_fed.callbacks.min_norm.duality_gap`. Units of G.
+    lower = 0 and upper = 1 it is :func:`~lightning_fed.server.min_norm.duality_gap`. Units of G.
 
     Example: on the segment between v_0 = [1, 0] and v_1 = [0, 2] with λ₁ ≤ 0.1 the optimum is the bound
     λ = (0.9, 0.1), where Gλ = (0.9, 0.4): gap = 0.85 − (0.9·0.9 + 0.1·0.4) = 0::
@@ -186,7 +186,7 @@ def min_norm_box(
         max_iter: Cap on the affine minimisations (int ≥ 1; default ``None``: 50·n + 50).
 
     Returns:
-        :class:`~lightning_fed.callbacks.min_norm.MinNormResult` (``gap``: the duality gap over P; ``num_iters``:
+        :class:`~lightning_fed.server.min_norm.MinNormResult` (``gap``: the duality gap over P; ``num_iters``:
         affine minimisations; ``converged``: the gap test held).
 
     Warns:
@@ -273,10 +273,10 @@ class FedMGDAMinNorm(Stage):
     positive count; the others get λ_i = 0). Norms, the K × K Gram matrix and Δ_t are accumulated in float64 (the
     parameters' dtype on Apple MPS) and Δ_t is rounded once to the parameters' dtype.
 
-    Diagnostics of the last :meth:`apply` (``None`` before): :attr:`last_weights` (λ* over the round's clients in
-    ``ClientDeltas`` order, float64 ``[K]``), :attr:`last_solve` (the solver's
-    :class:`~lightning_fed.callbacks.min_norm.MinNormResult`, ``None`` when fewer than two clients were in the
-    λ-step) and :attr:`last_diversity` (√(Σλ_i‖d_i‖² / ‖Σλ_i d_i‖²), FedAWARE's Eq. 3 with these λ and vectors;
+    Diagnostics of the round are :meth:`apply`'s third result, a :class:`~lightning_fed.server.min_norm.MinNormReport`
+    (collected into the server optimizer's ``round_report``): λ* over the round's clients in ``ClientDeltas`` order
+    (float64 ``[K]``), the solver's :class:`~lightning_fed.server.min_norm.MinNormResult` (``None`` when fewer than
+    two clients were in the λ-step) and √(Σλ_i‖d_i‖² / ‖Σλ_i d_i‖²) (FedAWARE's Eq. 3 with these λ and vectors;
     ``nan`` for a zero combination).
 
     Args:
@@ -299,7 +299,8 @@ class FedMGDAMinNorm(Stage):
         >>> FedMGDAMinNorm().apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))[0]
         [tensor([0.5000, 0.5000], dtype=torch.float64)]
         >>> stage = FedMGDAMinNorm(epsilon=0.1)
-        >>> stage.apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))[0], stage.last_weights.round(12)
+        >>> delta, _, report = stage.apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))
+        >>> delta, report.weights.round(12)
         ([tensor([0.8000, 0.2000], dtype=torch.float64)], array([0.8, 0.2]))
     """
 
@@ -315,9 +316,6 @@ class FedMGDAMinNorm(Stage):
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) or tol < 0:
             raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
         self.tol = float(tol)
-        self.last_weights: Optional[np.ndarray] = None
-        self.last_solve: Optional[MinNormResult] = None
-        self.last_diversity: Optional[float] = None
 
     def solve(self, gram: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, Optional[MinNormResult]]:
         """λ* for the Gram matrix ``gram`` ``[k, k]`` of the vectors solved on and the prior λ₀ = ``prior`` ``[k]``
@@ -334,8 +332,9 @@ class FedMGDAMinNorm(Stage):
             result = min_norm_box(gram, lower, upper, tol=self.tol)
         return result.weights, result
 
-    def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
-        """Δ_t = Σ_i λ*_i d_i, one tensor per parameter (the shapes, dtypes and devices of ``x.deltas[0]``)."""
+    def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple, MinNormReport]:
+        """Δ_t = Σ_i λ*_i d_i, one tensor per parameter (the shapes, dtypes and devices of ``x.deltas[0]``), the
+        (unchanged) state and the round's :class:`~lightning_fed.server.min_norm.MinNormReport`."""
         if not x.deltas:
             raise ValueError("Cannot aggregate an empty round: no client updates.")
         first = x.deltas[0]
@@ -356,17 +355,16 @@ class FedMGDAMinNorm(Stage):
             idx = np.flatnonzero((diag > 0.0) & (counts > 0.0))
             lam_full = np.zeros(k)
             coef_full = np.zeros(k)  # Δ_t = Σ_i coef_i·Δ_i
-            self.last_solve, self.last_diversity = None, float("nan")
+            solve, diversity = None, float("nan")
             if len(idx) > 0:
                 norms = np.sqrt(diag[idx]) if self.normalize else np.ones(len(idx))
                 g_solve = gram[np.ix_(idx, idx)] / np.outer(norms, norms)
                 prior = counts[idx] / counts[idx].sum()
-                lam, self.last_solve = self.solve(g_solve, prior)
+                lam, solve = self.solve(g_solve, prior)
                 lam_full[idx] = lam
                 coef_full[idx] = lam / norms
                 denom = float(lam @ g_solve @ lam)
-                self.last_diversity = math.sqrt(float(lam @ np.diag(g_solve)) / denom) if denom > 0 else float("nan")
-            self.last_weights = lam_full
+                diversity = math.sqrt(float(lam @ np.diag(g_solve)) / denom) if denom > 0 else float("nan")
             coefs = coef_full.tolist()
             delta = []
             for j, (t, dtype) in enumerate(zip(first, acc)):
@@ -375,4 +373,4 @@ class FedMGDAMinNorm(Stage):
                     if c != 0.0:
                         total.add_(client[j].detach().to(dtype), alpha=c)
                 delta.append(total.to(t.dtype))
-        return delta, state
+        return delta, state, MinNormReport(lam_full, solve, diversity)

@@ -165,12 +165,12 @@ class DifferentialPrivacy:
         super().validate_round(params, updates)
         self._round_params = params  # x_t, the template of an empty round's Δ_t
 
-    def _run_aggregators(self, updates: list[Any]) -> list[Any]:
+    def _run_aggregators(self, updates: list[Any], reports: Optional[list] = None) -> list[Any]:
         """The DP-FedAvg chain's Δ_t; for no update (an empty Poisson round), the noise alone: the clipping stage
         runs on no client (adaptive clipping still privatises its count, a noised 0), the mean of no client is 0,
         and :class:`GaussianNoise` adds N(0, (σS/C)²) to every coordinate."""
         if updates:
-            return super()._run_aggregators(updates)
+            return super()._run_aggregators(updates, reports)
         params = self._round_params
         info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, 1, 1)
         zeros = [torch.zeros_like(p) for p in params]

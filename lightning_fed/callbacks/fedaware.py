@@ -9,13 +9,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.min_norm import SOLVERS, MinNormResult
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
 from lightning_fed.migrations import upgrade_server_state
 from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
 from lightning_fed.server.checks import WEIGHTINGS, check_positive
-from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.server.min_norm import SOLVERS, MinNormReport, MinNormResult
 from lightning_fed.server.rules.sgd import SGD
 
 _CONVENTIONS = ("paper", "code")
@@ -62,13 +61,13 @@ class FedAWARE(ServerOptimizer):
 
     λ is the minimum-norm point of the convex hull of the v_i (the weights that maximise the surrogate gradient
     diversity, Eq. 6-8). By default it is solved exactly on the Gram matrix
-    (``solver="active_set"``: :func:`~lightning_fed.callbacks.min_norm.min_norm_active_set`, duality gap
+    (``solver="active_set"``: :func:`~lightning_fed.server.min_norm.min_norm_active_set`, duality gap
     ≤ 1e-9·max_i ‖v_i‖², i.e. ≤ 1e-9 on the unit momenta). ``solver="frank_wolfe"`` is the public code's
-    Frank–Wolfe with exact line search (:func:`~lightning_fed.callbacks.min_norm.min_norm_frank_wolfe`, started at
+    Frank–Wolfe with exact line search (:func:`~lightning_fed.server.min_norm.min_norm_frank_wolfe`, started at
     the best pair, stopped when the L1 change of λ is below ``fw_tol`` or after ``fw_max_iter`` iterations), the
     default before; it can stop at its cap well short of the optimum (plain Frank–Wolfe zig-zags when the optimum
     is inside a face: with 6 clients the direction can stay ~4 % off after 1,000 iterations). Either solver emits
-    a :class:`~lightning_fed.callbacks.min_norm.MinNormConvergenceWarning` when it stops short.
+    a :class:`~lightning_fed.server.min_norm.MinNormConvergenceWarning` when it stops short.
 
     Options matching the authors' public code (github.com/dunzeng/FedAWARE), where it departs from the paper:
 
@@ -124,7 +123,7 @@ class FedAWARE(ServerOptimizer):
     :meth:`server_update` without a trainer (it must then agree with the data module).
 
     After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
-    (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`) and, in the logged metrics,
+    (the solver's :class:`~lightning_fed.server.min_norm.MinNormResult`) and, in the logged metrics,
     ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
     solver), ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²) and ``fedaware_weighted_diversity``
     (:attr:`last_weighted_diversity`: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 6, with FedAWARE's λ and the vectors it was
@@ -279,10 +278,23 @@ class FedAWARE(ServerOptimizer):
     fw_tol = _stage_attribute("fw_tol", "Frank–Wolfe L1 tolerance on λ.")
     fw_away_steps = _stage_attribute("fw_away_steps", "Away-step Frank–Wolfe.")
     num_clients = _stage_attribute("num_clients", "N, the number of clients (from the constructor or the data module).")
-    last_weights = _stage_attribute("last_weights", "λ of the last round over all N clients (float64), ``None`` in a warm-up round.")
-    last_solve = _stage_attribute(
-        "last_solve", "The last round's solver result (``None`` in a warm-up round or with no usable momentum).")
-    _last_diversity = _stage_attribute("last_diversity", "The last round's FedAWARE diversity (``None`` in warm-up).")
+
+    def _min_norm_report(self) -> MinNormReport:
+        """The min-norm stage's report of the last round (:attr:`round_report`; all ``None`` without one)."""
+        report = self.round_report
+        stage = report.stages[0] if report is not None and report.stages else None
+        return stage if stage is not None else MinNormReport(None, None, None)
+
+    @property
+    def last_weights(self) -> Optional[np.ndarray]:
+        """λ of the last round over all N clients (float64), ``None`` in a warm-up round (the round report's)."""
+        return self._min_norm_report().weights
+
+    @property
+    def last_solve(self) -> Optional[MinNormResult]:
+        """The last round's solver result (``None`` in a warm-up round or with no usable momentum)."""
+        return self._min_norm_report().solve
+
     client_state = _state_field(
         "table", "m_i: the dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (``None`` "
         "until the first round), held in the min-norm stage's state.")
@@ -337,7 +349,7 @@ class FedAWARE(ServerOptimizer):
         else the momenta); logged as ``fedaware_weighted_diversity``. ``None`` in a warm-up round, ``nan`` for a
         zero combination. Not comparable with ``round_gradient_diversity`` (:meth:`gradient_diversity`): it
         weighs momenta by the weights chosen to maximise it."""
-        return self._last_diversity
+        return self._min_norm_report().diversity
 
     @property
     def warming_up(self) -> bool:
@@ -355,7 +367,7 @@ class FedAWARE(ServerOptimizer):
             "fedaware_support": float((self.last_weights > 0).sum()),
             "fedaware_fw_iters": float(self.last_solve.num_iters),
             "fedaware_min_norm_sq": float(self.last_solve.value),
-            "fedaware_weighted_diversity": float(self._last_diversity),
+            "fedaware_weighted_diversity": float(self.last_weighted_diversity),
         }
         for name, value in metrics.items():
             pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
@@ -419,7 +431,7 @@ class FedAWARE(ServerOptimizer):
         for name in ("client_num_samples", "gram"):
             value = saved.get(name)
             setattr(self, name, None if value is None else value.detach().cpu().clone())
-        self.last_weights, self.last_solve, self._last_diversity = None, None, None
+        self.round_report = None
 
     def extra_repr(self) -> str:
         return (

@@ -98,19 +98,25 @@ class FedMGDAPlus(ServerOptimizer):
         """Whether the updates are normalised (the stage's)."""
         return self.min_norm.normalize
 
+    def _min_norm_report(self) -> Any:
+        report = self.round_report
+        return report.stages[0] if report is not None and report.stages and report.stages[0] is not None else None
+
     @property
     def last_weights(self) -> Any:
-        """λ* of the last round, float64 ``[K]`` in the round's order (``None`` before the first round)."""
-        return self.min_norm.last_weights
+        """λ* of the last round, float64 ``[K]`` in the round's order (``None`` before the first round; the
+        :attr:`round_report`'s)."""
+        report = self._min_norm_report()
+        return None if report is None else report.weights
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        weights = self.min_norm.last_weights
-        if weights is None or not self._stepped:
+        report = self._min_norm_report()
+        if report is None or report.weights is None or not self._stepped:
             return
-        solve = self.min_norm.last_solve
+        weights, solve = report.weights, report.solve
         metrics = {"fedmgda_support": float((weights > 0).sum())}
-        if self.min_norm.last_diversity is not None:  # √(Σλ*‖d_i‖²/‖Σλ*d_i‖²) of the vectors it solved on
-            metrics["fedmgda_weighted_diversity"] = float(self.min_norm.last_diversity)
+        if report.diversity is not None:  # √(Σλ*‖d_i‖²/‖Σλ*d_i‖²) of the vectors it solved on
+            metrics["fedmgda_weighted_diversity"] = float(report.diversity)
         if solve is not None:
             metrics["fedmgda_min_norm_sq"] = float(solve.value)
         for name, value in metrics.items():

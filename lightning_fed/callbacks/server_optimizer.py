@@ -17,6 +17,7 @@ from lightning_fed.server.aggregators.base import (
     ClientDeltas,
     EmptyState,
     RoundInfo,
+    RoundReport,
     Stage,
     WeightedMean,
     chain_states,
@@ -138,6 +139,9 @@ class ServerOptimizer(Callback):
         #: Per-client state of the client algorithms that keep one: position in :attr:`client_algorithms` -> table.
         self.client_algorithm_states: dict[int, ClientStateTable] = {}
         self._client_context: Any = None  # the ClientContext of the client in local work (None between clients)
+        #: The last round's :class:`~lightning_fed.server.aggregators.RoundReport` (client weights, the chain's stage
+        #: reports), set by :meth:`server_update`; ``None`` before it and from the start of each round.
+        self.round_report: Optional[RoundReport] = None
 
     @property
     def client_algorithms(self) -> list[ClientAlgorithm]:
@@ -206,6 +210,14 @@ class ServerOptimizer(Callback):
         raw = self.client_weight_counts(updates)
         return raw / raw.sum()
 
+    def round_weights(self, updates: list[ClientUpdate]) -> Tensor:
+        """:meth:`client_weights` of ``updates``, taken from :attr:`round_report` when it is the report of these
+        clients (computed once per round; the loop's round metrics read it), else computed."""
+        report = self.round_report
+        if report is not None and report.client_ids == [int(u.client_id) for u in updates]:
+            return report.weights
+        return self.client_weights(updates)
+
     def client_delta(self, update: ClientUpdate) -> list[Tensor]:
         """The client's contribution to the pseudo-gradient: Δ_i as changed by the chain's client transforms
         (``Stage.client_delta``, e.g. Nastya's Δ_i/(γ·n_i)); Δ_i without a chain."""
@@ -227,20 +239,25 @@ class ServerOptimizer(Callback):
         (Σ c_i·Δ_i)/Σc in float64. On devices without float64 (Apple MPS) the sum is accumulated in the
         parameters' dtype.
         """
+        return self._aggregate(updates, None)
+
+    def _aggregate(self, updates: list[ClientUpdate], reports: Optional[list]) -> list[Tensor]:
+        """:meth:`aggregate`, appending the chain's stage reports to ``reports`` when given."""
         if self.aggregators is not None:
-            return self._run_aggregators(updates)
+            return self._run_aggregators(updates, reports)
         x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
                          self.client_weight_counts(updates), list(updates))
         return WeightedMean().apply(x, EmptyState(), RoundInfo(self.num_steps, 0, len(updates), len(updates)))[0]
 
-    def _run_aggregators(self, updates: list[ClientUpdate]) -> list[Tensor]:
-        """Δ_t from the aggregator chain (client transforms → reducer → delta transforms)."""
+    def _run_aggregators(self, updates: list[ClientUpdate], reports: Optional[list] = None) -> list[Tensor]:
+        """Δ_t from the aggregator chain (client transforms → reducer → delta transforms); each stage's report is
+        appended to ``reports`` when given (:func:`~lightning_fed.server.aggregators.run_chain`)."""
         # The chain's client transforms apply themselves to the raw deltas and weighting counts.
         x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], self._weighting_counts(updates),
                          list(updates))
         info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
         self.chain_state(x.deltas[0], info.num_clients)
-        value, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info)
+        value, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info, reports)
         return value
 
     def chain_state(self, params: list[Tensor], num_clients: Optional[int] = None) -> tuple:
@@ -270,6 +287,7 @@ class ServerOptimizer(Callback):
                 int(trainer.current_epoch), int(getattr(dm, "seed", 0)), int(dm.num_clients), int(dm.clients_per_round)
             )
         self._stepped = False
+        self.round_report = None
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
 
@@ -301,7 +319,7 @@ class ServerOptimizer(Callback):
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
         """
-        weights = self.client_weights(updates)
+        weights = self.round_weights(updates)
         deltas = [self.client_delta(u) for u in updates]
         sq_norms = torch.stack([torch.stack(torch._foreach_norm(d)).double().square().sum().cpu() for d in deltas])
         if self.privatises or any(getattr(stage, "shifts_mean", False) for stage in self.aggregators or ()):
@@ -334,6 +352,7 @@ class ServerOptimizer(Callback):
         """
         self.validate_round(params, updates)
         self.receive_client_states(updates)
+        reports: list = []
         frozen: list[int] = []
         if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
             trained = self._trained if self._trained is not None and len(self._trained) == len(params) \
@@ -343,13 +362,14 @@ class ServerOptimizer(Callback):
             kept = [i for i in range(len(params)) if i not in set(frozen)]
             if not kept:
                 raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained (all frozen).")
-            released = self.aggregate([dataclasses.replace(u, delta=[u.delta[i] for i in kept]) for u in updates])
+            released = self._aggregate([dataclasses.replace(u, delta=[u.delta[i] for i in kept]) for u in updates],
+                                       reports)
             pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta]
             for i, d in zip(kept, released):
                 pseudo_gradient[i] = d
             global_frozen = [params[i].detach().clone() for i in frozen]
         else:
-            pseudo_gradient = self.aggregate(updates)
+            pseudo_gradient = self._aggregate(updates, reports)
         with torch.no_grad():
             if self._rule_state is None:
                 self._rule_state = self.server_rule.init(params)
@@ -360,6 +380,8 @@ class ServerOptimizer(Callback):
             for i, value in zip(frozen, global_frozen if frozen else ()):
                 params[i].copy_(value)
         self._stepped = True
+        weights = self.client_weights(updates) if updates else torch.zeros(0, dtype=torch.float64)
+        self.round_report = RoundReport([int(u.client_id) for u in updates], weights, tuple(reports))
         return pseudo_gradient
 
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:

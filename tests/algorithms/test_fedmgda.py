@@ -18,7 +18,7 @@ from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedMGDAMinNorm, FedProxClient, min_norm_box
 from lightning_fed.algorithms.fedmgda import box_duality_gap
 from lightning_fed.callbacks import FedAvg, FedMGDAPlus, ServerOptimizer
-from lightning_fed.callbacks.min_norm import MinNormConvergenceWarning, min_norm_active_set
+from lightning_fed.server.min_norm import MinNormConvergenceWarning, min_norm_active_set
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, LinearPartitioner, SampledLocalWork
 from lightning_fed.server.aggregators import ClientDeltas, ClipUpdates, EmptyState, RoundInfo
 from lightning_fed.server.rules import Momentum
@@ -169,18 +169,20 @@ def test_stage_is_invariant_to_the_scale_of_each_update_and_epsilon_zero_is_the_
 def test_stage_leaves_zero_updates_out_and_a_round_of_zeros_does_not_move():
     info = RoundInfo(0, 0, 3, 3)
     stage = FedMGDAMinNorm(epsilon=0.2)
-    out = stage.apply(_x([[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]], [1.0, 1.0, 1.0]), EmptyState(), info)[0][0]
+    out, _, report = stage.apply(_x([[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]], [1.0, 1.0, 1.0]), EmptyState(), info)
+    out = out[0]
     # λ₀ = (½, ½) over clients 0 and 2, the box [0.3, 0.7] holds the optimum (½, ½)
-    np.testing.assert_allclose(stage.last_weights, [0.5, 0.0, 0.5], atol=1e-12)
+    np.testing.assert_allclose(report.weights, [0.5, 0.0, 0.5], atol=1e-12)
     torch.testing.assert_close(out, torch.tensor([0.5, 0.5], dtype=torch.float64))
-    zero = stage.apply(_x([[0.0, 0.0], [0.0, 0.0]], [1.0, 1.0]), EmptyState(), info)[0][0]
-    assert torch.equal(zero, torch.zeros(2, dtype=torch.float64)) and np.array_equal(stage.last_weights, [0.0, 0.0])
+    zero, _, report = stage.apply(_x([[0.0, 0.0], [0.0, 0.0]], [1.0, 1.0]), EmptyState(), info)
+    zero = zero[0]
+    assert torch.equal(zero, torch.zeros(2, dtype=torch.float64)) and np.array_equal(report.weights, [0.0, 0.0])
 
 
 def test_stage_keeps_the_parameters_dtype_and_names_a_non_finite_client():
     x = ClientDeltas([3, 8], [[torch.tensor([1.0, 0.0]), torch.tensor([[2.0]])],
                               [torch.tensor([0.0, 1.0]), torch.tensor([[0.0]])]], torch.ones(2, dtype=torch.float64))
-    out, _ = FedMGDAMinNorm().apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))
+    out, *_ = FedMGDAMinNorm().apply(x, EmptyState(), RoundInfo(0, 0, 2, 2))
     assert [t.dtype for t in out] == [torch.float32, torch.float32] and out[1].shape == (1, 1)
     bad = ClientDeltas([3, 8], [[torch.tensor([1.0, 0.0])], [torch.tensor([float("inf"), 1.0])]],
                        torch.ones(2, dtype=torch.float64))

@@ -109,3 +109,28 @@ def test_overriding_update_second_moment_is_refused():
 
     with pytest.raises(TypeError, match="overrides `update_second_moment`"):
         MyAdaptive()
+
+
+def test_the_round_report_holds_the_weights_once_and_the_stages_reports():
+    """One report per round (issue #30): the normalised weights w_i = |D_i|/Σ|D_j| of the clients that reported, and
+    each chain stage's report (None for a stage without one; FedMGDA+'s λ* here)."""
+    import numpy as np
+
+    from lightning_fed import ClientUpdate
+    from lightning_fed.algorithms import FedMGDAMinNorm
+    from lightning_fed.callbacks import FedAvg, ServerOptimizer
+    from lightning_fed.server.aggregators import ClipUpdates
+
+    updates = [ClientUpdate(4, [torch.tensor([3.0, 0.0], dtype=torch.float64)], 1, 1, 0.0),
+               ClientUpdate(9, [torch.tensor([0.0, 1.0], dtype=torch.float64)], 3, 1, 0.0)]
+    plain = FedAvg()
+    assert plain.round_report is None
+    plain.server_update([torch.zeros(2, dtype=torch.float64)], updates)
+    assert plain.round_report.client_ids == [4, 9] and plain.round_report.stages == ()
+    np.testing.assert_array_equal(plain.round_report.weights.numpy(), [0.25, 0.75])
+    chained = ServerOptimizer(aggregators=[ClipUpdates(clip_norm=10.0), FedMGDAMinNorm()])
+    chained.server_update([torch.zeros(2, dtype=torch.float64)], updates)
+    clip_report, mgda_report = chained.round_report.stages
+    assert clip_report is None
+    np.testing.assert_allclose(mgda_report.weights, [0.5, 0.5], atol=1e-12)  # unit vectors e_0, e_1: λ* = (½, ½)
+    assert chained.round_weights(updates) is chained.round_report.weights  # not computed again

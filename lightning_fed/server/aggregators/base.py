@@ -8,7 +8,9 @@ Three kinds of stage, in this order in a chain (:func:`check_chain`):
 
 Each stage is a pure update ``apply(x, state, info) -> (x', state')`` over one ``NamedTuple`` state of tensors
 (the optax model: ``optax/_src/transform.py``), so the chain's state is a tuple of the stages' states and is
-checkpointed by the server optimizer that owns the chain.
+checkpointed by the server optimizer that owns the chain. A stage with diagnostics of the round (FedAWARE's and
+FedMGDA+'s weights λ, the solver's result) returns them as a third element, ``(x', state', report)``: the chain
+collects them into the round's :class:`RoundReport`, so no stage keeps per-round values in attributes.
 """
 
 from __future__ import annotations
@@ -66,6 +68,29 @@ class ClientDeltas(NamedTuple):
     deltas: list[list[Tensor]]
     counts: Tensor
     updates: Optional[list[Any]] = None
+
+
+class RoundReport(NamedTuple):
+    """What one round's aggregation produced besides Δ_t (``ServerOptimizer.round_report``, replaced every round).
+
+    Attributes:
+        client_ids: The reporting clients' ids, ``[K]``, in the order of the round's updates.
+        weights: float64 ``[K]``, the normalised aggregation weights w_i of the weighted mean (``client_weights``),
+            computed once per round; FedAWARE's and FedMGDA+'s own λ are in their stage's report.
+        stages: One report per stage of the aggregator chain (``None`` for a stage that reports nothing; empty
+            without a chain).
+
+    Example::
+
+        >>> import torch
+        >>> report = RoundReport([3, 5], torch.tensor([0.25, 0.75], dtype=torch.float64), ())
+        >>> dict(zip(report.client_ids, report.weights.tolist()))
+        {3: 0.25, 5: 0.75}
+    """
+
+    client_ids: list[int]
+    weights: Tensor
+    stages: tuple = ()
 
 
 class EmptyState(NamedTuple):
@@ -230,12 +255,15 @@ def chain_states(stages: Sequence[Stage], params: list[Tensor], num_clients: int
 
 
 def run_chain(
-    stages: Sequence[Stage], x: ClientDeltas, states: tuple, info: RoundInfo
+    stages: Sequence[Stage], x: ClientDeltas, states: tuple, info: RoundInfo, reports: Optional[list] = None
 ) -> tuple[list[Tensor], tuple]:
-    """Run the chain on the round's client deltas; returns Δ_t and the new states."""
+    """Run the chain on the round's client deltas; returns Δ_t and the new states. With a ``reports`` list, each
+    stage's report (the third element its ``apply`` returned, else ``None``) is appended to it, in chain order."""
     new_states = []
     value: Any = x
     for stage, state in zip(stages, states):
-        value, state = stage.apply(value, state, info)
+        value, state, *report = stage.apply(value, state, info)
         new_states.append(state)
+        if reports is not None:
+            reports.append(report[0] if report else None)
     return value, tuple(new_states)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.server.min_norm import MinNormReport, min_norm_active_set, min_norm_frank_wolfe
 
 __all__ = ["FedAWAREMinNorm", "public_code_pairing"]
 
@@ -59,10 +60,10 @@ class FedAWAREMinNorm(Stage):
     round's deltas (by ``ClientDeltas.counts``) until all N clients have been seen; the momenta are updated all
     the same. The options are those of :class:`~lightning_fed.callbacks.FedAWARE` (which validates them).
 
-    Diagnostics of the last :meth:`apply`: :attr:`last_weights` (λ over all N clients, float64, ``None`` in a
-    warm-up round), :attr:`last_solve` (the solver's :class:`~lightning_fed.callbacks.min_norm.MinNormResult`,
-    ``None`` when no momentum is usable) and :attr:`last_diversity` (√(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 3/6;
-    ``None`` in a warm-up round, ``nan`` for a zero combination).
+    Diagnostics of the round are :meth:`apply`'s third result, a :class:`~lightning_fed.server.min_norm.MinNormReport`
+    (collected into the server optimizer's ``round_report``): λ over all N clients (float64, ``None`` in a warm-up
+    round), the solver's :class:`~lightning_fed.server.min_norm.MinNormResult` (``None`` when no momentum is usable)
+    and √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 3/6; ``None`` in a warm-up round, ``nan`` for a zero combination).
 
     Args:
         alpha, alpha_convention, normalize, fedavg_warmup, projection, solver, fw_max_iter, fw_tol, fw_away_steps,
@@ -83,8 +84,8 @@ class FedAWAREMinNorm(Stage):
         >>> x = ClientDeltas([0, 1], [[torch.tensor([-1.0, 0.0], dtype=torch.float64)],
         ...                          [torch.tensor([0.0, -2.0], dtype=torch.float64)]],
         ...                  torch.tensor([10.0, 10.0], dtype=torch.float64))
-        >>> delta, state = stage.apply(x, stage.init_state(x.deltas[0], 2), RoundInfo(0, 0, 2, 2))
-        >>> delta, stage.last_weights, state.table.matrix
+        >>> delta, state, report = stage.apply(x, stage.init_state(x.deltas[0], 2), RoundInfo(0, 0, 2, 2))
+        >>> delta, report.weights, state.table.matrix
         ([tensor([-0.5000, -0.5000], dtype=torch.float64)], array([0.5, 0.5]), tensor([[0.5000, 0.0000],
                 [0.0000, 1.0000]], dtype=torch.float64))
     """
@@ -137,9 +138,6 @@ class FedAWAREMinNorm(Stage):
         self.fw_away_steps = fw_away_steps
         self.weighting = weighting
         self.num_clients = num_clients
-        self.last_weights: Optional[np.ndarray] = None
-        self.last_solve: Optional[Any] = None
-        self.last_diversity: Optional[float] = None
 
     def init_state(self, params: list[Tensor], num_clients: int) -> "FedAWAREMinNorm.State":
         """An empty state; the table is built on the first :meth:`apply` (N = :attr:`num_clients`)."""
@@ -221,18 +219,15 @@ class FedAWAREMinNorm(Stage):
                 w = np.ones(len(idx))
         return w / w.sum()
 
-    def _direction(self, state: "FedAWAREMinNorm.State") -> Tensor:
-        """d_t (flat, CPU, table dtype); sets :attr:`last_weights`, :attr:`last_solve`, :attr:`last_diversity`."""
-        from lightning_fed.callbacks.min_norm import min_norm_active_set, min_norm_frank_wolfe
-
+    def _direction(self, state: "FedAWAREMinNorm.State") -> tuple[Tensor, MinNormReport]:
+        """d_t (flat, CPU, table dtype) and the round's :class:`~lightning_fed.server.min_norm.MinNormReport`."""
         n = self.num_clients
         gram = state.gram.numpy()
         diag = np.diag(gram)
         idx = np.flatnonzero(state.table.present.numpy() & (diag > 0))
         lam_full = np.zeros(n)
         coef_full = np.zeros(n)  # d_t = Σ_i coef_i·m_i
-        self.last_solve = None
-        self.last_diversity = float("nan")
+        solve, diversity = None, float("nan")
         if len(idx) > 0:
             g_raw = gram[np.ix_(idx, idx)]
             if self.normalize:
@@ -251,7 +246,7 @@ class FedAWAREMinNorm(Stage):
             coef = lam / norms
             denom = float(lam @ g_solve @ lam)
             numer = float(lam @ np.diag(g_solve))
-            self.last_diversity = math.sqrt(numer / denom) if denom > 0 else float("nan")  # Eq. 3/6: √ratio
+            diversity = math.sqrt(numer / denom) if denom > 0 else float("nan")  # Eq. 3/6: √ratio
             if self.projection:
                 # d ← (⟨m̄, d⟩ / ‖d‖²)·d with m̄ = Σ w_i m_i (raw momenta), all from the Gram matrix.
                 w = self._weighting_vector(state, idx)
@@ -259,16 +254,16 @@ class FedAWAREMinNorm(Stage):
                 coef = coef * (float(w @ g_raw @ coef) / dd) if dd > 0 else np.zeros_like(coef)
             lam_full[idx] = lam
             coef_full[idx] = coef
-            self.last_solve = result
-        self.last_weights = lam_full
+            solve = result
         m = state.table.matrix
-        return torch.from_numpy(coef_full).to(m.dtype) @ m
+        return torch.from_numpy(coef_full).to(m.dtype) @ m, MinNormReport(lam_full, solve, diversity)
 
     def apply(
         self, x: ClientDeltas, state: "FedAWAREMinNorm.State", info: RoundInfo
-    ) -> tuple[list[Tensor], "FedAWAREMinNorm.State"]:
+    ) -> tuple[list[Tensor], "FedAWAREMinNorm.State", MinNormReport]:
         """Update the cohort's momenta and return Δ_t = −d_t, one tensor per parameter (the shapes, dtypes and
-        devices of ``x.deltas[0]``); in a warm-up round the weighted mean of ``x.deltas`` by ``x.counts``."""
+        devices of ``x.deltas[0]``; in a warm-up round the weighted mean of ``x.deltas`` by ``x.counts``), the new
+        state and the round's :class:`~lightning_fed.server.min_norm.MinNormReport` (all ``None`` in warm-up)."""
         if not x.deltas:
             raise ValueError("Cannot aggregate an empty round: no client updates.")
         with torch.no_grad():
@@ -279,14 +274,14 @@ class FedAWAREMinNorm(Stage):
             self._update_momenta(state, ids, x)
             warm = self.warmup_rounds is not None and info.round_idx < self.warmup_rounds
             if warm or (self.fedavg_warmup and not bool(state.table.present.all())):
-                self.last_weights, self.last_solve, self.last_diversity = None, None, None
                 if float(x.counts.sum()) <= 0:
                     raise ValueError("All clients in the round have zero samples; cannot weight by `num_samples`.")
-                return WeightedMean().apply(x, state, info)
-            flat = -self._direction(state)
+                return (*WeightedMean().apply(x, state, info), MinNormReport(None, None, None))
+            direction, report = self._direction(state)
+            flat = -direction
             delta, offset = [], 0
             for t in x.deltas[0]:
                 chunk = flat[offset:offset + t.numel()].view(t.shape)
                 delta.append(chunk.to(device=t.device, dtype=t.dtype))
                 offset += t.numel()
-        return delta, state
+        return delta, state, report

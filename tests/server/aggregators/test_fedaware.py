@@ -15,7 +15,7 @@ from lightning_fed.server.rules import SGD
 
 def _min_norm_enumerated(vectors):
     """argmin_{λ ∈ simplex} ‖Σ λ_i v_i‖² by enumerating supports S and solving the KKT system G_S λ = μ·1,
-    Σλ = 1 on each (independent of lightning_fed.callbacks.min_norm)."""
+    Σλ = 1 on each (independent of lightning_fed.server.min_norm)."""
     g = vectors @ vectors.T
     k = len(vectors)
     best, best_value = None, np.inf
@@ -44,7 +44,7 @@ def test_stage_momenta_and_direction_match_numpy(normalize):
     for t, cohort in enumerate([(0, 1), (2, 1), (3, 0)]):
         deltas = rng.normal(size=(len(cohort), 3))
         x = ClientDeltas(list(cohort), [[torch.tensor(d)] for d in deltas], torch.ones(len(cohort), dtype=torch.float64))
-        out, state = stage.apply(x, state, RoundInfo(t, 0, n, 2))
+        out, state, report = stage.apply(x, state, RoundInfo(t, 0, n, 2))
         for i, d in zip(cohort, deltas):
             m[i] = alpha * m[i] - (1 - alpha) * d  # g_i = −Δ_i, paper convention
         seen = sorted({c for r in [(0, 1), (2, 1), (3, 0)][:t + 1] for c in r})
@@ -52,7 +52,7 @@ def test_stage_momenta_and_direction_match_numpy(normalize):
         lam = _min_norm_enumerated(v)
         np.testing.assert_allclose(state.table.matrix.numpy(), m, rtol=0, atol=1e-15)
         np.testing.assert_allclose(state.gram.numpy(), m @ m.T, atol=1e-14)
-        np.testing.assert_allclose(stage.last_weights[seen], lam, atol=1e-9)
+        np.testing.assert_allclose(report.weights[seen], lam, atol=1e-9)
         np.testing.assert_allclose(out[0].numpy(), -(lam @ v), atol=1e-9)
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -95,6 +95,27 @@ class MinNormResult:
     num_iters: int
     converged: bool
     gap: float = float("nan")
+
+
+class MinNormReport(NamedTuple):
+    """A min-norm aggregation stage's report of one round (FedAWARE's, FedMGDA+'s; in ``RoundReport.stages``).
+
+    Attributes:
+        weights: λ, float64 (FedAWARE: ``[N]`` over all clients; FedMGDA+: ``[K]`` in the round's order); ``None``
+            in a round without a solve (FedAWARE's warm-up).
+        solve: The solver's :class:`MinNormResult` (``None`` when no solve ran).
+        diversity: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) over the vectors the solve saw (FedAWARE's Eq. 3/6 with these λ);
+            ``nan`` for a zero combination, ``None`` without a solve.
+
+    Example::
+
+        >>> MinNormReport(None, None, None).weights is None
+        True
+    """
+
+    weights: Optional[np.ndarray]
+    solve: Optional[MinNormResult]
+    diversity: Optional[float]
 
 
 def min_norm_pair(aa: float, ab: float, bb: float) -> tuple[float, float]:

@@ -11,7 +11,7 @@ import torch
 
 from lightning_fed import ClientUpdate
 from lightning_fed.callbacks.fedaware import FedAWARE
-from lightning_fed.callbacks.min_norm import (
+from lightning_fed.server.min_norm import (
     SOLVERS,
     MinNormConvergenceWarning,
     duality_gap,
