@@ -334,13 +334,25 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[list[str]] = None) -> Path:
-    """Run the suite; returns the CSV's path."""
+    """Run the suite; returns the CSV's path. The process-wide settings it makes (Lightning's log level, warning
+    filters, torch's thread count) are undone when it returns, so a caller (the test) keeps its own."""
     args = parse_args(argv)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*GPU available but not used.*")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    logger = logging.getLogger("lightning.pytorch")
+    level, threads = logger.level, torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            logger.setLevel(logging.ERROR)
+            warnings.filterwarnings("ignore", ".*does not have many workers.*")
+            warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+            if args.threads is not None:
+                torch.set_num_threads(args.threads)
+            return _run_suite(args)
+    finally:
+        logger.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def _run_suite(args: argparse.Namespace) -> Path:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device available (use --device cpu)")
