@@ -66,8 +66,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from lightning_fed.algorithms.fedprox import optimizer_param_indices
-from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
+from lightning_fed.client.algorithm import ClientAlgorithm, flat, stepped_indices, unflat
 from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.checks import check_positive
 
@@ -187,7 +186,7 @@ class FedDynClient(ClientAlgorithm):
         """Add α·(p − p^{t−1}) − g_k to the gradient of every parameter ``optimizer`` is about to update."""
         if self._anchor is None:
             return
-        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
+        stepped = stepped_indices(optimizer, self._params, self._index)
         if not stepped:
             return
         with torch.no_grad():

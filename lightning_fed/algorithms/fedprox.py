@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.client.algorithm import ClientAlgorithm, optimizer_param_indices, stepped_indices  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.client.runner import ClientContext
@@ -26,19 +26,6 @@ def check_non_negative(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
         raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
     return float(value)
-
-
-def optimizer_param_indices(optimizer: Any, index: dict[int, int]) -> list[int]:
-    """Positions in ``module.parameters()`` (via ``index``: ``id(param) -> position``) of the parameters that
-    ``optimizer`` (a torch optimizer or Lightning's wrapper of one) updates, in its parameter-group order."""
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # LightningOptimizer -> torch.optim.Optimizer
-    positions = []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            i = index.get(id(p))
-            if i is not None:
-                positions.append(i)
-    return positions
 
 
 class FedProxClient(ClientAlgorithm):
@@ -85,7 +72,7 @@ class FedProxClient(ClientAlgorithm):
         """Add μ·(p − p_t) to the gradient of every parameter ``optimizer`` is about to update."""
         if self._anchor is None or self.mu == 0.0:
             return
-        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
+        stepped = stepped_indices(optimizer, self._params, self._index)
         if not stepped:
             return
         with torch.no_grad():

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from lightning_fed.algorithms.fedprox import optimizer_param_indices
-from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.client.algorithm import ClientAlgorithm, stepped_indices
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.client_state import ClientStateTable
 
@@ -289,7 +288,7 @@ class ScaffoldClient(ClientAlgorithm):
         """g_i(y_i) − c_i + c (Alg. 1, l. 10) for the parameters ``optimizer`` updates; counts their steps."""
         if self._correction is None:
             return
-        stepped = [i for i in optimizer_param_indices(optimizer, self._index) if self._params[i].grad is not None]
+        stepped = stepped_indices(optimizer, self._params, self._index)
         if not stepped:
             return
         with torch.no_grad():

@@ -134,3 +134,31 @@ def unflat(vector: Tensor, like: list[Tensor]) -> list[Tensor]:
         out.append(vector[offset:offset + n].reshape(t.shape).to(device=t.device, dtype=t.dtype))
         offset += n
     return out
+
+
+def optimizer_param_indices(optimizer: Any, index: dict[int, int]) -> list[int]:
+    """Positions in ``module.parameters()`` (via ``index``: ``id(param) -> position``) of the parameters that
+    ``optimizer`` (a torch optimizer or Lightning's wrapper of one) updates, in its parameter-group order."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # LightningOptimizer -> torch.optim.Optimizer
+    positions = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            i = index.get(id(p))
+            if i is not None:
+                positions.append(i)
+    return positions
+
+
+def stepped_indices(optimizer: Any, params: list[Tensor], index: dict[int, int]) -> list[int]:
+    """Positions (in ``params`` = ``module.parameters()``; ``index``: ``id(param) -> position``) of the parameters
+    ``optimizer`` is about to update at this local step: those of its groups that have a gradient (torch optimizers
+    skip the others). What a client half's :meth:`ClientAlgorithm.before_optimizer_step` corrects.
+
+    Example::
+
+        >>> w, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+        >>> w.grad = torch.ones(2)
+        >>> stepped_indices(torch.optim.SGD([w, b], lr=0.1), [w, b], {id(w): 0, id(b): 1})
+        [0]
+    """
+    return [i for i in optimizer_param_indices(optimizer, index) if params[i].grad is not None]
