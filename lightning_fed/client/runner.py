@@ -19,11 +19,10 @@ channel), never from ``trainer.fit_loop``.
 
 from __future__ import annotations
 
-import inspect
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from lightning.pytorch.callbacks import ProgressBar
@@ -71,20 +70,6 @@ class ClientContext:
     global_buffers: list[Tensor]
     client_lr: float
     client_lrs: list[float] = field(default_factory=list)
-
-
-_ACCEPTS_CONTEXT: dict[Any, bool] = {}
-
-
-def _accepts_context(method: Callable) -> bool:
-    """Whether a client-channel method takes ``context=`` (older overrides without it still work)."""
-    key = getattr(method, "__func__", method)
-    found = _ACCEPTS_CONTEXT.get(key)
-    if found is None:
-        params = inspect.signature(method).parameters
-        found = "context" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-        _ACCEPTS_CONTEXT[key] = found
-    return found
 
 
 class ClientRunner:
@@ -274,15 +259,13 @@ class ClientRunner:
     # ------------------------------------------------------------------ one client
     def start_client(self, client_id: int) -> None:
         """Load x_t into the module in place, give the client fresh optimizer(s), run ``on_client_start`` and the
-        server optimizer's ``configure_client`` (with the :class:`ClientContext` where it takes ``context``)."""
+        server optimizer's ``configure_client`` (with the :class:`ClientContext` as ``context``)."""
         self.reset_to_global()
         trainer = self.trainer
         self.call_client_hook("on_client_start", client_id, self.round_idx)
-        configure = self.server_optimizer.configure_client
-        if _accepts_context(configure):
-            configure(trainer, trainer.lightning_module, client_id, self.round_idx, context=self.context(client_id))
-        else:
-            configure(trainer, trainer.lightning_module, client_id, self.round_idx)
+        self.server_optimizer.configure_client(
+            trainer, trainer.lightning_module, client_id, self.round_idx, context=self.context(client_id)
+        )
         self.round_log.start_client(pl_private.results(trainer))
         if self._lean is not None:
             self._lean.start_client()
@@ -346,11 +329,9 @@ class ClientRunner:
         if self._lean is not None:
             self._lean.finish_client()
         self.round_log.finish_client(client_id, pl_private.results(trainer))
-        collect = self.server_optimizer.collect_client_extras
-        if _accepts_context(collect):
-            extras = collect(trainer, module, client_id, self.round_idx, context=self.context(client_id))
-        else:
-            extras = collect(trainer, module, client_id, self.round_idx)
+        extras = self.server_optimizer.collect_client_extras(
+            trainer, module, client_id, self.round_idx, context=self.context(client_id)
+        )
         with torch.no_grad():
             delta = torch._foreach_sub(self._params, self._global_params)
             buffers = [b.detach().clone() for b in self._buffers]

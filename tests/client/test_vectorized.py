@@ -302,7 +302,7 @@ def test_dropout_falls_back_unless_randomness_different(tmp_path):
 class ExtrasFedAvg(FedAvg):
     """A server optimizer with a client channel: asks each client for its final first-layer bias."""
 
-    def collect_client_extras(self, trainer, pl_module, client_id, round_idx):
+    def collect_client_extras(self, trainer, pl_module, client_id, round_idx, context=None):
         return {"bias": pl_module.net[0].bias.detach().clone()}
 
 
