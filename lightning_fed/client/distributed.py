@@ -118,8 +118,10 @@ def _fill(value: Any, block: torch.Tensor, device: torch.device) -> Any:
     the original dtype, shape, strides, ``requires_grad`` and bytes) read from ``block`` (uint8, this rank's tensor
     block); pickled tensors are moved to ``device``."""
     if isinstance(value, _Slot):
-        raw = block[value.offset: value.offset + value.nbytes]
-        values = raw.view(value.dtype).view(value.shape) if value.nbytes else torch.empty(value.shape, dtype=value.dtype)
+        if value.nbytes:
+            values = block[value.offset: value.offset + value.nbytes].view(value.dtype).view(value.shape)
+        else:
+            values = torch.empty(value.shape, dtype=value.dtype)
         out = torch.empty_strided(value.shape, value.stride, dtype=value.dtype, device=device)
         out.copy_(values)
         return out.requires_grad_(True) if value.requires_grad else out
