@@ -127,7 +127,7 @@ GATHER_SCRIPT = textwrap.dedent(
     import sys
     sys.path.insert(0, {tests!r})
     import torch, torch.distributed as dist
-    from client.test_gather_updates import assert_same, make_update
+    from client.test_distributed_gather import assert_same, make_update
     from lightning_fed.client.distributed import gather_updates
 
     rank, port = int(sys.argv[1]), sys.argv[2]
