@@ -1,7 +1,7 @@
 """Issue #33.1: lightning_fed against Apple's pfl-research (pfl 0.6.0) and a plain PyTorch loop, in one process.
 
     bash benchmarks/setup_pfl_env.sh                      # once: benchmarks/.venv-pfl, pfl beside the project's torch
-    OMP_NUM_THREADS=2 benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py            # the full table
+    OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py   # the table
     OMP_NUM_THREADS=1 benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py --quick    # a smoke test (~1 min)
 
 Same clients, same model, same client SGD steps for every variant. Per cell (workload, cohort C, torch threads),
@@ -63,7 +63,7 @@ COLUMNS = (
     "workload", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min", "ratio_to_plain",
     "ms_per_local_step", "framework_ms_per_step", "max_abs_diff_vs_plain", "rounds_measured", "repeats",
     "local_steps_per_round", "params", "clients", "samples_per_client", "batch", "loadavg_1m_min", "loadavg_1m_max",
-    "cpu", "host", "torch_version", "pfl_version", "note", "timestamp",
+    "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp",
 )
 #: Workload sizes: ``gpu_suite``'s models (``mlp``: the 784-256-10 MLP; ``cnn``: FedAwareCNN "fedavg"), N clients,
 #: samples per client (CNN 200 → 10 local steps per client of B = 20; MLP 600 → 30), rounds per run incl. the
@@ -314,6 +314,12 @@ def markdown_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def omp_env() -> str:
+    """The OpenMP settings the process started with (they apply from torch's import on; see the README: on a busy
+    machine OpenMP's default spin-waiting makes every 2-thread run many times slower, OMP_WAIT_POLICY=passive not)."""
+    return " ".join(f"{k}={os.environ.get(k, 'unset')}" for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY"))
+
+
 def default_out(quick: bool) -> Path:
     name = gpu_suite.device_name(torch.device("cpu")).removeprefix("cpu: ")
     slug = gpu_suite._slug(name) if name else gpu_suite._slug(socket.gethostname())
@@ -328,10 +334,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     level, threads0 = logger.level, torch.get_num_threads()
     out = Path(args.out) if args.out else default_out(args.quick)
     meta = dict(cpu=gpu_suite.device_name(torch.device("cpu")).removeprefix("cpu: "), host=socket.gethostname(),
-                torch_version=torch.__version__, pfl_version=pfl_version())
+                omp_env=omp_env(), torch_version=torch.__version__, pfl_version=pfl_version())
     start = time.perf_counter()
     print(f"pfl_compare: torch {torch.__version__}, pfl {meta['pfl_version'] or 'not importable'}, cpu {meta['cpu']} "
-          f"({os.cpu_count()} cores), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+          f"({os.cpu_count()} cores), {meta['omp_env']}, "
           f"load {os.getloadavg()}, quick={args.quick}", flush=True)
     rows: list[dict] = []
     try:
