@@ -22,7 +22,8 @@ on N clients of synthetic data (IID, ``benchmarks/overhead.py``'s ``make_dataset
   run_lightning``, as ``overhead.py`` and ``gpu_suite.py`` run them).
 
 Variants are interleaved (order rotated every repeat); each run's first round is warm-up and excluded; the median
-s/round over the remaining rounds of all repeats is reported, ÷ the plain loop's, with the framework time per local
+s/round over the remaining rounds of all repeats is reported, ÷ the plain loop's (and the minimum ÷ the plain loop's
+minimum, less sensitive to the load of a busy machine), with the framework time per local
 step ((t − t_plain) / steps), the max |w − w_plain| of the final weights (pfl averages in float32: rounding only),
 and the 1-minute load average (``os.getloadavg``) before and after every run. ``pfl`` is a row with status
 ``skipped`` when ``import pfl`` fails (pfl is not a dependency of lightning_fed).
@@ -61,6 +62,7 @@ WORKLOADS = ("cnn", "mlp")
 VARIANTS = ("plain", "pfl", "sequential", "vectorized")
 COLUMNS = (
     "workload", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min", "ratio_to_plain",
+    "ratio_min_to_plain_min",
     "ms_per_local_step", "framework_ms_per_step", "max_abs_diff_vs_plain", "rounds_measured", "repeats",
     "local_steps_per_round", "params", "clients", "samples_per_client", "batch", "loadavg_1m_min", "loadavg_1m_max",
     "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp",
@@ -72,7 +74,7 @@ FULL = {"cnn": dict(clients=100, samples_per_client=200, batch=20), "mlp": dict(
                                                                                 batch=20)}
 QUICK = {"cnn": dict(clients=6, samples_per_client=40, batch=20), "mlp": dict(clients=6, samples_per_client=40,
                                                                               batch=20)}
-DEFAULTS = dict(rounds=3, repeats=2, cohorts="10,50", threads="1,2")
+DEFAULTS = dict(rounds=3, repeats=3, cohorts="10,50", threads="1,2")
 QUICK_DEFAULTS = dict(rounds=2, repeats=1, cohorts="2,4", threads="1,2")
 
 
@@ -258,6 +260,7 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict) -> list[dic
     base = dict(workload=name, cohort=cohort, threads=threads, repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
                 params=params, clients=wl.clients, samples_per_client=wl.samples_per_client, batch=wl.batch, **meta)
     med = {v: statistics.median([t for r in runs[v] for t in r.wall[1:]]) for v in variants}
+    low = {v: min(t for r in runs[v] for t in r.wall[1:]) for v in variants}
     rows = []
     for variant in args.variants:
         row = {c: "" for c in COLUMNS}
@@ -271,7 +274,8 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict) -> list[dic
         walls = [t for r in runs[variant] for t in r.wall[1:]]
         diff = (runs[variant][-1].weights[-1] - runs["plain"][-1].weights[-1]).abs().max()
         row.update(s_per_round_median=f"{med[variant]:.6g}", s_per_round_min=f"{min(walls):.6g}",
-                   ratio_to_plain=f"{med[variant] / med['plain']:.4f}", ms_per_local_step=f"{1e3 * med[variant] / steps:.6g}",
+                   ratio_to_plain=f"{med[variant] / med['plain']:.4f}",
+                   ratio_min_to_plain_min=f"{low[variant] / low['plain']:.4f}", ms_per_local_step=f"{1e3 * med[variant] / steps:.6g}",
                    framework_ms_per_step=f"{1e3 * (med[variant] - med['plain']) / steps:.4g}",
                    max_abs_diff_vs_plain=f"{float(diff):.3g}", rounds_measured=len(walls),
                    loadavg_1m_min=f"{min(loads[variant]):.2f}", loadavg_1m_max=f"{max(loads[variant]):.2f}")
@@ -287,8 +291,9 @@ _LABELS = {"cnn": "CNN", "mlp": "MLP 784-256-10"}
 
 def markdown_table(rows: Sequence[dict]) -> str:
     """Issue #33's table from the CSV rows: one line per (workload, cohort, threads), s/round ÷ plain loop of pfl,
-    sequential and vectorized, the plain loop's s/round and the load range during the cell. Missing or skipped
-    variants show as "—"."""
+    sequential and vectorized — median ÷ median, and in parentheses minimum ÷ minimum where the rows have it (the
+    less load-sensitive figure) — the plain loop's median s/round and the load range during the cell. Missing or
+    skipped variants show as "—"."""
     cells: dict[tuple, dict[str, dict]] = {}
     for row in rows:
         key = (str(row["workload"]), int(row["cohort"]), int(row["threads"]))
@@ -298,7 +303,10 @@ def markdown_table(rows: Sequence[dict]) -> str:
 
     def ratio(cell: dict, variant: str) -> str:
         row = cell.get(variant)
-        return f"{float(row['ratio_to_plain']):.2f}" if row and row.get("status") == "ok" else "—"
+        if not row or row.get("status") != "ok":
+            return "—"
+        low = row.get("ratio_min_to_plain_min")
+        return f"{float(row['ratio_to_plain']):.2f}" + (f" ({float(low):.2f})" if low not in (None, "") else "")
 
     order = {w: i for i, w in enumerate(WORKLOADS)}
     for (name, cohort, threads) in sorted(cells, key=lambda k: (order.get(k[0], len(order)), k[0], k[1], k[2])):
