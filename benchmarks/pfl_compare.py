@@ -1,0 +1,375 @@
+"""Issue #33.1: lightning_fed against Apple's pfl-research (pfl 0.6.0) and a plain PyTorch loop, in one process.
+
+    bash benchmarks/setup_pfl_env.sh                      # once: benchmarks/.venv-pfl, pfl beside the project's torch
+    OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py   # the table
+    OMP_NUM_THREADS=1 benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py --quick    # a smoke test (~1 min)
+
+Same clients, same model, same client SGD steps for every variant. Per cell (workload, cohort C, torch threads),
+on N clients of synthetic data (IID, ``benchmarks/overhead.py``'s ``make_dataset`` / ``make_datamodule``):
+
+* ``plain``: ``overhead.run_plain``, the hand-written loop (the same cohorts ``datamodule.sample_clients``, batches
+  ``datamodule.client_batches``, a fresh ``torch.optim.SGD`` per client, FedAvg weighted by |D_i|);
+* ``pfl``: ``pfl.algorithm.FederatedAveraging`` on a ``pfl.aggregate.simulate.SimulatedBackend`` with a
+  ``pfl.model.pytorch.PyTorchModel`` (the same module, its ``loss`` the same cross-entropy), central optimizer
+  ``torch.optim.SGD(lr=1)``, local ``torch.optim.SGD`` via ``NNTrainHyperParams(local_num_epochs=E,
+  local_learning_rate=lr, local_batch_size=B)``, ``WeightByDatapoints`` (FedAvg's |D_i| weights). Its
+  ``FederatedDataset``'s user sampler returns the plain loop's cohort of each round, in order, and each user's
+  ``Dataset`` holds that client's samples in the order of its batches of that round, so pfl's ``iter(B)`` slices
+  the very same mini-batches. Metrics are not sent to pfl's platform (``send_metrics_to_platform=False``: the
+  default platform prints every round), and pfl evaluates users only in round 0 (``evaluation_frequency`` > rounds;
+  pfl always evaluates round 0, the warm-up that is excluded anyway);
+* ``sequential`` / ``vectorized``: ``FederatedTrainer`` with the default / ``VectorizedExecutor`` (``overhead.
+  run_lightning``, as ``overhead.py`` and ``gpu_suite.py`` run them).
+
+Variants are interleaved (order rotated every repeat); each run's first round is warm-up and excluded; the median
+s/round over the remaining rounds of all repeats is reported, ÷ the plain loop's (and the minimum ÷ the plain loop's
+minimum, less sensitive to the load of a busy machine), with the framework time per local
+step ((t − t_plain) / steps), the max |w − w_plain| of the final weights (pfl averages in float32: rounding only),
+and the 1-minute load average (``os.getloadavg``) before and after every run. ``pfl`` is a row with status
+``skipped`` when ``import pfl`` fails (pfl is not a dependency of lightning_fed).
+
+Writes ``benchmarks/results/pfl_compare/<cpu or host>.csv`` (``-quick.csv`` with ``--quick``; ``--out``) and prints
+the markdown table (:func:`markdown_table`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import logging
+import os
+import socket
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import gpu_suite  # noqa: E402  (workload_args, the in-process variants, the CPU's name)
+import overhead  # noqa: E402  (the shared workload, plain loop and lightning_fed runs)
+
+WORKLOADS = ("cnn", "mlp")
+VARIANTS = ("plain", "pfl", "sequential", "vectorized")
+COLUMNS = (
+    "workload", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min", "ratio_to_plain",
+    "ratio_min_to_plain_min",
+    "ms_per_local_step", "framework_ms_per_step", "max_abs_diff_vs_plain", "rounds_measured", "repeats",
+    "local_steps_per_round", "params", "clients", "samples_per_client", "batch", "loadavg_1m_min", "loadavg_1m_max",
+    "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp",
+)
+#: Workload sizes: ``gpu_suite``'s models (``mlp``: the 784-256-10 MLP; ``cnn``: FedAwareCNN "fedavg"), N clients,
+#: samples per client (CNN 200 → 10 local steps per client of B = 20; MLP 600 → 30), rounds per run incl. the
+#: warm-up, repeats.
+FULL = {"cnn": dict(clients=100, samples_per_client=200, batch=20), "mlp": dict(clients=100, samples_per_client=600,
+                                                                                batch=20)}
+QUICK = {"cnn": dict(clients=6, samples_per_client=40, batch=20), "mlp": dict(clients=6, samples_per_client=40,
+                                                                              batch=20)}
+DEFAULTS = dict(rounds=3, repeats=3, cohorts="10,50", threads="1,2")
+QUICK_DEFAULTS = dict(rounds=2, repeats=1, cohorts="2,4", threads="1,2")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes (6 clients, cohorts 2 and 4, 2 rounds, 1 "
+                   "repeat): a smoke test, not a measurement")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"subset of {','.join(WORKLOADS)}")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)} (plain is "
+                   "always run: the ratios are to it)")
+    p.add_argument("--cohorts", default=None, help="comma-separated cohort sizes C (default 10,50; --quick 2,4)")
+    p.add_argument("--threads", default=None, help="comma-separated torch.set_num_threads values (default 1,2)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds per run, the first is warm-up (default 3)")
+    p.add_argument("--repeats", type=int, default=None, help="interleaved repeats per variant (default 2)")
+    p.add_argument("--clients", type=int, default=None, help="N (default 100; --quick 6)")
+    p.add_argument("--lr", type=float, default=0.05, help="client SGD learning rate (default 0.05)")
+    p.add_argument("--out", default=None, help="CSV path (default benchmarks/results/pfl_compare/<cpu>.csv)")
+    args = p.parse_args(argv)
+    defaults = QUICK_DEFAULTS if args.quick else DEFAULTS
+    for name in ("rounds", "repeats", "cohorts", "threads"):
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[name])
+    try:
+        args.cohorts, args.threads = _ints(args.cohorts), _ints(args.threads)
+    except ValueError:
+        p.error("--cohorts and --threads take comma-separated integers")
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    args.variants = [v for v in args.variants.split(",") if v]
+    bad = [w for w in args.workloads if w not in WORKLOADS]
+    if bad or not args.workloads:
+        p.error(f"--workloads: unknown {bad} (choose from {','.join(WORKLOADS)})")
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad or not args.variants:
+        p.error(f"--variants: unknown {bad} (choose from {','.join(VARIANTS)})")
+    if "plain" not in args.variants:
+        args.variants.insert(0, "plain")
+    if not args.cohorts or min(args.cohorts) < 1:
+        p.error("--cohorts must be >= 1")
+    if not args.threads or min(args.threads) < 1:
+        p.error("--threads must be >= 1")
+    if args.rounds < 2:
+        p.error("--rounds must be >= 2 (the first round is warm-up)")
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    clients = args.clients if args.clients is not None else (QUICK if args.quick else FULL)["cnn"]["clients"]
+    if clients < max(args.cohorts):
+        p.error(f"--cohorts: {max(args.cohorts)} exceeds the {clients} clients (--clients)")
+    args.clients = clients
+    return args
+
+
+def workload(args: argparse.Namespace, name: str, cohort: int) -> argparse.Namespace:
+    """``overhead.py``'s namespace for one cell: gpu_suite's model, this script's sizes."""
+    wl = gpu_suite.workload_args(name, quick=args.quick, lr=args.lr)
+    sizes = (QUICK if args.quick else FULL)[name]
+    for key, value in {**sizes, "clients": args.clients, "cohort": cohort, "rounds": args.rounds,
+                       "repeats": args.repeats}.items():
+        setattr(wl, key, value)
+    return wl
+
+
+# ---------------------------------------------------------------------------------------------- pfl
+def pfl_version() -> Optional[str]:
+    """pfl's version, or None when it does not import (with ``pfl.model.pytorch``)."""
+    try:
+        import importlib.metadata
+
+        import pfl  # noqa: F401
+        import pfl.model.pytorch  # noqa: F401
+        return importlib.metadata.version("pfl")
+    except Exception:  # noqa: BLE001  (ImportError, or a pfl that does not load with this torch)
+        return None
+
+
+class _PflModule(torch.nn.Module):
+    """The benchmark's model with the ``loss`` and ``metrics`` methods pfl's ``PyTorchModel`` calls."""
+
+    def __init__(self, net: torch.nn.Module, compute_loss) -> None:
+        super().__init__()
+        self.net = net
+        self._compute_loss = compute_loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self._compute_loss(self.net, (x, y))
+
+    @torch.no_grad()
+    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> dict:
+        from pfl.metrics import Weighted
+
+        return {"loss": Weighted(float(self.loss(x, y)) * len(x), len(x))}
+
+
+def run_pfl(wl: argparse.Namespace, dm, init_state: dict, device: torch.device) -> overhead.RunResult:
+    """FedAvg by pfl's simulator on the plain loop's cohorts and mini-batches; per-round wall/CPU time and weights."""
+    from pfl.aggregate.simulate import SimulatedBackend
+    from pfl.aggregate.weighting import WeightByDatapoints
+    from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
+    from pfl.callback.base import TrainingProcessCallback
+    from pfl.data.dataset import Dataset
+    from pfl.data.federated_dataset import FederatedDataset
+    from pfl.hyperparam import NNTrainHyperParams
+    from pfl.metrics import Metrics
+    from pfl.model.pytorch import PyTorchModel
+
+    net = overhead.make_model(wl)
+    net.load_state_dict(init_state)
+    module = _PflModule(net, overhead.loss_fn(wl)).to(device).train()
+    x_all, y_all = dm.train_dataset.tensors
+    schedule = iter([(r, cid) for r in range(wl.rounds) for cid in dm.sample_clients(r).tolist()])
+
+    def make_dataset(user: tuple[int, int]) -> Dataset:  # called lazily in the round, as the plain loop indexes
+        round_idx, cid = user
+        batches = dm.client_batches(cid, round_idx)
+        if any(len(b) != wl.batch for b in batches[:-1]):
+            raise RuntimeError("pfl slices a user's data in batches of B: every batch but the last must have B")
+        index = torch.from_numpy(np.concatenate(batches).astype(np.int64))
+        return Dataset(raw_data=[x_all[index].to(device), y_all[index].to(device)], user_id=str(cid))
+
+    result = overhead.RunResult()
+
+    class _Timer(TrainingProcessCallback):
+        def on_train_begin(self, *, model) -> Metrics:
+            self.start = (time.perf_counter(), time.process_time())
+            return Metrics()
+
+        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+            overhead.sync(device)
+            result.add(self.start, module)
+            self.start = (time.perf_counter(), time.process_time())  # the weights' copy is not timed
+            return False, Metrics()
+
+    model = PyTorchModel(module, local_optimizer_create=torch.optim.SGD,
+                         central_optimizer=torch.optim.SGD(module.parameters(), lr=1.0))
+    data = FederatedDataset(make_dataset, user_sampler=lambda: next(schedule))
+    backend = SimulatedBackend(training_data=data, val_data=data, postprocessors=[WeightByDatapoints()])
+    algorithm_params = NNAlgorithmParams(central_num_iterations=wl.rounds, evaluation_frequency=wl.rounds + 1,
+                                         train_cohort_size=wl.cohort, val_cohort_size=None)
+    train_params = NNTrainHyperParams(local_num_epochs=wl.epochs, local_learning_rate=wl.lr,
+                                      local_batch_size=wl.batch)
+    start = time.perf_counter()
+    FederatedAveraging().run(algorithm_params, backend, model, train_params, callbacks=[_Timer()],
+                             send_metrics_to_platform=False)
+    result.total = time.perf_counter() - start
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- one cell
+def _run(variant: str, wl, dm, init_state, device) -> overhead.RunResult:
+    if variant == "pfl":
+        return run_pfl(wl, dm, init_state, device)
+    return gpu_suite._run(variant, wl, dm, init_state, device)
+
+
+def run_cell(args, name: str, cohort: int, threads: int, meta: dict) -> list[dict]:
+    """Every variant of one (workload, cohort, threads) cell, interleaved; one CSV row each."""
+    wl = workload(args, name, cohort)
+    dm = overhead.make_datamodule(wl, overhead.make_dataset(wl))
+    model = overhead.make_model(wl)
+    init_state = {k: v.clone() for k, v in model.state_dict().items()}
+    params = sum(p.numel() for p in model.parameters())
+    steps = overhead.steps_per_round(dm, wl.rounds)
+    device = torch.device("cpu")
+    variants = [v for v in args.variants if v != "pfl" or meta["pfl_version"]]
+    runs: dict[str, list[overhead.RunResult]] = {v: [] for v in variants}
+    loads: dict[str, list[float]] = {v: [] for v in variants}
+    for rep in range(wl.repeats):
+        shift = rep % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            before = os.getloadavg()[0]
+            runs[variant].append(_run(variant, wl, dm, init_state, device))
+            loads[variant] += [before, os.getloadavg()[0]]
+            print(f"  {name:>4} C={cohort:<3} threads={threads} {variant:>10} repeat {rep}: s/round "
+                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].wall) + f"  load {loads[variant][-1]:.2f}",
+                  flush=True)
+    base = dict(workload=name, cohort=cohort, threads=threads, repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
+                params=params, clients=wl.clients, samples_per_client=wl.samples_per_client, batch=wl.batch, **meta)
+    med = {v: statistics.median([t for r in runs[v] for t in r.wall[1:]]) for v in variants}
+    low = {v: min(t for r in runs[v] for t in r.wall[1:]) for v in variants}
+    rows = []
+    for variant in args.variants:
+        row = {c: "" for c in COLUMNS}
+        row.update(base, variant=variant, status="ok", timestamp=datetime.datetime.now().isoformat(timespec="seconds"))
+        row["pfl_version"] = meta["pfl_version"] or ""
+        if variant not in variants:
+            row.update(status="skipped", note="pfl does not import here (bash benchmarks/setup_pfl_env.sh, then run "
+                                              "with benchmarks/.venv-pfl/bin/python)")
+            rows.append(row)
+            continue
+        walls = [t for r in runs[variant] for t in r.wall[1:]]
+        diff = (runs[variant][-1].weights[-1] - runs["plain"][-1].weights[-1]).abs().max()
+        row.update(s_per_round_median=f"{med[variant]:.6g}", s_per_round_min=f"{min(walls):.6g}",
+                   ratio_to_plain=f"{med[variant] / med['plain']:.4f}",
+                   ratio_min_to_plain_min=f"{low[variant] / low['plain']:.4f}", ms_per_local_step=f"{1e3 * med[variant] / steps:.6g}",
+                   framework_ms_per_step=f"{1e3 * (med[variant] - med['plain']) / steps:.4g}",
+                   max_abs_diff_vs_plain=f"{float(diff):.3g}", rounds_measured=len(walls),
+                   loadavg_1m_min=f"{min(loads[variant]):.2f}", loadavg_1m_max=f"{max(loads[variant]):.2f}")
+        if variant == "sequential":
+            row["note"] = f"local step path: {runs[variant][-1].step_path}"
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- report
+_LABELS = {"cnn": "CNN", "mlp": "MLP 784-256-10"}
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """Issue #33's table from the CSV rows: one line per (workload, cohort, threads), s/round ÷ plain loop of pfl,
+    sequential and vectorized — median ÷ median, and in parentheses minimum ÷ minimum where the rows have it (the
+    less load-sensitive figure) — the plain loop's median s/round and the load range during the cell. Missing or
+    skipped variants show as "—"."""
+    cells: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        key = (str(row["workload"]), int(row["cohort"]), int(row["threads"]))
+        cells.setdefault(key, {})[str(row["variant"])] = row
+    lines = ["| workload (cohort C, threads) | plain s/round | pfl | lightning_fed sequential | "
+             "lightning_fed vectorized | load (1-min) |", "|---|---|---|---|---|---|"]
+
+    def ratio(cell: dict, variant: str) -> str:
+        row = cell.get(variant)
+        if not row or row.get("status") != "ok":
+            return "—"
+        low = row.get("ratio_min_to_plain_min")
+        return f"{float(row['ratio_to_plain']):.2f}" + (f" ({float(low):.2f})" if low not in (None, "") else "")
+
+    order = {w: i for i, w in enumerate(WORKLOADS)}
+    for (name, cohort, threads) in sorted(cells, key=lambda k: (order.get(k[0], len(order)), k[0], k[1], k[2])):
+        cell = cells[(name, cohort, threads)]
+        ok = [r for r in cell.values() if r.get("status") == "ok" and r.get("loadavg_1m_min") not in (None, "")]
+        load = (f"{min(float(r['loadavg_1m_min']) for r in ok):.2f}–{max(float(r['loadavg_1m_max']) for r in ok):.2f}"
+                if ok else "—")
+        plain = cell.get("plain")
+        plain_s = f"{float(plain['s_per_round_median']):.3f}" if plain and plain.get("status") == "ok" else "—"
+        label = f"{_LABELS.get(name, name)}, C = {cohort}, {threads} thread{'s' if threads != 1 else ''}"
+        lines.append(f"| {label} | {plain_s} | {ratio(cell, 'pfl')} | {ratio(cell, 'sequential')} | "
+                     f"{ratio(cell, 'vectorized')} | {load} |")
+    return "\n".join(lines)
+
+
+def omp_env() -> str:
+    """The OpenMP settings the process started with (they apply from torch's import on; see the README: on a busy
+    machine OpenMP's default spin-waiting makes every 2-thread run many times slower, OMP_WAIT_POLICY=passive not)."""
+    return " ".join(f"{k}={os.environ.get(k, 'unset')}" for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY"))
+
+
+def default_out(quick: bool) -> Path:
+    name = gpu_suite.device_name(torch.device("cpu")).removeprefix("cpu: ")
+    slug = gpu_suite._slug(name) if name else gpu_suite._slug(socket.gethostname())
+    return HERE / "results" / "pfl_compare" / f"{slug}{'-quick' if quick else ''}.csv"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Path:
+    """Run every cell; write the CSV and print the table. Lightning's log level, the warning filters and torch's
+    thread count are restored on return."""
+    args = parse_args(argv)
+    logger = logging.getLogger("lightning.pytorch")
+    level, threads0 = logger.level, torch.get_num_threads()
+    out = Path(args.out) if args.out else default_out(args.quick)
+    meta = dict(cpu=gpu_suite.device_name(torch.device("cpu")).removeprefix("cpu: "), host=socket.gethostname(),
+                omp_env=omp_env(), torch_version=torch.__version__, pfl_version=pfl_version())
+    start = time.perf_counter()
+    print(f"pfl_compare: torch {torch.__version__}, pfl {meta['pfl_version'] or 'not importable'}, cpu {meta['cpu']} "
+          f"({os.cpu_count()} cores), {meta['omp_env']}, "
+          f"load {os.getloadavg()}, quick={args.quick}", flush=True)
+    rows: list[dict] = []
+    try:
+        with warnings.catch_warnings():
+            logger.setLevel(logging.ERROR)
+            warnings.filterwarnings("ignore", ".*does not have many workers.*")
+            warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                for name in args.workloads:
+                    for cohort in args.cohorts:
+                        rows += run_cell(args, name, cohort, threads, meta)
+    finally:
+        logger.setLevel(level)
+        torch.set_num_threads(threads0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    print("\n" + markdown_table(rows))
+    print(f"\nwrote {out} ({len(rows)} rows) in {time.perf_counter() - start:.0f} s; load now {os.getloadavg()}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

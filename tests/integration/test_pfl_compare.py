@@ -1,0 +1,99 @@
+"""benchmarks/pfl_compare.py (issue #33.1): its argument checks and table, and a tiny run without pfl (CI has no pfl:
+the pfl row is then a "skipped" row saying how to install it). Where pfl imports (benchmarks/setup_pfl_env.sh's
+venv), a tiny run also checks that pfl's FedAvg does the plain loop's work (weights equal to rounding)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pfl_compare():
+    spec = importlib.util.spec_from_file_location("pfl_compare", ROOT / "benchmarks" / "pfl_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--workloads", "cnn,lstm"], "--workloads: unknown"),
+    (["--variants", "plain,flower"], "--variants: unknown"),
+    (["--cohorts", "10,x"], "comma-separated integers"),
+    (["--cohorts", "0"], "--cohorts must be >= 1"),
+    (["--threads", "0,1"], "--threads must be >= 1"),
+    (["--rounds", "1"], "--rounds must be >= 2"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+    (["--cohorts", "10,200"], "200 exceeds the 100 clients"),
+])
+def test_bad_arguments_are_refused_by_name(pfl_compare, argv, match, capsys):
+    with pytest.raises(SystemExit):
+        pfl_compare.parse_args(argv)
+    assert match in capsys.readouterr().err
+
+
+def test_defaults_and_the_plain_baseline_always_run(pfl_compare):
+    full = pfl_compare.parse_args([])
+    assert (full.cohorts, full.threads, full.rounds, full.repeats, full.clients) == ([10, 50], [1, 2], 3, 3, 100)
+    assert full.variants == ["plain", "pfl", "sequential", "vectorized"] and full.workloads == ["cnn", "mlp"]
+    quick = pfl_compare.parse_args(["--quick", "--variants", "pfl"])
+    assert quick.variants == ["plain", "pfl"] and quick.cohorts == [2, 4] and quick.clients == 6
+    wl = pfl_compare.workload(full, "mlp", 50)
+    assert (wl.cnn_arch, wl.clients, wl.cohort, wl.samples_per_client, wl.batch, wl.rounds) == ("mlp256", 100, 50, 600,
+                                                                                                20, 3)
+
+
+def _row(workload, cohort, threads, variant, ratio, status="ok", load=(3.0, 4.0), plain_s="1.5", low=""):
+    return dict(workload=workload, cohort=cohort, threads=threads, variant=variant, status=status,
+                ratio_to_plain=ratio if status == "ok" else "", ratio_min_to_plain_min=low, s_per_round_median=plain_s if status == "ok" else "",
+                loadavg_1m_min=f"{load[0]}" if status == "ok" else "", loadavg_1m_max=f"{load[1]}" if status == "ok" else "")
+
+
+def test_markdown_table_has_one_line_per_cell_in_the_issues_order(pfl_compare):
+    rows = [_row("mlp", 10, 1, "plain", "1.0", plain_s="0.25"), _row("mlp", 10, 1, "pfl", "", status="skipped"),
+            _row("mlp", 10, 1, "sequential", "1.234"),
+            _row("cnn", 50, 2, "plain", "1.0", load=(2.5, 3.25)), _row("cnn", 50, 2, "vectorized", "0.5"),
+            _row("cnn", 10, 1, "plain", "1.0"), _row("cnn", 10, 1, "pfl", "1.019", low="0.996"),
+            _row("cnn", 10, 1, "sequential", "1.091"), _row("cnn", 10, 1, "vectorized", "1.5")]
+    lines = pfl_compare.markdown_table(rows).splitlines()
+    assert lines[0].startswith("| workload (cohort C, threads) | plain s/round | pfl |")
+    assert lines[2:] == [
+        "| CNN, C = 10, 1 thread | 1.500 | 1.02 (1.00) | 1.09 | 1.50 | 3.00–4.00 |",
+        "| CNN, C = 50, 2 threads | 1.500 | — | — | 0.50 | 2.50–4.00 |",
+        "| MLP 784-256-10, C = 10, 1 thread | 0.250 | — | 1.23 | — | 3.00–4.00 |",
+    ]
+
+
+def test_a_tiny_run_writes_the_csv_with_pfl_skipped_or_equal_to_the_plain_loop(pfl_compare, tmp_path):
+    out = tmp_path / "pfl.csv"
+    assert pfl_compare.main(["--quick", "--workloads", "mlp", "--cohorts", "2", "--threads", "1", "--rounds", "2",
+                             "--variants", "plain,pfl,sequential", "--out", str(out)]) == out
+    with out.open() as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == pfl_compare.COLUMNS
+        rows = {r["variant"]: r for r in reader}
+    assert set(rows) == {"plain", "pfl", "sequential"}
+    assert float(rows["plain"]["ratio_to_plain"]) == 1.0 and float(rows["sequential"]["max_abs_diff_vs_plain"]) == 0.0
+    for variant in ("plain", "sequential"):
+        assert rows[variant]["status"] == "ok" and rows[variant]["loadavg_1m_min"] and rows[variant]["omp_env"]
+    if pfl_compare.pfl_version() is None:
+        assert rows["pfl"]["status"] == "skipped" and "setup_pfl_env.sh" in rows["pfl"]["note"]
+    else:  # the same cohorts, batches and SGD: pfl's float32 averaging differs by rounding only
+        assert rows["pfl"]["status"] == "ok" and float(rows["pfl"]["max_abs_diff_vs_plain"]) < 1e-6
+
+
+def test_pfl_does_the_plain_loops_work_where_it_is_installed(pfl_compare, tmp_path):
+    if pfl_compare.pfl_version() is None:
+        pytest.skip("pfl is not installed (bash benchmarks/setup_pfl_env.sh; not a dependency, not in CI)")
+    out = pfl_compare.main(["--quick", "--workloads", "cnn", "--cohorts", "3", "--threads", "1", "--rounds", "3",
+                            "--variants", "plain,pfl", "--out", str(tmp_path / "cnn.csv")])
+    with out.open() as f:
+        rows = {r["variant"]: r for r in csv.DictReader(f)}
+    assert rows["pfl"]["status"] == "ok" and rows["pfl"]["pfl_version"] == "0.6.0"
+    assert float(rows["pfl"]["max_abs_diff_vs_plain"]) < 1e-6
+    assert int(rows["pfl"]["rounds_measured"]) == 2  # 1 repeat x 3 rounds, the warm-up excluded
