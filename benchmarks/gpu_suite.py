@@ -21,8 +21,9 @@ synchronised at the round's ends) of:
   by ``benchmarks/ddp_speedup.py``'s worker (its own process tree). On CPU k gloo processes (``--ddp-ranks``,
   default 2; each with ``--ddp-threads``); on CUDA one GPU per rank, so it is skipped (a row saying why) when fewer
   than k GPUs are visible: k ranks sharing one GPU is issue #33 item 4, not built yet;
-* ``pfl``: Apple's pfl-research on the same workload — skipped with a note when ``import pfl`` fails, and also
-  when it imports, since this suite holds no pfl runner yet (issue #33 item 1 adds the pfl comparison);
+* ``pfl``: a row saying where pfl's figures come from — ``benchmarks/pfl_compare.py`` (pfl 0.6 beside the plain
+  loop and both executors, in the venv of ``benchmarks/setup_pfl_env.sh``), which the device machine, offline, cannot
+  install; the row says whether ``import pfl`` works;
 * ``host_syncs``: host synchronisations per local step (:class:`lightning_fed.client.host_sync.HostSyncCounter`)
   of the ``sequential`` and ``vectorized`` executors: (syncs with 2 local epochs − syncs with 1) / (extra local
   steps), one round of the same cohort; per-client and per-round syncs cancel. On CUDA the target is 0; on CPU the
@@ -252,8 +253,8 @@ def pfl_row(args, workload: str, wl) -> dict:
         import pfl  # noqa: F401
     except ImportError as error:
         return _skipped(args, wl, workload, "pfl", f"pfl not installed ({error})")
-    return _skipped(args, wl, workload, "pfl", f"pfl {getattr(pfl, '__version__', '?')} imports, but this suite has "
-                    "no pfl runner yet (issue #33 item 1)")
+    return _skipped(args, wl, workload, "pfl", f"pfl {getattr(pfl, '__version__', '?')} imports; its timings come from "
+                    "benchmarks/pfl_compare.py (run in the pfl venv of benchmarks/setup_pfl_env.sh), not this suite")
 
 
 def main_job_row(args, device) -> dict:
