@@ -44,10 +44,11 @@ def test_example_config_parses(config, tmp_path, monkeypatch):
     server = cli.trainer.server_optimizer
     assert written[0]["class_path"].rsplit(".", 1)[1] == type(server).__name__
     for key, value in written[0].get("init_args", {}).items():
-        if key == "aggregators":  # a chain of stages: each stage's class and settings as written
-            assert [type(s).__name__ for s in server.aggregators] == [v["class_path"].rsplit(".", 1)[1] for v in value]
-            for stage, v in zip(server.aggregators, value):
-                assert {k: getattr(stage, k) for k in v.get("init_args", {})} == v.get("init_args", {}), key
+        if key in ("aggregators", "client"):  # stages / client halves: each one's class and settings as written
+            parts = getattr(server, key)
+            assert [type(s).__name__ for s in parts] == [v["class_path"].rsplit(".", 1)[1] for v in value]
+            for part, v in zip(parts, value):
+                assert {k: getattr(part, k) for k in v.get("init_args", {})} == v.get("init_args", {}), key
             continue
         assert getattr(server, key) == pytest.approx(value), key
     assert cli.trainer.callbacks[0] is server
