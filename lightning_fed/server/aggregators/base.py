@@ -138,7 +138,8 @@ class Stage(abc.ABC):
     @abc.abstractmethod
     def apply(self, x: Any, state: NamedTuple, info: RoundInfo) -> tuple[Any, NamedTuple]:
         """``transform``: ClientDeltas → ClientDeltas; ``reduce``: ClientDeltas → list[Tensor] (Δ_t);
-        ``delta``: list[Tensor] → list[Tensor]. Returns the result and the new state."""
+        ``delta``: list[Tensor] → list[Tensor]. Returns the result and the new state, and optionally a third item:
+        the stage's report of the round (its diagnostics, collected into ``ServerOptimizer.round_report``)."""
 
     def client_counts(self, counts: Tensor, updates: Sequence[Any]) -> Tensor:
         """A ``"transform"`` stage whose change of the clients' weights depends only on the round's
