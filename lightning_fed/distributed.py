@@ -3,6 +3,9 @@ of updates are in :mod:`lightning_fed.client.distributed`, re-exported here)."""
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
+import torch
 from lightning.pytorch.strategies import DDPStrategy
 
 from lightning_fed._lightning import sync_module_states
@@ -23,7 +26,17 @@ class FederatedDDPStrategy(DDPStrategy):
     instead (:func:`gather_updates`). At setup, every rank's module is made equal to rank 0's (a broadcast), so
     all ranks start from the same x_0 and, applying the same server update to the same gathered updates, stay
     equal. ``FederatedTrainer(strategy="ddp")`` selects this strategy; arguments are those of
-    :class:`lightning.pytorch.strategies.DDPStrategy`.
+    :class:`lightning.pytorch.strategies.DDPStrategy`, plus:
+
+    Args:
+        processes_per_device: k ≥ 1 processes on each device (default 1), the cohort split over all of them as
+            over devices (pfl-research runs several workers per GPU): ``devices=1`` with k = 2 trains two clients at
+            a time on one GPU, or in two CPU processes. With k > 1 the process group defaults to gloo (NCCL refuses
+            two ranks on one GPU; updates are gathered through the CPU, :func:`gather_updates`). Tested on CPU (2
+            processes on 1 device equal 1 process bit for bit); on a GPU not yet run.
+
+    Raises:
+        ValueError: ``processes_per_device`` not an integer ≥ 1.
 
     Example: selected by ``strategy="ddp"`` (nothing is launched before ``fit``)::
 
@@ -32,9 +45,32 @@ class FederatedDDPStrategy(DDPStrategy):
         ...                            enable_progress_bar=False, enable_model_summary=False)
         >>> type(trainer.strategy).__name__, trainer.strategy.strategy_name, trainer.world_size
         ('FederatedDDPStrategy', 'federated_ddp', 2)
+        >>> two_per_device = FederatedTrainer(strategy=FederatedDDPStrategy(processes_per_device=2), accelerator="cpu",
+        ...                                   devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        >>> two_per_device.world_size, two_per_device.strategy.process_group_backend
+        (2, 'gloo')
     """
 
     strategy_name = "federated_ddp"
+
+    def __init__(self, *args: Any, processes_per_device: int = 1, **kwargs: Any) -> None:
+        if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
+            raise ValueError(f"`processes_per_device` must be an integer >= 1, got {processes_per_device!r}.")
+        #: k, the processes started on each device (pfl-research's several workers per GPU).
+        self.processes_per_device = processes_per_device
+        if processes_per_device > 1 and kwargs.get("process_group_backend") is None:
+            kwargs["process_group_backend"] = "gloo"  # NCCL refuses two ranks on one GPU
+        super().__init__(*args, **kwargs)
+
+    @property
+    def parallel_devices(self) -> Optional[list[torch.device]]:
+        """The device of each local process: every device given (``devices=...``) ``processes_per_device`` times."""
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: Optional[list[torch.device]]) -> None:
+        k = getattr(self, "processes_per_device", 1)
+        self._parallel_devices = None if devices is None else [d for d in devices for _ in range(k)]
 
     def configure_ddp(self) -> None:
         sync_module_states(self.model)

@@ -18,16 +18,20 @@ SCRIPT = textwrap.dedent(
     from helpers import SmallClassifier, classification_dataset
     from lightning_fed import FederatedTrainer
     from lightning_fed.callbacks import FedYogi
+    from lightning_fed.distributed import FederatedDDPStrategy
     from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule
 
     out, devices = sys.argv[1], int(sys.argv[2])
+    per_device = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     torch.manual_seed(0)
     model = SmallClassifier(dropout=0.2)
     train, val = classification_dataset(n=2000, n_val=200)
     dm = FederatedDataModule(train, val_dataset=val, partitioner=DirichletPartitioner(num_clients=20, alpha=0.5),
                              clients_per_round=5, batch_size=8)
     trainer = FederatedTrainer(
-        max_epochs=3, callbacks=[FedYogi(lr=0.05)], strategy="ddp" if devices > 1 else "auto",
+        max_epochs=3, callbacks=[FedYogi(lr=0.05)],
+        strategy=(FederatedDDPStrategy(processes_per_device=per_device) if per_device > 1
+                  else "ddp" if devices > 1 else "auto"),
         accelerator="cpu", devices=devices, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0,
     )
@@ -55,3 +59,19 @@ def test_two_gloo_processes_equal_one(tmp_path):
         torch.testing.assert_close(two["state"][key], value, rtol=0, atol=0)  # bit for bit
     # validation is sharded across the two ranks; the logged value is rank 0's shard mean, so only roughly equal
     assert abs(two["val_loss"] - one["val_loss"]) < 0.5
+
+
+def test_two_processes_on_one_device_equal_one(tmp_path):
+    """Issue #33 item 4: k = 2 processes per device (``FederatedDDPStrategy(processes_per_device=2)``, ``devices=1``,
+    gloo) split the cohort as two devices do and end with one process's weights, bit for bit."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    for devices, per_device in ((1, 1), (1, 2)):
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"w{per_device}.pt"), str(devices), str(per_device)],
+                       check=True, env=env, cwd=tmp_path, capture_output=True, timeout=300)
+    one = torch.load(tmp_path / "w1.pt", weights_only=True)
+    two = torch.load(tmp_path / "w2.pt", weights_only=True)
+    assert one["world_size"] == 1 and two["world_size"] == 2 and two["step_path"] == "lean"
+    for key, value in one["state"].items():
+        torch.testing.assert_close(two["state"][key], value, rtol=0, atol=0)
