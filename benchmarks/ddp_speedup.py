@@ -40,10 +40,15 @@ def worker(args: argparse.Namespace) -> None:
     dataset = overhead.make_dataset(args)
     dm = overhead.make_datamodule(args, dataset)
     model = overhead.make_model(args)
+    from lightning_fed.distributed import FederatedDDPStrategy
+
     timer = overhead._RoundTimer(torch.device(args.accelerator))
+    per_device = args.processes_per_device
+    strategy = (FederatedDDPStrategy(processes_per_device=per_device) if per_device > 1
+                else "ddp" if args.devices > 1 else "auto")
     trainer = FederatedTrainer(
         max_epochs=args.rounds, callbacks=[FedAvg(lr=1.0), timer], accelerator=args.accelerator, devices=args.devices,
-        strategy="ddp" if args.devices > 1 else "auto", logger=False, enable_checkpointing=False,
+        strategy=strategy, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
         default_root_dir=tempfile.gettempdir() + "/lightning_fed_ddp_bench",
     )
@@ -74,6 +79,8 @@ def main() -> None:
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     # the worker's accelerator ("cpu", or "cuda" with one GPU per rank; benchmarks/gpu_suite.py runs the worker)
     p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu", help=argparse.SUPPRESS)
+    # the worker's FederatedDDPStrategy(processes_per_device=k) on --devices devices (gpu_suite.py: k ranks on one GPU)
+    p.add_argument("--processes-per-device", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.samples_per_client is None:
         args.samples_per_client = {"cnn": 200, "lstm": 40}[args.model]

@@ -19,8 +19,8 @@ synchronised at the round's ends) of:
 * ``vectorized``: ``FederatedTrainer(client_executor=VectorizedExecutor())``;
 * ``ddp_k``: ``FederatedTrainer(strategy="ddp", devices=k)`` — k processes, each its own share of the cohort, run
   by ``benchmarks/ddp_speedup.py``'s worker (its own process tree). On CPU k gloo processes (``--ddp-ranks``,
-  default 2; each with ``--ddp-threads``); on CUDA one GPU per rank, so it is skipped (a row saying why) when fewer
-  than k GPUs are visible: k ranks sharing one GPU is issue #33 item 4, not built yet;
+  default 2; each with ``--ddp-threads``); on CUDA one GPU per rank, or, with fewer than k GPUs visible, k ranks
+  sharing one GPU (``FederatedDDPStrategy(processes_per_device=k)``, gloo);
 * ``pfl``: a row saying where pfl's figures come from — ``benchmarks/pfl_compare.py`` (pfl 0.6 beside the plain
   loop and both executors, in the venv of ``benchmarks/setup_pfl_env.sh``), which the device machine, offline, cannot
   install; the row says whether ``import pfl`` works;
@@ -216,9 +216,9 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
     """``ddp_k``: ``benchmarks/ddp_speedup.py``'s worker with ``--devices k`` (``strategy="ddp"``), repeated."""
     k = args.ddp_ranks
     variant = f"ddp_{k}"
-    if device.type == "cuda" and torch.cuda.device_count() < k:
-        return _skipped(args, wl, workload, variant, f"{k} ranks need {k} GPUs ({torch.cuda.device_count()} visible); "
-                        "k ranks sharing one GPU is issue #33 item 4")
+    # fewer GPUs than ranks: k processes share one GPU (FederatedDDPStrategy(processes_per_device=k), gloo)
+    shared = device.type == "cuda" and torch.cuda.device_count() < k
+    placement = ["--devices", "1", "--processes-per-device", str(k)] if shared else ["--devices", str(k)]
     walls, loads = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(wl.repeats):
@@ -226,7 +226,7 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
             cmd = [sys.executable, str(HERE / "ddp_speedup.py"), "--model", wl.model, "--cnn-arch", wl.cnn_arch,
                    "--clients", str(wl.clients), "--samples-per-client", str(wl.samples_per_client),
                    "--cohort", str(wl.cohort), "--batch", str(wl.batch), "--rounds", str(wl.rounds),
-                   "--lr", str(wl.lr), "--threads", str(args.ddp_threads), "--devices", str(k), "--out", out,
+                   "--lr", str(wl.lr), "--threads", str(args.ddp_threads), *placement, "--out", out,
                    "--accelerator", device.type]
             env = {**os.environ, "OMP_NUM_THREADS": str(args.ddp_threads), "PYTHONWARNINGS": "ignore"}
             loads.append(_load())
@@ -240,7 +240,8 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
             print(f"  {workload:>5} {variant:>12} repeat {rep}: s/round " + " ".join(f"{t:.4f}" for t in result["wall"]),
                   flush=True)
     med = statistics.median(walls)
-    how = (f"{k} processes x {args.ddp_threads} thread(s), strategy=ddp" if k > 1 else
+    how = (f"{k} processes on one GPU x {args.ddp_threads} thread(s), processes_per_device={k} (gloo)" if shared else
+           f"{k} processes x {args.ddp_threads} thread(s), strategy=ddp" if k > 1 else
            f"1 process x {args.ddp_threads} thread(s), strategy=auto (ddp_speedup.py uses ddp for k > 1 only)")
     return _row(args, wl, workload, variant, s_per_round_median=f"{med:.6g}", s_per_round_min=f"{min(walls):.6g}",
                 ratio_to_plain="" if plain_median is None else f"{med / plain_median:.4f}",
