@@ -75,3 +75,15 @@ def test_two_processes_on_one_device_equal_one(tmp_path):
     assert one["world_size"] == 1 and two["world_size"] == 2 and two["step_path"] == "lean"
     for key, value in one["state"].items():
         torch.testing.assert_close(two["state"][key], value, rtol=0, atol=0)
+
+
+def test_processes_per_device_must_be_a_positive_integer():
+    import pytest
+
+    from lightning_fed.distributed import FederatedDDPStrategy
+
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"`processes_per_device` must be an integer >= 1, got"):
+            FederatedDDPStrategy(processes_per_device=bad)
+    assert FederatedDDPStrategy(processes_per_device=3, process_group_backend="gloo").process_group_backend == "gloo"
+    assert FederatedDDPStrategy().process_group_backend is None  # k = 1: Lightning's default backend
