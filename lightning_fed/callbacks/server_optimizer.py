@@ -33,6 +33,17 @@ from lightning_fed.server.checks import WEIGHTINGS as _WEIGHTINGS
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
 
 
+#: Methods a subclass may no longer define, and what to write instead: the server optimizer does not call them (or
+#: not on every path), so an override would be silently ignored; it is refused when the subclass is defined.
+REMOVED_OVERRIDES = {
+    "step": "the update is a server rule (lightning_fed.server.rules.Rule, `ServerOptimizer(rule=...)`)",
+    "init_state": "the update's state is the rule's typed state (Rule.init) or an aggregator stage's (Stage.init_state)",
+    "aggregate": "an aggregation is an aggregator chain (`aggregators=[...]` of lightning_fed.server.aggregators.Stage)",
+    "client_delta": "a change of each client's contribution is a 'transform' Stage (Stage.client_delta) in `aggregators`",
+    "client_weight_counts": "a change of the clients' weights is a 'transform' Stage (Stage.client_counts) in `aggregators`",
+}
+
+
 class ServerOptimizer(Callback):
     """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
     round's client updates into the next global model, and carries the client halves of the algorithms it runs.
@@ -94,6 +105,18 @@ class ServerOptimizer(Callback):
         ...
         ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a subclass that defines a method of :data:`REMOVED_OVERRIDES` (it would be silently ignored).
+
+        Raises:
+            TypeError: naming the method and what to write instead.
+        """
+        super().__init_subclass__(**kwargs)
+        for name, instead in REMOVED_OVERRIDES.items():
+            if name in vars(cls):
+                raise TypeError(f"{cls.__name__} defines `{name}`, which a server optimizer no longer lets a subclass "
+                                f"override (it would be ignored): {instead}.")
 
     def __init__(
         self,

@@ -134,3 +134,13 @@ def test_the_round_report_holds_the_weights_once_and_the_stages_reports():
     assert clip_report is None
     np.testing.assert_allclose(mgda_report.weights, [0.5, 0.5], atol=1e-12)  # unit vectors e_0, e_1: λ* = (½, ½)
     assert chained.round_weights(updates) is chained.round_report.weights  # not computed again
+
+
+@pytest.mark.parametrize("name", ["step", "init_state", "aggregate", "client_delta", "client_weight_counts"])
+def test_a_subclass_defining_a_removed_override_is_refused_when_defined(name):
+    """The one way to write a server method is stages + rule (issue #30): an override the server optimizer would not
+    call is refused with what to write instead, not silently ignored."""
+    from lightning_fed.callbacks import FedAvg
+
+    with pytest.raises(TypeError, match=rf"Mine defines `{name}`, which a server optimizer no longer lets a subclass"):
+        type("Mine", (FedAvg,), {name: lambda self, *args: None})
