@@ -148,3 +148,18 @@ METADATA_FIELDS = ("fx", "name", "prog_bar", "logger", "on_step", "on_epoch", "r
 def metadata(meta) -> tuple:
     """A result metric's metadata as comparable fields (:data:`METADATA_FIELDS` and whether it syncs)."""
     return tuple(getattr(meta, f) for f in METADATA_FIELDS) + (meta.sync.should,)
+
+
+def load_script(relative_path: str):
+    """A script of the repository (``benchmarks/…``, ``scripts/…``) imported as a module named after its file, and
+    registered in ``sys.modules`` (dataclasses defined in it look their module up there)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -8,15 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/docs_hooks.py")
 
 
 def test_write_your_own_algorithm_page_runs(tmp_path, monkeypatch):

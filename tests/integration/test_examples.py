@@ -6,8 +6,6 @@ Only sizes are overridden (rounds, cohort, number of clients, data paths), never
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,14 @@ import yaml
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.cli import FederatedCLI
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("make_examples", ROOT / "scripts" / "make_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/make_examples.py")
 
 
 def test_generated_examples_are_up_to_date():

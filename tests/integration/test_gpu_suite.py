@@ -5,20 +5,15 @@ variants (pfl when not installed, the main job without its data) say why."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def gpu_suite():
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "benchmarks" / "gpu_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_suite.py")
 
 
 def test_quick_cpu_run_writes_every_variant_with_the_csv_columns(gpu_suite, tmp_path):

@@ -5,20 +5,15 @@ venv), a tiny run also checks that pfl's FedAvg does the plain loop's work (weig
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def pfl_compare():
-    spec = importlib.util.spec_from_file_location("pfl_compare", ROOT / "benchmarks" / "pfl_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/pfl_compare.py")
 
 
 @pytest.mark.parametrize("argv, match", [

