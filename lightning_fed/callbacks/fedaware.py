@@ -281,9 +281,7 @@ class FedAWARE(ServerOptimizer):
 
     def _min_norm_report(self) -> MinNormReport:
         """The min-norm stage's report of the last round (:attr:`round_report`; all ``None`` without one)."""
-        report = self.round_report
-        stage = report.stages[0] if report is not None and report.stages else None
-        return stage if stage is not None else MinNormReport(None, None, None)
+        return self.stage_report(self.min_norm) or MinNormReport(None, None, None)
 
     @property
     def last_weights(self) -> Optional[np.ndarray]:

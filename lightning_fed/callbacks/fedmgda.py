@@ -98,19 +98,15 @@ class FedMGDAPlus(ServerOptimizer):
         """Whether the updates are normalised (the stage's)."""
         return self.min_norm.normalize
 
-    def _min_norm_report(self) -> Any:
-        report = self.round_report
-        return report.stages[0] if report is not None and report.stages and report.stages[0] is not None else None
-
     @property
     def last_weights(self) -> Any:
         """λ* of the last round, float64 ``[K]`` in the round's order (``None`` before the first round; the
         :attr:`round_report`'s)."""
-        report = self._min_norm_report()
+        report = self.stage_report(self.min_norm)
         return None if report is None else report.weights
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        report = self._min_norm_report()
+        report = self.stage_report(self.min_norm)
         if report is None or report.weights is None or not self._stepped:
             return
         weights, solve = report.weights, report.solve

@@ -233,6 +233,14 @@ class ServerOptimizer(Callback):
         raw = self.client_weight_counts(updates)
         return raw / raw.sum()
 
+    def stage_report(self, stage: Stage) -> Any:
+        """What ``stage`` (one of :attr:`aggregators`) reported in the last round (:attr:`round_report`); ``None``
+        before a round, in a round without a server step, or for a stage that reports nothing."""
+        report = self.round_report
+        if report is None:
+            return None
+        return next((r for s, r in zip(self.aggregators or (), report.stages) if s is stage), None)
+
     def round_weights(self, updates: list[ClientUpdate]) -> Tensor:
         """:meth:`client_weights` of ``updates``, taken from :attr:`round_report` when it is the report of these
         clients (computed once per round; the loop's round metrics read it), else computed."""
