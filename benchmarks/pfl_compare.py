@@ -170,7 +170,11 @@ class _PflModule(torch.nn.Module):
 
 
 def run_pfl(wl: argparse.Namespace, dm, init_state: dict, device: torch.device) -> overhead.RunResult:
-    """FedAvg by pfl's simulator on the plain loop's cohorts and mini-batches; per-round wall/CPU time and weights."""
+    """FedAvg by pfl's simulator on the plain loop's cohorts and mini-batches; per-round wall/CPU time and weights.
+
+    Under ``torchrun`` (``pfl_processes.py``) the same schedule serves every worker: pfl's distributed sampler draws
+    one user per worker at each call and keeps its rank's, so worker r trains cohort positions i ≡ r (mod W) (C a
+    multiple of W), and pfl all-reduces the summed statistics."""
     from pfl.aggregate.simulate import SimulatedBackend
     from pfl.aggregate.weighting import WeightByDatapoints
     from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
