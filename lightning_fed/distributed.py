@@ -10,6 +10,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from lightning_fed._lightning import sync_module_states
 from lightning_fed.client.distributed import assign_clients, gather_updates
+from lightning_fed.client.host_exchange import close_host_exchanges
 
 __all__ = ["DDP_STRATEGY_NAMES", "FederatedDDPStrategy", "assign_clients", "gather_updates"]
 
@@ -34,9 +35,14 @@ class FederatedDDPStrategy(DDPStrategy):
             a time on one GPU, or in two CPU processes. With k > 1 the process group defaults to gloo (NCCL refuses
             two ranks on one GPU; updates are gathered through the CPU, :func:`gather_updates`). Tested on CPU (2
             processes on 1 device equal 1 process bit for bit); on a GPU not yet run.
+        shared_memory: Whether ranks on one host exchange their round updates through ``/dev/shm``
+            (:mod:`lightning_fed.client.host_exchange`; default True) instead of the process group's ``all_gather``
+            — the same bytes, less copying: about 40 → 12 ms a round for five FedAwareCNN updates per rank on two
+            CPU processes. Used only where every rank can read the others' files (checked once at the first round)
+            and never under NCCL; ``False`` always gathers through the process group.
 
     Raises:
-        ValueError: ``processes_per_device`` not an integer ≥ 1.
+        ValueError: ``processes_per_device`` not an integer ≥ 1; ``shared_memory`` not a bool.
 
     Example: selected by ``strategy="ddp"`` (nothing is launched before ``fit``)::
 
@@ -53,9 +59,13 @@ class FederatedDDPStrategy(DDPStrategy):
 
     strategy_name = "federated_ddp"
 
-    def __init__(self, *args: Any, processes_per_device: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, processes_per_device: int = 1, shared_memory: bool = True, **kwargs: Any) -> None:
         if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
             raise ValueError(f"`processes_per_device` must be an integer >= 1, got {processes_per_device!r}.")
+        if not isinstance(shared_memory, bool):
+            raise ValueError(f"`shared_memory` must be True or False, got {shared_memory!r}.")
+        #: Whether ranks on one host exchange round updates through ``/dev/shm`` (:func:`gather_updates`).
+        self.shared_memory = shared_memory
         #: k, the processes started on each device (pfl-research's several workers per GPU).
         self.processes_per_device = processes_per_device
         if processes_per_device > 1 and kwargs.get("process_group_backend") is None:
@@ -74,3 +84,7 @@ class FederatedDDPStrategy(DDPStrategy):
 
     def configure_ddp(self) -> None:
         sync_module_states(self.model)
+
+    def teardown(self) -> None:
+        close_host_exchanges()  # this rank's /dev/shm segments (before the process group goes)
+        super().teardown()

@@ -87,3 +87,15 @@ def test_processes_per_device_must_be_a_positive_integer():
             FederatedDDPStrategy(processes_per_device=bad)
     assert FederatedDDPStrategy(processes_per_device=3, process_group_backend="gloo").process_group_backend == "gloo"
     assert FederatedDDPStrategy().process_group_backend is None  # k = 1: Lightning's default backend
+
+
+def test_shared_memory_must_be_a_bool():
+    import pytest
+
+    from lightning_fed.distributed import FederatedDDPStrategy
+
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match=r"`shared_memory` must be True or False, got"):
+            FederatedDDPStrategy(shared_memory=bad)
+    assert FederatedDDPStrategy().shared_memory is True
+    assert FederatedDDPStrategy(shared_memory=False).shared_memory is False

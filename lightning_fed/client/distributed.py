@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from lightning_fed.client.host_exchange import host_exchange
 from lightning_fed.client.update import ClientUpdate
 
 
@@ -236,40 +237,61 @@ def _communication_device(device: torch.device) -> torch.device:
 
 
 def gather_updates(
-    updates: list[ClientUpdate], failures: list[tuple[int, str]], cohort: Sequence[int], device: torch.device
+    updates: list[ClientUpdate], failures: list[tuple[int, str]], cohort: Sequence[int], device: torch.device,
+    shared_memory: bool = True,
 ) -> tuple[list[ClientUpdate], list[tuple[int, str]]]:
     """All ranks' client updates and failures of the round, on every rank, in cohort order, every tensor on
     ``device`` with the values, dtype, shape and strides it was sent with.
 
     Each rank packs its updates (:func:`pack_updates`): small pickled metadata (ids, counts, loss, learning rates,
-    failures, non-tensor extras, the tensors' layout) and one byte block holding all its tensors. Two collectives
-    follow: an ``all_gather`` of every rank's two sizes (int64 ``[2]``), then one ``all_gather`` of the buffers
-    (uint8, padded to the largest rank's size) on the CPU under gloo or on ``device`` under NCCL. Tensors are
-    never pickled, and the result equals an ``all_gather_object`` of the updates bit for bit.
+    failures, non-tensor extras, the tensors' layout) and one byte block holding all its tensors. Where every rank
+    is on this host and the process group is not NCCL, a rank writes its buffer into its shared-memory segment
+    (:mod:`lightning_fed.client.host_exchange`) and an ``all_gather`` of every rank's sizes (int64 ``[5]``: metadata
+    and tensor bytes, whether written, the segment's parity and generation) lets the others read it in place.
+    Otherwise (another host, ``shared_memory=False``, a rank short of ``/dev/shm`` space, NCCL) the buffers
+    themselves are ``all_gather``-ed (uint8, padded to the largest rank's size) on the CPU under gloo or on
+    ``device`` under NCCL. Either way tensors are never pickled, this rank's own updates are returned as they are
+    (not copied), and the result equals an ``all_gather_object`` of the updates bit for bit.
 
     Args:
         updates: This rank's updates (any order).
         failures: This rank's ``(client id, reason)`` failures.
         cohort: The round's client ids, in cohort order (every gathered client id must be in it).
         device: Where the gathered tensors are put (the rank's root device).
+        shared_memory: Whether ranks on one host may exchange through ``/dev/shm`` (default True; the same on
+            every rank: :class:`~lightning_fed.distributed.FederatedDDPStrategy`'s ``shared_memory``).
     """
-    world = dist.get_world_size()
+    world, me = dist.get_world_size(), dist.get_rank()
     packed = pack_updates(updates, failures)
     comm = _communication_device(device)
-    sizes = torch.tensor([len(packed.meta), packed.tensor_bytes], dtype=torch.int64, device=comm)
+    exchange = host_exchange(shared_memory) if comm.type == "cpu" and world > 1 else None
+    written = exchange.write(packed) if exchange is not None else None
+    parity, generation = written if written is not None else (0, 0)
+    sizes = torch.tensor([len(packed.meta), packed.tensor_bytes, written is not None, parity, generation],
+                         dtype=torch.int64, device=comm)
     all_sizes = [torch.empty_like(sizes) for _ in range(world)]
     dist.all_gather(all_sizes, sizes)
-    meta_sizes, tensor_sizes = torch.stack(all_sizes).cpu().T.tolist()
-    length = max(_aligned(m) + t for m, t in zip(meta_sizes, tensor_sizes))
-    send = torch.empty(length, dtype=torch.uint8, device=comm)
-    packed.write(send)
-    received = torch.empty(world, length, dtype=torch.uint8, device=comm)
-    dist.all_gather(list(received.unbind(0)), send)
+    table = torch.stack(all_sizes).cpu().tolist()
+    buffers: dict[int, torch.Tensor] = {}
+    if exchange is not None and all(row[2] for row in table):
+        for rank, (meta, tensor_bytes, _, rank_parity, rank_generation) in enumerate(table):
+            if rank != me:
+                buffers[rank] = exchange.read(rank, rank_parity, rank_generation, _aligned(meta) + tensor_bytes)
+    elif world > 1:
+        length = max(_aligned(row[0]) + row[1] for row in table)
+        send = torch.empty(length, dtype=torch.uint8, device=comm)
+        packed.write(send)
+        received = torch.empty(world, length, dtype=torch.uint8, device=comm)
+        dist.all_gather(list(received.unbind(0)), send)
+        buffers = {rank: received[rank] for rank in range(world) if rank != me}
     position = {int(c): i for i, c in enumerate(np.asarray(cohort).tolist())}
     all_updates: list[ClientUpdate] = []
     all_failures: list[tuple[int, str]] = []
     for rank in range(world):
-        rank_updates, rank_failures = unpack_updates(received[rank], meta_sizes[rank], device)
+        if rank == me:
+            rank_updates, rank_failures = list(updates), list(failures)
+        else:
+            rank_updates, rank_failures = unpack_updates(buffers[rank], table[rank][0], device)
         all_updates.extend(rank_updates)
         all_failures.extend(rank_failures)
     all_updates.sort(key=lambda u: position[u.client_id])

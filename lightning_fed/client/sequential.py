@@ -218,7 +218,8 @@ class SequentialExecutor(ClientExecutor):
             updates.append(update)
             runner.client_end(update, position)
         if distributed:
-            updates, failures = gather_updates(updates, failures, cohort, trainer.strategy.root_device)
+            updates, failures = gather_updates(updates, failures, cohort, trainer.strategy.root_device,
+                                               shared_memory=getattr(trainer.strategy, "shared_memory", True))
         return updates, failures
 
     def train_client(self, runner: ClientRunner, cid: int, round_idx: int) -> ClientUpdate:
