@@ -5,12 +5,14 @@ Each of the 2 ranks holds ``--per-rank`` client updates of ``FedAwareCNN`` (``--
 
 * ``pickle``: what ``gather_updates`` did before issue #33.4 — every update (tensors moved to the CPU) pickled and
   gathered with ``torch.distributed.all_gather_object``, then moved to the device;
-* ``tensors``: :func:`lightning_fed.client.distributed.gather_updates` — small pickled metadata, the tensors' bytes
-  in one ``all_gather`` of a uint8 buffer;
+* ``tensors``: :func:`lightning_fed.client.distributed.gather_updates` with ``shared_memory=False`` — small pickled
+  metadata, the tensors' bytes in one ``all_gather`` of a uint8 buffer;
+* ``shm``: ``gather_updates`` as it runs by default on one host — each rank's buffer written to its ``/dev/shm``
+  segment and read by the other (:mod:`lightning_fed.client.host_exchange`), one ``all_gather`` of sizes;
 * ``allreduce``: one ``all_reduce`` of a float32 vector of the model's size (the floor a summed update would cost).
 
 ``--repeats`` interleaved repetitions after 2 warm-ups; rank 0 prints the median and minimum wall time of each
-(``time.perf_counter`` around the call, after a barrier) and checks that both gathers return the same updates
+(``time.perf_counter`` around the call, after a barrier) and checks that the three gathers return the same updates
 bit for bit. One thread per process (``OMP_NUM_THREADS=1``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/gather_updates.py --per-rank 5 --repeats 20
@@ -35,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from lightning_fed.client.distributed import gather_updates  # noqa: E402
+from lightning_fed.client.host_exchange import close_host_exchanges  # noqa: E402
 from lightning_fed.client.update import ClientUpdate  # noqa: E402
 from lightning_fed.models import FedAwareCNN  # noqa: E402
 
@@ -77,7 +80,8 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     cpu = torch.device("cpu")
     calls = {
         "pickle": lambda: pickle_gather(updates, [], cohort, cpu),
-        "tensors": lambda: gather_updates(updates, [], cohort, cpu),
+        "tensors": lambda: gather_updates(updates, [], cohort, cpu, shared_memory=False),
+        "shm": lambda: gather_updates(updates, [], cohort, cpu),
         "allreduce": lambda: dist.all_reduce(flat.clone()),
     }
     times: dict[str, list[float]] = {k: [] for k in calls}
@@ -88,17 +92,20 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
             call()
             if i >= 2:
                 times[name].append(time.perf_counter() - start)
-    old, new = calls["pickle"](), calls["tensors"]()
-    same = all(
-        a.client_id == b.client_id and all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a.delta, b.delta))
-        for a, b in zip(old[0], new[0])
-    ) and len(old[0]) == len(new[0]) == len(cohort)
+    old = calls["pickle"]()
+    same = True
+    for new in (calls["tensors"](), calls["shm"]()):
+        same = same and all(
+            a.client_id == b.client_id and all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a.delta, b.delta))
+            for a, b in zip(old[0], new[0])
+        ) and len(old[0]) == len(new[0]) == len(cohort)
     if rank == 0:
         print(f"{args.per_rank} updates per rank x 2 ranks (gloo), FedAwareCNN {args.cnn_arch} ({size:,} float32 "
               f"parameters), {args.repeats} interleaved repeats, load average {os.getloadavg()[0]:.2f}")
         for name, values in times.items():
             print(f"{name:>9}: median {1e3 * statistics.median(values):7.1f} ms (min {1e3 * min(values):.1f} ms)")
         print(f"same updates bit for bit: {same}")
+    close_host_exchanges()
     dist.destroy_process_group()
 
 

@@ -258,14 +258,14 @@ def gather_updates(
         failures: This rank's ``(client id, reason)`` failures.
         cohort: The round's client ids, in cohort order (every gathered client id must be in it).
         device: Where the gathered tensors are put (the rank's root device).
-        shared_memory: Whether ranks on one host may exchange through ``/dev/shm`` (default True; the same on
-            every rank: :class:`~lightning_fed.distributed.FederatedDDPStrategy`'s ``shared_memory``).
+        shared_memory: Whether this rank may exchange through ``/dev/shm`` (default True; a round uses it only if
+            every rank does: :class:`~lightning_fed.distributed.FederatedDDPStrategy`'s ``shared_memory``).
     """
     world, me = dist.get_world_size(), dist.get_rank()
     packed = pack_updates(updates, failures)
     comm = _communication_device(device)
-    exchange = host_exchange(shared_memory) if comm.type == "cpu" and world > 1 else None
-    written = exchange.write(packed) if exchange is not None else None
+    exchange = host_exchange() if comm.type == "cpu" and world > 1 else None
+    written = exchange.write(packed) if exchange is not None and shared_memory else None
     parity, generation = written if written is not None else (0, 0)
     sizes = torch.tensor([len(packed.meta), packed.tensor_bytes, written is not None, parity, generation],
                          dtype=torch.int64, device=comm)

@@ -9,16 +9,17 @@ sizes, which :func:`gather_updates` does anyway, is the only collective left, an
 rank has written before any rank reads. The bytes read are the bytes written, so the gathered updates are the same
 bit for bit.
 
-Two segments per rank, used in alternate rounds: rank r rewrites the segment of round t in round t + 2, after the
-size ``all_gather`` of round t + 1, which no rank passes before it has finished reading round t. A segment grows (a
+Two segments per rank, used by alternate writes: a rank rewrites a segment at the earliest two gathers later, after
+the size ``all_gather`` of the gather in between, which no rank passes before it has finished reading. A segment grows (a
 new file, twice the size, the old one unlinked) when a round's buffer does not fit; its generation number travels
 with the sizes, so readers map the current file. Space is reserved with ``posix_fallocate`` before any write (a
 full ``tmpfs`` is an ``OSError`` there, never a ``SIGBUS`` later); a rank that cannot reserve it says so in the same
 collective and that round falls back to the process group's ``all_gather`` on every rank.
 
-Whether the exchange is used is decided once per process group, by every rank together
-(:func:`host_exchange`): each rank writes a probe file; the exchange is used only if every rank can read every
-other rank's probe (the same host, and the same ``/dev/shm``: not containers with private ones). Files are named
+Whether the exchange can be used is decided once per process group, by every rank together
+(:func:`host_exchange`): each rank writes a probe file; it can only if every rank can read every other rank's
+probe (the same host, and the same ``/dev/shm``: not containers with private ones). A round uses it when every
+rank wrote its segment (``shared_memory=True`` and room in ``/dev/shm`` on every rank). Files are named
 ``lightning_fed-<random>-r<rank>-p<parity>-g<generation>`` and removed by :func:`close_host_exchanges` (the
 strategy's ``teardown``) or at interpreter exit.
 """
@@ -138,12 +139,13 @@ def _unlink(path: str) -> None:
 _EXCHANGES: "weakref.WeakKeyDictionary[Any, Optional[HostExchange]]" = weakref.WeakKeyDictionary()
 
 
-def host_exchange(enabled: bool = True) -> Optional[HostExchange]:
+def host_exchange() -> Optional[HostExchange]:
     """This rank's :class:`HostExchange` for the default process group, or ``None`` where the ranks cannot share
-    memory (decided on the first call, by all ranks together: every rank must call it).
+    memory (decided on the first call, by all ranks together: every rank must make that call).
 
-    ``None`` when ``enabled`` is False on any rank, under NCCL (it gathers on the GPUs), without :data:`SHM_DIR`,
-    or when some rank cannot read another rank's probe file (another host, or a private ``/dev/shm``)."""
+    ``None`` under NCCL (it gathers on the GPUs), without :data:`SHM_DIR`, or when some rank cannot read another
+    rank's probe file (another host, or a private ``/dev/shm``). Whether a round uses it is decided per round
+    (:func:`~lightning_fed.client.distributed.gather_updates`: every rank must have written its segment)."""
     group = dist.group.WORLD
     if group in _EXCHANGES:
         return _EXCHANGES[group]
@@ -151,7 +153,7 @@ def host_exchange(enabled: bool = True) -> Optional[HostExchange]:
     prefix = [f"lightning_fed-{secrets.token_hex(6)}" if rank == 0 else None]
     dist.broadcast_object_list(prefix, src=0)
     probe = HostExchange(prefix[0], rank)
-    wanted = enabled and "nccl" not in str(dist.get_backend()) and os.path.isdir(SHM_DIR)
+    wanted = "nccl" not in str(dist.get_backend()) and os.path.isdir(SHM_DIR)
     token = f"{prefix[0]}:{rank}".encode()
     if wanted:
         try:

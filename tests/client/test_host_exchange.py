@@ -1,6 +1,6 @@
 """Ranks on one host exchange their packed updates through /dev/shm (issue #33.4): the segments (alternating
 parity, growth, no room, removal) in one process, and over two gloo processes the same updates bit for bit as the
-process group's all_gather, with the exchange used, and refused on every rank when one rank turns it off."""
+process group's all_gather, with the exchange used, and every rank falling back when one rank does not write."""
 
 from __future__ import annotations
 
@@ -77,10 +77,10 @@ SCRIPT = textwrap.dedent(
                                            shared_memory=enabled)
         assert_same(got, [update(c) for c in [6, 0, 3, 8, 1]])
         assert got_failures == [(5, f"error: round {{round_idx}}")]
-    used = host_exchange() is not None
+    used = host_exchange() is not None and host_exchange()._calls == 4
     close_host_exchanges()
     dist.destroy_process_group()
-    print("ok", rank, "shared memory used:", used)
+    print("ok", rank, "wrote its segment every round:", used)
     """
 )
 
@@ -101,10 +101,10 @@ def _run(tmp_path, shm: str) -> list[str]:
 def test_two_processes_exchange_through_shared_memory_bit_exact(tmp_path):
     before = set(os.listdir("/dev/shm"))
     outputs = _run(tmp_path, "on")
-    assert all("shared memory used: True" in out for out in outputs), outputs
+    assert all("wrote its segment every round: True" in out for out in outputs), outputs
     assert not [f for f in set(os.listdir("/dev/shm")) - before if f.startswith("lightning_fed-")]  # removed
 
 
-def test_one_rank_without_shared_memory_turns_it_off_on_every_rank(tmp_path):
-    outputs = _run(tmp_path, "rank0")
-    assert all("shared memory used: False" in out for out in outputs), outputs
+def test_one_rank_without_shared_memory_falls_back_on_every_rank(tmp_path):
+    outputs = _run(tmp_path, "rank0")  # rank 0 writes its segment, rank 1 does not: every round all_gathers
+    assert "every round: True" in outputs[0] and "every round: False" in outputs[1], outputs
