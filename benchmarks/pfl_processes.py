@@ -40,7 +40,7 @@ from typing import Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("lightning_fed-1", "lightning_fed-2", "pfl-1", "pfl-2")
-COLUMNS = ("workload", "cohort", "variant", "processes", "status", "s_per_round_median", "s_per_round_min",
+COLUMNS = ("workload", "cohort", "variant", "processes", "device", "status", "s_per_round_median", "s_per_round_min",
            "speedup_vs_one_process", "ratio_to_pfl_same_processes", "max_abs_diff_vs_lightning_fed_1",
            "rounds_measured", "repeats", "loadavg_1m_min", "loadavg_1m_max", "cpu", "cores", "omp_env",
            "torch_version", "pfl_version", "note", "timestamp")
@@ -54,7 +54,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds per run, the first is warm-up (default 5)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved repeats per variant (default 3)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
-    p.add_argument("--out", default=None, help="CSV path (default benchmarks/results/pfl_compare/processes-<cpu>.csv)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where to train (default cpu; cuda: with fewer GPUs than processes, both share GPU 0 — "
+                        "FederatedDDPStrategy(processes_per_device=2) for lightning_fed, PFL_PYTORCH_DEVICE=cuda:0 "
+                        "for pfl)")
+    p.add_argument("--out", default=None, help="CSV path (default benchmarks/results/pfl_compare/processes-<device>.csv)")
     # one pfl run (this script started by itself, under torch.distributed.run for two processes)
     p.add_argument("--pfl-worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -101,20 +105,33 @@ def pfl_worker(args: argparse.Namespace) -> None:
     wl.samples_per_client = _sizes(args)["samples_per_client"]
     dm = overhead.make_datamodule(wl, overhead.make_dataset(wl))
     init_state = {k: v.clone() for k, v in overhead.make_model(wl).state_dict().items()}
-    result = pfl_compare.run_pfl(wl, dm, init_state, torch.device("cpu"))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device(os.environ.get("PFL_PYTORCH_DEVICE") or f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+    result = pfl_compare.run_pfl(wl, dm, init_state, device)
     if rank == 0:
         torch.save(result.weights[-1], args.pfl_worker + ".pt")
         Path(args.pfl_worker).write_text(json.dumps({"wall": result.wall, "world_size": world_size}))
+
+
+def _shared_gpu(args: argparse.Namespace, processes: int) -> bool:
+    """Whether ``processes`` processes share one GPU (fewer GPUs visible than processes)."""
+    import torch
+
+    return args.device == "cuda" and processes > 1 and torch.cuda.device_count() < processes
 
 
 def _command(variant: str, args: argparse.Namespace, cohort: int, out: str) -> list[str]:
     sizes = _sizes(args)
     processes = int(variant.rsplit("-", 1)[1])
     if variant.startswith("lightning_fed"):
+        placement = (["--devices", "1", "--processes-per-device", str(processes)] if _shared_gpu(args, processes)
+                     else ["--devices", str(processes)])
         return [sys.executable, str(HERE / "ddp_speedup.py"), "--model", "cnn", "--cohort", str(cohort),
                 "--clients", str(sizes["clients"]), "--samples-per-client", str(sizes["samples_per_client"]),
-                "--rounds", str(args.rounds), "--threads", "1", "--devices", str(processes), "--out", out]
-    own = [str(Path(__file__).resolve()), "--cohorts", str(cohort), "--rounds", str(args.rounds), "--pfl-worker", out]
+                "--rounds", str(args.rounds), "--threads", "1", *placement, "--accelerator", args.device, "--out", out]
+    own = [str(Path(__file__).resolve()), "--cohorts", str(cohort), "--rounds", str(args.rounds), "--pfl-worker", out,
+           "--device", args.device]
     if args.quick:
         own.append("--quick")
     if processes == 1:
@@ -161,22 +178,31 @@ def run_cohort(args: argparse.Namespace, cohort: int, meta: dict, tmp: str) -> l
     walls: dict[str, list[float]] = {v: [] for v in variants}
     loads: dict[str, list[float]] = {v: [] for v in variants}
     weights: dict[str, torch.Tensor] = {}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    failed: dict[str, str] = {}
     for rep in range(args.repeats):
         shift = rep % len(variants)
         for variant in variants[shift:] + variants[:shift]:
+            if variant in failed:
+                continue
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+            if variant.startswith("pfl") and _shared_gpu(args, int(variant.rsplit("-", 1)[1])):
+                env["PFL_PYTORCH_DEVICE"] = "cuda:0"
             out = os.path.join(tmp, f"{variant}_c{cohort}_r{rep}.json")
             before = os.getloadavg()[0]
             done = subprocess.run(_command(variant, args, cohort, out), env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
             if done.returncode != 0:
-                raise RuntimeError(f"{variant} (C={cohort}) failed:\n{done.stderr[-3000:]}")
+                lines = [line for line in done.stderr.strip().splitlines() if "Error" in line] or ["(no output)"]
+                failed[variant] = f"exit {done.returncode}: {lines[-1][:300]}"
+                print(f"  C={cohort:<3} {variant:>15} repeat {rep}: FAILED ({failed[variant]})", flush=True)
+                continue
             loads[variant] += [before, os.getloadavg()[0]]
             walls[variant] += json.loads(Path(out).read_text())["wall"][1:]
             weights[variant] = torch.load(out + ".pt").flatten()
             print(f"  C={cohort:<3} {variant:>15} repeat {rep}: s/round "
                   + " ".join(f"{t:.3f}" for t in json.loads(Path(out).read_text())["wall"])
                   + f"  load {loads[variant][-1]:.2f}", flush=True)
+    variants = [v for v in variants if v not in failed]
     med = {v: statistics.median(walls[v]) for v in variants}
     rows = []
     for variant in args.variants:
@@ -185,6 +211,10 @@ def run_cohort(args: argparse.Namespace, cohort: int, meta: dict, tmp: str) -> l
         row.update(workload="cnn", cohort=cohort, variant=variant, processes=processes, repeats=args.repeats,
                    timestamp=datetime.datetime.now().isoformat(timespec="seconds"), **meta)
         row["pfl_version"] = meta["pfl_version"] or ""
+        if variant in failed:
+            row.update(status="failed", note=failed[variant])
+            rows.append(row)
+            continue
         if variant not in variants:
             row.update(status="skipped", note="pfl does not import here (bash benchmarks/setup_pfl_env.sh, then run "
                                               "with benchmarks/.venv-pfl/bin/python)")
@@ -214,13 +244,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     import pfl_compare
     import torch
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device available (use --device cpu)")
     cpu = gpu_suite.device_name(torch.device("cpu")).removeprefix("cpu: ")
+    name = cpu if args.device == "cpu" else gpu_suite.device_name(torch.device("cuda"))
     out = Path(args.out) if args.out else HERE / "results" / "pfl_compare" / (
-        f"processes-{gpu_suite._slug(cpu or socket.gethostname())}{'-quick' if args.quick else ''}.csv")
+        f"processes-{gpu_suite._slug(name or socket.gethostname())}{'-quick' if args.quick else ''}.csv")
     meta = dict(cpu=cpu, cores=os.cpu_count(), omp_env=pfl_compare.omp_env(), torch_version=torch.__version__,
-                pfl_version=pfl_compare.pfl_version())
+                pfl_version=pfl_compare.pfl_version(), device=name)
     start = time.perf_counter()
-    print(f"pfl_processes: torch {torch.__version__}, pfl {meta['pfl_version'] or 'not importable'}, cpu {cpu} "
+    print(f"pfl_processes: torch {torch.__version__}, pfl {meta['pfl_version'] or 'not importable'}, device {name}, "
+          f"cpu {cpu} "
           f"({os.cpu_count()} cores), {meta['omp_env']}, load {os.getloadavg()}, quick={args.quick}", flush=True)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
