@@ -46,8 +46,14 @@ def worker(args: argparse.Namespace) -> None:
     per_device = args.processes_per_device
     strategy = (FederatedDDPStrategy(processes_per_device=per_device) if per_device > 1
                 else "ddp" if args.devices > 1 else "auto")
+    executor = "sequential"
+    if args.executor == "vectorized":
+        from lightning_fed import VectorizedExecutor
+
+        executor = VectorizedExecutor(on_unsupported="raise")
     trainer = FederatedTrainer(
         max_epochs=args.rounds, callbacks=[FedAvg(lr=1.0), timer], accelerator=args.accelerator, devices=args.devices,
+        client_executor=executor,
         strategy=strategy, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
         default_root_dir=tempfile.gettempdir() + "/lightning_fed_ddp_bench",
@@ -75,6 +81,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--threads", type=int, default=1, help="threads per process (default 1)")
+    p.add_argument("--executor", choices=("sequential", "vectorized"), default="sequential",
+                   help="each rank's client executor (vectorized: VectorizedExecutor(on_unsupported='raise'))")
     p.add_argument("--devices", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     # the worker's accelerator ("cpu", or "cuda" with one GPU per rank; benchmarks/gpu_suite.py runs the worker)
@@ -107,7 +115,7 @@ def main() -> None:
     diff = float((weights[1] - weights[2]).abs().max())
     print(f"workload: {args.model}{'/' + args.cnn_arch if args.model == 'cnn' else ''}, N={args.clients}, "
           f"C={args.cohort}, E={args.epochs}, B={args.batch}, {args.samples_per_client} samples/client, "
-          f"R={args.rounds} x {args.repeats} repeats, {args.threads} thread(s) per process")
+          f"R={args.rounds} x {args.repeats} repeats, {args.threads} thread(s) per process, {args.executor} executor")
     print(f"load average while starting the runs: {', '.join(f'{x:.2f}' for x in loads)}")
     for d in (1, 2):
         print(f"devices={d}: median {med[d]:.3f} s/round (min {min(rounds[d]):.3f}, {len(rounds[d])} rounds)")

@@ -21,6 +21,8 @@ synchronised at the round's ends) of:
   by ``benchmarks/ddp_speedup.py``'s worker (its own process tree). On CPU k gloo processes (``--ddp-ranks``,
   default 2; each with ``--ddp-threads``); on CUDA one GPU per rank, or, with fewer than k GPUs visible, k ranks
   sharing one GPU (``FederatedDDPStrategy(processes_per_device=k)``, gloo);
+* ``ddp_k_vectorized``: the same with ``VectorizedExecutor`` on every rank (each rank vmaps its share of the cohort:
+  several clients at once on each of k processes);
 * ``pfl``: pfl-research's FedAvg on the same cohorts and mini-batches (``pfl_compare.run_pfl``: pfl 0.6's
   ``SimulatedBackend`` and ``PyTorchModel`` on the device), interleaved with the three above, when ``import pfl``
   works — in the venv of ``benchmarks/setup_pfl_env.sh``, or on the offline GPU machine from the wheels that
@@ -83,7 +85,7 @@ COLUMNS = (
     "loadavg_1m_before", "loadavg_1m_after", "torch_version", "note", "timestamp",
 )
 WORKLOADS = ("mlp", "cnn", "lstm")
-VARIANTS = ("plain", "sequential", "vectorized", "ddp", "pfl", "host_syncs", "main_job")
+VARIANTS = ("plain", "sequential", "vectorized", "ddp", "ddp_vectorized", "pfl", "host_syncs", "main_job")
 
 #: Per workload: overhead.py's model arguments and the full / ``--quick`` sizes (clients, cohort, samples per
 #: client, batch, rounds per run incl. the warm-up, repeats).
@@ -232,10 +234,12 @@ def host_sync_rows(args, workload: str, wl, device) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------- other processes
-def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = None) -> dict:
-    """``ddp_k``: ``benchmarks/ddp_speedup.py``'s worker with ``--devices k`` (``strategy="ddp"``), repeated."""
+def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = None,
+            executor: str = "sequential") -> dict:
+    """``ddp_k`` (``ddp_k_vectorized``): ``benchmarks/ddp_speedup.py``'s worker with ``--devices k``
+    (``strategy="ddp"``) and that client executor on every rank, repeated."""
     k = args.ddp_ranks
-    variant = f"ddp_{k}"
+    variant = f"ddp_{k}" + ("_vectorized" if executor == "vectorized" else "")
     # fewer GPUs than ranks: k processes share one GPU (FederatedDDPStrategy(processes_per_device=k), gloo)
     shared = device.type == "cuda" and torch.cuda.device_count() < k
     placement = ["--devices", "1", "--processes-per-device", str(k)] if shared else ["--devices", str(k)]
@@ -247,7 +251,7 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
                    "--clients", str(wl.clients), "--samples-per-client", str(wl.samples_per_client),
                    "--cohort", str(wl.cohort), "--batch", str(wl.batch), "--rounds", str(wl.rounds),
                    "--lr", str(wl.lr), "--threads", str(args.ddp_threads), *placement, "--out", out,
-                   "--accelerator", device.type]
+                   "--accelerator", device.type, "--executor", executor]
             env = {**os.environ, "OMP_NUM_THREADS": str(args.ddp_threads), "PYTHONWARNINGS": "ignore"}
             loads.append(_load())
             done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -266,7 +270,8 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
     return _row(args, wl, workload, variant, s_per_round_median=f"{med:.6g}", s_per_round_min=f"{min(walls):.6g}",
                 ratio_to_plain="" if plain_median is None else f"{med / plain_median:.4f}",
                 rounds_measured=len(walls), repeats=wl.repeats, loadavg_1m_before=f"{loads[0]:.2f}",
-                loadavg_1m_after=f"{loads[-1]:.2f}", note=how + ", its own process tree (rank 0's rounds)")
+                loadavg_1m_after=f"{loads[-1]:.2f}",
+                note=f"{how}, {executor} executor on each rank, its own process tree (rank 0's rounds)")
 
 
 def pfl_row(args, workload: str, wl, why: str) -> dict:
@@ -397,6 +402,8 @@ def _run_suite(args: argparse.Namespace) -> Path:
                           if r["workload"] == workload and r["variant"] == "plain"), None)
         if "ddp" in args.variants:
             rows.append(ddp_row(args, workload, wl, device, plain))
+        if "ddp_vectorized" in args.variants:
+            rows.append(ddp_row(args, workload, wl, device, plain, executor="vectorized"))
         if "pfl" in args.variants and no_pfl is not None:
             rows.append(pfl_row(args, workload, wl, no_pfl))
         if "host_syncs" in args.variants:

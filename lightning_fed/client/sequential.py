@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -86,6 +86,34 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
     for loss in losses[1:]:
         total = total + loss
     return float(total) / len(losses)
+
+
+def _distributed(trainer: Any) -> bool:
+    return trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+
+def rank_share(runner: ClientRunner, cohort: np.ndarray) -> list[int]:
+    """The clients of ``cohort`` this rank trains: all of them in one process; under several processes its share
+    (:func:`~lightning_fed.distributed.assign_clients`: balanced by client sample count, largest first), in cohort
+    order."""
+    trainer = runner.trainer
+    mine = [int(c) for c in cohort.tolist()]
+    if _distributed(trainer):
+        sizes = [runner.datamodule.client_num_samples(c) for c in mine]
+        mine = assign_clients(mine, sizes, trainer.world_size)[trainer.global_rank]
+    return mine
+
+
+def gather_round(runner: ClientRunner, updates: list[ClientUpdate], failures: list[tuple[int, str]],
+                 cohort: np.ndarray) -> RoundResult:
+    """This rank's ``updates`` and ``failures``, or under several processes every rank's, in cohort order
+    (:func:`~lightning_fed.distributed.gather_updates`, through ``/dev/shm`` on one host unless the strategy's
+    ``shared_memory`` is False)."""
+    trainer = runner.trainer
+    if not _distributed(trainer):
+        return updates, failures
+    return gather_updates(updates, failures, cohort, trainer.strategy.root_device,
+                          shared_memory=getattr(trainer.strategy, "shared_memory", True))
 
 
 class ClientExecutor(abc.ABC):
@@ -192,12 +220,7 @@ class SequentialExecutor(ClientExecutor):
     _time_limit: Optional[ClientTimeLimit] = None  # the current client's limit (checked between local steps)
 
     def run_round(self, runner: ClientRunner, cohort: np.ndarray, round_idx: int) -> RoundResult:
-        trainer = runner.trainer
-        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
-        mine = cohort.tolist()
-        if distributed:
-            sizes = [runner.datamodule.client_num_samples(c) for c in mine]
-            mine = assign_clients(mine, sizes, trainer.world_size)[trainer.global_rank]
+        mine = rank_share(runner, cohort)
         updates: list[ClientUpdate] = []
         failures: list[tuple[int, str]] = []
         timeout_s = runner.client_timeout_s
@@ -217,10 +240,7 @@ class SequentialExecutor(ClientExecutor):
                 self._time_limit = None
             updates.append(update)
             runner.client_end(update, position)
-        if distributed:
-            updates, failures = gather_updates(updates, failures, cohort, trainer.strategy.root_device,
-                                               shared_memory=getattr(trainer.strategy, "shared_memory", True))
-        return updates, failures
+        return gather_round(runner, updates, failures, cohort)
 
     def train_client(self, runner: ClientRunner, cid: int, round_idx: int) -> ClientUpdate:
         """One client's local work in round ``round_idx``, starting from the round's global model x_t."""

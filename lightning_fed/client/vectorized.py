@@ -41,7 +41,16 @@ from lightning_fed.client.algorithm import dispatch_only
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
-from lightning_fed.client.sequential import ClientExecutor, RoundResult, SequentialExecutor, client_seed, seed_client
+from lightning_fed.client.lean_step import _unwrapped_federated_ddp
+from lightning_fed.client.sequential import (
+    ClientExecutor,
+    RoundResult,
+    SequentialExecutor,
+    client_seed,
+    gather_round,
+    rank_share,
+    seed_client,
+)
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.client.vectorized_logging import ClientLogSums, LogRecorder, register_logged_values
 from lightning_fed.datamodules.federated import FederatedDataModule
@@ -217,7 +226,9 @@ class VectorizedExecutor(ClientExecutor):
     buffers updated in train mode (BatchNorm/InstanceNorm running statistics, or any buffer the first probe step
     changes in place), random operations in ``training_step`` (e.g. Dropout with p > 0; vmap's
     ``randomness="error"`` detects them) unless ``randomness="different"``, another optimizer or several,
-    manual optimization, gradient clipping, a non-32-bit precision plugin, a non-single-device strategy, per-step
+    manual optimization, gradient clipping, a non-32-bit precision plugin, a strategy other than single-device or
+    lightning_fed's :class:`~lightning_fed.distributed.FederatedDDPStrategy` (there each rank vectorizes its share of
+    the cohort and the updates are gathered as the sequential executor's are), per-step
     hooks overridden by the module or a callback (other than progress bars, :class:`ModelSummary` and a
     :class:`ModelCheckpoint` without step-based saving), callbacks defining ``on_client_start`` (they may change
     the module per client), a server optimizer with a client channel (``configure_client`` /
@@ -233,7 +244,8 @@ class VectorizedExecutor(ClientExecutor):
     implementation); one client optimizer, ``torch.optim.SGD``, ``Adam`` or ``AdamW`` (exactly those classes; every
     option, any number of parameter groups; ``foreach``/``fused``/``capturable`` only choose kernels and are
     ignored), parameters frozen or unused by the loss; the loop's per-round learning-rate schedulers
-    (``interval="epoch"``); ``precision="32-true"`` on one device (CPU or one GPU); a
+    (``interval="epoch"``); ``precision="32-true"`` on one device (CPU or one GPU), or on each rank of a
+    :class:`~lightning_fed.distributed.FederatedDDPStrategy`; a
     :class:`~lightning_fed.datamodules.FederatedDataModule` (or a subclass keeping ``client_dataloader``).
 
     Failures: if the vectorized training of a round raises, the error propagates with the loop's
@@ -357,8 +369,9 @@ class VectorizedExecutor(ClientExecutor):
             return str(err)
         if type(trainer.precision_plugin) is not Precision:
             return f"precision plugin {type(trainer.precision_plugin).__name__} (only 32-bit '32-true' is supported)"
-        if type(trainer.strategy) is not SingleDeviceStrategy:
-            return f"strategy {type(trainer.strategy).__name__} (only single-device training is supported)"
+        if type(trainer.strategy) is not SingleDeviceStrategy and not _unwrapped_federated_ddp(trainer.strategy):
+            return (f"strategy {type(trainer.strategy).__name__} (single-device training, or lightning_fed's "
+                    "FederatedDDPStrategy: each rank vectorizes its share of the cohort)")
         if trainer.gradient_clip_val:
             return f"gradient clipping (gradient_clip_val={trainer.gradient_clip_val})"
         for name in _MODULE_STEP_HOOKS + _TRANSFER_HOOKS:
@@ -424,11 +437,11 @@ class VectorizedExecutor(ClientExecutor):
         self.fallback_reason = None
 
         datamodule = runner.datamodule
-        cids = [int(c) for c in cohort.tolist()]
+        cids = rank_share(runner, cohort)  # the whole cohort, or under several processes this rank's share
         schedules = {cid: datamodule.client_batches(cid, round_idx) for cid in cids}
         steps = np.array([len(schedules[c]) for c in cids], dtype=np.int64)
         order = np.argsort(-steps, kind="stable")  # most steps first: the active clients are always a prefix
-        chunk = self.max_parallel or len(cids)
+        chunk = self.max_parallel or max(len(cids), 1)
         results: dict[int, tuple[list[Tensor], float, dict[str, float]]] = {}
         try:
             with torch.no_grad():
@@ -474,7 +487,7 @@ class VectorizedExecutor(ClientExecutor):
             update = runner.build_update(cid, delta, num_steps=len(schedules[cid]), loss=loss)
             updates.append(update)
             runner.client_end(update, position)
-        return updates, []
+        return gather_round(runner, updates, [], cohort)
 
     # ------------------------------------------------------------------ internals
     def _setup(self, runner: ClientRunner, key: tuple[int, int]):

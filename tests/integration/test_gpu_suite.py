@@ -25,10 +25,10 @@ def test_quick_cpu_run_writes_every_variant_with_the_csv_columns(gpu_suite, tmp_
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames) == gpu_suite.COLUMNS
         rows = {(r["workload"], r["variant"]): r for r in reader}
-    assert set(rows) == {("mlp", v) for v in ("plain", "sequential", "vectorized", "ddp_1", "pfl",
+    assert set(rows) == {("mlp", v) for v in ("plain", "sequential", "vectorized", "ddp_1", "ddp_1_vectorized", "pfl",
                                              "host_syncs_sequential", "host_syncs_vectorized")} | {("main_job",
                                                                                                   "sequential")}
-    for key in (("mlp", v) for v in ("plain", "sequential", "vectorized", "ddp_1")):
+    for key in (("mlp", v) for v in ("plain", "sequential", "vectorized", "ddp_1", "ddp_1_vectorized")):
         row = rows[key]
         assert row["status"] == "ok", row
         assert float(row["s_per_round_median"]) >= float(row["s_per_round_min"]) > 0
