@@ -320,6 +320,19 @@ def markdown_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def write_report(out: Path, columns: Sequence[str], rows: list[dict], table: str, start: float) -> Path:
+    """Write ``rows`` to the CSV ``out`` (``columns`` in order), print ``table`` and how long the run took since
+    ``start`` (``time.perf_counter``) with the load now; returns ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    print("\n" + table)
+    print(f"\nwrote {out} ({len(rows)} rows) in {time.perf_counter() - start:.0f} s; load now {os.getloadavg()}")
+    return out
+
+
 def omp_env() -> str:
     """The OpenMP settings the process started with (they apply from torch's import on; see the README: on a busy
     machine OpenMP's default spin-waiting makes every 2-thread run many times slower, OMP_WAIT_POLICY=passive not)."""
@@ -359,14 +372,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     finally:
         logger.setLevel(level)
         torch.set_num_threads(threads0)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    print("\n" + markdown_table(rows))
-    print(f"\nwrote {out} ({len(rows)} rows) in {time.perf_counter() - start:.0f} s; load now {os.getloadavg()}")
-    return out
+    return write_report(out, COLUMNS, rows, markdown_table(rows), start)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Writes ``benchmarks/results/pfl_compare/processes-<cpu>.csv`` (``--out``) and pr
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -260,14 +259,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         for cohort in args.cohorts:
             rows += run_cohort(args, cohort, meta, tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    print("\n" + markdown_table(rows))
-    print(f"\nwrote {out} ({len(rows)} rows) in {time.perf_counter() - start:.0f} s; load now {os.getloadavg()}")
-    return out
+    return pfl_compare.write_report(out, COLUMNS, rows, markdown_table(rows), start)
 
 
 if __name__ == "__main__":
