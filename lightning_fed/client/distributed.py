@@ -273,6 +273,8 @@ def gather_updates(
     dist.all_gather(all_sizes, sizes)
     table = torch.stack(all_sizes).cpu().tolist()
     buffers: dict[int, torch.Tensor] = {}
+    if exchange is not None:
+        exchange.settle(all(row[2] for row in table))
     if exchange is not None and all(row[2] for row in table):
         for rank, (meta, tensor_bytes, _, rank_parity, rank_generation) in enumerate(table):
             if rank != me:

@@ -21,7 +21,9 @@ Whether the exchange can be used is decided once per process group, by every ran
 probe (the same host, and the same ``/dev/shm``: not containers with private ones). A round uses it when every
 rank wrote its segment (``shared_memory=True`` and room in ``/dev/shm`` on every rank). Files are named
 ``lightning_fed-<random>-r<rank>-p<parity>-g<generation>`` and removed by :func:`close_host_exchanges` (the
-strategy's ``teardown``) or at interpreter exit.
+strategy's ``teardown``) or at interpreter exit — and, so that a killed process leaves nothing behind, each file is
+unlinked as soon as every peer has mapped it (a segment is then used through the mappings alone, which the kernel
+frees when the processes end).
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class HostExchange:
         self._peers: dict[tuple[int, int], tuple[int, int, torch.Tensor]] = {}  # (rank, parity) -> same
         self._calls = 0
         self._generation = 0
+        self._unread: dict[int, str] = {}  # parity -> this rank's file that no peer has mapped yet
+        self._written: Optional[int] = None  # the parity written by the current gather
+        self._mapped: list[str] = []  # files every peer has mapped: unlinked at the next gather
         atexit.register(self.close)
 
     def path(self, rank: int, parity: int, generation: int) -> str:
@@ -103,10 +108,26 @@ class HostExchange:
             self._generation = new_generation
             if buffer is not None:
                 _unlink(self.path(self.rank, parity, generation))
+                self._unread.pop(parity, None)
             generation, size, buffer = new_generation, new_size, mapping
             self._own[parity] = (generation, size, buffer)
+            self._unread[parity] = path
+        self._written = parity
         packed.write(buffer)
         return parity, generation
+
+    def settle(self, everyone_wrote: bool) -> None:
+        """Called by every rank right after the gather's size ``all_gather``. Files that every peer mapped in an
+        earlier gather are unlinked now (every peer has passed this collective, so it has finished reading them;
+        the mappings keep the memory until they close, and nothing is left behind in ``/dev/shm`` if a process is
+        killed later); when ``everyone_wrote``, the peers map this gather's new file now, so it is unlinked at the
+        next gather."""
+        for path in self._mapped:
+            _unlink(path)
+        self._mapped = []
+        if everyone_wrote and self._written in self._unread:
+            self._mapped.append(self._unread.pop(self._written))
+        self._written = None
 
     def read(self, rank: int, parity: int, generation: int, length: int) -> torch.Tensor:
         """The first ``length`` bytes of ``rank``'s segment ``parity`` at ``generation`` (a mapping, cached until
@@ -120,7 +141,7 @@ class HostExchange:
         return cached[2][:length]
 
     def close(self) -> None:
-        """Drop every mapping and remove this rank's files (idempotent)."""
+        """Drop every mapping and remove this rank's files still in ``/dev/shm`` (idempotent)."""
         for parity, (generation, _, _) in self._own.items():
             _unlink(self.path(self.rank, parity, generation))
         self._own.clear()

@@ -45,6 +45,30 @@ def test_segments_alternate_grow_and_are_removed(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_files_are_unlinked_once_every_peer_has_mapped_them(tmp_path):
+    """settle(): a file is unlinked at the gather after the one in which every rank wrote (so every peer mapped it);
+    the segments keep working through the mappings; after a gather where some rank did not write, the file stays."""
+    writer, reader = HostExchange("t", 0, str(tmp_path)), HostExchange("t", 1, str(tmp_path))
+    files = lambda: sorted(p.name for p in tmp_path.iterdir())  # noqa: E731
+    updates = [make_update(1)]
+    writer.write(pack_updates(updates, []))  # gather 1: p0-g1 created, but rank 1 did not write: no peer mapped it
+    writer.settle(everyone_wrote=False)
+    assert files() == ["t-r0-p0-g1"]
+    writer.write(pack_updates(updates, []))  # gather 2: p1-g2, read by the peer
+    writer.settle(everyone_wrote=True)
+    reader.read(0, 1, 2, pack_updates(updates, []).total_bytes)
+    assert files() == ["t-r0-p0-g1", "t-r0-p1-g2"]
+    assert _roundtrip(writer, reader, updates) == (0, 1)  # gather 3: p0-g1 reused and read now
+    writer.settle(everyone_wrote=True)
+    assert files() == ["t-r0-p0-g1"]  # p1-g2 was mapped in gather 2: gone; p0-g1 mapped now: at the next gather
+    assert _roundtrip(writer, reader, [make_update(2)]) == (1, 2)  # through the mappings alone
+    writer.settle(everyone_wrote=True)
+    assert files() == []
+    assert _roundtrip(writer, reader, [make_update(3)]) == (0, 1)
+    writer.close()
+    reader.close()
+
+
 def test_write_without_room_returns_none(tmp_path):
     exchange = HostExchange("t", 0, str(tmp_path / "missing"))  # os.open fails: as a full /dev/shm would
     assert exchange.write(pack_updates([make_update(1)], [])) is None
