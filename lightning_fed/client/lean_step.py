@@ -135,7 +135,7 @@ def lean_step_blocker(trainer: Any, datamodule: Any, step_callbacks: list[Any]) 
         return f"profiler {type(trainer.profiler).__name__}"
     strategy = trainer.strategy
     if strategy.model is not module or not (
-        (type(strategy) is SingleDeviceStrategy and trainer.world_size == 1) or _unwrapped_federated_ddp(strategy)
+        (type(strategy) is SingleDeviceStrategy and trainer.world_size == 1) or unwrapped_federated_ddp(strategy)
     ):
         return f"strategy {type(strategy).__name__}"
     if any(config.interval != "epoch" for config in trainer.lr_scheduler_configs):
@@ -155,12 +155,20 @@ def lean_step_blocker(trainer: Any, datamodule: Any, step_callbacks: list[Any]) 
     return None
 
 
-def _unwrapped_federated_ddp(strategy: Any) -> bool:
+def unwrapped_federated_ddp(strategy: Any) -> bool:
     """Whether ``strategy`` is lightning_fed's own ``FederatedDDPStrategy`` (not a subclass) with the module unwrapped
     and no post-local-SGD model averager: then a local step is the single-device one on this rank's device —
     Lightning's DDP ``training_step`` calls the module directly, ``pre_backward``/``post_backward`` return at once for
     an unwrapped module, and ``optimizer_step`` only adds the averager, which is absent (issue #33: the lean step was
-    switched off on every rank)."""
+    switched off on every rank). The vectorized executor asks the same to vmap each rank's share of the cohort.
+
+    Example::
+
+        >>> from lightning.pytorch.strategies import SingleDeviceStrategy
+        >>> from lightning_fed.distributed import FederatedDDPStrategy
+        >>> unwrapped_federated_ddp(FederatedDDPStrategy()), unwrapped_federated_ddp(SingleDeviceStrategy("cpu"))
+        (True, False)
+    """
     from lightning_fed.distributed import FederatedDDPStrategy
 
     return type(strategy) is FederatedDDPStrategy and getattr(strategy, "_model_averager", None) is None

@@ -41,7 +41,7 @@ from lightning_fed.client.algorithm import dispatch_only
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
 from lightning_fed.client.runner import ClientRunner
-from lightning_fed.client.lean_step import _unwrapped_federated_ddp
+from lightning_fed.client.lean_step import unwrapped_federated_ddp
 from lightning_fed.client.sequential import (
     ClientExecutor,
     RoundResult,
@@ -369,7 +369,7 @@ class VectorizedExecutor(ClientExecutor):
             return str(err)
         if type(trainer.precision_plugin) is not Precision:
             return f"precision plugin {type(trainer.precision_plugin).__name__} (only 32-bit '32-true' is supported)"
-        if type(trainer.strategy) is not SingleDeviceStrategy and not _unwrapped_federated_ddp(trainer.strategy):
+        if type(trainer.strategy) is not SingleDeviceStrategy and not unwrapped_federated_ddp(trainer.strategy):
             return (f"strategy {type(trainer.strategy).__name__} (single-device training, or lightning_fed's "
                     "FederatedDDPStrategy: each rank vectorizes its share of the cohort)")
         if trainer.gradient_clip_val:
