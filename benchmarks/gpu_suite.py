@@ -23,7 +23,7 @@ synchronised at the round's ends) of:
   sharing one GPU (``FederatedDDPStrategy(processes_per_device=k)``, gloo);
 * ``ddp_k_vectorized``: the same with ``VectorizedExecutor`` on every rank (each rank vmaps its share of the cohort:
   several clients at once on each of k processes);
-* ``pfl``: pfl-research's FedAvg on the same cohorts and mini-batches (``pfl_compare.run_pfl``: pfl 0.6's
+* ``pfl``: pfl-research's FedAvg on the same cohorts and mini-batches (``pfl_fedavg.run_pfl``: pfl 0.6's
   ``SimulatedBackend`` and ``PyTorchModel`` on the device), interleaved with the three above, when ``import pfl``
   works — in the venv of ``benchmarks/setup_pfl_env.sh``, or on the offline GPU machine from the wheels that
   ``benchmarks/device_wheels.sh`` fetches (``benchmarks/device_run.sh`` installs them there); else a skipped row;
@@ -160,9 +160,9 @@ def pfl_available() -> Optional[str]:
 
 def _run(variant: str, wl, dm, init_state, device) -> overhead.RunResult:
     if variant == "pfl":
-        import pfl_compare  # noqa: PLC0415  (imports this module: loaded only when pfl runs)
+        import pfl_fedavg  # noqa: PLC0415  (loaded only when pfl runs)
 
-        return pfl_compare.run_pfl(wl, dm, init_state, device)
+        return pfl_fedavg.run_pfl(wl, dm, init_state, device)
     if variant == "plain":
         return overhead.run_plain(wl, dm, init_state, device)
     if variant == "sequential":

@@ -11,7 +11,7 @@ its own process tree, every process one torch thread (``OMP_NUM_THREADS=1``, ``t
 * ``lightning_fed-1`` / ``lightning_fed-2``: ``FederatedTrainer(accelerator="cpu", devices=1)`` and
   ``devices=2, strategy="ddp"`` (gloo), ``ddp_speedup.py``'s worker: each rank trains its share of the cohort and the
   updates are gathered as tensors (``client/distributed.py``), so both runs' weights are equal bit for bit;
-* ``pfl-1`` / ``pfl-2``: ``pfl_compare.run_pfl`` in one process, and under ``python -m torch.distributed.run
+* ``pfl-1`` / ``pfl-2``: ``pfl_fedavg.run_pfl`` in one process, and under ``python -m torch.distributed.run
   --standalone --nproc_per_node=2`` (pfl's documented launcher; gloo on CPU), each worker training the cohort
   positions i ≡ rank (mod 2) of the same cohorts and mini-batches; pfl all-reduces summed float32 statistics.
 
@@ -97,6 +97,7 @@ def pfl_worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     import overhead
     import pfl_compare
+    import pfl_fedavg
 
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     wl = pfl_compare.workload(argparse.Namespace(quick=args.quick, lr=0.05, clients=_sizes(args)["clients"],
@@ -107,7 +108,7 @@ def pfl_worker(args: argparse.Namespace) -> None:
     device = torch.device("cpu")
     if args.device == "cuda":
         device = torch.device(os.environ.get("PFL_PYTORCH_DEVICE") or f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
-    result = pfl_compare.run_pfl(wl, dm, init_state, device)
+    result = pfl_fedavg.run_pfl(wl, dm, init_state, device)
     if rank == 0:
         torch.save(result.weights[-1], args.pfl_worker + ".pt")
         Path(args.pfl_worker).write_text(json.dumps({"wall": result.wall, "world_size": world_size}))
@@ -241,6 +242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         return Path(args.pfl_worker)
     import gpu_suite
     import pfl_compare
+    import pfl_fedavg
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -250,7 +252,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     out = Path(args.out) if args.out else HERE / "results" / "pfl_compare" / (
         f"processes-{gpu_suite._slug(name or socket.gethostname())}{'-quick' if args.quick else ''}.csv")
     meta = dict(cpu=cpu, cores=os.cpu_count(), omp_env=pfl_compare.omp_env(), torch_version=torch.__version__,
-                pfl_version=pfl_compare.pfl_version(), device=name)
+                pfl_version=pfl_fedavg.pfl_version(), device=name)
     start = time.perf_counter()
     print(f"pfl_processes: torch {torch.__version__}, pfl {meta['pfl_version'] or 'not importable'}, device {name}, "
           f"cpu {cpu} "
