@@ -51,7 +51,6 @@ from lightning_fed.client.sequential import (
     rank_share,
     seed_client,
 )
-from lightning_fed.client.update import ClientUpdate
 from lightning_fed.client.vectorized_logging import ClientLogSums, LogRecorder, register_logged_values
 from lightning_fed.datamodules.federated import FederatedDataModule
 
