@@ -379,6 +379,14 @@ def main(argv: Optional[list[str]] = None) -> Path:
         torch.set_num_threads(threads)
 
 
+def _write(out: Path, rows: list[dict]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _run_suite(args: argparse.Namespace) -> Path:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -408,13 +416,10 @@ def _run_suite(args: argparse.Namespace) -> Path:
             rows.append(pfl_row(args, workload, wl, no_pfl))
         if "host_syncs" in args.variants:
             rows += host_sync_rows(args, workload, wl, device)
+        _write(out, rows)  # after every workload: a run stopped by a time limit keeps what it measured
     if "main_job" in args.variants:
         rows.append(main_job_row(args, device))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    _write(out, rows)
     print(f"\n{'workload':>8} {'variant':>22} {'status':>8} {'s/round':>10} {'x plain':>8} {'syncs/step':>10}")
     for r in rows:
         print(f"{r['workload']:>8} {r['variant']:>22} {r['status']:>8} {r['s_per_round_median']:>10} "
