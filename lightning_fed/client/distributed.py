@@ -273,9 +273,10 @@ def gather_updates(
     dist.all_gather(all_sizes, sizes)
     table = torch.stack(all_sizes).cpu().tolist()
     buffers: dict[int, torch.Tensor] = {}
+    everyone_wrote = all(row[2] for row in table)
     if exchange is not None:
-        exchange.settle(all(row[2] for row in table))
-    if exchange is not None and all(row[2] for row in table):
+        exchange.settle(everyone_wrote)
+    if exchange is not None and everyone_wrote:
         for rank, (meta, tensor_bytes, _, rank_parity, rank_generation) in enumerate(table):
             if rank != me:
                 buffers[rank] = exchange.read(rank, rank_parity, rank_generation, _aligned(meta) + tensor_bytes)
