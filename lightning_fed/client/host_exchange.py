@@ -166,7 +166,16 @@ def host_exchange() -> Optional[HostExchange]:
 
     ``None`` under NCCL (it gathers on the GPUs), without :data:`SHM_DIR`, or when some rank cannot read another
     rank's probe file (another host, or a private ``/dev/shm``). Whether a round uses it is decided per round
-    (:func:`~lightning_fed.client.distributed.gather_updates`: every rank must have written its segment)."""
+    (:func:`~lightning_fed.client.distributed.gather_updates`: every rank must have written its segment).
+
+    Example: one gloo process (the decision is made once, then the same object is returned)::
+
+        >>> import tempfile, torch.distributed as dist
+        >>> dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1)
+        >>> host_exchange() is host_exchange()
+        True
+        >>> close_host_exchanges(); dist.destroy_process_group()
+    """
     group = dist.group.WORLD
     if group in _EXCHANGES:
         return _EXCHANGES[group]
