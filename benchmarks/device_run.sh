@@ -3,10 +3,9 @@
 # install the carried wheels of benchmarks/device_wheels.sh into benchmarks/.device-site (--no-index --no-deps),
 # then run the GPU suite (plain / sequential / vectorized / pfl / k processes, host syncs, the main job) and the
 # two-process comparison with pfl on the GPU, writing their CSVs to $OUT (or benchmarks/results/ without $OUT).
-#   run(command="bash benchmarks/device_run.sh", carry=["benchmarks/.device-wheels", "data/shakespeare"],
-#       timeout_s=560)
-# Budget: at most 420 + 110 s of commands (the suite writes its CSV after every workload, so a suite stopped by its
-# time limit keeps the workloads it finished); SUITE_ARGS="--quick" for a check, e.g. "--workloads mlp,cnn" to trim.
+#   run(command="set -o pipefail; PYTHONUNBUFFERED=1 bash benchmarks/device_run.sh 2>&1 | tee $OUT/device_run.log",
+#       carry=["benchmarks/.device-wheels", "data/shakespeare"], timeout_s=570)
+# Budget: at most 160 + 100 + 60 + 100 + 70 s of commands (T1..T5 change them); SUITE_ARGS="--quick" for a check.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${DEVICE_PYTHON:-python3}"
@@ -21,7 +20,17 @@ OUT_DIR="${OUT:-benchmarks/results}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 "$PY" -c "import torch, lightning, lightning_fed; print('torch', torch.__version__, 'lightning', lightning.__version__, 'cuda', torch.cuda.is_available())"
 "$PY" -c "import pfl, pfl.model.pytorch; print('pfl imports')" || echo "pfl does not import: its rows are skipped"
-OMP_NUM_THREADS=4 timeout 420 "$PY" benchmarks/gpu_suite.py --device cuda --data-dir data ${SUITE_ARGS:-} \
-    --out "$OUT_DIR/gpu_suite.csv" || echo "gpu_suite exited with $?"
-timeout 110 "$PY" benchmarks/pfl_processes.py --device cuda --cohorts 10 --rounds 4 --repeats 1 \
-    --out "$OUT_DIR/pfl_processes_gpu.csv" || echo "pfl_processes exited with $?"
+DEVICE="${DEVICE:-cuda}"  # DEVICE=cpu SUITE_ARGS=--quick: a dry run of this script on a machine without CUDA
+# In order of what issue #33's GPU targets need, each stage with its own time limit and CSV (a stage stopped by its
+# limit keeps the workloads it finished): (1) plain / sequential / vectorized / pfl and the host syncs per local step,
+# cohort 10, three workloads; (2) the same at cohort 50 for the MLP and CNN (vectorization's room); (3) the main
+# job; (4) k processes sharing the GPU; (5) two processes against pfl's two.
+suite() { local limit=$1; shift; OMP_NUM_THREADS=4 timeout "$limit" "$PY" benchmarks/gpu_suite.py --device "$DEVICE" \
+    --data-dir data ${SUITE_ARGS:-} "$@" || echo "gpu_suite $* exited with $?"; }
+suite "${T1:-160}" --variants plain,sequential,vectorized,pfl,host_syncs --out "$OUT_DIR/gpu_suite.csv"
+suite "${T2:-100}" --workloads mlp,cnn --cohort "${C2:-50}" --repeats 2 --variants plain,sequential,vectorized,pfl \
+    --out "$OUT_DIR/gpu_suite_c50.csv"
+suite "${T3:-60}" --variants main_job --out "$OUT_DIR/gpu_suite_main_job.csv"
+suite "${T4:-100}" --workloads mlp,cnn --repeats 2 --variants ddp,ddp_vectorized --out "$OUT_DIR/gpu_suite_ddp.csv"
+timeout "${T5:-70}" "$PY" benchmarks/pfl_processes.py --device "$DEVICE" --cohorts "${C4:-10}" --rounds 4 --repeats 1 \
+    ${PROC_ARGS:-} --out "$OUT_DIR/pfl_processes_gpu.csv" || echo "pfl_processes exited with $?"

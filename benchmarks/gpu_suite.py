@@ -107,11 +107,19 @@ _QUICK = {
 }
 
 
-def workload_args(name: str, quick: bool, lr: float = 0.05) -> argparse.Namespace:
-    """The ``argparse.Namespace`` that ``benchmarks/overhead.py``'s functions take for workload ``name``."""
+def workload_args(name: str, quick: bool, lr: float = 0.05, cohort: Optional[int] = None,
+                  repeats: Optional[int] = None) -> argparse.Namespace:
+    """The ``argparse.Namespace`` that ``benchmarks/overhead.py``'s functions take for workload ``name``; ``cohort``
+    and ``repeats`` replace the table's (``--cohort``, ``--repeats``; a cohort above the clients is a ValueError)."""
     if name not in _MODELS:
         raise ValueError(f"workload must be one of {WORKLOADS}, got {name!r}")
-    sizes = (_QUICK if quick else _FULL)[name]
+    sizes = dict((_QUICK if quick else _FULL)[name])
+    if cohort is not None:
+        if not 1 <= cohort <= sizes["clients"]:
+            raise ValueError(f"cohort must be in [1, {sizes['clients']}] (the clients of {name!r}), got {cohort}")
+        sizes["cohort"] = cohort
+    if repeats is not None:
+        sizes["repeats"] = repeats
     return argparse.Namespace(**_MODELS[name], **sizes, epochs=1, lr=lr, hidden=256, channels_last=False,
                               max_parallel=None)
 
@@ -327,6 +335,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default all)")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated subset of {','.join(VARIANTS)} (default all)")
+    p.add_argument("--cohort", type=int, default=None,
+                   help="cohort C of every workload (default 10; --quick 4), at most its clients (100; --quick 8)")
+    p.add_argument("--repeats", type=int, default=None, help="interleaved repeats per variant (default 3; --quick 2)")
     p.add_argument("--ddp-ranks", type=int, default=2, help="k, the processes of the ddp variant (default 2)")
     p.add_argument("--ddp-threads", type=int, default=1, help="torch threads per ddp process (default 1)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for this process "
@@ -337,9 +348,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.workloads = comma_choices(p, "--workloads", args.workloads, WORKLOADS)
     args.variants = comma_choices(p, "--variants", args.variants, VARIANTS)
-    for name in ("ddp_ranks", "ddp_threads", "main_job_rounds"):
-        if getattr(args, name) < 1:
+    for name in ("ddp_ranks", "ddp_threads", "main_job_rounds", "cohort", "repeats"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    clients = min((_QUICK if args.quick else _FULL)[w]["clients"] for w in args.workloads)
+    if args.cohort is not None and args.cohort > clients:
+        p.error(f"--cohort must be <= {clients} (the clients of the workloads chosen), got {args.cohort}")
     if args.main_job_rounds < 2:
         p.error("--main-job-rounds must be >= 2 (the first round is excluded)")
     if args.threads is not None and args.threads < 1:
@@ -386,7 +400,7 @@ def _run_suite(args: argparse.Namespace) -> Path:
           f"{torch.get_num_threads()} thread(s), load {_load():.2f}, quick={args.quick}", flush=True)
     rows = []
     for workload in args.workloads:
-        wl = workload_args(workload, args.quick)
+        wl = workload_args(workload, args.quick, cohort=args.cohort, repeats=args.repeats)
         has_pfl = "pfl" in args.variants and pfl_fedavg.pfl_version() is not None
         timed = [v for v in ("plain", "sequential", "vectorized", "pfl") if v in args.variants and (v != "pfl" or has_pfl)]
         plain = None

@@ -51,8 +51,20 @@ def test_quick_cpu_run_writes_every_variant_with_the_csv_columns(gpu_suite, tmp_
     (["--variants", "plain,fast"], "--variants: unknown"),
     (["--ddp-ranks", "0"], "--ddp-ranks must be >= 1"),
     (["--main-job-rounds", "1"], "--main-job-rounds must be >= 2"),
+    (["--cohort", "0"], "--cohort must be >= 1"),
+    (["--quick", "--cohort", "9"], "--cohort must be <= 8"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
 ])
 def test_bad_arguments_are_refused_by_name(gpu_suite, argv, match, capsys):
     with pytest.raises(SystemExit):
         gpu_suite.parse_args(["--device", "cpu", *argv])
     assert match in capsys.readouterr().err
+
+
+def test_cohort_and_repeats_replace_the_tables_sizes(gpu_suite):
+    args = gpu_suite.parse_args(["--device", "cpu", "--cohort", "50", "--repeats", "2", "--workloads", "cnn"])
+    wl = gpu_suite.workload_args("cnn", args.quick, cohort=args.cohort, repeats=args.repeats)
+    assert (wl.cohort, wl.repeats, wl.clients, wl.samples_per_client) == (50, 2, 100, 600)
+    assert gpu_suite.workload_args("cnn", False).cohort == 10  # the table's, untouched
+    with pytest.raises(ValueError, match="cohort must be in"):
+        gpu_suite.workload_args("mlp", True, cohort=9)
