@@ -116,6 +116,15 @@ def pfl_worker(args: argparse.Namespace) -> None:
         Path(args.pfl_worker).write_text(json.dumps({"wall": result.wall, "world_size": world_size}))
 
 
+def failure_reason(stderr: str) -> str:
+    """The line of a failed worker's stderr that says why: the last error line raised in a worker, not torchrun's
+    closing ``ChildFailedError`` (whose message is empty); else the last error line, else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line]
+    own = [line for line in errors if "ChildFailedError" not in line and "torch.distributed.elastic" not in line]
+    return (own or errors or lines or ["(no output)"])[-1]
+
+
 def _shared_gpu(args: argparse.Namespace, processes: int) -> bool:
     """Whether ``processes`` processes share one GPU (fewer GPUs visible than processes)."""
     import torch
@@ -194,8 +203,7 @@ def run_cohort(args: argparse.Namespace, cohort: int, meta: dict, tmp: str) -> l
             done = subprocess.run(_command(variant, args, cohort, out), env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
             if done.returncode != 0:
-                lines = [line for line in done.stderr.strip().splitlines() if "Error" in line] or ["(no output)"]
-                failed[variant] = f"exit {done.returncode}: {lines[-1][:300]}"
+                failed[variant] = f"exit {done.returncode}: {failure_reason(done.stderr)[:300]}"
                 print(f"  C={cohort:<3} {variant:>15} repeat {rep}: FAILED ({failed[variant]})", flush=True)
                 continue
             loads[variant] += [before, os.getloadavg()[0]]

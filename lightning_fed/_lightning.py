@@ -56,6 +56,7 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._extract_batch_size"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_get_default_dtype"),
+    ("lightning.fabric.utilities.apply_func", "_BLOCKING_DEVICE_TYPES"),
 )
 
 #: Private instance attributes (set in ``__init__``, so not checkable on the class): (owner, attribute).
@@ -117,6 +118,8 @@ FitLoop = _symbol("lightning.pytorch.loops.fit_loop", "_FitLoop")
 CheckpointConnector = _symbol("lightning.pytorch.trainer.connectors.checkpoint_connector", "_CheckpointConnector")
 #: Lightning's path type (``str | Path``).
 PATH = _symbol("lightning.fabric.utilities.types", "_PATH")
+#: The device types ``move_data_to_device`` copies to without ``non_blocking=True`` (``("cpu", "mps")``).
+BLOCKING_DEVICE_TYPES: tuple[str, ...] = tuple(_symbol("lightning.fabric.utilities.apply_func", "_BLOCKING_DEVICE_TYPES"))
 
 
 def tensorboard_available() -> bool:

@@ -10,7 +10,8 @@ and nothing else:
 
 * the batch goes to the device with Lightning's ``move_data_to_device`` (the default ``transfer_batch_to_device``;
   the other batch hooks are identities; a tuple of CPU tensors for a CPU module is left as it is, which is what
-  ``move_data_to_device`` returns), the logger connector sees the batch (batch-size extraction for ``self.log``;
+  ``move_data_to_device`` returns, and a tuple of plain tensors for another device is copied tensor by tensor as
+  ``move_data_to_device`` copies it, without its walk of the collection), the logger connector sees the batch (batch-size extraction for ``self.log``;
   Hugging Face dict batches: the first tensor's length);
 * ``_AutomaticOptimization``'s closure, in its order: ``training_step`` (with ``_current_fx_name`` set as
   ``_call_strategy_hook`` sets it), then ``optimizer.zero_grad()`` (``optimizer_zero_grad``'s default), then
@@ -193,6 +194,20 @@ def _cpu_tensors(batch: tuple) -> bool:
     return True
 
 
+def _moved(batch: tuple, device: torch.device, non_blocking: bool) -> Optional[tuple]:
+    """What Lightning's ``move_data_to_device(batch, device)`` returns for a tuple of plain ``Tensor`` objects
+    (``t.to(device, non_blocking=True)`` for each, without ``non_blocking`` for the devices Lightning keeps blocking:
+    ``non_blocking`` is ``device.type not in _lightning.BLOCKING_DEVICE_TYPES``),
+    without ``apply_to_collection``'s walk of the collection (~7 µs of Python per step); ``None`` for any other
+    batch (a subclass, another element, another collection), which takes ``move_data_to_device`` itself."""
+    for t in batch:
+        if type(t) is not Tensor:
+            return None
+    if non_blocking:
+        return tuple([t.to(device, non_blocking=True) for t in batch])
+    return tuple([t.to(device) for t in batch])
+
+
 def _closure_first(optimizer: Any) -> bool:
     """Whether ``optimizer.step(closure)`` equals ``closure(); optimizer.step()`` (see
     :data:`CLOSURE_FIRST_OPTIMIZERS`; an optimizer with a step pre-hook or a subclass keeps ``step(closure)``)."""
@@ -291,6 +306,7 @@ class LeanLocalStep:
         self._args: tuple = ()
         self._output: Any = None  # what the closure made of training_step's output (see _closure)
         self._on_cpu = self._device.type == "cpu"
+        self._non_blocking = self._device.type not in pl_private.BLOCKING_DEVICE_TYPES  # as move_data_to_device decides
         # the trainer's result collection (fixed within a client; `trainer._results` walks the trainer's state)
         self._collection: Any = pl_private.results(trainer)
         self._trackers = pl_private.lean_step_trackers(epoch_loop)
@@ -360,9 +376,12 @@ class LeanLocalStep:
         returns (``{"loss": detached loss, **extra}``, or ``{}`` when ``training_step`` returned ``None``)."""
         trainer = self._trainer
         results = self._collection
-        if not (self._on_cpu and type(batch) is tuple and _cpu_tensors(batch)):
-            # (a tuple of CPU tensors for a CPU module: what move_data_to_device gives is the same tensors)
+        if type(batch) is not tuple:
             batch = move_data_to_device(batch, self._device)
+        elif not (self._on_cpu and _cpu_tensors(batch)):
+            # (a tuple of CPU tensors for a CPU module: what move_data_to_device gives is the same tensors)
+            moved = _moved(batch, self._device, self._non_blocking)
+            batch = move_data_to_device(batch, self._device) if moved is None else moved
         pl_private.start_logged_batch(trainer, results, batch)
         # e.g. a Hugging Face batch: its size is the first tensor's length (a tuple skips the slower ABC check)
         if type(batch) is not tuple and isinstance(batch, Mapping):

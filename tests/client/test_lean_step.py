@@ -8,6 +8,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.fabric.utilities import move_data_to_device
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -15,8 +16,9 @@ from torch.utils.data import TensorDataset
 from torchmetrics import MeanMetric
 
 from lightning_fed import FederatedTrainer
+from lightning_fed import _lightning as pl_private
 from lightning_fed.client.host_sync import HostSyncCounter
-from lightning_fed.client.lean_step import lean_step_blocker
+from lightning_fed.client.lean_step import _moved, lean_step_blocker
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
 
@@ -599,3 +601,23 @@ def test_no_host_sync_inside_a_local_step_of_the_vectorized_executor():
         counts.append((counter.count, trainer.global_step))
     (few, few_steps), (many, many_steps) = counts
     assert many_steps == few_steps * 10 // 4 and many == few
+
+
+def test_a_tuple_of_plain_tensors_moves_as_move_data_to_device_moves_it():
+    """The lean step's copy of a tuple batch to another device is ``move_data_to_device``'s (``meta`` stands in for
+    CUDA here: a non-blocking device type), and anything else is left to ``move_data_to_device`` itself."""
+    meta = torch.device("meta")
+    assert "meta" not in pl_private.BLOCKING_DEVICE_TYPES and "cpu" in pl_private.BLOCKING_DEVICE_TYPES
+    batch = (torch.randn(4, 3), torch.arange(4), torch.zeros(4, dtype=torch.float64))
+    ours, lightnings = _moved(batch, meta, True), move_data_to_device(batch, meta)
+    assert type(ours) is tuple and len(ours) == len(lightnings) == 3
+    for a, b in zip(ours, lightnings):
+        assert (a.device, a.dtype, a.shape) == (b.device, b.dtype, b.shape)
+    same = _moved(batch, torch.device("cpu"), False)  # a blocking device: .to(device), here the tensors themselves
+    assert all(a is b for a, b in zip(same, batch))
+
+    class Tagged(torch.Tensor):
+        pass
+
+    for other in ((torch.zeros(2), 3), (torch.zeros(2).as_subclass(Tagged),), (torch.zeros(2), [torch.zeros(1)])):
+        assert _moved(other, meta, True) is None

@@ -63,3 +63,14 @@ def test_quick_run_without_pfl(pfl_processes, tmp_path):
     assert rows["lightning_fed-1"]["status"] == rows["lightning_fed-2"]["status"] == "ok"
     assert rows["lightning_fed-2"]["max_abs_diff_vs_lightning_fed_1"] == "0"
     assert rows["pfl-2"]["status"] == "skipped" and "setup_pfl_env.sh" in rows["pfl-2"]["note"]
+
+
+def test_a_failed_workers_reason_is_its_own_error_not_torchruns(pfl_processes):
+    stderr = ("[rank1]: Traceback (most recent call last):\n"
+              "[rank1]: torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+              "E1127 torch.distributed.elastic.multiprocessing.api: failed (exitcode: 1)\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert pfl_processes.failure_reason(stderr) == "[rank1]: torch.AcceleratorError: CUDA error: invalid device ordinal"
+    assert pfl_processes.failure_reason("ValueError: bad\nlast words\n") == "ValueError: bad"
+    assert pfl_processes.failure_reason("only this\n") == "only this"
+    assert pfl_processes.failure_reason("") == "(no output)"
