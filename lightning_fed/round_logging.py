@@ -112,14 +112,19 @@ class RoundLogAccumulator:
         self._step_sum[key] = self._step_sum[key] + value if key in self._step_sum else value
         self._step_count[key] = self._step_count.get(key, 0) + 1
 
-    def add_step_values(self, key: str, values: list[Any]) -> None:
+    def add_step_values(self, key: str, values: list[Any], to_host: bool = False) -> None:
         """:meth:`add_step_value` for each of ``values`` (in step order: scalar tensors, or Python floats holding a
         float32 or float64 value exactly, as the lean step's ``self.log`` fast path keeps them on the CPU), in one go:
         the same float64 sum, in the same order (on the CPU as Python floats, which are IEEE float64: each float32 or
-        float64 value converts exactly and each ``+`` rounds as the float64 tensor addition does)."""
+        float64 value converts exactly and each ``+`` rounds as the float64 tensor addition does). ``to_host=True``
+        (at a client's end, where the client's mean is read on the host anyway) treats float tensors on one
+        accelerator the same way: one copy to the host instead of two kernel launches per value."""
         if values and all(type(v) is float for v in values):
             floats = values
-        elif len(values) > 1 and all(type(v) is not float and v.is_cpu and v.dtype in _FLOAT_32_64 for v in values):
+        elif len(values) > 1 and all(
+            type(v) is not float and (v.is_cpu or to_host) and v.dtype in _FLOAT_32_64 and v.device == values[0].device
+            for v in values
+        ):
             floats = torch.stack([v.detach() for v in values]).double().tolist()
         else:
             for value in values:

@@ -440,10 +440,10 @@ class LeanLocalStep:
             entry.last = entry.pending = None
             entry.values.clear()
 
-    def _add_step_values(self) -> None:
+    def _add_step_values(self, to_host: bool = False) -> None:
         for entry in self._logged.values():
             if entry.values:
-                self._round_log.add_step_values(entry.key, entry.values)
+                self._round_log.add_step_values(entry.key, entry.values, to_host=to_host)
                 entry.values.clear()
 
     def finish_client(self) -> None:
@@ -452,7 +452,7 @@ class LeanLocalStep:
         if not self._fast_logged:
             return
         self._fast_logged = False
-        self._add_step_values()
+        self._add_step_values(to_host=True)  # (the round log reads the client's mean on the host next)
         stepped = [entry for entry in self._logged.values() if entry.last is not None]
         for entry in stepped:
             last = entry.last_tensor()

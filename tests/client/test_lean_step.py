@@ -448,7 +448,10 @@ def test_many_local_steps_same_logged_values():
     assert lean_log.rows == full_log.rows
 
 
-def test_add_step_values_equals_one_at_a_time():
+@pytest.mark.parametrize("to_host", [False, True])
+def test_add_step_values_equals_one_at_a_time(to_host):
+    """In one go (``to_host``: at a client's end, as one copy to the host on an accelerator) or one at a time: the
+    same float64 sum, bit for bit."""
     from lightning_fed.round_logging import RoundLogAccumulator
 
     g = torch.Generator().manual_seed(3)
@@ -460,8 +463,8 @@ def test_add_step_values_equals_one_at_a_time():
     batched.add_step_value("k", torch.tensor(0.25))
     for v in values:
         one.add_step_value("k", v)
-    batched.add_step_values("k", values[:7])
-    batched.add_step_values("k", values[7:])
+    batched.add_step_values("k", values[:7], to_host=to_host)
+    batched.add_step_values("k", values[7:], to_host=to_host)
     one.finish_client(0, {})
     batched.finish_client(0, {})
     assert one._pending == batched._pending  # the same float64 mean, bit for bit
@@ -472,7 +475,7 @@ def test_add_step_values_equals_one_at_a_time():
             start.start_client({})
         for v in values:
             one.add_step_value("k", v.to(dtype))
-        batched.add_step_values("k", [v.to(dtype) for v in values])
+        batched.add_step_values("k", [v.to(dtype) for v in values], to_host=to_host)
         assert torch.equal(one._step_sum["k"], batched._step_sum["k"]) and batched._step_count["k"] == 500
 
 
