@@ -119,7 +119,9 @@ CheckpointConnector = _symbol("lightning.pytorch.trainer.connectors.checkpoint_c
 #: Lightning's path type (``str | Path``).
 PATH = _symbol("lightning.fabric.utilities.types", "_PATH")
 #: The device types ``move_data_to_device`` copies to without ``non_blocking=True`` (``("cpu", "mps")``).
-BLOCKING_DEVICE_TYPES: tuple[str, ...] = tuple(_symbol("lightning.fabric.utilities.apply_func", "_BLOCKING_DEVICE_TYPES"))
+BLOCKING_DEVICE_TYPES: tuple[str, ...] = tuple(
+    _symbol("lightning.fabric.utilities.apply_func", "_BLOCKING_DEVICE_TYPES")
+)
 
 
 def tensorboard_available() -> bool:

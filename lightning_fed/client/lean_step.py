@@ -11,8 +11,8 @@ and nothing else:
 * the batch goes to the device with Lightning's ``move_data_to_device`` (the default ``transfer_batch_to_device``;
   the other batch hooks are identities; a tuple of CPU tensors for a CPU module is left as it is, which is what
   ``move_data_to_device`` returns, and a tuple of plain tensors for another device is copied tensor by tensor as
-  ``move_data_to_device`` copies it, without its walk of the collection), the logger connector sees the batch (batch-size extraction for ``self.log``;
-  Hugging Face dict batches: the first tensor's length);
+  ``move_data_to_device`` copies it, without its walk of the collection), the logger connector sees the batch
+  (batch-size extraction for ``self.log``; Hugging Face dict batches: the first tensor's length);
 * ``_AutomaticOptimization``'s closure, in its order: ``training_step`` (with ``_current_fx_name`` set as
   ``_call_strategy_hook`` sets it), then ``optimizer.zero_grad()`` (``optimizer_zero_grad``'s default), then
   ``loss.backward()`` (``backward``'s default under 32-true precision; skipped when ``training_step`` returned
