@@ -352,7 +352,8 @@ class ServerOptimizer(Callback):
         """
         weights = self.round_weights(updates)
         deltas = [self.client_delta(u) for u in updates]
-        sq_norms = torch.stack([torch.stack(torch._foreach_norm(d)).double().square().sum().cpu() for d in deltas])
+        # on the device, then one copy to the host for the whole cohort (not one per client)
+        sq_norms = torch.stack([torch.stack(torch._foreach_norm(d)).double().square().sum() for d in deltas]).cpu()
         if self.privatises or any(getattr(stage, "shifts_mean", False) for stage in self.aggregators or ()):
             pseudo_gradient = [sum(float(w) * d[j].double() for w, d in zip(weights, deltas))
                                for j in range(len(deltas[0]))]
