@@ -295,7 +295,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             self._stop_round(round_idx, interrupt.signum)
         updates, failures = _round_result(self.executor, result)
         self.round_failures = list(failures)
-        updates = [u for u in updates if self._is_finite(u)]
+        updates = [u for u, finite in zip(updates, self._finite_updates(updates)) if self._keep_finite(u, finite)]
         if self.max_update_norm_ratio is not None:
             updates = self._drop_norm_outliers(updates)
         # Too few reports for the aggregator (e.g. Krum's K > 2f + 2): the round is skipped like one where nobody
@@ -438,10 +438,22 @@ class FederatedFitLoop(pl_private.FitLoop):
         """
         self.round_failures.append(self.client_runner.report_failure(client_id, reason))
 
-    def _is_finite(self, update: ClientUpdate) -> bool:
-        tensors = list(update.delta) + [b for b in update.buffers if b.is_floating_point()]
-        # one host sync per client: a sum of norms is finite iff every entry is
-        finite = bool(torch.isfinite(torch.stack(torch._foreach_norm(tensors)).sum())) if tensors else True
+    @staticmethod
+    def _finite_updates(updates: list[ClientUpdate]) -> list[bool]:
+        """Whether each update's delta and floating buffers are all finite (a sum of norms is finite iff every entry
+        is), read on the host in one copy for the round where every update sits on one device (one host sync a
+        round, not one a client)."""
+        tensors = [list(u.delta) + [b for b in u.buffers if b.is_floating_point()] for u in updates]
+        flags = [torch.isfinite(torch.stack(torch._foreach_norm(t)).sum()) if t else None for t in tensors]
+        present = [f for f in flags if f is not None]
+        if len({f.device for f in present}) == 1:
+            values = iter(torch.stack(present).tolist())
+            return [True if f is None else next(values) for f in flags]
+        return [True if f is None else bool(f) for f in flags]
+
+    def _keep_finite(self, update: ClientUpdate, finite: bool) -> bool:
+        """``finite`` (from :meth:`_finite_updates`), also requiring a finite loss where the client reported one;
+        a non-finite update is recorded as the client's failure and discarded from the round log."""
         if update.loss_steps > 0 and not math.isfinite(update.loss):  # no loss reported (manual optimization): fine
             finite = False
         if not finite:

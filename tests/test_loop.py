@@ -330,3 +330,35 @@ def test_round_metric_fast_path_adds_as_log_and_declines_what_it_cannot_do(tmp_p
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(), Check()], **quiet_trainer_kwargs(tmp_path))
     trainer.fit(SmallClassifier(), datamodule=dm)
     assert checked == [True]
+
+
+def test_the_rounds_finiteness_check_reads_the_host_once_whatever_the_cohort():
+    """Issue #33: which updates are finite is read on the host in one copy a round (on a GPU one sync, not one per
+    client), with the same verdicts: a NaN or inf in a delta or a floating buffer makes an update non-finite; integer
+    buffers and updates without tensors are not checked."""
+    from lightning_fed.client import ClientUpdate
+    from lightning_fed.client.host_sync import HostSyncCounter
+    from lightning_fed.loop import FederatedFitLoop
+
+    def update(cid, delta, buffers=()):
+        return ClientUpdate(client_id=cid, delta=delta, num_samples=1, num_steps=1, loss=0.0, buffers=list(buffers))
+
+    ok = [torch.ones(3), torch.zeros(2, 2)]
+    updates = [
+        update(0, ok),
+        update(1, [torch.ones(3), torch.tensor([[1.0, float("nan")], [0.0, 0.0]])]),
+        update(2, ok, [torch.tensor([float("inf")])]),
+        update(3, ok, [torch.tensor([7])]),  # an integer buffer (e.g. num_batches_tracked): not checked
+        update(4, []),
+        update(5, [torch.ones(2, dtype=torch.float64) * float("-inf")]),
+    ]
+    counts = []
+    for cohort in (updates[:1], updates):
+        with HostSyncCounter() as counter:
+            FederatedFitLoop._finite_updates(cohort)
+        counts.append(counter.count)
+    # one bool() per client counted 1 and 6 here; `tolist()` reads the stacked flags in one copy (on a GPU the one
+    # sync of the round; on the CPU not an aten op the counter sees)
+    assert counts[0] == counts[1] <= 1
+    assert FederatedFitLoop._finite_updates(updates) == [True, False, False, True, True, False]
+    assert FederatedFitLoop._finite_updates([]) == []
