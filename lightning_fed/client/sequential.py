@@ -56,10 +56,11 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
     taken left to right as tensor additions (so it rounds as a running ``loss_sum + loss`` in the losses' dtype
     would); ``nan`` for no losses.
 
-    For scalar float32 or float64 losses on the CPU the same additions run in one ``numpy.add.accumulate`` after one
-    ``stack`` (documented as that running loop in the array's dtype: the same IEEE operations in the same order, so
-    the result is identical), without a tensor operation per step; anything else (other dtypes or shapes, mixed
-    dtypes, another device) is added as tensors.
+    For scalar float32 or float64 losses on one device the same additions run in one ``numpy.add.accumulate`` after
+    one ``stack`` and one copy to the host (documented as that running loop in the array's dtype: the same IEEE
+    operations in the same order, so the result is identical), without a tensor operation per step (on an
+    accelerator: one copy instead of a kernel launch per step, and the one host sync the ``float`` needed anyway);
+    anything else (other dtypes or shapes, mixed dtypes or devices) is added as tensors.
 
     Args:
         losses: The detached losses of the client's local steps, in step order.
@@ -74,14 +75,14 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
     if not losses:
         return math.nan
     first = losses[0]
-    if len(losses) > 1 and first.is_cpu and first.dtype in (torch.float32, torch.float64):
+    if len(losses) > 1 and first.dtype in (torch.float32, torch.float64):
         try:
             stacked = torch.stack(losses)
         except RuntimeError:  # different shapes or devices: added as tensors below
             stacked = None
         if stacked is not None and stacked.ndim == 1 and stacked.dtype == first.dtype:
             # NumPy documents `add.accumulate` as the running loop `t = t + a[i]` in the array's dtype
-            return float(np.add.accumulate(stacked.detach().numpy())[-1]) / len(losses)
+            return float(np.add.accumulate(stacked.detach().cpu().numpy())[-1]) / len(losses)
     total = first
     for loss in losses[1:]:
         total = total + loss
