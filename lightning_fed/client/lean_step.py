@@ -229,8 +229,8 @@ class _Logged:
     """A name the fast ``self.log`` path handles: the arguments it was first logged with and its result metric."""
 
     __slots__ = (
-        "kwargs", "metric", "key", "on_step", "on_epoch", "device", "on_cpu", "results", "pending", "pending_dtype",
-        "values", "last", "last_dtype",
+        "kwargs", "metric", "key", "on_step", "on_epoch", "device", "on_cpu", "cpu_step_only", "results", "pending",
+        "pending_dtype", "values", "last", "last_dtype",
     )
 
     def __init__(self, kwargs: dict, metric: Any, key: str, device: torch.device, results: Any) -> None:
@@ -243,6 +243,7 @@ class _Logged:
         # on the CPU a step value is kept as a Python float (``Tensor.item()``: the exact float32/float64 value, no
         # tensor copy); elsewhere as Lightning keeps it, a detached clone (no host sync per step)
         self.on_cpu = device.type == "cpu" and HOST_SCALARS_ON_CPU
+        self.cpu_step_only = self.on_cpu and self.on_step and not self.on_epoch  # (LeanLocalStep.log's shortest path)
         self.results = results
         self.pending: Any = None  # this step's step value (a later call in the step replaces it)
         self.pending_dtype: Optional[torch.dtype] = None  # its dtype (a float's tensor dtype, for `last`)
@@ -492,6 +493,12 @@ class LeanLocalStep:
         # what LightningModule.log + _ResultMetric.update do to a scalar float tensor with mean reduction (Lightning
         # keeps a clone of the step value, safe from later in-place changes: `item()` on the CPU is such a copy, and
         # the epoch sum below makes new tensors)
+        if entry.cpu_step_only and not _is_compiling():  # the common case: a step value kept as a Python float
+            if entry.pending is None:  # (`item()` reads a one-element tensor of any shape, graph or not: no detach)
+                self._touched.append(entry)
+            entry.pending = value.item()
+            entry.pending_dtype = value.dtype
+            return
         value = value.detach()
         if value.ndim:
             value = value.squeeze()
