@@ -652,7 +652,7 @@ class FederatedEvaluation(Callback):
             result = evaluate_clients(
                 trainer, datamodule, clients, round_idx, datamodule.eval_local_steps,
                 client_timeout_s=getattr(runner, "client_timeout_s", None),
-                on_client_failure=getattr(runner, "on_client_failure", "skip"),
+                on_client_failure="raise" if getattr(runner, "raises_on_failure", False) else "skip",
                 stop_signals=trainer.world_size == 1,
             )
         except RoundInterrupted as interrupt:

@@ -87,7 +87,11 @@ class FederatedFitLoop(pl_private.FitLoop):
 
     Failing clients: a client whose local training raises, or whose update is non-finite (NaN/Inf loss, delta
     or buffer), is dropped from the round's aggregate with a warning (``on_client_failure="skip"``, the default)
-    or stops training (``"raise"``). Dropped clients are counted in ``round_clients_dropped``; a round in which
+    or stops training (``"raise"``). Under ``"skip"``, a round in which every client (one or more) raised the same
+    exception type at the same place stops the run at that round with a ``RuntimeError`` raised from the first
+    client's exception (a deterministic error — a bug — would otherwise fail every round and end the run only
+    after ``max_epochs`` rounds; :meth:`~lightning_fed.client.runner.ClientRunner.stop_if_all_failed_alike`);
+    ``"skip_all"`` drops them and goes on (fault-injection studies). Dropped clients are counted in ``round_clients_dropped``; a round in which
     no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
     whose K reporting clients are too few for the server optimizer's aggregator chain (e.g. Krum needs
     K > 2f + 2; :meth:`ServerOptimizer.aggregation_requirement`): it is skipped with a warning naming the round, K
@@ -129,7 +133,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         min_epochs: Minimum number of rounds.
         max_epochs: Maximum number of rounds.
         executor: How clients are trained (default :class:`SequentialExecutor`).
-        on_client_failure: ``"skip"`` (default) or ``"raise"``.
+        on_client_failure: ``"skip"`` (default), ``"raise"`` or ``"skip_all"``.
         client_timeout_s: Wall-clock limit of one client's local work in seconds, ``None`` (default) for none.
         max_update_norm_ratio: k > 1 for the update-norm guard, ``None`` (default) for none.
 
@@ -294,6 +298,10 @@ class FederatedFitLoop(pl_private.FitLoop):
         except RoundInterrupted as interrupt:
             self._stop_round(round_idx, interrupt.signum)
         updates, failures = _round_result(self.executor, result)
+        runner.stop_if_all_failed_alike(len(updates), failures, round_idx)  # a deterministic error: stop now
+        for failure in failures:
+            if getattr(failure, "error", None) is not None:
+                failure.error = None  # the exception holds the client's frames (its batch, its local model)
         self.round_failures = list(failures)
         updates = [u for u, finite in zip(updates, self._finite_updates(updates)) if self._keep_finite(u, finite)]
         if self.max_update_norm_ratio is not None:
@@ -400,7 +408,8 @@ class FederatedFitLoop(pl_private.FitLoop):
     # ------------------------------------------------------------------ the client runner's settings and round state
     @property
     def on_client_failure(self) -> str:
-        """``"skip"`` or ``"raise"`` (applied by :meth:`ClientRunner.report_failure`)."""
+        """``"skip"``, ``"raise"`` or ``"skip_all"`` (applied by :meth:`ClientRunner.report_failure` and
+        :meth:`ClientRunner.stop_if_all_failed_alike`)."""
         return self.client_runner.on_client_failure
 
     @property
@@ -431,7 +440,8 @@ class FederatedFitLoop(pl_private.FitLoop):
         return self.client_runner.round_client_lrs
 
     def record_client_failure(self, client_id: int, reason: str) -> None:
-        """Drop client ``client_id`` (which reported back) from the round (policy ``"skip"``) or raise (``"raise"``).
+        """Drop client ``client_id`` (which reported back) from the round (policies ``"skip"``, ``"skip_all"``) or
+        raise (``"raise"``).
 
         Raises:
             RuntimeError: with policy ``"raise"``.

@@ -131,8 +131,10 @@ class FederatedTrainer(L.Trainer):
             ``"sequential"`` (default: one client after another in this process) or ``"vectorized"``
             (:class:`~lightning_fed.vectorized.VectorizedExecutor` with its defaults).
         on_client_failure: What a client that raises or returns a non-finite update does to the run:
-            ``"skip"`` (default: dropped from the round with a warning, counted in ``round_clients_dropped``) or
-            ``"raise"``.
+            ``"skip"`` (default: dropped from the round with a warning, counted in ``round_clients_dropped``;
+            but a round in which every client raised the same exception type at the same place — a bug, not a
+            flaky client — stops the run at once with that error), ``"raise"`` (the first failing client stops
+            the run) or ``"skip_all"`` (always dropped, the run goes on: fault-injection studies).
         allow_resume_changes: Which configuration changes ``fit(ckpt_path=...)`` accepts: ``False`` (default:
             none; a changed partition, data seed, cohort size, local work, data order or server optimizer raises a
             ``ValueError`` naming each setting with its old and new value), ``True`` (all, each reported in a
@@ -191,7 +193,7 @@ class FederatedTrainer(L.Trainer):
         >>> FederatedTrainer(on_client_failure="retry")
         Traceback (most recent call last):
         ...
-        ValueError: `on_client_failure` must be one of ('skip', 'raise'), got 'retry'.
+        ValueError: `on_client_failure` must be one of ('skip', 'raise', 'skip_all'), got 'retry'.
     """
 
     def __init__(

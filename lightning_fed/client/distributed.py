@@ -143,7 +143,9 @@ class PackedUpdates:
 
     Attributes:
         meta: ``pickle.dumps((skeletons, failures))``: each update as a ``ClientUpdate`` (made by
-            ``dataclasses.replace``) whose tensors are :class:`_Slot` s, and the ``(client id, reason)`` failures.
+            ``dataclasses.replace``) whose tensors are :class:`_Slot` s, and the ``(client id, reason)`` failures
+            (a :class:`~lightning_fed.client.runner.ClientFailure` keeps where a raised error came from, so every
+            rank takes the same decision on a round whose clients all failed alike).
         slots: Each packed tensor with its slot, in tensor-block order.
         tensor_bytes: Size of the tensor block in bytes (every tensor's bytes rounded up to :data:`_ALIGN`).
 

@@ -10,7 +10,9 @@ executors (sequential, vectorized, over DDP ranks) drive instead of the loop:
 2. :meth:`ClientRunner.local_step` — one mini-batch through Lightning's optimization loop;
 3. :meth:`ClientRunner.finish_client` — Δ_i = x_i − x_t and the client's extras into a ``ClientUpdate``
    (:meth:`ClientRunner.build_update` is the only place a ``ClientUpdate`` is made);
-4. :meth:`ClientRunner.report_failure` — the failure policy (``on_client_failure``) applied in one place.
+4. :meth:`ClientRunner.report_failure` / :meth:`ClientRunner.client_failed` — the failure policy
+   (``on_client_failure``) applied in one place, and :meth:`ClientRunner.stop_if_all_failed_alike` — a round whose
+   every client raised the same error at the same place stops the run (a deterministic error, not flaky clients).
 
 Client-side algorithms (FedProx, SCAFFOLD, Fed-LAMB's client) get x_t and the round's client learning rates from
 the :class:`ClientContext` passed to their ``configure_client`` / ``collect_client_extras`` (the server → client
@@ -24,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import traceback
+
 import torch
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
@@ -34,7 +38,74 @@ from lightning_fed.checkpoint import MidRoundCheckpointError
 from lightning_fed.client.lean_step import LeanLocalStep, lean_step_blocker
 from lightning_fed.client.update import ClientUpdate, parameter_client_lrs
 
-FAILURE_POLICIES = ("skip", "raise")
+#: ``on_client_failure`` values: ``"skip"`` drops a failing client from its round, but stops the run when every client
+#: of a round raised the same exception type at the same place (:meth:`ClientRunner.stop_if_all_failed_alike`);
+#: ``"raise"`` stops at the first failing client; ``"skip_all"`` always drops (fault-injection studies).
+FAILURE_POLICIES = ("skip", "raise", "skip_all")
+
+
+def failure_origin(error: BaseException) -> str:
+    """Where ``error`` was raised: its type and the innermost frame of its traceback, ``"<module>.<Type> at
+    <file>:<line>"`` (just the type when it carries no traceback). Two clients whose local work raised with the same
+    origin failed the same way, whatever their messages (e.g. a ``KeyError`` naming different keys).
+
+    Example::
+
+        >>> try:
+        ...     {}["x"]
+        ... except KeyError as error:
+        ...     origin = failure_origin(error)
+        >>> origin.startswith("builtins.KeyError at "), failure_origin(ValueError("no traceback"))
+        (True, 'builtins.ValueError')
+    """
+    kind = f"{type(error).__module__}.{type(error).__qualname__}"
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{kind} at {frames[-1].filename}:{frames[-1].lineno}" if frames else kind
+
+
+class ClientFailure(tuple):
+    """``(client id, reason)`` of a client dropped from a round — a plain pair to unpack and compare — that also
+    says, for a client whose local work raised, where (:attr:`origin`, :func:`failure_origin`) and how
+    (:attr:`traceback`, the formatted traceback as text, so that it crosses DDP ranks).
+
+    Attributes:
+        origin: ``"<module>.<Type> at <file>:<line>"`` for a client that raised, ``None`` otherwise (a timeout, a
+            non-finite update, an update-norm outlier).
+        traceback: The exception's formatted traceback (``""`` when ``origin`` is ``None``).
+        error: The exception itself, on the process that trained the client only (never pickled).
+
+    Example::
+
+        >>> failure = ClientFailure(3, "timed out")
+        >>> failure == (3, "timed out"), failure.origin, failure.client_id, failure.reason
+        (True, None, 3, 'timed out')
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(ClientFailure(4, "KeyError: 'x'", origin="builtins.KeyError at m.py:7"))).origin
+        'builtins.KeyError at m.py:7'
+    """
+
+    origin: Optional[str]
+    traceback: str
+    error: Optional[BaseException]
+
+    def __new__(cls, client_id: int, reason: str, origin: Optional[str] = None, traceback_text: str = "",
+                error: Optional[BaseException] = None) -> "ClientFailure":
+        self = super().__new__(cls, (int(client_id), str(reason)))
+        self.origin, self.traceback, self.error = origin, traceback_text, error
+        return self
+
+    def __reduce__(self) -> Any:  # the exception (and its frames) stays on its process
+        return ClientFailure, (self[0], self[1], self.origin, self.traceback)
+
+    @property
+    def client_id(self) -> int:
+        """The client's id in the partition."""
+        return self[0]
+
+    @property
+    def reason(self) -> str:
+        """Why it was dropped (``"<Type>: <message>"`` for an exception)."""
+        return self[1]
 
 
 @dataclass(frozen=True)
@@ -82,7 +153,10 @@ class ClientRunner:
     :attr:`trainer`, :attr:`datamodule`, :attr:`server_optimizer`, :attr:`client_timeout_s`.
 
     Args:
-        on_client_failure: ``"skip"`` (drop the client from the round with a warning) or ``"raise"``.
+        on_client_failure: ``"skip"`` (drop the client from the round with a warning; but when every client of a
+            round raised the same exception type at the same place, stop the run: :meth:`stop_if_all_failed_alike`),
+            ``"raise"`` (stop at the first failing client) or ``"skip_all"`` (always drop, never stop: for
+            fault-injection studies where every client of a round may fail on purpose).
         client_timeout_s: The per-client time limit in seconds, or ``None`` (checked by the loop).
 
     Raises:
@@ -118,7 +192,7 @@ class ClientRunner:
         >>> ClientRunner(on_client_failure="retry")
         Traceback (most recent call last):
         ...
-        ValueError: `on_client_failure` must be one of ('skip', 'raise'), got 'retry'.
+        ValueError: `on_client_failure` must be one of ('skip', 'raise', 'skip_all'), got 'retry'.
     """
 
     #: Returned by :meth:`local_step` when the module's ``on_train_batch_start`` returned -1.
@@ -385,9 +459,10 @@ class ClientRunner:
         """Whether a failing client stops training (``on_client_failure="raise"``)."""
         return self.on_client_failure == "raise"
 
-    def report_failure(self, client_id: int, reason: str) -> tuple[int, str]:
-        """Client ``client_id`` failed: warn and return the ``(client id, reason)`` record that drops it from the
-        round (policy ``"skip"``), or raise (policy ``"raise"``).
+    def report_failure(self, client_id: int, reason: str, error: Optional[BaseException] = None) -> ClientFailure:
+        """Client ``client_id`` failed: warn and return the :class:`ClientFailure` record that drops it from the
+        round (policies ``"skip"`` and ``"skip_all"``), or raise (policy ``"raise"``). ``error``: the exception its
+        local work raised, if any (recorded with its :func:`failure_origin` and traceback).
 
         Raises:
             RuntimeError: with policy ``"raise"``.
@@ -396,14 +471,49 @@ class ClientRunner:
         if self.raises_on_failure:
             raise RuntimeError(message + " (on_client_failure='raise').")
         rank_zero_warn(message + "; dropped from the round's aggregate.")
-        return int(client_id), reason
+        if error is None:
+            return ClientFailure(client_id, reason)
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return ClientFailure(client_id, reason, failure_origin(error), text, error)
 
-    def client_failed(self, client_id: int, error: BaseException) -> tuple[int, str]:
+    def client_failed(self, client_id: int, error: BaseException) -> ClientFailure:
         """Client ``client_id``'s local work raised ``error``: re-raise it under ``"raise"`` (and always for a
         mid-round checkpoint attempt), else :meth:`report_failure`."""
         if self.raises_on_failure or isinstance(error, MidRoundCheckpointError):
             raise error
-        return self.report_failure(client_id, f"{type(error).__name__}: {error}")
+        return self.report_failure(client_id, f"{type(error).__name__}: {error}", error)
+
+    def stop_if_all_failed_alike(self, num_updates: int, failures: list[tuple[int, str]], round_idx: int) -> None:
+        """Under policy ``"skip"``: stop the run when no client of round ``round_idx`` reported back and every one
+        of its ``failures`` (at least one) is a client whose local work raised the same exception type at the same
+        place (the same :func:`failure_origin`). Such an error is deterministic — a bug in ``training_step``, a
+        data field every client lacks — and would fail every round the same way; dropping the clients would only
+        end the run after ``max_epochs`` rounds of warnings. A cohort of one client counts: its error stops the run
+        too. Failures that differ between clients (or that are timeouts, non-finite or outlier updates) keep the
+        per-client drop. Under several processes ``failures`` are the gathered ones of every rank, so every rank
+        takes the same decision.
+
+        Raises:
+            RuntimeError: naming the round, the number of clients and the error, raised from the first client's
+                exception (its traceback is shown above the message; on a rank that did not train that client, the
+                message holds the traceback's text).
+        """
+        if self.on_client_failure != "skip" or num_updates or not failures:
+            return
+        origins = {getattr(f, "origin", None) for f in failures}
+        if len(origins) != 1 or None in origins:
+            return
+        first = failures[0]
+        count = f"all {len(failures)} clients" if len(failures) > 1 else "its only client"
+        message = (
+            f"Round {round_idx}: {count} failed with the same error, {first.reason} (raised at the same place: "
+            f"{first.origin}) -- a deterministic error, not a flaky client, so the run stops here instead of after "
+            "max_epochs rounds of dropped clients. Fix the error; on_client_failure='skip_all' drops such clients "
+            "and goes on (fault-injection studies)."
+        )
+        if first.error is None:  # trained on another rank
+            raise RuntimeError(f"{message}\nClient {first.client_id}'s traceback:\n{first.traceback}")
+        raise RuntimeError(message) from first.error
 
     def call_client_hook(self, name: str, *args: Any) -> None:
         """Call ``name(trainer, pl_module, *args)`` on every callback that defines it (federated hooks:

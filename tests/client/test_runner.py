@@ -97,7 +97,7 @@ def test_failure_policy_is_applied_by_the_runner():
         strict.report_failure(7, "boom")
     with pytest.raises(ValueError, match="bad"):
         strict.client_failed(8, ValueError("bad"))
-    with pytest.raises(ValueError, match=r"`on_client_failure` must be one of \('skip', 'raise'\), got 'ignore'"):
+    with pytest.raises(ValueError, match=r"`on_client_failure` must be one of \('skip', 'raise', 'skip_all'\), got 'ignore'"):
         ClientRunner("ignore")
 
 
@@ -191,5 +191,98 @@ def test_raise_policy_stops_training(tmp_path):
 
 
 def test_bad_failure_policy(tmp_path):
-    with pytest.raises(ValueError, match="`on_client_failure` must be one of \\('skip', 'raise'\\)"):
+    with pytest.raises(ValueError, match="`on_client_failure` must be one of \\('skip', 'raise', 'skip_all'\\)"):
         FederatedTrainer(on_client_failure="ignore", **quiet_trainer_kwargs(tmp_path))
+
+
+# ------------------------------------------------------------------ #43.1 a deterministic error stops the run at once
+class MissingKey(LinearRegression):
+    """A bug every client hits at the same line: a lookup of a key the batch does not hold (the key's name differs
+    by client, so the messages differ; the place does not)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        fields = {"x": x, "y": y}
+        return fields[f"label_{int(x.shape[0])}"]
+
+
+class TwoBugs(LinearRegression):
+    """Clients with an even number of samples (one full batch) fail at one line, the others at another: not the
+    same error."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if x.shape[0] % 2 == 0:
+            raise KeyError("even")
+        raise KeyError("odd")
+
+
+def _clients_of_sizes(sizes):
+    ids = np.repeat(np.arange(len(sizes)), sizes)
+    x, y = regression_data(n=len(ids))
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    dataset.client_id = ids
+    return dataset
+
+
+@pytest.mark.parametrize("clients", [3, 1])
+def test_every_client_raising_the_same_error_stops_the_run_at_that_round(tmp_path, clients):
+    dataset = _clients_of_sizes([4, 5, 6][:clients])
+    dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients,
+                             batch_size=100)
+    trainer = FederatedTrainer(max_epochs=5, **quiet_trainer_kwargs(tmp_path))
+    count = f"all {clients} clients" if clients > 1 else "its only client"
+    with pytest.warns(UserWarning, match="KeyError"), pytest.raises(
+        RuntimeError, match=rf"Round 0: {count} failed with the same error, KeyError: 'label_\d'.*test_runner.py:\d+"
+    ) as info:
+        trainer.fit(MissingKey(), datamodule=dm)
+    assert isinstance(info.value.__cause__, KeyError)  # the client's own exception and its traceback
+    assert info.value.__cause__.__traceback__ is not None
+    assert trainer.current_epoch == 0  # not after max_epochs rounds
+
+
+def test_different_errors_and_skip_all_keep_dropping_clients_round_after_round(tmp_path):
+    dataset = _clients_of_sizes([4, 5, 6, 7])
+    dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), clients_per_round=4,
+                             batch_size=100)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match="dropped"), pytest.raises(RuntimeError, match="No client reported back"):
+        trainer.fit(TwoBugs(), datamodule=dm)
+    assert trainer.current_epoch == 2
+    trainer = FederatedTrainer(max_epochs=2, on_client_failure="skip_all", **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match="dropped"), pytest.raises(RuntimeError, match="No client reported back"):
+        trainer.fit(MissingKey(), datamodule=dm)
+    assert trainer.current_epoch == 2 and trainer.callback_metrics["round_clients_dropped"] == 4
+
+
+def test_a_failure_records_where_it_was_raised_and_crosses_ranks():
+    from lightning_fed.client.distributed import pack_updates, unpack_updates
+    from lightning_fed.client.runner import ClientFailure, failure_origin
+
+    class FakeTrainer:
+        current_epoch = 0
+
+    runner = ClientRunner("skip")
+    runner.trainer = FakeTrainer()
+    failures = []
+    for cid in (2, 5):
+        try:
+            {}[cid]
+        except KeyError as error:
+            with pytest.warns(UserWarning, match=f"Client {cid} failed in round 0: KeyError: {cid}"):
+                failures.append(runner.client_failed(cid, error))
+    assert failures == [(2, "KeyError: 2"), (5, "KeyError: 5")]
+    assert failures[0].origin == failures[1].origin == failure_origin(failures[0].error)
+    assert failures[0].origin.startswith("builtins.KeyError at ") and "test_runner.py" in failures[0].origin
+    # the DDP gather's packing keeps origin and traceback text (not the exception): every rank decides alike
+    packed = pack_updates([], failures)
+    buffer = torch.frombuffer(bytearray(packed.meta), dtype=torch.uint8)
+    _, back = unpack_updates(buffer, len(packed.meta), torch.device("cpu"))
+    assert back == failures and all(isinstance(f, ClientFailure) and f.error is None for f in back)
+    assert [f.origin for f in back] == [f.origin for f in failures] and "KeyError" in back[0].traceback
+    with pytest.raises(RuntimeError, match=r"Round 0: all 2 clients failed.*\nClient 2's traceback:\nTraceback"):
+        runner.stop_if_all_failed_alike(0, back, 0)
+    runner.stop_if_all_failed_alike(1, back, 0)  # someone reported back: nothing
+    runner.stop_if_all_failed_alike(0, [back[0], ClientFailure(6, "timed out")], 0)  # not all alike: nothing
+    runner.on_client_failure = "skip_all"
+    runner.stop_if_all_failed_alike(0, back, 0)

@@ -425,9 +425,12 @@ def test_logging_a_name_with_other_arguments_fails_the_clients_as_lightning_does
             return loss
 
     match = r"Client \d+ failed in round 0: MisconfigurationException: You called `self.log\(v, ...\)` twice in `training_step`"
-    for executor in (None, VectorizedExecutor()):  # every client fails, as in sequential training: the run errors
-        with pytest.warns(UserWarning, match=match), pytest.raises(RuntimeError, match="No client reported back"):
-            fit(tmp_path, Changes, executor, natural_dataset(), rounds=1)
+    # every client fails the same way, as in sequential training: the run stops at round 0 with that error (#43.1)
+    stop = r"Round 0: all \d+ clients failed with the same error, MisconfigurationException: You called `self.log"
+    for executor in (None, VectorizedExecutor()):
+        with pytest.warns(UserWarning, match=match), pytest.raises(RuntimeError, match=stop) as info:
+            fit(tmp_path, Changes, executor, natural_dataset(), rounds=2)
+        assert "MisconfigurationException" in type(info.value.__cause__).__name__
 
 
 def test_a_logged_names_metadata_is_the_sequential_executors(tmp_path):
