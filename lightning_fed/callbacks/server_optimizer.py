@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import math
 from typing import Any, Optional, Sequence
 
@@ -31,6 +33,40 @@ from lightning_fed.server.rules.sgd import SGD
 
 from lightning_fed.server.checks import WEIGHTINGS as _WEIGHTINGS
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
+
+
+def check_arguments(cls: type, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Refuse ``cls(*args, **kwargs)`` before any ``__init__`` runs when the arguments do not fit ``cls.__init__``,
+    with an error naming ``cls`` (not the base class whose ``__init__`` it inherits) and, for a misspelt keyword, the
+    closest valid one (:func:`difflib.get_close_matches`).
+
+    Raises:
+        TypeError: an unknown keyword, too many positional arguments, a missing required one, a repeated one.
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAdam
+        >>> check_arguments(FedAdam, (), {"lr": 0.1})
+        >>> FedAdam(lrr=0.1)
+        Traceback (most recent call last):
+        ...
+        TypeError: FedAdam got an unexpected keyword argument 'lrr'; did you mean 'lr'? (FedAdam's arguments: lr, beta1, beta2, tau, initial_accumulator, bias_correction, weighting, convention, aggregators, client)
+    """
+    signature = inspect.signature(cls.__init__)
+    try:
+        signature.bind(None, *args, **kwargs)
+        return
+    except TypeError as error:
+        problem = str(error)
+    params = list(signature.parameters.values())[1:]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    valid = f"({cls.__name__}'s arguments: {', '.join(names)})"
+    unknown = [k for k in kwargs if k not in names]
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in params):
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        raise TypeError(f"{cls.__name__} got an unexpected keyword argument {unknown[0]!r}{hint} {valid}") from None
+    raise TypeError(f"{cls.__name__}: {problem} {valid}") from None
 
 
 #: Methods a subclass may no longer define, and what to write instead: the server optimizer does not call them (or
@@ -117,6 +153,17 @@ class ServerOptimizer(Callback):
             if name in vars(cls):
                 raise TypeError(f"{cls.__name__} defines `{name}`, which a server optimizer no longer lets a subclass "
                                 f"override (it would be ignored): {instead}.")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "ServerOptimizer":
+        """Check the arguments against ``cls.__init__`` first, so a wrong one is named with the class the user wrote
+        (``FedAdam(lrr=0.1)`` would otherwise be a ``TypeError`` of ``AdaptiveServerOptimizer.__init__``).
+
+        Raises:
+            TypeError: naming ``cls``, the argument, the closest valid keyword and the valid ones.
+        """
+        if args or kwargs:
+            check_arguments(cls, args, kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,

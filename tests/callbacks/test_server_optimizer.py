@@ -177,3 +177,25 @@ def test_gradient_diversity_matches_numpy():
     want = np.sqrt(sum(wi * f @ f for wi, f in zip(w, flat)) / (mean @ mean))  # FedAWARE Eq. 3: the square root
     assert server.gradient_diversity(updates, pseudo_gradient) == pytest.approx(want, rel=1e-12)
     assert want >= 1.0  # Jensen: diversity is at least 1
+
+
+# ------------------------------------------------------------------ #43.7 a wrong argument names the class written
+def test_every_ready_made_server_optimizer_names_itself_for_a_wrong_argument():
+    import inspect
+
+    import lightning_fed.callbacks as callbacks
+    from lightning_fed.callbacks import ServerOptimizer
+
+    classes = [getattr(callbacks, n) for n in callbacks.__all__]
+    classes = [c for c in classes if inspect.isclass(c) and issubclass(c, ServerOptimizer)]
+    assert {"FedAdam", "FedYogi", "FedAdagrad", "FedAvgM", "DPFedAdam", "FedProx", "SCAFFOLD"} <= {c.__name__ for c in classes}
+    for cls in classes:
+        with pytest.raises(TypeError, match=rf"^{cls.__name__} got an unexpected keyword argument 'lrr'; did you mean "
+                                            rf"'lr'\? \({cls.__name__}'s arguments: .*\blr\b"):
+            cls(lrr=0.1)
+    with pytest.raises(TypeError, match=r"^FedAvgM got an unexpected keyword argument 'momentun'; did you mean 'momentum'\?"):
+        callbacks.FedAvgM(lr=1.0, momentun=0.9)
+    with pytest.raises(TypeError, match=r"^FedProx: too many positional arguments \(FedProx's arguments: mu, lr, weighting\)"):
+        callbacks.FedProx(0.1, 1.0, "uniform", 3)
+    with pytest.raises(TypeError, match=r"^DPFedAdam: missing a required argument: 'noise_multiplier'"):
+        callbacks.DPFedAdam(clip_norm=1.0)
