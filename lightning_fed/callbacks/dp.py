@@ -46,7 +46,8 @@ class DifferentialPrivacy:
     count, Thm. 1): the updates get σ_Δ = (σ⁻² − (2σ_b)⁻²)^(−½).
 
     Accounting (:class:`~lightning_fed.server.privacy.PrivacyAccountant`, RDP or PLD from ``dp-accounting``):
-    ``sampling`` must be the data module's ``cohort_sampling`` (checked at fit start).
+    ``sampling`` must be the data module's ``cohort_sampling`` (checked at fit start; ``cohort_sampling=
+    "sweep_then_uniform"`` has no analysis and is refused).
     ``sampling="fixed_size"`` (default, ``FederatedDataModule``'s default: C distinct clients of N) composes
     sampling-without-replacement Gaussian events under replace-one adjacency; ``sampling="poisson"`` (a data
     module with ``cohort_sampling="poisson"``: every client joins with probability q = C/N) composes Poisson-sampled
@@ -82,6 +83,7 @@ class DifferentialPrivacy:
         ValueError: naming the argument out of range; ``target_epsilon`` with σ = 0; σ > 0 with S = ∞;
             adaptive clipping with 2σ_b ≤ σ, an unknown ``accounting``; a server optimizer with ``weighting`` other
             than ``"uniform"``; at fit start, a ``sampling`` other than the data module's ``cohort_sampling``, a
+            ``cohort_sampling`` other than ``"fixed_size"`` or ``"poisson"``, a
             ``target_epsilon`` already spent by one round, or ``min_epochs`` beyond ``target_epsilon`` (the message
             gives the largest ``min_epochs`` allowed); with σ > 0, at fit start, modules with running statistics
             (BatchNorm) or ``max_update_norm_ratio`` (see :attr:`ServerOptimizer.privatises
@@ -200,6 +202,12 @@ class DifferentialPrivacy:
             raise ValueError(
                 f"`sampling='poisson'` accounts Poisson-sampled cohorts, but {type(dm).__name__} draws "
                 f"{c} distinct clients every round; use sampling='fixed_size' (sampling without replacement)."
+            )
+        if cohorts not in SAMPLINGS:  # e.g. 'sweep_then_uniform': no sampling the accountant analyses
+            raise ValueError(
+                f"{type(dm).__name__} has cohort_sampling={cohorts!r}, which DP accounting does not analyse (its "
+                f"sampling accepts {SAMPLINGS}); use FederatedDataModule(cohort_sampling='fixed_size') with "
+                "sampling='fixed_size' (the default), or cohort_sampling='poisson' with sampling='poisson'."
             )
         if self.sampling != cohorts:
             raise ValueError(

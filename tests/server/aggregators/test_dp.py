@@ -694,3 +694,17 @@ def test_31_7_a_hand_composed_dp_chain_warns_at_fit_start_that_epsilon_is_not_ac
         _, trainer = _fit(server, rounds=3, tmp=tmp_path)
     assert sum("ε is not accounted" in str(w.message) for w in caught) == 1
     assert "privacy/epsilon" not in trainer.callback_metrics
+
+
+def test_sweep_then_uniform_cohorts_are_refused_with_a_sampling_dp_accepts(tmp_path):
+    """#43.5: the refusal suggests what DP accounting accepts, never sampling='sweep_then_uniform' (itself refused)."""
+    x, y = regression_data(n=60)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3, batch_size=4,
+                             cohort_sampling="sweep_then_uniform")
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[DPFedAvg(0.1, 1.0, 1e-3)], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"cohort_sampling='sweep_then_uniform', which DP accounting does not "
+                                         r"analyse.*cohort_sampling='fixed_size'.*sampling='poisson'") as info:
+        trainer.fit(LinearRegression(), datamodule=dm)
+    assert "sampling='sweep_then_uniform'" not in str(info.value).replace("cohort_sampling='sweep_then_uniform'", "")
+    assert trainer.current_epoch == 0
