@@ -522,12 +522,32 @@ class ServerOptimizer(Callback):
 
     def receive_client_states(self, updates: list[ClientUpdate]) -> None:
         """Write the client algorithms' new per-client states that arrived with ``updates`` into their tables
-        (called by :meth:`server_update` first; a client dropped from the round keeps its old state)."""
-        for i in self.client_algorithm_states:
+        (called by :meth:`server_update` first; a client dropped from the round keeps its old state).
+
+        Raises:
+            ValueError: a client half whose ``finish`` returned a state of another size than its ``state_dim``
+                (a stateless half, ``state_dim`` 0, must return ``None``), naming the half, the client, the expected
+                and the actual size.
+        """
+        algorithms = self.client_algorithms
+        for i, algorithm in enumerate(algorithms):
             key = f"client_state/{i}"
+            table = self.client_algorithm_states.get(i)
             for update in updates:
-                if key in update.extras:
-                    self.client_algorithm_states[i].put(update.client_id, update.extras[key])
+                if key not in update.extras:
+                    continue
+                state = update.extras[key]
+                num_params = sum(t.numel() for t in update.delta)
+                expected = table.dim if table is not None else int(algorithm.state_dim(num_params))
+                if state.numel() != expected:
+                    raise ValueError(
+                        f"Client half {type(algorithm).__name__} (`client[{i}]` of {type(self).__name__}) returned a "
+                        f"per-client state of {state.numel()} numbers from finish() for client "
+                        f"{update.client_id}, but its state_dim({num_params}) is {expected}"
+                        + (" (stateless: finish must return None as the state)." if expected == 0 else ".")
+                    )
+                if table is not None:
+                    table.put(update.client_id, state)
 
     # ------------------------------------------------------------------ trainer check
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:

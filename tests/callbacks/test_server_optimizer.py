@@ -199,3 +199,31 @@ def test_every_ready_made_server_optimizer_names_itself_for_a_wrong_argument():
         callbacks.FedProx(0.1, 1.0, "uniform", 3)
     with pytest.raises(TypeError, match=r"^DPFedAdam: missing a required argument: 'noise_multiplier'"):
         callbacks.DPFedAdam(clip_norm=1.0)
+
+
+# ------------------------------------------------------------------ #43.4 a client half's state of the wrong size
+@pytest.mark.parametrize("state_dim,returned,expected", [(4, 3, 4), (0, 2, 0)])
+def test_a_client_halfs_state_of_the_wrong_size_names_the_half_and_both_sizes(tmp_path, state_dim, returned, expected):
+    from torch.utils.data import TensorDataset
+
+    from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.client.algorithm import ClientAlgorithm
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    class Sloppy(ClientAlgorithm):
+        def state_dim(self, num_params):
+            return state_dim and num_params  # LinearRegression(3): 4 parameters
+
+        def finish(self, module, context):
+            return {}, torch.zeros(returned)
+
+    x, y = regression_data(n=20)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(2, seed=0),
+                             clients_per_round=2, batch_size=10)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(client=[Sloppy()])], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=rf"Client half Sloppy \(`client\[0\]` of FedAvg\) returned a per-client state "
+                                         rf"of {returned} numbers from finish\(\) for client \d, but its state_dim\(4\) "
+                                         rf"is {expected}"):
+        trainer.fit(LinearRegression(), datamodule=dm)
+    assert trainer.current_epoch == 0
