@@ -158,7 +158,9 @@ class FedNovaAveraging(Stage):
 
     The local solver is declared, not inferred: the normalisation depends on it, and a declared solver is part of
     the run record and the checkpoint's configuration. :meth:`check_fit` (called at fit start by the server
-    optimizer, before round 0 trains) refuses a declaration the clients do not match.
+    optimizer, before round 0 trains) refuses a declaration the clients do not match; :meth:`check_round` (at the
+    start of every round, before its clients train) refuses a proximal α = γ·μ ≥ 1 with the round's client learning
+    rate (an LR scheduler may raise γ after fit start).
 
     Args:
         local_solver: ``"sgd"`` (default), ``"momentum"`` or ``"proximal"``.
@@ -169,7 +171,8 @@ class FedNovaAveraging(Stage):
         ValueError: an unknown ``local_solver``; ``momentum`` not in [0, 1) or nonzero without
             ``local_solver="momentum"``; ``mu`` not finite ≥ 0 or nonzero without ``local_solver="proximal"``; in
             :meth:`apply`, ``ClientDeltas.updates`` missing, or (proximal) a client learning rate that is not finite
-            > 0, differs between parameters, or makes α = γμ ≥ 1.
+            > 0, differs between parameters, or makes α = γμ ≥ 1; in :meth:`check_round`, the round's client
+            learning rate makes α ≥ 1 (before the round's clients train).
 
     Example: two clients of 1 and 3 samples took τ = 1 and 4 SGD steps, Δ_0 = [1], Δ_1 = [2]: p = (¼, ¾),
     τ_eff = ¼·1 + ¾·4 = 3.25 and Δ_t = 3.25·(¼·1/1 + ¾·2/4) = 2.03125 (FedAvg: ¼·1 + ¾·2 = 1.75)::
@@ -337,13 +340,33 @@ class FedNovaAveraging(Stage):
                         f"local_solver={self.local_solver!r} steps with momentum ρ={self.momentum}; {hint}."
                     )
                 lrs.append(float(group.get("lr", float("nan"))))
+        self._check_proximal_lrs(lrs, "")
+
+    def _check_proximal_lrs(self, lrs: list[float], when: str) -> None:
+        """Proximal FedNova: one client learning rate γ with α = γ·μ < 1 (``when``: which round, for the message)."""
         if self.local_solver == "proximal" and self.mu > 0 and lrs:
+            me = repr(self)
             if max(lrs) != min(lrs):
                 raise ValueError(
-                    f"{me} derives a_i for one client learning rate γ (α = γ·μ), but the client optimizer's parameter "
-                    f"groups have learning rates {lrs}."
+                    f"{me} derives a_i for one client learning rate γ (α = γ·μ), but {when}the client optimizer's "
+                    f"parameter groups have learning rates {lrs}."
                 )
             if not lrs[0] * self.mu < 1.0:
                 raise ValueError(
-                    f"{me} needs α = γ·μ < 1, but the client learning rate γ={lrs[0]} gives α = {lrs[0] * self.mu}."
+                    f"{me} needs α = γ·μ < 1, but {when}the client learning rate γ={lrs[0]} gives α = "
+                    f"{lrs[0] * self.mu}" + (" (set by the LR scheduler); keep γ < 1/μ in every round." if when else ".")
                 )
+
+    def check_round(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """At the start of every round, before its clients train: proximal FedNova's α = γ·μ < 1 with the round's
+        client learning rate γ (an LR scheduler may have raised it since fit start).
+
+        Raises:
+            ValueError: naming the round, γ and α; or the parameter groups' different learning rates.
+        """
+        if self.local_solver != "proximal" or self.mu == 0.0:
+            return
+        lrs = [float(group.get("lr", float("nan")))
+               for opt in getattr(trainer, "optimizers", None) or ()
+               for group in getattr(opt, "optimizer", opt).param_groups]
+        self._check_proximal_lrs(lrs, f"in round {int(trainer.current_epoch)} ")

@@ -358,7 +358,16 @@ class ServerOptimizer(Callback):
         return self.aggregator_state
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain."""
+        """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain, and run
+        every stage's ``check_round`` before the round's clients train.
+
+        Raises:
+            ValueError: from a stage's :meth:`~lightning_fed.server.aggregators.Stage.check_round`.
+        """
+        for stage in self.aggregators or ():
+            check_round = getattr(stage, "check_round", None)
+            if check_round is not None:
+                check_round(trainer, pl_module, self)
         dm = trainer.datamodule
         if dm is not None and hasattr(dm, "select_cohort"):
             self._round_info = RoundInfo(

@@ -6,6 +6,7 @@ that cannot match refused at fit start."""
 
 from __future__ import annotations
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -290,3 +291,30 @@ def test_mismatched_local_solver_refused_at_fit_start(tmp_path, server, model, m
     with pytest.raises(ValueError, match=message):
         trainer.fit(model, datamodule=dm)
     assert trainer.global_step == 0 and np.array_equal(linear_weights(model), w0)
+
+
+class RaisedLR(LinearRegression):
+    """γ = 0.05 in round 0, then 10× (an LR scheduler by round): with μ = 4, α = 0.2 then 2."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=10.0),
+                                                   "interval": "epoch"}}
+
+
+def test_proximal_alpha_is_checked_with_each_rounds_client_learning_rate_before_it_trains(tmp_path):
+    """#43.3: a scheduler raising γ is refused at the start of the round it would break, not at its aggregation."""
+    _, _, dm = _datamodule()
+    model = RaisedLR(lr=0.05)
+    seen = []
+
+    class Rounds(L.Callback):
+        def on_client_start(self, trainer, pl_module, client_id, round_idx):
+            seen.append(round_idx)
+
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[FedNova(local_solver="proximal", mu=4.0), Rounds()],
+                               **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"needs α = γ·μ < 1, but in round 1 the client learning rate γ=0.5 gives "
+                                         r"α = 2.0 \(set by the LR scheduler\)"):
+        trainer.fit(model, datamodule=dm)
+    assert set(seen) == {0}  # round 1's clients never trained

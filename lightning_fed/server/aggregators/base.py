@@ -168,6 +168,12 @@ class Stage(abc.ABC):
         run — e.g. FedDyn's server half without its client half, FedNova's reducer with clients that do not run its
         declared local solver. Default: nothing."""
 
+    def check_round(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """Called at the start of every round (by the server optimizer's ``on_train_epoch_start``), before its clients
+        train, with the round's client optimizers (learning rates as an LR scheduler set them for the round): raise
+        ``ValueError`` naming the round when this stage cannot aggregate what the round's clients would send, e.g.
+        FedNova's proximal α = γ·μ ≥ 1 once a scheduler raised γ. Default: nothing."""
+
     def check_cohort(self, clients_per_round: int) -> None:
         """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains) with C =
         ``clients_per_round``, the most clients a round can have.
