@@ -91,7 +91,9 @@ class FederatedFitLoop(pl_private.FitLoop):
     exception type at the same place stops the run at that round with a ``RuntimeError`` raised from the first
     client's exception (a deterministic error — a bug — would otherwise fail every round and end the run only
     after ``max_epochs`` rounds; :meth:`~lightning_fed.client.runner.ClientRunner.stop_if_all_failed_alike`);
-    ``"skip_all"`` drops them and goes on (fault-injection studies). Dropped clients are counted in ``round_clients_dropped``; a round in which
+    ``"skip_all"`` drops them and goes on (fault-injection studies). A run in which no client ever reported back
+    ends with a ``RuntimeError`` saying why, round counts by reason (empty cohorts, e.g. Poisson cohorts with a
+    small rate; every sampled client dropped out; clients failed; too few for the aggregator). Dropped clients are counted in ``round_clients_dropped``; a round in which
     no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
     whose K reporting clients are too few for the server optimizer's aggregator chain (e.g. Krum needs
     K > 2f + 2; :meth:`ServerOptimizer.aggregation_requirement`): it is skipped with a warning naming the round, K
@@ -181,6 +183,9 @@ class FederatedFitLoop(pl_private.FitLoop):
         self._round_log = RoundLogAccumulator()
         self._rounds_run = 0
         self._rounds_with_updates = 0
+        #: Rounds without an update, by why: "empty" (no client sampled), "unavailable" (every sampled client
+        #: dropped out), "failed" (every client failed or was dropped), "too_few" (too few for the aggregator).
+        self._rounds_without_updates: dict[str, int] = {}
         #: True while a round's clients train (the module holds a local model): FederatedTrainer.save_checkpoint refuses.
         self.in_round = False
         #: Round metrics already registered with the same arguments are added to Lightning's result metric directly
@@ -247,20 +252,44 @@ class FederatedFitLoop(pl_private.FitLoop):
         if check_local_work is not None:
             check_local_work()
         self._rounds_run = self._rounds_with_updates = 0
+        self._rounds_without_updates = {}
         warn_if_guard_inactive(self.max_update_norm_ratio, self.datamodule.clients_per_round)
         self._log_partition()
         super().on_run_start()
 
     def on_run_end(self) -> Any:
-        """Raises ``RuntimeError`` when rounds ran but no client ever reported back (the model is untrained)."""
+        """Raises ``RuntimeError`` when rounds ran but no client ever reported back (the model is untrained), saying
+        why: no client sampled (empty cohorts, e.g. ``cohort_sampling="poisson"`` with a small rate), every sampled
+        client dropped out, clients failed or were dropped, or too few reported for the aggregator."""
         output = super().on_run_end()
         if self._rounds_run > 0 and self._rounds_with_updates == 0:
-            raise RuntimeError(
-                f"No client reported back in any of the {self._rounds_run} round(s) of this run (every client "
-                "failed or was dropped, or too few reported for the aggregator; see the warnings above): the global "
-                "model was never updated."
-            )
+            raise RuntimeError(self._no_update_message())
         return output
+
+    def _no_update_message(self) -> str:
+        """Why no round of the run had an update (:meth:`on_run_end`), from the counts of
+        ``_rounds_without_updates``."""
+        dm = self.datamodule
+        counts, run = self._rounds_without_updates, self._rounds_run
+        sampling = getattr(dm, "cohort_sampling", "fixed_size")
+        rate = "" if sampling != "poisson" else (
+            f"cohort_sampling='poisson' draws each of the num_clients={dm.num_clients} clients with probability "
+            f"q = clients_per_round/num_clients = {dm.clients_per_round}/{dm.num_clients} = "
+            f"{dm.clients_per_round / dm.num_clients:.4g} per round")
+        if counts.get("empty", 0) == run:
+            why = rate if sampling == "poisson" else f"cohort_sampling={sampling!r}"
+            return (f"No client was sampled in any of the {run} round(s) of this run ({why}): every cohort was empty, "
+                    "so the global model was never updated. Use a larger sampling rate (clients_per_round) or more "
+                    "rounds (max_epochs).")
+        reasons = {
+            "empty": "no client was sampled (an empty cohort" + (f": {rate}" if sampling == "poisson" else "") + ")",
+            "unavailable": f"every sampled client dropped out (client_dropout={getattr(dm, 'client_dropout', 0)})",
+            "failed": "every sampled client failed or was dropped (see the warnings above)",
+            "too_few": "too few clients reported for the aggregator",
+        }
+        parts = [f"{counts[k]} round(s): {text}" for k, text in reasons.items() if counts.get(k)]
+        return (f"No client reported back in any of the {run} round(s) of this run ({'; '.join(parts)}): the global "
+                "model was never updated.")
 
     def on_advance_start(self) -> None:
         trainer = self.trainer
@@ -316,6 +345,10 @@ class FederatedFitLoop(pl_private.FitLoop):
             updates = []
         self._rounds_run += 1
         self._rounds_with_updates += bool(updates)
+        if not updates:
+            why = ("too_few" if too_few is not None else "failed" if len(selection.cohort) else
+                   "unavailable" if selection.unavailable else "empty")
+            self._rounds_without_updates[why] = self._rounds_without_updates.get(why, 0) + 1
         pseudo_gradient: Optional[list[Tensor]] = None
         with torch.no_grad():
             torch._foreach_copy_(self._params, runner.global_params)
@@ -361,7 +394,9 @@ class FederatedFitLoop(pl_private.FitLoop):
                 f"{num_too_few} reports are counted in round_clients_dropped."
             )
         else:
-            rank_zero_warn(f"Round {round_idx}: no client reported back; the global model is unchanged.")
+            why = (f"all {len(selection.cohort)} sampled clients failed or were dropped" if len(selection.cohort) else
+                   f"every sampled client dropped out" if selection.unavailable else "no client was sampled")
+            rank_zero_warn(f"Round {round_idx}: no client reported back ({why}); the global model is unchanged.")
         self._round_log.end_round(pl_private.results(trainer), weights)
         pl_private.log_round_step_values(trainer)  # the round's step values into callback/progress-bar metrics
 

@@ -362,3 +362,42 @@ def test_the_rounds_finiteness_check_reads_the_host_once_whatever_the_cohort():
     assert counts[0] == counts[1] <= 1
     assert FederatedFitLoop._finite_updates(updates) == [True, False, False, True, True, False]
     assert FederatedFitLoop._finite_updates([]) == []
+
+
+# ------------------------------------------------------------------ #43.6 a run without updates says why
+def test_a_run_whose_poisson_cohorts_were_all_empty_says_no_client_was_sampled(tmp_path):
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(20),
+                             clients_per_round=1, batch_size=2, cohort_sampling="poisson", seed=0)
+    dm.setup()
+    rounds = next(r for r in range(1, 20) if any(len(dm.sample_clients(t)) for t in range(r + 1)))
+    assert all(len(dm.sample_clients(t)) == 0 for t in range(rounds))  # the first `rounds` cohorts are empty
+    trainer = FederatedTrainer(max_epochs=rounds, **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match=r"Round 0: no client reported back \(no client was sampled\)"), \
+            pytest.raises(RuntimeError, match=rf"No client was sampled in any of the {rounds} round\(s\) of this run "
+                                              r"\(cohort_sampling='poisson' draws each of the num_clients=20 clients "
+                                              r"with probability q = clients_per_round/num_clients = 1/20 = 0.05 per "
+                                              r"round\).*larger sampling rate \(clients_per_round\) or more rounds") as info:
+        trainer.fit(LinearRegression(), datamodule=dm)
+    assert "failed" not in str(info.value)
+
+
+def test_a_run_without_updates_counts_empty_cohorts_apart_from_failed_clients(tmp_path):
+    class NaNs(LinearRegression):  # every update non-finite: dropped, not a raised error
+        def training_step(self, batch, batch_idx):
+            return super().training_step(batch, batch_idx) * float("nan")
+
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(20),
+                             clients_per_round=1, batch_size=2, cohort_sampling="poisson", seed=3)
+    dm.setup()
+    sizes = [len(dm.sample_clients(t)) for t in range(8)]
+    empty, nonempty = sizes.count(0), 8 - sizes.count(0)
+    assert empty and nonempty
+    trainer = FederatedTrainer(max_epochs=8, **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match=r"no client reported back \(all \d+ sampled clients failed or were dropped\)"), \
+            pytest.raises(RuntimeError, match=rf"No client reported back in any of the 8 round\(s\) of this run \({empty} "
+                                              rf"round\(s\): no client was sampled \(an empty cohort: cohort_sampling="
+                                              rf"'poisson'.*\); {nonempty} round\(s\): every sampled client failed or "
+                                              r"was dropped"):
+        trainer.fit(NaNs(), datamodule=dm)
