@@ -210,6 +210,56 @@ def _is_hf_dataset(dataset: Any) -> bool:
     return datasets is not None and isinstance(dataset, datasets.Dataset)
 
 
+def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
+    """The first column of a Hugging Face ``datasets.Dataset`` whose rows (or the lists nested in them) have
+    different lengths, as ``(column, shortest length, a row holding it, longest length, a row holding it)``, or
+    ``None``. Such a column cannot be collated into one tensor for a batch of rows of different lengths. Only the
+    formatted columns are read (from Arrow, without decoding rows); a custom format (``set_transform``) is not
+    judged (its transform may pad).
+
+    Example::
+
+        >>> import datasets
+        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3], [4, 5]], "y": [0, 1, 0]}))
+        ('x', 1, 1, 2, 0)
+        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3, 4]], "text": ["a", "bc"]})) is None
+        True
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fmt = dataset.format or {}
+    if fmt.get("type") == "custom":
+        return None
+    names = fmt.get("columns") or dataset.column_names
+    schema = dataset.data.schema
+    for name in names:
+        if not pa.types.is_list(schema.field(name).type) and not pa.types.is_large_list(schema.field(name).type) \
+                and not pa.types.is_fixed_size_list(schema.field(name).type):
+            continue
+        if getattr(dataset, "_indices", None) is None:
+            level = dataset.data.column(name)
+        else:  # a selection (select, shuffle, filter): only its rows
+            level = dataset.with_format("arrow", columns=[name])[:].column(name)
+        rows = None
+        while pa.types.is_list(level.type) or pa.types.is_large_list(level.type) or \
+                pa.types.is_fixed_size_list(level.type):
+            lengths = pc.list_value_length(level)
+            low, high = pc.min_max(lengths).values()
+            if low.is_valid and low.as_py() != high.as_py():
+                low, high = low.as_py(), high.as_py()
+                if rows is None:  # the rows themselves
+                    return name, low, pc.index(lengths, low).as_py(), high, pc.index(lengths, high).as_py()
+                parents = np.asarray(rows)  # a nested list: name the rows holding the shortest and longest
+                at_low, at_high = pc.index(lengths, low).as_py(), pc.index(lengths, high).as_py()
+                return name, low, int(parents[at_low]), high, int(parents[at_high])
+            parent = np.arange(len(level)) if rows is None else np.asarray(rows)
+            counts = np.nan_to_num(np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=float)).astype(np.int64)
+            rows = np.repeat(parent, counts)
+            level = pc.list_flatten(level)
+    return None
+
+
 def _check_map_style(name: str, dataset: Any) -> None:
     """Refuse datasets that cannot be partitioned by index: a Hugging Face ``DatasetDict`` (a dict of splits) or an
     iterable (streaming) dataset.
@@ -251,7 +301,8 @@ class FederatedDataModule(L.LightningDataModule):
 
     Args:
         train_dataset: The training data: a map-style torch ``Dataset`` or a Hugging Face ``datasets.Dataset``
-            (given the ``"torch"`` format if it has none). Subclasses may leave it ``None`` and implement
+            (given the ``"torch"`` format if it has none; a ragged column, rows of different lengths, is refused
+            at fit start unless ``batch_size=1``: :meth:`check_local_work`). Subclasses may leave it ``None`` and implement
             :meth:`load_datasets`.
         val_dataset: Centralized evaluation data for ``validation_step`` (default: none).
         test_dataset: Data for ``trainer.test`` (default: ``val_dataset``).
@@ -761,13 +812,29 @@ class FederatedDataModule(L.LightningDataModule):
         return CohortSelection(available, candidates, int(len(candidates) - len(available)))
 
     def check_local_work(self) -> None:
-        """Refuse local work that trains nothing: with ``drop_last=True`` and a fixed batch size, a client with fewer
-        samples than a batch takes no local step (called at fit start by the federated loop).
+        """Refuse local work that trains nothing (called at fit start by the federated loop): with
+        ``drop_last=True`` and a fixed batch size, a client with fewer samples than a batch takes no local step;
+        a Hugging Face ``train_dataset`` with a ragged column (rows of different lengths, :func:`ragged_column`)
+        cannot be collated into batches of more than one row, so the clients holding its short rows would fail in
+        every round (refused unless ``batch_size=1``, or a subclass's own ``client_dataloader`` collates them).
 
         Raises:
-            ValueError: naming ``drop_last``, ``batch_size`` and how many clients are too small.
+            ValueError: naming ``drop_last``, ``batch_size`` and how many clients are too small; naming the ragged
+                column, the shortest and longest lengths found and a row of each.
         """
         batch_size = getattr(self.local_work, "batch_size", None)
+        default_loader = type(self).client_dataloader is FederatedDataModule.client_dataloader
+        if default_loader and batch_size != 1 and _is_hf_dataset(self.train_dataset):
+            ragged = ragged_column(self.train_dataset)
+            if ragged is not None:
+                name, low, low_row, high, high_row = ragged
+                raise ValueError(
+                    f"The Hugging Face train_dataset's column {name!r} is ragged: its rows hold lists of different "
+                    f"lengths, from {low} (row {low_row}) to {high} (row {high_row}), which cannot be collated into "
+                    "one tensor per batch, so the clients holding them would fail in every round. Pad or truncate "
+                    f"{name!r} to one length (dataset.map), remove it (dataset.remove_columns({name!r})) or leave it "
+                    "out of the format (dataset.with_format('torch', columns=[...])), or use batch_size=1."
+                )
         if not self.drop_last or not isinstance(batch_size, numbers.Integral):
             return
         sizes = self.partition.sizes()

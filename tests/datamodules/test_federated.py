@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datasets
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -418,3 +419,38 @@ def test_sweep_then_uniform_visits_every_client_once_then_samples_uniformly():
     with pytest.raises(ValueError, match=r"`cohort_sampling` must be one of \('fixed_size', 'poisson', "
                                          r"'sweep_then_uniform'\)"):
         _selection_module(cohort_sampling="sweep")
+
+
+# ---------------------------------------------------------------- #43.2 a ragged Hugging Face column is refused
+class _DictRegression(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        return torch.nn.functional.mse_loss(self.linear(batch["x"]).squeeze(-1), batch["y"])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_ragged_hugging_face_column_is_refused_at_fit_start_naming_it_and_its_lengths(tmp_path):
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+
+    rows = [[0.1, 0.2, 0.3]] * 40
+    rows[33], rows[37] = [0.1, 0.2], [0.5]  # short rows in one client's share: that client would fail every round
+    hf = datasets.Dataset.from_dict({"x": rows, "y": [0.5] * 40, "user": [i // 10 for i in range(40)]})
+    dm = FederatedDataModule(hf, partitioner=NaturalIdPartitioner("user"), clients_per_round=4, batch_size=5)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"column 'x' is ragged: its rows hold lists of different lengths, from 1 "
+                                         r"\(row 37\) to 3 \(row 0\).*batch_size=1"):
+        trainer.fit(_DictRegression(), datamodule=dm)
+    assert trainer.current_epoch == 0 and trainer.global_step == 0
+    # what collates is accepted: one row per batch, or the ragged column left out of the format
+    dm = FederatedDataModule(hf, partitioner=NaturalIdPartitioner("user"), clients_per_round=4, batch_size=1)
+    assert dm.setup() is None and dm.check_local_work() is None
+    fixed = hf.map(lambda r: {"x": (r["x"] + [0.0] * 3)[:3]})
+    FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(
+        _DictRegression(), datamodule=FederatedDataModule(fixed, partitioner=NaturalIdPartitioner("user"),
+                                                          clients_per_round=4, batch_size=5))
