@@ -99,3 +99,46 @@ def test_shared_memory_must_be_a_bool():
             FederatedDDPStrategy(shared_memory=bad)
     assert FederatedDDPStrategy().shared_memory is True
     assert FederatedDDPStrategy(shared_memory=False).shared_memory is False
+
+
+FAIL_FAST_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import torch
+    torch.set_num_threads(1)
+    from helpers import SmallClassifier, classification_dataset
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import IIDPartitioner, FederatedDataModule
+
+    class MissingKey(SmallClassifier):
+        def training_step(self, batch, batch_idx):
+            return {{"x": batch[0]}}["features"]
+
+    out = sys.argv[1]
+    train, _ = classification_dataset(n=200, n_val=20)
+    dm = FederatedDataModule(train, partitioner=IIDPartitioner(num_clients=10), clients_per_round=5, batch_size=8)
+    trainer = FederatedTrainer(max_epochs=5, strategy="ddp", accelerator="cpu", devices=2, logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    try:
+        trainer.fit(MissingKey(), datamodule=dm)
+    except RuntimeError as error:
+        if trainer.global_rank == 0:
+            with open(out, "w") as f:
+                f.write(f"{{trainer.current_epoch}}\\n{{error}}\\n{{type(error.__cause__).__name__}}")
+    """
+)
+
+
+def test_every_rank_stops_a_round_whose_clients_all_failed_alike(tmp_path):
+    """#43.1 under DDP: the decision is taken on the failures gathered from both ranks (the same on each), so the run
+    stops at round 0 with the clients' error, without a rank left waiting in a collective."""
+    script = tmp_path / "fail_fast.py"
+    script.write_text(FAIL_FAST_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    subprocess.run([sys.executable, str(script), str(tmp_path / "error.txt")], env=env, cwd=tmp_path,
+                   capture_output=True, timeout=300)
+    epoch, message = (tmp_path / "error.txt").read_text().split("\n", 1)
+    assert epoch == "0"
+    assert "Round 0: all 5 clients failed with the same error, KeyError: 'features'" in message
+    assert "fail_fast.py" in message  # the place it was raised (and, from the other rank, its traceback)

@@ -511,6 +511,9 @@ class ClientRunner:
             "max_epochs rounds of dropped clients. Fix the error; on_client_failure='skip_all' drops such clients "
             "and goes on (fault-injection studies)."
         )
+        # Under several processes every rank gets here (same gathered failures): wait until each has read the others'
+        # gathered buffers (a rank that left at once would remove its /dev/shm segment before a peer had mapped it).
+        self.trainer.strategy.barrier("lightning_fed.stop_if_all_failed_alike")
         if first.error is None:  # trained on another rank
             raise RuntimeError(f"{message}\nClient {first.client_id}'s traceback:\n{first.traceback}")
         raise RuntimeError(message) from first.error

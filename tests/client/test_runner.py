@@ -4,6 +4,7 @@ executor and checked against SGD on a linear model computed in NumPy."""
 from __future__ import annotations
 
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -261,6 +262,7 @@ def test_a_failure_records_where_it_was_raised_and_crosses_ranks():
 
     class FakeTrainer:
         current_epoch = 0
+        strategy = L.pytorch.strategies.SingleDeviceStrategy(torch.device("cpu"))  # its barrier: a no-op
 
     runner = ClientRunner("skip")
     runner.trainer = FakeTrainer()
