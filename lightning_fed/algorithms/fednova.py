@@ -158,7 +158,7 @@ class FedNovaAveraging(Stage):
 
     The local solver is declared, not inferred: the normalisation depends on it, and a declared solver is part of
     the run record and the checkpoint's configuration. :meth:`check_fit` (called at fit start by the server
-    optimizer, before round 0 trains) refuses a declaration the clients do not match; :meth:`check_round` (at the
+    optimizer, before round 0 trains) refuses a declaration the clients do not match; :meth:`check_round_start` (at the
     start of every round, before its clients train) refuses a proximal α = γ·μ ≥ 1 with the round's client learning
     rate (an LR scheduler may raise γ after fit start).
 
@@ -171,7 +171,7 @@ class FedNovaAveraging(Stage):
         ValueError: an unknown ``local_solver``; ``momentum`` not in [0, 1) or nonzero without
             ``local_solver="momentum"``; ``mu`` not finite ≥ 0 or nonzero without ``local_solver="proximal"``; in
             :meth:`apply`, ``ClientDeltas.updates`` missing, or (proximal) a client learning rate that is not finite
-            > 0, differs between parameters, or makes α = γμ ≥ 1; in :meth:`check_round`, the round's client
+            > 0, differs between parameters, or makes α = γμ ≥ 1; in :meth:`check_round_start`, the round's client
             learning rate makes α ≥ 1 (before the round's clients train).
 
     Example: two clients of 1 and 3 samples took τ = 1 and 4 SGD steps, Δ_0 = [1], Δ_1 = [2]: p = (¼, ¾),
@@ -357,7 +357,7 @@ class FedNovaAveraging(Stage):
                     f"{lrs[0] * self.mu}" + (" (set by the LR scheduler); keep γ < 1/μ in every round." if when else ".")
                 )
 
-    def check_round(self, trainer: Any, pl_module: Any, server: Any) -> None:
+    def check_round_start(self, trainer: Any, pl_module: Any, server: Any) -> None:
         """At the start of every round, before its clients train: proximal FedNova's α = γ·μ < 1 with the round's
         client learning rate γ (an LR scheduler may have raised it since fit start).
 

@@ -359,15 +359,15 @@ class ServerOptimizer(Callback):
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain, and run
-        every stage's ``check_round`` before the round's clients train.
+        every stage's ``check_round_start`` before the round's clients train.
 
         Raises:
-            ValueError: from a stage's :meth:`~lightning_fed.server.aggregators.Stage.check_round`.
+            ValueError: from a stage's :meth:`~lightning_fed.server.aggregators.Stage.check_round_start`.
         """
         for stage in self.aggregators or ():
-            check_round = getattr(stage, "check_round", None)
-            if check_round is not None:
-                check_round(trainer, pl_module, self)
+            check_round_start = getattr(stage, "check_round_start", None)
+            if check_round_start is not None:
+                check_round_start(trainer, pl_module, self)
         dm = trainer.datamodule
         if dm is not None and hasattr(dm, "select_cohort"):
             self._round_info = RoundInfo(

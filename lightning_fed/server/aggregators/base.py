@@ -168,7 +168,7 @@ class Stage(abc.ABC):
         run — e.g. FedDyn's server half without its client half, FedNova's reducer with clients that do not run its
         declared local solver. Default: nothing."""
 
-    def check_round(self, trainer: Any, pl_module: Any, server: Any) -> None:
+    def check_round_start(self, trainer: Any, pl_module: Any, server: Any) -> None:
         """Called at the start of every round (by the server optimizer's ``on_train_epoch_start``), before its clients
         train, with the round's client optimizers (learning rates as an LR scheduler set them for the round): raise
         ``ValueError`` naming the round when this stage cannot aggregate what the round's clients would send, e.g.
