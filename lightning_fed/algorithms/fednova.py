@@ -158,9 +158,9 @@ class FedNovaAveraging(Stage):
 
     The local solver is declared, not inferred: the normalisation depends on it, and a declared solver is part of
     the run record and the checkpoint's configuration. :meth:`check_fit` (called at fit start by the server
-    optimizer, before round 0 trains) refuses a declaration the clients do not match; :meth:`check_round_start` (at the
-    start of every round, before its clients train) refuses a proximal α = γ·μ ≥ 1 with the round's client learning
-    rate (an LR scheduler may raise γ after fit start).
+    optimizer, before round 0 trains) refuses a declaration the clients do not match; :meth:`check_round_start` (at
+    the start of every round, before its clients train) refuses a proximal α = γ·μ ≥ 1 with the round's client
+    learning rate (an LR scheduler may raise γ after fit start).
 
     Args:
         local_solver: ``"sgd"`` (default), ``"momentum"`` or ``"proximal"``.
