@@ -93,8 +93,8 @@ class FederatedFitLoop(pl_private.FitLoop):
     after ``max_epochs`` rounds; :meth:`~lightning_fed.client.runner.ClientRunner.stop_if_all_failed_alike`);
     ``"skip_all"`` drops them and goes on (fault-injection studies). A run in which no client ever reported back
     ends with a ``RuntimeError`` saying why, round counts by reason (empty cohorts, e.g. Poisson cohorts with a
-    small rate; every sampled client dropped out; clients failed; too few for the aggregator). Dropped clients are counted in ``round_clients_dropped``; a round in which
-    no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
+    small rate; every sampled client dropped out; clients failed; too few for the aggregator). Dropped clients are
+    counted in ``round_clients_dropped``; a round in which no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
     whose K reporting clients are too few for the server optimizer's aggregator chain (e.g. Krum needs
     K > 2f + 2; :meth:`ServerOptimizer.aggregation_requirement`): it is skipped with a warning naming the round, K
     and the requirement, its K reports are counted in ``round_clients_dropped`` (``round_clients`` is 0, as in a
@@ -395,7 +395,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             )
         else:
             why = (f"all {len(selection.cohort)} sampled clients failed or were dropped" if len(selection.cohort) else
-                   f"every sampled client dropped out" if selection.unavailable else "no client was sampled")
+                   "every sampled client dropped out" if selection.unavailable else "no client was sampled")
             rank_zero_warn(f"Round {round_idx}: no client reported back ({why}); the global model is unchanged.")
         self._round_log.end_round(pl_private.results(trainer), weights)
         pl_private.log_round_step_values(trainer)  # the round's step values into callback/progress-bar metrics
