@@ -576,7 +576,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
             self.privacy_history = []
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
-            migrate_checkpoint(self._loaded_checkpoint)
+            migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path))
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
 
