@@ -43,6 +43,7 @@ from lightning_fed._lightning import (
     set_model_checkpoint_saves_on_train_epoch_end,
 )
 from lightning_fed.atomic_io import atomic_write
+from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
 
 #: Key of the lightning_fed record in a checkpoint dict.
@@ -579,6 +580,40 @@ class FederatedCheckpointConnector(CheckpointConnector):
             migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path))
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
+
+    def _restore_modules_and_callbacks(self, checkpoint_path: Optional[PATH] = None,
+                                       weights_only: Optional[bool] = None) -> None:
+        """Lightning's restore of the module and the callbacks, then (when fitting) the check of what was loaded
+        (:meth:`check_loaded_state`), before any client trains and before the loggers write."""
+        super()._restore_modules_and_callbacks(checkpoint_path, weights_only)
+        if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
+            self.check_loaded_state(str(checkpoint_path))
+
+    def check_loaded_state(self, path: str) -> None:
+        """Refuse a resume whose global model (parameters, floating buffers) or server-optimizer state
+        (:meth:`~lightning_fed.callbacks.ServerOptimizer.state_items` with ``saved=True``, per-client tables
+        included) holds a NaN or ±inf: every client would start from it, and every update would be dropped as
+        non-finite, or the first server step would spread it into the model.
+
+        Raises:
+            ValueError: naming the checkpoint and the tensors (e.g. ``FedAdam state 'state.exp_avg_sq' for parameter
+                'net.0.weight' has 1 non-finite value(s) (of 40)``).
+        """
+        module = self.trainer.lightning_module
+        if module is None:
+            return
+        names = [name for name, _ in module.named_parameters()]
+        items: list[tuple[str, Any]] = [(f"global model parameter {n!r}", p) for n, p in module.named_parameters()]
+        items += [(f"global model buffer {n!r}", b) for n, b in module.named_buffers() if b.is_floating_point()]
+        server = _server_optimizer(self.trainer)
+        if server is not None:
+            items += server.state_items(names, saved=True)
+        bad = nonfinite_values(items)
+        if bad:
+            raise ValueError(
+                f"Cannot resume from {path}: {describe_nonfinite(bad)}; every later round would start from it. Resume "
+                "from an earlier checkpoint (e.g. an `epoch=*.ckpt` kept by ModelCheckpoint(save_top_k=...))."
+            )
 
     def _check_resume(self, path: str) -> None:
         checkpoint = self._loaded_checkpoint

@@ -553,6 +553,55 @@ class ServerOptimizer(Callback):
                 dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
                 self.client_algorithm_states[i] = ClientStateTable(int(num_clients), size, dtype=dtype)
 
+    # ------------------------------------------------------------------ state integrity (issue #43)
+    def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
+        """``(label, value)`` of every tensor and float of the server optimizer's state, for the non-finite checks
+        (:func:`~lightning_fed.guards.nonfinite_values`); labels are ``"<Class> state '<path>'"`` with the path in
+        :meth:`state_dict`'s layout, plus ``" for parameter '<name>'"`` for a per-parameter list.
+
+        Args:
+            param_names: The global model's parameter names, in ``module.parameters()`` order.
+            saved: ``False`` (default): the live state a server step changes — the rule's state and the aggregator
+                chain's stage states, without per-client tables (checked after every server step, on the device);
+                ``True``: everything :meth:`state_dict` holds, per-client tables included (checked once, when
+                loaded from a checkpoint).
+
+        Example::
+
+            >>> import torch
+            >>> from lightning_fed.callbacks import FedAdam
+            >>> server = FedAdam(lr=0.1)
+            >>> server.server_update([torch.zeros(2)], [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)]) and None
+            >>> [label for label, _ in server.state_items(["w"])]
+            ["FedAdam state 'state.exp_avg' for parameter 'w'", "FedAdam state 'state.exp_avg_sq' for parameter 'w'"]
+        """
+        items: list[tuple[str, Any]] = []
+        prefix = f"{type(self).__name__} state"
+        if saved:
+            _state_items(items, prefix, self.state_dict(), (), param_names, tables=True)
+            return items
+        if self._rule_state is not None:
+            _state_items(items, prefix, self._rule_state._asdict(), ("state",), param_names, tables=False)
+        for i, stage_state in enumerate(self.aggregator_state or ()):
+            _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, tables=False)
+        return items
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned), for
+        :meth:`restore_state`: taken before each server step under ``on_nonfinite_server_step="restore"``."""
+        return _clone(self.state_dict())
+
+    def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
+        """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from a checkpoint
+        holding it would: :meth:`load_state_dict`, then the aggregator chain's states re-made at once for
+        ``params`` (the global model's parameters), and no server step in the current round."""
+        self.load_state_dict(_clone(snapshot))
+        if self._saved_aggregator_state is not None and self.aggregators is not None:
+            self.aggregator_state = None
+            self.chain_state(params)
+        self._stepped = False
+        self.round_report = None
+
     # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
@@ -591,6 +640,42 @@ class ServerOptimizer(Callback):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
+
+
+def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names: Sequence[str], tables: bool) -> None:
+    """Append ``(label, value)`` for the tensors and floats inside ``value`` (see ``ServerOptimizer.state_items``)."""
+    label = f"{prefix} {'.'.join(path)!r}"
+    if isinstance(value, Tensor):
+        items.append((label, value))
+    elif isinstance(value, float):
+        items.append((label, value))
+    elif isinstance(value, ClientStateTable):
+        if tables:
+            _state_items(items, prefix, value.state_dict(), path, param_names, tables)
+    elif hasattr(value, "_asdict"):
+        _state_items(items, prefix, value._asdict(), path, param_names, tables)
+    elif isinstance(value, dict):
+        for key, v in value.items():
+            _state_items(items, prefix, v, path + (str(key),), param_names, tables)
+    elif isinstance(value, (list, tuple)):
+        if value and len(value) == len(param_names) and all(isinstance(v, Tensor) for v in value):
+            items.extend((f"{label} for parameter {name!r}", v) for name, v in zip(param_names, value))
+        else:
+            for i, v in enumerate(value):
+                _state_items(items, prefix, v, path + (str(i),), param_names, tables)
+
+
+def _clone(value: Any) -> Any:
+    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if hasattr(value, "_asdict"):
+        return type(value)(**{k: _clone(v) for k, v in value._asdict().items()})
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    return value
 
 
 _TABLE_KEY = "client_state_table"  # a ClientStateTable inside a stage's state, saved as its (weights-only) state dict
