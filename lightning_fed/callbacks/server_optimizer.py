@@ -555,7 +555,8 @@ class ServerOptimizer(Callback):
 
     # ------------------------------------------------------------------ state integrity (issue #43)
     def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
-        """``(label, value)`` of every tensor and float of the server optimizer's state, for the non-finite checks
+        """``(label, value)`` of every tensor and every NaN float of the server optimizer's state (±inf is a legitimate
+        value of a scalar field, e.g. AdaptiveStepSize's θ = ∞ before its second round), for the non-finite checks
         (:func:`~lightning_fed.guards.nonfinite_values`); labels are ``"<Class> state '<path>'"`` with the path in
         :meth:`state_dict`'s layout, plus ``" for parameter '<name>'"`` for a per-parameter list.
 
@@ -585,6 +586,29 @@ class ServerOptimizer(Callback):
         for i, stage_state in enumerate(self.aggregator_state or ()):
             _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, tables=False)
         return items
+
+    def required_state(self, num_params: int) -> list[str]:
+        """The entries (dotted paths in :meth:`state_dict`'s layout) a saved state must hold for a resume after at
+        least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
+        ``aggregators`` with a chain; ``client_algorithms.<i>`` for each client algorithm that keeps per-client state.
+        A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
+        whose state lacks one (it would go on from a fresh state silently).
+
+        Args:
+            num_params: d, the model's number of parameter entries (for the client algorithms' ``state_dim``).
+
+        Example::
+
+            >>> from lightning_fed.callbacks import FedAdam, FedAvg
+            >>> FedAdam().required_state(10), FedAvg().required_state(10)
+            (['num_steps', 'state.exp_avg', 'state.exp_avg_sq'], ['num_steps'])
+        """
+        state_type = self.server_rule.State
+        required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
+        if self.aggregators is not None:
+            required.append("aggregators")
+        required += [f"client_algorithms.{i}" for i, a in enumerate(self.client_algorithms) if int(a.state_dim(num_params)) > 0]
+        return required
 
     def snapshot_state(self) -> dict[str, Any]:
         """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned), for
@@ -648,7 +672,8 @@ def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names:
     if isinstance(value, Tensor):
         items.append((label, value))
     elif isinstance(value, float):
-        items.append((label, value))
+        if math.isnan(value):  # ±inf is a value of scalar state (AdaptiveStepSize's θ before round 2, S = ∞)
+            items.append((label, value))
     elif isinstance(value, ClientStateTable):
         if tables:
             _state_items(items, prefix, value.state_dict(), path, param_names, tables)
