@@ -675,6 +675,36 @@ class FederatedCheckpointConnector(CheckpointConnector):
             )
             return
         self._move_server_state(record.get("server_optimizer_state_key"), server, path)
+        self._check_server_state_present(record, server, path)
+
+    def _check_server_state_present(self, record: dict[str, Any], server: Any, path: str) -> None:
+        """Refuse a checkpoint whose record names a server optimizer but that holds no state for it, or a state
+        without an entry the server optimizer needs after a server step (:meth:`ServerOptimizer.required_state`):
+        Lightning would skip the missing state silently and the run go on from a fresh one (step count 0, FedAdam's
+        moments at their start, SCAFFOLD's c_i at zero)."""
+        if record.get("server_optimizer_state_key") is None:
+            return
+        name = type(server).__name__
+        states = self._loaded_checkpoint.get("callbacks")
+        state = states.get(server.state_key) if isinstance(states, dict) else None
+        if not isinstance(state, dict):
+            raise ValueError(
+                f"Cannot resume from {path}: its run record names the server optimizer {name} but the checkpoint "
+                f"holds no state for it (checkpoint['callbacks'][{server.state_key!r}]); refusing to resume with a "
+                "fresh server optimizer (step count 0) silently."
+            )
+        module = self.trainer.lightning_module
+        num_params = sum(p.numel() for p in module.parameters()) if module is not None else 0
+        steps = state.get("num_steps")
+        missing = [key for key in server.required_state(num_params) if not _has_path(state, key)]
+        if "num_steps" not in missing and not (isinstance(steps, numbers.Integral) and int(steps) > 0):
+            return  # saved before the first server step: nothing else exists yet
+        if missing:
+            raise ValueError(
+                f"Cannot resume from {path}: the saved state of the server optimizer {name} lacks "
+                f"{', '.join(repr(k) for k in missing)} (after {steps} server step(s)); refusing to resume with that "
+                "part started afresh silently."
+            )
 
     def _move_server_state(self, old_key: Optional[str], server: Any, path: str) -> None:
         states = self._loaded_checkpoint.get("callbacks")
@@ -686,6 +716,20 @@ class FederatedCheckpointConnector(CheckpointConnector):
                 "refusing to resume with a fresh server optimizer silently."
             )
         states[server.state_key] = states.pop(old_key)
+
+
+def _has_path(state: Any, dotted: str) -> bool:
+    """Whether ``state`` holds the (non-``None``) entry at ``dotted`` (``"state.exp_avg"`` is
+    ``state["state"]["exp_avg"]``)."""
+    for key in dotted.split("."):
+        if not isinstance(state, dict):
+            return False
+        if key not in state:
+            key = int(key) if key.isdigit() and int(key) in state else key
+        if key not in state:
+            return False
+        state = state[key]
+    return state is not None
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint callbacks

@@ -558,3 +558,32 @@ def test_43_nan_weights_in_a_checkpoint_are_refused_at_fit_start_naming_the_tens
     assert "global model parameter 'net.0.weight' has 2 non-finite value(s) (of 80)" in message
     assert "global model parameter 'net.3.bias' has 1 non-finite value(s) (of 3)" in message
     assert counter.batches == 0
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda c: c["callbacks"].pop(next(k for k in c["callbacks"] if k.startswith("FedAdam"))),
+     "names the server optimizer FedAdam but the checkpoint holds no state for it"),
+    (lambda c: _fedadam_state(c).update(state={}), "lacks 'state.exp_avg', 'state.exp_avg_sq' (after 2 server step(s))"),
+    (lambda c: _fedadam_state(c).pop("num_steps"), "lacks 'num_steps'"),
+])
+def test_43_a_checkpoint_without_the_server_optimizers_state_is_refused(tmp_path, two_rounds, edit, expected):
+    """#43 case 3: before, a checkpoint without FedAdam's state (its record intact) resumed with a fresh FedAdam
+    (step count 0, moments at their start) without a word."""
+    counter = _CountBatches()
+    with pytest.raises(ValueError, match="Cannot resume from") as info:
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=4, ckpt_path=str(_edited(tmp_path, two_rounds, edit)),
+             callbacks_extra=[counter])
+    assert expected in str(info.value) and "edited.ckpt" in str(info.value)
+    assert counter.batches == 0
+
+
+def test_43_a_scaffold_checkpoint_without_its_client_variates_is_refused(tmp_path):
+    """#43 case 3: SCAFFOLD's c_i table is state the run needs: without it every c_i would restart at zero while c
+    (their mean) is kept."""
+    from lightning_fed.callbacks import SCAFFOLD
+
+    _fit(tmp_path, tmp_path / "ckpt", max_epochs=1, server=SCAFFOLD())
+    path = _edited(tmp_path, tmp_path / "ckpt" / "last.ckpt", lambda c: c["callbacks"][
+        next(k for k in c["callbacks"] if k.startswith("SCAFFOLD"))].pop("client_state"))
+    with pytest.raises(ValueError, match="the saved state of the server optimizer SCAFFOLD lacks 'client_state'"):
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=SCAFFOLD(), ckpt_path=str(path))
