@@ -310,6 +310,28 @@ class ServerOptimizer(Callback):
             self.aggregator_state = states
         return self.aggregator_state
 
+    def stage_state_fields(self, stage: Stage) -> Optional[dict[str, Any]]:
+        """The state of ``stage`` (one of :attr:`aggregators`) as ``{field: value}`` without creating it: the live
+        typed state's fields, or — after a checkpoint was loaded, before the first round re-makes the chain's states —
+        the saved fields (client-state tables re-made); ``None`` when there is none yet. For fit-start checks of a
+        loaded state (e.g. SCAFFOLD's c_i table against the data module's N) before any client trains.
+
+        Example::
+
+            >>> from lightning_fed.callbacks import SCAFFOLD
+            >>> server = SCAFFOLD()
+            >>> server.stage_state_fields(server.control_stage) is None  # no round, no checkpoint: none yet
+            True
+        """
+        index = next((i for i, s in enumerate(self.aggregators or ()) if s is stage), None)
+        if index is None:
+            return None
+        if self.aggregator_state is not None:
+            return self.aggregator_state[index]._asdict()
+        if self._saved_aggregator_state is not None and index < len(self._saved_aggregator_state):
+            return _restore_tables(self._saved_aggregator_state[index])
+        return None
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain."""
         dm = trainer.datamodule
@@ -618,7 +640,20 @@ class ServerOptimizer(Callback):
     def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
         """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from a checkpoint
         holding it would: :meth:`load_state_dict`, then the aggregator chain's states re-made at once for
-        ``params`` (the global model's parameters), and no server step in the current round."""
+        ``params`` (the global model's parameters), and no server step in the current round.
+
+        Example: FedAdam's step count and moments back to before a step::
+
+            >>> import torch
+            >>> from lightning_fed.callbacks import FedAdam
+            >>> server, params = FedAdam(lr=0.1), [torch.zeros(2)]
+            >>> _ = server.server_update(params, [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)])
+            >>> before = server.snapshot_state()
+            >>> _ = server.server_update(params, [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)])
+            >>> server.restore_state(before, params)
+            >>> server.num_steps, torch.equal(server.state["exp_avg"][0], before["state"]["exp_avg"][0])
+            (1, True)
+        """
         self.load_state_dict(_clone(snapshot))
         if self._saved_aggregator_state is not None and self.aggregators is not None:
             self.aggregator_state = None
