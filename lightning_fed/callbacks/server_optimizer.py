@@ -320,8 +320,8 @@ class ServerOptimizer(Callback):
 
             >>> from lightning_fed.callbacks import SCAFFOLD
             >>> server = SCAFFOLD()
-            >>> server.stage_state_fields(server.control_stage) is None  # no round, no checkpoint: none yet
-            True
+            >>> server.stage_state_fields(server.control_stage)  # no round, no checkpoint: no c, no c_i yet
+            {'control': None, 'table': None}
         """
         index = next((i for i, s in enumerate(self.aggregators or ()) if s is stage), None)
         if index is None:
