@@ -129,15 +129,16 @@ def check_on_nonfinite_server_step(value: Any) -> str:
 
 
 def _finite_flags(tensors: Sequence[Tensor]) -> list[bool]:
-    """Whether each tensor is all finite: its ∞-norm (max |x|, NaN-propagating, never overflowing) per tensor,
-    grouped by device and dtype, read on the host in one copy per device (one host sync for a model on one device)."""
+    """Whether each tensor's 2-norm is finite (it is when every entry is; it can also overflow for entries beyond
+    ~1e19 in float32, which :func:`nonfinite_values` then rules out by counting), one fused norm per device and dtype,
+    read on the host in one copy per device (one host sync for a model on one device)."""
     groups: dict[tuple[Any, Any], list[int]] = {}
     for i, t in enumerate(tensors):
         groups.setdefault((t.device, t.dtype), []).append(i)
     flags: list[Any] = [None] * len(tensors)
     by_device: dict[Any, list[tuple[list[int], Tensor]]] = {}
     for (device, _), idx in groups.items():
-        norms = torch._foreach_norm([tensors[i] for i in idx], math.inf)
+        norms = torch._foreach_norm([tensors[i] for i in idx])  # the 2-norm: ~6x faster than ∞ on the CPU
         by_device.setdefault(device, []).append((idx, torch.isfinite(torch.stack(norms))))
     for parts in by_device.values():
         values = torch.cat([f for _, f in parts]).tolist()
@@ -174,7 +175,9 @@ def nonfinite_values(items: Sequence[tuple[str, Union[Tensor, float]]]) -> list[
     if tensors:
         for i, t, finite in zip(where, tensors, _finite_flags(tensors)):
             if not finite:
-                bad[i] = (items[i][0], int((~torch.isfinite(t)).sum()), t.numel())
+                count = int((~torch.isfinite(t)).sum())
+                if count:  # else a finite tensor whose 2-norm overflowed
+                    bad[i] = (items[i][0], count, t.numel())
     return [bad[i] for i in sorted(bad)]
 
 
