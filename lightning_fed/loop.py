@@ -191,7 +191,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         #: ``"raise"`` or ``"restore"``: what a server step that makes x_{t+1} or the server state non-finite does.
         self.on_nonfinite_server_step = check_on_nonfinite_server_step(on_nonfinite_server_step)
         self._param_names: list[str] = []
-        self._buffer_names: list[str] = []
+        self._model_items: list[tuple[str, Tensor]] = []  # (label, tensor) of x's parameters and floating buffers
         self._round_start_state: dict[str, Any] = {}
         #: (client id, reason) of the clients dropped from the current round.
         self.round_failures: list[tuple[int, str]] = []
@@ -267,7 +267,9 @@ class FederatedFitLoop(pl_private.FitLoop):
         runner.setup(trainer, self.epoch_loop, self.datamodule, self.server_optimizer, self._round_log, step_callbacks)
         self._params, self._buffers = runner.params, runner.buffers
         self._param_names = [name for name, _ in module.named_parameters()]
-        self._buffer_names = [name for name, _ in module.named_buffers()]
+        self._model_items = [(f"global model parameter {n!r}", p) for n, p in zip(self._param_names, self._params)]
+        self._model_items += [(f"global model buffer {n!r}", b) for (n, _), b in zip(module.named_buffers(), self._buffers)
+                              if b.is_floating_point()]
         check_local_work = getattr(self.datamodule, "check_local_work", None)
         if check_local_work is not None:
             check_local_work()
@@ -540,12 +542,7 @@ class FederatedFitLoop(pl_private.FitLoop):
     def _global_state_items(self) -> list[tuple[str, Any]]:
         """``(label, tensor)`` of the global model (parameters, floating buffers) and ``(label, value)`` of the server
         optimizer's live state (:meth:`ServerOptimizer.state_items`), for the check after a server step."""
-        items: list[tuple[str, Any]] = [
-            (f"global model parameter {name!r}", p) for name, p in zip(self._param_names, self._params)
-        ]
-        items += [(f"global model buffer {name!r}", b) for name, b in zip(self._buffer_names, self._buffers)
-                  if b.is_floating_point()]
-        return items + self.server_optimizer.state_items(self._param_names)
+        return self._model_items + self.server_optimizer.state_items(self._param_names)
 
     def _nonfinite_server_step(self, round_idx: int, bad: list[tuple[str, int, int]], snapshot: Any) -> None:
         """Round ``round_idx``'s server step made ``bad`` non-finite: raise, or (``"restore"``) put back x_t, the
