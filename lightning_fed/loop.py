@@ -353,6 +353,7 @@ class FederatedFitLoop(pl_private.FitLoop):
                     pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
                 if self._buffers:
                     torch._foreach_copy_(self._buffers, runner.global_buffers)
+        self.in_round = False
         num_restored, restored = 0, False
         if pseudo_gradient is not None:
             bad = nonfinite_values(self._global_state_items())
@@ -363,7 +364,6 @@ class FederatedFitLoop(pl_private.FitLoop):
                     self._round_log.discard(update.client_id)
                 self._rounds_with_updates -= bool(updates)
                 updates = []
-        self.in_round = False
         nan = float("nan")
         self.round_metrics = {
             "round_train_loss": nan,
