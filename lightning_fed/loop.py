@@ -114,8 +114,8 @@ class FederatedFitLoop(pl_private.FitLoop):
 
     Non-finite server steps: after every server step the global model x_{t+1} (parameters and floating buffers) and
     the server optimizer's state (:meth:`ServerOptimizer.state_items`: the rule's state, e.g. FedAdam's
-    ``exp_avg``/``exp_avg_sq``, and the aggregator chain's, without per-client tables) are checked for NaN/±inf, in
-    one host sync a round. With ``on_nonfinite_server_step="raise"`` (the default) a non-finite value stops the run
+    ``exp_avg``/``exp_avg_sq``, the aggregator chain's, and the per-client-table rows of the round's clients) are
+    checked for NaN/±inf, in one host sync a round. With ``on_nonfinite_server_step="raise"`` (the default) a non-finite value stops the run
     with a ``RuntimeError`` naming the round and the tensors (e.g. ``FedAdam state 'state.exp_avg_sq' for parameter
     'net.0.weight' has 1 non-finite value(s) (of 40)``); with ``"restore"`` the global model x_t and the server
     optimizer's state from before the step are restored (:meth:`ServerOptimizer.restore_state`; a copy of that state

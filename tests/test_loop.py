@@ -451,3 +451,28 @@ def test_43_restore_puts_back_the_rounds_start_and_counts_the_round_as_empty(tmp
 def test_43_on_nonfinite_server_step_is_checked(tmp_path):
     with pytest.raises(ValueError, match=r"`on_nonfinite_server_step` must be one of \('raise', 'restore'\), got 'skip'"):
         FederatedTrainer(on_nonfinite_server_step="skip", **quiet_trainer_kwargs(tmp_path))
+
+
+def test_43_a_non_finite_per_client_state_row_of_the_round_stops_the_run(tmp_path):
+    """#43: a client algorithm's new per-client state is server state too (its delta was finite, so the client was
+    not dropped): a NaN row of a client of the round is named after the step (before: stored without a word)."""
+    from lightning_fed.callbacks import FedAvg
+    from lightning_fed.client import ClientAlgorithm
+
+    class Visits(ClientAlgorithm):  # counts the client's rounds; 0/0 for client 1
+        def state_dim(self, num_params):
+            return 1
+
+        def start(self, module, context, state):
+            self.client_id = context.client_id
+
+        def finish(self, module, context):
+            value = torch.tensor([0.0]) / 0.0 if self.client_id == 1 else torch.ones(1)
+            return {}, value
+
+    x, y = regression_data(n=40)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=4, batch_size=10)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(client=[Visits()])], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match=r"Round 0: .*FedAvg state 'client_algorithms.0' row of client 1 has 1 "
+                                           r"non-finite value\(s\) \(of 1\)"):
+        trainer.fit(LinearRegression(lr=0.05), datamodule=dm)

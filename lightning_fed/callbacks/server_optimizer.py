@@ -584,9 +584,10 @@ class ServerOptimizer(Callback):
 
         Args:
             param_names: The global model's parameter names, in ``module.parameters()`` order.
-            saved: ``False`` (default): the live state a server step changes — the rule's state and the aggregator
-                chain's stage states, without per-client tables (checked after every server step, on the device);
-                ``True``: everything :meth:`state_dict` holds, per-client tables included (checked once, when
+            saved: ``False`` (default): the live state a server step changes — the rule's state, the aggregator
+                chain's stage states and, of the per-client tables, the rows of the clients of the last server step
+                (:attr:`round_report`; labelled ``"... row of client <id>"``) — checked after every server step;
+                ``True``: everything :meth:`state_dict` holds, whole per-client tables included (checked once, when
                 loaded from a checkpoint).
 
         Example::
@@ -601,12 +602,17 @@ class ServerOptimizer(Callback):
         items: list[tuple[str, Any]] = []
         prefix = f"{type(self).__name__} state"
         if saved:
-            _state_items(items, prefix, self.state_dict(), (), param_names, tables=True)
+            _state_items(items, prefix, self.state_dict(), (), param_names, None)
             return items
+        rows = _RowsOf(self.round_report.client_ids if self.round_report is not None else [])
         if self._rule_state is not None:
-            _state_items(items, prefix, self._rule_state._asdict(), ("state",), param_names, tables=False)
+            _state_items(items, prefix, self._rule_state._asdict(), ("state",), param_names, rows)
         for i, stage_state in enumerate(self.aggregator_state or ()):
-            _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, tables=False)
+            _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, rows)
+        for i, table in self.client_algorithm_states.items():
+            _state_items(items, prefix, table, ("client_algorithms", str(i)), param_names, rows)
+        if self.client_state is not None:
+            _state_items(items, prefix, self.client_state, ("client_state",), param_names, rows)
         return items
 
     def required_state(self, num_params: int) -> list[str]:
@@ -701,8 +707,18 @@ class ServerOptimizer(Callback):
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
 
 
-def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names: Sequence[str], tables: bool) -> None:
-    """Append ``(label, value)`` for the tensors and floats inside ``value`` (see ``ServerOptimizer.state_items``)."""
+class _RowsOf:
+    """The client ids whose rows of the per-client tables :func:`_state_items` lists (each table once)."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = [int(i) for i in ids]
+        self.seen: set[int] = set()
+
+
+def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names: Sequence[str],
+                 tables: Optional[_RowsOf]) -> None:
+    """Append ``(label, value)`` for the tensors and NaN floats inside ``value`` (see ``ServerOptimizer.state_items``);
+    a :class:`ClientStateTable` contributes the rows of ``tables.ids`` (state dicts of tables: every row)."""
     label = f"{prefix} {'.'.join(path)!r}"
     if isinstance(value, Tensor):
         items.append((label, value))
@@ -710,8 +726,10 @@ def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names:
         if math.isnan(value):  # ±inf is a value of scalar state (AdaptiveStepSize's θ before round 2, S = ∞)
             items.append((label, value))
     elif isinstance(value, ClientStateTable):
-        if tables:
-            _state_items(items, prefix, value.state_dict(), path, param_names, tables)
+        if tables is not None and id(value) not in tables.seen:
+            tables.seen.add(id(value))
+            items.extend((f"{label} row of client {i}", value.get(i)) for i in tables.ids
+                         if 0 <= i < value.num_clients and i in value)
     elif hasattr(value, "_asdict"):
         _state_items(items, prefix, value._asdict(), path, param_names, tables)
     elif isinstance(value, dict):
