@@ -506,6 +506,12 @@ class FederatedCheckpointConnector(CheckpointConnector):
     ``"privacy"`` entry keeps the rounds of every earlier server optimizer (with their σ, N, C and sampling, or as
     non-private rounds), handed to the new one through :func:`privacy_history`, so ε covers the whole run.
 
+    Before any client trains (and before the loggers write), a resume is also refused (``ValueError`` naming the
+    file) when the record is malformed (:func:`~lightning_fed.migrations.check_record`), when the checkpoint lacks
+    the server optimizer's state or a part of it the run needs
+    (:meth:`~lightning_fed.callbacks.ServerOptimizer.required_state`), or when the loaded global model or
+    server-optimizer state holds a NaN or ±inf (:meth:`check_loaded_state`, naming the tensors).
+
     Args:
         trainer: The trainer.
         allowed: ``True`` (every change allowed), ``False``/``()`` (none), or setting names (see
@@ -700,10 +706,11 @@ class FederatedCheckpointConnector(CheckpointConnector):
         if "num_steps" not in missing and not (isinstance(steps, numbers.Integral) and int(steps) > 0):
             return  # saved before the first server step: nothing else exists yet
         if missing:
+            after = f" (after {steps} server step(s))" if "num_steps" not in missing else ""
             raise ValueError(
                 f"Cannot resume from {path}: the saved state of the server optimizer {name} lacks "
-                f"{', '.join(repr(k) for k in missing)} (after {steps} server step(s)); refusing to resume with that "
-                "part started afresh silently."
+                f"{', '.join(repr(k) for k in missing)}{after}; refusing to resume with that part started afresh "
+                "silently."
             )
 
     def _move_server_state(self, old_key: Optional[str], server: Any, path: str) -> None:
