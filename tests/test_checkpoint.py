@@ -587,3 +587,18 @@ def test_43_a_scaffold_checkpoint_without_its_client_variates_is_refused(tmp_pat
         next(k for k in c["callbacks"] if k.startswith("SCAFFOLD"))].pop("client_state"))
     with pytest.raises(ValueError, match="the saved state of the server optimizer SCAFFOLD lacks 'client_state'"):
         _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=SCAFFOLD(), ckpt_path=str(path))
+
+
+@pytest.mark.parametrize("drop", ["client_algorithms", "aggregators"])
+def test_43_a_feddyn_checkpoint_without_its_tables_or_h_is_refused(tmp_path, drop):
+    """#43 case 3: FedDyn's per-client table (its client half's g_k) and its server state h are needed too."""
+    from lightning_fed.callbacks import FedDyn
+
+    _fit(tmp_path, tmp_path / "ckpt", max_epochs=1, server=FedDyn())
+
+    def edit(checkpoint):
+        checkpoint["callbacks"][next(k for k in checkpoint["callbacks"] if k.startswith("FedDyn"))].pop(drop)
+
+    path = _edited(tmp_path, tmp_path / "ckpt" / "last.ckpt", edit)
+    with pytest.raises(ValueError, match=f"the saved state of the server optimizer FedDyn lacks '{drop}"):
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=FedDyn(), ckpt_path=str(path))
