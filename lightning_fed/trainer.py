@@ -28,7 +28,7 @@ from lightning_fed.checkpoint import (
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
-from lightning_fed.guards import check_max_update_norm_ratio
+from lightning_fed.guards import check_max_update_norm_ratio, check_on_nonfinite_server_step
 from lightning_fed.interrupts import check_client_timeout
 from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
 
@@ -152,6 +152,15 @@ class FederatedTrainer(L.Trainer):
             times the median of the round's client update norms is treated like a failing client (a finite but
             absurd update, e.g. 1e15, would otherwise dominate the aggregate). Needs at least three reporting
             clients to single one out.
+        on_nonfinite_server_step: What a server step that makes the global model or the server optimizer's state
+            non-finite (NaN/±inf; checked after every server step, one host sync a round) does: ``"raise"``
+            (default: the run stops with a ``RuntimeError`` naming the round and the tensors, e.g. ``FedAdam state
+            'state.exp_avg_sq' for parameter 'net.0.weight' has 1 non-finite value(s) (of 40)``) or ``"restore"``
+            (the global model x_t and the server optimizer's state from before the step are restored, with a
+            warning naming the round and the tensors; the round counts as one in which no client reported, its
+            reports in ``round_clients_dropped``; a copy of the server optimizer's state is kept every round for
+            it). A checkpoint whose global model or server-optimizer state is non-finite is refused when ``fit``
+            loads it, whatever this says.
         **kwargs: Any :class:`lightning.Trainer` argument.
 
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
@@ -162,8 +171,9 @@ class FederatedTrainer(L.Trainer):
 
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
-            unknown ``on_client_failure``, a malformed ``allow_resume_changes``, a ``client_timeout_s`` that is not
-            ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1.
+            unknown ``on_client_failure`` or ``on_nonfinite_server_step``, a malformed ``allow_resume_changes``, a
+            ``client_timeout_s`` that is not ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is
+            not ``None`` or a finite number > 1.
 
     Example: one epoch is one round; ``global_step`` counts the clients' optimizer steps. 5 samples over 3 clients
     (2, 2 and 1 samples), all 3 per round, batch size 1: 2 rounds × (2 + 2 + 1) = 10 steps::
@@ -204,12 +214,14 @@ class FederatedTrainer(L.Trainer):
         allow_resume_changes: Union[bool, list[str]] = False,
         client_timeout_s: Optional[float] = None,
         max_update_norm_ratio: Optional[float] = None,
+        on_nonfinite_server_step: str = "raise",
         **kwargs: Any,
     ) -> None:
         client_executor = _resolve_executor(client_executor)
         allowed = normalize_allowed_changes(allow_resume_changes)
         check_client_timeout(client_timeout_s)  # before Lightning's set-up, so a bad value fails first
         check_max_update_norm_ratio(max_update_norm_ratio)
+        check_on_nonfinite_server_step(on_nonfinite_server_step)
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -252,6 +264,7 @@ class FederatedTrainer(L.Trainer):
             on_client_failure=on_client_failure,
             client_timeout_s=client_timeout_s,
             max_update_norm_ratio=max_update_norm_ratio,
+            on_nonfinite_server_step=on_nonfinite_server_step,
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop

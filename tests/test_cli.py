@@ -396,3 +396,9 @@ def test_fit_ends_saying_where_logs_metrics_and_checkpoints_are(tmp_path, monkey
         f"  checkpoints: {tmp_path / 'ckpt'} (last: {tmp_path / 'ckpt' / 'last.ckpt'})",
     ]
     assert (Path(log_dir) / "config.yaml").is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()
+
+
+def test_43_on_nonfinite_server_step_is_a_trainer_argument(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = FederatedCLI(args=["--config", str(FEDAWARE), "--trainer.on_nonfinite_server_step", "restore"], run=False)
+    assert cli.trainer.fit_loop.on_nonfinite_server_step == "restore"
