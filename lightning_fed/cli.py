@@ -679,7 +679,8 @@ def partition_command(args: list[str]) -> dict[str, Any]:
     """``lightning-fed partition``: compute a config's partition, print its statistics, optionally plot it.
 
     Reads the same config as ``fit`` (every section is parsed and instantiated as ``fit`` would, with ``run=False``;
-    only the data module is used), runs ``datamodule.prepare_data()`` and ``setup("fit")`` (downloads included), then
+    only the data module is used; the trainer's start-up log lines, such as "GPU available" and the FedAvg
+    default note, are not printed), runs ``datamodule.prepare_data()`` and ``setup("fit")`` (downloads included), then
     prints the partitioner, the size statistics of :meth:`~lightning_fed.datamodules.Partition.stats` and the
     per-client label counts (the first ``--max_clients`` clients), and with ``--plot PATH`` saves
     :func:`~lightning_fed.tensorboard.label_distribution_figure` there (format from the suffix, e.g. ``.png``).
@@ -710,11 +711,19 @@ def partition_command(args: list[str]) -> dict[str, Any]:
     if ns.max_clients < 1:
         parser.error(f"--max_clients must be an int >= 1, got {ns.max_clients}")
     cli_args = [a for path in ns.config for a in ("--config", path)] + rest
+    import logging
     import warnings
 
-    with warnings.catch_warnings():  # the arguments come from sys.argv through main(): not a mix-up
-        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
-        cli = FederatedCLI(args=cli_args, run=False)
+    # nothing is trained: the trainer's start-up notes (no server optimizer -> FedAvg, "GPU available: ...",
+    # Lightning's tips) are not said; warnings are
+    previous_disable = logging.root.manager.disable
+    logging.disable(max(logging.INFO, previous_disable))
+    try:
+        with warnings.catch_warnings():  # the arguments come from sys.argv through main(): not a mix-up
+            warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+            cli = FederatedCLI(args=cli_args, run=False)
+    finally:
+        logging.disable(previous_disable)
     dm = cli.datamodule
     dm.prepare_data()
     dm.setup("fit")
