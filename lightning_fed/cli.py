@@ -352,8 +352,23 @@ class FederatedCLI(LightningCLI):
                 f"has exactly one: swap it with `--{SERVER_OPTIMIZER_KEY} NAME` (e.g. `--{SERVER_OPTIMIZER_KEY} "
                 f"FedYogi --{SERVER_OPTIMIZER_KEY}.lr 0.01`), which keeps the other callbacks."
             )
+        self._check_ckpt_path(parser, prefix)
         if subcommand == "predict":
             self._check_predict_source(parser, prefix)
+
+    def _check_ckpt_path(self, parser: LightningArgumentParser, prefix: str) -> None:
+        """Refuse a ``--ckpt_path`` that names a local file or folder that does not exist, before any logger folder
+        is created (``last``, ``best``, ``hpc``, ``registry...`` and URLs are Lightning's to resolve)."""
+        ckpt_path = self.config.get(prefix + "ckpt_path")
+        if not isinstance(ckpt_path, (str, os.PathLike)):
+            return
+        path = os.fspath(ckpt_path)
+        if path in ("last", "best", "hpc") or path.startswith("registry") or "://" in path or os.path.exists(path):
+            return
+        subcommand = self.config.get("subcommand")
+        parser = getattr(self, "_subcommand_parsers", {}).get(subcommand, parser)
+        parser.error(f"--ckpt_path {path}: no such file or folder (give a checkpoint written by `lightning-fed fit`, "
+                     "or 'last' / 'best').")
 
     def _check_predict_source(self, parser: LightningArgumentParser, prefix: str) -> None:
         """Refuse ``predict`` up front (before any data is read) when nothing defines ``predict_dataloader``."""
@@ -376,7 +391,8 @@ class FederatedCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         """Lightning's, with any exception it raises marked as a refused value (a class's ``__init__`` refused a
-        setting), which :func:`main` prints as :func:`instantiation_error_message`; the exception itself is unchanged."""
+        setting), which :func:`main` prints as :func:`instantiation_error_message`; the exception itself is
+        unchanged."""
         try:
             super().instantiate_classes()
         except Exception as err:
@@ -622,7 +638,8 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
             given = match.group(1)
             keys = _key_path(lines, i)
             subtypes = next((ln for ln in lines[i:] if ln.strip().startswith("Subtypes:")), "")
-            bases = list(dict.fromkeys(c for c in map(_import_class, _CLASS_PATH_RE.findall(subtypes)) if c is not None))
+            found = map(_import_class, _CLASS_PATH_RE.findall(subtypes))
+            bases = list(dict.fromkeys(cls for cls in found if cls is not None))
             known = _known_class_names(bases)
             short = given.rsplit(".", 1)[-1]
             option = "--" + ".".join(keys) if keys else "the value"
@@ -768,9 +785,10 @@ def main(args: Optional[Any] = None) -> None:
     """Entry point of the ``lightning-fed`` console script (``partition`` is handled by :func:`partition_command`,
     the other subcommands by :class:`FederatedCLI`)."""
     argv = sys.argv[1:] if args is None else args
-    given_verbose = isinstance(argv, (list, tuple)) and "--verbose" in argv
-    if given_verbose:
-        argv = args = [a for a in argv if a != "--verbose"]
+    given_verbose = False
+    if isinstance(argv, (list, tuple)) and "--verbose" in argv:
+        argv, given_verbose = _take_verbose(list(argv))
+        args = argv
     token = _verbose_flag.set(given_verbose or _verbose_flag.get())
     try:
         if isinstance(argv, (list, tuple)) and argv and argv[0] == "partition":
@@ -790,6 +808,26 @@ def main(args: Optional[Any] = None) -> None:
         raise SystemExit(EXIT_BAD_ARGUMENT) from None
     finally:
         _verbose_flag.reset(token)
+
+
+def _take_verbose(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without the ``--verbose`` switch, and whether it was given. ``--verbose true|false`` after
+    ``validate`` or ``test`` is those subcommands' own argument (Lightning's: print the results) and stays.
+
+    >>> _take_verbose(["fit", "--verbose", "--config", "c.yaml"])
+    (['fit', '--config', 'c.yaml'], True)
+    >>> _take_verbose(["test", "--verbose", "false"])
+    (['test', '--verbose', 'false'], False)
+    """
+    out, given = [], False
+    own = bool(argv) and argv[0] in ("validate", "test")
+    for i, arg in enumerate(argv):
+        following = argv[i + 1].lower() if i + 1 < len(argv) else ""
+        if arg == "--verbose" and not (own and following in ("true", "false")):
+            given = True
+            continue
+        out.append(arg)
+    return out, given
 
 
 def thread_note() -> str:

@@ -107,3 +107,31 @@ def test_verbose_parse_error_shows_the_usage_and_the_full_message(capsys):
     lines = _fail(["--verbose", "--server_optimizer", "FedYogy"], capsys)
     assert any(line.startswith("usage:") for line in lines)
     assert any("Expected a path but FedYogy either not accessible or invalid" in line for line in lines)
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict", "fit"])
+def test_a_missing_checkpoint_is_refused_before_any_log_folder_exists(subcommand, tmp_path, capsys):
+    """Before: `lightning-fed validate --ckpt_path does/not/exist.ckpt` ended in Lightning's traceback and left an
+    empty runs/lightning_logs/version_0 behind (an events file and config.yaml)."""
+    from tests.test_cli import _mnist_config
+
+    config = _mnist_config(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(config), "--ckpt_path", "does/not/exist.ckpt"])
+    assert exit_info.value.code == 2
+    error = _error_lines(capsys.readouterr().err.splitlines())
+    assert error[0].startswith("error: --ckpt_path does/not/exist.ckpt: no such file or folder") and len(error) == 2
+    assert f"{subcommand} --help" in error[1]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_validate_and_test_keep_their_own_verbose_argument(tmp_path, capsys):
+    """`--verbose true|false` after `validate` / `test` is Lightning's argument (print the results), not the switch."""
+    from tests.test_cli import _mnist_config
+
+    config = _mnist_config(tmp_path)
+    for subcommand in ("validate", "test"):
+        with pytest.raises(SystemExit):
+            main([subcommand, "--config", str(config), "--verbose", "false", "--ckpt_path", "missing.ckpt"])
+        error = _error_lines(capsys.readouterr().err.splitlines())
+        assert error[0].startswith("error: --ckpt_path missing.ckpt: no such file") and len(error) == 2
