@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from typing import Any, Optional
 
 import yaml
-from jsonargparse import Namespace
+from jsonargparse import DefaultHelpFormatter, Namespace
 from jsonargparse._actions import previous_config
 from jsonargparse._typehints import ActionTypeHint, resolve_class_path_by_name
 from lightning.pytorch import LightningDataModule, LightningModule
@@ -167,6 +167,86 @@ class _SwapFromDefaults(ActionTypeHint):
         return super().__call__(*args, **kwargs)
 
 
+# ------------------------------------------------------------------------------------------------ help text
+_ROLE_RE = re.compile(r":(?:[\w-]+:)+`(~?)([^`<]*?)\s*(?:<([^>`]+)>)?`")
+_ABBREVIATIONS = {"e.g", "i.e", "al", "cf", "vs", "etc", "Alg", "Sec", "Eq", "Fig", "App", "Tab", "No", "approx", "resp"}
+
+
+def plain_text(text: str) -> str:
+    """Docstring text as a person reads it in ``--help``: Sphinx roles become their name (``:class:`~a.b.C``` → C,
+    ``:meth:`a.B.f``` → a.B.f, ``:func:`title <a.f>``` → title) and ````literal```` loses its backticks.
+
+    >>> plain_text("a :class:`~lightning_fed.callbacks.FedAvg` with ``lr=1`` (:meth:`lightning.Trainer.fit`)")
+    'a FedAvg with lr=1 (lightning.Trainer.fit)'
+    """
+
+    def role(match: re.Match) -> str:
+        tilde, name, target = match.groups()
+        if target is not None and name:
+            return name
+        name = (target or name).strip()
+        return name.rsplit(".", 1)[-1] if tilde else name
+
+    return re.sub(r"``(.+?)``", r"\1", _ROLE_RE.sub(role, text))
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, as plain text (:func:`plain_text`); abbreviations such as
+    "e.g." or "et al." do not end it.
+
+    >>> first_sentence("The server optimizer (Reddi et al. 2021, Alg. 1): one callback,\\n e.g. FedAdam. More.\\n\\nOther.")
+    'The server optimizer (Reddi et al. 2021, Alg. 1): one callback, e.g. FedAdam.'
+    """
+    import inspect
+
+    paragraph = inspect.cleandoc(text).split("\n\n", 1)[0]
+    paragraph = plain_text(" ".join(line.strip() for line in paragraph.splitlines())).strip()
+    for match in re.finditer(r"[.!?](?=\s+[A-Z(\"'])", paragraph):
+        word = re.search(r"([\w.]+)$", paragraph[: match.start()])
+        if word is not None and word.group(1) in _ABBREVIATIONS:
+            continue
+        return paragraph[: match.end()]
+    return paragraph
+
+
+def _docstring_summary(obj: Any, first_line: Optional[str] = None) -> Optional[str]:
+    """The first sentence of the docstring ``first_line`` was taken from (jsonargparse and Lightning title help
+    with a docstring's first *line*, which our wrapped docstrings end mid-sentence), among ``obj``, its classes'
+    docstrings and their ``__init__``; else of ``obj``'s own docstring."""
+    if isinstance(obj, tuple):
+        obj = obj[0] if obj else None
+    candidates = [obj]
+    if isinstance(obj, type):
+        for cls in obj.__mro__:
+            candidates += [cls, cls.__dict__.get("__init__")]
+    docs = [c.__doc__ for c in candidates if c is not None and isinstance(getattr(c, "__doc__", None), str)]
+    docs = [d for d in docs if d.strip()]
+    if first_line:
+        start = first_line.strip().rstrip(".")
+        for doc in docs:
+            if doc.strip().startswith(start):
+                return first_sentence(doc)
+        return plain_text(first_line)
+    if isinstance(obj, type):
+        return obj.__name__  # no docstring of its own: its name, not jsonargparse's "<class '...'>"
+    own = getattr(obj, "__doc__", None)
+    return first_sentence(own) if isinstance(own, str) and own.strip() else None
+
+
+class _PlainHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter with docstring text made plain (:func:`plain_text`): in argument help, group
+    titles and descriptions."""
+
+    def _expand_help(self, action: Any) -> str:
+        return plain_text(super()._expand_help(action))
+
+    def start_section(self, heading: Optional[str]) -> None:
+        super().start_section(plain_text(heading) if heading else heading)
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+
 class FederatedArgumentParser(LightningArgumentParser):
     """A :class:`~lightning.pytorch.cli.LightningArgumentParser` that applies :func:`move_server_optimizer` to every
     config it reads (files, strings and objects), so configs with the server optimizer in ``trainer.callbacks``
@@ -187,7 +267,16 @@ class FederatedArgumentParser(LightningArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # `--trainer.max_ep 7` must be an error, not `max_epochs` (argparse's prefix matching is off)
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _PlainHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def _create_group_if_requested(self, obj: Any, nested_key: Any, as_group: Any, doc_group: Any, *args: Any,
+                                   **kwargs: Any) -> Any:
+        """jsonargparse's, with the group's title the first sentence of the class's or method's docstring, as plain
+        text, instead of its first line (cut mid-sentence where the docstring wraps)."""
+        if as_group:
+            doc_group = _docstring_summary(obj, doc_group) or doc_group
+        return super()._create_group_if_requested(obj, nested_key, as_group, doc_group, *args, **kwargs)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Namespace:
         try:
@@ -319,7 +408,17 @@ class FederatedCLI(LightningCLI):
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
         """Lightning's subcommands, then ``partition`` (run by :func:`main` before this parser is built; listed here
         so that ``lightning-fed --help`` names every subcommand)."""
+        trainer_class = self.trainer_class if isinstance(self.trainer_class, type) else None
+        summaries = {}
+        for name in self.subcommands():
+            method = getattr(trainer_class, name, None)
+            summaries[name] = _docstring_summary(method) if method is not None else None
+            if summaries[name]:
+                kwargs[name] = {"description": summaries[name], **kwargs.get(name, {})}
         super()._add_subcommands(parser, **kwargs)
+        for choice in parser._subcommands_action._choices_actions:  # `lightning-fed --help`'s list
+            if summaries.get(choice.dest):
+                choice.help = summaries[choice.dest]
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
         parser._subcommands_action.add_subcommand("partition", listing, help=summary)

@@ -401,9 +401,11 @@ class FederatedTrainer(L.Trainer):
         ckpt_path: Optional[PATH] = None,
         weights_only: Optional[bool] = None,
     ) -> None:
-        """:meth:`lightning.Trainer.fit` (the same arguments). When it raises before its first round finished, the
-        log folders it created and left holding only set-up files are removed (no empty ``version_N`` per failed
-        attempt; :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
+        """Train the global model, one round per epoch: :meth:`lightning.Trainer.fit` (the same arguments).
+
+        When it raises before its first round finished, the log folders it created and left holding only set-up
+        files are removed (no empty ``version_N`` per failed attempt;
+        :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
 
         Args:
             model: The LightningModule (the global model).

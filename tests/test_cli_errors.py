@@ -135,3 +135,40 @@ def test_validate_and_test_keep_their_own_verbose_argument(tmp_path, capsys):
             main([subcommand, "--config", str(config), "--verbose", "false", "--ckpt_path", "missing.ckpt"])
         error = _error_lines(capsys.readouterr().err.splitlines())
         assert error[0].startswith("error: --ckpt_path missing.ckpt: no such file") and len(error) == 2
+
+
+# ------------------------------------------------------------------------------------------------ help text
+def _help(args, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--help"])
+    assert exit_info.value.code in (0, None)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate"])
+def test_help_is_plain_text_in_whole_sentences(subcommand, capsys):
+    """Before: `fit --help` showed raw Sphinx markup (:meth:`...`, :class:`~...`, ``literal``) and titles cut where
+    the docstring's first line wraps (":meth:`lightning.Trainer.fit` (the same arguments). When it raises before
+    its first round finished, the")."""
+    import re
+
+    out = _help([subcommand], capsys)
+    assert not re.search(r":(class|meth|func|attr|mod|data|exc|obj):`", out), "Sphinx role in the help"
+    assert "``" not in out
+    headings = [line for line in out.splitlines() if line and not line.startswith((" ", "usage:"))]
+    assert "A lightning.Trainer that installs FederatedFitLoop:" in headings
+    assert "LightningModule:" in headings  # not "<class 'lightning.pytorch.core.module.LightningModule'>:"
+    for heading in headings:
+        assert not re.search(r"\b(the|a|an|of|to|and|or|its|with|that|when|before)\s*:?$", heading), heading
+    described = " ".join(out.split("options:", 1)[0].split("\n\n", 1)[1].split())  # the text after the usage
+    assert described.endswith(".") and "lightning.Trainer." + subcommand in described
+    if subcommand == "fit":
+        assert described == "Train the global model, one round per epoch: lightning.Trainer.fit (the same arguments)."
+    assert "How the cohort is trained: a ClientExecutor, or \"sequential\"" in " ".join(out.split())
+
+
+def test_the_subcommand_list_is_plain_text(capsys):
+    out = " ".join(_help([], capsys).split())
+    assert "fit Train the global model, one round per epoch: lightning.Trainer.fit (the same arguments)." in out
+    assert "validate Validate the global model: lightning.Trainer.validate" in out
+    assert ":meth:" not in out
