@@ -722,7 +722,8 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
 
     Recognised: an unknown class (``--server_optimizer FedYogy``; the closest subclasses of the option's type, e.g.
     the registered server optimizers), an unknown ``init_args`` name (``--server_optimizer.lrr``; the class's
-    arguments), and an unknown option (``--trainer.max_epoch``, or a config key; the parser's options).
+    arguments), an unknown option (``--trainer.max_epoch``, or a config key; the parser's options), and a value of
+    the wrong type (``--trainer.max_epochs abc: expected int or null.``).
 
     >>> print(readable_parse_error('Parser key "server_optimizer":\\n'
     ...                            '  - Expected a path but FedYogy either not accessible or invalid\\n'
@@ -748,6 +749,10 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
             if known and len(known) <= 30 and "Did you mean" not in text:
                 text += f" Known: {', '.join(known)}."
             return text
+        match = re.search(r"Expected a (?:<class '([\w.]+)'>|(.+?))\. Got value: (.*)$", line)
+        if match:
+            kind = (match.group(1) or match.group(2)).replace("NoneType", "null")
+            return f"--{'.'.join(_key_path(lines, i + 1))} {match.group(3)}: expected {kind}."
         match = re.search(r"Option '([^']+)' is not accepted", line)
         if match:
             wrong = match.group(1)
@@ -760,8 +765,20 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
             keys = _key_path(lines, i)
             prefix = "--" + ".".join(keys) + "." if keys else "--"
             name = class_path.rsplit(".", 1)[-1] if class_path else "the class"
+            subtypes = next((ln for ln in lines[:i][::-1] if ln.strip().startswith("Subtypes:")), "")
+            bases = [base.rsplit(".", 1)[-1] for base in _CLASS_PATH_RE.findall(subtypes)]
+            if keys and class_path and name in bases:  # only the option's base class: no class named yet
+                return (f"{prefix}{wrong}: no {prefix[:-1]} class given before its settings; name one first "
+                        f"({prefix[:-1]} NAME {prefix}{wrong} ..., or class_path in a config).")
             return (f"{prefix}{wrong}: {name} has no argument {wrong!r}."
                     + _did_you_mean(wrong, _init_arg_names(class_path) if class_path else [], prefix))
+    key = re.match(r'Parser key "([^"]+)":', message)
+    given = re.search(r"^\s*Given value: (.*)$", message, re.M)
+    errors = [ln.strip()[2:] for ln in lines if ln.strip().startswith("- ")]
+    expected = [re.fullmatch(r"Expected a (?:<class '([\w.]+)'>|([\w.\[\], ]+))", e) for e in errors]
+    if key and given and errors and all(expected):
+        kinds = [(m.group(1) or m.group(2)).replace("NoneType", "null") for m in expected]
+        return f"--{key.group(1)} {given.group(1)}: expected {' or '.join(dict.fromkeys(kinds))}."
     options = sorted({s for p in _parsers(parser) for a in p._actions for s in a.option_strings
                       if s.startswith("--") and not s.endswith(".help")})
     match = re.search(r"unrecognized arguments: (\S+)", message)
@@ -882,7 +899,14 @@ def format_partition_stats(partition: Any, stats: dict[str, Any], max_clients: i
 
 def main(args: Optional[Any] = None) -> None:
     """Entry point of the ``lightning-fed`` console script (``partition`` is handled by :func:`partition_command`,
-    the other subcommands by :class:`FederatedCLI`)."""
+    the other subcommands by :class:`FederatedCLI`).
+
+    Exit status 2 (:data:`EXIT_BAD_ARGUMENT`) for a bad argument: a parse error, or a value a class refused in its
+    ``__init__`` while the config was instantiated, printed as :func:`instantiation_error_message` (two lines). With
+    ``--verbose`` anywhere on the command line (removed before parsing; see :func:`_take_verbose`) or
+    ``LIGHTNING_FED_VERBOSE=1``, the full parser message with the usage, or the exception itself with its traceback
+    (exit status 1). An error raised by the run itself (after instantiation) is never shortened.
+    """
     argv = sys.argv[1:] if args is None else args
     given_verbose = False
     if isinstance(argv, (list, tuple)) and "--verbose" in argv:

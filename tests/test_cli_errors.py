@@ -96,6 +96,25 @@ def test_a_misspelt_name_gets_the_closest_known_names(args, expected, capsys):
     assert not any(line.startswith("usage:") for line in lines)
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["--trainer.max_epochs", "abc"], "error: --trainer.max_epochs abc: expected int or null."),
+    (["--server_optimizer.lr", "abc"], "error: --server_optimizer.lr abc: expected float."),
+    (["--data.clients_per_round", "x"], "error: --data.clients_per_round x: expected int."),
+], ids=["trainer", "server_optimizer", "data"])
+def test_a_value_of_the_wrong_type_names_the_expected_type(args, expected, capsys):
+    """Before: a usage dump and jsonargparse's 10-line union report."""
+    lines = _fail(args, capsys)
+    assert len(lines) <= 4 and _error_lines(lines)[0] == expected, lines
+
+
+def test_settings_before_their_class_say_to_name_the_class_first(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--data.clients_per_round", "3"])
+    error = _error_lines(capsys.readouterr().err.splitlines())
+    assert error[0] == ("error: --data.clients_per_round: no --data class given before its settings; name one first "
+                        "(--data NAME --data.clients_per_round ..., or class_path in a config).")
+
+
 def test_a_misspelt_config_key_gets_the_closest_settings(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("trainer:\n  max_epoch: 3\n")
     error = _error_lines(_fail(["--config", str(tmp_path / "bad.yaml")], capsys))
