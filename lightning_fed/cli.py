@@ -903,9 +903,10 @@ def main(args: Optional[Any] = None) -> None:
 
     Exit status 2 (:data:`EXIT_BAD_ARGUMENT`) for a bad argument: a parse error, or a value a class refused in its
     ``__init__`` while the config was instantiated, printed as :func:`instantiation_error_message` (two lines). With
-    ``--verbose`` anywhere on the command line (removed before parsing; see :func:`_take_verbose`) or
-    ``LIGHTNING_FED_VERBOSE=1``, the full parser message with the usage, or the exception itself with its traceback
-    (exit status 1). An error raised by the run itself (after instantiation) is never shortened.
+    ``--verbose`` anywhere on the command line (removed before parsing; ``validate``/``test``'s own
+    ``--verbose true|false`` stays) or ``LIGHTNING_FED_VERBOSE=1``: the full parser message with the usage, or the
+    exception itself with its traceback (exit status 1). An error raised by the run itself (after instantiation) is
+    never shortened.
     """
     argv = sys.argv[1:] if args is None else args
     given_verbose = False
