@@ -295,7 +295,8 @@ def remove_unused_log_dirs(paths: list[str]) -> list[str]:
     ``metrics.csv``, no checkpoint, no sub-folder left); deepest first, so a ``lightning_logs`` left empty goes too.
     Returns the folders removed.
 
-    Called by :meth:`FederatedTrainer.fit` when the fit raised before its first round finished: a refused argument
+    Called by :meth:`FederatedTrainer.fit` when the fit raised before its first round finished (and by ``validate``,
+    ``test`` and ``predict`` when they raised before logging a metric, e.g. on a missing checkpoint): a refused argument
     or a data error would otherwise leave an empty ``version_N`` behind every time (Lightning creates the loggers'
     folders before the data module's ``setup``).
     """

@@ -312,16 +312,94 @@ class FederatedTrainer(L.Trainer):
         datamodule: Optional[L.LightningDataModule] = None,
         weights_only: Optional[bool] = None,
     ) -> Any:
-        """:meth:`lightning.Trainer.validate`; a SIGTERM received during it ends it with
-        :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (exit status 1 in a script), federated
-        evaluation included (stopped at once, even with a hung client). After such a stop a second SIGTERM (e.g. a
-        scheduler repeating it while the process shuts down) raises ``SIGTERMException`` again where SIGTERM's
-        disposition was the default, so the process still exits with status 1, not 143 (killed by the signal).
+        """Validate the global model: :meth:`lightning.Trainer.validate`, federated evaluation included.
+
+        A SIGTERM received during it ends it with :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException`
+        (exit status 1 in a script), federated evaluation included (stopped at once, even with a hung client). After
+        such a stop a second SIGTERM (e.g. a scheduler repeating it while the process shuts down) raises
+        ``SIGTERMException`` again where SIGTERM's disposition was the default, so the process still exits with
+        status 1, not 143 (killed by the signal). When it raises (e.g. a missing checkpoint), the log folders it
+        created and left holding only set-up files are removed (before any metric was logged), as :meth:`fit` does.
+
+        Args:
+            model: The LightningModule (the global model).
+            dataloaders: As in :meth:`lightning.Trainer.validate` (a data module may be passed here).
+            ckpt_path: The checkpoint whose global model is validated ("best", "last", or a path), as in Lightning.
+            verbose: Print the validation results.
+            datamodule: The :class:`~lightning_fed.datamodules.FederatedDataModule`.
+            weights_only: Passed to ``torch.load`` when loading the checkpoint, as in Lightning.
         """
         try:
-            return super().validate(model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
+            return self._removing_unused_log_dirs(
+                super().validate, model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+            )
         except SIGTERMException:
             _exit_1_on_next_sigterm()
+            raise
+
+    def test(
+        self,
+        model: Optional[L.LightningModule] = None,
+        dataloaders: Optional[Any] = None,
+        ckpt_path: Optional[PATH] = None,
+        verbose: bool = True,
+        datamodule: Optional[L.LightningDataModule] = None,
+        weights_only: Optional[bool] = None,
+    ) -> Any:
+        """Test the global model: :meth:`lightning.Trainer.test`.
+
+        When it raises before any metric was logged (e.g. a missing checkpoint), the log folders it created and left
+        holding only set-up files are removed, as :meth:`fit` does.
+
+        Args:
+            model: The LightningModule (the global model).
+            dataloaders: As in :meth:`lightning.Trainer.test` (a data module may be passed here).
+            ckpt_path: The checkpoint whose global model is tested ("best", "last", or a path), as in Lightning.
+            verbose: Print the test results.
+            datamodule: The :class:`~lightning_fed.datamodules.FederatedDataModule`.
+            weights_only: Passed to ``torch.load`` when loading the checkpoint, as in Lightning.
+        """
+        return self._removing_unused_log_dirs(
+            super().test, model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+        )
+
+    def predict(
+        self,
+        model: Optional[L.LightningModule] = None,
+        dataloaders: Optional[Any] = None,
+        datamodule: Optional[L.LightningDataModule] = None,
+        return_predictions: Optional[bool] = None,
+        ckpt_path: Optional[PATH] = None,
+        weights_only: Optional[bool] = None,
+    ) -> Any:
+        """Predict with the global model: :meth:`lightning.Trainer.predict`.
+
+        When it raises before any metric was logged (e.g. a missing checkpoint), the log folders it created and left
+        holding only set-up files are removed, as :meth:`fit` does.
+
+        Args:
+            model: The LightningModule (the global model).
+            dataloaders: As in :meth:`lightning.Trainer.predict` (a data module may be passed here).
+            datamodule: A data module with a ``predict_dataloader``.
+            return_predictions: Return the predictions (default: yes, except with spawn-based strategies).
+            ckpt_path: The checkpoint whose global model predicts ("best", "last", or a path), as in Lightning.
+            weights_only: Passed to ``torch.load`` when loading the checkpoint, as in Lightning.
+        """
+        return self._removing_unused_log_dirs(
+            super().predict, model, dataloaders, datamodule, return_predictions, ckpt_path, weights_only
+        )
+
+    def _removing_unused_log_dirs(self, run: Any, *args: Any) -> Any:
+        """``run(*args)``; when it raises before any metric was logged, the log folders it created holding only
+        set-up files are removed."""
+        from lightning_fed.tensorboard import new_log_dirs, remove_unused_log_dirs
+
+        created = new_log_dirs(self)
+        try:
+            return run(*args)
+        except BaseException:
+            if created and not self.logged_metrics:
+                remove_unused_log_dirs(created)
             raise
 
     @property
@@ -338,9 +416,11 @@ class FederatedTrainer(L.Trainer):
         ckpt_path: Optional[PATH] = None,
         weights_only: Optional[bool] = None,
     ) -> None:
-        """:meth:`lightning.Trainer.fit` (the same arguments). When it raises before its first round finished, the
-        log folders it created and left holding only set-up files are removed (no empty ``version_N`` per failed
-        attempt; :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
+        """Train the global model, one round per epoch: :meth:`lightning.Trainer.fit` (the same arguments).
+
+        When it raises before its first round finished, the log folders it created and left holding only set-up
+        files are removed (no empty ``version_N`` per failed attempt;
+        :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
 
         Args:
             model: The LightningModule (the global model).

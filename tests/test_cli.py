@@ -342,6 +342,25 @@ def test_partition_command_prints_stats_and_saves_the_plot(tmp_path, monkeypatch
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_partition_command_says_nothing_about_training(tmp_path, monkeypatch, capsys, caplog):
+    """Issue #43: `lightning-fed partition` trains nothing, yet printed the trainer's FedAvg default note and
+    Lightning's "GPU available: ... / TPU available: ..." lines."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(_mnist_config(tmp_path).read_text())
+    cfg["trainer"]["callbacks"] = cfg["trainer"]["callbacks"][1:]  # no server optimizer: FedAvg by default
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    with caplog.at_level(logging.INFO):
+        main(["partition", "--config", str(tmp_path / "c.yaml")])
+    captured = capsys.readouterr()
+    said = captured.out + captured.err + "\n".join(r.getMessage() for r in caplog.records)
+    assert "num_clients: 4  num_samples: 80" in captured.out
+    for note in ("No server optimizer given", "GPU available", "TPU available", "litlogger"):
+        assert note not in said, note
+    assert logging.root.manager.disable == logging.NOTSET  # logging is as it was
+
+
 def test_partition_command_needs_a_config(capsys):
     with pytest.raises(SystemExit) as err:
         main(["partition", "--plot", "x.png"])

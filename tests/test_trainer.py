@@ -165,6 +165,27 @@ def test_a_fit_that_fails_at_its_start_leaves_no_empty_version_folder(tmp_path, 
     assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
 
 
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_an_evaluation_that_fails_at_its_start_leaves_no_empty_version_folder(tmp_path, stage):
+    """Issue #43: `validate` / `test` / `predict` with a missing checkpoint left an empty `version_0` (an events file,
+    `hparams.yaml`) behind, as a failed fit did before issue #32."""
+    from torch.utils.data import DataLoader
+
+    train, val = classification_dataset(n=60, n_val=10)
+    dm = FederatedDataModule(train, val, partitioner=IIDPartitioner(4), clients_per_round=2, batch_size=10)
+    root = tmp_path / "root"
+    trainer = FederatedTrainer(**quiet_trainer_kwargs(root) | {"logger": True})
+    kwargs = {"dataloaders": DataLoader(val, batch_size=5)} if stage == "predict" else {"datamodule": dm}
+    model = type("Evaluated", (SmallClassifier,), {"test_step": SmallClassifier.validation_step,
+                                                   "predict_step": lambda self, batch, i: self.net(batch[0])})()
+    with pytest.raises(FileNotFoundError, match="does/not/exist.ckpt"):
+        getattr(trainer, stage)(model, ckpt_path="does/not/exist.ckpt", **kwargs)
+    assert not (root / "lightning_logs").exists()
+    # one that ran keeps its folder
+    FederatedTrainer(**quiet_trainer_kwargs(root) | {"logger": True}).validate(SmallClassifier(), datamodule=dm)
+    assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
+
+
 def test_an_existing_log_folder_is_never_removed(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
 
