@@ -135,6 +135,36 @@ API_FIRST = {
 }
 
 
+#: Members a module's section shows first (the rest follow in source order): the data module's page opens on
+#: ``FederatedDataModule``, not on the helper classes defined above it.
+API_FIRST_MEMBERS = {"lightning_fed.datamodules.federated": ["FederatedDataModule"]}
+
+
+def _members_first(module: str, first: list[str]) -> list[str]:
+    """The public top-level names of ``module`` (read from its source), those of ``first`` first, then the other
+    classes, functions and module attributes, each in source order: mkdocstrings' ``members`` option, which renders
+    in its order (with ``group_by_category: false``)."""
+    import ast
+
+    tree = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+    kinds: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            kinds.setdefault(node.name, 0)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            kinds.setdefault(node.name, 1)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    kinds.setdefault(target.id, 2)
+    public = sorted((n for n in kinds if not n.startswith("_")), key=kinds.__getitem__)
+    missing = [n for n in first if n not in public]
+    if missing:
+        raise ValueError(f"API_FIRST_MEMBERS: {module} defines no {missing}")
+    return first + [n for n in public if n not in first]
+
+
 def _public_modules(package: str) -> list[str]:
     """Dotted names of ``package`` and its public modules (depth first, packages before their modules)."""
     path = ROOT.joinpath(*package.split("."))
@@ -163,6 +193,9 @@ def _api_pages() -> list[tuple[str, str, str]]:
         for module in modules:
             # a package's own heading shows its docstring only: what it re-exports is documented where it is defined
             options = "\n    options:\n      members: false" if (ROOT.joinpath(*module.split(".")) / "__init__.py").exists() else ""
+            if module in API_FIRST_MEMBERS:
+                members = _members_first(module, API_FIRST_MEMBERS[module])
+                options = f"\n    options:\n      group_by_category: false\n      members: {members}"
             blocks += [f"::: {module}{options}", ""]
         pages.append((page, package, "\n".join(blocks)))
     return pages

@@ -138,6 +138,10 @@ def test_datamodules_api_page_opens_on_federated_data_module_and_partitioners():
     assert len(partitioners) == 6 and len(tasks) == 4
     assert max(modules.index(m) for m in partitioners) < local_work < min(modules.index(m) for m in tasks)
     assert len(modules) == len(set(modules)) and set(modules) == set(hooks._public_modules("lightning_fed.datamodules"))
+    # within its module, FederatedDataModule comes before the helper classes defined above it; none is left out
+    members = hooks._members_first("lightning_fed.datamodules.federated", ["FederatedDataModule"])
+    assert f"members: {members}" in page and members[0] == "FederatedDataModule"
+    assert {"CohortSelection", "TensorBatches", "HFTensorColumns", "split_client_eval"} <= set(members[1:])
 
 
 def test_broken_links_reports_what_fails_from_disk(tmp_path):
@@ -182,5 +186,6 @@ def test_built_site_works_opened_from_disk(tmp_path):
     assert len(nav) > 15 and all(href.endswith(".html") for href in nav), nav
     api = (site / "api" / "datamodules.html").read_text(encoding="utf-8")
     first = api.index('id="lightning_fed.datamodules.federated.FederatedDataModule"')  # a cross-reference target
-    assert first < api.index('id="lightning_fed.datamodules.dirichlet.DirichletPartitioner"') \
+    assert first < api.index('id="lightning_fed.datamodules.federated.CohortSelection"') \
+        < api.index('id="lightning_fed.datamodules.dirichlet.DirichletPartitioner"') \
         < api.index('id="lightning_fed.datamodules.cifar.CIFAR10DataModule"')
