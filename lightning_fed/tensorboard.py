@@ -8,9 +8,9 @@ Lightning's own hparams write at fit start (the model's ``save_hyperparameters``
 happens only when the :class:`~lightning.pytorch.loggers.TensorBoardLogger` has ``default_hp_metric=True``
 (Lightning's default); the ``lightning-fed`` command's logger turns it off. When it already happened, a warning says so.
 
-Column order in the HParams tab: TensorBoard puts the settings that differ between the shown runs first, then sorts
-by name, and ticks the first five. The first five names (capitalised, so they sort before every ``snake_case`` key)
-are therefore the federated summary: ``Cohort`` (clients per round), ``Local work``, ``Partitioner``,
+Column order in the HParams tab: TensorBoard sorts the settings by name (with a run's experiment summary, see
+below; without one it puts the settings that differ between the shown runs first) and ticks the first five. The
+first five names (capitalised, so they sort before every ``snake_case`` key) are therefore the federated summary: ``Cohort`` (clients per round), ``Local work``, ``Partitioner``,
 ``Server optimizer`` and ``Server optimizer lr`` (η). Each run is its own session group (the *trial id* is the run's
 log directory), so two runs with equal settings stay two rows.
 
