@@ -176,3 +176,15 @@ def test_an_existing_log_folder_is_never_removed(tmp_path):
     with pytest.raises(ValueError, match="max_steps"):
         FederatedTrainer(**kwargs).fit(SmallClassifier(), datamodule=dm)
     assert (tmp_path / "tb" / "run" / "version_0").is_dir()
+
+
+def test_a_run_without_validation_data_does_not_warn_about_an_empty_loader(tmp_path):
+    """Issue #43: ``FederatedDataModule.val_dataloader`` is ``[]`` without validation data (validation is skipped);
+    Lightning warned "Total length of `list` across ranks is zero" at every such fit."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedTrainer(max_epochs=1, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path)).fit(
+            LinearRegression(), datamodule=_regression_dm())
+    assert not [w for w in caught if "Total length of `list`" in str(w.message)]
