@@ -8,7 +8,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
-from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from helpers import (
+    CHECKPOINT_DIR_REUSED, LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs,
+    regression_data)
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
@@ -36,6 +38,7 @@ def _fit_sched(root, max_epochs, ckpt_dir, ckpt_path=None):
     return model, trainer
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_resume_with_lr_scheduler_equals_uninterrupted(tmp_path):
     """ExponentialLR(γ=0.5), 6 rounds, resumed at rounds 2 and 4: same client lr and weights as one run (#11.1)."""
     full, full_trainer = _fit_sched(tmp_path / "a", 6, tmp_path / "ca")
