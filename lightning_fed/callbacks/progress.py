@@ -24,9 +24,9 @@ class FederatedProgressBar(TQDMProgressBar):
     ``enable_progress_bar=False``. Arguments as :class:`lightning.pytorch.callbacks.TQDMProgressBar`.
 
     In a terminal the bar is redrawn in place, one line for the whole fit (as Lightning's). When standard output is
-    not a terminal (a log file, a pipe) each round's bar ends with a newline, so the log holds one line per round
-    and Lightning's closing message (```Trainer.fit` stopped: ...``) starts a line of its own. Either way the bar is
-    titled ``Round N`` from its first draw (never Lightning's ``Epoch N``).
+    not a terminal (a log file, a pipe) each round's bar ends with a newline, so the log holds one line per round.
+    Either way Lightning's closing message (```Trainer.fit` stopped: `max_epochs=N` reached.``) starts a line of its
+    own, and the bar is titled ``Round N`` from its first draw (never Lightning's ``Epoch N``).
 
     Example: installed by default, not with ``enable_progress_bar=False``::
 
@@ -61,9 +61,12 @@ class FederatedProgressBar(TQDMProgressBar):
         bar.initial = 0
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        """The round's metrics on the bar; outside a terminal the bar is then closed: its line ends there."""
+        """The round's metrics on the bar; the bar is then closed (its line ends there) outside a terminal, and after
+        the last round (``max_epochs``) in a terminal too, before Lightning's "`Trainer.fit` stopped" line."""
         super().on_train_epoch_end(trainer, pl_module)
-        if self._line_per_round() and not self._leave:
+        max_epochs = trainer.max_epochs
+        last = max_epochs is not None and max_epochs >= 0 and trainer.current_epoch + 1 >= max_epochs
+        if not self._leave and (self._line_per_round() or last):
             self.train_progress_bar.close()
 
     def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
