@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional, Union
 
 import lightning as L
@@ -268,6 +269,7 @@ class FederatedTrainer(L.Trainer):
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop
+        _quiet_empty_validation_list(loop.epoch_loop.val_loop)
         set_checkpoint_connector(self, FederatedCheckpointConnector(self, allowed))
 
     @property
@@ -456,3 +458,22 @@ class FederatedTrainer(L.Trainer):
                 "(ModelCheckpoint(every_n_epochs=...), or from on_train_epoch_end)."
             )
         super().save_checkpoint(filepath, weights_only=weights_only, storage_options=storage_options)
+
+
+#: Lightning's warning for a validation loader of length 0. ``FederatedDataModule.val_dataloader`` returns ``[]``
+#: when there is no validation data, on purpose (Lightning then skips validation): the warning would otherwise open
+#: every run without a validation set, asking whether that was intended.
+_EMPTY_VALIDATION_WARNING = r"Total length of `list` across ranks is zero"
+
+
+def _quiet_empty_validation_list(val_loop: Any) -> None:
+    """Let the fit's validation loop (its sanity check too) set up its data without
+    :data:`_EMPTY_VALIDATION_WARNING` (an empty *list* only; an empty ``DataLoader`` still warns)."""
+    setup_data = val_loop.setup_data
+
+    def quiet_setup_data() -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_EMPTY_VALIDATION_WARNING, category=UserWarning)
+            return setup_data()
+
+    val_loop.setup_data = quiet_setup_data

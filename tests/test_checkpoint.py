@@ -25,6 +25,13 @@ from lightning_fed.callbacks import FedAdam, FedYogi
 from lightning_fed.checkpoint import AtomicCheckpointIO, CorruptCheckpointError, MidRoundCheckpointError
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
 
+# Expected here: the resume tests continue into a new checkpoint folder (Lightning: "The dirpath has changed") and
+# make allowed changes on purpose (the fit announces them; the tests check them in the checkpoint).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:The dirpath has changed from:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Resuming from .* with allowed changes:UserWarning"),
+]
+
 TESTS = Path(__file__).parent
 
 
@@ -326,6 +333,7 @@ def test_a_name_allows_its_sub_settings_and_a_partitioner_change_its_partition(t
     assert "local_work" not in str(info.value)
 
 
+@pytest.mark.filterwarnings("ignore:MaliciousClients with `fraction`=.* malicious clients in every round:UserWarning")
 def test_31_5_a_changed_simulated_attack_is_refused_on_resume(tmp_path):
     """#31 item 5: the robust reducers' client_transforms (the simulated attack) are in the run record: resuming
     with another attack is refused unless allowed; a checkpoint written before they were recorded is accepted with

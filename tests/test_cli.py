@@ -22,6 +22,10 @@ from lightning_fed.models.mnist import MNISTMLP
 from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
 import numpy as np
 from lightning_fed.cli import main
+from helpers import CLI_ARGS_UNDER_PYTEST
+
+# these tests run the CLI in-process with `args=` (pytest's own arguments are in sys.argv)
+pytestmark = pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 

@@ -15,8 +15,8 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
 from helpers import (
-    LinearRegression, SmallClassifier, classification_dataset, metadata, quiet_trainer_kwargs, regression_data,
-)
+    CHECKPOINT_DIR_REUSED, NO_VAL_DATALOADER, PLAIN_TRAINER_EMPTY_VAL, LinearRegression, SmallClassifier,
+    classification_dataset, metadata, quiet_trainer_kwargs, regression_data)
 from lightning_fed import FederatedFitLoop, FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg, FedYogi
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
@@ -166,6 +166,7 @@ def _resume_setup(tmp_path, max_epochs, ckpt_dir, ckpt_path=None):
     return model, trainer
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_interrupt_and_resume_equals_uninterrupted(tmp_path):
     full, _ = _resume_setup(tmp_path / "a", 5, tmp_path / "ckpt_a")
     _resume_setup(tmp_path / "b", 2, tmp_path / "ckpt_b")
@@ -206,6 +207,7 @@ def test_cohort_larger_than_population_is_an_error(tmp_path):
         FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=dm)
 
 
+@pytest.mark.filterwarnings(NO_VAL_DATALOADER)
 def test_plain_datamodule_is_an_error(tmp_path):
     x, y = regression_data()
 
@@ -231,6 +233,7 @@ def test_step_interval_scheduler_is_an_error(tmp_path):
         )
 
 
+@pytest.mark.filterwarnings(PLAIN_TRAINER_EMPTY_VAL)
 def test_plain_trainer_trains_centrally_on_the_same_datamodule(tmp_path):
     """Without the federated loop the data module is an ordinary one (a centralized baseline)."""
     x, y = regression_data(n=40)

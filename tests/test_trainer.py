@@ -8,7 +8,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
-from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from helpers import (
+    CHECKPOINT_DIR_REUSED, LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs,
+    regression_data)
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
@@ -36,6 +38,7 @@ def _fit_sched(root, max_epochs, ckpt_dir, ckpt_path=None):
     return model, trainer
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_resume_with_lr_scheduler_equals_uninterrupted(tmp_path):
     """ExponentialLR(γ=0.5), 6 rounds, resumed at rounds 2 and 4: same client lr and weights as one run (#11.1)."""
     full, full_trainer = _fit_sched(tmp_path / "a", 6, tmp_path / "ca")
@@ -197,3 +200,15 @@ def test_an_existing_log_folder_is_never_removed(tmp_path):
     with pytest.raises(ValueError, match="max_steps"):
         FederatedTrainer(**kwargs).fit(SmallClassifier(), datamodule=dm)
     assert (tmp_path / "tb" / "run" / "version_0").is_dir()
+
+
+def test_a_run_without_validation_data_does_not_warn_about_an_empty_loader(tmp_path):
+    """Issue #43: ``FederatedDataModule.val_dataloader`` is ``[]`` without validation data (validation is skipped);
+    Lightning warned "Total length of `list` across ranks is zero" at every such fit."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedTrainer(max_epochs=1, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path)).fit(
+            LinearRegression(), datamodule=_regression_dm())
+    assert not [w for w in caught if "Total length of `list`" in str(w.message)]
