@@ -187,7 +187,7 @@ def plain_text(text: str) -> str:
         name = (target or name).strip()
         return name.rsplit(".", 1)[-1] if tilde else name
 
-    return re.sub(r"``(.+?)``", r"\1", _ROLE_RE.sub(role, text))
+    return re.sub(r"``(.+?)``", r"\1", _ROLE_RE.sub(role, text), flags=re.S)  # a literal may span lines
 
 
 def first_sentence(text: str) -> str:
