@@ -80,7 +80,21 @@ REMOVED_OVERRIDES = {
 }
 
 
-class ServerOptimizer(Callback):
+class _ArgumentsCheckedByName:
+    """Checks a server optimizer's arguments against ``cls.__init__`` before it is built, so a wrong one is named with
+    the class the user wrote (``FedAdam(lrr=0.1)`` would otherwise be a ``TypeError`` of
+    ``AdaptiveServerOptimizer.__init__``). A base class of its own, not ``ServerOptimizer.__new__``: jsonargparse reads
+    the signature of a class that defines ``__new__`` itself from that ``__new__`` (``*args, **kwargs``), which would
+    hide ``ServerOptimizer``'s own arguments from the CLI and YAML."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Raises: TypeError naming ``cls``, the argument, the closest valid keyword and the valid ones."""
+        if args or kwargs:
+            check_arguments(cls, args, kwargs)
+        return super().__new__(cls)
+
+
+class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
     round's client updates into the next global model, and carries the client halves of the algorithms it runs.
 
@@ -153,17 +167,6 @@ class ServerOptimizer(Callback):
             if name in vars(cls):
                 raise TypeError(f"{cls.__name__} defines `{name}`, which a server optimizer no longer lets a subclass "
                                 f"override (it would be ignored): {instead}.")
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "ServerOptimizer":
-        """Check the arguments against ``cls.__init__`` first, so a wrong one is named with the class the user wrote
-        (``FedAdam(lrr=0.1)`` would otherwise be a ``TypeError`` of ``AdaptiveServerOptimizer.__init__``).
-
-        Raises:
-            TypeError: naming ``cls``, the argument, the closest valid keyword and the valid ones.
-        """
-        if args or kwargs:
-            check_arguments(cls, args, kwargs)
-        return super().__new__(cls)
 
     def __init__(
         self,
