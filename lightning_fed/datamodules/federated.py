@@ -14,6 +14,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_fed.datamodules.huggingface import (  # noqa: F401  (HFTensorColumns, ragged_column: re-exported)
+    HFTensorColumns,
+    as_torch_format,
+    is_hf_dataset as _is_hf_dataset,
+    ragged_column,
+    read_column,
+)
+from lightning_fed.datamodules import huggingface
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
 
@@ -140,124 +148,6 @@ class TensorBatches:
     def supports(dataset: Any) -> bool:
         """Whether ``dataset`` can be sliced directly."""
         return callable(getattr(dataset, "get_batch", None)) or isinstance(dataset, TensorDataset)
-
-
-#: Largest Hugging Face dataset (its formatted columns as tensors, bytes) that :class:`HFTensorColumns` holds in memory
-#: for client batches; larger ones are read through a ``DataLoader`` as before.
-HF_TENSOR_LIMIT_BYTES = 2 * 1024**3
-
-
-class HFTensorColumns:
-    """The columns of a ``"torch"``-formatted Hugging Face ``datasets.Dataset``, converted once to tensors, so that
-    client batches are tensor slices (:class:`TensorBatches`) instead of one Arrow read and one formatting per batch.
-
-    ``get_batch(index)`` returns ``{column: tensor[index]}``: the same dict, tensors, dtypes and values that a
-    ``DataLoader`` over the dataset collates for those indices (the torch formatter's dtypes: float32 for floats,
-    int64 for integers). Memory: the formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images
-    and labels take 188 MB).
-
-    Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
-    format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
-    ``limit`` bytes (default :data:`HF_TENSOR_LIMIT_BYTES`, 2 GiB).
-
-    Example::
-
-        >>> import datasets, torch
-        >>> ds = datasets.Dataset.from_dict({"x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], "y": [0, 1, 0]})
-        >>> cols = HFTensorColumns.from_dataset(ds.with_format("torch"))
-        >>> batch = cols.get_batch(torch.tensor([2, 0]))
-        >>> batch["x"].tolist(), batch["y"].tolist(), batch["x"].dtype, cols.nbytes
-        ([[4.0, 5.0], [0.0, 1.0]], [0, 0], torch.float32, 48)
-        >>> HFTensorColumns.from_dataset(ds) is None  # not torch-formatted: DataLoader as before
-        True
-    """
-
-    def __init__(self, columns: dict[str, torch.Tensor]) -> None:
-        self.columns = columns
-
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the columns' tensors."""
-        return sum(t.numel() * t.element_size() for t in self.columns.values())
-
-    def get_batch(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{column: tensor[index]}`` for a LongTensor ``index [B]``."""
-        return {name: column[index] for name, column in self.columns.items()}
-
-    @classmethod
-    def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
-        """The columns of ``dataset`` as tensors, or ``None`` when it cannot or should not be held (see above;
-        ``limit`` in bytes, default :data:`HF_TENSOR_LIMIT_BYTES` as it is at the call)."""
-        limit = HF_TENSOR_LIMIT_BYTES if limit is None else limit
-        if not _is_hf_dataset(dataset) or len(dataset) == 0 or (dataset.format or {}).get("type") != "torch":
-            return None
-        first = dataset[0]
-        if not isinstance(first, dict) or not first or not all(isinstance(v, torch.Tensor) for v in first.values()):
-            return None
-        if len(dataset) * sum(v.numel() * v.element_size() for v in first.values()) > limit:
-            return None
-        columns = dataset[:]
-        if not all(isinstance(v, torch.Tensor) and len(v) == len(dataset) for v in columns.values()):
-            return None  # a ragged column comes back as a list of tensors
-        return cls(dict(columns))
-
-
-def _is_hf_dataset(dataset: Any) -> bool:
-    datasets = sys.modules.get("datasets")  # a Hugging Face dataset implies the library is already imported
-    return datasets is not None and isinstance(dataset, datasets.Dataset)
-
-
-def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
-    """The first column of a Hugging Face ``datasets.Dataset`` whose rows (or the lists nested in them) have
-    different lengths, as ``(column, shortest length, a row holding it, longest length, a row holding it)``, or
-    ``None``. Such a column cannot be collated into one tensor for a batch of rows of different lengths. Only the
-    formatted columns are read (from Arrow, without decoding rows); a custom format (``set_transform``) is not
-    judged (its transform may pad).
-
-    Example::
-
-        >>> import datasets
-        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3], [4, 5]], "y": [0, 1, 0]}))
-        ('x', 1, 1, 2, 0)
-        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3, 4]], "text": ["a", "bc"]})) is None
-        True
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    fmt = dataset.format or {}
-    if fmt.get("type") == "custom":
-        return None
-    names = fmt.get("columns") or dataset.column_names
-    schema = dataset.data.schema
-    for name in names:
-        if not pa.types.is_list(schema.field(name).type) and not pa.types.is_large_list(schema.field(name).type) \
-                and not pa.types.is_fixed_size_list(schema.field(name).type):
-            continue
-        if getattr(dataset, "_indices", None) is None:
-            level = dataset.data.column(name)
-        else:  # a selection (select, shuffle, filter): only its rows
-            level = dataset.with_format("arrow", columns=[name])[:].column(name)
-        rows = None
-        while pa.types.is_list(level.type) or pa.types.is_large_list(level.type) or \
-                pa.types.is_fixed_size_list(level.type):
-            lengths = pc.list_value_length(level)
-            low, high = pc.min_max(lengths).values()
-            if low.is_valid and low.as_py() != high.as_py():
-                low, high = low.as_py(), high.as_py()
-                if rows is None:  # the rows themselves
-                    return name, low, pc.index(lengths, low).as_py(), high, pc.index(lengths, high).as_py()
-                parents = np.asarray(rows)  # a nested list: name the rows holding the shortest and longest
-                at_low, at_high = pc.index(lengths, low).as_py(), pc.index(lengths, high).as_py()
-                return name, low, int(parents[at_low]), high, int(parents[at_high])
-            parent = np.arange(len(level)) if rows is None else np.asarray(rows)
-            counts = np.nan_to_num(np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=float)).astype(np.int64)
-            rows = np.repeat(parent, counts)
-            level = pc.list_flatten(level)
-    return None
 
 
 def _check_map_style(name: str, dataset: Any) -> None:
@@ -677,9 +567,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     @staticmethod
     def _as_torch(dataset: Any) -> Any:
-        if dataset is not None and _is_hf_dataset(dataset) and dataset.format["type"] is None:
-            return dataset.with_format("torch")
-        return dataset
+        return as_torch_format(dataset)
 
     def _read_labels(self, required: bool = True) -> Optional[np.ndarray]:
         if self.labels is not None:
@@ -687,7 +575,7 @@ class FederatedDataModule(L.LightningDataModule):
         elif hasattr(self.train_dataset, "targets"):
             labels = self.train_dataset.targets
         elif _is_hf_dataset(self.train_dataset) and self.label_column in self.train_dataset.column_names:
-            labels = self.train_dataset.with_format("numpy")[self.label_column]
+            labels = read_column(self.train_dataset, self.label_column)
         elif required:
             raise ValueError(
                 f"{type(self.partitioner).__name__} needs labels: pass `labels=`, give the dataset a `targets` "
@@ -719,7 +607,7 @@ class FederatedDataModule(L.LightningDataModule):
         if _is_hf_dataset(ds):
             if name not in ds.column_names:
                 raise ValueError(f"`id_column` {name!r} is not a column of the dataset; columns: {ds.column_names}.")
-            return np.asarray(ds.with_format("numpy")[name])
+            return read_column(ds, name)
         if not hasattr(ds, name):
             raise ValueError(
                 f"`id_column` {name!r} is not an attribute of {type(ds).__name__}; the natural id must be stored "
@@ -888,8 +776,8 @@ class FederatedDataModule(L.LightningDataModule):
         if columns is not None:
             rank_zero_info(
                 f"Hugging Face train_dataset: columns {list(columns.columns)} held as tensors for client batches "
-                f"({columns.nbytes / 2**20:.1f} MiB, once; datasets above {HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are "
-                "read through a DataLoader instead)."
+                f"({columns.nbytes / 2**20:.1f} MiB, once; datasets above "
+                f"{huggingface.HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are read through a DataLoader instead)."
             )
         return columns
 

@@ -1,0 +1,151 @@
+"""Hugging Face datasets as tensors (#40.4): every fixed-shape column kind converted from its Arrow buffers gives the
+torch formatter's tensors, dtypes and values (the formatter is the independent reference), without the formatter's
+per-element recursion; what the formatter does not give as one tensor keeps the DataLoader."""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from datasets.formatting.torch_formatter import TorchFormatter
+from PIL import Image
+
+from lightning_fed.datamodules.huggingface import HFTensorColumns, fixed_shape_values, ragged_column
+
+N = 48
+
+
+def _images(mode, rng):
+    shape = {"L": (5, 7), "RGB": (5, 7, 3), "RGBA": (5, 7, 4), "I": (5, 7), "F": (5, 7)}[mode]
+    if mode == "I":
+        return [Image.fromarray(a, mode="I") for a in rng.integers(-9, 70000, (N, *shape), dtype=np.int32)]
+    if mode == "F":
+        return [Image.fromarray(a, mode="F") for a in rng.normal(size=(N, *shape)).astype(np.float32)]
+    return [Image.fromarray(a, mode=mode) for a in rng.integers(0, 256, (N, *shape), dtype=np.uint8)]
+
+
+def _kind(kind):
+    """A dataset of N rows holding one column kind (and a label column)."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, N)
+    if kind == "nested float32 (from_dict of a 4-d array)":
+        return datasets.Dataset.from_dict({"x": rng.random((N, 1, 4, 3), dtype=np.float32), "label": labels})
+    if kind == "nested float64 -> float32":
+        return datasets.Dataset.from_dict({"x": rng.normal(size=(N, 3, 2)) * 1e3, "label": labels})
+    if kind == "nested uint8 -> int64":
+        return datasets.Dataset.from_dict({"x": rng.integers(0, 256, (N, 6, 6), dtype=np.uint8), "label": labels})
+    if kind == "nested bool":
+        return datasets.Dataset.from_dict({"x": rng.random((N, 2, 2)) > 0.5, "label": labels})
+    if kind == "large_list and fixed_size_list":
+        values = rng.normal(size=(N, 3, 4)).astype(np.float32)
+        inner = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 4)
+        outer = pa.LargeListArray.from_arrays(pa.array(np.arange(0, 3 * N + 1, 3), pa.int64()), inner)
+        return datasets.Dataset(datasets.table.InMemoryTable(pa.table({"x": outer, "label": labels})))
+    if kind == "Array2D float64":
+        features = datasets.Features({"x": datasets.Array2D((4, 5), "float64"), "label": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"x": rng.normal(size=(N, 4, 5)), "label": labels}, features=features)
+    if kind == "Array3D uint8":
+        features = datasets.Features({"x": datasets.Array3D((2, 3, 4), "uint8"), "label": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"x": rng.integers(0, 256, (N, 2, 3, 4), dtype=np.uint8),
+                                           "label": labels}, features=features)
+    if kind.startswith("Image "):
+        features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+        return datasets.Dataset.from_dict({"image": _images(kind.split()[1], rng), "label": labels},
+                                          features=features)
+    if kind == "scalar labels":
+        return datasets.Dataset.from_dict({
+            "label": labels, "small": labels.astype(np.uint8), "weight": rng.normal(size=N),
+            "flag": rng.random(N) > 0.5, "half": rng.normal(size=N).astype(np.float16),
+        }, features=datasets.Features({"label": datasets.ClassLabel(num_classes=10), "small": datasets.Value("uint8"),
+                                       "weight": datasets.Value("float64"), "flag": datasets.Value("bool"),
+                                       "half": datasets.Value("float16")}))
+    raise AssertionError(kind)
+
+
+KINDS = ["nested float32 (from_dict of a 4-d array)", "nested float64 -> float32", "nested uint8 -> int64",
+         "nested bool", "large_list and fixed_size_list", "Array2D float64", "Array3D uint8", "Image L", "Image RGB",
+         "Image RGBA", "Image I", "Image F", "scalar labels"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_column_kind_equals_the_torch_formatter_without_its_recursion(kind, monkeypatch):
+    ds = _kind(kind).with_format("torch")
+    selection = ds.shuffle(seed=3).select(range(5, 40))  # an indices mapping: only its rows, in its order
+    references = [ds[:], selection[:]]  # the reference: the torch formatter itself
+    assert all(isinstance(v, torch.Tensor) for ref in references for v in ref.values())
+
+    def refuse(self, data_struct):
+        raise AssertionError("the torch formatter's per-element recursion was used")
+
+    monkeypatch.setattr(TorchFormatter, "recursive_tensorize", refuse)
+    for dataset, reference in zip([ds, selection], references):
+        columns = HFTensorColumns.from_dataset(dataset)
+        assert columns is not None and list(columns.columns) == list(reference)
+        for name, expected in reference.items():
+            got = columns.columns[name]
+            assert got.dtype == expected.dtype and got.shape == expected.shape, name
+            assert torch.equal(got, expected), name
+            assert got.is_contiguous()
+        index = torch.tensor([3, 0, 3])
+        batch = columns.get_batch(index)
+        assert all(torch.equal(batch[name], reference[name][index]) for name in reference)
+
+
+def test_a_selection_of_formatted_columns_converts_only_those():
+    ds = _kind("Array3D uint8").with_format("torch", columns=["x"])
+    columns = HFTensorColumns.from_dataset(ds)
+    assert list(columns.columns) == ["x"] and torch.equal(columns.columns["x"], ds[:]["x"])
+
+
+@pytest.mark.parametrize("column", [
+    [[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0]]] * 4,  # ragged at the inner level only
+    [[1.0, 2.0], [3.0]] * 4,                             # ragged rows
+    [f"text {i}" for i in range(8)],                     # text
+])
+def test_columns_the_formatter_gives_as_lists_or_text_are_not_held(column):
+    assert HFTensorColumns.from_dataset(datasets.Dataset.from_dict({"x": column}).with_format("torch")) is None
+
+
+def test_images_of_different_sizes_are_not_held_and_undecoded_images_neither():
+    images = [Image.new("L", (4, 4)), Image.new("L", (4, 5))]
+    features = datasets.Features({"image": datasets.Image()})
+    ds = datasets.Dataset.from_dict({"image": images}, features=features).with_format("torch")
+    assert isinstance(ds[:]["image"], list) and HFTensorColumns.from_dataset(ds) is None
+    raw = datasets.Dataset.from_dict({"image": images[:1]}, features=features).cast_column(
+        "image", datasets.Image(decode=False)).with_format("torch")
+    assert HFTensorColumns.from_dataset(raw) is None
+
+
+def test_nulls_and_format_arguments_go_through_the_formatter_as_before():
+    with_nulls = datasets.Dataset.from_dict({"x": [1.5, None, 2.5], "y": [[1, 2], [3, 4], [5, 6]]}).with_format("torch")
+    columns = HFTensorColumns.from_dataset(with_nulls)
+    expected = with_nulls[:]
+    assert torch.equal(columns.columns["y"], expected["y"])
+    assert torch.allclose(columns.columns["x"], expected["x"], equal_nan=True) and columns.columns["x"].isnan()[1]
+    half = datasets.Dataset.from_dict({"x": [[1.0, 2.0], [3.0, 4.0]]}).with_format("torch", dtype=torch.float16)
+    assert HFTensorColumns.from_dataset(half).columns["x"].dtype == torch.float16 == half[:]["x"].dtype
+
+
+def test_the_size_limit_is_checked_before_converting():
+    ds = _kind("nested float32 (from_dict of a 4-d array)").with_format("torch")
+    nbytes = N * 12 * 4 + N * 8
+    assert HFTensorColumns.from_dataset(ds, limit=nbytes).nbytes == nbytes
+    assert HFTensorColumns.from_dataset(ds, limit=nbytes - 1) is None
+
+
+def test_fixed_shape_values_follow_slices_and_refuse_nulls():
+    array = pa.array([[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]]]).slice(1, 2)
+    values, shape = fixed_shape_values(array)
+    assert shape == (2, 2) and values.to_numpy().tolist() == list(range(4, 12))
+    assert fixed_shape_values(pa.array([[1, 2], None])) is None
+    assert fixed_shape_values(pa.array([[1, None], [3, 4]])) is None
+    assert fixed_shape_values(pa.array([[], []])) is None
+
+
+def test_the_old_import_path_still_works():
+    from lightning_fed.datamodules import federated, huggingface
+
+    assert federated.HFTensorColumns is huggingface.HFTensorColumns
+    assert federated.ragged_column is ragged_column
