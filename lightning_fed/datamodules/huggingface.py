@@ -55,8 +55,10 @@ def as_torch_format(dataset: Any) -> Any:
 
 
 def read_column(dataset: Any, name: str) -> np.ndarray:
-    """Column ``name`` of a Hugging Face dataset as a NumPy array (the ``"numpy"`` format's values: labels, natural
-    ids), ``[len(dataset)]`` for a scalar column.
+    """Column ``name`` of a Hugging Face dataset as a NumPy array (labels, natural ids): the values and dtype of
+    ``np.asarray(dataset.with_format("numpy")[name])``, ``[len(dataset)]`` for a scalar column. A scalar numeric or
+    bool column without nulls is read from its Arrow buffer (one copy at most); others through the ``"numpy"``
+    format, row by row.
 
     Raises:
         KeyError: ``name`` is not a column.
@@ -67,8 +69,15 @@ def read_column(dataset: Any, name: str) -> np.ndarray:
         >>> read_column(datasets.Dataset.from_dict({"label": [2, 0, 1]}), "label").tolist()
         [2, 0, 1]
     """
+    import pyarrow as pa
+
     if name not in dataset.column_names:
         raise KeyError(name)
+    column = dataset.with_format("arrow", columns=[name])[:].column(name)  # the rows of a selection
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind) or
+                                   pa.types.is_boolean(kind)):
+        return np.asarray(column.to_numpy())
     return np.asarray(dataset.with_format("numpy")[name])
 
 
