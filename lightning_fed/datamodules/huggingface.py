@@ -314,6 +314,18 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
     return nbytes, convert
 
 
+def _has_ragged_level(level: Any) -> bool:
+    """Whether some level of the nested lists ``level`` holds lists of different lengths (nulls not counted)."""
+    import pyarrow.compute as pc
+
+    while _is_list(level.type):
+        low, high = pc.min_max(pc.list_value_length(level)).values()
+        if low.is_valid and low.as_py() != high.as_py():
+            return True
+        level = pc.list_flatten(level)
+    return False
+
+
 def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
     """The first column of a Hugging Face ``datasets.Dataset`` whose rows (or the lists nested in them) have
     different lengths, as ``(column, shortest length, a row holding it, longest length, a row holding it)``, or
@@ -345,6 +357,8 @@ def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
             level = dataset.data.column(name)
         else:  # a selection (select, shuffle, filter): only its rows
             level = dataset.with_format("arrow", columns=[name])[:].column(name)
+        if not _has_ragged_level(level):
+            continue  # the usual case, found without mapping every nested value back to its row
         rows = None
         while pa.types.is_list(level.type) or pa.types.is_large_list(level.type) or \
                 pa.types.is_fixed_size_list(level.type):

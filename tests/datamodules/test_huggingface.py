@@ -197,3 +197,12 @@ def test_a_data_module_sets_up_and_batches_without_formatting_a_row(kind, monkey
     assert sorted(np.concatenate([dm.client_indices(c) for c in range(4)]).tolist()) == list(range(N))
     for batch, index in zip(dm.client_dataloader(1, 0), dm.client_batches(1, 0)):
         assert all(torch.equal(batch[name], reference[name][torch.from_numpy(index)]) for name in reference)
+
+
+def test_ragged_column_names_the_rows_also_when_an_inner_level_is_ragged():
+    rows = [[[1, 2], [3, 4]]] * 6
+    rows[4] = [[1, 2], [3]]
+    ds = datasets.Dataset.from_dict({"ok": [[[0, 0], [0, 0]]] * 6, "x": rows, "t": ["a"] * 6})
+    assert ragged_column(ds) == ("x", 1, 4, 2, 0)
+    assert ragged_column(ds.select([4, 5])) == ("x", 1, 0, 2, 0)
+    assert ragged_column(ds.select([0, 5])) is None
