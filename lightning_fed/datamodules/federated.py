@@ -15,8 +15,13 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_fed.datamodules.huggingface import (  # noqa: F401  (HFTensorColumns, ragged_column: re-exported)
+    ColumnTuples,
     HFTensorColumns,
     as_torch_format,
+    check_batch_columns,
+    check_dataset_batch_columns,
+    dict_batch_hint,
+    formatted_columns,
     is_hf_dataset as _is_hf_dataset,
     ragged_column,
     read_column,
@@ -251,6 +256,14 @@ class FederatedDataModule(L.LightningDataModule):
             Python's set order). Each sweep round's cohort is listed in the permutation's order. Not combinable
             with ``over_selection``; refused by DP server optimizers (no privacy analysis for it); recorded in
             checkpoints.
+        batch_columns: For a Hugging Face ``train_dataset``, whose batches are dicts keyed by column
+            (``{"image": tensor [B, ...], "label": tensor [B]}``): the columns to give as a tuple instead, in this
+            order, e.g. ``("image", "label")`` for ``x, y = batch`` in a ``training_step`` written for a
+            ``TensorDataset``. Applies to every batch of the module (clients, federated evaluation, the
+            centralized, validation and test loaders over Hugging Face datasets); the other columns are left out.
+            Default ``None``: dict batches. Without it, a client failing as if it had read a dict batch as a tuple
+            (``TypeError: … must be Tensor, not str`` from ``x, y = batch``) is reported with a hint naming the
+            columns (:meth:`batch_hint`).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -260,7 +273,9 @@ class FederatedDataModule(L.LightningDataModule):
             ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
             without ``eval_clients_per_round``; at :meth:`setup`, federated evaluation with no per-client
             evaluation data, more evaluation clients than clients with evaluation data, ``eval_fraction`` with a
-            natural per-client split; ``clients_per_round`` larger
+            natural per-client split; ``batch_columns`` that is not a sequence of distinct names, or (at
+            :meth:`setup`) with a ``train_dataset`` that is not a Hugging Face dataset or a column its batches lack;
+            ``clients_per_round`` larger
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
@@ -304,6 +319,7 @@ class FederatedDataModule(L.LightningDataModule):
         eval_local_steps: int = 0,
         eval_csv: Optional[str] = None,
         cohort_sampling: str = "fixed_size",
+        batch_columns: Optional[Sequence[str]] = None,
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -336,6 +352,7 @@ class FederatedDataModule(L.LightningDataModule):
                 "cohort_sampling='sweep_then_uniform' visits each client once, with nobody to over-select."
             )
         self.cohort_sampling = cohort_sampling
+        self.batch_columns = check_batch_columns(batch_columns)
         self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
         if eval_fraction is not None and (
             isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
@@ -405,6 +422,11 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_dataset = self._as_torch(self.train_dataset)
         self.val_dataset = self._as_torch(self.val_dataset)
         self.test_dataset = self._as_torch(self.test_dataset)
+        if self.batch_columns is not None:
+            check_dataset_batch_columns("train_dataset", self.train_dataset, self.batch_columns)
+            for name in ("val_dataset", "test_dataset"):  # others' batches: tuples already
+                if _is_hf_dataset(getattr(self, name)):
+                    check_dataset_batch_columns(name, getattr(self, name), self.batch_columns)
         if self.partitioner is None:
             raise ValueError("`partitioner` is required: e.g. IIDPartitioner(num_clients=100).")
         n = len(self.train_dataset)
@@ -554,7 +576,8 @@ class FederatedDataModule(L.LightningDataModule):
         dataset = self.client_eval_dataset
         if self.num_workers == 0 and TensorBatches.supports(dataset):
             return TensorBatches(dataset, batches)
-        return DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
+        return DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(dataset))
 
     def client_personalization_batches(self, cid: int, round_idx: int, steps: int) -> list[np.ndarray]:
         """``steps`` mini-batches of client ``cid``'s *training* data for personalised evaluation: its round's
@@ -764,7 +787,8 @@ class FederatedDataModule(L.LightningDataModule):
             columns = self._hf_tensor_columns()
             if columns is not None:
                 return TensorBatches(columns, batches)
-        return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
+        return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(self.train_dataset))
 
     def _hf_tensor_columns(self) -> Optional[HFTensorColumns]:
         """A torch-formatted Hugging Face ``train_dataset`` as tensors (once; :class:`HFTensorColumns`), or ``None``."""
@@ -772,6 +796,8 @@ class FederatedDataModule(L.LightningDataModule):
         if cached is not None and cached[0] is self.train_dataset:
             return cached[1]
         columns = HFTensorColumns.from_dataset(self.train_dataset)
+        if columns is not None:
+            columns.tuple_columns = self.batch_columns
         self._hf_columns = (self.train_dataset, columns)
         if columns is not None:
             rank_zero_info(
@@ -781,13 +807,26 @@ class FederatedDataModule(L.LightningDataModule):
             )
         return columns
 
+    def collate_fn(self, dataset: Any) -> Optional[ColumnTuples]:
+        """The ``collate_fn`` of a ``DataLoader`` over ``dataset``: with ``batch_columns``, tuples of those columns
+        for a Hugging Face dataset (:class:`ColumnTuples`); else ``None`` (the default collation)."""
+        return ColumnTuples(self.batch_columns) if self.batch_columns is not None and _is_hf_dataset(dataset) else None
+
+    def batch_hint(self, error: BaseException) -> Optional[str]:
+        """A hint for a client whose local work raised ``error`` by reading this module's dict batches (a Hugging
+        Face ``train_dataset`` without ``batch_columns``) as tuples, naming the columns (:func:`dict_batch_hint`);
+        ``None`` otherwise. The client runner adds it to the client's failure."""
+        if self.batch_columns is not None or not _is_hf_dataset(self.train_dataset):
+            return None
+        return dict_batch_hint(error, formatted_columns(self.train_dataset))
+
     # ------------------------------------------------------------------ Lightning loaders
     def train_dataloader(self) -> DataLoader:
         """All training data in one shuffled loader: the centralized baseline for a plain ``lightning.Trainer``."""
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
             self.train_dataset, batch_size=self.batch_size, shuffle=True, generator=generator,
-            num_workers=self.num_workers,
+            num_workers=self.num_workers, collate_fn=self.collate_fn(self.train_dataset),
         )
 
     def val_dataloader(self) -> Any:
@@ -800,13 +839,15 @@ class FederatedDataModule(L.LightningDataModule):
             if self._client_eval_indices is not None and self.client_eval_dataset is not None:
                 union = np.concatenate(self._client_eval_indices).tolist()
                 return DataLoader(Subset(self.client_eval_dataset, union), batch_size=self.eval_batch_size,
-                                  num_workers=self.num_workers)
+                                  num_workers=self.num_workers, collate_fn=self.collate_fn(self.client_eval_dataset))
             return []
-        return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+        return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(self.val_dataset))
 
     def test_dataloader(self) -> Any:
         """The test loader over ``test_dataset`` (or ``val_dataset``)."""
         dataset = self.test_dataset if self.test_dataset is not None else self.val_dataset
         if dataset is None:
             return []
-        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(dataset))

@@ -376,3 +376,103 @@ def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
             rows = np.repeat(parent, counts)
             level = pc.list_flatten(level)
     return None
+
+
+def formatted_columns(dataset: Any) -> list[str]:
+    """The columns a Hugging Face dataset's batches hold: its format's ``columns``, else all of them."""
+    return list((dataset.format or {}).get("columns") or dataset.column_names)
+
+
+def check_batch_columns(value: Any) -> Optional[tuple[str, ...]]:
+    """``None`` or a non-empty sequence of distinct column names, as a tuple (``batch_columns``).
+
+    Raises:
+        ValueError: naming ``batch_columns`` and what is allowed.
+
+    Example::
+
+        >>> check_batch_columns(["image", "label"])
+        ('image', 'label')
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value or \
+            not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
+        raise ValueError(
+            "`batch_columns` must be None (dict batches) or a non-empty sequence of distinct column names, e.g. "
+            f"('image', 'label') for (x, y) tuples, got {value!r}."
+        )
+    return tuple(value)
+
+
+def check_dataset_batch_columns(name: str, dataset: Any, batch_columns: tuple[str, ...]) -> None:
+    """Refuse ``batch_columns`` for ``dataset`` (the data module's ``name``) unless it is a Hugging Face dataset
+    whose batches hold every named column.
+
+    Raises:
+        ValueError: naming ``batch_columns``, the dataset and the columns it has.
+    """
+    if not is_hf_dataset(dataset):
+        raise ValueError(
+            f"`batch_columns` {batch_columns} names Hugging Face columns, but `{name}` is a "
+            f"{type(dataset).__name__}, whose batches are not dicts of columns; leave batch_columns=None."
+        )
+    available = formatted_columns(dataset)
+    missing = [c for c in batch_columns if c not in available]
+    if missing:
+        raise ValueError(
+            f"`batch_columns` names {missing}, not columns of `{name}`'s batches; its columns: {available}."
+        )
+
+
+class ColumnTuples:
+    """A ``DataLoader`` ``collate_fn`` that collates rows (dicts of columns) as the default does, then returns the
+    named columns as a tuple, in that order: ``(x, y)`` batches from a Hugging Face dataset (``batch_columns``).
+
+    Example::
+
+        >>> import torch
+        >>> x, y = ColumnTuples(("image", "label"))([{"image": torch.zeros(2), "label": 1},
+        ...                                           {"image": torch.ones(2), "label": 0}])
+        >>> x.tolist(), y.tolist()
+        ([[0.0, 0.0], [1.0, 1.0]], [1, 0])
+    """
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = tuple(columns)
+
+    def __call__(self, rows: list) -> tuple:
+        from torch.utils.data import default_collate
+
+        batch = default_collate(rows)
+        return tuple(batch[name] for name in self.columns)
+
+
+def dict_batch_hint(error: BaseException, columns: Sequence[str]) -> Optional[str]:
+    """A hint for a ``training_step`` that read a dict batch of ``columns`` as a tuple (``x, y = batch`` gives the
+    column *names*: ``TypeError: linear(): argument 'input' … must be Tensor, not str``; ``batch[0]``: ``KeyError:
+    0``; another number of columns: ``ValueError: … values to unpack``), or ``None`` for other errors.
+
+    Example::
+
+        >>> dict_batch_hint(TypeError("linear(): argument 'input' (position 1) must be Tensor, not str"),
+        ...                 ["image", "label"])[:62]
+        'batches of the Hugging Face train_dataset are dicts of columns'
+        >>> dict_batch_hint(ValueError("bad value"), ["image", "label"]) is None
+        True
+    """
+    text = str(error)
+    tuple_like = (
+        (isinstance(error, TypeError) and "not str" in text)
+        or (isinstance(error, AttributeError) and text.startswith("'str' object has no attribute"))
+        or (isinstance(error, ValueError) and "values to unpack" in text)
+        or (isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], int))
+    )
+    if not tuple_like:
+        return None
+    names = tuple(columns)
+    return (
+        f"batches of the Hugging Face train_dataset are dicts of columns {list(names)}, not tuples: index them by "
+        f"name in training_step (batch[{names[0]!r}]), or pass batch_columns={names[:2]!r} to the data module for "
+        "tuples of those columns in that order"
+    )

@@ -4,6 +4,8 @@ per-element recursion; what the formatter does not give as one tensor keeps the 
 
 from __future__ import annotations
 
+import re
+
 import datasets
 import numpy as np
 import pyarrow as pa
@@ -206,3 +208,124 @@ def test_ragged_column_names_the_rows_also_when_an_inner_level_is_ragged():
     assert ragged_column(ds) == ("x", 1, 4, 2, 0)
     assert ragged_column(ds.select([4, 5])) == ("x", 1, 0, 2, 0)
     assert ragged_column(ds.select([0, 5])) is None
+
+
+# ---------------------------------------------------------------- dict batches: batch_columns and the hint
+class _TupleRegression:
+    """A module written for (x, y) tuples (``x, y = batch``) and the same one reading dict batches by name."""
+
+    @staticmethod
+    def make(tuples: bool):
+        import lightning as L
+
+        class Regression(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.linear = torch.nn.Linear(3, 1)
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch if tuples else (batch["x"], batch["y"])
+                return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Regression()
+
+
+def _regression_hf(n=40):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    return datasets.Dataset.from_dict({"x": x, "y": x @ np.float32([1, -2, 0.5]), "user": np.arange(n) % 4})
+
+
+def _fit(tmp_path, module, trainer_kwargs=None, dataset=None, **data):
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    dataset = _regression_hf() if dataset is None else dataset
+    dm = FederatedDataModule(dataset, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+                             batch_size=5, **data)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path), **(trainer_kwargs or {}))
+    trainer.fit(module, datamodule=dm)
+    return torch.cat([p.detach().flatten() for p in module.parameters()])
+
+
+def test_batch_columns_gives_tuples_of_those_columns_in_every_loader(monkeypatch):
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, huggingface
+
+    hf = _regression_hf()
+    dm = FederatedDataModule(hf, val_dataset=_regression_hf(12), partitioner=IIDPartitioner(num_clients=4, seed=0),
+                             clients_per_round=2, batch_size=5, batch_columns=["y", "x"], eval_batch_size=5)
+    plain = FederatedDataModule(hf, val_dataset=_regression_hf(12), partitioner=IIDPartitioner(num_clients=4, seed=0),
+                                clients_per_round=2, batch_size=5, eval_batch_size=5)
+    dm.setup(), plain.setup()
+    loaders = [lambda m: m.client_dataloader(1, 0), lambda m: m.train_dataloader(), lambda m: m.val_dataloader()]
+    for loader in loaders:
+        for tup, dic in zip(loader(dm), loader(plain), strict=True):
+            assert isinstance(tup, tuple) and len(tup) == 2
+            assert torch.equal(tup[0], dic["y"]) and torch.equal(tup[1], dic["x"])
+    monkeypatch.setattr(huggingface, "HF_TENSOR_LIMIT_BYTES", 0)  # the DataLoader path: the same tuples
+    dm._hf_columns = None
+    for tup, dic in zip(dm.client_dataloader(1, 0), plain.client_dataloader(1, 0), strict=True):
+        assert torch.equal(tup[0], dic["y"]) and torch.equal(tup[1], dic["x"])
+
+
+def test_a_module_written_for_tuples_trains_with_batch_columns_as_the_dict_one_does(tmp_path):
+    by_name = _fit(tmp_path, _TupleRegression.make(tuples=False))
+    as_tuples = _fit(tmp_path, _TupleRegression.make(tuples=True), batch_columns=("x", "y"))
+    assert torch.equal(by_name, as_tuples)
+
+
+def test_a_module_reading_dict_batches_as_tuples_gets_a_hint_naming_the_columns(tmp_path):
+    """``x, y = batch`` on a dict batch unpacks the column names: the error says so and how to fix it, under the
+    default policy (the run stops: every client failed alike) and under on_client_failure="raise" (the original
+    error, with the hint as a note)."""
+    hint = (r"batches of the Hugging Face train_dataset are dicts of columns \['x', 'y'\], not tuples: "
+            r"index them by name in training_step \(batch\['x'\]\), or pass batch_columns=\('x', 'y'\)")
+    two_columns = _regression_hf().remove_columns("user")
+    with pytest.raises(RuntimeError, match=r"linear\(\): argument 'input' .* must be Tensor, not str \(hint: " + hint):
+        _fit(tmp_path, _TupleRegression.make(tuples=True), dataset=two_columns)
+    with pytest.raises(TypeError, match="must be Tensor, not str") as raised:
+        _fit(tmp_path, _TupleRegression.make(tuples=True), trainer_kwargs={"on_client_failure": "raise"},
+             dataset=two_columns)
+    assert re.match("Hint: " + hint, raised.value.__notes__[-1])
+
+
+def test_the_hint_is_given_for_the_tuple_reading_patterns_only():
+    from lightning_fed.datamodules.huggingface import dict_batch_hint
+
+    columns = ["image", "label"]
+    for error in (TypeError("conv2d() received an invalid combination of arguments - got (str, ...) not str"),
+                  AttributeError("'str' object has no attribute 'float'"), KeyError(0),
+                  ValueError("too many values to unpack (expected 2)")):
+        assert "batch_columns=('image', 'label')" in dict_batch_hint(error, columns), error
+    for error in (TypeError("unsupported operand"), KeyError("image"), ValueError("nan loss"), RuntimeError("x")):
+        assert dict_batch_hint(error, columns) is None, error
+
+
+@pytest.mark.parametrize("value", ["image", [], ["x", "x"], [1, 2], {"x": 0}])
+def test_bad_batch_columns_are_refused_naming_the_argument(value):
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    with pytest.raises(ValueError, match=r"`batch_columns` must be None \(dict batches\) or a non-empty sequence"):
+        FederatedDataModule(_regression_hf(), partitioner=IIDPartitioner(num_clients=4), batch_columns=value)
+
+
+def test_batch_columns_need_hugging_face_columns_at_setup():
+    from torch.utils.data import TensorDataset
+
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    dm = FederatedDataModule(_regression_hf(), partitioner=IIDPartitioner(num_clients=4), clients_per_round=2,
+                             batch_columns=("x", "label"))
+    with pytest.raises(ValueError, match=r"`batch_columns` names \['label'\], not columns of `train_dataset`'s "
+                                         r"batches; its columns: \['x', 'y', 'user'\]"):
+        dm.setup()
+    tensors = TensorDataset(torch.zeros(8, 3), torch.zeros(8))
+    dm = FederatedDataModule(tensors, partitioner=IIDPartitioner(num_clients=4), clients_per_round=2,
+                             batch_columns=("x", "y"))
+    with pytest.raises(ValueError, match="`batch_columns` .* but `train_dataset` is a TensorDataset"):
+        dm.setup()
