@@ -43,6 +43,7 @@ from lightning_fed._lightning import (
     set_model_checkpoint_saves_on_train_epoch_end,
 )
 from lightning_fed.atomic_io import atomic_write
+from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
 
 #: Key of the lightning_fed record in a checkpoint dict.
@@ -505,6 +506,12 @@ class FederatedCheckpointConnector(CheckpointConnector):
     ``"privacy"`` entry keeps the rounds of every earlier server optimizer (with their σ, N, C and sampling, or as
     non-private rounds), handed to the new one through :func:`privacy_history`, so ε covers the whole run.
 
+    Before any client trains (and before the loggers write), a resume is also refused (``ValueError`` naming the
+    file) when the record is malformed (:func:`~lightning_fed.migrations.check_record`), when the checkpoint lacks
+    the server optimizer's state or a part of it the run needs
+    (:meth:`~lightning_fed.callbacks.ServerOptimizer.required_state`), or when the loaded global model or
+    server-optimizer state holds a NaN or ±inf (:meth:`check_loaded_state`, naming the tensors).
+
     Args:
         trainer: The trainer.
         allowed: ``True`` (every change allowed), ``False``/``()`` (none), or setting names (see
@@ -576,9 +583,43 @@ class FederatedCheckpointConnector(CheckpointConnector):
             self.privacy_history = []
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
-            migrate_checkpoint(self._loaded_checkpoint)
+            migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path))
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
+
+    def _restore_modules_and_callbacks(self, checkpoint_path: Optional[PATH] = None,
+                                       weights_only: Optional[bool] = None) -> None:
+        """Lightning's restore of the module and the callbacks, then (when fitting) the check of what was loaded
+        (:meth:`check_loaded_state`), before any client trains and before the loggers write."""
+        super()._restore_modules_and_callbacks(checkpoint_path, weights_only)
+        if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
+            self.check_loaded_state(str(checkpoint_path))
+
+    def check_loaded_state(self, path: str) -> None:
+        """Refuse a resume whose global model (parameters, floating buffers) or server-optimizer state
+        (:meth:`~lightning_fed.callbacks.ServerOptimizer.state_items` with ``saved=True``, per-client tables
+        included) holds a NaN or ±inf: every client would start from it, and every update would be dropped as
+        non-finite, or the first server step would spread it into the model.
+
+        Raises:
+            ValueError: naming the checkpoint and the tensors (e.g. ``FedAdam state 'state.exp_avg_sq' for parameter
+                'net.0.weight' has 1 non-finite value(s) (of 40)``).
+        """
+        module = self.trainer.lightning_module
+        if module is None:
+            return
+        names = [name for name, _ in module.named_parameters()]
+        items: list[tuple[str, Any]] = [(f"global model parameter {n!r}", p) for n, p in module.named_parameters()]
+        items += [(f"global model buffer {n!r}", b) for n, b in module.named_buffers() if b.is_floating_point()]
+        server = _server_optimizer(self.trainer)
+        if server is not None:
+            items += server.state_items(names, saved=True)
+        bad = nonfinite_values(items)
+        if bad:
+            raise ValueError(
+                f"Cannot resume from {path}: {describe_nonfinite(bad)}; every later round would start from it. Resume "
+                "from an earlier checkpoint (e.g. an `epoch=*.ckpt` kept by ModelCheckpoint(save_top_k=...))."
+            )
 
     def _check_resume(self, path: str) -> None:
         checkpoint = self._loaded_checkpoint
@@ -640,6 +681,37 @@ class FederatedCheckpointConnector(CheckpointConnector):
             )
             return
         self._move_server_state(record.get("server_optimizer_state_key"), server, path)
+        self._check_server_state_present(record, server, path)
+
+    def _check_server_state_present(self, record: dict[str, Any], server: Any, path: str) -> None:
+        """Refuse a checkpoint whose record names a server optimizer but that holds no state for it, or a state
+        without an entry the server optimizer needs after a server step (:meth:`ServerOptimizer.required_state`):
+        Lightning would skip the missing state silently and the run go on from a fresh one (step count 0, FedAdam's
+        moments at their start, SCAFFOLD's c_i at zero)."""
+        if record.get("server_optimizer_state_key") is None:
+            return
+        name = type(server).__name__
+        states = self._loaded_checkpoint.get("callbacks")
+        state = states.get(server.state_key) if isinstance(states, dict) else None
+        if not isinstance(state, dict):
+            raise ValueError(
+                f"Cannot resume from {path}: its run record names the server optimizer {name} but the checkpoint "
+                f"holds no state for it (checkpoint['callbacks'][{server.state_key!r}]); refusing to resume with a "
+                "fresh server optimizer (step count 0) silently."
+            )
+        module = self.trainer.lightning_module
+        num_params = sum(p.numel() for p in module.parameters()) if module is not None else 0
+        steps = state.get("num_steps")
+        missing = [key for key in server.required_state(num_params) if not _has_path(state, key)]
+        if "num_steps" not in missing and not (isinstance(steps, numbers.Integral) and int(steps) > 0):
+            return  # saved before the first server step: nothing else exists yet
+        if missing:
+            after = f" (after {steps} server step(s))" if "num_steps" not in missing else ""
+            raise ValueError(
+                f"Cannot resume from {path}: the saved state of the server optimizer {name} lacks "
+                f"{', '.join(repr(k) for k in missing)}{after}; refusing to resume with that part started afresh "
+                "silently."
+            )
 
     def _move_server_state(self, old_key: Optional[str], server: Any, path: str) -> None:
         states = self._loaded_checkpoint.get("callbacks")
@@ -651,6 +723,20 @@ class FederatedCheckpointConnector(CheckpointConnector):
                 "refusing to resume with a fresh server optimizer silently."
             )
         states[server.state_key] = states.pop(old_key)
+
+
+def _has_path(state: Any, dotted: str) -> bool:
+    """Whether ``state`` holds the (non-``None``) entry at ``dotted`` (``"state.exp_avg"`` is
+    ``state["state"]["exp_avg"]``)."""
+    for key in dotted.split("."):
+        if not isinstance(state, dict):
+            return False
+        if key not in state:
+            key = int(key) if key.isdigit() and int(key) in state else key
+        if key not in state:
+            return False
+        state = state[key]
+    return state is not None
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint callbacks

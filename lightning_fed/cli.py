@@ -3,12 +3,16 @@ TensorBoard by default."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
+import re
+import sys
+from contextvars import ContextVar
 from typing import Any, Optional
 
 import yaml
-from jsonargparse import Namespace
+from jsonargparse import DefaultHelpFormatter, Namespace
 from jsonargparse._actions import previous_config
 from jsonargparse._typehints import ActionTypeHint, resolve_class_path_by_name
 from lightning.pytorch import LightningDataModule, LightningModule
@@ -30,6 +34,32 @@ DEFAULT_LOGGER = {
 SERVER_OPTIMIZER_KEY = "server_optimizer"
 
 _SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+#: Set to ``1`` for full error output: jsonargparse's whole message with the usage for a bad argument, the Python
+#: traceback for a value a class refused (the same as ``--verbose`` anywhere on the command line).
+VERBOSE_ENV = "LIGHTNING_FED_VERBOSE"
+
+#: Exit status of ``lightning-fed`` for a bad argument: a parse error or a value a class refused in ``__init__``
+#: (argparse's status for usage errors).
+EXIT_BAD_ARGUMENT = 2
+
+_verbose_flag: ContextVar[bool] = ContextVar("lightning_fed_cli_verbose", default=False)
+
+#: Set on an exception raised while the CLI instantiated the config's classes (told apart from one raised by a run).
+_INSTANTIATION_ERROR = "_lightning_fed_instantiation_error"
+
+_VERBOSE_HINT = f"--verbose or {VERBOSE_ENV}=1"
+
+
+def verbose() -> bool:
+    """Whether ``lightning-fed`` shows full error output: ``--verbose`` was given (:func:`main` removes it from the
+    arguments) or the environment variable :data:`VERBOSE_ENV` is ``1`` / ``true`` / ``yes``.
+
+    >>> import os
+    >>> os.environ.get(VERBOSE_ENV) is None and verbose()
+    False
+    """
+    return _verbose_flag.get() or os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _is_server_optimizer(callback: Any) -> bool:
@@ -137,6 +167,86 @@ class _SwapFromDefaults(ActionTypeHint):
         return super().__call__(*args, **kwargs)
 
 
+# ------------------------------------------------------------------------------------------------ help text
+_ROLE_RE = re.compile(r":(?:[\w-]+:)+`(~?)([^`<]*?)\s*(?:<([^>`]+)>)?`")
+_ABBREVIATIONS = {"e.g", "i.e", "al", "cf", "vs", "etc", "Alg", "Sec", "Eq", "Fig", "App", "Tab", "No", "approx", "resp"}
+
+
+def plain_text(text: str) -> str:
+    """Docstring text as a person reads it in ``--help``: Sphinx roles become their name (``:class:`~a.b.C``` → C,
+    ``:meth:`a.B.f``` → a.B.f, ``:func:`title <a.f>``` → title) and ````literal```` loses its backticks.
+
+    >>> plain_text("a :class:`~lightning_fed.callbacks.FedAvg` with ``lr=1`` (:meth:`lightning.Trainer.fit`)")
+    'a FedAvg with lr=1 (lightning.Trainer.fit)'
+    """
+
+    def role(match: re.Match) -> str:
+        tilde, name, target = match.groups()
+        if target is not None and name:
+            return name
+        name = (target or name).strip()
+        return name.rsplit(".", 1)[-1] if tilde else name
+
+    return re.sub(r"``(.+?)``", r"\1", _ROLE_RE.sub(role, text), flags=re.S)  # a literal may span lines
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, as plain text (:func:`plain_text`); abbreviations such as
+    "e.g." or "et al." do not end it.
+
+    >>> first_sentence("The server optimizer (Reddi et al. 2021, Alg. 1): one callback,\\n e.g. FedAdam. More.\\n\\nOther.")
+    'The server optimizer (Reddi et al. 2021, Alg. 1): one callback, e.g. FedAdam.'
+    """
+    import inspect
+
+    paragraph = inspect.cleandoc(text).split("\n\n", 1)[0]
+    paragraph = plain_text(" ".join(line.strip() for line in paragraph.splitlines())).strip()
+    for match in re.finditer(r"[.!?](?=\s+[A-Z(\"'])", paragraph):
+        word = re.search(r"([\w.]+)$", paragraph[: match.start()])
+        if word is not None and word.group(1) in _ABBREVIATIONS:
+            continue
+        return paragraph[: match.end()]
+    return paragraph
+
+
+def _docstring_summary(obj: Any, first_line: Optional[str] = None) -> Optional[str]:
+    """The first sentence of the docstring ``first_line`` was taken from (jsonargparse and Lightning title help
+    with a docstring's first *line*, which our wrapped docstrings end mid-sentence), among ``obj``, its classes'
+    docstrings and their ``__init__``; else of ``obj``'s own docstring."""
+    if isinstance(obj, tuple):
+        obj = obj[0] if obj else None
+    candidates = [obj]
+    if isinstance(obj, type):
+        for cls in obj.__mro__:
+            candidates += [cls, cls.__dict__.get("__init__")]
+    docs = [c.__doc__ for c in candidates if c is not None and isinstance(getattr(c, "__doc__", None), str)]
+    docs = [d for d in docs if d.strip()]
+    if first_line:
+        start = first_line.strip().rstrip(".")
+        for doc in docs:
+            if doc.strip().startswith(start):
+                return first_sentence(doc)
+        return plain_text(first_line)
+    if isinstance(obj, type):
+        return obj.__name__  # no docstring of its own: its name, not jsonargparse's "<class '...'>"
+    own = getattr(obj, "__doc__", None)
+    return first_sentence(own) if isinstance(own, str) and own.strip() else None
+
+
+class _PlainHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter with docstring text made plain (:func:`plain_text`): in argument help, group
+    titles and descriptions."""
+
+    def _expand_help(self, action: Any) -> str:
+        return plain_text(super()._expand_help(action))
+
+    def start_section(self, heading: Optional[str]) -> None:
+        super().start_section(plain_text(heading) if heading else heading)
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+
 class FederatedArgumentParser(LightningArgumentParser):
     """A :class:`~lightning.pytorch.cli.LightningArgumentParser` that applies :func:`move_server_optimizer` to every
     config it reads (files, strings and objects), so configs with the server optimizer in ``trainer.callbacks``
@@ -157,7 +267,16 @@ class FederatedArgumentParser(LightningArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # `--trainer.max_ep 7` must be an error, not `max_epochs` (argparse's prefix matching is off)
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _PlainHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def _create_group_if_requested(self, obj: Any, nested_key: Any, as_group: Any, doc_group: Any, *args: Any,
+                                   **kwargs: Any) -> Any:
+        """jsonargparse's, with the group's title the first sentence of the class's or method's docstring, as plain
+        text, instead of its first line (cut mid-sentence where the docstring wraps)."""
+        if as_group:
+            doc_group = _docstring_summary(obj, doc_group) or doc_group
+        return super()._create_group_if_requested(obj, nested_key, as_group, doc_group, *args, **kwargs)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Namespace:
         try:
@@ -200,6 +319,25 @@ class FederatedArgumentParser(LightningArgumentParser):
     def parse_object(self, obj: Any, *args: Any, **kwargs: Any) -> Namespace:
         return self._move(super().parse_object(obj, *args, **kwargs), "The config")
 
+    def error(self, message: str, ex: Optional[Exception] = None) -> Any:
+        """A bad argument: ``error: ...`` in a few lines and exit status 2, without jsonargparse's usage dump; a
+        misspelt class or option name names the closest known ones (:func:`readable_parse_error`). With
+        ``--verbose`` (or ``LIGHTNING_FED_VERBOSE=1``), or when this parser raises instead of exiting, jsonargparse's
+        own handling (usage and the full message)."""
+        from jsonargparse._common import debug_mode_active
+
+        if verbose() or not self.exit_on_error or debug_mode_active():
+            return super().error(message, ex)
+        self._logger.error(message)
+        if callable(self._error_handler):
+            self._error_handler(self, message)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        readable = readable_parse_error(message, parser)
+        prog = parser.prog.replace(" [options]", "")
+        sys.stderr.write(f"error: {readable or message}\n")
+        sys.stderr.write(f"  (`{prog} --help` lists the options; {_VERBOSE_HINT} shows the parser's full message)\n")
+        self.exit(EXIT_BAD_ARGUMENT)
+
     def _move(self, cfg: Namespace, source: str) -> Namespace:
         try:
             return move_server_optimizer(cfg, source)
@@ -232,10 +370,16 @@ class FederatedCLI(LightningCLI):
     ``lightning-fed predict`` runs ``Trainer.predict`` (the global model's ``predict_step``, after ``--ckpt_path``
     restores it) on the data module's ``predict_dataloader``; without one it stops before loading data.
 
+    Errors are short (:meth:`FederatedArgumentParser.error`): ``error: ...`` and one line on how to see more,
+    without jsonargparse's usage dump; a misspelt class or option name names the closest known ones
+    (:func:`readable_parse_error`). Through :func:`main` (the ``lightning-fed`` command), a value a class refuses in
+    ``__init__`` prints that class's own message (:func:`instantiation_error_message`), exit status 2; ``--verbose``
+    or ``LIGHTNING_FED_VERBOSE=1`` shows the full parser message or traceback instead.
+
     Raises:
-        SystemExit: (a parser error, exit code 2) a server optimizer given both as ``server_optimizer`` and in
-            ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, or ``predict`` without a
-            ``predict_dataloader`` on the data module or the model.
+        SystemExit: (a parser error, exit code 2) a misspelt class or option name, a server optimizer given both as
+            ``server_optimizer`` and in ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, or
+            ``predict`` without a ``predict_dataloader`` on the data module or the model.
 
     Example: parse and instantiate without running (``run=False``; nothing is read or written)::
 
@@ -264,7 +408,17 @@ class FederatedCLI(LightningCLI):
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
         """Lightning's subcommands, then ``partition`` (run by :func:`main` before this parser is built; listed here
         so that ``lightning-fed --help`` names every subcommand)."""
+        trainer_class = self.trainer_class if isinstance(self.trainer_class, type) else None
+        summaries = {}
+        for name in self.subcommands():
+            method = getattr(trainer_class, name, None)
+            summaries[name] = _docstring_summary(method) if method is not None else None
+            if summaries[name]:
+                kwargs[name] = {"description": summaries[name], **kwargs.get(name, {})}
         super()._add_subcommands(parser, **kwargs)
+        for choice in parser._subcommands_action._choices_actions:  # `lightning-fed --help`'s list
+            if summaries.get(choice.dest):
+                choice.help = summaries[choice.dest]
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
         parser._subcommands_action.add_subcommand("partition", listing, help=summary)
@@ -297,8 +451,23 @@ class FederatedCLI(LightningCLI):
                 f"has exactly one: swap it with `--{SERVER_OPTIMIZER_KEY} NAME` (e.g. `--{SERVER_OPTIMIZER_KEY} "
                 f"FedYogi --{SERVER_OPTIMIZER_KEY}.lr 0.01`), which keeps the other callbacks."
             )
+        self._check_ckpt_path(parser, prefix)
         if subcommand == "predict":
             self._check_predict_source(parser, prefix)
+
+    def _check_ckpt_path(self, parser: LightningArgumentParser, prefix: str) -> None:
+        """Refuse a ``--ckpt_path`` that names a local file or folder that does not exist, before any logger folder
+        is created (``last``, ``best``, ``hpc``, ``registry...`` and URLs are Lightning's to resolve)."""
+        ckpt_path = self.config.get(prefix + "ckpt_path")
+        if not isinstance(ckpt_path, (str, os.PathLike)):
+            return
+        path = os.fspath(ckpt_path)
+        if path in ("last", "best", "hpc") or path.startswith("registry") or "://" in path or os.path.exists(path):
+            return
+        subcommand = self.config.get("subcommand")
+        parser = getattr(self, "_subcommand_parsers", {}).get(subcommand, parser)
+        parser.error(f"--ckpt_path {path}: no such file or folder (give a checkpoint written by `lightning-fed fit`, "
+                     "or 'last' / 'best').")
 
     def _check_predict_source(self, parser: LightningArgumentParser, prefix: str) -> None:
         """Refuse ``predict`` up front (before any data is read) when nothing defines ``predict_dataloader``."""
@@ -318,6 +487,19 @@ class FederatedCLI(LightningCLI):
             "have none. Subclass the data module and add `predict_dataloader()` (the model's `predict_step` gets its "
             "batches), or evaluate with `lightning-fed test`."
         )
+
+    def instantiate_classes(self) -> None:
+        """Lightning's, with any exception it raises marked as a refused value (a class's ``__init__`` refused a
+        setting), which :func:`main` prints as :func:`instantiation_error_message`; the exception itself is
+        unchanged."""
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            try:
+                setattr(err, _INSTANTIATION_ERROR, True)
+            except AttributeError:  # pragma: no cover - an exception type with __slots__: shown in full
+                pass
+            raise
 
     def after_fit(self) -> None:
         """Close ``lightning-fed fit`` with :func:`run_summary`: rounds trained, last validation metrics, and where
@@ -394,6 +576,232 @@ def run_summary(trainer: Any) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------ readable errors
+def _root_cause(err: BaseException) -> BaseException:
+    """The innermost exception of ``err``'s chain (``raise ... from``, or raised while handling)."""
+    seen = {id(err)}
+    while True:
+        nxt = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+        if nxt is None or id(nxt) in seen:
+            return err
+        seen.add(id(nxt))
+        err = nxt
+
+
+def _refusing_object(err: BaseException) -> tuple[Any, dict[str, Any]]:
+    """The object whose ``__init__`` raised ``err`` (the outermost ``__init__`` in its traceback that is not the
+    CLI's or jsonargparse's own) and that frame's local variables; ``(None, {})`` if none."""
+    from jsonargparse import ArgumentParser
+
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "__init__":
+            obj = frame.f_locals.get("self")
+            if obj is not None and not isinstance(obj, (LightningCLI, ArgumentParser)) and not (
+                type(obj).__module__.startswith("jsonargparse")
+            ):
+                return obj, dict(frame.f_locals)
+        tb = tb.tb_next
+    return None, {}
+
+
+def instantiation_error_message(err: BaseException) -> str:
+    """The few lines ``lightning-fed`` prints for a value a class refused while the config was instantiated: the
+    class with the arguments its message names, the message itself, and how to see the full traceback.
+
+    jsonargparse wraps such an error in a "Does not validate against any of the Union subtypes" report that ends
+    with a dump of the whole ``Namespace``; the class's own message is the root of the exception chain.
+
+    >>> try:
+    ...     try:
+    ...         raise ValueError("`lr` must be a finite number > 0, got -1.0.")
+    ...     except ValueError as inner:
+    ...         raise ValueError("Does not validate against any of the Union subtypes ...") from inner
+    ... except ValueError as outer:
+    ...     print(instantiation_error_message(outer))
+    error: ValueError: `lr` must be a finite number > 0, got -1.0.
+      (the full traceback: run again with --verbose or LIGHTNING_FED_VERBOSE=1)
+    """
+    import inspect
+
+    root = _root_cause(err)
+    text = str(root).strip() or type(root).__name__
+    obj, local_vars = _refusing_object(root)
+    if obj is None:
+        head = type(root).__name__
+    else:
+        try:
+            names = [p.name for p in inspect.signature(type(obj)).parameters.values()
+                     if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            names = []
+        extra = local_vars.get("kwargs") if isinstance(local_vars.get("kwargs"), dict) else {}
+        names += [k for k in extra if k not in names]
+        given = {}
+        for name in names:
+            if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
+                if name in local_vars and name not in ("self", "kwargs"):
+                    given[name] = local_vars[name]
+                elif name in extra:
+                    given[name] = extra[name]
+        head = f"{type(obj).__name__}({', '.join(f'{k}={v!r}' for k, v in given.items())})"
+    return f"error: {head}: {text}\n  (the full traceback: run again with {_VERBOSE_HINT})"
+
+
+_CLASS_PATH_RE = re.compile(r"(?:<class '|\[|, )([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)")
+
+
+def _import_class(class_path: str) -> Optional[type]:
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return obj if isinstance(obj, type) else None
+
+
+def _known_class_names(bases: list[type]) -> list[str]:
+    """Short names of the classes a ``class_path`` of type ``bases`` accepts (what jsonargparse resolves a short
+    name against), with the project's callbacks, data modules and models imported."""
+    from jsonargparse._typehints import get_all_subclass_paths
+
+    for module in ("lightning_fed.callbacks", "lightning_fed.datamodules", "lightning_fed.models"):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # pragma: no cover - part of the package
+            pass
+    names: dict[str, None] = {}
+    for base in bases:
+        try:
+            paths = get_all_subclass_paths(base)
+        except Exception:  # pragma: no cover - jsonargparse's helper refused a type: no suggestion
+            continue
+        names.update((path.rsplit(".", 1)[1], None) for path in paths)
+    return sorted(names)
+
+
+def _init_arg_names(class_path: str) -> list[str]:
+    """The arguments jsonargparse accepts for ``class_path``'s ``init_args`` (parents' ones through ``**kwargs``)."""
+    cls = _import_class(class_path)
+    if cls is None:
+        return []
+    try:
+        from jsonargparse._parameter_resolvers import get_signature_parameters
+
+        return [p.name for p in get_signature_parameters(cls)]
+    except Exception:  # pragma: no cover - fall back to the plain signature
+        import inspect
+
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+
+
+def _did_you_mean(word: str, candidates: list[str], prefix: str = "") -> str:
+    close = [prefix + c for c in difflib.get_close_matches(word, candidates, n=3, cutoff=0.6)]
+    if not close:
+        return ""
+    return f" Did you mean {close[0]}?" if len(close) == 1 else f" Did you mean {', '.join(close[:-1])} or {close[-1]}?"
+
+
+def _key_path(lines: list[str], upto: int) -> list[str]:
+    """The nested ``Parser key "k":`` names of jsonargparse's message above line ``upto`` (by indentation)."""
+    stack: list[tuple[int, str]] = []
+    for line in lines[:upto]:
+        match = re.match(r'^(\s*)(?:- )?Parser key "([^"]+)"', line)
+        if match:
+            indent = len(match.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, match.group(2)))
+    return [key for _, key in stack]
+
+
+def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
+    """A short version of jsonargparse's error ``message`` for a misspelt class or option name, naming the option
+    and the closest known names; ``None`` for other errors (shown as they are).
+
+    Recognised: an unknown class (``--server_optimizer FedYogy``; the closest subclasses of the option's type, e.g.
+    the registered server optimizers), an unknown ``init_args`` name (``--server_optimizer.lrr``; the class's
+    arguments), an unknown option (``--trainer.max_epoch``, or a config key; the parser's options), and a value of
+    the wrong type (``--trainer.max_epochs abc: expected int or null.``).
+
+    >>> print(readable_parse_error('Parser key "server_optimizer":\\n'
+    ...                            '  - Expected a path but FedYogy either not accessible or invalid\\n'
+    ...                            "  Subtypes: [<class 'lightning_fed.callbacks.server_optimizer.ServerOptimizer'>, "
+    ...                            "<class 'NoneType'>]"))
+    --server_optimizer FedYogy: no class of that name (a ServerOptimizer). Did you mean FedYogi, DPFedYogi or FedDyn?
+    """
+    lines = message.splitlines()
+    for i, line in enumerate(lines):
+        match = re.search(r"Expected a path but (\S+) either not accessible or invalid", line)
+        if match:
+            given = match.group(1)
+            keys = _key_path(lines, i)
+            subtypes = next((ln for ln in lines[i:] if ln.strip().startswith("Subtypes:")), "")
+            found = map(_import_class, _CLASS_PATH_RE.findall(subtypes))
+            bases = list(dict.fromkeys(cls for cls in found if cls is not None))
+            known = _known_class_names(bases)
+            short = given.rsplit(".", 1)[-1]
+            option = "--" + ".".join(keys) if keys else "the value"
+            kind = " or ".join(b.__name__ for b in bases)
+            text = f"{option} {given}: no class of that name" + (f" (a {kind})." if kind else ".")
+            text += _did_you_mean(short, known)
+            if known and len(known) <= 30 and "Did you mean" not in text:
+                text += f" Known: {', '.join(known)}."
+            return text
+        match = re.search(r"Expected a (?:<class '([\w.]+)'>|(.+?))\. Got value: (.*)$", line)
+        if match:
+            kind = (match.group(1) or match.group(2)).replace("NoneType", "null")
+            return f"--{'.'.join(_key_path(lines, i + 1))} {match.group(3)}: expected {kind}."
+        match = re.search(r"Option '([^']+)' is not accepted", line)
+        if match:
+            wrong = match.group(1)
+            class_path = None
+            for prev in reversed(lines[:i]):
+                found = re.search(r"Problem with given class_path '([^']+)'", prev)
+                if found:
+                    class_path = found.group(1)
+                    break
+            keys = _key_path(lines, i)
+            prefix = "--" + ".".join(keys) + "." if keys else "--"
+            name = class_path.rsplit(".", 1)[-1] if class_path else "the class"
+            subtypes = next((ln for ln in lines[:i][::-1] if ln.strip().startswith("Subtypes:")), "")
+            bases = [base.rsplit(".", 1)[-1] for base in _CLASS_PATH_RE.findall(subtypes)]
+            if keys and class_path and name in bases:  # only the option's base class: no class named yet
+                return (f"{prefix}{wrong}: no {prefix[:-1]} class given before its settings; name one first "
+                        f"({prefix[:-1]} NAME {prefix}{wrong} ..., or class_path in a config).")
+            return (f"{prefix}{wrong}: {name} has no argument {wrong!r}."
+                    + _did_you_mean(wrong, _init_arg_names(class_path) if class_path else [], prefix))
+    key = re.match(r'Parser key "([^"]+)":', message)
+    given = re.search(r"^\s*Given value: (.*)$", message, re.M)
+    errors = [ln.strip()[2:] for ln in lines if ln.strip().startswith("- ")]
+    expected = [re.fullmatch(r"Expected a (?:<class '([\w.]+)'>|([\w.\[\], ]+))", e) for e in errors]
+    if key and given and errors and all(expected):
+        kinds = [(m.group(1) or m.group(2)).replace("NoneType", "null") for m in expected]
+        return f"--{key.group(1)} {given.group(1)}: expected {' or '.join(dict.fromkeys(kinds))}."
+    options = sorted({s for p in _parsers(parser) for a in p._actions for s in a.option_strings
+                      if s.startswith("--") and not s.endswith(".help")})
+    match = re.search(r"unrecognized arguments: (\S+)", message)
+    if match:
+        return f"{match.group(1)}: no such option." + _did_you_mean(match.group(1), options)
+    match = re.search(r"does not accept option '([^']+)'", message)
+    if match:  # a key of a config file
+        keys = [o[2:] for o in options]
+        return f"{match.group(1)} (in a config): no such setting." + _did_you_mean(match.group(1), keys)
+    return None
+
+
+def _parsers(parser: Any) -> list[Any]:
+    """``parser`` and its subcommand parsers."""
+    if parser is None:
+        return []
+    out = [parser]
+    action = getattr(parser, "_subcommands_action", None)
+    if action is not None:
+        out += list(getattr(action, "_name_parser_map", {}).values())
+    return out
+
+
 PARTITION_USAGE = (
     "lightning-fed partition --config CONFIG [--plot PATH.png] [--size_unit absolute|percent] [--max_clients N] "
     "[--data.* overrides]"
@@ -404,7 +812,8 @@ def partition_command(args: list[str]) -> dict[str, Any]:
     """``lightning-fed partition``: compute a config's partition, print its statistics, optionally plot it.
 
     Reads the same config as ``fit`` (every section is parsed and instantiated as ``fit`` would, with ``run=False``;
-    only the data module is used), runs ``datamodule.prepare_data()`` and ``setup("fit")`` (downloads included), then
+    only the data module is used; the trainer's start-up log lines, such as "GPU available" and the FedAvg
+    default note, are not printed), runs ``datamodule.prepare_data()`` and ``setup("fit")`` (downloads included), then
     prints the partitioner, the size statistics of :meth:`~lightning_fed.datamodules.Partition.stats` and the
     per-client label counts (the first ``--max_clients`` clients), and with ``--plot PATH`` saves
     :func:`~lightning_fed.tensorboard.label_distribution_figure` there (format from the suffix, e.g. ``.png``).
@@ -435,11 +844,19 @@ def partition_command(args: list[str]) -> dict[str, Any]:
     if ns.max_clients < 1:
         parser.error(f"--max_clients must be an int >= 1, got {ns.max_clients}")
     cli_args = [a for path in ns.config for a in ("--config", path)] + rest
+    import logging
     import warnings
 
-    with warnings.catch_warnings():  # the arguments come from sys.argv through main(): not a mix-up
-        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
-        cli = FederatedCLI(args=cli_args, run=False)
+    # nothing is trained: the trainer's start-up notes (no server optimizer -> FedAvg, "GPU available: ...",
+    # Lightning's tips) are not said; warnings are
+    previous_disable = logging.root.manager.disable
+    logging.disable(max(logging.INFO, previous_disable))
+    try:
+        with warnings.catch_warnings():  # the arguments come from sys.argv through main(): not a mix-up
+            warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+            cli = FederatedCLI(args=cli_args, run=False)
+    finally:
+        logging.disable(previous_disable)
     dm = cli.datamodule
     dm.prepare_data()
     dm.setup("fit")
@@ -482,16 +899,59 @@ def format_partition_stats(partition: Any, stats: dict[str, Any], max_clients: i
 
 def main(args: Optional[Any] = None) -> None:
     """Entry point of the ``lightning-fed`` console script (``partition`` is handled by :func:`partition_command`,
-    the other subcommands by :class:`FederatedCLI`)."""
-    import sys
+    the other subcommands by :class:`FederatedCLI`).
 
+    Exit status 2 (:data:`EXIT_BAD_ARGUMENT`) for a bad argument: a parse error, or a value a class refused in its
+    ``__init__`` while the config was instantiated, printed as :func:`instantiation_error_message` (two lines). With
+    ``--verbose`` anywhere on the command line (removed before parsing; ``validate``/``test``'s own
+    ``--verbose true|false`` stays) or ``LIGHTNING_FED_VERBOSE=1``: the full parser message with the usage, or the
+    exception itself with its traceback (exit status 1). An error raised by the run itself (after instantiation) is
+    never shortened.
+    """
     argv = sys.argv[1:] if args is None else args
-    if isinstance(argv, (list, tuple)) and argv and argv[0] == "partition":
-        partition_command(list(argv[1:]))
-        return
-    if isinstance(argv, (list, tuple)) and argv and argv[0] in _SUBCOMMANDS and not {"-h", "--help"} & set(argv):
-        print(thread_note(), file=sys.stderr)
-    FederatedCLI(args=args)
+    given_verbose = False
+    if isinstance(argv, (list, tuple)) and "--verbose" in argv:
+        argv, given_verbose = _take_verbose(list(argv))
+        args = argv
+    token = _verbose_flag.set(given_verbose or _verbose_flag.get())
+    try:
+        if isinstance(argv, (list, tuple)) and argv and argv[0] == "partition":
+            partition_command(list(argv[1:]))
+            return
+        if isinstance(argv, (list, tuple)) and argv and argv[0] in _SUBCOMMANDS and not {"-h", "--help"} & set(argv):
+            print(thread_note(), file=sys.stderr)
+        import warnings
+
+        with warnings.catch_warnings():  # `--verbose` removed from sys.argv's arguments: not a mix-up
+            warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+            FederatedCLI(args=args)
+    except Exception as err:
+        if verbose() or not getattr(err, _INSTANTIATION_ERROR, False):
+            raise
+        print(instantiation_error_message(err), file=sys.stderr)
+        raise SystemExit(EXIT_BAD_ARGUMENT) from None
+    finally:
+        _verbose_flag.reset(token)
+
+
+def _take_verbose(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without the ``--verbose`` switch, and whether it was given. ``--verbose true|false`` after
+    ``validate`` or ``test`` is those subcommands' own argument (Lightning's: print the results) and stays.
+
+    >>> _take_verbose(["fit", "--verbose", "--config", "c.yaml"])
+    (['fit', '--config', 'c.yaml'], True)
+    >>> _take_verbose(["test", "--verbose", "false"])
+    (['test', '--verbose', 'false'], False)
+    """
+    out, given = [], False
+    own = bool(argv) and argv[0] in ("validate", "test")
+    for i, arg in enumerate(argv):
+        following = argv[i + 1].lower() if i + 1 < len(argv) else ""
+        if arg == "--verbose" and not (own and following in ("true", "false")):
+            given = True
+            continue
+        out.append(arg)
+    return out, given
 
 
 def thread_note() -> str:

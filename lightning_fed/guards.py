@@ -1,10 +1,11 @@
-"""Guards against absurd client updates: finite but far larger than the rest of the round's."""
+"""Guards against absurd client updates (finite but far larger than the rest of the round's) and against a
+non-finite global model or server-optimizer state (loaded from a checkpoint, or written by a server step)."""
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -101,3 +102,95 @@ def warn_if_guard_inactive(max_ratio: Optional[float], clients_per_round: int) -
         "3 reporting clients (or a ratio below 2 with 2)."
     )
     return True
+
+
+#: The values of ``on_nonfinite_server_step``.
+NONFINITE_SERVER_STEP_POLICIES = ("raise", "restore")
+
+
+def check_on_nonfinite_server_step(value: Any) -> str:
+    """Validate ``on_nonfinite_server_step``: ``"raise"`` or ``"restore"``.
+
+    Raises:
+        ValueError: anything else.
+
+    Example::
+
+        >>> check_on_nonfinite_server_step("restore")
+        'restore'
+        >>> check_on_nonfinite_server_step("skip")
+        Traceback (most recent call last):
+        ...
+        ValueError: `on_nonfinite_server_step` must be one of ('raise', 'restore'), got 'skip'.
+    """
+    if not isinstance(value, str) or value not in NONFINITE_SERVER_STEP_POLICIES:
+        raise ValueError(f"`on_nonfinite_server_step` must be one of {NONFINITE_SERVER_STEP_POLICIES}, got {value!r}.")
+    return value
+
+
+def _finite_flags(tensors: Sequence[Tensor]) -> list[bool]:
+    """Whether each tensor's 2-norm is finite (it is when every entry is; it can also overflow for entries beyond
+    ~1e19 in float32, which :func:`nonfinite_values` then rules out by counting), one fused norm per device and dtype,
+    read on the host in one copy per device (one host sync for a model on one device)."""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, t.dtype), []).append(i)
+    flags: list[Any] = [None] * len(tensors)
+    by_device: dict[Any, list[tuple[list[int], Tensor]]] = {}
+    for (device, _), idx in groups.items():
+        norms = torch._foreach_norm([tensors[i] for i in idx])  # the 2-norm: ~6x faster than ∞ on the CPU
+        by_device.setdefault(device, []).append((idx, torch.isfinite(torch.stack(norms))))
+    for parts in by_device.values():
+        values = torch.cat([f for _, f in parts]).tolist()
+        for i, v in zip((i for idx, _ in parts for i in idx), values):
+            flags[i] = v
+    return flags
+
+
+def nonfinite_values(items: Sequence[tuple[str, Union[Tensor, float]]]) -> list[tuple[str, int, int]]:
+    """``(label, number of non-finite values, number of values)`` of every item holding a NaN or ±inf, in the order
+    of ``items``; ``[]`` when all are finite. Items are ``(label, value)`` with a tensor (non-floating and empty
+    tensors are skipped) or a Python number. All finite costs one host sync per device (the tensors' ∞-norms read in
+    one copy); the counts are computed only for the tensors found non-finite.
+
+    Example::
+
+        >>> import torch
+        >>> nonfinite_values([("w", torch.tensor([1.0, float("nan"), float("inf")])), ("b", torch.zeros(2)),
+        ...                   ("eta", 0.5), ("big", torch.tensor([3e38, 3e38]))])
+        [('w', 2, 3)]
+        >>> nonfinite_values([("eta", float("nan"))])
+        [('eta', 1, 1)]
+    """
+    tensors: list[Tensor] = []
+    where: list[int] = []
+    bad: dict[int, tuple[str, int, int]] = {}
+    for i, (label, value) in enumerate(items):
+        if isinstance(value, Tensor):
+            if value.numel() and value.is_floating_point():
+                tensors.append(value.detach())
+                where.append(i)
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(float(value)):
+            bad[i] = (label, 1, 1)
+    if tensors:
+        for i, t, finite in zip(where, tensors, _finite_flags(tensors)):
+            if not finite:
+                count = int((~torch.isfinite(t)).sum())
+                if count:  # else a finite tensor whose 2-norm overflowed
+                    bad[i] = (items[i][0], count, t.numel())
+    return [bad[i] for i in sorted(bad)]
+
+
+def describe_nonfinite(bad: Sequence[tuple[str, int, int]], limit: int = 3) -> str:
+    """:func:`nonfinite_values`' findings as text: ``"<label> has k non-finite value(s) (of n)"``, the first
+    ``limit`` joined by ``"; "``, then how many more.
+
+    Example::
+
+        >>> describe_nonfinite([("global model parameter 'w'", 1, 3)])
+        "global model parameter 'w' has 1 non-finite value(s) (of 3)"
+    """
+    text = "; ".join(f"{label} has {k} non-finite value(s) (of {n})" for label, k, n in bad[:limit])
+    if len(bad) > limit:
+        text += f"; and {len(bad) - limit} more tensor(s)"
+    return text

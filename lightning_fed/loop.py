@@ -25,7 +25,15 @@ from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
-from lightning_fed.guards import check_max_update_norm_ratio, norm_outliers, update_norm, warn_if_guard_inactive
+from lightning_fed.guards import (
+    check_max_update_norm_ratio,
+    check_on_nonfinite_server_step,
+    describe_nonfinite,
+    nonfinite_values,
+    norm_outliers,
+    update_norm,
+    warn_if_guard_inactive,
+)
 from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
 
 log = logging.getLogger(__name__)
@@ -110,6 +118,17 @@ class FederatedFitLoop(pl_private.FitLoop):
     warns once at fit start when ``clients_per_round`` makes it a no-op: :func:`~lightning_fed.guards.
     warn_if_guard_inactive`).
 
+    Non-finite server steps: after every server step the global model x_{t+1} (parameters and floating buffers) and
+    the server optimizer's state (:meth:`ServerOptimizer.state_items`: the rule's state, e.g. FedAdam's
+    ``exp_avg``/``exp_avg_sq``, the aggregator chain's, and the per-client-table rows of the round's clients) are
+    checked for NaN/±inf, in one host sync a round. With ``on_nonfinite_server_step="raise"`` (the default) a non-finite value stops the run
+    with a ``RuntimeError`` naming the round and the tensors (e.g. ``FedAdam state 'state.exp_avg_sq' for parameter
+    'net.0.weight' has 1 non-finite value(s) (of 40)``); with ``"restore"`` the global model x_t and the server
+    optimizer's state from before the step are restored (:meth:`ServerOptimizer.restore_state`; a copy of that state
+    is taken before every server step), with a warning naming the round and the tensors, and the round counts as one
+    in which no client reported (its reports are counted in ``round_clients_dropped``). A checkpoint is checked
+    when loaded: see :class:`~lightning_fed.checkpoint.FederatedCheckpointConnector`.
+
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
     ``time.sleep`` included): the round's local work is discarded, the module gets back the global model x_t and
     the loop's progress goes back to the end of the previous round (the server optimizer has not been touched:
@@ -138,11 +157,14 @@ class FederatedFitLoop(pl_private.FitLoop):
         on_client_failure: ``"skip"`` (default), ``"raise"`` or ``"skip_all"``.
         client_timeout_s: Wall-clock limit of one client's local work in seconds, ``None`` (default) for none.
         max_update_norm_ratio: k > 1 for the update-norm guard, ``None`` (default) for none.
+        on_nonfinite_server_step: ``"raise"`` (default) or ``"restore"`` (see "Non-finite server steps").
 
     Raises:
-        ValueError: an unknown ``on_client_failure``; a ``client_timeout_s`` that is not ``None`` or a finite
-            number > 0; a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1; (when the run
-            starts) a ``client_timeout_s`` with an executor that does not support it.
+        ValueError: an unknown ``on_client_failure`` or ``on_nonfinite_server_step``; a ``client_timeout_s`` that is
+            not ``None`` or a finite number > 0; a ``max_update_norm_ratio`` that is not ``None`` or a finite
+            number > 1; (when the run starts) a ``client_timeout_s`` with an executor that does not support it.
+        RuntimeError: (in a round) a server step that made the global model or the server optimizer's state
+            non-finite, under ``on_nonfinite_server_step="raise"``.
 
     Example: :class:`~lightning_fed.FederatedTrainer` installs it; ``max_epochs`` is the number of rounds::
 
@@ -166,11 +188,16 @@ class FederatedFitLoop(pl_private.FitLoop):
         on_client_failure: str = "skip",
         client_timeout_s: Optional[float] = None,
         max_update_norm_ratio: Optional[float] = None,
+        on_nonfinite_server_step: str = "raise",
     ) -> None:
         super().__init__(trainer, min_epochs=min_epochs, max_epochs=max_epochs)
         #: Starts, steps and finishes clients from x_t; what the executor works through (it never sees the loop).
         self.client_runner = ClientRunner(on_client_failure, check_client_timeout(client_timeout_s))
         self.max_update_norm_ratio = check_max_update_norm_ratio(max_update_norm_ratio)
+        #: ``"raise"`` or ``"restore"``: what a server step that makes x_{t+1} or the server state non-finite does.
+        self.on_nonfinite_server_step = check_on_nonfinite_server_step(on_nonfinite_server_step)
+        self._param_names: list[str] = []
+        self._model_items: list[tuple[str, Tensor]] = []  # (label, tensor) of x's parameters and floating buffers
         self._round_start_state: dict[str, Any] = {}
         #: (client id, reason) of the clients dropped from the current round.
         self.round_failures: list[tuple[int, str]] = []
@@ -248,6 +275,10 @@ class FederatedFitLoop(pl_private.FitLoop):
         runner = self.client_runner
         runner.setup(trainer, self.epoch_loop, self.datamodule, self.server_optimizer, self._round_log, step_callbacks)
         self._params, self._buffers = runner.params, runner.buffers
+        self._param_names = [name for name, _ in module.named_parameters()]
+        self._model_items = [(f"global model parameter {n!r}", p) for n, p in zip(self._param_names, self._params)]
+        self._model_items += [(f"global model buffer {n!r}", b) for (n, _), b in zip(module.named_buffers(), self._buffers)
+                              if b.is_floating_point()]
         check_local_work = getattr(self.datamodule, "check_local_work", None)
         if check_local_work is not None:
             check_local_work()
@@ -350,17 +381,30 @@ class FederatedFitLoop(pl_private.FitLoop):
                    "unavailable" if selection.unavailable else "empty")
             self._rounds_without_updates[why] = self._rounds_without_updates.get(why, 0) + 1
         pseudo_gradient: Optional[list[Tensor]] = None
+        steps = bool(updates) or getattr(self.server_optimizer, "releases_empty_rounds", False)  # DP, Poisson cohorts
+        snapshot = self.server_optimizer.snapshot_state() if steps and self.on_nonfinite_server_step == "restore" \
+            else None
         with torch.no_grad():
             torch._foreach_copy_(self._params, runner.global_params)
             if updates:
                 pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
                 self._average_buffers(updates)
             else:
-                if getattr(self.server_optimizer, "releases_empty_rounds", False):  # DP on Poisson cohorts
+                if steps:
                     pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
                 if self._buffers:
                     torch._foreach_copy_(self._buffers, runner.global_buffers)
         self.in_round = False
+        num_restored, restored = 0, False
+        if pseudo_gradient is not None:
+            bad = nonfinite_values(self._global_state_items())
+            if bad:
+                self._nonfinite_server_step(round_idx, bad, snapshot)
+                num_restored, pseudo_gradient, restored = len(updates), None, True
+                for update in updates:
+                    self._round_log.discard(update.client_id)
+                self._rounds_with_updates -= bool(updates)
+                updates = []
         nan = float("nan")
         self.round_metrics = {
             "round_train_loss": nan,
@@ -369,7 +413,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             "round_time_s": time.perf_counter() - start,
             "round_local_steps": float(sum(u.num_steps for u in updates)),
             "round_clients": float(len(updates)),
-            "round_clients_dropped": float(len(self.round_failures) + num_too_few),
+            "round_clients_dropped": float(len(self.round_failures) + num_too_few + num_restored),
             "round_clients_unavailable": float(selection.unavailable),
         }
         weights: dict[int, float] = {}
@@ -387,6 +431,8 @@ class FederatedFitLoop(pl_private.FitLoop):
             self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
                 updates, pseudo_gradient
             )
+        elif restored:
+            pass  # warned by _nonfinite_server_step
         elif too_few is not None:
             rank_zero_warn(
                 f"Round {round_idx}: {num_too_few} clients reported back, too few for the aggregator: {too_few} The "
@@ -537,6 +583,38 @@ class FederatedFitLoop(pl_private.FitLoop):
                 f"median client update norm {median:.4g}",
             )
         return [u for i, u in enumerate(updates) if i not in outliers]
+
+    def _global_state_items(self) -> list[tuple[str, Any]]:
+        """``(label, tensor)`` of the global model (parameters, floating buffers) and ``(label, value)`` of the server
+        optimizer's live state (:meth:`ServerOptimizer.state_items`), for the check after a server step."""
+        return self._model_items + self.server_optimizer.state_items(self._param_names)
+
+    def _nonfinite_server_step(self, round_idx: int, bad: list[tuple[str, int, int]], snapshot: Any) -> None:
+        """Round ``round_idx``'s server step made ``bad`` non-finite: raise, or (``"restore"``) put back x_t, the
+        global buffers and the server optimizer's state from before the step, with a warning.
+
+        Raises:
+            RuntimeError: under ``on_nonfinite_server_step="raise"``.
+        """
+        what = describe_nonfinite(bad)
+        if snapshot is None:
+            raise RuntimeError(
+                f"Round {round_idx}: the server step made the global model or the server optimizer's state non-finite: "
+                f"{what}. Stopping (FederatedTrainer(on_nonfinite_server_step='restore') would restore the round's "
+                "start and go on)."
+            )
+        runner = self.client_runner
+        with torch.no_grad():
+            torch._foreach_copy_(self._params, runner.global_params)
+            if self._buffers:
+                torch._foreach_copy_(self._buffers, runner.global_buffers)
+        self.server_optimizer.restore_state(snapshot, self._params)
+        rank_zero_warn(
+            f"Round {round_idx}: the server step made the global model or the server optimizer's state non-finite "
+            f"({what}); on_nonfinite_server_step='restore': the global model and the server optimizer's state are "
+            "back at the round's start, and the round counts as one in which no client reported (its reports in "
+            "round_clients_dropped)."
+        )
 
     # ------------------------------------------------------------------ stop signals
     @property

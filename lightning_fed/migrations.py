@@ -22,11 +22,13 @@ migrated: the record comparison reads a missing key as the value such a checkpoi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import numbers
+from typing import Any, Callable, Optional
 
 from lightning_fed.server.client_state import ClientStateTable
 
-__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "checkpoint_format", "migrate_checkpoint", "upgrade_server_state"]
+__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "migrate_checkpoint",
+           "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
 CHECKPOINT_FORMAT = 2
@@ -99,22 +101,88 @@ def _format_1(checkpoint: dict[str, Any]) -> None:
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], None]] = {0: _format_0, 1: _format_1}
 
 
+def _malformed(path: Optional[str], field: str, value: Any, expected: str) -> ValueError:
+    where = f"Checkpoint {path!r}" if path is not None else "The checkpoint"
+    shown = repr(value) if len(repr(value)) <= 80 else f"a {type(value).__name__}"
+    return ValueError(f"{where} has a malformed lightning_fed record: {field} is {shown}, expected {expected}.")
+
+
+def check_record(checkpoint: dict[str, Any], path: Optional[str] = None) -> None:
+    """Refuse a checkpoint whose lightning_fed record (``checkpoint["lightning_fed"]``) does not have the layout this
+    version reads: the record a dict; ``format`` an integer ≥ 1; ``run_config`` a dict of settings;
+    ``server_optimizer_state_key`` a string or ``None``; ``privacy`` a dict with a list ``previous`` of dicts and a
+    dict (or ``None``) ``current``. Fields a record may lack (older formats) are not required. A checkpoint without
+    the record passes (format 0).
+
+    Args:
+        checkpoint: The loaded checkpoint (not modified).
+        path: The checkpoint file, named in the message (default ``None``).
+
+    Raises:
+        ValueError: one sentence naming the file, the field, what it holds and what was expected.
+
+    Example::
+
+        >>> check_record({"lightning_fed": {"format": 2, "run_config": {}}})  # fine
+        >>> check_record({"lightning_fed": {"format": "two"}}, "last.ckpt")
+        Traceback (most recent call last):
+        ...
+        ValueError: Checkpoint 'last.ckpt' has a malformed lightning_fed record: format is 'two', expected an integer >= 1 (the record's format number).
+    """
+    if RECORD_KEY not in checkpoint:
+        return
+    record = checkpoint[RECORD_KEY]
+    if not isinstance(record, dict):
+        raise _malformed(path, f"checkpoint[{RECORD_KEY!r}]", record, "a dict (the run record)")
+    fmt = record.get("format", 1)
+    if isinstance(fmt, bool) or not isinstance(fmt, numbers.Integral) or fmt < 1:
+        raise _malformed(path, "format", fmt, "an integer >= 1 (the record's format number)")
+    config = record.get("run_config", {})
+    if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
+        raise _malformed(path, "run_config", config, "a dict of setting name -> value")
+    key = record.get("server_optimizer_state_key")
+    if key is not None and not isinstance(key, str):
+        raise _malformed(path, "server_optimizer_state_key", key, "a string (the server optimizer's state key) or None")
+    if "privacy" in record:
+        privacy = record["privacy"]
+        if not isinstance(privacy, dict):
+            raise _malformed(path, "privacy", privacy, "a dict with 'previous' and 'current'")
+        previous = privacy.get("previous", [])
+        if not isinstance(previous, list) or not all(isinstance(s, dict) for s in previous):
+            raise _malformed(path, "privacy['previous']", previous, "a list of history segments (dicts)")
+        current = privacy.get("current")
+        if current is not None and not isinstance(current, dict):
+            raise _malformed(path, "privacy['current']", current, "a history segment (a dict) or None")
+
+
 def checkpoint_format(checkpoint: dict[str, Any]) -> int:
-    """The format of ``checkpoint``'s lightning_fed record (0 without one)."""
+    """The format of ``checkpoint``'s lightning_fed record (0 without one).
+
+    Raises:
+        ValueError: a malformed record (:func:`check_record`).
+    """
+    check_record(checkpoint)
     record = checkpoint.get(RECORD_KEY)
     return int(record.get("format", 1)) if isinstance(record, dict) else 0
 
 
-def migrate_checkpoint(checkpoint: dict[str, Any]) -> int:
+def migrate_checkpoint(checkpoint: dict[str, Any], path: Optional[str] = None) -> int:
     """Upgrade a loaded Lightning checkpoint (in place) to :data:`CHECKPOINT_FORMAT`; returns the format it had.
 
+    Args:
+        checkpoint: The loaded checkpoint.
+        path: The checkpoint file, named in errors (default ``None``).
+
     Raises:
-        ValueError: a format newer than this version writes (a checkpoint of a later lightning_fed).
+        ValueError: a malformed lightning_fed record (:func:`check_record`), or a format newer than this version
+            writes (a checkpoint of a later lightning_fed).
     """
+    check_record(checkpoint, path)
     found = checkpoint_format(checkpoint)
     if found > CHECKPOINT_FORMAT:
+        where = f"Checkpoint {path!r}: its" if path is not None else "The checkpoint's"
         raise ValueError(
-            f"The checkpoint's lightning_fed record has format {found}, newer than this version's "
+            f"{where} lightning_fed record has format {found}, newer than this version's "
             f"{CHECKPOINT_FORMAT}: it was written by a later lightning_fed; upgrade lightning_fed to load it."
         )
     for version in range(found, CHECKPOINT_FORMAT):

@@ -8,15 +8,26 @@ Lightning's own hparams write at fit start (the model's ``save_hyperparameters``
 happens only when the :class:`~lightning.pytorch.loggers.TensorBoardLogger` has ``default_hp_metric=True``
 (Lightning's default); the ``lightning-fed`` command's logger turns it off. When it already happened, a warning says so.
 
-Column order in the HParams tab: TensorBoard puts the settings that differ between the shown runs first, then sorts
-by name, and ticks the first five. The first five names (capitalised, so they sort before every ``snake_case`` key)
-are therefore the federated summary: ``Cohort`` (clients per round), ``Local work``, ``Partitioner``,
+Column order in the HParams tab: TensorBoard sorts the settings by name (with a run's experiment summary, see
+below; without one it puts the settings that differ between the shown runs first) and ticks the first five. The
+first five names (capitalised, so they sort before every ``snake_case`` key) are therefore the federated summary: ``Cohort`` (clients per round), ``Local work``, ``Partitioner``,
 ``Server optimizer`` and ``Server optimizer lr`` (η). Each run is its own session group (the *trial id* is the run's
 log directory), so two runs with equal settings stay two rows.
 
-No experiment summary is written: TensorBoard then builds the HParams table from the union of every run's
-hyper-parameters (a FedAdam run's ``server_optimizer/beta1`` next to a FedAvg run without one) and offers every
-scalar the runs log (``round_train_loss``, ``val_loss``, ``val_acc``, ...) as a metric column.
+``Cohort`` is written to TensorBoard as text (``"10"``): the HParams tab shows every number with five significant
+digits (``10.000``); ``hparams.yaml`` keeps the int.
+
+Metric columns: TensorBoard ticks the first five metric columns, and without an *experiment summary* it orders them
+by name, so ``val_acc`` came after every ``round_*`` scalar, unticked. Once the first round with validation metrics
+is logged (or at the end of the fit, whichever comes first), each run therefore writes an experiment summary: the
+hyper-parameters above, then the metric columns with the validation metrics (``val_*``) first, then the other
+scalars logged so far, by name. TensorBoard takes the columns of the table from one run's experiment summary (any
+one of those shown): a hyper-parameter that only another run has (a FedAdam run's ``server_optimizer/beta1`` next
+to a FedAvg run) has no column then, nor a scalar first logged later in the run; and the columns are in name order
+(the five above ticked), not "the settings that differ first" (TensorBoard computes that only without a summary).
+
+The Custom Scalars layout is written at fit start and again whenever a new validation metric is first logged: one
+chart per validation metric (``val_loss`` and ``val_acc`` on separate axes), TensorBoard using the latest layout.
 
 matplotlib is imported only when a figure is drawn, rendered with its Agg canvas (no display, no global backend
 switch).
@@ -36,12 +47,15 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 __all__ = [
     "client_size_figure",
     "custom_scalars_layout",
+    "experiment_summary",
     "federated_hparams",
     "flatten_settings",
     "label_distribution_figure",
     "log_federated_hparams",
     "log_partition",
+    "metric_columns",
     "partition_figure",
+    "tensorboard_hparams",
 ]
 
 #: Tag of the partition figure (image) and of the size statistics (text).
@@ -295,7 +309,8 @@ def remove_unused_log_dirs(paths: list[str]) -> list[str]:
     ``metrics.csv``, no checkpoint, no sub-folder left); deepest first, so a ``lightning_logs`` left empty goes too.
     Returns the folders removed.
 
-    Called by :meth:`FederatedTrainer.fit` when the fit raised before its first round finished: a refused argument
+    Called by :meth:`FederatedTrainer.fit` when the fit raised before its first round finished (and by ``validate``,
+    ``test`` and ``predict`` when they raised before logging a metric, e.g. on a missing checkpoint): a refused argument
     or a data error would otherwise leave an empty ``version_N`` behind every time (Lightning creates the loggers'
     folders before the data module's ``setup``).
     """
@@ -371,26 +386,132 @@ def log_federated_hparams(trainer: Any) -> dict[str, Any]:
                 "`TensorBoardLogger(..., default_hp_metric=False)` (the lightning-fed command does)."
             )
         logger.log_hyperparams(params, metrics={})
-        logger.experiment._get_file_writer().add_summary(hparams_pb(params, trial_id=run_name(logger)), 0)
+        shown = tensorboard_hparams(params)
+        logger.experiment._get_file_writer().add_summary(hparams_pb(shown, trial_id=run_name(logger)), 0)
         logger.experiment.add_custom_scalars(custom_scalars_layout())
+        _watch_metrics(logger, shown)
     return params
 
 
-def custom_scalars_layout() -> dict[str, dict[str, list]]:
+def tensorboard_hparams(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` as written to TensorBoard's HParams tab: ``Cohort`` (clients per round) as text, ``"10"``, since
+    the tab shows every number with five significant digits (``10.000``).
+
+    >>> tensorboard_hparams({"Cohort": 10, "seed": 0})
+    {'Cohort': '10', 'seed': 0}
+    """
+    return {k: (str(v) if k == "Cohort" and not isinstance(v, str) else v) for k, v in params.items()}
+
+
+def _is_validation_metric(name: str) -> bool:
+    """Whether a logged scalar is a validation metric of the global model: its name starts with ``val_``."""
+    return name.startswith("val_")
+
+
+def metric_columns(names: Any) -> list[str]:
+    """The HParams tab's metric columns for the logged scalar ``names``: the validation metrics (``val_*``) first,
+    then the others, each by name; Lightning's ``epoch`` scalar (the step again) is left out.
+
+    >>> metric_columns(["round_train_loss", "val_loss", "epoch", "round_time_s", "val_acc"])
+    ['val_acc', 'val_loss', 'round_time_s', 'round_train_loss']
+    """
+    names = sorted(set(names) - {"epoch"})
+    return [n for n in names if _is_validation_metric(n)] + [n for n in names if not _is_validation_metric(n)]
+
+
+def experiment_summary(params: dict[str, Any], metrics: Any) -> Any:
+    """The HParams *experiment summary* (a ``Summary`` proto) of a run: one column per hyper-parameter of ``params``
+    (its type from the value: text, bool or number) and the metric columns in :func:`metric_columns` order, the
+    validation metrics marked as such.
+
+    >>> from tensorboard.plugins.hparams import metadata
+    >>> pb = experiment_summary({"Cohort": "10", "seed": 0}, ["round_train_loss", "val_loss"])
+    >>> experiment = metadata.parse_experiment_plugin_data(pb.value[0].metadata.plugin_data.content)
+    >>> [h.name for h in experiment.hparam_infos], [m.name.tag for m in experiment.metric_infos]
+    (['Cohort', 'seed'], ['val_loss', 'round_train_loss'])
+    """
+    import time
+
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    def dtype(value: Any) -> int:
+        if isinstance(value, bool):
+            return api_pb2.DATA_TYPE_BOOL
+        return api_pb2.DATA_TYPE_STRING if isinstance(value, str) else api_pb2.DATA_TYPE_FLOAT64
+
+    hparam_infos = [api_pb2.HParamInfo(name=k, type=dtype(v)) for k, v in params.items()]
+    metric_infos = [
+        api_pb2.MetricInfo(name=api_pb2.MetricName(tag=name), dataset_type=(
+            api_pb2.DATASET_VALIDATION if _is_validation_metric(name) else api_pb2.DATASET_UNKNOWN))
+        for name in metric_columns(metrics)
+    ]
+    experiment = api_pb2.Experiment(hparam_infos=hparam_infos, metric_infos=metric_infos, time_created_secs=time.time())
+    summary = summary_pb2.Summary()
+    summary.value.add(tag=metadata.EXPERIMENT_TAG, tensor=metadata.NULL_TENSOR,
+                      metadata=metadata.create_summary_metadata(plugin_data_pb2.HParamsPluginData(experiment=experiment)))
+    return summary
+
+
+def _watch_metrics(logger: Any, params: dict[str, Any]) -> None:
+    """Follow what ``logger`` (a TensorBoard logger) logs: when a validation metric is logged for the first time,
+    write the Custom Scalars layout again with one chart per validation metric; once the round of the first
+    validation metrics is over (a later step is logged) or at the end of the fit, write the run's
+    :func:`experiment_summary` with the metrics logged so far. Installed once per logger; values are unchanged."""
+    if getattr(logger, "_lightning_fed_watched", False):
+        return
+    logger._lightning_fed_watched = True
+    log_metrics, finalize = logger.log_metrics, logger.finalize
+    seen: dict[str, None] = {}
+    state = {"validation_step": None, "summary_written": False}
+
+    def write_summary() -> None:
+        if state["validation_step"] is not None and not state["summary_written"]:
+            state["summary_written"] = True
+            logger.experiment._get_file_writer().add_summary(experiment_summary(params, seen), 0)
+
+    def watching_log_metrics(metrics: dict, step: Optional[int] = None) -> None:
+        if state["validation_step"] is not None and step is not None and step > state["validation_step"]:
+            write_summary()  # the first validated round is over: its metrics are all known
+        log_metrics(metrics, step)
+        new = [name for name in metrics if name not in seen]
+        seen.update(dict.fromkeys(new))
+        if any(_is_validation_metric(name) for name in new):
+            if state["validation_step"] is None:
+                state["validation_step"] = step if step is not None else 0
+            validation = [name for name in metric_columns(seen) if _is_validation_metric(name)]
+            logger.experiment.add_custom_scalars(custom_scalars_layout(validation))
+
+    def summarising_finalize(status: str) -> None:
+        write_summary()
+        finalize(status)
+
+    logger.log_metrics, logger.finalize = watching_log_metrics, summarising_finalize
+
+
+def custom_scalars_layout(validation_metrics: Any = ()) -> dict[str, dict[str, list]]:
     """The *Custom Scalars* tab of a federated run: ``{category: {chart title: ["Multiline", [tag regexes]]}}``
     (``SummaryWriter.add_custom_scalars``' format; a regex is matched against the start of a tag).
 
-    Category ``"Federated training"`` (open): the global model's validation metrics (every tag starting ``val_``,
-    e.g. ``val_loss``, ``val_acc``), the round's training loss (``round_train_loss``), the pseudo-gradient norm
-    ‖Δ_t‖ (``round_pseudo_grad_norm``) and the gradient diversity (``round_gradient_diversity``); category
-    ``"Round cost and clients"``: ``round_time_s``, ``round_local_steps`` and the client counts.
+    Category ``"Federated training"`` (open): one chart per validation metric of the global model (``val_acc``,
+    ``val_loss``, ...: each on its own axis, an accuracy of 0.4 is not drawn flat next to a loss of 2), the round's
+    training loss (``round_train_loss``), the pseudo-gradient norm ‖Δ_t‖ (``round_pseudo_grad_norm``) and the
+    gradient diversity (``round_gradient_diversity``); category ``"Round cost and clients"``: ``round_time_s``,
+    ``round_local_steps`` and the client counts.
 
-    >>> list(custom_scalars_layout()["Federated training"])
-    ['validation (global model)', 'round_train_loss', 'pseudo-gradient norm ‖Δ_t‖', 'gradient diversity']
+    Args:
+        validation_metrics: the names of the validation metrics logged so far (none at fit start; the layout is
+            written again when one is first logged).
+
+    >>> list(custom_scalars_layout(["val_acc", "val_loss"])["Federated training"])
+    ['val_acc (global model)', 'val_loss (global model)', 'round_train_loss', 'pseudo-gradient norm ‖Δ_t‖', 'gradient diversity']
     """
+    import re
+
+    validation = {f"{name} (global model)": ["Multiline", [re.escape(name) + "$"]] for name in validation_metrics}
     return {
         "Federated training": {
-            "validation (global model)": ["Multiline", [r"val_.*"]],
+            **validation,
             "round_train_loss": ["Multiline", [r"round_train_loss$"]],
             "pseudo-gradient norm ‖Δ_t‖": ["Multiline", [r"round_pseudo_grad_norm$"]],
             "gradient diversity": ["Multiline", [r"round_gradient_diversity$"]],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional, Union
 
 import lightning as L
@@ -28,7 +29,7 @@ from lightning_fed.checkpoint import (
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
-from lightning_fed.guards import check_max_update_norm_ratio
+from lightning_fed.guards import check_max_update_norm_ratio, check_on_nonfinite_server_step
 from lightning_fed.interrupts import check_client_timeout
 from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
 
@@ -152,6 +153,15 @@ class FederatedTrainer(L.Trainer):
             times the median of the round's client update norms is treated like a failing client (a finite but
             absurd update, e.g. 1e15, would otherwise dominate the aggregate). Needs at least three reporting
             clients to single one out.
+        on_nonfinite_server_step: What a server step that makes the global model or the server optimizer's state
+            non-finite (NaN/±inf; checked after every server step, one host sync a round) does: ``"raise"``
+            (default: the run stops with a ``RuntimeError`` naming the round and the tensors, e.g. ``FedAdam state
+            'state.exp_avg_sq' for parameter 'net.0.weight' has 1 non-finite value(s) (of 40)``) or ``"restore"``
+            (the global model x_t and the server optimizer's state from before the step are restored, with a
+            warning naming the round and the tensors; the round counts as one in which no client reported, its
+            reports in ``round_clients_dropped``; a copy of the server optimizer's state is kept every round for
+            it). A checkpoint whose global model or server-optimizer state is non-finite is refused when ``fit``
+            loads it, whatever this says.
         **kwargs: Any :class:`lightning.Trainer` argument.
 
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
@@ -162,8 +172,9 @@ class FederatedTrainer(L.Trainer):
 
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
-            unknown ``on_client_failure``, a malformed ``allow_resume_changes``, a ``client_timeout_s`` that is not
-            ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is not ``None`` or a finite number > 1.
+            unknown ``on_client_failure`` or ``on_nonfinite_server_step``, a malformed ``allow_resume_changes``, a
+            ``client_timeout_s`` that is not ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is
+            not ``None`` or a finite number > 1.
 
     Example: one epoch is one round; ``global_step`` counts the clients' optimizer steps. 5 samples over 3 clients
     (2, 2 and 1 samples), all 3 per round, batch size 1: 2 rounds × (2 + 2 + 1) = 10 steps::
@@ -204,12 +215,14 @@ class FederatedTrainer(L.Trainer):
         allow_resume_changes: Union[bool, list[str]] = False,
         client_timeout_s: Optional[float] = None,
         max_update_norm_ratio: Optional[float] = None,
+        on_nonfinite_server_step: str = "raise",
         **kwargs: Any,
     ) -> None:
         client_executor = _resolve_executor(client_executor)
         allowed = normalize_allowed_changes(allow_resume_changes)
         check_client_timeout(client_timeout_s)  # before Lightning's set-up, so a bad value fails first
         check_max_update_norm_ratio(max_update_norm_ratio)
+        check_on_nonfinite_server_step(on_nonfinite_server_step)
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -252,9 +265,11 @@ class FederatedTrainer(L.Trainer):
             on_client_failure=on_client_failure,
             client_timeout_s=client_timeout_s,
             max_update_norm_ratio=max_update_norm_ratio,
+            on_nonfinite_server_step=on_nonfinite_server_step,
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop
+        _quiet_empty_validation_list(loop.epoch_loop.val_loop)
         set_checkpoint_connector(self, FederatedCheckpointConnector(self, allowed))
 
     @property
@@ -299,16 +314,94 @@ class FederatedTrainer(L.Trainer):
         datamodule: Optional[L.LightningDataModule] = None,
         weights_only: Optional[bool] = None,
     ) -> Any:
-        """:meth:`lightning.Trainer.validate`; a SIGTERM received during it ends it with
-        :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (exit status 1 in a script), federated
-        evaluation included (stopped at once, even with a hung client). After such a stop a second SIGTERM (e.g. a
-        scheduler repeating it while the process shuts down) raises ``SIGTERMException`` again where SIGTERM's
-        disposition was the default, so the process still exits with status 1, not 143 (killed by the signal).
+        """Validate the global model: :meth:`lightning.Trainer.validate`, federated evaluation included.
+
+        A SIGTERM received during it ends it with :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException`
+        (exit status 1 in a script), federated evaluation included (stopped at once, even with a hung client). After
+        such a stop a second SIGTERM (e.g. a scheduler repeating it while the process shuts down) raises
+        ``SIGTERMException`` again where SIGTERM's disposition was the default, so the process still exits with
+        status 1, not 143 (killed by the signal). When it raises (e.g. a missing checkpoint), the log folders it
+        created and left holding only set-up files are removed (before any metric was logged), as :meth:`fit` does.
+
+        Args:
+            model: The LightningModule (the global model).
+            dataloaders: As in :meth:`lightning.Trainer.validate` (a data module may be passed here).
+            ckpt_path: The checkpoint whose global model is validated ("best", "last", or a path), as in Lightning.
+            verbose: Print the validation results.
+            datamodule: The :class:`~lightning_fed.datamodules.FederatedDataModule`.
+            weights_only: Passed to ``torch.load`` when loading the checkpoint, as in Lightning.
         """
         try:
-            return super().validate(model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
+            return self._removing_unused_log_dirs(
+                super().validate, model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+            )
         except SIGTERMException:
             _exit_1_on_next_sigterm()
+            raise
+
+    def test(
+        self,
+        model: Optional[L.LightningModule] = None,
+        dataloaders: Optional[Any] = None,
+        ckpt_path: Optional[PATH] = None,
+        verbose: bool = True,
+        datamodule: Optional[L.LightningDataModule] = None,
+        weights_only: Optional[bool] = None,
+    ) -> Any:
+        """Test the global model: :meth:`lightning.Trainer.test`.
+
+        When it raises before any metric was logged (e.g. a missing checkpoint), the log folders it created and left
+        holding only set-up files are removed, as :meth:`fit` does.
+
+        Args:
+            model: The LightningModule (the global model).
+            dataloaders: As in :meth:`lightning.Trainer.test` (a data module may be passed here).
+            ckpt_path: The checkpoint whose global model is tested ("best", "last", or a path), as in Lightning.
+            verbose: Print the test results.
+            datamodule: The :class:`~lightning_fed.datamodules.FederatedDataModule`.
+            weights_only: Passed to ``torch.load`` when loading the checkpoint, as in Lightning.
+        """
+        return self._removing_unused_log_dirs(
+            super().test, model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+        )
+
+    def predict(
+        self,
+        model: Optional[L.LightningModule] = None,
+        dataloaders: Optional[Any] = None,
+        datamodule: Optional[L.LightningDataModule] = None,
+        return_predictions: Optional[bool] = None,
+        ckpt_path: Optional[PATH] = None,
+        weights_only: Optional[bool] = None,
+    ) -> Any:
+        """Predict with the global model: :meth:`lightning.Trainer.predict`.
+
+        When it raises before any metric was logged (e.g. a missing checkpoint), the log folders it created and left
+        holding only set-up files are removed, as :meth:`fit` does.
+
+        Args:
+            model: The LightningModule (the global model).
+            dataloaders: As in :meth:`lightning.Trainer.predict` (a data module may be passed here).
+            datamodule: A data module with a ``predict_dataloader``.
+            return_predictions: Return the predictions (default: yes, except with spawn-based strategies).
+            ckpt_path: The checkpoint whose global model predicts ("best", "last", or a path), as in Lightning.
+            weights_only: Passed to ``torch.load`` when loading the checkpoint, as in Lightning.
+        """
+        return self._removing_unused_log_dirs(
+            super().predict, model, dataloaders, datamodule, return_predictions, ckpt_path, weights_only
+        )
+
+    def _removing_unused_log_dirs(self, run: Any, *args: Any) -> Any:
+        """``run(*args)``; when it raises before any metric was logged, the log folders it created holding only
+        set-up files are removed."""
+        from lightning_fed.tensorboard import new_log_dirs, remove_unused_log_dirs
+
+        created = new_log_dirs(self)
+        try:
+            return run(*args)
+        except BaseException:
+            if created and not self.logged_metrics:
+                remove_unused_log_dirs(created)
             raise
 
     @property
@@ -325,9 +418,11 @@ class FederatedTrainer(L.Trainer):
         ckpt_path: Optional[PATH] = None,
         weights_only: Optional[bool] = None,
     ) -> None:
-        """:meth:`lightning.Trainer.fit` (the same arguments). When it raises before its first round finished, the
-        log folders it created and left holding only set-up files are removed (no empty ``version_N`` per failed
-        attempt; :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
+        """Train the global model, one round per epoch: :meth:`lightning.Trainer.fit` (the same arguments).
+
+        When it raises before its first round finished, the log folders it created and left holding only set-up
+        files are removed (no empty ``version_N`` per failed attempt;
+        :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
 
         Args:
             model: The LightningModule (the global model).
@@ -363,3 +458,22 @@ class FederatedTrainer(L.Trainer):
                 "(ModelCheckpoint(every_n_epochs=...), or from on_train_epoch_end)."
             )
         super().save_checkpoint(filepath, weights_only=weights_only, storage_options=storage_options)
+
+
+#: Lightning's warning for a validation loader of length 0. ``FederatedDataModule.val_dataloader`` returns ``[]``
+#: when there is no validation data, on purpose (Lightning then skips validation): the warning would otherwise open
+#: every run without a validation set, asking whether that was intended.
+_EMPTY_VALIDATION_WARNING = r"Total length of `list` across ranks is zero"
+
+
+def _quiet_empty_validation_list(val_loop: Any) -> None:
+    """Let the fit's validation loop (its sanity check too) set up its data without
+    :data:`_EMPTY_VALIDATION_WARNING` (an empty *list* only; an empty ``DataLoader`` still warns)."""
+    setup_data = val_loop.setup_data
+
+    def quiet_setup_data() -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_EMPTY_VALIDATION_WARNING, category=UserWarning)
+            return setup_data()
+
+    val_loop.setup_data = quiet_setup_data

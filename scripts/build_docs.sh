@@ -3,7 +3,8 @@
 # `mkdocs build --strict`: a cross-reference to a lightning_fed object that does not exist, a docstring section
 # griffe cannot parse or a broken link in the pages fails the build. Installs the pinned "docs" extra of
 # pyproject.toml into the venv first when any of it is missing or at another version. Run by .ci/run.
-#   bash scripts/build_docs.sh            # then open site/index.html
+# Every link of the built site must work opened from disk (scripts/docs_hooks.py checks them after the build).
+#   bash scripts/build_docs.sh            # then open site/index.html (search: python -m http.server -d site)
 #   VENV_PYTHON=/path/to/python bash scripts/build_docs.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

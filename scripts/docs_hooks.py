@@ -111,7 +111,7 @@ def _pages() -> list[tuple[str, str, str]]:
 #: rendered at its own (canonical) path, so each object has one anchor that cross-references can reach.
 API_PAGES = [
     ("api/callbacks.md", "lightning_fed.callbacks", "Server optimizers and the other callbacks."),
-    ("api/datamodules.md", "lightning_fed.datamodules", "Partitioners, local work, `FederatedDataModule` and tasks."),
+    ("api/datamodules.md", "lightning_fed.datamodules", "`FederatedDataModule`, the partitioners, local work, tasks."),
     ("api/aggregators.md", "lightning_fed.server.aggregators", "Aggregator stages: transforms, reducers, Δ_t stages."),
     ("api/rules.md", "lightning_fed.server.rules", "Server rules x_{t+1} = ServerOpt(x_t, Δ_t)."),
     ("api/server.md", "lightning_fed.server", "Privacy accounting, attacks, per-client server state, checks."),
@@ -121,6 +121,48 @@ API_PAGES = [
     ("api/evaluation.md", "lightning_fed.evaluation", "Federated evaluation."),
     ("api/lightning_fed.md", "lightning_fed", "`FederatedTrainer`, the federated fit loop and the modules beside them."),
 ]
+
+
+#: Modules a page shows first, in this order, right after its package's own docstring (the rest follow in name
+#: order): the datamodules page opens on what every user writes (``FederatedDataModule``, the partitioners, local
+#: work), not on the task data modules (CIFAR, EMNIST, ...), which come after.
+API_FIRST = {
+    "lightning_fed.datamodules": [
+        f"lightning_fed.datamodules.{name}"
+        for name in ("federated", "partition", "iid", "dirichlet", "shard", "pathological", "inner_dirichlet",
+                     "size_skew", "natural_id", "grouped_natural_id", "pachinko", "local_work")
+    ],
+}
+
+
+#: Members a module's section shows first (the rest follow in source order): the data module's page opens on
+#: ``FederatedDataModule``, not on the helper classes defined above it.
+API_FIRST_MEMBERS = {"lightning_fed.datamodules.federated": ["FederatedDataModule"]}
+
+
+def _members_first(module: str, first: list[str]) -> list[str]:
+    """The public top-level names of ``module`` (read from its source), those of ``first`` first, then the other
+    classes, functions and module attributes, each in source order: mkdocstrings' ``members`` option, which renders
+    in its order (with ``group_by_category: false``)."""
+    import ast
+
+    tree = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+    kinds: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            kinds.setdefault(node.name, 0)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            kinds.setdefault(node.name, 1)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    kinds.setdefault(target.id, 2)
+    public = sorted((n for n in kinds if not n.startswith("_")), key=kinds.__getitem__)
+    missing = [n for n in first if n not in public]
+    if missing:
+        raise ValueError(f"API_FIRST_MEMBERS: {module} defines no {missing}")
+    return first + [n for n in public if n not in first]
 
 
 def _public_modules(package: str) -> list[str]:
@@ -145,10 +187,15 @@ def _api_pages() -> list[tuple[str, str, str]]:
     for page, package, lead in API_PAGES:
         modules = [m for m in _public_modules(package) if m not in claimed]
         claimed.update(modules)
+        first = [m for m in API_FIRST.get(package, []) if m in modules]
+        modules = modules[:1] + first + [m for m in modules[1:] if m not in first]
         blocks = [f"# {package}", "", f"*{lead}*", ""]
         for module in modules:
             # a package's own heading shows its docstring only: what it re-exports is documented where it is defined
             options = "\n    options:\n      members: false" if (ROOT.joinpath(*module.split(".")) / "__init__.py").exists() else ""
+            if module in API_FIRST_MEMBERS:
+                members = _members_first(module, API_FIRST_MEMBERS[module])
+                options = f"\n    options:\n      group_by_category: false\n      members: {members}"
             blocks += [f"::: {module}{options}", ""]
         pages.append((page, package, "\n".join(blocks)))
     return pages
@@ -172,3 +219,63 @@ def on_files(files, config, **kwargs):
             files.remove(files.get_file_from_path(path))
         files.append(File.generated(config, path, content=md))
     return files
+
+
+class _Refs(__import__("html.parser").parser.HTMLParser):
+    """The ``href``/``src`` values and the ``id``/``name`` anchors of one HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.refs: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for key, value in attrs:
+            if key in ("href", "src") and value is not None:
+                self.refs.append(value)
+            elif key in ("id", "name") and value:
+                self.ids.add(value)
+
+
+def broken_links(site_dir) -> list[str]:
+    """Every internal link of the built site that does not work when the site is opened from disk (``file://``, no
+    web server): ``"page.html: href -> why"`` for an ``href``/``src`` whose target is a folder (a server would answer
+    with its ``index.html``, a browser shows a folder listing), a missing file, or a ``#fragment`` that the target
+    page has no ``id`` for. Absolute URLs (``https:``, ``mailto:``, ...) are not checked, nor ``404.html`` (a web
+    server's error page, its links absolute by design). ``[]`` when all work."""
+    from urllib.parse import unquote, urlsplit
+
+    site = Path(site_dir).resolve()
+    pages: dict[Path, _Refs] = {}
+    for html in sorted(site.rglob("*.html")):
+        if html.relative_to(site).as_posix() == "404.html":
+            continue
+        parser = _Refs()
+        parser.feed(html.read_text(encoding="utf-8"))
+        pages[html] = parser
+    out = []
+    for html, parser in pages.items():
+        for ref in parser.refs:
+            parts = urlsplit(ref)
+            if parts.scheme or parts.netloc:
+                continue
+            target = (html.parent / unquote(parts.path)).resolve() if parts.path else html
+            name = f"{html.relative_to(site)}: {ref}"
+            if target.is_dir():
+                out.append(f"{name} -> a folder (from disk the browser lists it; link to its index.html)")
+            elif not target.is_file():
+                out.append(f"{name} -> no such file")
+            elif parts.fragment and target in pages and unquote(parts.fragment) not in pages[target].ids:
+                out.append(f"{name} -> no id {parts.fragment!r} in {target.relative_to(site)}")
+    return out
+
+
+def on_post_build(config, **kwargs):
+    """Fail the build when a link of the site does not work opened from disk (:func:`broken_links`): the README
+    tells readers to open ``site/index.html``."""
+    broken = broken_links(config["site_dir"])
+    if broken:
+        from mkdocs.exceptions import PluginError
+
+        shown = "\n  ".join(broken[:20]) + (f"\n  ... and {len(broken) - 20} more" if len(broken) > 20 else "")
+        raise PluginError(f"{len(broken)} link(s) of the site do not work opened from disk:\n  {shown}")

@@ -25,6 +25,13 @@ from lightning_fed.callbacks import FedAdam, FedYogi
 from lightning_fed.checkpoint import AtomicCheckpointIO, CorruptCheckpointError, MidRoundCheckpointError
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
 
+# Expected here: the resume tests continue into a new checkpoint folder (Lightning: "The dirpath has changed") and
+# make allowed changes on purpose (the fit announces them; the tests check them in the checkpoint).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:The dirpath has changed from:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Resuming from .* with allowed changes:UserWarning"),
+]
+
 TESTS = Path(__file__).parent
 
 
@@ -42,12 +49,12 @@ def _trainer(tmp_path, callbacks, max_epochs=2, **kwargs) -> FederatedTrainer:
     return FederatedTrainer(max_epochs=max_epochs, callbacks=callbacks, **(base | kwargs))
 
 
-def _fit(tmp_path, ckpt_dir, max_epochs=2, server=None, dm=None, ckpt_path=None, **kwargs):
+def _fit(tmp_path, ckpt_dir, max_epochs=2, server=None, dm=None, ckpt_path=None, callbacks_extra=(), **kwargs):
     torch.manual_seed(0)
     model = SmallClassifier(dropout=0.0)
     checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1)
     server = server if server is not None else FedAdam(lr=0.02)
-    trainer = _trainer(tmp_path, [server, checkpoint], max_epochs=max_epochs, **kwargs)
+    trainer = _trainer(tmp_path, [server, checkpoint, *callbacks_extra], max_epochs=max_epochs, **kwargs)
     trainer.fit(model, datamodule=dm if dm is not None else _dm(), ckpt_path=ckpt_path)
     return model, trainer
 
@@ -326,6 +333,7 @@ def test_a_name_allows_its_sub_settings_and_a_partitioner_change_its_partition(t
     assert "local_work" not in str(info.value)
 
 
+@pytest.mark.filterwarnings("ignore:MaliciousClients with `fraction`=.* malicious clients in every round:UserWarning")
 def test_31_5_a_changed_simulated_attack_is_refused_on_resume(tmp_path):
     """#31 item 5: the robust reducers' client_transforms (the simulated attack) are in the run record: resuming
     with another attack is refused unless allowed; a checkpoint written before they were recorded is accepted with
@@ -506,3 +514,99 @@ def test_settings_added_by_issue_34_default_to_the_old_behaviour_in_older_record
         ("local_work.batch_size_upper", "dataset_size", "dataset_size_minus_one"),
         ("server_optimizer.pairing", "client_id", "public_code"),
     ]
+
+
+# ---------------------------------------------------------------------------------------------- #43 state integrity
+class _CountBatches(Callback):
+    def __init__(self):
+        self.batches = 0
+
+    def on_train_batch_start(self, *args):
+        self.batches += 1
+
+
+def _edited(tmp_path, source, edit) -> Path:
+    checkpoint = torch.load(source, weights_only=True)
+    edit(checkpoint)
+    path = tmp_path / "edited.ckpt"
+    torch.save(checkpoint, path)
+    return path
+
+
+def _fedadam_state(checkpoint):
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("FedAdam")]
+    return checkpoint["callbacks"][key]
+
+
+def test_43_a_nan_in_fedadams_second_moment_is_refused_at_fit_start(tmp_path, two_rounds):
+    """#43 case 1: one NaN in FedAdam's v (exp_avg_sq) of the checkpoint; before, the run resumed without a word,
+    the first server step wrote NaN into the model, later clients were all dropped and fit returned normally."""
+    path = _edited(tmp_path, two_rounds, lambda c: _fedadam_state(c)["state"]["exp_avg_sq"][0].view(-1)[3].fill_(
+        float("nan")))
+    counter = _CountBatches()
+    with pytest.raises(ValueError, match="Cannot resume from") as info:
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=4, ckpt_path=str(path), callbacks_extra=[counter])
+    message = str(info.value)
+    assert str(path) in message
+    assert "FedAdam state 'state.exp_avg_sq' for parameter 'net.0.weight' has 1 non-finite value(s) (of 80)" in message
+    assert counter.batches == 0  # refused before any client trained
+
+
+def test_43_nan_weights_in_a_checkpoint_are_refused_at_fit_start_naming_the_tensor(tmp_path, two_rounds):
+    """#43 case 2: a non-finite global model in the checkpoint; before, every client of every round was dropped."""
+    def edit(checkpoint):
+        checkpoint["state_dict"]["net.3.bias"][1] = float("inf")
+        checkpoint["state_dict"]["net.0.weight"][0, :2] = float("nan")
+
+    counter = _CountBatches()
+    with pytest.raises(ValueError, match="Cannot resume from") as info:
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=4, ckpt_path=str(_edited(tmp_path, two_rounds, edit)),
+             callbacks_extra=[counter])
+    message = str(info.value)
+    assert "global model parameter 'net.0.weight' has 2 non-finite value(s) (of 80)" in message
+    assert "global model parameter 'net.3.bias' has 1 non-finite value(s) (of 3)" in message
+    assert counter.batches == 0
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda c: c["callbacks"].pop(next(k for k in c["callbacks"] if k.startswith("FedAdam"))),
+     "names the server optimizer FedAdam but the checkpoint holds no state for it"),
+    (lambda c: _fedadam_state(c).update(state={}), "lacks 'state.exp_avg', 'state.exp_avg_sq' (after 2 server step(s))"),
+    (lambda c: _fedadam_state(c).pop("num_steps"), "lacks 'num_steps'"),
+])
+def test_43_a_checkpoint_without_the_server_optimizers_state_is_refused(tmp_path, two_rounds, edit, expected):
+    """#43 case 3: before, a checkpoint without FedAdam's state (its record intact) resumed with a fresh FedAdam
+    (step count 0, moments at their start) without a word."""
+    counter = _CountBatches()
+    with pytest.raises(ValueError, match="Cannot resume from") as info:
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=4, ckpt_path=str(_edited(tmp_path, two_rounds, edit)),
+             callbacks_extra=[counter])
+    assert expected in str(info.value) and "edited.ckpt" in str(info.value)
+    assert counter.batches == 0
+
+
+def test_43_a_scaffold_checkpoint_without_its_client_variates_is_refused(tmp_path):
+    """#43 case 3: SCAFFOLD's c_i table is state the run needs: without it every c_i would restart at zero while c
+    (their mean) is kept."""
+    from lightning_fed.callbacks import SCAFFOLD
+
+    _fit(tmp_path, tmp_path / "ckpt", max_epochs=1, server=SCAFFOLD())
+    path = _edited(tmp_path, tmp_path / "ckpt" / "last.ckpt", lambda c: c["callbacks"][
+        next(k for k in c["callbacks"] if k.startswith("SCAFFOLD"))].pop("client_state"))
+    with pytest.raises(ValueError, match="the saved state of the server optimizer SCAFFOLD lacks 'client_state'"):
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=SCAFFOLD(), ckpt_path=str(path))
+
+
+@pytest.mark.parametrize("drop", ["client_algorithms", "aggregators"])
+def test_43_a_feddyn_checkpoint_without_its_tables_or_h_is_refused(tmp_path, drop):
+    """#43 case 3: FedDyn's per-client table (its client half's g_k) and its server state h are needed too."""
+    from lightning_fed.callbacks import FedDyn
+
+    _fit(tmp_path, tmp_path / "ckpt", max_epochs=1, server=FedDyn())
+
+    def edit(checkpoint):
+        checkpoint["callbacks"][next(k for k in checkpoint["callbacks"] if k.startswith("FedDyn"))].pop(drop)
+
+    path = _edited(tmp_path, tmp_path / "ckpt" / "last.ckpt", edit)
+    with pytest.raises(ValueError, match=f"the saved state of the server optimizer FedDyn lacks '{drop}"):
+        _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=FedDyn(), ckpt_path=str(path))

@@ -22,6 +22,10 @@ from lightning_fed.models.mnist import MNISTMLP
 from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
 import numpy as np
 from lightning_fed.cli import main
+from helpers import CLI_ARGS_UNDER_PYTEST
+
+# these tests run the CLI in-process with `args=` (pytest's own arguments are in sys.argv)
+pytestmark = pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 
@@ -342,6 +346,25 @@ def test_partition_command_prints_stats_and_saves_the_plot(tmp_path, monkeypatch
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_partition_command_says_nothing_about_training(tmp_path, monkeypatch, capsys, caplog):
+    """Issue #43: `lightning-fed partition` trains nothing, yet printed the trainer's FedAvg default note and
+    Lightning's "GPU available: ... / TPU available: ..." lines."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(_mnist_config(tmp_path).read_text())
+    cfg["trainer"]["callbacks"] = cfg["trainer"]["callbacks"][1:]  # no server optimizer: FedAvg by default
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    with caplog.at_level(logging.INFO):
+        main(["partition", "--config", str(tmp_path / "c.yaml")])
+    captured = capsys.readouterr()
+    said = captured.out + captured.err + "\n".join(r.getMessage() for r in caplog.records)
+    assert "num_clients: 4  num_samples: 80" in captured.out
+    for note in ("No server optimizer given", "GPU available", "TPU available", "litlogger"):
+        assert note not in said, note
+    assert logging.root.manager.disable == logging.NOTSET  # logging is as it was
+
+
 def test_partition_command_needs_a_config(capsys):
     with pytest.raises(SystemExit) as err:
         main(["partition", "--plot", "x.png"])
@@ -396,3 +419,9 @@ def test_fit_ends_saying_where_logs_metrics_and_checkpoints_are(tmp_path, monkey
         f"  checkpoints: {tmp_path / 'ckpt'} (last: {tmp_path / 'ckpt' / 'last.ckpt'})",
     ]
     assert (Path(log_dir) / "config.yaml").is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()
+
+
+def test_43_on_nonfinite_server_step_is_a_trainer_argument(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = FederatedCLI(args=["--config", str(FEDAWARE), "--trainer.on_nonfinite_server_step", "restore"], run=False)
+    assert cli.trainer.fit_loop.on_nonfinite_server_step == "restore"

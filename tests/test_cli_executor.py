@@ -11,6 +11,10 @@ from lightning_fed.cli import FederatedCLI
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.vectorized import VectorizedExecutor
 from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
+from helpers import CLI_ARGS_UNDER_PYTEST
+
+# these tests run the CLI in-process with `args=` (pytest's own arguments are in sys.argv)
+pytestmark = pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "shakespeare_fedadam.yaml"
 

@@ -134,3 +134,20 @@ def test_a_norm_guard_that_cannot_flag_anyone_warns_once_per_fit(tmp_path, clien
     assert len(hits) == (1 if warned else 0), hits
     if warned:
         assert f"`clients_per_round`={clients_per_round}" in hits[0] and "does nothing" in hits[0]
+
+
+def test_43_nonfinite_values_names_each_tensor_and_reads_the_host_once():
+    """#43: the check after every server step: which tensors hold NaN/±inf, read in one host copy when all are
+    finite (no bool() per tensor); finite but huge values (whose 2-norm would overflow) are not flagged."""
+    from lightning_fed.client.host_sync import HostSyncCounter
+    from lightning_fed.guards import describe_nonfinite, nonfinite_values
+
+    finite = [(f"t{i}", torch.full((3,), 1e3 if i % 2 else 1.0, dtype=torch.float32 if i % 3 else torch.float64))
+              for i in range(20)] + [("step", 3), ("eta", 0.5), ("ints", torch.tensor([7])), ("empty", torch.zeros(0))]
+    with HostSyncCounter() as counter:
+        assert nonfinite_values(finite) == []
+    assert counter.count == 0
+    assert nonfinite_values([("huge", torch.full((3,), 3e38))]) == []  # its 2-norm overflows; its values are finite
+    bad = finite + [("v", torch.tensor([1.0, float("nan"), float("-inf")])), ("eta2", float("inf"))]
+    assert nonfinite_values(bad) == [("v", 2, 3), ("eta2", 1, 1)]
+    assert describe_nonfinite(nonfinite_values(bad), limit=1) == "v has 2 non-finite value(s) (of 3); and 1 more tensor(s)"

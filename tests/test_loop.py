@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from typing import NamedTuple
 
 import lightning as L
 import numpy as np
@@ -14,11 +15,12 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
 from helpers import (
-    LinearRegression, SmallClassifier, classification_dataset, metadata, quiet_trainer_kwargs, regression_data,
-)
+    CHECKPOINT_DIR_REUSED, NO_VAL_DATALOADER, PLAIN_TRAINER_EMPTY_VAL, LinearRegression, SmallClassifier,
+    classification_dataset, metadata, quiet_trainer_kwargs, regression_data)
 from lightning_fed import FederatedFitLoop, FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg, FedYogi
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
+from lightning_fed.server.rules import Rule
 
 
 def _linear_weights(model: LinearRegression) -> np.ndarray:
@@ -164,6 +166,7 @@ def _resume_setup(tmp_path, max_epochs, ckpt_dir, ckpt_path=None):
     return model, trainer
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_interrupt_and_resume_equals_uninterrupted(tmp_path):
     full, _ = _resume_setup(tmp_path / "a", 5, tmp_path / "ckpt_a")
     _resume_setup(tmp_path / "b", 2, tmp_path / "ckpt_b")
@@ -204,6 +207,7 @@ def test_cohort_larger_than_population_is_an_error(tmp_path):
         FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=dm)
 
 
+@pytest.mark.filterwarnings(NO_VAL_DATALOADER)
 def test_plain_datamodule_is_an_error(tmp_path):
     x, y = regression_data()
 
@@ -229,6 +233,7 @@ def test_step_interval_scheduler_is_an_error(tmp_path):
         )
 
 
+@pytest.mark.filterwarnings(PLAIN_TRAINER_EMPTY_VAL)
 def test_plain_trainer_trains_centrally_on_the_same_datamodule(tmp_path):
     """Without the federated loop the data module is an ordinary one (a centralized baseline)."""
     x, y = regression_data(n=40)
@@ -401,3 +406,115 @@ def test_a_run_without_updates_counts_empty_cohorts_apart_from_failed_clients(tm
                                               rf"'poisson'.*\); {nonempty} round\(s\): every sampled client failed or "
                                               r"was dropped"):
         trainer.fit(NaNs(), datamodule=dm)
+
+
+# ---------------------------------------------------------------------------------------------- #43 server steps
+class _DirectionState(NamedTuple):
+    direction: list
+
+
+class _NormalizedStep(Rule):
+    """A server rule of one's own (the public Rule API): x ← x + η·Δ/‖Δ‖, keeping the last direction as its state.
+    A round whose pseudo-gradient is zero divides 0 by 0: NaN in the model and in the state."""
+
+    State = _DirectionState
+
+    def __init__(self, lr=0.1):
+        self.lr = lr
+
+    def init(self, params):
+        return self.State([torch.zeros_like(p) for p in params])
+
+    def update(self, params, delta, state, step):
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(delta)))
+        direction = [d / norm for d in delta]
+        torch._foreach_add_(params, direction, alpha=self.lr)
+        return self.State(direction)
+
+
+class _FrozenFirstRound(LinearRegression):
+    """Clients take steps of learning rate 0 in round 0 (an LR schedule by round): Δ = 0 there, then ordinary."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda r: 0.0 if r == 0 else 1.0)
+        return {"optimizer": opt, "lr_scheduler": schedule}
+
+
+class _RoundEnds(L.Callback):
+    def __init__(self):
+        self.params, self.metrics = [], []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.params.append([p.detach().clone() for p in pl_module.parameters()])
+        self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("round_")})
+
+
+def _nonfinite_step_fit(tmp_path, **kwargs):
+    from lightning_fed.callbacks import ServerOptimizer
+
+    x, y = regression_data(n=40)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=10)
+    torch.manual_seed(0)
+    model, ends = _FrozenFirstRound(lr=0.05), _RoundEnds()
+    server = ServerOptimizer(rule=_NormalizedStep())
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[server, ends], **(quiet_trainer_kwargs(tmp_path) | kwargs))
+    start = [p.detach().clone() for p in model.parameters()]
+    trainer.fit(model, datamodule=dm)
+    return model, server, ends, start
+
+
+def test_43_a_server_step_that_makes_the_model_non_finite_stops_the_run_naming_the_tensors(tmp_path):
+    """#43 case 1 (b): before, round 0's NaN step went into the model, every later client was dropped as non-finite
+    and fit returned normally with a NaN model."""
+    with pytest.raises(RuntimeError, match="Round 0: the server step made") as info:
+        _nonfinite_step_fit(tmp_path)
+    message = str(info.value)
+    assert "global model parameter 'linear.weight' has 3 non-finite value(s) (of 3)" in message
+    assert "global model parameter 'linear.bias' has 1 non-finite value(s) (of 1)" in message
+    assert "ServerOptimizer state 'state.direction' for parameter 'linear.weight'" in message
+    assert "on_nonfinite_server_step='restore'" in message
+
+
+def test_43_restore_puts_back_the_rounds_start_and_counts_the_round_as_empty(tmp_path):
+    with pytest.warns(UserWarning, match=r"Round 0: the server step made .*global model parameter 'linear.weight' has "
+                                         r"3 non-finite value\(s\).*on_nonfinite_server_step='restore'"):
+        model, server, ends, start = _nonfinite_step_fit(tmp_path, on_nonfinite_server_step="restore")
+    for p, q in zip(ends.params[0], start):  # round 0 restored x_0 exactly
+        assert torch.equal(p, q)
+    assert server.num_steps == 2  # rounds 1 and 2 stepped; round 0 does not count
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(torch.isfinite(d).all() for d in server.state["direction"])
+    assert ends.metrics[0]["round_clients"] == 0 and ends.metrics[0]["round_clients_dropped"] == 2
+    assert ends.metrics[1]["round_clients"] == 2 and ends.metrics[1]["round_clients_dropped"] == 0
+    assert not torch.equal(ends.params[1][0], start[0])
+
+
+def test_43_on_nonfinite_server_step_is_checked(tmp_path):
+    with pytest.raises(ValueError, match=r"`on_nonfinite_server_step` must be one of \('raise', 'restore'\), got 'skip'"):
+        FederatedTrainer(on_nonfinite_server_step="skip", **quiet_trainer_kwargs(tmp_path))
+
+
+def test_43_a_non_finite_per_client_state_row_of_the_round_stops_the_run(tmp_path):
+    """#43: a client algorithm's new per-client state is server state too (its delta was finite, so the client was
+    not dropped): a NaN row of a client of the round is named after the step (before: stored without a word)."""
+    from lightning_fed.callbacks import FedAvg
+    from lightning_fed.client import ClientAlgorithm
+
+    class Visits(ClientAlgorithm):  # counts the client's rounds; 0/0 for client 1
+        def state_dim(self, num_params):
+            return 1
+
+        def start(self, module, context, state):
+            self.client_id = context.client_id
+
+        def finish(self, module, context):
+            value = torch.tensor([0.0]) / 0.0 if self.client_id == 1 else torch.ones(1)
+            return {}, value
+
+    x, y = regression_data(n=40)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=4, batch_size=10)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(client=[Visits()])], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(RuntimeError, match=r"Round 0: .*FedAvg state 'client_algorithms.0' row of client 1 has 1 "
+                                           r"non-finite value\(s\) \(of 1\)"):
+        trainer.fit(LinearRegression(lr=0.05), datamodule=dm)

@@ -77,3 +77,36 @@ def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(
     assert server.client_controls.keys() == full_server.client_controls.keys()
     for k, v in full_server.client_controls.items():
         assert np.array_equal(server.client_controls[k].numpy(), v.numpy())
+
+
+@pytest.fixture(scope="module")
+def saved_record(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("record")
+    _run(tmp, "run", 1)
+    return tmp / "run" / "last.ckpt"
+
+
+@pytest.mark.parametrize("edit, field, expected", [
+    (lambda r: r.update(format="two"), "format is 'two'", "an integer >= 1"),
+    (lambda r: r.update(format=None), "format is None", "an integer >= 1"),
+    (lambda r: r.update(run_config=["seed", 0]), "run_config is ['seed', 0]", "a dict of setting name"),
+    (lambda r: r.update(server_optimizer_state_key=3), "server_optimizer_state_key is 3", "a string"),
+    (lambda r: r.update(privacy="none"), "privacy is 'none'", "a dict with 'previous'"),
+    (lambda r: r["privacy"].update(previous={"rounds": 1}), "privacy['previous'] is {'rounds': 1}", "a list"),
+    ("list", "checkpoint['lightning_fed'] is [2]", "a dict (the run record)"),
+])
+def test_43_a_malformed_record_is_refused_naming_the_file_and_the_field(tmp_path, saved_record, edit, field, expected):
+    """#43 case 4: a record of the wrong layout is one ValueError naming the file, the field and what was expected
+    (before: a raw ValueError from int('two') or an AttributeError of a list)."""
+    checkpoint = torch.load(saved_record, weights_only=True)
+    if edit == "list":
+        checkpoint["lightning_fed"] = [2]
+    else:
+        edit(checkpoint["lightning_fed"])
+    path = tmp_path / "bad.ckpt"
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError, match="malformed lightning_fed record") as info:
+        _run(tmp_path, "resumed", 2, ckpt=str(path))
+    message = str(info.value)
+    assert str(path) in message and field in message and expected in message, message
+    assert message.count(". ") == 0  # one sentence

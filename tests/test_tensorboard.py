@@ -75,6 +75,8 @@ EXPECTED = {
 # The readable leading columns of _fit's run (issue #32 item 6), by hand.
 LEADING = {"Server optimizer": "FedAdam", "Server optimizer lr": 0.03, "Partitioner": "DirichletPartitioner",
            "Cohort": 3, "Local work": "local_epochs=2, batch_size=16"}
+# ... as TensorBoard's HParams tab gets them: the cohort as text, "3", not the number 3 it shows as "3.0000"
+LEADING_TB = dict(LEADING, Cohort="3")
 
 
 def test_hparams_session_holds_the_federated_settings(tmp_path):
@@ -82,14 +84,17 @@ def test_hparams_session_holds_the_federated_settings(tmp_path):
     _, logger = _fit(tmp_path, "fedadam", server)
     acc = _events(logger.log_dir)
     written = _session_hparams(acc)
-    expected = dict(EXPECTED, **LEADING, global_seed=os.environ.get("PL_GLOBAL_SEED", "None"))
+    expected = dict(EXPECTED, **LEADING_TB, global_seed=os.environ.get("PL_GLOBAL_SEED", "None"))
     if expected["global_seed"] != "None":
         expected["global_seed"] = int(expected["global_seed"])
     assert set(written) == set(expected)
     for key, value in expected.items():
         assert written[key] == pytest.approx(value) if isinstance(value, float) else written[key] == value, key
-    # no experiment summary (TensorBoard builds the table from all runs) and no placeholder hp_metric
-    assert hp_metadata.EXPERIMENT_TAG not in acc.PluginTagToContent(hp_metadata.PLUGIN_NAME)
+    # the experiment summary: the same settings as columns, the validation metric first; no placeholder hp_metric
+    content = acc.PluginTagToContent(hp_metadata.PLUGIN_NAME)[hp_metadata.EXPERIMENT_TAG]
+    experiment = hp_metadata.parse_experiment_plugin_data(content)
+    assert sorted(h.name for h in experiment.hparam_infos) == sorted(written)
+    assert [m.name.tag for m in experiment.metric_infos][0] == "val_loss"
     assert "hp_metric" not in acc.Tags()["scalars"]
     assert {"round_train_loss", "val_loss"} <= set(acc.Tags()["scalars"])
     # and in hparams.yaml through the logger's log_hyperparams
@@ -98,8 +103,9 @@ def test_hparams_session_holds_the_federated_settings(tmp_path):
 
 
 def test_hparams_tab_compares_two_runs(tmp_path):
-    """TensorBoard's own HParams backend, on a log dir with a FedAdam and a FedAvg run: the table has the union of
-    both runs' settings as columns and the logged scalars as metric columns."""
+    """TensorBoard's own HParams backend, on a log dir with a FedAdam and a FedAvg run: the table's columns are the
+    settings of one run's experiment summary (the common ones, whichever run it is) and the logged scalars, the
+    validation metric first; both runs are rows with their own server optimizer."""
     from tensorboard import context
     from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
     from tensorboard.plugins import base_plugin
@@ -117,11 +123,16 @@ def test_hparams_tab_compares_two_runs(tmp_path):
         request, "", True, ctx.hparams_metadata(request, ""), ctx.hparams_from_data_provider(request, "", None)
     )
     hparams = {h.name: h for h in experiment.hparam_infos}
-    assert {"server_optimizer", "server_optimizer/lr", "server_optimizer/beta1", "partitioner/alpha",
-            "clients_per_round", "local_work/local_epochs", "data_order", "seed"} <= set(hparams)
-    assert sorted(v.string_value for v in hparams["server_optimizer"].domain_discrete.values) == ["FedAdam", "FedAvg"]
-    metrics = {m.name.tag for m in experiment.metric_infos}
-    assert {"round_train_loss", "round_pseudo_grad_norm", "val_loss"} <= metrics
+    assert {"server_optimizer", "server_optimizer/lr", "partitioner/alpha", "clients_per_round",
+            "local_work/local_epochs", "data_order", "seed"} <= set(hparams)
+    metrics = [m.name.tag for m in experiment.metric_infos]
+    assert metrics[0] == "val_loss" and {"round_train_loss", "round_pseudo_grad_norm"} <= set(metrics)
+    from tensorboard.plugins.hparams import api_pb2, list_session_groups
+
+    request_pb = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=[
+        api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS, api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING])
+    groups = list_session_groups.Handler(request, ctx, "", request_pb).run().session_groups
+    assert sorted(g.hparams["server_optimizer"].string_value for g in groups) == ["FedAdam", "FedAvg"]
 
 
 def test_warns_when_lightning_wrote_the_hparams_session_first(tmp_path):
@@ -251,7 +262,7 @@ def test_custom_scalars_layout_opens_on_the_curves_that_matter(tmp_path):
 
     _, logger = _fit(tmp_path, "cs", FedAdam(lr=0.03), rounds=2)
     acc = _events(logger.log_dir)
-    (event,) = acc.Tensors(cs_metadata.CONFIG_SUMMARY_TAG)
+    event = acc.Tensors(cs_metadata.CONFIG_SUMMARY_TAG)[0]  # fit start's (written again as val_* metrics appear)
     layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
     first = layout.category[0]
     assert first.title == "Federated training"
@@ -261,9 +272,84 @@ def test_custom_scalars_layout_opens_on_the_curves_that_matter(tmp_path):
         return sorted(t for t in scalars if any(re.match(r, t) for r in chart.multiline.tag))
 
     assert [matched(c) for c in first.chart] == [
-        ["val_loss"], ["round_train_loss"], ["round_pseudo_grad_norm"], ["round_gradient_diversity"],
-    ]
+        ["round_train_loss"], ["round_pseudo_grad_norm"], ["round_gradient_diversity"],
+    ]  # the layout of fit start: no validation metric logged yet
     assert matched(layout.category[1].chart[2]) == sorted(t for t in scalars if t.startswith("round_clients"))
+
+
+class _WithAccuracy(SmallClassifier):
+    """SmallClassifier that also logs the validation accuracy (``val_acc``, ~0.4, next to a ``val_loss`` of ~1)."""
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_loss", torch.nn.functional.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+
+
+def _fit_with_accuracy(tmp_path, name, server, rounds=2):
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3),
+                             clients_per_round=3, batch_size=16, local_epochs=1, seed=7)
+    logger = TensorBoardLogger(str(tmp_path), name=name, version=0, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": rounds, "callbacks": [server]}
+    torch.manual_seed(0)
+    FederatedTrainer(**kwargs).fit(_WithAccuracy(in_features=5, num_classes=3, lr=0.05), datamodule=dm)
+    return logger
+
+
+def test_custom_scalars_one_chart_per_validation_metric(tmp_path):
+    """Issue #43: ``val_loss`` and ``val_acc`` were drawn on one axis (an accuracy of ~0.4 flat under a loss of ~1).
+    TensorBoard's own Custom Scalars backend (it takes a run's latest layout) shows one chart per validation
+    metric, first in "Federated training", each matching exactly its tag."""
+    import json
+    import re
+
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+
+    logger = _fit_with_accuracy(tmp_path, "acc", FedAdam(lr=0.03))
+    logdir = str(tmp_path)
+    mux = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(logdir)
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, logdir)
+    plugin = custom_scalars_plugin.CustomScalarsPlugin(
+        base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider))
+    layout = plugin.layout_impl(context.RequestContext(), "")
+    layout = json.loads(layout) if isinstance(layout, str) else layout
+    first = layout["category"][0]
+    assert first["title"] == "Federated training"
+    titles = [c["title"] for c in first["chart"]]
+    assert titles[:3] == ["val_acc (global model)", "val_loss (global model)", "round_train_loss"]
+    scalars = set(_events(logger.log_dir).Tags()["scalars"])
+    for chart, tag in zip(first["chart"][:2], ("val_acc", "val_loss")):
+        assert [t for t in scalars if any(re.match(r, t) for r in chart["multiline"]["tag"])] == [tag]
+
+
+def test_hparams_metric_columns_open_on_the_validation_metrics(tmp_path):
+    """Issue #43: TensorBoard ordered the metric columns by name and ticks the first five, so ``val_acc`` came after
+    every ``round_*`` scalar. TensorBoard's own HParams backend now lists ``val_acc``, ``val_loss`` first (marked
+    validation), the leading settings first among the columns, and the cohort as ``"3"``."""
+    from tensorboard.plugins.hparams import api_pb2, list_session_groups
+
+    _fit_with_accuracy(tmp_path, "a", FedAdam(lr=0.03))
+    _fit_with_accuracy(tmp_path, "b", FedAvg())
+    experiment, ctx, request = _hparams_experiment(str(tmp_path))
+    metrics = [m.name.tag for m in experiment.metric_infos]
+    assert metrics[:2] == ["val_acc", "val_loss"] and "round_train_loss" in metrics[2:] and "epoch" not in metrics
+    assert [m.dataset_type for m in experiment.metric_infos[:2]] == [api_pb2.DATASET_VALIDATION] * 2
+    assert [h.name for h in experiment.hparam_infos][:5] == sorted(LEADING)  # names ticked first
+    cohort = {h.name: h for h in experiment.hparam_infos}["Cohort"]
+    assert cohort.type == api_pb2.DATA_TYPE_STRING
+    handler = list_session_groups.Handler(request, ctx, "", api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=10, allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS,
+                                                        api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING]))
+    groups = handler.run().session_groups
+    assert [g.hparams["Cohort"].string_value for g in groups] == ["3", "3"]
+    for group in groups:  # each row has its values for the leading metric columns
+        assert {v.name.tag for v in group.metric_values} >= {"val_acc", "val_loss"}
 
 
 def test_hparams_lead_with_the_federated_settings_and_equal_runs_stay_apart(tmp_path):

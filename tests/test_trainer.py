@@ -8,7 +8,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
-from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from helpers import (
+    CHECKPOINT_DIR_REUSED, LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs,
+    regression_data)
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAdam, FedAvg
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
@@ -36,6 +38,7 @@ def _fit_sched(root, max_epochs, ckpt_dir, ckpt_path=None):
     return model, trainer
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_resume_with_lr_scheduler_equals_uninterrupted(tmp_path):
     """ExponentialLR(γ=0.5), 6 rounds, resumed at rounds 2 and 4: same client lr and weights as one run (#11.1)."""
     full, full_trainer = _fit_sched(tmp_path / "a", 6, tmp_path / "ca")
@@ -165,6 +168,27 @@ def test_a_fit_that_fails_at_its_start_leaves_no_empty_version_folder(tmp_path, 
     assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
 
 
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_an_evaluation_that_fails_at_its_start_leaves_no_empty_version_folder(tmp_path, stage):
+    """Issue #43: `validate` / `test` / `predict` with a missing checkpoint left an empty `version_0` (an events file,
+    `hparams.yaml`) behind, as a failed fit did before issue #32."""
+    from torch.utils.data import DataLoader
+
+    train, val = classification_dataset(n=60, n_val=10)
+    dm = FederatedDataModule(train, val, partitioner=IIDPartitioner(4), clients_per_round=2, batch_size=10)
+    root = tmp_path / "root"
+    trainer = FederatedTrainer(**quiet_trainer_kwargs(root) | {"logger": True})
+    kwargs = {"dataloaders": DataLoader(val, batch_size=5)} if stage == "predict" else {"datamodule": dm}
+    model = type("Evaluated", (SmallClassifier,), {"test_step": SmallClassifier.validation_step,
+                                                   "predict_step": lambda self, batch, i: self.net(batch[0])})()
+    with pytest.raises(FileNotFoundError, match="does/not/exist.ckpt"):
+        getattr(trainer, stage)(model, ckpt_path="does/not/exist.ckpt", **kwargs)
+    assert not (root / "lightning_logs").exists()
+    # one that ran keeps its folder
+    FederatedTrainer(**quiet_trainer_kwargs(root) | {"logger": True}).validate(SmallClassifier(), datamodule=dm)
+    assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
+
+
 def test_an_existing_log_folder_is_never_removed(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -176,3 +200,15 @@ def test_an_existing_log_folder_is_never_removed(tmp_path):
     with pytest.raises(ValueError, match="max_steps"):
         FederatedTrainer(**kwargs).fit(SmallClassifier(), datamodule=dm)
     assert (tmp_path / "tb" / "run" / "version_0").is_dir()
+
+
+def test_a_run_without_validation_data_does_not_warn_about_an_empty_loader(tmp_path):
+    """Issue #43: ``FederatedDataModule.val_dataloader`` is ``[]`` without validation data (validation is skipped);
+    Lightning warned "Total length of `list` across ranks is zero" at every such fit."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedTrainer(max_epochs=1, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path)).fit(
+            LinearRegression(), datamodule=_regression_dm())
+    assert not [w for w in caught if "Total length of `list`" in str(w.message)]

@@ -102,11 +102,24 @@ class ScaffoldControl(Stage):
 
     def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
         """At fit start: the client half is there (:func:`check_scaffold`) and N is the data module's
-        ``num_clients`` (kept as given when the data module has none)."""
+        ``num_clients`` (kept as given when the data module has none), also the N of the c_i table a checkpoint
+        restored.
+
+        Raises:
+            ValueError: as :func:`check_scaffold`; a restored c_i table for another number of clients (before any
+                client trains).
+        """
         check_scaffold(server)
         num_clients = getattr(getattr(trainer, "datamodule", None), "num_clients", None)
         if num_clients is not None:
             self.num_clients = int(num_clients)
+            fields = server.stage_state_fields(self) if hasattr(server, "stage_state_fields") else None
+            table = (fields or {}).get("table")
+            if isinstance(table, ClientStateTable) and table.num_clients != self.num_clients:
+                raise ValueError(
+                    f"SCAFFOLD holds control variates for {table.num_clients} clients, but the data module has "
+                    f"{self.num_clients} clients."
+                )
 
     def check_round(self, client_ids: list[int], updates: list) -> None:
         """The checks of Alg. 1's inputs, before any state changes (errors as in the class doc)."""

@@ -339,6 +339,14 @@ class DifferentialPrivacy:
         super().load_state_dict(state_dict)
         self._saved_privacy = state_dict.get("privacy")
 
+    def restore_state(self, snapshot: dict[str, Any], params: list[Any]) -> None:
+        """:meth:`ServerOptimizer.restore_state`, the accountant's rounds included (the restored round released
+        nothing)."""
+        super().restore_state(snapshot, params)
+        if self.accountant is not None and self._saved_privacy is not None:
+            self.accountant.load_state_dict(self._saved_privacy)
+            self._saved_privacy = None
+
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, "
                 f"target_delta={self.target_delta}, adaptive_clipping={self.adaptive_clipping}, "

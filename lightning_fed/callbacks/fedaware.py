@@ -394,6 +394,11 @@ class FedAWARE(ServerOptimizer):
             projection=self.projection, weighting=self.weighting,
         )
 
+    def required_state(self, num_params: int) -> list[str]:
+        """N, |D_i| and the Gram matrix (``"fedaware"``) in this class's layout (see
+        :meth:`ServerOptimizer.required_state`)."""
+        return ["num_steps", "fedaware"]
+
     def state_dict(self) -> dict[str, Any]:
         """The base class's (``"num_steps"``, ``"state"``, the momenta in ``"client_state"``) plus ``"fedaware"``
         (N, |D_i|, Gram matrix): the format from before the composition (the stage's state is not repeated under

@@ -280,6 +280,11 @@ class LocalAdaptiveServer(ServerOptimizer):
             )
         super().on_train_start(trainer, pl_module)
 
+    def required_state(self, num_params: int) -> list[str]:
+        """v̂ (and m̄ with ``first_moment="average"``) in this class's layout (see
+        :meth:`ServerOptimizer.required_state`)."""
+        return ["num_steps", "state.second_moment"] + (["state.first_moment"] if self.first_moment == "average" else [])
+
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {"second_moment", ["first_moment"]}}`` on the CPU: the format from before the
         composition (the stage's state is not repeated under ``"aggregators"``)."""

@@ -228,6 +228,10 @@ class SCAFFOLD(ServerOptimizer):
     def state_key(self) -> str:
         return self._generate_state_key(lr=self.lr, weighting=self.weighting)
 
+    def required_state(self, num_params: int) -> list[str]:
+        """c and the c_i table (SCAFFOLD's layout; see :meth:`ServerOptimizer.required_state`)."""
+        return ["num_steps", "state.control", "client_state"]
+
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {"control": c}, "client_state", "num_clients"}`` (on the CPU): the format from
         before the composition (the stage's state is not repeated under ``"aggregators"``)."""

@@ -357,6 +357,28 @@ class ServerOptimizer(Callback):
             self.aggregator_state = states
         return self.aggregator_state
 
+    def stage_state_fields(self, stage: Stage) -> Optional[dict[str, Any]]:
+        """The state of ``stage`` (one of :attr:`aggregators`) as ``{field: value}`` without creating it: the live
+        typed state's fields, or — after a checkpoint was loaded, before the first round re-makes the chain's states —
+        the saved fields (client-state tables re-made); ``None`` when there is none yet. For fit-start checks of a
+        loaded state (e.g. SCAFFOLD's c_i table against the data module's N) before any client trains.
+
+        Example::
+
+            >>> from lightning_fed.callbacks import SCAFFOLD
+            >>> server = SCAFFOLD()
+            >>> server.stage_state_fields(server.control_stage)  # no round, no checkpoint: no c, no c_i yet
+            {'control': None, 'table': None}
+        """
+        index = next((i for i, s in enumerate(self.aggregators or ()) if s is stage), None)
+        if index is None:
+            return None
+        if self.aggregator_state is not None:
+            return self.aggregator_state[index]._asdict()
+        if self._saved_aggregator_state is not None and index < len(self._saved_aggregator_state):
+            return _restore_tables(self._saved_aggregator_state[index])
+        return None
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain, and run
         every stage's ``check_round_start`` before the round's clients train.
@@ -629,6 +651,98 @@ class ServerOptimizer(Callback):
                 dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
                 self.client_algorithm_states[i] = ClientStateTable(int(num_clients), size, dtype=dtype)
 
+    # ------------------------------------------------------------------ state integrity (issue #43)
+    def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
+        """``(label, value)`` of every tensor and every NaN float of the server optimizer's state (±inf is a legitimate
+        value of a scalar field, e.g. AdaptiveStepSize's θ = ∞ before its second round), for the non-finite checks
+        (:func:`~lightning_fed.guards.nonfinite_values`); labels are ``"<Class> state '<path>'"`` with the path in
+        :meth:`state_dict`'s layout, plus ``" for parameter '<name>'"`` for a per-parameter list.
+
+        Args:
+            param_names: The global model's parameter names, in ``module.parameters()`` order.
+            saved: ``False`` (default): the live state a server step changes — the rule's state, the aggregator
+                chain's stage states and, of the per-client tables, the rows of the clients of the last server step
+                (:attr:`round_report`; labelled ``"... row of client <id>"``) — checked after every server step;
+                ``True``: everything :meth:`state_dict` holds, whole per-client tables included (checked once, when
+                loaded from a checkpoint).
+
+        Example::
+
+            >>> import torch
+            >>> from lightning_fed.callbacks import FedAdam
+            >>> server = FedAdam(lr=0.1)
+            >>> server.server_update([torch.zeros(2)], [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)]) and None
+            >>> [label for label, _ in server.state_items(["w"])]
+            ["FedAdam state 'state.exp_avg' for parameter 'w'", "FedAdam state 'state.exp_avg_sq' for parameter 'w'"]
+        """
+        items: list[tuple[str, Any]] = []
+        prefix = f"{type(self).__name__} state"
+        if saved:
+            _state_items(items, prefix, self.state_dict(), (), param_names, None)
+            return items
+        rows = _RowsOf(self.round_report.client_ids if self.round_report is not None else [])
+        if self._rule_state is not None:
+            _state_items(items, prefix, self._rule_state._asdict(), ("state",), param_names, rows)
+        for i, stage_state in enumerate(self.aggregator_state or ()):
+            _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, rows)
+        for i, table in self.client_algorithm_states.items():
+            _state_items(items, prefix, table, ("client_algorithms", str(i)), param_names, rows)
+        if self.client_state is not None:
+            _state_items(items, prefix, self.client_state, ("client_state",), param_names, rows)
+        return items
+
+    def required_state(self, num_params: int) -> list[str]:
+        """The entries (dotted paths in :meth:`state_dict`'s layout) a saved state must hold for a resume after at
+        least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
+        ``aggregators`` with a chain; ``client_algorithms.<i>`` for each client algorithm that keeps per-client state.
+        A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
+        whose state lacks one (it would go on from a fresh state silently).
+
+        Args:
+            num_params: d, the model's number of parameter entries (for the client algorithms' ``state_dim``).
+
+        Example::
+
+            >>> from lightning_fed.callbacks import FedAdam, FedAvg
+            >>> FedAdam().required_state(10), FedAvg().required_state(10)
+            (['num_steps', 'state.exp_avg', 'state.exp_avg_sq'], ['num_steps'])
+        """
+        state_type = self.server_rule.State
+        required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
+        if self.aggregators is not None:
+            required.append("aggregators")
+        required += [f"client_algorithms.{i}" for i, a in enumerate(self.client_algorithms) if int(a.state_dim(num_params)) > 0]
+        return required
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned), for
+        :meth:`restore_state`: taken before each server step under ``on_nonfinite_server_step="restore"``."""
+        return _clone(self.state_dict())
+
+    def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
+        """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from a checkpoint
+        holding it would: :meth:`load_state_dict`, then the aggregator chain's states re-made at once for
+        ``params`` (the global model's parameters), and no server step in the current round.
+
+        Example: FedAdam's step count and moments back to before a step::
+
+            >>> import torch
+            >>> from lightning_fed.callbacks import FedAdam
+            >>> server, params = FedAdam(lr=0.1), [torch.zeros(2)]
+            >>> _ = server.server_update(params, [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)])
+            >>> before = server.snapshot_state()
+            >>> _ = server.server_update(params, [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)])
+            >>> server.restore_state(before, params)
+            >>> server.num_steps, torch.equal(server.state["exp_avg"][0], before["state"]["exp_avg"][0])
+            (1, True)
+        """
+        self.load_state_dict(_clone(snapshot))
+        if self._saved_aggregator_state is not None and self.aggregators is not None:
+            self.aggregator_state = None
+            self.chain_state(params)
+        self._stepped = False
+        self.round_report = None
+
     # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
@@ -667,6 +781,55 @@ class ServerOptimizer(Callback):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
+
+
+class _RowsOf:
+    """The client ids whose rows of the per-client tables :func:`_state_items` lists (each table once)."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = [int(i) for i in ids]
+        self.seen: set[int] = set()
+
+
+def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names: Sequence[str],
+                 tables: Optional[_RowsOf]) -> None:
+    """Append ``(label, value)`` for the tensors and NaN floats inside ``value`` (see ``ServerOptimizer.state_items``);
+    a :class:`ClientStateTable` contributes the rows of ``tables.ids`` (state dicts of tables: every row)."""
+    label = f"{prefix} {'.'.join(path)!r}"
+    if isinstance(value, Tensor):
+        items.append((label, value))
+    elif isinstance(value, float):
+        if math.isnan(value):  # ±inf is a value of scalar state (AdaptiveStepSize's θ before round 2, S = ∞)
+            items.append((label, value))
+    elif isinstance(value, ClientStateTable):
+        if tables is not None and id(value) not in tables.seen:
+            tables.seen.add(id(value))
+            items.extend((f"{label} row of client {i}", value.get(i)) for i in tables.ids
+                         if 0 <= i < value.num_clients and i in value)
+    elif hasattr(value, "_asdict"):
+        _state_items(items, prefix, value._asdict(), path, param_names, tables)
+    elif isinstance(value, dict):
+        for key, v in value.items():
+            _state_items(items, prefix, v, path + (str(key),), param_names, tables)
+    elif isinstance(value, (list, tuple)):
+        if value and len(value) == len(param_names) and all(isinstance(v, Tensor) for v in value):
+            items.extend((f"{label} for parameter {name!r}", v) for name, v in zip(param_names, value))
+        else:
+            for i, v in enumerate(value):
+                _state_items(items, prefix, v, path + (str(i),), param_names, tables)
+
+
+def _clone(value: Any) -> Any:
+    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if hasattr(value, "_asdict"):
+        return type(value)(**{k: _clone(v) for k, v in value._asdict().items()})
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    return value
 
 
 _TABLE_KEY = "client_state_table"  # a ClientStateTable inside a stage's state, saved as its (weights-only) state dict

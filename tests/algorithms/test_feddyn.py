@@ -12,7 +12,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data
+from helpers import (
+    CLI_ARGS_UNDER_PYTEST, LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data)
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedDynClient, FedDynCorrection, FedProxClient
 from lightning_fed.callbacks import FedAdam, FedAvg, FedDyn
@@ -190,6 +191,7 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path):
         torch.testing.assert_close(a.get(cid), b.get(cid), rtol=0, atol=0)
 
 
+@pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 def test_the_cli_resolves_feddyn_by_name(tmp_path, monkeypatch):
     from lightning_fed.cli import FederatedCLI
 

@@ -190,3 +190,45 @@ def test_one_half_alone_is_refused_at_fit_start_naming_both(tmp_path, half):
     with pytest.raises(ValueError, match=match):
         trainer.fit(model, datamodule=dm)
     assert trainer.global_step == 0 and np.array_equal(linear_weights(model), w0)
+
+
+def _population_run(tmp_path, folder, num_clients, composed, ckpt=None, epochs=1, callbacks=()):
+    from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import TensorDataset
+
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.algorithms import ScaffoldClient
+    from lightning_fed.callbacks import FedYogi
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    x, y = regression_data(n=40, d=3, seed=3)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=num_clients, seed=0), clients_per_round=2,
+                             batch_size=4)
+    torch.manual_seed(0)
+    server = FedYogi(lr=0.05, weighting="uniform", aggregators=[ScaffoldControl()], client=[ScaffoldClient()]) \
+        if composed else SCAFFOLD(lr=0.8)
+    saver = ModelCheckpoint(dirpath=str(tmp_path / folder), save_last=True, every_n_epochs=1)
+    FederatedTrainer(max_epochs=epochs, callbacks=[server, saver, *callbacks], allow_resume_changes=["partitioner"],
+                     **(quiet_trainer_kwargs(tmp_path / folder) | {"enable_checkpointing": True})).fit(
+        LinearRegression(lr=0.05), datamodule=dm, ckpt_path=ckpt)
+
+
+@pytest.mark.parametrize("composed", [True, False], ids=["halves", "SCAFFOLD"])
+def test_43_resuming_with_another_population_is_refused_before_any_client_trains(tmp_path, composed):
+    """#43 case 5: c_i kept for 4 clients, resumed (partition change allowed) with 5: refused at fit start, before
+    the round's clients train (before: the composed halves raised only in the aggregation of round 1)."""
+    from lightning.pytorch.callbacks import Callback
+
+    class Count(Callback):
+        batches = 0
+
+        def on_train_batch_start(self, *args):
+            Count.batches += 1
+
+    _population_run(tmp_path, "a", 4, composed)
+    with pytest.raises(ValueError, match=r"(control variates for|saved with) 4 clients.* 5"):
+        _population_run(tmp_path, "b", 5, composed, ckpt=str(tmp_path / "a" / "last.ckpt"), epochs=2,
+                        callbacks=[Count()])
+    assert Count.batches == 0

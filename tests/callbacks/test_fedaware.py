@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.server.min_norm import (
@@ -375,6 +375,7 @@ def test_trainer_partial_participation_matches_numpy(tmp_path, options):
     np.testing.assert_allclose(_linear_weights(model), w, atol=1e-10)
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_trainer_resume_equals_uninterrupted(tmp_path):
     """The momentum table, seen mask and Gram matrix travel through a Lightning checkpoint."""
     x, y = regression_data(n=48, seed=4)

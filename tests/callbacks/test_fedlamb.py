@@ -10,7 +10,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB
 from lightning_fed.algorithms.fedlamb import AMSGradClient, FedLAMBClient
@@ -309,6 +309,7 @@ def _resume_run(tmp_path, max_epochs, ckpt_dir, ckpt_path=None):
     return model, server
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_checkpoint_resume_continues_identically(tmp_path):
     full, full_server = _resume_run(tmp_path / "a", 4, tmp_path / "ca")
     _resume_run(tmp_path / "b", 2, tmp_path / "cb")

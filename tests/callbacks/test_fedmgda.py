@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CHECKPOINT_DIR_REUSED, CLI_ARGS_UNDER_PYTEST, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedMGDAMinNorm, FedProxClient
 from lightning_fed.callbacks import FedMGDAPlus
@@ -29,6 +29,7 @@ def _dm():
                                partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3, batch_size=4)
 
 
+@pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 def test_cli_resolves_the_short_name_and_its_arguments(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = FederatedCLI(args=["--config", str(EXAMPLE), "--server_optimizer", "FedMGDAPlus",
@@ -94,6 +95,7 @@ def _fit(root: Path, ckpt_dir: Path, max_epochs: int, server: FedMGDAPlus, ckpt_
     return model
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_resume_equals_uninterrupted_and_a_changed_epsilon_is_refused(tmp_path):
     import shutil
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CLI_ARGS_UNDER_PYTEST, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.algorithms import FedNovaAveraging, FedProxClient
 from lightning_fed.callbacks import FedNova
@@ -21,6 +21,7 @@ from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, Sampl
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 def test_server_optimizer_fednova_resolves_by_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = ROOT / "examples" / "fashion_mnist_hybrid_plus_fedavg.yaml"

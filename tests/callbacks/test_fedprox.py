@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs, regression_data
+from helpers import (
+    PLAIN_TRAINER_EMPTY_VAL, LinearRegression, SmallClassifier, classification_dataset, quiet_trainer_kwargs,
+    regression_data)
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAvg
 from lightning_fed.callbacks.fedprox import FedProx
@@ -114,6 +116,7 @@ def test_mu_zero_is_fedavg_exactly(tmp_path):
     assert any(not torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
 
 
+@pytest.mark.filterwarnings(PLAIN_TRAINER_EMPTY_VAL)
 def test_plain_trainer_is_refused(tmp_path):
     """Under a plain lightning.Trainer (centralized) the callback would silently do nothing: refused (issue #11.2)."""
     x, y = regression_data(n=20)

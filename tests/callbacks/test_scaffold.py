@@ -8,7 +8,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.scaffold import SCAFFOLD
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
@@ -179,6 +179,7 @@ def _resume_run(tmp_path, max_epochs, ckpt_dir, ckpt_path=None):
     return model, server
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_checkpoint_resume_equals_uninterrupted_and_loads_weights_only(tmp_path):
     full, full_server = _resume_run(tmp_path / "a", 4, tmp_path / "ca")
     _resume_run(tmp_path / "b", 2, tmp_path / "cb")

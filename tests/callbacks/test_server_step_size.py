@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CHECKPOINT_DIR_REUSED, CLI_ARGS_UNDER_PYTEST, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks import FedAvg
 from lightning_fed.callbacks.server_step_size import (
@@ -285,6 +285,7 @@ def test_adaptive_state_dict_resumes_exactly():
     assert (resumed.eta, resumed.theta, resumed.num_steps) == (full.eta, full.theta, 6)
 
 
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED)
 def test_adaptive_checkpoint_resume_through_the_trainer(tmp_path):
     def run(root, rounds, ckpt_path=None):
         x, y, dm, _ = _setup()
@@ -349,6 +350,7 @@ def test_fedavgm_on_the_normalised_direction_and_a_user_composition():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 def test_cli_yaml_instantiates_the_classes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "c.yaml"

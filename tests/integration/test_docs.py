@@ -120,3 +120,72 @@ def test_sphinx_roles_become_checked_cross_references(tmp_path):
     assert "[`base`][fake_fed.sub.base]" in sub and "[`nothere`][fake_fed.sub.nothere]" in sub
     base = package["sub.base.Base"].docstring.value
     assert "a: two numbers." in base and "b: two numbers." in base  # one Args entry per name
+
+
+def test_datamodules_api_page_opens_on_federated_data_module_and_partitioners():
+    """The ``lightning_fed.datamodules`` API page shows, after the package's docstring, ``FederatedDataModule``,
+    then ``Partition``/``Partitioner`` and the partitioners, then local work, and only then the task data modules
+    (CIFAR, EMNIST, MNIST, Shakespeare, ...): not CIFAR internals first (issue #43)."""
+    hooks = _hooks()
+    page = dict((p, md) for p, _, md in hooks._api_pages())["api/datamodules.md"]
+    modules = re.findall(r"^::: (\S+)", page, re.M)
+    assert modules[:4] == ["lightning_fed.datamodules", "lightning_fed.datamodules.federated",
+                           "lightning_fed.datamodules.partition", "lightning_fed.datamodules.iid"]
+    partitioners = [m for m in modules if m.rsplit(".", 1)[1] in
+                    ("dirichlet", "shard", "pathological", "natural_id", "size_skew", "pachinko")]
+    tasks = [m for m in modules if m.rsplit(".", 1)[1] in ("cifar", "emnist", "mnist", "fashion_mnist")]
+    local_work = modules.index("lightning_fed.datamodules.local_work")
+    assert len(partitioners) == 6 and len(tasks) == 4
+    assert max(modules.index(m) for m in partitioners) < local_work < min(modules.index(m) for m in tasks)
+    assert len(modules) == len(set(modules)) and set(modules) == set(hooks._public_modules("lightning_fed.datamodules"))
+    # within its module, FederatedDataModule comes before the helper classes defined above it; none is left out
+    members = hooks._members_first("lightning_fed.datamodules.federated", ["FederatedDataModule"])
+    assert f"members: {members}" in page and members[0] == "FederatedDataModule"
+    assert {"CohortSelection", "TensorBatches", "HFTensorColumns", "split_client_eval"} <= set(members[1:])
+
+
+def test_broken_links_reports_what_fails_from_disk(tmp_path):
+    """scripts/docs_hooks.py ``broken_links`` (run after every build, failing it): a link to a folder (what
+    ``use_directory_urls: true`` writes: from disk the browser shows a folder listing), a missing file and a
+    missing anchor are reported; page links, anchors, assets and absolute URLs pass; ``404.html`` is skipped."""
+    hooks = _hooks()
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "style.css").write_text("")
+    (tmp_path / "index.html").write_text(
+        '<a href="guide/a.html#sec">ok</a><a href="guide/">folder</a><a href="guide/b.html">missing</a>'
+        '<a href="guide/a.html#nosuch">anchor</a><a href="#top">self</a><h1 id="top"></h1>'
+        '<link href="style.css"><a href="https://example.org/x/">abs</a><a href="mailto:a@b.c">mail</a>')
+    (tmp_path / "guide" / "a.html").write_text('<h2 id="sec">S</h2><a href="../index.html#top">up</a>'
+                                               '<img src="../style.css">')
+    (tmp_path / "404.html").write_text('<a href="/guide/">server-only</a>')
+    broken = hooks.broken_links(tmp_path)
+    assert [b.split(" -> ")[0] for b in broken] == ["index.html: guide/", "index.html: guide/b.html",
+                                                   "index.html: guide/a.html#nosuch"]
+    assert "a folder" in broken[0] and "no such file" in broken[1] and "no id 'nosuch'" in broken[2]
+
+
+def test_built_site_works_opened_from_disk(tmp_path):
+    """The site built as scripts/build_docs.sh does (strict), into a temporary folder: every internal ``href``/
+    ``src`` of every page resolves to an existing file (a page's ``.html``, not a folder) and every ``#anchor`` to
+    an ``id`` of its page, so ``site/index.html`` opened from disk (``file://``) navigates; the navigation links
+    name ``.html`` files, the API pages included."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    env = {**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert _hooks().broken_links(site) == []
+    index = (site / "index.html").read_text(encoding="utf-8")
+    nav = re.findall(r'<a href="([^"#]+)" class="md-nav__link', index)
+    assert "architecture.html" in nav and "api/datamodules.html" in nav
+    assert len(nav) > 15 and all(href.endswith(".html") for href in nav), nav
+    api = (site / "api" / "datamodules.html").read_text(encoding="utf-8")
+    first = api.index('id="lightning_fed.datamodules.federated.FederatedDataModule"')  # a cross-reference target
+    assert first < api.index('id="lightning_fed.datamodules.federated.CohortSelection"') \
+        < api.index('id="lightning_fed.datamodules.dirichlet.DirichletPartitioner"') \
+        < api.index('id="lightning_fed.datamodules.cifar.CIFAR10DataModule"')

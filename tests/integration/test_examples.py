@@ -14,7 +14,10 @@ import yaml
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.cli import FederatedCLI
-from helpers import load_script
+from helpers import CLI_ARGS_UNDER_PYTEST, load_script
+
+# these tests run the CLI in-process with `args=` (pytest's own arguments are in sys.argv)
+pytestmark = pytest.mark.filterwarnings(CLI_ARGS_UNDER_PYTEST)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -128,6 +131,8 @@ DATA = {
 
 
 @pytest.mark.parametrize("config", EXAMPLES, ids=lambda p: p.stem)
+# the two-client cohort below leaves an attack config's MaliciousClients(fraction=0.2) no malicious client: it says so
+@pytest.mark.filterwarnings("ignore:MaliciousClients with `fraction`=.* malicious clients in every round:UserWarning")
 def test_example_runs_one_round_on_generated_data(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = yaml.safe_load(config.read_text())

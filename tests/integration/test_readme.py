@@ -20,8 +20,9 @@ def _snippet() -> str:
 
 def test_readme_snippet_runs(tmp_path, monkeypatch):
     """With plain tensors: the snippet's own ``TensorDataset`` has no ``targets``, so DirichletPartitioner's labels
-    come from the snippet's ``labels=`` (issue #32: the snippet failed on such a dataset)."""
-    train, test = classification_dataset(n=60000, classes=10, n_val=200)
+    come from the snippet's ``labels=`` (issue #32: the snippet failed on such a dataset). A 10,000-sample dataset:
+    the snippet's ``min_partition_size`` is met there (issue #43: the default 10 made every draw fail)."""
+    train, test = classification_dataset(n=10000, classes=10, n_val=200)
     (x_train, y_train), (x_test, y_test) = train.tensors, test.tensors
     monkeypatch.chdir(tmp_path)
     namespace = {"MyLitClassifier": lambda: SmallClassifier(num_classes=10),
@@ -37,7 +38,7 @@ def test_readme_snippet_runs(tmp_path, monkeypatch):
 
 def test_readme_snippet_with_federated_evaluation(tmp_path, monkeypatch):
     """The settings the paragraph after the snippet gives for federated evaluation work when added to it."""
-    train, test = classification_dataset(n=60000, classes=10, n_val=200)
+    train, test = classification_dataset(n=10000, classes=10, n_val=200)
     (x_train, y_train), (x_test, y_test) = train.tensors, test.tensors
     text = README.read_text()
     added = re.search(r"add e\.g\. `(eval_clients_per_round=\d+, eval_fraction=[\d.]+)` to turn it on", text).group(1)

@@ -708,3 +708,21 @@ def test_sweep_then_uniform_cohorts_are_refused_with_a_sampling_dp_accepts(tmp_p
         trainer.fit(LinearRegression(), datamodule=dm)
     assert "sampling='sweep_then_uniform'" not in str(info.value).replace("cohort_sampling='sweep_then_uniform'", "")
     assert trainer.current_epoch == 0
+
+
+def test_43_restore_state_puts_back_the_accountant_and_the_chain_state(tmp_path):
+    """#43 (on_nonfinite_server_step="restore"): a DP server optimizer restored to before a step has the rounds,
+    the adaptive clip norm and ε of before (the restored round released nothing)."""
+    from lightning_fed import ClientUpdate
+
+    server = DPFedAvg(clip_norm=0.05, noise_multiplier=1.0, target_delta=1e-3, adaptive_clipping=True, count_stddev=1.0)
+    params, _ = _fit(server, rounds=2, tmp=tmp_path)
+    before = server.snapshot_state()
+    clip = server.aggregator_state[0].clip_norm.clone()
+    updates = [ClientUpdate(i, [torch.full_like(p, 0.1 * (i + 1)) for p in params], 10, 3, 0.5) for i in range(3)]
+    server.server_update(params, updates)
+    assert int(server.aggregator_state[2].rounds) == 3
+    server.restore_state(before, params)
+    assert server.accountant.rounds == 2 == int(server.aggregator_state[2].rounds) and server.num_steps == 2
+    assert torch.equal(server.aggregator_state[0].clip_norm, clip)
+    assert server.state_dict()["privacy"] == before["privacy"]

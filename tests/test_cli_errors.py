@@ -1,0 +1,193 @@
+"""Errors a person can read on the lightning-fed command line (issue #43): a value a class refuses in `__init__`
+prints the class's own message in two lines (no jsonargparse traceback, no `Namespace(...)` dump); a misspelt class
+or option name names the closest known ones instead of a usage dump; `--verbose` / LIGHTNING_FED_VERBOSE=1 show
+everything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.cli import EXIT_BAD_ARGUMENT, VERBOSE_ENV, main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+FMNIST_FEDYOGI = EXAMPLES / "fashion_mnist_hybrid_plus_fedyogi.yaml"  # FedYogi, DirichletPartitioner(100, α 0.1)
+
+
+def _fail(args, capsys) -> list[str]:
+    """Run `lightning-fed fit --config FMNIST_FEDYOGI *args` in-process; its stderr lines (exit status 2)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(FMNIST_FEDYOGI), *args])
+    assert exit_info.value.code == EXIT_BAD_ARGUMENT == 2
+    return capsys.readouterr().err.splitlines()
+
+
+def _error_lines(lines: list[str]) -> list[str]:
+    """From the first `error:` line on (before it: the torch threads line, Lightning's "Seed set to 0")."""
+    first = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    return lines[first:]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+
+
+@pytest.mark.parametrize("args, first_line", [
+    (["--server_optimizer.lr", "-1"], "error: FedYogi(lr=-1.0): `lr` must be a finite number > 0, got -1.0."),
+    (["--data.partitioner.num_clients", "0"],
+     "error: DirichletPartitioner(num_clients=0): `num_clients` must be an int >= 1, got 0"),
+    (["--data.partitioner.alpha", "-1"], "error: DirichletPartitioner(alpha=-1): `alpha` must be a finite float > 0"),
+    (["--trainer.accelerator", "gpux"],
+     "error: FederatedTrainer(accelerator='gpux'): You selected an invalid accelerator name"),
+], ids=["server_lr", "num_clients", "dirichlet_alpha", "trainer_accelerator"])
+def test_a_value_refused_in_init_prints_the_class_message_first(args, first_line, capsys):
+    """Before: a 60-114 line jsonargparse traceback ending in a `Namespace(...)` dump, the class's sentence in the
+    middle (exit status 1)."""
+    lines = _fail(args, capsys)
+    assert len(lines) <= 5, lines
+    error = _error_lines(lines)
+    assert error[0].startswith(first_line), error
+    assert len(error) == 2 and "--verbose" in error[1] and VERBOSE_ENV in error[1]
+    text = "\n".join(lines)
+    assert "Namespace(" not in text and "Traceback" not in text and "Union subtypes" not in text
+
+
+def test_verbose_shows_the_full_traceback(capsys, monkeypatch):
+    """`--verbose` anywhere on the command line, or LIGHTNING_FED_VERBOSE=1: the exception itself (jsonargparse's
+    report, the class's exception as its cause)."""
+    with pytest.raises(ValueError, match="Union subtypes") as info:
+        main(["fit", "--verbose", "--config", str(FMNIST_FEDYOGI), "--server_optimizer.lr", "-1"])
+    assert "`lr` must be a finite number > 0" in str(info.value.__cause__)
+    monkeypatch.setenv(VERBOSE_ENV, "1")
+    with pytest.raises(ValueError, match="Union subtypes"):
+        main(["fit", "--config", str(FMNIST_FEDYOGI), "--server_optimizer.lr", "-1"])
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--server_optimizer", "FedYogy"],
+     "error: --server_optimizer FedYogy: no class of that name (a ServerOptimizer). Did you mean FedYogi"),
+    (["--server_optimizer", "lightning_fed.callbacks.FedYogy"], "Did you mean FedYogi"),
+    (["--data", "FashionMNISTDataModul"], "error: --data FashionMNISTDataModul: no class of that name "
+                                          "(a LightningDataModule). Did you mean FashionMNISTDataModule"),
+    (["--model", "FedAwareCN"], "error: --model FedAwareCN: no class of that name (a LightningModule). Did you "
+                                "mean FedAwareCNN"),
+    (["--data.partitioner", "DirichletPartitoner"],
+     "error: --data.partitioner DirichletPartitoner: no class of that name (a Partitioner). Did you mean "
+     "DirichletPartitioner"),
+    (["--trainer.callbacks+", "ModelCheckpiont"], "Did you mean ModelCheckpoint"),
+    (["--trainer.max_epoch", "3"], "error: --trainer.max_epoch: no such option. Did you mean --trainer.max_epochs"),
+    (["--server_optimizer.lrr", "3"],
+     "error: --server_optimizer.lrr: FedYogi has no argument 'lrr'. Did you mean --server_optimizer.lr?"),
+    (["--data.partitioner.alph", "3"], "Did you mean --data.partitioner.alpha?"),
+    (["--data.clients_per_roun", "3"], "Did you mean --data.clients_per_round"),
+], ids=["server_optimizer", "class_path", "data", "model", "partitioner", "callback", "trainer_option",
+        "server_option", "partitioner_option", "data_option"])
+def test_a_misspelt_name_gets_the_closest_known_names(args, expected, capsys):
+    """Before: a 60-line usage dump and "Expected a path but FedYogy either not accessible or invalid", no
+    suggestion."""
+    lines = _fail(args, capsys)
+    assert len(lines) <= 4, lines
+    error = _error_lines(lines)
+    assert expected in error[0], error
+    assert len(error) == 2 and "--help" in error[1] and "--verbose" in error[1]
+    assert not any(line.startswith("usage:") for line in lines)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--trainer.max_epochs", "abc"], "error: --trainer.max_epochs abc: expected int or null."),
+    (["--server_optimizer.lr", "abc"], "error: --server_optimizer.lr abc: expected float."),
+    (["--data.clients_per_round", "x"], "error: --data.clients_per_round x: expected int."),
+], ids=["trainer", "server_optimizer", "data"])
+def test_a_value_of_the_wrong_type_names_the_expected_type(args, expected, capsys):
+    """Before: a usage dump and jsonargparse's 10-line union report."""
+    lines = _fail(args, capsys)
+    assert len(lines) <= 4 and _error_lines(lines)[0] == expected, lines
+
+
+def test_settings_before_their_class_say_to_name_the_class_first(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--data.clients_per_round", "3"])
+    error = _error_lines(capsys.readouterr().err.splitlines())
+    assert error[0] == ("error: --data.clients_per_round: no --data class given before its settings; name one first "
+                        "(--data NAME --data.clients_per_round ..., or class_path in a config).")
+
+
+def test_a_misspelt_config_key_gets_the_closest_settings(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("trainer:\n  max_epoch: 3\n")
+    error = _error_lines(_fail(["--config", str(tmp_path / "bad.yaml")], capsys))
+    assert error[0] == ("error: trainer.max_epoch (in a config): no such setting. Did you mean trainer.max_epochs, "
+                        "trainer.min_epochs or trainer.max_steps?")
+
+
+def test_verbose_parse_error_shows_the_usage_and_the_full_message(capsys):
+    lines = _fail(["--verbose", "--server_optimizer", "FedYogy"], capsys)
+    assert any(line.startswith("usage:") for line in lines)
+    assert any("Expected a path but FedYogy either not accessible or invalid" in line for line in lines)
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict", "fit"])
+def test_a_missing_checkpoint_is_refused_before_any_log_folder_exists(subcommand, tmp_path, capsys):
+    """Before: `lightning-fed validate --ckpt_path does/not/exist.ckpt` ended in Lightning's traceback and left an
+    empty runs/lightning_logs/version_0 behind (an events file and config.yaml)."""
+    from tests.test_cli import _mnist_config
+
+    config = _mnist_config(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(config), "--ckpt_path", "does/not/exist.ckpt"])
+    assert exit_info.value.code == 2
+    error = _error_lines(capsys.readouterr().err.splitlines())
+    assert error[0].startswith("error: --ckpt_path does/not/exist.ckpt: no such file or folder") and len(error) == 2
+    assert f"{subcommand} --help" in error[1]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_validate_and_test_keep_their_own_verbose_argument(tmp_path, capsys):
+    """`--verbose true|false` after `validate` / `test` is Lightning's argument (print the results), not the switch."""
+    from tests.test_cli import _mnist_config
+
+    config = _mnist_config(tmp_path)
+    for subcommand in ("validate", "test"):
+        with pytest.raises(SystemExit):
+            main([subcommand, "--config", str(config), "--verbose", "false", "--ckpt_path", "missing.ckpt"])
+        error = _error_lines(capsys.readouterr().err.splitlines())
+        assert error[0].startswith("error: --ckpt_path missing.ckpt: no such file") and len(error) == 2
+
+
+# ------------------------------------------------------------------------------------------------ help text
+def _help(args, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--help"])
+    assert exit_info.value.code in (0, None)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate"])
+def test_help_is_plain_text_in_whole_sentences(subcommand, capsys):
+    """Before: `fit --help` showed raw Sphinx markup (:meth:`...`, :class:`~...`, ``literal``) and titles cut where
+    the docstring's first line wraps (":meth:`lightning.Trainer.fit` (the same arguments). When it raises before
+    its first round finished, the")."""
+    import re
+
+    out = _help([subcommand], capsys)
+    assert not re.search(r":(class|meth|func|attr|mod|data|exc|obj):`", out), "Sphinx role in the help"
+    assert "``" not in out
+    headings = [line for line in out.splitlines() if line and not line.startswith((" ", "usage:"))]
+    assert "A lightning.Trainer that installs FederatedFitLoop:" in headings
+    assert "LightningModule:" in headings  # not "<class 'lightning.pytorch.core.module.LightningModule'>:"
+    for heading in headings:
+        assert not re.search(r"\b(the|a|an|of|to|and|or|its|with|that|when|before)\s*:?$", heading), heading
+    described = " ".join(out.split("options:", 1)[0].split("\n\n", 1)[1].split())  # the text after the usage
+    assert described.endswith(".") and "lightning.Trainer." + subcommand in described
+    if subcommand == "fit":
+        assert described == "Train the global model, one round per epoch: lightning.Trainer.fit (the same arguments)."
+    assert "How the cohort is trained: a ClientExecutor, or \"sequential\"" in " ".join(out.split())
+
+
+def test_the_subcommand_list_is_plain_text(capsys):
+    out = " ".join(_help([], capsys).split())
+    assert "fit Train the global model, one round per epoch: lightning.Trainer.fit (the same arguments)." in out
+    assert "validate Validate the global model: lightning.Trainer.validate" in out
+    assert ":meth:" not in out
