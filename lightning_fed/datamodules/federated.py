@@ -27,6 +27,7 @@ from lightning_fed.datamodules.huggingface import (  # noqa: F401  (HFTensorColu
     read_column,
 )
 from lightning_fed.datamodules import huggingface
+from lightning_fed.datamodules.client_eval import split_client_eval, split_partition_eval  # noqa: F401  (re-exported)
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
 
@@ -48,39 +49,6 @@ def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`eval_clients_per_round` must be None, an integer >= 1 or 'all', got {value!r}.")
     return int(value)
-
-
-def split_client_eval(
-    indices: np.ndarray, fraction: float, rng: np.random.Generator, labels: Optional[np.ndarray] = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Split one client's sample indices into ``(train, eval)``, both int64 and in the order of ``indices``.
-
-    The evaluation part has k = ⌊fraction·n⌋ samples clipped to [1, n − 1] when n ≥ 2 (every such client keeps
-    training data and gets evaluation data), k = 0 when n = 1. With ``labels`` (int, indexed by dataset index)
-    it is stratified: k is apportioned over the client's classes in proportion to their counts n_c by the
-    largest-remainder (Hamilton) method — class c gets ⌊k·n_c/n⌋, and the k − Σ⌊·⌋ left go to the classes with the
-    largest fractional parts k·n_c/n − ⌊k·n_c/n⌋ (ties: smaller class index) — and each class's evaluation
-    samples are drawn uniformly without replacement by ``rng``. Without labels, k samples are drawn uniformly.
-    """
-    indices = np.asarray(indices, dtype=np.int64)
-    n = indices.size
-    k = 0 if n < 2 else int(np.clip(math.floor(fraction * n + 1e-9), 1, n - 1))
-    chosen = np.zeros(n, dtype=bool)
-    if k:
-        if labels is None:
-            chosen[rng.permutation(n)[:k]] = True
-        else:
-            y = np.asarray(labels)[indices]
-            classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
-            exact = k * counts / n
-            quota = np.floor(exact + 1e-9).astype(np.int64)
-            left = k - int(quota.sum())
-            if left:
-                quota[np.argsort(-(exact - quota), kind="stable")[:left]] += 1
-            for c in range(classes.size):
-                members = np.flatnonzero(inverse == c)
-                chosen[members[rng.permutation(members.size)[: quota[c]]]] = True
-    return indices[~chosen], indices[chosen]
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -388,7 +356,8 @@ class FederatedDataModule(L.LightningDataModule):
         self._partition: Optional[Partition] = None
         #: The dataset the clients' evaluation indices point into, and client c's indices (after :meth:`setup`).
         self.client_eval_dataset: Optional[Any] = None
-        self._client_eval_indices: Optional[list[np.ndarray]] = None
+        self._client_eval: Optional[Partition] = None  # client c's evaluation indices, CSR
+        self._eval_client_ids: Optional[np.ndarray] = None
         #: The most local batches a client takes per round (``None``: its whole local work). Set at fit start by
         #: :class:`~lightning_fed.FederatedTrainer` from ``limit_train_batches`` / ``fast_dev_run``.
         self.local_batch_limit: Optional[int] = None
@@ -493,26 +462,16 @@ class FederatedDataModule(L.LightningDataModule):
                     f"{type(self).__name__} has a natural per-client evaluation split; `eval_fraction` "
                     f"({self.eval_fraction}) would split the training data again: leave it None."
                 )
-            labels = partition.labels
-            rng_seed = [self.seed, 0xE5A1]
-            train, held = [], []
-            for c in range(partition.num_clients):
-                tr, ev = split_client_eval(
-                    partition.client_indices(c), self.eval_fraction, np.random.default_rng(rng_seed + [c]), labels
-                )
-                train.append(tr)
-                held.append(ev)
-            self._partition = Partition.from_client_lists(
-                train, labels=partition.labels, num_classes=partition.num_classes,
-                client_names=partition.client_names, label_names=partition.label_names,
-            )
+            self._partition, self._client_eval = split_partition_eval(partition, self.eval_fraction, [self.seed, 0xE5A1])
             self.client_eval_dataset = self.train_dataset
-            self._client_eval_indices = held
         elif natural is not None:
-            self.client_eval_dataset, self._client_eval_indices = natural
+            self.client_eval_dataset, lists = natural
+            self._client_eval = Partition.from_client_lists(lists) if len(lists) else None
+        if self._client_eval is not None:
+            self._eval_client_ids = np.flatnonzero(self._client_eval.sizes() > 0).astype(np.int64)
         if self.eval_clients_per_round is None:
             return
-        if self._client_eval_indices is None:
+        if self._client_eval is None:
             raise ValueError(
                 f"`eval_clients_per_round` is set but {type(self).__name__} has no per-client evaluation data: "
                 "give `eval_fraction` (e.g. 0.2) to hold out part of each client's share."
@@ -532,18 +491,17 @@ class FederatedDataModule(L.LightningDataModule):
         Raises:
             RuntimeError: before :meth:`setup`, or when the data module has no per-client evaluation data.
         """
-        if self._client_eval_indices is None:
+        if self._client_eval is None:
             raise RuntimeError(
                 "No per-client evaluation data: call `setup()`; it needs `eval_fraction` or a natural split."
             )
-        return self._client_eval_indices[int(cid)]
+        return self._client_eval.client_indices(int(cid))
 
     def eval_client_ids(self) -> np.ndarray:
-        """The clients with at least one evaluation sample, sorted, int64."""
-        if self._client_eval_indices is None:
+        """The clients with at least one evaluation sample, sorted, int64 (computed once, at :meth:`setup`)."""
+        if self._eval_client_ids is None:
             return np.zeros(0, dtype=np.int64)
-        sizes = np.array([len(i) for i in self._client_eval_indices], dtype=np.int64)
-        return np.flatnonzero(sizes > 0).astype(np.int64)
+        return self._eval_client_ids
 
     def select_eval_clients(self, round_idx: int) -> np.ndarray:
         """The evaluation clients of round ``round_idx``: all clients with evaluation data (``"all"``), or
@@ -704,8 +662,12 @@ class FederatedDataModule(L.LightningDataModule):
 
     def _select_sweep_cohort(self, round_idx: int) -> CohortSelection:
         c = self.clients_per_round
-        order = np.random.default_rng([self.seed, 0x5EE9]).permutation(self.num_clients).astype(np.int64)
-        candidates = order[round_idx * c:(round_idx + 1) * c]
+        key = (self.seed, self.num_clients)
+        cached = getattr(self, "_sweep_order", None)
+        if cached is None or cached[0] != key:  # one permutation per sweep, drawn at its first round
+            cached = (key, np.random.default_rng([self.seed, 0x5EE9]).permutation(self.num_clients).astype(np.int64))
+            self._sweep_order = cached
+        candidates = cached[1][round_idx * c:(round_idx + 1) * c].copy()
         available = candidates
         if self.client_dropout > 0:
             draws = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
@@ -836,8 +798,8 @@ class FederatedDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             # any per-client evaluation data (eval_fraction or a natural split), over the clean dataset set up
             # before any wrapper (flip_client_labels replaces train_dataset after setup)
-            if self._client_eval_indices is not None and self.client_eval_dataset is not None:
-                union = np.concatenate(self._client_eval_indices).tolist()
+            if self._client_eval is not None and self.client_eval_dataset is not None:
+                union = self._client_eval.indices.tolist()
                 return DataLoader(Subset(self.client_eval_dataset, union), batch_size=self.eval_batch_size,
                                   num_workers=self.num_workers, collate_fn=self.collate_fn(self.client_eval_dataset))
             return []
