@@ -401,8 +401,10 @@ class FederatedDataModule(L.LightningDataModule):
         n = len(self.train_dataset)
         needs = self.partitioner.requires
         labels = self._read_labels() if needs == "labels" else self._read_labels(required=False)
-        ids = self._read_column(self.partitioner.id_column) if needs == "ids" else None
-        partition = self.partitioner.partition(n, labels=labels, ids=ids)
+        partition = self.cached_partition(labels)
+        if partition is None:
+            ids = self._read_column(self.partitioner.id_column) if needs == "ids" else None
+            partition = self.partitioner.partition(n, labels=labels, ids=ids)
         sizes = partition.sizes()
         if (sizes == 0).any():
             empty = np.flatnonzero(sizes == 0)
@@ -417,6 +419,12 @@ class FederatedDataModule(L.LightningDataModule):
             )
         self._partition = partition
         self._setup_client_eval()
+
+    def cached_partition(self, labels: Optional[np.ndarray]) -> Optional[Partition]:
+        """A partition stored with the data, equal to what ``partitioner`` computes, or ``None`` (the default: the
+        partitioner runs at :meth:`setup`). Task data modules that cache their data may cache its partition too
+        (Stack Overflow: the train split grouped by user). ``labels``: the labels :meth:`setup` read, or ``None``."""
+        return None
 
     # ------------------------------------------------------------------ federated evaluation data
     def natural_eval_split(self) -> Optional[tuple[Any, np.ndarray]]:

@@ -19,6 +19,7 @@ from lightning_fed.datamodules._args import check_int as _check_int
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.datamodules.local_work import LocalWork
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.partition import Partition
 from lightning_fed.datamodules.stackoverflow.cache import (
     PREPROCESSING_VERSION,
     _kept_train_rows,
@@ -79,6 +80,8 @@ class _StackOverflowDataModule(FederatedDataModule):
         self._client_test: Optional[Any] = None
         #: The test split grouped per client: (order, offsets), from the cache (or the in-memory build).
         self._test_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
+        #: The train split grouped per client (order, offsets): the partition, cached with the data.
+        self._train_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
         self.data_dir = str(data_dir)
         self.sqlite_path = None if sqlite_path is None else str(sqlite_path)
         self.vocab_size = _check_int("vocab_size", vocab_size, 1)
@@ -171,19 +174,61 @@ class _StackOverflowDataModule(FederatedDataModule):
             if len(train) != meta["n_train"] or len(test) != meta["n_test"]:
                 return None
             groups = self._test_groups_of(arrays, len(meta["client_names"]))
+            train_groups = self._train_groups_of(folder, arrays, len(meta["client_names"]))
         except Exception:  # truncated, foreign or older cache: rebuild
             return None
         self._set_meta(meta)
         self._test_groups = groups
+        self._train_groups = train_groups
         return train, test
 
-    @staticmethod
-    def _test_groups_of(arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    @classmethod
+    def _train_groups_of(cls, folder: Path, arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """The train split grouped per client, read from the cache folder; a cache built before the grouping was
+        cached gets it added once (built in a private folder, moved in order file first, offsets last)."""
+        if "train_client_offsets" not in arrays or "train_client_order" not in arrays:
+            tmp = folder / f".train-groups.{uuid.uuid4().hex}.tmp"
+            try:
+                tmp.mkdir()
+                store = _Store(tmp)
+                store.arrays["train_client_id"] = arrays["train_client_id"]
+                _write_client_groups(store, "train", num_clients)
+                store.sync()
+                for name in ("train_client_order", "train_client_offsets"):
+                    os.replace(tmp / f"{name}.npy", folder / f"{name}.npy")
+                    arrays[name] = _load_npy(str(folder / f"{name}.npy"))
+            except OSError:  # a read-only cache: group in memory at every setup
+                store = _Store(None)
+                store.arrays["train_client_id"] = arrays["train_client_id"]
+                _write_client_groups(store, "train", num_clients)
+                arrays = {**arrays, **store.arrays}
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return cls._groups_of(arrays, "train", num_clients)
+
+    @classmethod
+    def _test_groups_of(cls, arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
         """``(order, offsets)`` of the test split grouped per client (:func:`_write_client_groups`), checked."""
-        order, offsets = np.asarray(arrays["test_client_order"]), np.asarray(arrays["test_client_offsets"])
+        return cls._groups_of(arrays, "test", num_clients)
+
+    @staticmethod
+    def _groups_of(arrays: dict[str, Any], split: str, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, offsets)`` of ``split`` grouped per client (:func:`_write_client_groups`), checked."""
+        order, offsets = np.asarray(arrays[f"{split}_client_order"]), np.asarray(arrays[f"{split}_client_offsets"])
         if offsets.shape != (num_clients + 1,) or offsets[0] != 0 or offsets[-1] != order.size:
-            raise ValueError("test_client_offsets does not match test_client_order / the clients")
+            raise ValueError(f"{split}_client_offsets does not match {split}_client_order / the clients")
         return order, offsets
+
+    def cached_partition(self, labels: Optional[np.ndarray]) -> Optional[Partition]:
+        """The one-client-per-user partition read from the cache (the train split grouped by user, built once with
+        the data) instead of sorting every example's user id at every setup: the same partition
+        :class:`NaturalIdPartitioner` computes (clients ``0..N-1`` in user order, each user's examples in row
+        order)."""
+        if self._train_groups is None or not isinstance(self.partitioner, NaturalIdPartitioner):
+            return None
+        order, offsets = self._train_groups
+        dtype = np.asarray(self.train_dataset.client_id).dtype
+        return Partition(order, offsets, labels, client_names=np.arange(offsets.size - 1, dtype=dtype))
 
     def _set_meta(self, meta: dict[str, Any]) -> None:
         self.vocab = list(meta["vocab"])
@@ -214,6 +259,7 @@ class _StackOverflowDataModule(FederatedDataModule):
             train, test = self._datasets(store.arrays, meta, None)
             self._set_meta(meta)
             self._test_groups = self._test_groups_of(store.arrays, len(meta["client_names"]))
+            self._train_groups = self._groups_of(store.arrays, "train", len(meta["client_names"]))
         val = test
         if self.num_eval_samples is not None and self.num_eval_samples < len(test):
             # Only the chosen rows are read: `test` is memory-mapped (nothing of the split is materialised).
@@ -327,6 +373,7 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         _write_nwp(store, "train", _kept_train_rows(db, cap), n_train, pos, vocab, t, v)
         _write_nwp(store, "test", iter_examples(db, "test"), n_test, pos, vocab, t, v)
         _write_client_groups(store, "test", len(names))
+        _write_client_groups(store, "train", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "client_names": names,
                 "n_train": n_train, "n_test": n_test}
 
@@ -402,6 +449,7 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
         _write_tag(store, "train", _kept_train_rows(db, self.max_examples_per_client), n_train, pos, vocab, tags)
         _write_tag(store, "test", iter_examples(db, "test"), n_test, pos, vocab, tags)
         _write_client_groups(store, "test", len(names))
+        _write_client_groups(store, "train", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "tags": tags,
                 "client_names": names, "n_train": n_train, "n_test": n_test}
 
