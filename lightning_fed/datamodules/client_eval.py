@@ -10,7 +10,8 @@ step) :func:`pcg64_states` computes for all clients in a few array operations.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+import numbers
+from typing import Any, ClassVar, Optional, Sequence, Union
 
 import numpy as np
 
@@ -204,3 +205,97 @@ def split_partition_eval(partition: Partition, fraction: float, entropy: Sequenc
         client_names=partition.client_names, label_names=partition.label_names,
     )
     return train, Partition(flat[held], counts_held)
+
+
+def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
+    """``None``, an int >= 1 or ``"all"``.
+
+    Raises:
+        ValueError: naming ``eval_clients_per_round`` and the allowed values.
+
+    Example::
+
+        >>> check_eval_clients_per_round("5"), check_eval_clients_per_round("all")
+        (5, 'all')
+    """
+    if value is None or value == "all":
+        return value
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`eval_clients_per_round` must be None, an integer >= 1 or 'all', got {value!r}.")
+    return int(value)
+
+
+class ClientEvaluation:
+    """Federated evaluation's settings: which clients evaluate the global model, on which of their data.
+
+    Args:
+        eval_clients_per_round: Clients evaluated at each validation: an int >= 1 (uniformly without replacement,
+            seeded by ``(seed, round)``), ``"all"``, or ``None`` (default: off).
+        eval_fraction: Hold out this fraction, in (0, 1), of every client's share as its evaluation data
+            (:func:`split_partition_eval`); default ``None``: the task's natural per-client split, if any.
+        eval_local_steps: Personalised evaluation: fine-tune each evaluation client this many local steps first
+            (default 0: off).
+        eval_csv: A CSV file receiving one row per (validation, evaluation client) (default ``None``).
+
+    See :class:`~lightning_fed.datamodules.FederatedDataModule` for the whole story.
+
+    Raises:
+        ValueError: an ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
+            ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
+            without ``eval_clients_per_round``.
+
+    Example::
+
+        >>> ClientEvaluation(eval_clients_per_round=5, eval_fraction=0.2).settings()
+        {'eval_clients_per_round': 5, 'eval_fraction': 0.2, 'eval_local_steps': 0, 'eval_csv': None}
+        >>> ClientEvaluation(eval_fraction=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: `eval_fraction` must be None or a number in (0, 1), got 1.5.
+    """
+
+    #: Settings that define the training run (none: evaluation does not change training; ``eval_fraction`` changes
+    #: the clients' training data, which the checkpoint's partition digest records).
+    run_settings: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, eval_clients_per_round: Optional[Union[int, str]] = None, eval_fraction: Optional[float] = None,
+                 eval_local_steps: int = 0, eval_csv: Optional[str] = None) -> None:
+        self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
+        if eval_fraction is not None and (
+            isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
+        ):
+            raise ValueError(f"`eval_fraction` must be None or a number in (0, 1), got {eval_fraction!r}.")
+        self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
+        if isinstance(eval_local_steps, bool) or not isinstance(eval_local_steps, numbers.Integral) or eval_local_steps < 0:
+            raise ValueError(f"`eval_local_steps` must be an integer >= 0, got {eval_local_steps!r}.")
+        self.eval_local_steps = int(eval_local_steps)
+        self.eval_csv = None if eval_csv is None else str(eval_csv)
+        if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
+            raise ValueError(
+                "`eval_local_steps` and `eval_csv` need federated evaluation: set `eval_clients_per_round` "
+                "(an int >= 1 or 'all')."
+            )
+
+    def settings(self) -> dict[str, Any]:
+        """``{name: value}`` of this part's settings."""
+        return {"eval_clients_per_round": self.eval_clients_per_round, "eval_fraction": self.eval_fraction,
+                "eval_local_steps": self.eval_local_steps, "eval_csv": self.eval_csv}
+
+    def select(self, eligible: np.ndarray, round_idx: int, seed: int) -> np.ndarray:
+        """The evaluation clients of round ``round_idx`` among ``eligible`` (sorted int64): all of them
+        (``"all"``) or ``eval_clients_per_round`` uniformly without replacement, seeded by ``(seed, round)``.
+
+        Raises:
+            RuntimeError: federated evaluation is off.
+        """
+        if self.eval_clients_per_round is None:
+            raise RuntimeError("Federated evaluation is off: set `eval_clients_per_round`.")
+        if self.eval_clients_per_round == "all":
+            return eligible
+        rng = np.random.default_rng([seed, 0xE7A1, int(round_idx)])
+        return np.sort(rng.choice(eligible, size=self.eval_clients_per_round, replace=False)).astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"

@@ -27,65 +27,22 @@ from lightning_fed.datamodules.huggingface import (  # noqa: F401  (HFTensorColu
     read_column,
 )
 from lightning_fed.datamodules import huggingface
-from lightning_fed.datamodules.client_eval import split_client_eval, split_partition_eval  # noqa: F401  (re-exported)
+from lightning_fed.datamodules.client_eval import (  # noqa: F401  (check_eval_clients_per_round, split_client_eval: re-exported)
+    ClientEvaluation,
+    check_eval_clients_per_round,
+    split_client_eval,
+    split_partition_eval,
+)
+from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
+    COHORT_SAMPLINGS,
+    CohortSampler,
+    CohortSelection,
+    check_positive_int as _check_positive_int,
+)
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
-#: The cohort samplings of :class:`FederatedDataModule` (``cohort_sampling``).
-COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
-
-
-def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
-    """``None``, an int >= 1 or ``"all"``.
-
-    Raises:
-        ValueError: naming ``eval_clients_per_round`` and the allowed values.
-    """
-    if value is None or value == "all":
-        return value
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`eval_clients_per_round` must be None, an integer >= 1 or 'all', got {value!r}.")
-    return int(value)
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-@dataclass(frozen=True)
-class CohortSelection:
-    """Who was asked and who reports back in one round.
-
-    Attributes:
-        cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order (with
-            ``cohort_sampling="poisson"``: every sampled client that did not drop out, any number from 0 to N, in
-            increasing id order).
-        candidates: The clients sampled (``clients_per_round`` plus the over-selection; Poisson: the round's
-            sample), int64, in order.
-        unavailable: How many candidates dropped out (simulated device dropout).
-
-    Example::
-
-        >>> import torch
-        >>> from torch.utils.data import TensorDataset
-        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
-        >>> dm = FederatedDataModule(TensorDataset(torch.zeros(12, 1)), partitioner=IIDPartitioner(4, seed=0),
-        ...                          clients_per_round=2)
-        >>> dm.setup()
-        >>> dm.select_cohort(0)
-        CohortSelection(cohort=array([2, 0]), candidates=array([2, 0]), unavailable=0)
-    """
-
-    cohort: np.ndarray
-    candidates: np.ndarray
-    unavailable: int
-
-
 class TensorBatches:
     """A client's mini-batches fetched by slicing: ``dataset.get_batch(index)`` or, for a ``TensorDataset``,
     ``tuple(t[index] for t in dataset.tensors)`` — the same tensors a ``DataLoader`` would collate, without
@@ -300,52 +257,18 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"`num_workers` must be a non-negative integer, got {num_workers!r}.")
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {seed!r}.")
-        if isinstance(client_dropout, bool) or not isinstance(client_dropout, numbers.Real) or not 0 <= client_dropout < 1:
-            raise ValueError(f"`client_dropout` must be a probability in [0, 1), got {client_dropout!r}.")
-        if (
-            isinstance(over_selection, bool) or not isinstance(over_selection, numbers.Real)
-            or not math.isfinite(over_selection) or over_selection < 0
-        ):
-            raise ValueError(f"`over_selection` must be a finite number >= 0, got {over_selection!r}.")
-        if cohort_sampling not in COHORT_SAMPLINGS:
-            raise ValueError(f"`cohort_sampling` must be one of {COHORT_SAMPLINGS}, got {cohort_sampling!r}.")
-        if cohort_sampling == "poisson" and over_selection:
-            raise ValueError(
-                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': a Poisson cohort has no "
-                "fixed size to over-select for."
-            )
-        if cohort_sampling == "sweep_then_uniform" and over_selection:
-            raise ValueError(
-                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': the sweep of "
-                "cohort_sampling='sweep_then_uniform' visits each client once, with nobody to over-select."
-            )
-        self.cohort_sampling = cohort_sampling
+        #: The cohort of each round (:class:`~lightning_fed.datamodules.cohorts.CohortSampler`).
+        self.cohorts = CohortSampler(clients_per_round, cohort_sampling, client_dropout, over_selection, int(seed))
         self.batch_columns = check_batch_columns(batch_columns)
-        self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
-        if eval_fraction is not None and (
-            isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
-        ):
-            raise ValueError(f"`eval_fraction` must be None or a number in (0, 1), got {eval_fraction!r}.")
-        self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
-        if isinstance(eval_local_steps, bool) or not isinstance(eval_local_steps, numbers.Integral) or eval_local_steps < 0:
-            raise ValueError(f"`eval_local_steps` must be an integer >= 0, got {eval_local_steps!r}.")
-        self.eval_local_steps = int(eval_local_steps)
-        self.eval_csv = None if eval_csv is None else str(eval_csv)
-        if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
-            raise ValueError(
-                "`eval_local_steps` and `eval_csv` need federated evaluation: set `eval_clients_per_round` "
-                "(an int >= 1 or 'all')."
-            )
-        self.client_dropout = float(client_dropout)
-        self.over_selection = float(over_selection)
-        self.clients_per_round = _check_positive_int("clients_per_round", clients_per_round)
+        #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
+        self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv)
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.local_epochs = _check_positive_int("local_epochs", local_epochs)
         self.eval_batch_size = _check_positive_int("eval_batch_size", eval_batch_size)
         self.local_work = local_work if local_work is not None else FixedLocalWork(self.local_epochs, self.batch_size)
         self.partitioner = partitioner
         self.data_order = data_order
-        self.seed = int(seed)
+        self._seed = int(seed)
         self.label_column = label_column
         self.labels = None if labels is None else np.asarray(labels)
         self.num_workers = int(num_workers)
@@ -412,11 +335,7 @@ class FederatedDataModule(L.LightningDataModule):
                 f"The partition has {empty.size} client(s) with zero samples (e.g. client {int(empty[0])}); "
                 f"lower `num_clients` or raise the partitioner's minimum size."
             )
-        if self.clients_per_round > partition.num_clients:
-            raise ValueError(
-                f"`clients_per_round` ({self.clients_per_round}) must not exceed the number of clients "
-                f"({partition.num_clients})."
-            )
+        self.cohorts.check_population(partition.num_clients)
         self._partition = partition
         self._setup_client_eval()
 
@@ -521,11 +440,7 @@ class FederatedDataModule(L.LightningDataModule):
         """
         if self.eval_clients_per_round is None:
             raise RuntimeError("Federated evaluation is off: set `eval_clients_per_round`.")
-        eligible = self.eval_client_ids()
-        if self.eval_clients_per_round == "all":
-            return eligible
-        rng = np.random.default_rng([self.seed, 0xE7A1, int(round_idx)])
-        return np.sort(rng.choice(eligible, size=self.eval_clients_per_round, replace=False)).astype(np.int64)
+        return self.client_evaluation.select(self.eval_client_ids(), round_idx, self.seed)
 
     def client_eval_batches(self, cid: int) -> list[np.ndarray]:
         """Client ``cid``'s evaluation mini-batches: its evaluation indices in order, cut into batches of
@@ -647,50 +562,48 @@ class FederatedDataModule(L.LightningDataModule):
 
     def select_cohort(self, round_idx: int) -> CohortSelection:
         """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round`` (Poisson
-        cohorts: keep all)."""
-        if self.cohort_sampling == "poisson":
-            return self._select_poisson_cohort(int(round_idx))
-        if self.cohort_sampling == "sweep_then_uniform" and int(round_idx) < self.sweep_rounds:
-            return self._select_sweep_cohort(int(round_idx))
-        num = min(self.num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
-        rng = np.random.default_rng([self.seed, 0x5A3D, int(round_idx)])
-        candidates = rng.choice(self.num_clients, size=num, replace=False).astype(np.int64)
-        available = candidates
-        if self.client_dropout > 0:
-            draws = np.random.default_rng([self.seed, 0xD409, int(round_idx)]).random(num)
-            available = candidates[draws >= self.client_dropout]
-        return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`."""
+        return self.cohorts.select(int(round_idx), self.num_clients)
 
     @property
     def sweep_rounds(self) -> int:
         """⌈N/C⌉: the rounds of the sweep of ``cohort_sampling="sweep_then_uniform"`` (0 under the other samplings)."""
-        if self.cohort_sampling != "sweep_then_uniform":
-            return 0
-        return math.ceil(self.num_clients / self.clients_per_round)
+        return self.cohorts.sweep_rounds(self.num_clients)
 
-    def _select_sweep_cohort(self, round_idx: int) -> CohortSelection:
-        c = self.clients_per_round
-        key = (self.seed, self.num_clients)
-        cached = getattr(self, "_sweep_order", None)
-        if cached is None or cached[0] != key:  # one permutation per sweep, drawn at its first round
-            cached = (key, np.random.default_rng([self.seed, 0x5EE9]).permutation(self.num_clients).astype(np.int64))
-            self._sweep_order = cached
-        candidates = cached[1][round_idx * c:(round_idx + 1) * c].copy()
-        available = candidates
-        if self.client_dropout > 0:
-            draws = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
-            available = candidates[draws >= self.client_dropout]
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+    # ------------------------------------------------------------------ settings, reported by the parts
+    #: The data module's own settings that define a training run (its parts report theirs).
+    run_settings: tuple[str, ...] = ("seed", "data_order", "drop_last")
 
-    def _select_poisson_cohort(self, round_idx: int) -> CohortSelection:
-        q = self.clients_per_round / self.num_clients
-        draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(self.num_clients)
-        candidates = np.flatnonzero(draws < q).astype(np.int64)
-        available = candidates
-        if self.client_dropout > 0:
-            drop = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
-            available = candidates[drop >= self.client_dropout]
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+    @classmethod
+    def run_setting_names(cls) -> tuple[str, ...]:
+        """The names of :meth:`run_config`: the module's own :attr:`run_settings`, then its parts'
+        (:class:`CohortSampler`, :class:`ClientEvaluation`)."""
+        return ("seed", *CohortSampler.run_settings[:1], *cls.run_settings[1:], *CohortSampler.run_settings[1:],
+                *ClientEvaluation.run_settings)
+
+    def run_config(self) -> dict[str, Any]:
+        """The settings that define the training run (recorded in checkpoints and compared on resume), flat
+        ``{name: value}`` in :meth:`run_setting_names` order, from the parts' own reports."""
+        every = self.settings()
+        return {name: every[name] for name in self.run_setting_names()}
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting of the module and of its parts, flat ``{name: value}`` (TensorBoard's HParams): ``seed``,
+        ``data_order``, ``drop_last``, then the cohort sampler's and federated evaluation's own reports."""
+        out = {"seed": self.seed, "data_order": self.data_order, "drop_last": self.drop_last}
+        out.update(self.cohorts.settings())
+        out.update(self.client_evaluation.settings())
+        return out
+
+    @property
+    def seed(self) -> int:
+        """Seeds cohort sampling, local-work sampling and data order."""
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._seed = int(value)
+        self.cohorts.seed = int(value)
 
     def check_local_work(self) -> None:
         """Refuse local work that trains nothing (called at fit start by the federated loop): with
@@ -821,3 +734,20 @@ class FederatedDataModule(L.LightningDataModule):
             return []
         return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
                           collate_fn=self.collate_fn(dataset))
+
+
+def _delegate(part: str, name: str) -> property:
+    def get(self: Any) -> Any:
+        return getattr(getattr(self, part), name)
+
+    def set_(self: Any, value: Any) -> None:
+        setattr(getattr(self, part), name, value)
+
+    return property(get, set_, doc=f"``{part}.{name}`` (see :class:`FederatedDataModule`).")
+
+
+for _name in ("clients_per_round", "cohort_sampling", "client_dropout", "over_selection"):
+    setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
+for _name in ("eval_clients_per_round", "eval_fraction", "eval_local_steps", "eval_csv"):
+    setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))
+del _name
