@@ -110,8 +110,10 @@ def test_emnist_without_a_natural_split_needs_eval_fraction(tmp_path):
     root = write_leaf(tmp_path / "leaf")
     with pytest.raises(ValueError, match="partitioner.*`eval_fraction`"):  # LEAF train data, another partitioner
         EMNISTDataModule(leaf_path=root, partitioner=iid, clients_per_round=2, eval_clients_per_round=2)
-    with pytest.raises(ValueError, match="`eval_fraction`.*must be None"):
-        EMNISTDataModule(leaf_path=root, clients_per_round=2, eval_clients_per_round=2, eval_fraction=0.2)
+    # #40: with the per-writer split, eval_fraction replaces the writers' LEAF test samples (held out of train)
+    dm = EMNISTDataModule(leaf_path=root, clients_per_round=2, eval_clients_per_round=2, eval_fraction=0.5)
+    dm.setup("fit")
+    assert dm.client_eval_dataset is dm.train_dataset and dm.eval_client_ids().size > 0
     with pytest.raises(ValueError, match="`eval_clients_per_round`"):
         EMNISTDataModule(data_dir=tmp_path / "data", partitioner=iid, eval_clients_per_round=0, eval_fraction=0.2)
     # torchvision EMNIST with eval_fraction: each client's share split (the generic split, seeded)

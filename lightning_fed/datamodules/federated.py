@@ -155,7 +155,9 @@ class FederatedDataModule(L.LightningDataModule):
             train on the rest. Default ``None``: the data module's natural per-client split (Shakespeare: each
             role's last 20 % of speeches; :meth:`natural_eval_split`) where it has one, else none. This split is
             the default way to give clients evaluation data because it is drawn from each client's own
-            distribution (what federated and personalised evaluation measure, Wang et al. 2019).
+            distribution (what federated and personalised evaluation measure, Wang et al. 2019). Given on a task
+            with a natural split, it replaces that split for federated evaluation (the clients then train on the
+            rest of their training share; the centralized validation and test sets are unchanged).
         eval_local_steps: Personalised evaluation (Wang et al. 2019): before evaluating, fine-tune each
             evaluation client for this many local steps of the module's own optimizer from the global model
             (logged as ``fed_personalized_*``; the global model is restored afterwards). Default 0: off.
@@ -197,8 +199,7 @@ class FederatedDataModule(L.LightningDataModule):
             ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
             ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
             without ``eval_clients_per_round``; at :meth:`setup`, federated evaluation with no per-client
-            evaluation data, more evaluation clients than clients with evaluation data, ``eval_fraction`` with a
-            natural per-client split; ``batch_columns`` that is not a sequence of distinct names, or (at
+            evaluation data, more evaluation clients than clients with evaluation data; ``batch_columns`` that is not a sequence of distinct names, or (at
             :meth:`setup`) with a ``train_dataset`` that is not a Hugging Face dataset or a column its batches lack;
             ``clients_per_round`` larger
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
@@ -381,17 +382,12 @@ class FederatedDataModule(L.LightningDataModule):
         return dataset, np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
 
     def _setup_client_eval(self) -> None:
-        natural = self.natural_eval_indices()
         partition = self._partition
         if self.eval_fraction is not None:
-            if natural is not None:
-                raise ValueError(
-                    f"{type(self).__name__} has a natural per-client evaluation split; `eval_fraction` "
-                    f"({self.eval_fraction}) would split the training data again: leave it None."
-                )
+            # the held-out split replaces a natural per-client split, if the task has one
             self._partition, self._client_eval = split_partition_eval(partition, self.eval_fraction, [self.seed, 0xE5A1])
             self.client_eval_dataset = self.train_dataset
-        elif natural is not None:
+        elif (natural := self.natural_eval_indices()) is not None:
             self.client_eval_dataset, lists = natural
             self._client_eval = Partition.from_client_lists(lists) if len(lists) else None
         if self._client_eval is not None:
@@ -734,6 +730,30 @@ class FederatedDataModule(L.LightningDataModule):
             return []
         return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
                           collate_fn=self.collate_fn(dataset))
+
+
+def refuse_options(task: str, options: dict[str, Any], **fixed: str) -> None:
+    """Refuse, by name, the :class:`FederatedDataModule` options a task sets itself (e.g. the ``partitioner`` of a
+    task whose clients are natural: its users).
+
+    Args:
+        task: The task's name, for the message.
+        options: The options the task was given (its ``**kwargs``); ``None`` counts as not given.
+        fixed: ``option=why`` for each option the task fixes.
+
+    Raises:
+        ValueError: naming the option, the task and why.
+
+    Example::
+
+        >>> refuse_options("MyTask", {"partitioner": 1}, partitioner="its clients are its users")
+        Traceback (most recent call last):
+        ...
+        ValueError: MyTask does not take `partitioner`: its clients are its users.
+    """
+    for name, why in fixed.items():
+        if options.get(name) is not None:  # a parser may pass the default None
+            raise ValueError(f"{task} does not take `{name}`: {why}.")
 
 
 def _delegate(part: str, name: str) -> property:

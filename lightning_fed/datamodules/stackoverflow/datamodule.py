@@ -16,8 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from lightning_fed.datamodules._args import check_int as _check_int
-from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.datamodules.local_work import LocalWork
+from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.partition import Partition
 from lightning_fed.datamodules.stackoverflow.cache import (
@@ -60,23 +59,13 @@ class _StackOverflowDataModule(FederatedDataModule):
         cache: bool = True,
         clients_per_round: int = 10,
         batch_size: int = 16,
-        local_epochs: int = 1,
-        local_work: Optional[LocalWork] = None,
-        data_order: str = "reshuffle",
-        seed: int = 0,
-        eval_batch_size: int = 256,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        eval_clients_per_round: Optional[int | str] = None,
-        eval_local_steps: int = 0,
-        eval_csv: Optional[str] = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
-            batch_size=batch_size, local_epochs=local_epochs, local_work=local_work, data_order=data_order,
-            seed=seed, eval_batch_size=eval_batch_size, num_workers=num_workers, drop_last=drop_last,
-            eval_clients_per_round=eval_clients_per_round, eval_local_steps=eval_local_steps, eval_csv=eval_csv,
-        )
+        refuse_options(type(self).__name__, kwargs, partitioner="its clients are the Stack Overflow users",
+                       train_dataset="it loads its own data", val_dataset="it loads its own data",
+                       test_dataset="it loads its own data")
+        super().__init__(partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
+                         batch_size=batch_size, **kwargs)
         self._client_test: Optional[Any] = None
         #: The test split grouped per client: (order, offsets), from the cache (or the in-memory build).
         self._test_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
@@ -321,11 +310,12 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         download: let :meth:`prepare_data` download TFF's file (default ``True``).
         cache: keep the processed datasets as memory-mapped ``.npy`` files in a cache folder (default ``True``);
             ``False``: build them in memory on every setup.
-        clients_per_round, batch_size, local_epochs, local_work, data_order, seed, eval_batch_size, num_workers,
-        drop_last: see :class:`FederatedDataModule`.
-        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
-            :class:`FederatedDataModule` and :mod:`lightning_fed.evaluation`); each user's evaluation data is its
-            own examples of the test split (:meth:`natural_eval_split`), so there is no ``eval_fraction``.
+        clients_per_round, batch_size: the task's defaults (above); see :class:`FederatedDataModule`.
+        **kwargs: every other :class:`FederatedDataModule` option (``local_epochs``, ``local_work``, ``seed``,
+            ``cohort_sampling``, ``client_dropout``, ``over_selection``, ``eval_clients_per_round``, ...). In
+            federated evaluation each user's evaluation data is its own examples of the test split
+            (:meth:`natural_eval_split`), or with ``eval_fraction`` a held-out part of its train examples.
+            ``partitioner`` and the datasets are refused (the clients are the users; the task loads its data).
 
     Attributes:
         vocab: the V words, id ``i + 1`` = ``vocab[i]`` (after :meth:`setup`).
@@ -351,15 +341,11 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
     def __init__(self, data_dir: str = "data", sqlite_path: Optional[str] = None, vocab_size: int = 10000,
                  sequence_length: int = 20, max_examples_per_client: Optional[int] = 1000,
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
-                 clients_per_round: int = 50, batch_size: int = 16, local_epochs: int = 1,
-                 local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
-                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
-                 eval_csv: Optional[str] = None) -> None:
-        super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
-                         cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
-                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
+                 clients_per_round: int = 50, batch_size: int = 16, **kwargs: Any) -> None:
+        super().__init__(data_dir=data_dir, sqlite_path=sqlite_path, vocab_size=vocab_size,
+                         max_examples_per_client=max_examples_per_client, num_eval_samples=num_eval_samples,
+                         download=download, cache=cache, clients_per_round=clients_per_round, batch_size=batch_size,
+                         **kwargs)
         self.sequence_length = _check_int("sequence_length", sequence_length, 1)
 
     def _cache_extra(self) -> str:
@@ -421,15 +407,11 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
     def __init__(self, data_dir: str = "data", sqlite_path: Optional[str] = None, vocab_size: int = 10000,
                  num_tags: int = 500, max_examples_per_client: Optional[int] = 1000,
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
-                 clients_per_round: int = 10, batch_size: int = 100, local_epochs: int = 1,
-                 local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
-                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
-                 eval_csv: Optional[str] = None) -> None:
-        super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
-                         cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
-                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
+                 clients_per_round: int = 10, batch_size: int = 100, **kwargs: Any) -> None:
+        super().__init__(data_dir=data_dir, sqlite_path=sqlite_path, vocab_size=vocab_size,
+                         max_examples_per_client=max_examples_per_client, num_eval_samples=num_eval_samples,
+                         download=download, cache=cache, clients_per_round=clients_per_round, batch_size=batch_size,
+                         **kwargs)
         self.num_tags = _check_int("num_tags", num_tags, 1)
         self.tags: list[str] = []
 
