@@ -184,15 +184,15 @@ def split_partition_eval(partition: Partition, fraction: float, entropy: Sequenc
     labels = partition.labels
     starts, ns, ks = offsets[drawn].tolist(), sizes[drawn].tolist(), k[drawn].tolist()
     if labels is None:
-        positions = np.empty(int(k.sum()), dtype=np.int64)
-        at = 0
-        for (s, i), start, n, kc in zip(pcg64_states(entropy, drawn), starts, ns, ks):
-            inner["state"], inner["inc"] = s, i
+        perms = []
+        append, permutation = perms.append, rng.permutation
+        for (s, i), n, kc in zip(pcg64_states(entropy, drawn), ns, ks):
+            inner["state"] = s
+            inner["inc"] = i
             bitgen.state = state
-            positions[at:at + kc] = rng.permutation(n)[:kc]
-            positions[at:at + kc] += start
-            at += kc
-        held[positions] = True
+            append(permutation(n)[:kc])
+        if perms:
+            held[np.concatenate(perms) + np.repeat(offsets[drawn], k[drawn])] = True
     else:
         for (s, i), start, n in zip(pcg64_states(entropy, drawn), starts, ns):
             inner["state"], inner["inc"] = s, i
