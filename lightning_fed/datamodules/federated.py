@@ -119,6 +119,15 @@ class FederatedDataModule(L.LightningDataModule):
     With a plain :class:`lightning.Trainer` the same module trains centrally: :meth:`train_dataloader` covers all
     clients' data (a centralised baseline with no code change).
 
+    The module composes parts, each with its own checks and settings: the ``partitioner``, the cohort sampler
+    (:attr:`cohorts`, a :class:`~lightning_fed.datamodules.cohorts.CohortSampler`), the local work
+    (:attr:`local_work`) and federated evaluation (:attr:`client_evaluation`, a
+    :class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`); the options below build them, and stay
+    readable and settable as attributes (``dm.clients_per_round`` is ``dm.cohorts.clients_per_round``).
+    :meth:`settings` and :meth:`run_config` collect the parts' reports for TensorBoard and the checkpoints. A task
+    is a subclass that loads its data (:meth:`load_datasets`) and passes every other option on through
+    ``**kwargs`` (the docs' "Write your own task").
+
     Args:
         train_dataset: The training data: a map-style torch ``Dataset`` or a Hugging Face ``datasets.Dataset``
             (given the ``"torch"`` format if it has none; a ragged column, rows of different lengths, is refused
