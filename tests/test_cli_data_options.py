@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lightning_fed.cli import FederatedCLI
-from lightning_fed.datamodules import FederatedDataModule
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 #: One example config per task module.
@@ -104,8 +104,13 @@ def test_a_partitioner_reaches_the_task_or_is_refused_by_name(task, tmp_path, mo
     assert type(dm.partitioner).__name__ == "IIDPartitioner" and dm.partitioner.num_clients == 7
 
 
-@pytest.mark.parametrize("task", ["ShakespeareDataModule", "StackOverflowNWPDataModule", "StackOverflowTagDataModule",
-                                  "EMNISTDataModule"])
+#: What a task needs besides the refused option to get to its refusal.
+NEEDS = {"EMNISTDataModule": {"leaf_path": "femnist"},
+         "MNISTDataModule": {"partitioner": IIDPartitioner(4)},
+         "FashionMNISTDataModule": {"partitioner": IIDPartitioner(4)}}
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
 @pytest.mark.parametrize("name", [*DATASETS, "partitioner"])
 def test_options_a_task_sets_itself_are_refused_by_name_in_python(task, name):
     import lightning_fed.datamodules as dms
@@ -113,7 +118,7 @@ def test_options_a_task_sets_itself_are_refused_by_name_in_python(task, name):
     if name == "partitioner" and task not in NATURAL:
         return
     with pytest.raises(ValueError, match=f"{task} does not take `{name}`"):
-        getattr(dms, task)(**({"leaf_path": "femnist"} if task == "EMNISTDataModule" else {}), **{name: object()})
+        getattr(dms, task)(**NEEDS.get(task, {}), **{name: object()})
 
 
 def test_shakespeare_example_takes_eval_fraction(tmp_path, monkeypatch):
