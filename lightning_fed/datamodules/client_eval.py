@@ -283,6 +283,38 @@ class ClientEvaluation:
         return {"eval_clients_per_round": self.eval_clients_per_round, "eval_fraction": self.eval_fraction,
                 "eval_local_steps": self.eval_local_steps, "eval_csv": self.eval_csv}
 
+    def held_out(self, partition: Partition, seed: int) -> Optional[tuple[Partition, Partition]]:
+        """``(train, eval)`` partitions holding out ``eval_fraction`` of every client's share
+        (:func:`split_partition_eval`, seeded by ``[seed, 0xE5A1]``), or ``None`` without ``eval_fraction``."""
+        if self.eval_fraction is None:
+            return None
+        return split_partition_eval(partition, self.eval_fraction, [seed, 0xE5A1])
+
+    def eligible_clients(self, client_eval: Optional[Partition], owner: str) -> Optional[np.ndarray]:
+        """The clients with evaluation data (sorted int64; ``None`` when there is no per-client evaluation data),
+        checked against ``eval_clients_per_round``; ``owner`` names the data module in the messages.
+
+        Raises:
+            ValueError: federated evaluation without per-client evaluation data, no client with any, or more
+                evaluation clients than clients with evaluation data.
+        """
+        eligible = None if client_eval is None else np.flatnonzero(client_eval.sizes() > 0).astype(np.int64)
+        if self.eval_clients_per_round is None:
+            return eligible
+        if eligible is None:
+            raise ValueError(
+                f"`eval_clients_per_round` is set but {owner} has no per-client evaluation data: "
+                "give `eval_fraction` (e.g. 0.2) to hold out part of each client's share."
+            )
+        if eligible.size == 0:
+            raise ValueError("No client has evaluation data: raise `eval_fraction` or use larger clients.")
+        if isinstance(self.eval_clients_per_round, int) and self.eval_clients_per_round > eligible.size:
+            raise ValueError(
+                f"`eval_clients_per_round` ({self.eval_clients_per_round}) must not exceed the number of clients "
+                f"with evaluation data ({eligible.size}); use 'all' for all of them."
+            )
+        return eligible
+
     def select(self, eligible: np.ndarray, round_idx: int, seed: int) -> np.ndarray:
         """The evaluation clients of round ``round_idx`` among ``eligible`` (sorted int64): all of them
         (``"all"``) or ``eval_clients_per_round`` uniformly without replacement, seeded by ``(seed, round)``.

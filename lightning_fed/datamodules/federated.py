@@ -31,7 +31,6 @@ from lightning_fed.datamodules.client_eval import (  # noqa: F401  (check_eval_c
     ClientEvaluation,
     check_eval_clients_per_round,
     split_client_eval,
-    split_partition_eval,
 )
 from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
     COHORT_SAMPLINGS,
@@ -391,31 +390,14 @@ class FederatedDataModule(L.LightningDataModule):
         return dataset, np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
 
     def _setup_client_eval(self) -> None:
-        partition = self._partition
-        if self.eval_fraction is not None:
-            # the held-out split replaces a natural per-client split, if the task has one
-            self._partition, self._client_eval = split_partition_eval(partition, self.eval_fraction, [self.seed, 0xE5A1])
+        held = self.client_evaluation.held_out(self._partition, self.seed)
+        if held is not None:  # replaces a natural per-client split, if the task has one
+            self._partition, self._client_eval = held
             self.client_eval_dataset = self.train_dataset
         elif (natural := self.natural_eval_indices()) is not None:
             self.client_eval_dataset, lists = natural
             self._client_eval = Partition.from_client_lists(lists) if len(lists) else None
-        if self._client_eval is not None:
-            self._eval_client_ids = np.flatnonzero(self._client_eval.sizes() > 0).astype(np.int64)
-        if self.eval_clients_per_round is None:
-            return
-        if self._client_eval is None:
-            raise ValueError(
-                f"`eval_clients_per_round` is set but {type(self).__name__} has no per-client evaluation data: "
-                "give `eval_fraction` (e.g. 0.2) to hold out part of each client's share."
-            )
-        eligible = self.eval_client_ids()
-        if eligible.size == 0:
-            raise ValueError("No client has evaluation data: raise `eval_fraction` or use larger clients.")
-        if isinstance(self.eval_clients_per_round, int) and self.eval_clients_per_round > eligible.size:
-            raise ValueError(
-                f"`eval_clients_per_round` ({self.eval_clients_per_round}) must not exceed the number of clients "
-                f"with evaluation data ({eligible.size}); use 'all' for all of them."
-            )
+        self._eval_client_ids = self.client_evaluation.eligible_clients(self._client_eval, type(self).__name__)
 
     def client_eval_indices(self, cid: int) -> np.ndarray:
         """Indices into :attr:`client_eval_dataset` of client ``cid``'s evaluation samples, int64 ``[m_cid]``.

@@ -93,3 +93,23 @@ def test_datamodule_eval_fraction_split_and_eval_clients_unchanged():
     assert dm.eval_client_ids() is dm.eval_client_ids()  # cached at setup, not recounted at every validation
     expected = np.sort(np.random.default_rng([3, 0xE7A1, 4]).choice(np.array(eligible), size=7, replace=False))
     assert np.array_equal(dm.select_eval_clients(4), expected)
+
+
+def test_client_evaluation_part_checks_and_reports():
+    """The federated-evaluation part on its own: its settings report, its held-out split, its checks."""
+    from lightning_fed.datamodules.client_eval import ClientEvaluation
+
+    part = ClientEvaluation(eval_clients_per_round=3, eval_fraction=0.5)
+    assert part.settings() == {"eval_clients_per_round": 3, "eval_fraction": 0.5, "eval_local_steps": 0,
+                               "eval_csv": None}
+    partition = Partition.from_client_lists([[0, 1], [2], [3, 4, 5, 6]])
+    train, held = part.held_out(partition, seed=1)
+    assert held.sizes().tolist() == [1, 0, 2] and train.sizes().tolist() == [1, 1, 2]
+    with pytest.raises(ValueError, match=r"`eval_clients_per_round` \(3\) must not exceed .* \(2\)"):
+        part.eligible_clients(held, "MyTask")
+    assert ClientEvaluation(eval_clients_per_round="all").eligible_clients(held, "MyTask").tolist() == [0, 2]
+    with pytest.raises(ValueError, match="MyTask has no per-client evaluation data"):
+        ClientEvaluation(eval_clients_per_round=1).eligible_clients(None, "MyTask")
+    assert ClientEvaluation().held_out(partition, seed=1) is None
+    with pytest.raises(ValueError, match="`eval_local_steps` and `eval_csv` need federated evaluation"):
+        ClientEvaluation(eval_local_steps=2)
