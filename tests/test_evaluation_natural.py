@@ -222,9 +222,11 @@ def test_stackoverflow_eval_indices_are_each_users_test_examples(tmp_path, task,
             assert torch.equal(a, b)
         # the grouping kept with the data (cache files or in-memory build) = the generic grouping of the ids
         assert dm._test_groups is not None
-        _, generic = FederatedDataModule.natural_eval_indices(dm)
-        _, kept = dm.natural_eval_indices()
-        assert [g.tolist() for g in generic] == [k.tolist() for k in kept]
+        _, generic = FederatedDataModule.natural_eval_partition(dm)
+        _, kept = dm.natural_eval_partition()
+        assert np.array_equal(generic.indices, kept.indices) and np.array_equal(generic.offsets, kept.offsets)
+        _, lists = dm.natural_eval_indices()
+        assert [g.tolist() for g in lists] == [dm.client_eval_indices(c).tolist() for c in range(dm.num_clients)]
     if cache:
         (folder,) = (tmp_path / "stackoverflow").glob(f"{task}-*")  # reused, not rebuilt
         order = np.load(folder / "test_client_order.npy")

@@ -365,11 +365,30 @@ class FederatedDataModule(L.LightningDataModule):
         """The natural split grouped per client: ``(dataset, [int64 indices into dataset of client c, c = 0..N-1])``
         or ``None``. The default groups :meth:`natural_eval_split`'s ids by ``partition.client_names`` (each
         client's samples in dataset order; ids naming no client are dropped); data modules that keep the grouping
-        precomputed (Stack Overflow's cache) override it with the same result.
+        precomputed (Stack Overflow's cache) override :meth:`natural_eval_partition` with the same result.
 
         Raises:
             ValueError: a natural split but a partition without ``client_names``.
         """
+        natural = self.natural_eval_partition()
+        if natural is None:
+            return None
+        dataset, groups = natural
+        return dataset, np.split(groups.indices, groups.offsets[1:-1])
+
+    def natural_eval_partition(self) -> Optional[tuple[Any, Partition]]:
+        """:meth:`natural_eval_indices` as ``(dataset, Partition)`` (CSR: client c's indices are
+        ``indices[offsets[c]:offsets[c + 1]]``), without one array per client; what :meth:`setup` reads. A data
+        module that overrides :meth:`natural_eval_indices` is read through it.
+
+        Raises:
+            ValueError: a natural split but a partition without ``client_names``.
+        """
+        if type(self).natural_eval_indices is not FederatedDataModule.natural_eval_indices:
+            natural = self.natural_eval_indices()
+            if natural is None or not len(natural[1]):
+                return None
+            return natural[0], Partition.from_client_lists(natural[1])
         natural = self.natural_eval_split()
         if natural is None:
             return None
@@ -386,17 +405,17 @@ class FederatedDataModule(L.LightningDataModule):
         known = names[position] == ids
         rows = np.flatnonzero(known)
         order = rows[np.argsort(position[rows], kind="stable")]
-        counts = np.bincount(position[rows], minlength=partition.num_clients)
-        return dataset, np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+        offsets = np.zeros(partition.num_clients + 1, dtype=np.int64)
+        np.cumsum(np.bincount(position[rows], minlength=partition.num_clients), out=offsets[1:])
+        return dataset, Partition(order.astype(np.int64), offsets)
 
     def _setup_client_eval(self) -> None:
         held = self.client_evaluation.held_out(self._partition, self.seed)
         if held is not None:  # replaces a natural per-client split, if the task has one
             self._partition, self._client_eval = held
             self.client_eval_dataset = self.train_dataset
-        elif (natural := self.natural_eval_indices()) is not None:
-            self.client_eval_dataset, lists = natural
-            self._client_eval = Partition.from_client_lists(lists) if len(lists) else None
+        elif (natural := self.natural_eval_partition()) is not None:
+            self.client_eval_dataset, self._client_eval = natural
         self._eval_client_ids = self.client_evaluation.eligible_clients(self._client_eval, type(self).__name__)
 
     def client_eval_indices(self, cid: int) -> np.ndarray:

@@ -468,3 +468,20 @@ def test_sweep_cohorts_are_todays_with_one_permutation_per_sweep():
         assert np.array_equal(sel.cohort, sel.candidates[drop >= 0.2])
         sel.candidates[:] = -1
     assert np.array_equal(dm.select_cohort(3).candidates, order[30:40])
+
+
+def test_a_subclass_overriding_natural_eval_indices_is_still_read():
+    """Since #40 setup reads the natural split as one CSR partition (natural_eval_partition); a data module that
+    overrides the list form natural_eval_indices is read through it."""
+    test = TensorDataset(torch.arange(6.0).reshape(6, 1))
+
+    class Lists(FederatedDataModule):
+        def natural_eval_indices(self):
+            return test, [np.array([5, 1]), np.array([], dtype=np.int64), np.array([0])]
+
+    dm = Lists(TensorDataset(torch.zeros(9, 1)), partitioner=IIDPartitioner(3), clients_per_round=2,
+               eval_clients_per_round="all")
+    dm.setup()
+    assert dm.client_eval_dataset is test
+    assert [dm.client_eval_indices(c).tolist() for c in range(3)] == [[5, 1], [], [0]]
+    assert dm.eval_client_ids().tolist() == [0, 2]

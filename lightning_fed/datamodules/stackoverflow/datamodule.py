@@ -269,18 +269,18 @@ class _StackOverflowDataModule(FederatedDataModule):
             return None
         return self._client_test, self._client_test.client_id
 
-    def natural_eval_indices(self) -> Optional[tuple[Any, list[np.ndarray]]]:
+    def natural_eval_partition(self) -> Optional[tuple[Any, Partition]]:
         """:meth:`natural_eval_split` grouped per client, read from the cache's precomputed grouping
         (``test_client_order`` / ``test_client_offsets``, built once with the cache) instead of sorting the test
         split's client ids at every setup; the same indices as the generic grouping."""
         if self._client_test is None or self._test_groups is None:
-            return super().natural_eval_indices()
+            return super().natural_eval_partition()
         partition = self.partition
         n = len(self._client_test.client_names)
         if partition.client_names is None or not np.array_equal(partition.client_names, np.arange(n)):
-            return super().natural_eval_indices()  # pragma: no cover - the partition is always one client per user
+            return super().natural_eval_partition()  # pragma: no cover - the partition is always one client per user
         order, offsets = self._test_groups
-        return self._client_test, np.split(order, offsets[1:-1])
+        return self._client_test, Partition(order, offsets)
 
     def _cache_extra(self) -> str:
         return ""
