@@ -55,12 +55,18 @@ def _run_config_names() -> tuple[str, ...]:
     return ("partitioner", "partition", *FederatedDataModule.run_setting_names(), "local_work", "server_optimizer")
 
 
+def _datamodule_record_defaults() -> dict[str, Any]:
+    from lightning_fed.datamodules.federated import FederatedDataModule
+
+    return FederatedDataModule.record_defaults()
+
+
 #: The first parts of the run record's names: the partitioner, the partition, the data module's run settings as its
 #: parts report them (:meth:`FederatedDataModule.run_setting_names
 #: <lightning_fed.datamodules.FederatedDataModule.run_setting_names>`), local work and the server optimizer.
 RUN_CONFIG_NAMES = _run_config_names()
 #: Settings added to the record later, with the value a checkpoint that lacks them was run with.
-_RECORD_DEFAULTS = {"cohort_sampling": "fixed_size", "server_optimizer.accounting": "rdp",
+_RECORD_DEFAULTS = {**_datamodule_record_defaults(), "server_optimizer.accounting": "rdp",
                     "server_optimizer.client": None,
                     # issue #34: options added later, with the behaviour of a checkpoint that lacks them
                     "local_work.batch_size_upper": "dataset_size", "server_optimizer.warmup_rounds": None,

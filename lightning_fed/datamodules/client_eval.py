@@ -259,6 +259,8 @@ class ClientEvaluation:
     #: Settings that define the training run (none: evaluation does not change training; ``eval_fraction`` changes
     #: the clients' training data, which the checkpoint's partition digest records).
     run_settings: ClassVar[tuple[str, ...]] = ()
+    #: Run settings recorded later than the first checkpoints, with their value then (none).
+    record_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, eval_clients_per_round: Optional[Union[int, str]] = None, eval_fraction: Optional[float] = None,
                  eval_local_steps: int = 0, eval_csv: Optional[str] = None) -> None:

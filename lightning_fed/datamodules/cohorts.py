@@ -85,6 +85,8 @@ class CohortSampler:
     #: The settings of :meth:`settings` that define a training run (recorded in checkpoints, compared on resume).
     run_settings: ClassVar[tuple[str, ...]] = ("clients_per_round", "client_dropout", "over_selection",
                                                "cohort_sampling")
+    #: Run settings recorded later than the first checkpoints, with the value a checkpoint without them ran with.
+    record_defaults: ClassVar[dict[str, Any]] = {"cohort_sampling": "fixed_size"}
 
     def __init__(self, clients_per_round: int = 10, cohort_sampling: str = "fixed_size", client_dropout: float = 0.0,
                  over_selection: float = 0.0, seed: int = 0) -> None:

@@ -587,6 +587,12 @@ class FederatedDataModule(L.LightningDataModule):
         return ("seed", *CohortSampler.run_settings[:1], *cls.run_settings[1:], *CohortSampler.run_settings[1:],
                 *ClientEvaluation.run_settings)
 
+    @classmethod
+    def record_defaults(cls) -> dict[str, Any]:
+        """The run settings recorded later than the first checkpoints, with the value a checkpoint that lacks them
+        was run with (the parts' ``record_defaults``): what a resume compares a new setting against."""
+        return {**CohortSampler.record_defaults, **ClientEvaluation.record_defaults}
+
     def run_config(self) -> dict[str, Any]:
         """The settings that define the training run (recorded in checkpoints and compared on resume), flat
         ``{name: value}`` in :meth:`run_setting_names` order, from the parts' own reports."""

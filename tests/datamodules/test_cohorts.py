@@ -63,3 +63,12 @@ def test_run_record_names_come_from_the_parts():
     assert dm.run_config() == {"seed": 3, "clients_per_round": 2, "data_order": "reshuffle", "drop_last": False,
                                "client_dropout": 0.0, "over_selection": 0.0, "cohort_sampling": "poisson"}
     assert dm.settings()["eval_fraction"] is None and dm.settings()["cohort_sampling"] == "poisson"
+
+
+def test_record_defaults_come_from_the_parts():
+    """A checkpoint from before ``cohort_sampling`` was recorded compares as "fixed_size": the default is the
+    sampler's, not a list in checkpoint.py."""
+    from lightning_fed.checkpoint import _RECORD_DEFAULTS
+
+    assert FederatedDataModule.record_defaults() == {"cohort_sampling": "fixed_size"}
+    assert _RECORD_DEFAULTS["cohort_sampling"] == "fixed_size"
