@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 import sys
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 import lightning as L
