@@ -69,6 +69,61 @@ def partition_bytes(partition) -> int:
     return total
 
 
+def _per_call(fn, calls: int) -> float:
+    """Mean seconds per call of ``fn(i)`` over ``calls`` calls."""
+    start = time.perf_counter()
+    for i in range(calls):
+        fn(i)
+    return (time.perf_counter() - start) / calls
+
+
+def population_steps(scales: list[int], per_client: int, cohort: int, rounds: int, seed: int) -> None:
+    """Time every population-wide step of ``FederatedDataModule`` at each population size (see the module doc)."""
+    torch.set_num_threads(1)
+    print(f"load average before: {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
+    print("| clients | samples | setup() | setup(), eval_fraction=0.2 (RSS kept) | eval_client_ids | "
+          "select_eval_clients(10) | fixed_size cohort | poisson cohort | sweep cohort: first round / others |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in scales:
+        dataset = make_dataset(n * per_client, n, seed)
+
+        def module(**kwargs):
+            return FederatedDataModule(dataset, partitioner=NaturalIdPartitioner(), clients_per_round=cohort, seed=0,
+                                       **kwargs)
+
+        dm = module()
+        start = time.perf_counter()
+        dm.setup()
+        plain_s = time.perf_counter() - start
+        fixed_s = _per_call(dm.sample_clients, rounds)
+        del dm
+        gc.collect()
+        before = rss_mib()
+        dm = module(eval_fraction=0.2, eval_clients_per_round=10)
+        start = time.perf_counter()
+        dm.setup()
+        eval_s = time.perf_counter() - start
+        eval_rss = rss_mib() - before
+        ids_s = _per_call(lambda i: dm.eval_client_ids(), rounds)
+        select_s = _per_call(dm.select_eval_clients, rounds)
+        del dm
+        dm = module(cohort_sampling="poisson")
+        dm.setup()
+        poisson_s = _per_call(dm.sample_clients, rounds)
+        dm = module(cohort_sampling="sweep_then_uniform")
+        dm.setup()
+        start = time.perf_counter()
+        dm.sample_clients(0)
+        sweep_first_s = time.perf_counter() - start
+        sweep_s = _per_call(lambda i: dm.sample_clients(1 + i % (dm.sweep_rounds - 1)), rounds)
+        del dm
+        gc.collect()
+        ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731
+        print(f"| {n:,} | {n * per_client:,} | {plain_s:.2f} s | {eval_s:.2f} s (+{eval_rss:.0f} MiB) | {ms(ids_s)} | "
+              f"{ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(sweep_first_s)} / {ms(sweep_s)} |", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=1_000_000, help="distinct natural ids N (default 1,000,000)")
@@ -77,7 +132,14 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=200, help="rounds to average sample_clients over (default 200)")
     p.add_argument("--repeats", type=int, default=3, help="repetitions of the partition timings (default 3)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scales", default=None,
+                   help="comma-separated population sizes: time every population-wide step at each (see the doc)")
+    p.add_argument("--samples-per-client", type=int, default=10, help="with --scales: mean samples per client (10)")
     args = p.parse_args(argv)
+    if args.scales:
+        population_steps([int(v) for v in args.scales.split(",")], args.samples_per_client, args.cohort,
+                         args.rounds, args.seed)
+        return
     if args.clients < 1 or args.samples < args.clients:
         p.error("need 1 <= --clients <= --samples")
     if args.cohort < 1 or args.cohort > args.clients or args.rounds < 1 or args.repeats < 1:

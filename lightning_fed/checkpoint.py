@@ -49,23 +49,24 @@ from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_chec
 #: Key of the lightning_fed record in a checkpoint dict.
 CHECKPOINT_KEY = RECORD_KEY
 #: The top-level names of :func:`run_config` (the first part of every name ``allow_resume_changes`` accepts).
-RUN_CONFIG_NAMES = (
-    "partitioner",
-    "partition",
-    "seed",
-    "clients_per_round",
-    "local_work",
-    "data_order",
-    "drop_last",
-    "client_dropout",
-    "over_selection",
-    "cohort_sampling",
-    "server_optimizer",
-)
-_DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection",
-                        "cohort_sampling")
+def _run_config_names() -> tuple[str, ...]:
+    from lightning_fed.datamodules.federated import FederatedDataModule
+
+    return ("partitioner", "partition", *FederatedDataModule.run_setting_names(), "local_work", "server_optimizer")
+
+
+def _datamodule_record_defaults() -> dict[str, Any]:
+    from lightning_fed.datamodules.federated import FederatedDataModule
+
+    return FederatedDataModule.record_defaults()
+
+
+#: The first parts of the run record's names: the partitioner, the partition, the data module's run settings as its
+#: parts report them (:meth:`FederatedDataModule.run_setting_names
+#: <lightning_fed.datamodules.FederatedDataModule.run_setting_names>`), local work and the server optimizer.
+RUN_CONFIG_NAMES = _run_config_names()
 #: Settings added to the record later, with the value a checkpoint that lacks them was run with.
-_RECORD_DEFAULTS = {"cohort_sampling": "fixed_size", "server_optimizer.accounting": "rdp",
+_RECORD_DEFAULTS = {**_datamodule_record_defaults(), "server_optimizer.accounting": "rdp",
                     "server_optimizer.client": None,
                     # issue #34: options added later, with the behaviour of a checkpoint that lacks them
                     "local_work.batch_size_upper": "dataset_size", "server_optimizer.warmup_rounds": None,
@@ -375,8 +376,9 @@ def run_config(trainer: Any) -> dict[str, Any]:
     * ``partitioner`` (class) and ``partitioner.<arg>`` (its constructor settings, e.g. ``partitioner.alpha``);
     * ``partition``: the client → sample assignment (number of clients, of samples, SHA-256 of the index arrays),
       which also changes when the training data change;
-    * ``seed``, ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``,
-      ``cohort_sampling``: the data module's arguments;
+    * the data module's run settings as its parts report them (``dm.run_config()``: ``seed``,
+      ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``,
+      ``cohort_sampling``);
     * ``local_work`` (class) and ``local_work.<arg>`` (e.g. ``local_work.batch_size``, ``local_work.local_epochs``);
     * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``).
 
@@ -393,9 +395,9 @@ def run_config(trainer: Any) -> dict[str, Any]:
                 cached = (partition, _partition_digest(partition))
                 dm._lightning_fed_partition_digest = cached
             config["partition"] = cached[1]
-        for name in _DATAMODULE_SETTINGS:
-            if hasattr(dm, name):
-                config[name] = _plain(getattr(dm, name))
+        report = getattr(dm, "run_config", None)
+        if callable(report):
+            config.update({name: _plain(value) for name, value in report().items()})
         _add_object(config, "local_work", getattr(dm, "local_work", None))
     server = _server_optimizer(trainer)
     _add_object(config, "server_optimizer", server)

@@ -282,7 +282,9 @@ def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps:
     if datamodule.num_workers == 0 and TensorBatches.supports(dataset):
         loader: Any = TensorBatches(dataset, batches)
     else:
-        loader = DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=datamodule.num_workers)
+        collate = getattr(datamodule, "collate_fn", lambda dataset: None)(dataset)  # batch_columns: tuples
+        loader = DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=datamodule.num_workers,
+                            collate_fn=collate)
     module.train()
     results = _new_results(training=True)
     with _SwappedResults(trainer, results), torch.enable_grad(), _lightning.hook_name(module, "training_step"):

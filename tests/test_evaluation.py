@@ -253,11 +253,14 @@ def test_shakespeare_natural_eval_split_is_each_roles_test_part(tmp_path):
         assert dm.client_eval_indices(c).tolist() == np.flatnonzero(test.client_id == c).tolist()
     assert sum(len(dm.client_eval_indices(c)) for c in range(dm.num_clients)) == len(test)
     assert dm.eval_client_ids().tolist() == sorted(set(test.client_id.tolist()))
-    with pytest.raises(ValueError, match="natural per-client"):
-        bad = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha,
-                                    eval_clients_per_round="all")
-        bad.eval_fraction = 0.2
-        bad.setup("fit")
+    # #40: eval_fraction replaces the natural split (it was refused): a held-out part of each role's train chunks
+    held = ShakespeareDataModule(data_dir=str(data_dir), clients_per_round=2, download=False, expected_sha256=sha,
+                                 eval_clients_per_round="all", eval_fraction=0.2)
+    held.setup("fit")
+    assert held.client_eval_dataset is held.train_dataset
+    train = np.concatenate([held.client_indices(c) for c in range(held.num_clients)])
+    evals = np.concatenate([held.client_eval_indices(c) for c in range(held.num_clients)])
+    assert sorted(np.concatenate([train, evals]).tolist()) == list(range(len(held.train_dataset)))
 
 
 def test_limit_val_batches_caps_each_clients_evaluation_batches(tmp_path):

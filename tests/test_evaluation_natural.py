@@ -110,8 +110,10 @@ def test_emnist_without_a_natural_split_needs_eval_fraction(tmp_path):
     root = write_leaf(tmp_path / "leaf")
     with pytest.raises(ValueError, match="partitioner.*`eval_fraction`"):  # LEAF train data, another partitioner
         EMNISTDataModule(leaf_path=root, partitioner=iid, clients_per_round=2, eval_clients_per_round=2)
-    with pytest.raises(ValueError, match="`eval_fraction`.*must be None"):
-        EMNISTDataModule(leaf_path=root, clients_per_round=2, eval_clients_per_round=2, eval_fraction=0.2)
+    # #40: with the per-writer split, eval_fraction replaces the writers' LEAF test samples (held out of train)
+    dm = EMNISTDataModule(leaf_path=root, clients_per_round=2, eval_clients_per_round=2, eval_fraction=0.5)
+    dm.setup("fit")
+    assert dm.client_eval_dataset is dm.train_dataset and dm.eval_client_ids().size > 0
     with pytest.raises(ValueError, match="`eval_clients_per_round`"):
         EMNISTDataModule(data_dir=tmp_path / "data", partitioner=iid, eval_clients_per_round=0, eval_fraction=0.2)
     # torchvision EMNIST with eval_fraction: each client's share split (the generic split, seeded)
@@ -220,9 +222,11 @@ def test_stackoverflow_eval_indices_are_each_users_test_examples(tmp_path, task,
             assert torch.equal(a, b)
         # the grouping kept with the data (cache files or in-memory build) = the generic grouping of the ids
         assert dm._test_groups is not None
-        _, generic = FederatedDataModule.natural_eval_indices(dm)
-        _, kept = dm.natural_eval_indices()
-        assert [g.tolist() for g in generic] == [k.tolist() for k in kept]
+        _, generic = FederatedDataModule.natural_eval_partition(dm)
+        _, kept = dm.natural_eval_partition()
+        assert np.array_equal(generic.indices, kept.indices) and np.array_equal(generic.offsets, kept.offsets)
+        _, lists = dm.natural_eval_indices()
+        assert [g.tolist() for g in lists] == [dm.client_eval_indices(c).tolist() for c in range(dm.num_clients)]
     if cache:
         (folder,) = (tmp_path / "stackoverflow").glob(f"{task}-*")  # reused, not rebuilt
         order = np.load(folder / "test_client_order.npy")

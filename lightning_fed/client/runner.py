@@ -479,9 +479,14 @@ class ClientRunner:
     def client_failed(self, client_id: int, error: BaseException) -> ClientFailure:
         """Client ``client_id``'s local work raised ``error``: re-raise it under ``"raise"`` (and always for a
         mid-round checkpoint attempt), else :meth:`report_failure`."""
+        hint = getattr(self.datamodule, "batch_hint", None)  # e.g. a dict batch read as a tuple
+        hint = hint(error) if callable(hint) else None
+        if hint:
+            error.add_note(f"Hint: {hint}.")
         if self.raises_on_failure or isinstance(error, MidRoundCheckpointError):
             raise error
-        return self.report_failure(client_id, f"{type(error).__name__}: {error}", error)
+        return self.report_failure(client_id, f"{type(error).__name__}: {error}" + (f" (hint: {hint})" if hint else ""),
+                                   error)
 
     def stop_if_all_failed_alike(self, num_updates: int, failures: list[tuple[int, str]], round_idx: int) -> None:
         """Under policy ``"skip"``: stop the run when no client of round ``round_idx`` reported back and every one

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from lightning_fed.atomic_io import atomic_write
-from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partition import Partitioner
 from lightning_fed.datamodules.pip_archive import copy_bounded
 
@@ -175,6 +175,8 @@ class IDXImageDataModule(FederatedDataModule):
     ) -> None:
         if partitioner is None:
             raise ValueError(f"{type(self).__name__} needs a partitioner, e.g. {self.partitioner_hint}")
+        refuse_options(type(self).__name__, kwargs, train_dataset="it loads its own data",
+                       val_dataset="it loads its own data", test_dataset="it loads its own data")
         super().__init__(
             partitioner=partitioner,
             clients_per_round=clients_per_round,

@@ -46,7 +46,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
-from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.pachinko import PachinkoPartitioner
 from lightning_fed.datamodules.partition import Partitioner
 
@@ -265,6 +265,8 @@ class _CIFARDataModule(FederatedDataModule):
     ) -> None:
         if partitioner is None:
             partitioner = self.default_partitioner()
+        refuse_options(type(self).__name__, kwargs, train_dataset="it loads its own data",
+                       val_dataset="it loads its own data", test_dataset="it loads its own data")
         super().__init__(
             partitioner=partitioner,
             clients_per_round=clients_per_round,

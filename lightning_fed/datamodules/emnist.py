@@ -64,8 +64,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.datamodules.local_work import LocalWork
+from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.partition import Partitioner
 
@@ -263,22 +262,20 @@ class EMNISTDataModule(FederatedDataModule):
         val_from_test: also use the test set for validation (default ``True``: Reddi et al. validate on the
             entire test set every evaluation); ``False`` gives no validation set.
         clients_per_round, batch_size, local_epochs: Reddi et al. 2021 defaults (10, 20, 1).
-        local_work, data_order, seed, eval_batch_size, num_workers, drop_last, client_dropout, over_selection:
-            see :class:`FederatedDataModule`.
-        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
-            :class:`FederatedDataModule` and :mod:`lightning_fed.evaluation`). With ``leaf_path`` and the
-            per-writer partition, each writer's evaluation data is its own LEAF test samples
-            (:meth:`natural_eval_split`); writers without test samples are never evaluated.
-        eval_fraction: hold out this fraction (in (0, 1)) of each client's train share as its evaluation data
-            (default ``None``). **Required** for federated evaluation on torchvision's EMNIST (its test set has no
-            writer ids, so there is no natural per-client split) or with another ``partitioner``; refused with the
-            LEAF per-writer split, whose test samples already are the per-client evaluation data.
+        **kwargs: every other :class:`FederatedDataModule` option (``local_work``, ``seed``, ``cohort_sampling``,
+            ``client_dropout``, ``over_selection``, ``eval_clients_per_round``, ...; the datasets are refused: the
+            task loads its data). In federated evaluation (:mod:`lightning_fed.evaluation`) with ``leaf_path`` and
+            the per-writer partition, each writer's evaluation data is its own LEAF test samples
+            (:meth:`natural_eval_split`; writers without test samples are never evaluated), or with
+            ``eval_fraction`` a held-out part of its train share. ``eval_fraction`` is **required** for federated
+            evaluation on torchvision's EMNIST (its test set has no writer ids, so there is no natural
+            per-client split) or with another ``partitioner``.
 
     Raises:
         ValueError: unknown ``task``; no ``partitioner`` and no ``leaf_path``; non-bool flags;
             ``eval_clients_per_round`` without ``eval_fraction`` where there is no natural per-client split
-            (torchvision's EMNIST, or a ``partitioner`` other than ``NaturalIdPartitioner("writer_ids")``);
-            ``eval_fraction`` with the LEAF per-writer split; and :class:`FederatedDataModule`'s checks.
+            (torchvision's EMNIST, or a ``partitioner`` other than ``NaturalIdPartitioner("writer_ids")``); and
+            :class:`FederatedDataModule`'s checks.
         FileNotFoundError: at :meth:`prepare_data` / :meth:`setup`, when the data is missing.
 
     Example: a LEAF FEMNIST folder (``train/`` and ``test/`` JSON files) in a temporary folder gives one client
@@ -313,18 +310,7 @@ class EMNISTDataModule(FederatedDataModule):
         clients_per_round: int = 10,
         batch_size: int = 20,
         local_epochs: int = 1,
-        local_work: Optional[LocalWork] = None,
-        data_order: str = "reshuffle",
-        seed: int = 0,
-        eval_batch_size: int = 256,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        client_dropout: float = 0.0,
-        over_selection: float = 0.0,
-        eval_clients_per_round: Optional[int | str] = None,
-        eval_fraction: Optional[float] = None,
-        eval_local_steps: int = 0,
-        eval_csv: Optional[str] = None,
+        **kwargs: Any,
     ) -> None:
         if task not in EMNIST_TASKS:
             raise ValueError(
@@ -341,24 +327,10 @@ class EMNISTDataModule(FederatedDataModule):
                     "for the natural split by writer."
                 )
             partitioner = NaturalIdPartitioner("writer_ids")
-        super().__init__(
-            partitioner=partitioner,
-            clients_per_round=clients_per_round,
-            batch_size=batch_size,
-            local_epochs=local_epochs,
-            local_work=local_work,
-            data_order=data_order,
-            seed=seed,
-            eval_batch_size=eval_batch_size,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            client_dropout=client_dropout,
-            over_selection=over_selection,
-            eval_clients_per_round=eval_clients_per_round,
-            eval_fraction=eval_fraction,
-            eval_local_steps=eval_local_steps,
-            eval_csv=eval_csv,
-        )
+        refuse_options(type(self).__name__, kwargs, train_dataset="it loads its own data",
+                       val_dataset="it loads its own data", test_dataset="it loads its own data")
+        super().__init__(partitioner=partitioner, clients_per_round=clients_per_round, batch_size=batch_size,
+                         local_epochs=local_epochs, **kwargs)
         natural = leaf_path is not None and _is_writer_partitioner(partitioner)
         if self.eval_clients_per_round is not None and self.eval_fraction is None and not natural:
             why = (
@@ -369,11 +341,6 @@ class EMNISTDataModule(FederatedDataModule):
                 f"Federated evaluation (`eval_clients_per_round`={self.eval_clients_per_round!r}) needs per-client "
                 f"evaluation data and there is no natural per-client split ({why}): give `eval_fraction` (e.g. 0.2) "
                 "to hold out part of each client's share, or use `leaf_path` with the per-writer partition."
-            )
-        if self.eval_fraction is not None and natural:
-            raise ValueError(
-                f"`eval_fraction` ({eval_fraction!r}) must be None with `leaf_path` and the per-writer partition: "
-                "each writer's LEAF test samples already are its evaluation data."
             )
         self.data_dir = str(data_dir)
         self.task = task

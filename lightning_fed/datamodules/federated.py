@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 import sys
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 import lightning as L
@@ -14,97 +12,34 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_fed.datamodules.huggingface import (  # noqa: F401  (HFTensorColumns, ragged_column: re-exported)
+    ColumnTuples,
+    HFTensorColumns,
+    as_torch_format,
+    check_batch_columns,
+    check_dataset_batch_columns,
+    dict_batch_hint,
+    formatted_columns,
+    is_hf_dataset as _is_hf_dataset,
+    ragged_column,
+    read_column,
+)
+from lightning_fed.datamodules import huggingface
+from lightning_fed.datamodules.client_eval import (  # noqa: F401  (check_eval_clients_per_round, split_client_eval: re-exported)
+    ClientEvaluation,
+    check_eval_clients_per_round,
+    split_client_eval,
+)
+from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
+    COHORT_SAMPLINGS,
+    CohortSampler,
+    CohortSelection,
+    check_positive_int as _check_positive_int,
+)
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
-#: The cohort samplings of :class:`FederatedDataModule` (``cohort_sampling``).
-COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
-
-
-def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
-    """``None``, an int >= 1 or ``"all"``.
-
-    Raises:
-        ValueError: naming ``eval_clients_per_round`` and the allowed values.
-    """
-    if value is None or value == "all":
-        return value
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`eval_clients_per_round` must be None, an integer >= 1 or 'all', got {value!r}.")
-    return int(value)
-
-
-def split_client_eval(
-    indices: np.ndarray, fraction: float, rng: np.random.Generator, labels: Optional[np.ndarray] = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Split one client's sample indices into ``(train, eval)``, both int64 and in the order of ``indices``.
-
-    The evaluation part has k = ⌊fraction·n⌋ samples clipped to [1, n − 1] when n ≥ 2 (every such client keeps
-    training data and gets evaluation data), k = 0 when n = 1. With ``labels`` (int, indexed by dataset index)
-    it is stratified: k is apportioned over the client's classes in proportion to their counts n_c by the
-    largest-remainder (Hamilton) method — class c gets ⌊k·n_c/n⌋, and the k − Σ⌊·⌋ left go to the classes with the
-    largest fractional parts k·n_c/n − ⌊k·n_c/n⌋ (ties: smaller class index) — and each class's evaluation
-    samples are drawn uniformly without replacement by ``rng``. Without labels, k samples are drawn uniformly.
-    """
-    indices = np.asarray(indices, dtype=np.int64)
-    n = indices.size
-    k = 0 if n < 2 else int(np.clip(math.floor(fraction * n + 1e-9), 1, n - 1))
-    chosen = np.zeros(n, dtype=bool)
-    if k:
-        if labels is None:
-            chosen[rng.permutation(n)[:k]] = True
-        else:
-            y = np.asarray(labels)[indices]
-            classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
-            exact = k * counts / n
-            quota = np.floor(exact + 1e-9).astype(np.int64)
-            left = k - int(quota.sum())
-            if left:
-                quota[np.argsort(-(exact - quota), kind="stable")[:left]] += 1
-            for c in range(classes.size):
-                members = np.flatnonzero(inverse == c)
-                chosen[members[rng.permutation(members.size)[: quota[c]]]] = True
-    return indices[~chosen], indices[chosen]
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-@dataclass(frozen=True)
-class CohortSelection:
-    """Who was asked and who reports back in one round.
-
-    Attributes:
-        cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order (with
-            ``cohort_sampling="poisson"``: every sampled client that did not drop out, any number from 0 to N, in
-            increasing id order).
-        candidates: The clients sampled (``clients_per_round`` plus the over-selection; Poisson: the round's
-            sample), int64, in order.
-        unavailable: How many candidates dropped out (simulated device dropout).
-
-    Example::
-
-        >>> import torch
-        >>> from torch.utils.data import TensorDataset
-        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
-        >>> dm = FederatedDataModule(TensorDataset(torch.zeros(12, 1)), partitioner=IIDPartitioner(4, seed=0),
-        ...                          clients_per_round=2)
-        >>> dm.setup()
-        >>> dm.select_cohort(0)
-        CohortSelection(cohort=array([2, 0]), candidates=array([2, 0]), unavailable=0)
-    """
-
-    cohort: np.ndarray
-    candidates: np.ndarray
-    unavailable: int
-
-
 class TensorBatches:
     """A client's mini-batches fetched by slicing: ``dataset.get_batch(index)`` or, for a ``TensorDataset``,
     ``tuple(t[index] for t in dataset.tensors)`` — the same tensors a ``DataLoader`` would collate, without
@@ -140,124 +75,6 @@ class TensorBatches:
     def supports(dataset: Any) -> bool:
         """Whether ``dataset`` can be sliced directly."""
         return callable(getattr(dataset, "get_batch", None)) or isinstance(dataset, TensorDataset)
-
-
-#: Largest Hugging Face dataset (its formatted columns as tensors, bytes) that :class:`HFTensorColumns` holds in memory
-#: for client batches; larger ones are read through a ``DataLoader`` as before.
-HF_TENSOR_LIMIT_BYTES = 2 * 1024**3
-
-
-class HFTensorColumns:
-    """The columns of a ``"torch"``-formatted Hugging Face ``datasets.Dataset``, converted once to tensors, so that
-    client batches are tensor slices (:class:`TensorBatches`) instead of one Arrow read and one formatting per batch.
-
-    ``get_batch(index)`` returns ``{column: tensor[index]}``: the same dict, tensors, dtypes and values that a
-    ``DataLoader`` over the dataset collates for those indices (the torch formatter's dtypes: float32 for floats,
-    int64 for integers). Memory: the formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images
-    and labels take 188 MB).
-
-    Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
-    format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
-    ``limit`` bytes (default :data:`HF_TENSOR_LIMIT_BYTES`, 2 GiB).
-
-    Example::
-
-        >>> import datasets, torch
-        >>> ds = datasets.Dataset.from_dict({"x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], "y": [0, 1, 0]})
-        >>> cols = HFTensorColumns.from_dataset(ds.with_format("torch"))
-        >>> batch = cols.get_batch(torch.tensor([2, 0]))
-        >>> batch["x"].tolist(), batch["y"].tolist(), batch["x"].dtype, cols.nbytes
-        ([[4.0, 5.0], [0.0, 1.0]], [0, 0], torch.float32, 48)
-        >>> HFTensorColumns.from_dataset(ds) is None  # not torch-formatted: DataLoader as before
-        True
-    """
-
-    def __init__(self, columns: dict[str, torch.Tensor]) -> None:
-        self.columns = columns
-
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the columns' tensors."""
-        return sum(t.numel() * t.element_size() for t in self.columns.values())
-
-    def get_batch(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{column: tensor[index]}`` for a LongTensor ``index [B]``."""
-        return {name: column[index] for name, column in self.columns.items()}
-
-    @classmethod
-    def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
-        """The columns of ``dataset`` as tensors, or ``None`` when it cannot or should not be held (see above;
-        ``limit`` in bytes, default :data:`HF_TENSOR_LIMIT_BYTES` as it is at the call)."""
-        limit = HF_TENSOR_LIMIT_BYTES if limit is None else limit
-        if not _is_hf_dataset(dataset) or len(dataset) == 0 or (dataset.format or {}).get("type") != "torch":
-            return None
-        first = dataset[0]
-        if not isinstance(first, dict) or not first or not all(isinstance(v, torch.Tensor) for v in first.values()):
-            return None
-        if len(dataset) * sum(v.numel() * v.element_size() for v in first.values()) > limit:
-            return None
-        columns = dataset[:]
-        if not all(isinstance(v, torch.Tensor) and len(v) == len(dataset) for v in columns.values()):
-            return None  # a ragged column comes back as a list of tensors
-        return cls(dict(columns))
-
-
-def _is_hf_dataset(dataset: Any) -> bool:
-    datasets = sys.modules.get("datasets")  # a Hugging Face dataset implies the library is already imported
-    return datasets is not None and isinstance(dataset, datasets.Dataset)
-
-
-def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
-    """The first column of a Hugging Face ``datasets.Dataset`` whose rows (or the lists nested in them) have
-    different lengths, as ``(column, shortest length, a row holding it, longest length, a row holding it)``, or
-    ``None``. Such a column cannot be collated into one tensor for a batch of rows of different lengths. Only the
-    formatted columns are read (from Arrow, without decoding rows); a custom format (``set_transform``) is not
-    judged (its transform may pad).
-
-    Example::
-
-        >>> import datasets
-        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3], [4, 5]], "y": [0, 1, 0]}))
-        ('x', 1, 1, 2, 0)
-        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3, 4]], "text": ["a", "bc"]})) is None
-        True
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    fmt = dataset.format or {}
-    if fmt.get("type") == "custom":
-        return None
-    names = fmt.get("columns") or dataset.column_names
-    schema = dataset.data.schema
-    for name in names:
-        if not pa.types.is_list(schema.field(name).type) and not pa.types.is_large_list(schema.field(name).type) \
-                and not pa.types.is_fixed_size_list(schema.field(name).type):
-            continue
-        if getattr(dataset, "_indices", None) is None:
-            level = dataset.data.column(name)
-        else:  # a selection (select, shuffle, filter): only its rows
-            level = dataset.with_format("arrow", columns=[name])[:].column(name)
-        rows = None
-        while pa.types.is_list(level.type) or pa.types.is_large_list(level.type) or \
-                pa.types.is_fixed_size_list(level.type):
-            lengths = pc.list_value_length(level)
-            low, high = pc.min_max(lengths).values()
-            if low.is_valid and low.as_py() != high.as_py():
-                low, high = low.as_py(), high.as_py()
-                if rows is None:  # the rows themselves
-                    return name, low, pc.index(lengths, low).as_py(), high, pc.index(lengths, high).as_py()
-                parents = np.asarray(rows)  # a nested list: name the rows holding the shortest and longest
-                at_low, at_high = pc.index(lengths, low).as_py(), pc.index(lengths, high).as_py()
-                return name, low, int(parents[at_low]), high, int(parents[at_high])
-            parent = np.arange(len(level)) if rows is None else np.asarray(rows)
-            counts = np.nan_to_num(np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=float)).astype(np.int64)
-            rows = np.repeat(parent, counts)
-            level = pc.list_flatten(level)
-    return None
 
 
 def _check_map_style(name: str, dataset: Any) -> None:
@@ -299,6 +116,15 @@ class FederatedDataModule(L.LightningDataModule):
     With a plain :class:`lightning.Trainer` the same module trains centrally: :meth:`train_dataloader` covers all
     clients' data (a centralised baseline with no code change).
 
+    The module composes parts, each with its own checks and settings: the ``partitioner``, the cohort sampler
+    (:attr:`cohorts`, a :class:`~lightning_fed.datamodules.cohorts.CohortSampler`), the local work
+    (:attr:`local_work`) and federated evaluation (:attr:`client_evaluation`, a
+    :class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`); the options below build them, and stay
+    readable and settable as attributes (``dm.clients_per_round`` is ``dm.cohorts.clients_per_round``).
+    :meth:`settings` and :meth:`run_config` collect the parts' reports for TensorBoard and the checkpoints. A task
+    is a subclass that loads its data (:meth:`load_datasets`) and passes every other option on through
+    ``**kwargs`` (the docs' "Write your own task").
+
     Args:
         train_dataset: The training data: a map-style torch ``Dataset`` or a Hugging Face ``datasets.Dataset``
             (given the ``"torch"`` format if it has none; a ragged column, rows of different lengths, is refused
@@ -335,7 +161,9 @@ class FederatedDataModule(L.LightningDataModule):
             train on the rest. Default ``None``: the data module's natural per-client split (Shakespeare: each
             role's last 20 % of speeches; :meth:`natural_eval_split`) where it has one, else none. This split is
             the default way to give clients evaluation data because it is drawn from each client's own
-            distribution (what federated and personalised evaluation measure, Wang et al. 2019).
+            distribution (what federated and personalised evaluation measure, Wang et al. 2019). Given on a task
+            with a natural split, it replaces that split for federated evaluation (the clients then train on the
+            rest of their training share; the centralized validation and test sets are unchanged).
         eval_local_steps: Personalised evaluation (Wang et al. 2019): before evaluating, fine-tune each
             evaluation client for this many local steps of the module's own optimizer from the global model
             (logged as ``fed_personalized_*``; the global model is restored afterwards). Default 0: off.
@@ -361,6 +189,14 @@ class FederatedDataModule(L.LightningDataModule):
             Python's set order). Each sweep round's cohort is listed in the permutation's order. Not combinable
             with ``over_selection``; refused by DP server optimizers (no privacy analysis for it); recorded in
             checkpoints.
+        batch_columns: For a Hugging Face ``train_dataset``, whose batches are dicts keyed by column
+            (``{"image": tensor [B, ...], "label": tensor [B]}``): the columns to give as a tuple instead, in this
+            order, e.g. ``("image", "label")`` for ``x, y = batch`` in a ``training_step`` written for a
+            ``TensorDataset``. Applies to every batch of the module (clients, federated evaluation, the
+            centralized, validation and test loaders over Hugging Face datasets); the other columns are left out.
+            Default ``None``: dict batches. Without it, a client failing as if it had read a dict batch as a tuple
+            (``TypeError: … must be Tensor, not str`` from ``x, y = batch``) is reported with a hint naming the
+            columns (:meth:`batch_hint`).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -369,8 +205,9 @@ class FederatedDataModule(L.LightningDataModule):
             ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
             ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
             without ``eval_clients_per_round``; at :meth:`setup`, federated evaluation with no per-client
-            evaluation data, more evaluation clients than clients with evaluation data, ``eval_fraction`` with a
-            natural per-client split; ``clients_per_round`` larger
+            evaluation data, more evaluation clients than clients with evaluation data; ``batch_columns`` that is not a sequence of distinct names, or (at
+            :meth:`setup`) with a ``train_dataset`` that is not a Hugging Face dataset or a column its batches lack;
+            ``clients_per_round`` larger
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
@@ -414,6 +251,7 @@ class FederatedDataModule(L.LightningDataModule):
         eval_local_steps: int = 0,
         eval_csv: Optional[str] = None,
         cohort_sampling: str = "fixed_size",
+        batch_columns: Optional[Sequence[str]] = None,
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -426,51 +264,18 @@ class FederatedDataModule(L.LightningDataModule):
             raise ValueError(f"`num_workers` must be a non-negative integer, got {num_workers!r}.")
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {seed!r}.")
-        if isinstance(client_dropout, bool) or not isinstance(client_dropout, numbers.Real) or not 0 <= client_dropout < 1:
-            raise ValueError(f"`client_dropout` must be a probability in [0, 1), got {client_dropout!r}.")
-        if (
-            isinstance(over_selection, bool) or not isinstance(over_selection, numbers.Real)
-            or not math.isfinite(over_selection) or over_selection < 0
-        ):
-            raise ValueError(f"`over_selection` must be a finite number >= 0, got {over_selection!r}.")
-        if cohort_sampling not in COHORT_SAMPLINGS:
-            raise ValueError(f"`cohort_sampling` must be one of {COHORT_SAMPLINGS}, got {cohort_sampling!r}.")
-        if cohort_sampling == "poisson" and over_selection:
-            raise ValueError(
-                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': a Poisson cohort has no "
-                "fixed size to over-select for."
-            )
-        if cohort_sampling == "sweep_then_uniform" and over_selection:
-            raise ValueError(
-                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': the sweep of "
-                "cohort_sampling='sweep_then_uniform' visits each client once, with nobody to over-select."
-            )
-        self.cohort_sampling = cohort_sampling
-        self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
-        if eval_fraction is not None and (
-            isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
-        ):
-            raise ValueError(f"`eval_fraction` must be None or a number in (0, 1), got {eval_fraction!r}.")
-        self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
-        if isinstance(eval_local_steps, bool) or not isinstance(eval_local_steps, numbers.Integral) or eval_local_steps < 0:
-            raise ValueError(f"`eval_local_steps` must be an integer >= 0, got {eval_local_steps!r}.")
-        self.eval_local_steps = int(eval_local_steps)
-        self.eval_csv = None if eval_csv is None else str(eval_csv)
-        if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
-            raise ValueError(
-                "`eval_local_steps` and `eval_csv` need federated evaluation: set `eval_clients_per_round` "
-                "(an int >= 1 or 'all')."
-            )
-        self.client_dropout = float(client_dropout)
-        self.over_selection = float(over_selection)
-        self.clients_per_round = _check_positive_int("clients_per_round", clients_per_round)
+        #: The cohort of each round (:class:`~lightning_fed.datamodules.cohorts.CohortSampler`).
+        self.cohorts = CohortSampler(clients_per_round, cohort_sampling, client_dropout, over_selection, int(seed))
+        self.batch_columns = check_batch_columns(batch_columns)
+        #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
+        self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv)
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.local_epochs = _check_positive_int("local_epochs", local_epochs)
         self.eval_batch_size = _check_positive_int("eval_batch_size", eval_batch_size)
         self.local_work = local_work if local_work is not None else FixedLocalWork(self.local_epochs, self.batch_size)
         self.partitioner = partitioner
         self.data_order = data_order
-        self.seed = int(seed)
+        self._seed = int(seed)
         self.label_column = label_column
         self.labels = None if labels is None else np.asarray(labels)
         self.num_workers = int(num_workers)
@@ -481,7 +286,8 @@ class FederatedDataModule(L.LightningDataModule):
         self._partition: Optional[Partition] = None
         #: The dataset the clients' evaluation indices point into, and client c's indices (after :meth:`setup`).
         self.client_eval_dataset: Optional[Any] = None
-        self._client_eval_indices: Optional[list[np.ndarray]] = None
+        self._client_eval: Optional[Partition] = None  # client c's evaluation indices, CSR
+        self._eval_client_ids: Optional[np.ndarray] = None
         #: The most local batches a client takes per round (``None``: its whole local work). Set at fit start by
         #: :class:`~lightning_fed.FederatedTrainer` from ``limit_train_batches`` / ``fast_dev_run``.
         self.local_batch_limit: Optional[int] = None
@@ -515,13 +321,20 @@ class FederatedDataModule(L.LightningDataModule):
         self.train_dataset = self._as_torch(self.train_dataset)
         self.val_dataset = self._as_torch(self.val_dataset)
         self.test_dataset = self._as_torch(self.test_dataset)
+        if self.batch_columns is not None:
+            check_dataset_batch_columns("train_dataset", self.train_dataset, self.batch_columns)
+            for name in ("val_dataset", "test_dataset"):  # others' batches: tuples already
+                if _is_hf_dataset(getattr(self, name)):
+                    check_dataset_batch_columns(name, getattr(self, name), self.batch_columns)
         if self.partitioner is None:
             raise ValueError("`partitioner` is required: e.g. IIDPartitioner(num_clients=100).")
         n = len(self.train_dataset)
         needs = self.partitioner.requires
         labels = self._read_labels() if needs == "labels" else self._read_labels(required=False)
-        ids = self._read_column(self.partitioner.id_column) if needs == "ids" else None
-        partition = self.partitioner.partition(n, labels=labels, ids=ids)
+        partition = self.cached_partition(labels)
+        if partition is None:
+            ids = self._read_column(self.partitioner.id_column) if needs == "ids" else None
+            partition = self.partitioner.partition(n, labels=labels, ids=ids)
         sizes = partition.sizes()
         if (sizes == 0).any():
             empty = np.flatnonzero(sizes == 0)
@@ -529,13 +342,15 @@ class FederatedDataModule(L.LightningDataModule):
                 f"The partition has {empty.size} client(s) with zero samples (e.g. client {int(empty[0])}); "
                 f"lower `num_clients` or raise the partitioner's minimum size."
             )
-        if self.clients_per_round > partition.num_clients:
-            raise ValueError(
-                f"`clients_per_round` ({self.clients_per_round}) must not exceed the number of clients "
-                f"({partition.num_clients})."
-            )
+        self.cohorts.check_population(partition.num_clients)
         self._partition = partition
         self._setup_client_eval()
+
+    def cached_partition(self, labels: Optional[np.ndarray]) -> Optional[Partition]:
+        """A partition stored with the data, equal to what ``partitioner`` computes, or ``None`` (the default: the
+        partitioner runs at :meth:`setup`). Task data modules that cache their data may cache its partition too
+        (Stack Overflow: the train split grouped by user). ``labels``: the labels :meth:`setup` read, or ``None``."""
+        return None
 
     # ------------------------------------------------------------------ federated evaluation data
     def natural_eval_split(self) -> Optional[tuple[Any, np.ndarray]]:
@@ -548,11 +363,30 @@ class FederatedDataModule(L.LightningDataModule):
         """The natural split grouped per client: ``(dataset, [int64 indices into dataset of client c, c = 0..N-1])``
         or ``None``. The default groups :meth:`natural_eval_split`'s ids by ``partition.client_names`` (each
         client's samples in dataset order; ids naming no client are dropped); data modules that keep the grouping
-        precomputed (Stack Overflow's cache) override it with the same result.
+        precomputed (Stack Overflow's cache) override :meth:`natural_eval_partition` with the same result.
 
         Raises:
             ValueError: a natural split but a partition without ``client_names``.
         """
+        natural = self.natural_eval_partition()
+        if natural is None:
+            return None
+        dataset, groups = natural
+        return dataset, np.split(groups.indices, groups.offsets[1:-1])
+
+    def natural_eval_partition(self) -> Optional[tuple[Any, Partition]]:
+        """:meth:`natural_eval_indices` as ``(dataset, Partition)`` (CSR: client c's indices are
+        ``indices[offsets[c]:offsets[c + 1]]``), without one array per client; what :meth:`setup` reads. A data
+        module that overrides :meth:`natural_eval_indices` is read through it.
+
+        Raises:
+            ValueError: a natural split but a partition without ``client_names``.
+        """
+        if type(self).natural_eval_indices is not FederatedDataModule.natural_eval_indices:
+            natural = self.natural_eval_indices()
+            if natural is None or not len(natural[1]):
+                return None
+            return natural[0], Partition.from_client_lists(natural[1])
         natural = self.natural_eval_split()
         if natural is None:
             return None
@@ -569,50 +403,18 @@ class FederatedDataModule(L.LightningDataModule):
         known = names[position] == ids
         rows = np.flatnonzero(known)
         order = rows[np.argsort(position[rows], kind="stable")]
-        counts = np.bincount(position[rows], minlength=partition.num_clients)
-        return dataset, np.split(order.astype(np.int64), np.cumsum(counts)[:-1])
+        offsets = np.zeros(partition.num_clients + 1, dtype=np.int64)
+        np.cumsum(np.bincount(position[rows], minlength=partition.num_clients), out=offsets[1:])
+        return dataset, Partition(order.astype(np.int64), offsets)
 
     def _setup_client_eval(self) -> None:
-        natural = self.natural_eval_indices()
-        partition = self._partition
-        if self.eval_fraction is not None:
-            if natural is not None:
-                raise ValueError(
-                    f"{type(self).__name__} has a natural per-client evaluation split; `eval_fraction` "
-                    f"({self.eval_fraction}) would split the training data again: leave it None."
-                )
-            labels = partition.labels
-            rng_seed = [self.seed, 0xE5A1]
-            train, held = [], []
-            for c in range(partition.num_clients):
-                tr, ev = split_client_eval(
-                    partition.client_indices(c), self.eval_fraction, np.random.default_rng(rng_seed + [c]), labels
-                )
-                train.append(tr)
-                held.append(ev)
-            self._partition = Partition.from_client_lists(
-                train, labels=partition.labels, num_classes=partition.num_classes,
-                client_names=partition.client_names, label_names=partition.label_names,
-            )
+        held = self.client_evaluation.held_out(self._partition, self.seed)
+        if held is not None:  # replaces a natural per-client split, if the task has one
+            self._partition, self._client_eval = held
             self.client_eval_dataset = self.train_dataset
-            self._client_eval_indices = held
-        elif natural is not None:
-            self.client_eval_dataset, self._client_eval_indices = natural
-        if self.eval_clients_per_round is None:
-            return
-        if self._client_eval_indices is None:
-            raise ValueError(
-                f"`eval_clients_per_round` is set but {type(self).__name__} has no per-client evaluation data: "
-                "give `eval_fraction` (e.g. 0.2) to hold out part of each client's share."
-            )
-        eligible = self.eval_client_ids()
-        if eligible.size == 0:
-            raise ValueError("No client has evaluation data: raise `eval_fraction` or use larger clients.")
-        if isinstance(self.eval_clients_per_round, int) and self.eval_clients_per_round > eligible.size:
-            raise ValueError(
-                f"`eval_clients_per_round` ({self.eval_clients_per_round}) must not exceed the number of clients "
-                f"with evaluation data ({eligible.size}); use 'all' for all of them."
-            )
+        elif (natural := self.natural_eval_partition()) is not None:
+            self.client_eval_dataset, self._client_eval = natural
+        self._eval_client_ids = self.client_evaluation.eligible_clients(self._client_eval, type(self).__name__)
 
     def client_eval_indices(self, cid: int) -> np.ndarray:
         """Indices into :attr:`client_eval_dataset` of client ``cid``'s evaluation samples, int64 ``[m_cid]``.
@@ -620,18 +422,17 @@ class FederatedDataModule(L.LightningDataModule):
         Raises:
             RuntimeError: before :meth:`setup`, or when the data module has no per-client evaluation data.
         """
-        if self._client_eval_indices is None:
+        if self._client_eval is None:
             raise RuntimeError(
                 "No per-client evaluation data: call `setup()`; it needs `eval_fraction` or a natural split."
             )
-        return self._client_eval_indices[int(cid)]
+        return self._client_eval.client_indices(int(cid))
 
     def eval_client_ids(self) -> np.ndarray:
-        """The clients with at least one evaluation sample, sorted, int64."""
-        if self._client_eval_indices is None:
+        """The clients with at least one evaluation sample, sorted, int64 (computed once, at :meth:`setup`)."""
+        if self._eval_client_ids is None:
             return np.zeros(0, dtype=np.int64)
-        sizes = np.array([len(i) for i in self._client_eval_indices], dtype=np.int64)
-        return np.flatnonzero(sizes > 0).astype(np.int64)
+        return self._eval_client_ids
 
     def select_eval_clients(self, round_idx: int) -> np.ndarray:
         """The evaluation clients of round ``round_idx``: all clients with evaluation data (``"all"``), or
@@ -643,11 +444,7 @@ class FederatedDataModule(L.LightningDataModule):
         """
         if self.eval_clients_per_round is None:
             raise RuntimeError("Federated evaluation is off: set `eval_clients_per_round`.")
-        eligible = self.eval_client_ids()
-        if self.eval_clients_per_round == "all":
-            return eligible
-        rng = np.random.default_rng([self.seed, 0xE7A1, int(round_idx)])
-        return np.sort(rng.choice(eligible, size=self.eval_clients_per_round, replace=False)).astype(np.int64)
+        return self.client_evaluation.select(self.eval_client_ids(), round_idx, self.seed)
 
     def client_eval_batches(self, cid: int) -> list[np.ndarray]:
         """Client ``cid``'s evaluation mini-batches: its evaluation indices in order, cut into batches of
@@ -664,7 +461,8 @@ class FederatedDataModule(L.LightningDataModule):
         dataset = self.client_eval_dataset
         if self.num_workers == 0 and TensorBatches.supports(dataset):
             return TensorBatches(dataset, batches)
-        return DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
+        return DataLoader(dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(dataset))
 
     def client_personalization_batches(self, cid: int, round_idx: int, steps: int) -> list[np.ndarray]:
         """``steps`` mini-batches of client ``cid``'s *training* data for personalised evaluation: its round's
@@ -677,9 +475,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     @staticmethod
     def _as_torch(dataset: Any) -> Any:
-        if dataset is not None and _is_hf_dataset(dataset) and dataset.format["type"] is None:
-            return dataset.with_format("torch")
-        return dataset
+        return as_torch_format(dataset)
 
     def _read_labels(self, required: bool = True) -> Optional[np.ndarray]:
         if self.labels is not None:
@@ -687,7 +483,7 @@ class FederatedDataModule(L.LightningDataModule):
         elif hasattr(self.train_dataset, "targets"):
             labels = self.train_dataset.targets
         elif _is_hf_dataset(self.train_dataset) and self.label_column in self.train_dataset.column_names:
-            labels = self.train_dataset.with_format("numpy")[self.label_column]
+            labels = read_column(self.train_dataset, self.label_column)
         elif required:
             raise ValueError(
                 f"{type(self.partitioner).__name__} needs labels: pass `labels=`, give the dataset a `targets` "
@@ -719,7 +515,7 @@ class FederatedDataModule(L.LightningDataModule):
         if _is_hf_dataset(ds):
             if name not in ds.column_names:
                 raise ValueError(f"`id_column` {name!r} is not a column of the dataset; columns: {ds.column_names}.")
-            return np.asarray(ds.with_format("numpy")[name])
+            return read_column(ds, name)
         if not hasattr(ds, name):
             raise ValueError(
                 f"`id_column` {name!r} is not an attribute of {type(ds).__name__}; the natural id must be stored "
@@ -770,46 +566,54 @@ class FederatedDataModule(L.LightningDataModule):
 
     def select_cohort(self, round_idx: int) -> CohortSelection:
         """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round`` (Poisson
-        cohorts: keep all)."""
-        if self.cohort_sampling == "poisson":
-            return self._select_poisson_cohort(int(round_idx))
-        if self.cohort_sampling == "sweep_then_uniform" and int(round_idx) < self.sweep_rounds:
-            return self._select_sweep_cohort(int(round_idx))
-        num = min(self.num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
-        rng = np.random.default_rng([self.seed, 0x5A3D, int(round_idx)])
-        candidates = rng.choice(self.num_clients, size=num, replace=False).astype(np.int64)
-        available = candidates
-        if self.client_dropout > 0:
-            draws = np.random.default_rng([self.seed, 0xD409, int(round_idx)]).random(num)
-            available = candidates[draws >= self.client_dropout]
-        return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`."""
+        return self.cohorts.select(int(round_idx), self.num_clients)
 
     @property
     def sweep_rounds(self) -> int:
         """⌈N/C⌉: the rounds of the sweep of ``cohort_sampling="sweep_then_uniform"`` (0 under the other samplings)."""
-        if self.cohort_sampling != "sweep_then_uniform":
-            return 0
-        return math.ceil(self.num_clients / self.clients_per_round)
+        return self.cohorts.sweep_rounds(self.num_clients)
 
-    def _select_sweep_cohort(self, round_idx: int) -> CohortSelection:
-        c = self.clients_per_round
-        order = np.random.default_rng([self.seed, 0x5EE9]).permutation(self.num_clients).astype(np.int64)
-        candidates = order[round_idx * c:(round_idx + 1) * c]
-        available = candidates
-        if self.client_dropout > 0:
-            draws = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
-            available = candidates[draws >= self.client_dropout]
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+    # ------------------------------------------------------------------ settings, reported by the parts
+    #: The data module's own settings that define a training run (its parts report theirs).
+    run_settings: tuple[str, ...] = ("seed", "data_order", "drop_last")
 
-    def _select_poisson_cohort(self, round_idx: int) -> CohortSelection:
-        q = self.clients_per_round / self.num_clients
-        draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(self.num_clients)
-        candidates = np.flatnonzero(draws < q).astype(np.int64)
-        available = candidates
-        if self.client_dropout > 0:
-            drop = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
-            available = candidates[drop >= self.client_dropout]
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+    @classmethod
+    def run_setting_names(cls) -> tuple[str, ...]:
+        """The names of :meth:`run_config`: the module's own :attr:`run_settings`, then its parts'
+        (:class:`CohortSampler`, :class:`ClientEvaluation`)."""
+        return ("seed", *CohortSampler.run_settings[:1], *cls.run_settings[1:], *CohortSampler.run_settings[1:],
+                *ClientEvaluation.run_settings)
+
+    @classmethod
+    def record_defaults(cls) -> dict[str, Any]:
+        """The run settings recorded later than the first checkpoints, with the value a checkpoint that lacks them
+        was run with (the parts' ``record_defaults``): what a resume compares a new setting against."""
+        return {**CohortSampler.record_defaults, **ClientEvaluation.record_defaults}
+
+    def run_config(self) -> dict[str, Any]:
+        """The settings that define the training run (recorded in checkpoints and compared on resume), flat
+        ``{name: value}`` in :meth:`run_setting_names` order, from the parts' own reports."""
+        every = self.settings()
+        return {name: every[name] for name in self.run_setting_names()}
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting of the module and of its parts, flat ``{name: value}`` (TensorBoard's HParams): ``seed``,
+        ``data_order``, ``drop_last``, then the cohort sampler's and federated evaluation's own reports."""
+        out = {"seed": self.seed, "data_order": self.data_order, "drop_last": self.drop_last}
+        out.update(self.cohorts.settings())
+        out.update(self.client_evaluation.settings())
+        return out
+
+    @property
+    def seed(self) -> int:
+        """Seeds cohort sampling, local-work sampling and data order."""
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._seed = int(value)
+        self.cohorts.seed = int(value)
 
     def check_local_work(self) -> None:
         """Refuse local work that trains nothing (called at fit start by the federated loop): with
@@ -876,7 +680,8 @@ class FederatedDataModule(L.LightningDataModule):
             columns = self._hf_tensor_columns()
             if columns is not None:
                 return TensorBatches(columns, batches)
-        return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers)
+        return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(self.train_dataset))
 
     def _hf_tensor_columns(self) -> Optional[HFTensorColumns]:
         """A torch-formatted Hugging Face ``train_dataset`` as tensors (once; :class:`HFTensorColumns`), or ``None``."""
@@ -884,14 +689,29 @@ class FederatedDataModule(L.LightningDataModule):
         if cached is not None and cached[0] is self.train_dataset:
             return cached[1]
         columns = HFTensorColumns.from_dataset(self.train_dataset)
+        if columns is not None:
+            columns.tuple_columns = self.batch_columns
         self._hf_columns = (self.train_dataset, columns)
         if columns is not None:
             rank_zero_info(
                 f"Hugging Face train_dataset: columns {list(columns.columns)} held as tensors for client batches "
-                f"({columns.nbytes / 2**20:.1f} MiB, once; datasets above {HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are "
-                "read through a DataLoader instead)."
+                f"({columns.nbytes / 2**20:.1f} MiB, once; datasets above "
+                f"{huggingface.HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are read through a DataLoader instead)."
             )
         return columns
+
+    def collate_fn(self, dataset: Any) -> Optional[ColumnTuples]:
+        """The ``collate_fn`` of a ``DataLoader`` over ``dataset``: with ``batch_columns``, tuples of those columns
+        for a Hugging Face dataset (:class:`ColumnTuples`); else ``None`` (the default collation)."""
+        return ColumnTuples(self.batch_columns) if self.batch_columns is not None and _is_hf_dataset(dataset) else None
+
+    def batch_hint(self, error: BaseException) -> Optional[str]:
+        """A hint for a client whose local work raised ``error`` by reading this module's dict batches (a Hugging
+        Face ``train_dataset`` without ``batch_columns``) as tuples, naming the columns (:func:`dict_batch_hint`);
+        ``None`` otherwise. The client runner adds it to the client's failure."""
+        if self.batch_columns is not None or not _is_hf_dataset(self.train_dataset):
+            return None
+        return dict_batch_hint(error, formatted_columns(self.train_dataset))
 
     # ------------------------------------------------------------------ Lightning loaders
     def train_dataloader(self) -> DataLoader:
@@ -899,7 +719,7 @@ class FederatedDataModule(L.LightningDataModule):
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
             self.train_dataset, batch_size=self.batch_size, shuffle=True, generator=generator,
-            num_workers=self.num_workers,
+            num_workers=self.num_workers, collate_fn=self.collate_fn(self.train_dataset),
         )
 
     def val_dataloader(self) -> Any:
@@ -909,16 +729,59 @@ class FederatedDataModule(L.LightningDataModule):
         if self.val_dataset is None:
             # any per-client evaluation data (eval_fraction or a natural split), over the clean dataset set up
             # before any wrapper (flip_client_labels replaces train_dataset after setup)
-            if self._client_eval_indices is not None and self.client_eval_dataset is not None:
-                union = np.concatenate(self._client_eval_indices).tolist()
+            if self._client_eval is not None and self.client_eval_dataset is not None:
+                union = self._client_eval.indices.tolist()
                 return DataLoader(Subset(self.client_eval_dataset, union), batch_size=self.eval_batch_size,
-                                  num_workers=self.num_workers)
+                                  num_workers=self.num_workers, collate_fn=self.collate_fn(self.client_eval_dataset))
             return []
-        return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+        return DataLoader(self.val_dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(self.val_dataset))
 
     def test_dataloader(self) -> Any:
         """The test loader over ``test_dataset`` (or ``val_dataset``)."""
         dataset = self.test_dataset if self.test_dataset is not None else self.val_dataset
         if dataset is None:
             return []
-        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                          collate_fn=self.collate_fn(dataset))
+
+
+def refuse_options(task: str, options: dict[str, Any], **fixed: str) -> None:
+    """Refuse, by name, the :class:`FederatedDataModule` options a task sets itself (e.g. the ``partitioner`` of a
+    task whose clients are natural: its users).
+
+    Args:
+        task: The task's name, for the message.
+        options: The options the task was given (its ``**kwargs``); ``None`` counts as not given.
+        fixed: ``option=why`` for each option the task fixes.
+
+    Raises:
+        ValueError: naming the option, the task and why.
+
+    Example::
+
+        >>> refuse_options("MyTask", {"partitioner": 1}, partitioner="its clients are its users")
+        Traceback (most recent call last):
+        ...
+        ValueError: MyTask does not take `partitioner`: its clients are its users.
+    """
+    for name, why in fixed.items():
+        if options.get(name) is not None:  # a parser may pass the default None
+            raise ValueError(f"{task} does not take `{name}`: {why}.")
+
+
+def _delegate(part: str, name: str) -> property:
+    def get(self: Any) -> Any:
+        return getattr(getattr(self, part), name)
+
+    def set_(self: Any, value: Any) -> None:
+        setattr(getattr(self, part), name, value)
+
+    return property(get, set_, doc=f"``{part}.{name}`` (see :class:`FederatedDataModule`).")
+
+
+for _name in ("clients_per_round", "cohort_sampling", "client_dropout", "over_selection"):
+    setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
+for _name in ("eval_clients_per_round", "eval_fraction", "eval_local_steps", "eval_csv"):
+    setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))
+del _name

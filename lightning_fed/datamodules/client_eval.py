@@ -1,0 +1,335 @@
+"""Held-out per-client evaluation data: the seeded split of every client's share, vectorised over the population.
+
+:func:`split_client_eval` splits one client's indices; :func:`split_partition_eval` gives the same split for every
+client of a :class:`~lightning_fed.datamodules.partition.Partition` at once — the same draws, bit for bit, without
+building one ``numpy.random.Generator`` per client: client ``c``'s generator is
+``numpy.random.default_rng([*entropy, c])``, whose seeding (NumPy's ``SeedSequence`` hash and the PCG64 seeding
+step) :func:`pcg64_states` computes for all clients in a few array operations.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, ClassVar, Optional, Sequence, Union
+
+import numpy as np
+
+from lightning_fed.datamodules.partition import Partition
+
+# NumPy's SeedSequence constants (numpy/random/bit_generator.pyx) and PCG64's 128-bit LCG multiplier.
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_MULT_L, _MIX_MULT_R = 0xCA01F9DD, 0x4973F715
+_POOL_SIZE = 4
+_M32 = 0xFFFFFFFF
+_M128 = (1 << 128) - 1
+_PCG64_MULT = 0x2360ED051FC65DA44385DF649FCCF645
+
+
+def _uint32_words(value: int) -> list[int]:
+    """A non-negative int as NumPy's SeedSequence reads it: little-endian 32-bit words, ``[0]`` for 0."""
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"seed entropy must be non-negative, got {value}.")
+    words = []
+    while True:
+        words.append(value & _M32)
+        value >>= 32
+        if not value:
+            return words
+
+
+def pcg64_states(entropy: Sequence[int], ids: np.ndarray) -> list[tuple[int, int]]:
+    """The PCG64 ``(state, inc)`` of ``numpy.random.default_rng([*entropy, i])`` for every ``i`` in ``ids``.
+
+    Args:
+        entropy: non-negative ints, the seed's fixed prefix (e.g. ``[seed, tag]``).
+        ids: non-negative ints below 2**32, shape ``[n]``.
+
+    Returns:
+        ``n`` pairs of Python ints, for ``PCG64.state = {"bit_generator": "PCG64", "state": {"state": s,
+        "inc": i}, "has_uint32": 0, "uinteger": 0}``.
+
+    Raises:
+        ValueError: a negative value, or an id of 2**32 or more.
+
+    Example::
+
+        >>> s, i = pcg64_states([0, 7], np.array([3]))[0]
+        >>> s == np.random.default_rng([0, 7, 3]).bit_generator.state["state"]["state"]
+        True
+    """
+    ids = np.asarray(ids).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() > _M32):
+        raise ValueError("`ids` must lie in [0, 2**32).")
+    n = ids.size
+    cols = [np.full(n, w, dtype=np.uint32) for v in entropy for w in _uint32_words(v)]
+    cols.append(ids.astype(np.uint32))
+    hash_const = _INIT_A
+
+    def hashmix(value: np.ndarray) -> np.ndarray:
+        nonlocal hash_const
+        value = value ^ np.uint32(hash_const)
+        hash_const = (hash_const * _MULT_A) & _M32
+        value = value * np.uint32(hash_const)
+        return value ^ (value >> np.uint32(16))
+
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        result = np.uint32(_MIX_MULT_L) * x - np.uint32(_MIX_MULT_R) * y
+        return result ^ (result >> np.uint32(16))
+
+    zeros = np.zeros(n, dtype=np.uint32)
+    mixer = [hashmix(cols[i] if i < len(cols) else zeros) for i in range(_POOL_SIZE)]
+    for src in range(_POOL_SIZE):
+        for dst in range(_POOL_SIZE):
+            if src != dst:
+                mixer[dst] = mix(mixer[dst], hashmix(mixer[src]))
+    for src in range(_POOL_SIZE, len(cols)):
+        for dst in range(_POOL_SIZE):
+            mixer[dst] = mix(mixer[dst], hashmix(cols[src]))
+    hash_const = _INIT_B
+    words = []
+    for i in range(2 * 4):  # generate_state(4, np.uint64): 8 uint32 words
+        value = mixer[i % _POOL_SIZE] ^ np.uint32(hash_const)
+        hash_const = (hash_const * _MULT_B) & _M32
+        value = value * np.uint32(hash_const)
+        words.append(value ^ (value >> np.uint32(16)))
+    # the 128-bit seed and sequence (words 0-1, 2-3) as big-endian bytes: int.from_bytes is the fast way to Python ints
+    raw = np.ascontiguousarray(np.stack(words, axis=1).astype("<u4")).view("<u8").astype(">u8").tobytes()
+    from_bytes = int.from_bytes
+    states = []
+    for at in range(0, len(raw), 32):  # pcg64_set_seed: state 0, inc = 2·seq + 1, step, add the seed, step
+        inc = ((from_bytes(raw[at + 16:at + 32], "big") << 1) | 1) & _M128
+        states.append((((inc + from_bytes(raw[at:at + 16], "big")) * _PCG64_MULT + inc) & _M128, inc))
+    return states
+
+
+def split_client_eval(
+    indices: np.ndarray, fraction: float, rng: np.random.Generator, labels: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split one client's sample indices into ``(train, eval)``, both int64 and in the order of ``indices``.
+
+    The evaluation part has k = ⌊fraction·n⌋ samples clipped to [1, n − 1] when n ≥ 2 (every such client keeps
+    training data and gets evaluation data), k = 0 when n = 1. With ``labels`` (int, indexed by dataset index)
+    it is stratified: k is apportioned over the client's classes in proportion to their counts n_c by the
+    largest-remainder (Hamilton) method — class c gets ⌊k·n_c/n⌋, and the k − Σ⌊·⌋ left go to the classes with the
+    largest fractional parts k·n_c/n − ⌊k·n_c/n⌋ (ties: smaller class index) — and each class's evaluation
+    samples are drawn uniformly without replacement by ``rng``. Without labels, k samples are drawn uniformly.
+
+    Example::
+
+        >>> [a.tolist() for a in split_client_eval(np.arange(10, 15), 0.4, np.random.default_rng(0))]
+        [[10, 11, 13], [12, 14]]
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    chosen = _held_out(indices, fraction, rng, labels)
+    return indices[~chosen], indices[chosen]
+
+
+def _held_out(indices: np.ndarray, fraction: float, rng: np.random.Generator, labels: Optional[np.ndarray]) -> np.ndarray:
+    """bool ``[n]``: which of one client's ``indices`` :func:`split_client_eval` holds out."""
+    n = indices.size
+    k = 0 if n < 2 else int(np.clip(math.floor(fraction * n + 1e-9), 1, n - 1))
+    chosen = np.zeros(n, dtype=bool)
+    if k:
+        if labels is None:
+            chosen[rng.permutation(n)[:k]] = True
+        else:
+            y = np.asarray(labels)[indices]
+            classes, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+            exact = k * counts / n
+            quota = np.floor(exact + 1e-9).astype(np.int64)
+            left = k - int(quota.sum())
+            if left:
+                quota[np.argsort(-(exact - quota), kind="stable")[:left]] += 1
+            for c in range(classes.size):
+                members = np.flatnonzero(inverse == c)
+                chosen[members[rng.permutation(members.size)[: quota[c]]]] = True
+    return chosen
+
+
+def split_partition_eval(partition: Partition, fraction: float, entropy: Sequence[int]) -> tuple[Partition, Partition]:
+    """Hold out ``fraction`` of every client's share: ``(train, eval)`` partitions over the same dataset.
+
+    Client ``c``'s split is :func:`split_client_eval` of its indices with ``numpy.random.default_rng([*entropy,
+    c])``, stratified by ``partition.labels`` when the partition has them — the same split, bit for bit, computed
+    without a Python-level generator per client (:func:`pcg64_states`); clients of one sample (nothing held out)
+    draw nothing. Both partitions keep each client's samples in partition order; ``train`` keeps the partition's
+    labels, classes and names, ``eval`` holds the indices only.
+
+    Args:
+        partition: the clients' shares.
+        fraction: in (0, 1).
+        entropy: the seed prefix, e.g. ``[seed, 0xE5A1]``.
+
+    Example::
+
+        >>> p = Partition.from_client_lists([[0, 1, 2, 3, 4], [5], [6, 7]])
+        >>> train, held = split_partition_eval(p, 0.4, [0, 1])
+        >>> held.sizes().tolist(), train.sizes().tolist()
+        ([2, 0, 1], [3, 1, 1])
+    """
+    sizes = partition.sizes()
+    offsets = partition.offsets
+    flat = partition.indices
+    k = np.zeros(sizes.size, dtype=np.int64)
+    big = sizes >= 2
+    k[big] = np.clip(np.floor(fraction * sizes[big] + 1e-9), 1, sizes[big] - 1).astype(np.int64)
+    drawn = np.flatnonzero(k > 0)
+    bitgen = np.random.PCG64(0)
+    rng = np.random.Generator(bitgen)
+    state = {"bit_generator": "PCG64", "state": {"state": 0, "inc": 1}, "has_uint32": 0, "uinteger": 0}
+    inner = state["state"]
+    held = np.zeros(flat.size, dtype=bool)
+    labels = partition.labels
+    starts, ns, ks = offsets[drawn].tolist(), sizes[drawn].tolist(), k[drawn].tolist()
+    if labels is None:
+        perms = []
+        append, permutation = perms.append, rng.permutation
+        for (s, i), n, kc in zip(pcg64_states(entropy, drawn), ns, ks):
+            inner["state"] = s
+            inner["inc"] = i
+            bitgen.state = state
+            append(permutation(n)[:kc])
+        if perms:
+            held[np.concatenate(perms) + np.repeat(offsets[drawn], k[drawn])] = True
+    else:
+        for (s, i), start, n in zip(pcg64_states(entropy, drawn), starts, ns):
+            inner["state"], inner["inc"] = s, i
+            bitgen.state = state
+            held[start:start + n] = _held_out(flat[start:start + n], fraction, rng, labels)
+    counts_held = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(k, out=counts_held[1:])
+    train = Partition(
+        flat[~held], offsets - counts_held, labels=partition.labels, num_classes=partition.num_classes,
+        client_names=partition.client_names, label_names=partition.label_names,
+    )
+    return train, Partition(flat[held], counts_held)
+
+
+def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
+    """``None``, an int >= 1 or ``"all"``.
+
+    Raises:
+        ValueError: naming ``eval_clients_per_round`` and the allowed values.
+
+    Example::
+
+        >>> check_eval_clients_per_round("5"), check_eval_clients_per_round("all")
+        (5, 'all')
+    """
+    if value is None or value == "all":
+        return value
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`eval_clients_per_round` must be None, an integer >= 1 or 'all', got {value!r}.")
+    return int(value)
+
+
+class ClientEvaluation:
+    """Federated evaluation's settings: which clients evaluate the global model, on which of their data.
+
+    Args:
+        eval_clients_per_round: Clients evaluated at each validation: an int >= 1 (uniformly without replacement,
+            seeded by ``(seed, round)``), ``"all"``, or ``None`` (default: off).
+        eval_fraction: Hold out this fraction, in (0, 1), of every client's share as its evaluation data
+            (:func:`split_partition_eval`); default ``None``: the task's natural per-client split, if any.
+        eval_local_steps: Personalised evaluation: fine-tune each evaluation client this many local steps first
+            (default 0: off).
+        eval_csv: A CSV file receiving one row per (validation, evaluation client) (default ``None``).
+
+    See :class:`~lightning_fed.datamodules.FederatedDataModule` for the whole story.
+
+    Raises:
+        ValueError: an ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
+            ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
+            without ``eval_clients_per_round``.
+
+    Example::
+
+        >>> ClientEvaluation(eval_clients_per_round=5, eval_fraction=0.2).settings()
+        {'eval_clients_per_round': 5, 'eval_fraction': 0.2, 'eval_local_steps': 0, 'eval_csv': None}
+        >>> ClientEvaluation(eval_fraction=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: `eval_fraction` must be None or a number in (0, 1), got 1.5.
+    """
+
+    #: Settings that define the training run (none: evaluation does not change training; ``eval_fraction`` changes
+    #: the clients' training data, which the checkpoint's partition digest records).
+    run_settings: ClassVar[tuple[str, ...]] = ()
+    #: Run settings recorded later than the first checkpoints, with their value then (none).
+    record_defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, eval_clients_per_round: Optional[Union[int, str]] = None, eval_fraction: Optional[float] = None,
+                 eval_local_steps: int = 0, eval_csv: Optional[str] = None) -> None:
+        self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
+        if eval_fraction is not None and (
+            isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
+        ):
+            raise ValueError(f"`eval_fraction` must be None or a number in (0, 1), got {eval_fraction!r}.")
+        self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
+        if isinstance(eval_local_steps, bool) or not isinstance(eval_local_steps, numbers.Integral) or eval_local_steps < 0:
+            raise ValueError(f"`eval_local_steps` must be an integer >= 0, got {eval_local_steps!r}.")
+        self.eval_local_steps = int(eval_local_steps)
+        self.eval_csv = None if eval_csv is None else str(eval_csv)
+        if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
+            raise ValueError(
+                "`eval_local_steps` and `eval_csv` need federated evaluation: set `eval_clients_per_round` "
+                "(an int >= 1 or 'all')."
+            )
+
+    def settings(self) -> dict[str, Any]:
+        """``{name: value}`` of this part's settings."""
+        return {"eval_clients_per_round": self.eval_clients_per_round, "eval_fraction": self.eval_fraction,
+                "eval_local_steps": self.eval_local_steps, "eval_csv": self.eval_csv}
+
+    def held_out(self, partition: Partition, seed: int) -> Optional[tuple[Partition, Partition]]:
+        """``(train, eval)`` partitions holding out ``eval_fraction`` of every client's share
+        (:func:`split_partition_eval`, seeded by ``[seed, 0xE5A1]``), or ``None`` without ``eval_fraction``."""
+        if self.eval_fraction is None:
+            return None
+        return split_partition_eval(partition, self.eval_fraction, [seed, 0xE5A1])
+
+    def eligible_clients(self, client_eval: Optional[Partition], owner: str) -> Optional[np.ndarray]:
+        """The clients with evaluation data (sorted int64; ``None`` when there is no per-client evaluation data),
+        checked against ``eval_clients_per_round``; ``owner`` names the data module in the messages.
+
+        Raises:
+            ValueError: federated evaluation without per-client evaluation data, no client with any, or more
+                evaluation clients than clients with evaluation data.
+        """
+        eligible = None if client_eval is None else np.flatnonzero(client_eval.sizes() > 0).astype(np.int64)
+        if self.eval_clients_per_round is None:
+            return eligible
+        if eligible is None:
+            raise ValueError(
+                f"`eval_clients_per_round` is set but {owner} has no per-client evaluation data: "
+                "give `eval_fraction` (e.g. 0.2) to hold out part of each client's share."
+            )
+        if eligible.size == 0:
+            raise ValueError("No client has evaluation data: raise `eval_fraction` or use larger clients.")
+        if isinstance(self.eval_clients_per_round, int) and self.eval_clients_per_round > eligible.size:
+            raise ValueError(
+                f"`eval_clients_per_round` ({self.eval_clients_per_round}) must not exceed the number of clients "
+                f"with evaluation data ({eligible.size}); use 'all' for all of them."
+            )
+        return eligible
+
+    def select(self, eligible: np.ndarray, round_idx: int, seed: int) -> np.ndarray:
+        """The evaluation clients of round ``round_idx`` among ``eligible`` (sorted int64): all of them
+        (``"all"``) or ``eval_clients_per_round`` uniformly without replacement, seeded by ``(seed, round)``.
+
+        Raises:
+            RuntimeError: federated evaluation is off.
+        """
+        if self.eval_clients_per_round is None:
+            raise RuntimeError("Federated evaluation is off: set `eval_clients_per_round`.")
+        if self.eval_clients_per_round == "all":
+            return eligible
+        rng = np.random.default_rng([seed, 0xE7A1, int(round_idx)])
+        return np.sort(rng.choice(eligible, size=self.eval_clients_per_round, replace=False)).astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"

@@ -1,0 +1,177 @@
+"""The cohort of each round: who is asked to train and who reports back (fixed size, Poisson, sweep-then-uniform,
+simulated dropout, over-selection). One part of :class:`~lightning_fed.datamodules.FederatedDataModule`."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+#: The cohort samplings of :class:`CohortSampler` (``cohort_sampling``).
+COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` as an int >= 1.
+
+    Raises:
+        ValueError: naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class CohortSelection:
+    """Who was asked and who reports back in one round.
+
+    Attributes:
+        cohort: The clients that train this round, int64 ``[<= clients_per_round]``, in selection order (with
+            ``cohort_sampling="poisson"``: every sampled client that did not drop out, any number from 0 to N, in
+            increasing id order).
+        candidates: The clients sampled (``clients_per_round`` plus the over-selection; Poisson: the round's
+            sample), int64, in order.
+        unavailable: How many candidates dropped out (simulated device dropout).
+
+    Example::
+
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> dm = FederatedDataModule(TensorDataset(torch.zeros(12, 1)), partitioner=IIDPartitioner(4, seed=0),
+        ...                          clients_per_round=2)
+        >>> dm.setup()
+        >>> dm.select_cohort(0)
+        CohortSelection(cohort=array([2, 0]), candidates=array([2, 0]), unavailable=0)
+    """
+
+    cohort: np.ndarray
+    candidates: np.ndarray
+    unavailable: int
+
+
+class CohortSampler:
+    """Draws each round's cohort from N clients; every draw is a pure function of ``(seed, round)``.
+
+    Args:
+        clients_per_round: Cohort size C (default 10); at most N (checked by :meth:`check_population`).
+        cohort_sampling: ``"fixed_size"`` (default: C distinct clients, uniformly without replacement),
+            ``"poisson"`` (each client joins independently with probability q = C/N; McMahan et al. 2018, Alg. 1)
+            or ``"sweep_then_uniform"`` (the first ⌈N/C⌉ rounds visit every client once, in one seeded random
+            order; then as ``"fixed_size"``). See :class:`~lightning_fed.datamodules.FederatedDataModule`.
+        client_dropout: Probability in [0, 1) that a sampled client drops out of the round (default 0).
+        over_selection: Sample ⌈C·(1 + over_selection)⌉ candidates and keep the first C that stay (Bonawitz et
+            al. 2019), ``>= 0`` (default 0); ``"fixed_size"`` only.
+        seed: The data module's seed (default 0).
+
+    Raises:
+        ValueError: a non-positive ``clients_per_round``, an unknown ``cohort_sampling``, ``client_dropout``
+            outside [0, 1), a negative or non-finite ``over_selection`` or one with a sampling other than
+            ``"fixed_size"``.
+
+    Example::
+
+        >>> sampler = CohortSampler(clients_per_round=3, client_dropout=0.5, over_selection=1.0, seed=1)
+        >>> sampler.select(0, num_clients=10).cohort.tolist()
+        [5, 0, 3]
+        >>> sampler.settings()
+        {'clients_per_round': 3, 'cohort_sampling': 'fixed_size', 'client_dropout': 0.5, 'over_selection': 1.0}
+    """
+
+    #: The settings of :meth:`settings` that define a training run (recorded in checkpoints, compared on resume).
+    run_settings: ClassVar[tuple[str, ...]] = ("clients_per_round", "client_dropout", "over_selection",
+                                               "cohort_sampling")
+    #: Run settings recorded later than the first checkpoints, with the value a checkpoint without them ran with.
+    record_defaults: ClassVar[dict[str, Any]] = {"cohort_sampling": "fixed_size"}
+
+    def __init__(self, clients_per_round: int = 10, cohort_sampling: str = "fixed_size", client_dropout: float = 0.0,
+                 over_selection: float = 0.0, seed: int = 0) -> None:
+        if isinstance(client_dropout, bool) or not isinstance(client_dropout, numbers.Real) or not 0 <= client_dropout < 1:
+            raise ValueError(f"`client_dropout` must be a probability in [0, 1), got {client_dropout!r}.")
+        if (
+            isinstance(over_selection, bool) or not isinstance(over_selection, numbers.Real)
+            or not math.isfinite(over_selection) or over_selection < 0
+        ):
+            raise ValueError(f"`over_selection` must be a finite number >= 0, got {over_selection!r}.")
+        if cohort_sampling not in COHORT_SAMPLINGS:
+            raise ValueError(f"`cohort_sampling` must be one of {COHORT_SAMPLINGS}, got {cohort_sampling!r}.")
+        if cohort_sampling == "poisson" and over_selection:
+            raise ValueError(
+                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': a Poisson cohort has no "
+                "fixed size to over-select for."
+            )
+        if cohort_sampling == "sweep_then_uniform" and over_selection:
+            raise ValueError(
+                f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': the sweep of "
+                "cohort_sampling='sweep_then_uniform' visits each client once, with nobody to over-select."
+            )
+        self.cohort_sampling = cohort_sampling
+        self.client_dropout = float(client_dropout)
+        self.over_selection = float(over_selection)
+        self.clients_per_round = check_positive_int("clients_per_round", clients_per_round)
+        self.seed = int(seed)
+        self._sweep_order: Any = None
+
+    def settings(self) -> dict[str, Any]:
+        """``{name: value}`` of this part's settings."""
+        return {"clients_per_round": self.clients_per_round, "cohort_sampling": self.cohort_sampling,
+                "client_dropout": self.client_dropout, "over_selection": self.over_selection}
+
+    def check_population(self, num_clients: int) -> None:
+        """Raises ValueError when ``clients_per_round`` exceeds ``num_clients``."""
+        if self.clients_per_round > num_clients:
+            raise ValueError(
+                f"`clients_per_round` ({self.clients_per_round}) must not exceed the number of clients "
+                f"({num_clients})."
+            )
+
+    def sweep_rounds(self, num_clients: int) -> int:
+        """⌈N/C⌉ under ``"sweep_then_uniform"``, else 0."""
+        if self.cohort_sampling != "sweep_then_uniform":
+            return 0
+        return math.ceil(num_clients / self.clients_per_round)
+
+    def select(self, round_idx: int, num_clients: int) -> CohortSelection:
+        """Sample round ``round_idx``'s candidates among ``num_clients``, apply dropout, keep the first
+        ``clients_per_round`` (Poisson and sweep cohorts: keep all that stay)."""
+        round_idx = int(round_idx)
+        if self.cohort_sampling == "poisson":
+            return self._poisson(round_idx, num_clients)
+        if self.cohort_sampling == "sweep_then_uniform" and round_idx < self.sweep_rounds(num_clients):
+            return self._sweep(round_idx, num_clients)
+        num = min(num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
+        rng = np.random.default_rng([self.seed, 0x5A3D, round_idx])
+        candidates = rng.choice(num_clients, size=num, replace=False).astype(np.int64)
+        available = self._drop(candidates, round_idx)
+        return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+
+    def _drop(self, candidates: np.ndarray, round_idx: int) -> np.ndarray:
+        if self.client_dropout <= 0:
+            return candidates
+        draws = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
+        return candidates[draws >= self.client_dropout]
+
+    def _sweep(self, round_idx: int, num_clients: int) -> CohortSelection:
+        c = self.clients_per_round
+        key = (self.seed, num_clients)
+        if self._sweep_order is None or self._sweep_order[0] != key:  # one permutation per sweep, drawn once
+            order = np.random.default_rng([self.seed, 0x5EE9]).permutation(num_clients).astype(np.int64)
+            self._sweep_order = (key, order)
+        candidates = self._sweep_order[1][round_idx * c:(round_idx + 1) * c].copy()
+        available = self._drop(candidates, round_idx)
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+
+    def _poisson(self, round_idx: int, num_clients: int) -> CohortSelection:
+        # N uniforms per round: client i joins iff its own draw u_i < q (the exact draws of the privacy analysis)
+        q = self.clients_per_round / num_clients
+        draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(num_clients)
+        candidates = np.flatnonzero(draws < q).astype(np.int64)
+        available = self._drop(candidates, round_idx)
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"

@@ -1,0 +1,478 @@
+"""Hugging Face ``datasets`` as federated training data: columns converted once to tensors from their Arrow buffers,
+ragged columns found without decoding rows, labels and natural ids read from columns, and dict batches as tuples.
+
+The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes and values of the ``"torch"`` format
+(``dataset.with_format("torch")[:]``) without its per-element recursion: a fixed-shape column of nested lists
+(``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
+``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
+list sizes once they are checked to be uniform; an ``Image`` column is decoded once, image by image, by the
+feature's own decoder, into one preallocated array. Any other column (structs, nulls, a format with ``dtype=``
+or other keyword arguments) goes through the torch formatter as before.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+#: Largest Hugging Face dataset (its formatted columns as tensors, bytes) that :class:`HFTensorColumns` holds in memory
+#: for client batches; larger ones are read through a ``DataLoader`` as before.
+HF_TENSOR_LIMIT_BYTES = 2 * 1024**3
+
+_NOT_A_TENSOR = object()  # a column the torch format gives as something else than one tensor (text, ragged rows)
+
+
+def is_hf_dataset(dataset: Any) -> bool:
+    """Whether ``dataset`` is a Hugging Face ``datasets.Dataset`` (without importing ``datasets``: a Hugging Face
+    dataset implies the library is already imported).
+
+    Example::
+
+        >>> import datasets
+        >>> is_hf_dataset(datasets.Dataset.from_dict({"x": [1]})), is_hf_dataset([1])
+        (True, False)
+    """
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(dataset, datasets.Dataset)
+
+
+def as_torch_format(dataset: Any) -> Any:
+    """A Hugging Face dataset without a format as ``dataset.with_format("torch")``; anything else unchanged.
+
+    Example::
+
+        >>> import datasets
+        >>> as_torch_format(datasets.Dataset.from_dict({"x": [1]})).format["type"]
+        'torch'
+    """
+    if dataset is not None and is_hf_dataset(dataset) and dataset.format["type"] is None:
+        return dataset.with_format("torch")
+    return dataset
+
+
+def read_column(dataset: Any, name: str) -> np.ndarray:
+    """Column ``name`` of a Hugging Face dataset as a NumPy array (labels, natural ids): the values and dtype of
+    ``np.asarray(dataset.with_format("numpy")[name])``, ``[len(dataset)]`` for a scalar column. A scalar numeric or
+    bool column without nulls is read from its Arrow buffer (one copy at most); others through the ``"numpy"``
+    format, row by row.
+
+    Raises:
+        KeyError: ``name`` is not a column.
+
+    Example::
+
+        >>> import datasets
+        >>> read_column(datasets.Dataset.from_dict({"label": [2, 0, 1]}), "label").tolist()
+        [2, 0, 1]
+    """
+    import pyarrow as pa
+
+    if name not in dataset.column_names:
+        raise KeyError(name)
+    column = dataset.with_format("arrow", columns=[name])[:].column(name)  # the rows of a selection
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind) or
+                                   pa.types.is_boolean(kind)):
+        return np.asarray(column.to_numpy())
+    return np.asarray(dataset.with_format("numpy")[name])
+
+
+class HFTensorColumns:
+    """The columns of a ``"torch"``-formatted Hugging Face ``datasets.Dataset``, converted once to tensors, so that
+    client batches are tensor slices (``TensorBatches``) instead of one Arrow read and one formatting per batch.
+
+    ``get_batch(index)`` returns ``{column: tensor[index]}``: the same dict, tensors, dtypes and values that a
+    ``DataLoader`` over the dataset collates for those indices (the torch formatter's dtypes: float32 for floats,
+    int64 for integers, bool; an ``Image`` column as ``[C, H, W]`` in the image's own dtype, uint8 for 8-bit
+    images). With ``tuple_columns`` it returns ``tuple(tensor[index] for each named column)`` instead. Memory: the
+    formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images and labels take 188 MB).
+
+    Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
+    format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
+    ``limit`` bytes (default :data:`HF_TENSOR_LIMIT_BYTES`, 2 GiB).
+
+    Example::
+
+        >>> import datasets, torch
+        >>> ds = datasets.Dataset.from_dict({"x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], "y": [0, 1, 0]})
+        >>> cols = HFTensorColumns.from_dataset(ds.with_format("torch"))
+        >>> batch = cols.get_batch(torch.tensor([2, 0]))
+        >>> batch["x"].tolist(), batch["y"].tolist(), batch["x"].dtype, cols.nbytes
+        ([[4.0, 5.0], [0.0, 1.0]], [0, 0], torch.float32, 48)
+        >>> HFTensorColumns.from_dataset(ds) is None  # not torch-formatted: DataLoader as before
+        True
+        >>> x, y = HFTensorColumns(cols.columns, tuple_columns=("x", "y")).get_batch(torch.tensor([1]))
+        >>> x.tolist(), y.tolist()
+        ([[2.0, 3.0]], [1])
+    """
+
+    def __init__(self, columns: dict[str, torch.Tensor], tuple_columns: Optional[Sequence[str]] = None) -> None:
+        self.columns = columns
+        self.tuple_columns = None if tuple_columns is None else tuple(tuple_columns)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the columns' tensors."""
+        return sum(t.numel() * t.element_size() for t in self.columns.values())
+
+    def get_batch(self, index: torch.Tensor) -> Any:
+        """``{column: tensor[index]}`` for a LongTensor ``index [B]`` (a tuple in ``tuple_columns``' order when
+        that is set)."""
+        if self.tuple_columns is not None:
+            return tuple(self.columns[name][index] for name in self.tuple_columns)
+        return {name: column[index] for name, column in self.columns.items()}
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
+        """The columns of ``dataset`` as tensors, or ``None`` when it cannot or should not be held (see above;
+        ``limit`` in bytes, default :data:`HF_TENSOR_LIMIT_BYTES` as it is at the call)."""
+        limit = HF_TENSOR_LIMIT_BYTES if limit is None else limit
+        if not is_hf_dataset(dataset) or len(dataset) == 0 or (dataset.format or {}).get("type") != "torch":
+            return None
+        fmt = dataset.format
+        names = list(fmt.get("columns") or dataset.column_names)
+        if not names or fmt.get("format_kwargs") or (fmt.get("output_all_columns") and
+                                                     set(names) != set(dataset.column_names)):
+            return _formatted_columns(dataset, limit)  # dtype= and the like, or unformatted columns: as before
+        table = dataset.with_format("arrow", columns=names)[:]  # the rows of a selection (select, shuffle, filter)
+        n = len(dataset)
+        plans = {}
+        for name in names:
+            plan = _plan_column(dataset, name, table.column(name), n)
+            if plan is _NOT_A_TENSOR:
+                return None
+            plans[name] = plan
+        if sum(plan[0] for plan in plans.values()) > limit:
+            return None
+        columns = {}
+        for name, (_, convert) in plans.items():
+            column = convert()
+            if column is _NOT_A_TENSOR:
+                return None
+            columns[name] = column
+        return cls(columns)
+
+
+def _formatted_columns(dataset: Any, limit: int) -> Optional[HFTensorColumns]:
+    """The torch formatter's columns (``dataset[:]``), when they are tensors of one row per sample."""
+    first = dataset[0]
+    if not isinstance(first, dict) or not first or not all(isinstance(v, torch.Tensor) for v in first.values()):
+        return None
+    if len(dataset) * sum(v.numel() * v.element_size() for v in first.values()) > limit:
+        return None
+    columns = dataset[:]
+    if not all(isinstance(v, torch.Tensor) and len(v) == len(dataset) for v in columns.values()):
+        return None  # a ragged column comes back as a list of tensors
+    return HFTensorColumns(dict(columns))
+
+
+def _formatted_column(dataset: Any, name: str) -> Any:
+    """One column through the torch formatter (the reference path, for column types read here no faster)."""
+    column = dataset.with_format("torch", columns=[name])[:][name]
+    return column if isinstance(column, torch.Tensor) and len(column) == len(dataset) else _NOT_A_TENSOR
+
+
+def _torch_dtype(np_dtype: np.dtype) -> Optional[torch.dtype]:
+    """The torch formatter's dtype for values of ``np_dtype``: float32 for floats, int64 for integers (not uint64,
+    left to the formatter), bool; ``None`` for anything else."""
+    if np_dtype.kind == "f":
+        return torch.float32
+    if np_dtype.kind in "iu" and np_dtype != np.uint64:
+        return torch.int64
+    if np_dtype.kind == "b":
+        return torch.bool
+    return None
+
+
+def _is_list(pa_type: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type) or pa.types.is_fixed_size_list(pa_type)
+
+
+def fixed_shape_values(array: Any) -> Optional[tuple[Any, tuple[int, ...]]]:
+    """The leaf values of a column of (nested) lists of one shape and that per-row shape, ``(values, shape)``, or
+    ``None`` when a level is ragged, empty or holds nulls. ``values`` is a flat Arrow array of
+    ``len(array) · prod(shape)`` values, row-major; a column that is no list gives ``(array, ())``. Each level is
+    read with ``pyarrow.compute.list_value_length`` and ``flatten`` (which follow slices), never row by row.
+
+    Example::
+
+        >>> import pyarrow as pa
+        >>> values, shape = fixed_shape_values(pa.array([[[1, 2], [3, 4], [5, 6]], [[7, 8], [9, 10], [11, 12]]]))
+        >>> shape, values.to_numpy().reshape(-1, *shape)[1, 2].tolist()
+        ((3, 2), [11, 12])
+        >>> fixed_shape_values(pa.array([[1, 2], [3]])) is None  # ragged
+        True
+    """
+    import pyarrow.compute as pc
+
+    shape = []
+    while _is_list(array.type):
+        if array.null_count or len(array) == 0:
+            return None
+        if hasattr(array.type, "list_size"):  # fixed_size_list
+            size = array.type.list_size
+        else:
+            low, high = pc.min_max(pc.list_value_length(array)).values()
+            if not low.is_valid or low.as_py() != high.as_py():
+                return None
+            size = low.as_py()
+        if size == 0:
+            return None
+        shape.append(int(size))
+        array = array.flatten()
+    if array.null_count:
+        return None
+    return array, tuple(shape)
+
+
+def _plan_column(dataset: Any, name: str, chunked: Any, n: int) -> Any:
+    """``(bytes, convert)`` for column ``name`` (``convert()`` gives its ``[n, ...]`` tensor or ``_NOT_A_TENSOR``),
+    or ``_NOT_A_TENSOR`` when the torch format does not give it as one tensor."""
+    import pyarrow as pa
+    import datasets
+
+    feature = dataset.features.get(name)
+    array = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
+    if isinstance(feature, datasets.Image):
+        if not feature.decode:
+            return _NOT_A_TENSOR  # dicts of bytes and path
+        if array.null_count:
+            return _plan_formatted(dataset, name)
+        return _plan_images(dataset, name, feature, array, n)
+    if isinstance(array.type, pa.ExtensionType):  # Array2D ... Array5D: nested lists underneath
+        array = array.storage
+    leaf = array.type
+    while _is_list(leaf):
+        leaf = leaf.value_type
+    if pa.types.is_string(leaf) or pa.types.is_large_string(leaf) or pa.types.is_binary(leaf) or \
+            pa.types.is_large_binary(leaf):
+        return _NOT_A_TENSOR  # text: str, not tensors
+    if not (pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)):
+        return _plan_formatted(dataset, name)
+    found = fixed_shape_values(array)
+    if found is None:  # ragged, nulls, empty lists: as the formatter gives them (ragged: a list, not a tensor)
+        return _plan_formatted(dataset, name)
+    values, shape = found
+    dtype = _torch_dtype(np.dtype(values.type.to_pandas_dtype()))
+    if dtype is None:
+        return _plan_formatted(dataset, name)
+    nbytes = n * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+    def convert() -> torch.Tensor:
+        flat = values.to_numpy(zero_copy_only=False)  # a view of the Arrow buffer where the type allows
+        return torch.from_numpy(np.array(flat, dtype=torch.empty((), dtype=dtype).numpy().dtype)).reshape(n, *shape)
+
+    return nbytes, convert
+
+
+def _plan_formatted(dataset: Any, name: str) -> Any:
+    first = dataset.with_format("torch", columns=[name])[0][name]
+    if not isinstance(first, torch.Tensor):
+        return _NOT_A_TENSOR
+    return len(dataset) * first.numel() * first.element_size(), lambda: _formatted_column(dataset, name)
+
+
+def _image_array(feature: Any, value: dict, token: Any) -> np.ndarray:
+    """One image as the torch formatter gives it, ``[C, H, W]`` (HWC transposed; a 2-D image gets C = 1)."""
+    image = np.asarray(feature.decode_example(value, token_per_repo_id=token))
+    return (image[:, :, np.newaxis] if image.ndim == 2 else image).transpose((2, 0, 1))
+
+
+def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:
+    """An ``Image`` column decoded once (one ``decode_example`` per image, the decoder the formatter uses) into one
+    preallocated ``[n, C, H, W]`` array; ``_NOT_A_TENSOR`` when the images differ in shape or dtype."""
+    token = getattr(dataset, "_token_per_repo_id", None)
+    payload, paths = array.field("bytes"), array.field("path")
+    first = _image_array(feature, {"bytes": payload[0].as_py(), "path": paths[0].as_py()}, token)
+    try:
+        torch.from_numpy(np.zeros(0, dtype=first.dtype))
+    except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
+        return _plan_formatted(dataset, name)
+    nbytes = n * first.size * first.itemsize
+
+    def convert() -> Any:
+        out = np.empty((n, *first.shape), dtype=first.dtype)
+        out[0] = first
+        for i, (data, path) in enumerate(zip(payload.to_pylist(), paths.to_pylist())):
+            if i == 0:
+                continue
+            image = _image_array(feature, {"bytes": data, "path": path}, token)
+            if image.shape != first.shape or image.dtype != first.dtype:
+                return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
+            out[i] = image
+        return torch.from_numpy(out)
+
+    return nbytes, convert
+
+
+def _has_ragged_level(level: Any) -> bool:
+    """Whether some level of the nested lists ``level`` holds lists of different lengths (nulls not counted)."""
+    import pyarrow.compute as pc
+
+    while _is_list(level.type):
+        low, high = pc.min_max(pc.list_value_length(level)).values()
+        if low.is_valid and low.as_py() != high.as_py():
+            return True
+        level = pc.list_flatten(level)
+    return False
+
+
+def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
+    """The first column of a Hugging Face ``datasets.Dataset`` whose rows (or the lists nested in them) have
+    different lengths, as ``(column, shortest length, a row holding it, longest length, a row holding it)``, or
+    ``None``. Such a column cannot be collated into one tensor for a batch of rows of different lengths. Only the
+    formatted columns are read (from Arrow, without decoding rows); a custom format (``set_transform``) is not
+    judged (its transform may pad).
+
+    Example::
+
+        >>> import datasets
+        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3], [4, 5]], "y": [0, 1, 0]}))
+        ('x', 1, 1, 2, 0)
+        >>> ragged_column(datasets.Dataset.from_dict({"x": [[1, 2], [3, 4]], "text": ["a", "bc"]})) is None
+        True
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fmt = dataset.format or {}
+    if fmt.get("type") == "custom":
+        return None
+    names = fmt.get("columns") or dataset.column_names
+    schema = dataset.data.schema
+    for name in names:
+        if not pa.types.is_list(schema.field(name).type) and not pa.types.is_large_list(schema.field(name).type) \
+                and not pa.types.is_fixed_size_list(schema.field(name).type):
+            continue
+        if getattr(dataset, "_indices", None) is None:
+            level = dataset.data.column(name)
+        else:  # a selection (select, shuffle, filter): only its rows
+            level = dataset.with_format("arrow", columns=[name])[:].column(name)
+        if not _has_ragged_level(level):
+            continue  # the usual case, found without mapping every nested value back to its row
+        rows = None
+        while pa.types.is_list(level.type) or pa.types.is_large_list(level.type) or \
+                pa.types.is_fixed_size_list(level.type):
+            lengths = pc.list_value_length(level)
+            low, high = pc.min_max(lengths).values()
+            if low.is_valid and low.as_py() != high.as_py():
+                low, high = low.as_py(), high.as_py()
+                if rows is None:  # the rows themselves
+                    return name, low, pc.index(lengths, low).as_py(), high, pc.index(lengths, high).as_py()
+                parents = np.asarray(rows)  # a nested list: name the rows holding the shortest and longest
+                at_low, at_high = pc.index(lengths, low).as_py(), pc.index(lengths, high).as_py()
+                return name, low, int(parents[at_low]), high, int(parents[at_high])
+            parent = np.arange(len(level)) if rows is None else np.asarray(rows)
+            counts = np.nan_to_num(np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=float)).astype(np.int64)
+            rows = np.repeat(parent, counts)
+            level = pc.list_flatten(level)
+    return None
+
+
+def formatted_columns(dataset: Any) -> list[str]:
+    """The columns a Hugging Face dataset's batches hold: its format's ``columns``, else all of them."""
+    return list((dataset.format or {}).get("columns") or dataset.column_names)
+
+
+def check_batch_columns(value: Any) -> Optional[tuple[str, ...]]:
+    """``None`` or a non-empty sequence of distinct column names, as a tuple (``batch_columns``).
+
+    Raises:
+        ValueError: naming ``batch_columns`` and what is allowed.
+
+    Example::
+
+        >>> check_batch_columns(["image", "label"])
+        ('image', 'label')
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value or \
+            not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
+        raise ValueError(
+            "`batch_columns` must be None (dict batches) or a non-empty sequence of distinct column names, e.g. "
+            f"('image', 'label') for (x, y) tuples, got {value!r}."
+        )
+    return tuple(value)
+
+
+def check_dataset_batch_columns(name: str, dataset: Any, batch_columns: tuple[str, ...]) -> None:
+    """Refuse ``batch_columns`` for ``dataset`` (the data module's ``name``) unless it is a Hugging Face dataset
+    whose batches hold every named column.
+
+    Raises:
+        ValueError: naming ``batch_columns``, the dataset and the columns it has.
+    """
+    if not is_hf_dataset(dataset):
+        raise ValueError(
+            f"`batch_columns` {batch_columns} names Hugging Face columns, but `{name}` is a "
+            f"{type(dataset).__name__}, whose batches are not dicts of columns; leave batch_columns=None."
+        )
+    available = formatted_columns(dataset)
+    missing = [c for c in batch_columns if c not in available]
+    if missing:
+        raise ValueError(
+            f"`batch_columns` names {missing}, not columns of `{name}`'s batches; its columns: {available}."
+        )
+
+
+class ColumnTuples:
+    """A ``DataLoader`` ``collate_fn`` that collates rows (dicts of columns) as the default does, then returns the
+    named columns as a tuple, in that order: ``(x, y)`` batches from a Hugging Face dataset (``batch_columns``).
+
+    Example::
+
+        >>> import torch
+        >>> x, y = ColumnTuples(("image", "label"))([{"image": torch.zeros(2), "label": 1},
+        ...                                           {"image": torch.ones(2), "label": 0}])
+        >>> x.tolist(), y.tolist()
+        ([[0.0, 0.0], [1.0, 1.0]], [1, 0])
+    """
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = tuple(columns)
+
+    def __call__(self, rows: list) -> tuple:
+        from torch.utils.data import default_collate
+
+        batch = default_collate(rows)
+        return tuple(batch[name] for name in self.columns)
+
+
+def dict_batch_hint(error: BaseException, columns: Sequence[str]) -> Optional[str]:
+    """A hint for a ``training_step`` that read a dict batch of ``columns`` as a tuple (``x, y = batch`` gives the
+    column *names*: ``TypeError: linear(): argument 'input' … must be Tensor, not str``; ``batch[0]``: ``KeyError:
+    0``; another number of columns: ``ValueError: … values to unpack``), or ``None`` for other errors.
+
+    Example::
+
+        >>> dict_batch_hint(TypeError("linear(): argument 'input' (position 1) must be Tensor, not str"),
+        ...                 ["image", "label"])[:62]
+        'batches of the Hugging Face train_dataset are dicts of columns'
+        >>> dict_batch_hint(ValueError("bad value"), ["image", "label"]) is None
+        True
+    """
+    text = str(error)
+    tuple_like = (
+        (isinstance(error, TypeError) and "not str" in text)
+        or (isinstance(error, AttributeError) and text.startswith("'str' object has no attribute"))
+        or (isinstance(error, ValueError) and "values to unpack" in text)
+        or (isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], int))
+    )
+    if not tuple_like:
+        return None
+    names = tuple(columns)
+    return (
+        f"batches of the Hugging Face train_dataset are dicts of columns {list(names)}, not tuples: index them by "
+        f"name in training_step (batch[{names[0]!r}]), or pass batch_columns={names[:2]!r} to the data module for "
+        "tuples of those columns in that order"
+    )

@@ -1,0 +1,331 @@
+"""Hugging Face datasets as tensors (#40.4): every fixed-shape column kind converted from its Arrow buffers gives the
+torch formatter's tensors, dtypes and values (the formatter is the independent reference), without the formatter's
+per-element recursion; what the formatter does not give as one tensor keeps the DataLoader."""
+
+from __future__ import annotations
+
+import re
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from datasets.formatting.torch_formatter import TorchFormatter
+from PIL import Image
+
+from lightning_fed.datamodules.huggingface import HFTensorColumns, fixed_shape_values, ragged_column
+
+N = 48
+
+
+def _images(mode, rng):
+    shape = {"L": (5, 7), "RGB": (5, 7, 3), "RGBA": (5, 7, 4), "I": (5, 7), "F": (5, 7)}[mode]
+    if mode == "I":
+        return [Image.fromarray(a, mode="I") for a in rng.integers(-9, 70000, (N, *shape), dtype=np.int32)]
+    if mode == "F":
+        return [Image.fromarray(a, mode="F") for a in rng.normal(size=(N, *shape)).astype(np.float32)]
+    return [Image.fromarray(a, mode=mode) for a in rng.integers(0, 256, (N, *shape), dtype=np.uint8)]
+
+
+def _kind(kind):
+    """A dataset of N rows holding one column kind (and a label column)."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, N)
+    if kind == "nested float32 (from_dict of a 4-d array)":
+        return datasets.Dataset.from_dict({"x": rng.random((N, 1, 4, 3), dtype=np.float32), "label": labels})
+    if kind == "nested float64 -> float32":
+        return datasets.Dataset.from_dict({"x": rng.normal(size=(N, 3, 2)) * 1e3, "label": labels})
+    if kind == "nested uint8 -> int64":
+        return datasets.Dataset.from_dict({"x": rng.integers(0, 256, (N, 6, 6), dtype=np.uint8), "label": labels})
+    if kind == "nested bool":
+        return datasets.Dataset.from_dict({"x": rng.random((N, 2, 2)) > 0.5, "label": labels})
+    if kind == "large_list and fixed_size_list":
+        values = rng.normal(size=(N, 3, 4)).astype(np.float32)
+        inner = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 4)
+        outer = pa.LargeListArray.from_arrays(pa.array(np.arange(0, 3 * N + 1, 3), pa.int64()), inner)
+        return datasets.Dataset(datasets.table.InMemoryTable(pa.table({"x": outer, "label": labels})))
+    if kind == "Array2D float64":
+        features = datasets.Features({"x": datasets.Array2D((4, 5), "float64"), "label": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"x": rng.normal(size=(N, 4, 5)), "label": labels}, features=features)
+    if kind == "Array3D uint8":
+        features = datasets.Features({"x": datasets.Array3D((2, 3, 4), "uint8"), "label": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"x": rng.integers(0, 256, (N, 2, 3, 4), dtype=np.uint8),
+                                           "label": labels}, features=features)
+    if kind.startswith("Image "):
+        features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+        return datasets.Dataset.from_dict({"image": _images(kind.split()[1], rng), "label": labels},
+                                          features=features)
+    if kind == "scalar labels":
+        return datasets.Dataset.from_dict({
+            "label": labels, "small": labels.astype(np.uint8), "weight": rng.normal(size=N),
+            "flag": rng.random(N) > 0.5, "half": rng.normal(size=N).astype(np.float16),
+        }, features=datasets.Features({"label": datasets.ClassLabel(num_classes=10), "small": datasets.Value("uint8"),
+                                       "weight": datasets.Value("float64"), "flag": datasets.Value("bool"),
+                                       "half": datasets.Value("float16")}))
+    raise AssertionError(kind)
+
+
+KINDS = ["nested float32 (from_dict of a 4-d array)", "nested float64 -> float32", "nested uint8 -> int64",
+         "nested bool", "large_list and fixed_size_list", "Array2D float64", "Array3D uint8", "Image L", "Image RGB",
+         "Image RGBA", "Image I", "Image F", "scalar labels"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_column_kind_equals_the_torch_formatter_without_its_recursion(kind, monkeypatch):
+    ds = _kind(kind).with_format("torch")
+    selection = ds.shuffle(seed=3).select(range(5, 40))  # an indices mapping: only its rows, in its order
+    references = [ds[:], selection[:]]  # the reference: the torch formatter itself
+    assert all(isinstance(v, torch.Tensor) for ref in references for v in ref.values())
+
+    def refuse(self, data_struct):
+        raise AssertionError("the torch formatter's per-element recursion was used")
+
+    monkeypatch.setattr(TorchFormatter, "recursive_tensorize", refuse)
+    for dataset, reference in zip([ds, selection], references):
+        columns = HFTensorColumns.from_dataset(dataset)
+        assert columns is not None and list(columns.columns) == list(reference)
+        for name, expected in reference.items():
+            got = columns.columns[name]
+            assert got.dtype == expected.dtype and got.shape == expected.shape, name
+            assert torch.equal(got, expected), name
+            assert got.is_contiguous()
+        index = torch.tensor([3, 0, 3])
+        batch = columns.get_batch(index)
+        assert all(torch.equal(batch[name], reference[name][index]) for name in reference)
+
+
+def test_a_selection_of_formatted_columns_converts_only_those():
+    ds = _kind("Array3D uint8").with_format("torch", columns=["x"])
+    columns = HFTensorColumns.from_dataset(ds)
+    assert list(columns.columns) == ["x"] and torch.equal(columns.columns["x"], ds[:]["x"])
+
+
+@pytest.mark.parametrize("column", [
+    [[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0]]] * 4,  # ragged at the inner level only
+    [[1.0, 2.0], [3.0]] * 4,                             # ragged rows
+    [f"text {i}" for i in range(8)],                     # text
+])
+def test_columns_the_formatter_gives_as_lists_or_text_are_not_held(column):
+    assert HFTensorColumns.from_dataset(datasets.Dataset.from_dict({"x": column}).with_format("torch")) is None
+
+
+def test_images_of_different_sizes_are_not_held_and_undecoded_images_neither():
+    images = [Image.new("L", (4, 4)), Image.new("L", (4, 5))]
+    features = datasets.Features({"image": datasets.Image()})
+    ds = datasets.Dataset.from_dict({"image": images}, features=features).with_format("torch")
+    assert isinstance(ds[:]["image"], list) and HFTensorColumns.from_dataset(ds) is None
+    raw = datasets.Dataset.from_dict({"image": images[:1]}, features=features).cast_column(
+        "image", datasets.Image(decode=False)).with_format("torch")
+    assert HFTensorColumns.from_dataset(raw) is None
+
+
+def test_nulls_and_format_arguments_go_through_the_formatter_as_before():
+    with_nulls = datasets.Dataset.from_dict({"x": [1.5, None, 2.5], "y": [[1, 2], [3, 4], [5, 6]]}).with_format("torch")
+    columns = HFTensorColumns.from_dataset(with_nulls)
+    expected = with_nulls[:]
+    assert torch.equal(columns.columns["y"], expected["y"])
+    assert torch.allclose(columns.columns["x"], expected["x"], equal_nan=True) and columns.columns["x"].isnan()[1]
+    half = datasets.Dataset.from_dict({"x": [[1.0, 2.0], [3.0, 4.0]]}).with_format("torch", dtype=torch.float16)
+    assert HFTensorColumns.from_dataset(half).columns["x"].dtype == torch.float16 == half[:]["x"].dtype
+
+
+def test_the_size_limit_is_checked_before_converting():
+    ds = _kind("nested float32 (from_dict of a 4-d array)").with_format("torch")
+    nbytes = N * 12 * 4 + N * 8
+    assert HFTensorColumns.from_dataset(ds, limit=nbytes).nbytes == nbytes
+    assert HFTensorColumns.from_dataset(ds, limit=nbytes - 1) is None
+
+
+def test_fixed_shape_values_follow_slices_and_refuse_nulls():
+    array = pa.array([[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]]]).slice(1, 2)
+    values, shape = fixed_shape_values(array)
+    assert shape == (2, 2) and values.to_numpy().tolist() == list(range(4, 12))
+    assert fixed_shape_values(pa.array([[1, 2], None])) is None
+    assert fixed_shape_values(pa.array([[1, None], [3, 4]])) is None
+    assert fixed_shape_values(pa.array([[], []])) is None
+
+
+def test_the_old_import_path_still_works():
+    from lightning_fed.datamodules import federated, huggingface
+
+    assert federated.HFTensorColumns is huggingface.HFTensorColumns
+    assert federated.ragged_column is ragged_column
+
+
+def test_read_column_gives_the_numpy_format_values_and_dtypes_from_arrow(monkeypatch):
+    """Labels and natural ids are read from the Arrow buffer (the numpy format read them row by row: 1.4 s of the
+    set-up for 6,000 rows), with the dtypes and values the numpy format gives, also for a selection."""
+    from datasets.formatting.np_formatter import NumpyFormatter
+
+    from lightning_fed.datamodules.huggingface import read_column
+
+    rng = np.random.default_rng(1)
+    ds = datasets.Dataset.from_dict({
+        "label": rng.integers(0, 10, N), "small": rng.integers(0, 9, N).astype(np.uint8), "w": rng.normal(size=N),
+        "flag": rng.random(N) > 0.5, "user": [f"u{i % 7}" for i in range(N)], "gap": [None] + list(range(N - 1)),
+    }, features=datasets.Features({"label": datasets.ClassLabel(num_classes=10), "small": datasets.Value("uint8"),
+                                   "w": datasets.Value("float64"), "flag": datasets.Value("bool"),
+                                   "user": datasets.Value("string"), "gap": datasets.Value("int64")}))
+    for dataset in (ds, ds.shuffle(seed=2).select(range(3, 30))):
+        expected = {name: np.asarray(dataset.with_format("numpy")[name]) for name in dataset.column_names}
+        fast = ["label", "small", "w", "flag"]
+        with monkeypatch.context() as patch:
+            patch.setattr(NumpyFormatter, "format_row", lambda *a: pytest.fail("read row by row"))
+            got = {name: read_column(dataset, name) for name in fast}
+        got.update({name: read_column(dataset, name) for name in ("user", "gap")})  # text, nulls: as before
+        for name, value in expected.items():
+            assert got[name].dtype == value.dtype and np.array_equal(got[name], value, equal_nan=name == "gap"), name
+    with pytest.raises(KeyError):
+        read_column(ds, "writer")
+
+
+@pytest.mark.parametrize("kind", ["nested float32 (from_dict of a 4-d array)", "Array3D uint8", "Image L"])
+def test_a_data_module_sets_up_and_batches_without_formatting_a_row(kind, monkeypatch):
+    """The whole path of a Hugging Face train_dataset, labels for a label-skew partition included, reads Arrow
+    buffers: neither the numpy format row by row (labels) nor the torch formatter's recursion (client batches)."""
+    from datasets.formatting.np_formatter import NumpyFormatter
+
+    from lightning_fed.datamodules import FederatedDataModule, ShardPartitioner
+
+    ds = _kind(kind)
+    reference = ds.with_format("torch")[:]
+    monkeypatch.setattr(NumpyFormatter, "format_row", lambda *a: pytest.fail("labels read row by row"))
+    monkeypatch.setattr(TorchFormatter, "recursive_tensorize", lambda *a: pytest.fail("the formatter's recursion"))
+    dm = FederatedDataModule(ds, partitioner=ShardPartitioner(num_clients=4, shards_per_client=2), batch_size=5,
+                             clients_per_round=2)
+    dm.setup()
+    dm.check_local_work()
+    assert sorted(np.concatenate([dm.client_indices(c) for c in range(4)]).tolist()) == list(range(N))
+    for batch, index in zip(dm.client_dataloader(1, 0), dm.client_batches(1, 0)):
+        assert all(torch.equal(batch[name], reference[name][torch.from_numpy(index)]) for name in reference)
+
+
+def test_ragged_column_names_the_rows_also_when_an_inner_level_is_ragged():
+    rows = [[[1, 2], [3, 4]]] * 6
+    rows[4] = [[1, 2], [3]]
+    ds = datasets.Dataset.from_dict({"ok": [[[0, 0], [0, 0]]] * 6, "x": rows, "t": ["a"] * 6})
+    assert ragged_column(ds) == ("x", 1, 4, 2, 0)
+    assert ragged_column(ds.select([4, 5])) == ("x", 1, 0, 2, 0)
+    assert ragged_column(ds.select([0, 5])) is None
+
+
+# ---------------------------------------------------------------- dict batches: batch_columns and the hint
+class _TupleRegression:
+    """A module written for (x, y) tuples (``x, y = batch``) and the same one reading dict batches by name."""
+
+    @staticmethod
+    def make(tuples: bool):
+        import lightning as L
+
+        class Regression(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.linear = torch.nn.Linear(3, 1)
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch if tuples else (batch["x"], batch["y"])
+                return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Regression()
+
+
+def _regression_hf(n=40):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    return datasets.Dataset.from_dict({"x": x, "y": x @ np.float32([1, -2, 0.5]), "user": np.arange(n) % 4})
+
+
+def _fit(tmp_path, module, trainer_kwargs=None, dataset=None, **data):
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    dataset = _regression_hf() if dataset is None else dataset
+    dm = FederatedDataModule(dataset, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+                             batch_size=5, **data)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path), **(trainer_kwargs or {}))
+    trainer.fit(module, datamodule=dm)
+    return torch.cat([p.detach().flatten() for p in module.parameters()])
+
+
+def test_batch_columns_gives_tuples_of_those_columns_in_every_loader(monkeypatch):
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, huggingface
+
+    hf = _regression_hf()
+    dm = FederatedDataModule(hf, val_dataset=_regression_hf(12), partitioner=IIDPartitioner(num_clients=4, seed=0),
+                             clients_per_round=2, batch_size=5, batch_columns=["y", "x"], eval_batch_size=5)
+    plain = FederatedDataModule(hf, val_dataset=_regression_hf(12), partitioner=IIDPartitioner(num_clients=4, seed=0),
+                                clients_per_round=2, batch_size=5, eval_batch_size=5)
+    dm.setup(), plain.setup()
+    loaders = [lambda m: m.client_dataloader(1, 0), lambda m: m.train_dataloader(), lambda m: m.val_dataloader()]
+    for loader in loaders:
+        for tup, dic in zip(loader(dm), loader(plain), strict=True):
+            assert isinstance(tup, tuple) and len(tup) == 2
+            assert torch.equal(tup[0], dic["y"]) and torch.equal(tup[1], dic["x"])
+    monkeypatch.setattr(huggingface, "HF_TENSOR_LIMIT_BYTES", 0)  # the DataLoader path: the same tuples
+    dm._hf_columns = None
+    for tup, dic in zip(dm.client_dataloader(1, 0), plain.client_dataloader(1, 0), strict=True):
+        assert torch.equal(tup[0], dic["y"]) and torch.equal(tup[1], dic["x"])
+
+
+def test_a_module_written_for_tuples_trains_with_batch_columns_as_the_dict_one_does(tmp_path):
+    by_name = _fit(tmp_path, _TupleRegression.make(tuples=False))
+    as_tuples = _fit(tmp_path, _TupleRegression.make(tuples=True), batch_columns=("x", "y"))
+    assert torch.equal(by_name, as_tuples)
+
+
+def test_a_module_reading_dict_batches_as_tuples_gets_a_hint_naming_the_columns(tmp_path):
+    """``x, y = batch`` on a dict batch unpacks the column names: the error says so and how to fix it, under the
+    default policy (the run stops: every client failed alike) and under on_client_failure="raise" (the original
+    error, with the hint as a note)."""
+    hint = (r"batches of the Hugging Face train_dataset are dicts of columns \['x', 'y'\], not tuples: "
+            r"index them by name in training_step \(batch\['x'\]\), or pass batch_columns=\('x', 'y'\)")
+    two_columns = _regression_hf().remove_columns("user")
+    with pytest.raises(RuntimeError, match=r"linear\(\): argument 'input' .* must be Tensor, not str \(hint: " + hint):
+        _fit(tmp_path, _TupleRegression.make(tuples=True), dataset=two_columns)
+    with pytest.raises(TypeError, match="must be Tensor, not str") as raised:
+        _fit(tmp_path, _TupleRegression.make(tuples=True), trainer_kwargs={"on_client_failure": "raise"},
+             dataset=two_columns)
+    assert re.match("Hint: " + hint, raised.value.__notes__[-1])
+
+
+def test_the_hint_is_given_for_the_tuple_reading_patterns_only():
+    from lightning_fed.datamodules.huggingface import dict_batch_hint
+
+    columns = ["image", "label"]
+    for error in (TypeError("conv2d() received an invalid combination of arguments - got (str, ...) not str"),
+                  AttributeError("'str' object has no attribute 'float'"), KeyError(0),
+                  ValueError("too many values to unpack (expected 2)")):
+        assert "batch_columns=('image', 'label')" in dict_batch_hint(error, columns), error
+    for error in (TypeError("unsupported operand"), KeyError("image"), ValueError("nan loss"), RuntimeError("x")):
+        assert dict_batch_hint(error, columns) is None, error
+
+
+@pytest.mark.parametrize("value", ["image", [], ["x", "x"], [1, 2], {"x": 0}])
+def test_bad_batch_columns_are_refused_naming_the_argument(value):
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    with pytest.raises(ValueError, match=r"`batch_columns` must be None \(dict batches\) or a non-empty sequence"):
+        FederatedDataModule(_regression_hf(), partitioner=IIDPartitioner(num_clients=4), batch_columns=value)
+
+
+def test_batch_columns_need_hugging_face_columns_at_setup():
+    from torch.utils.data import TensorDataset
+
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    dm = FederatedDataModule(_regression_hf(), partitioner=IIDPartitioner(num_clients=4), clients_per_round=2,
+                             batch_columns=("x", "label"))
+    with pytest.raises(ValueError, match=r"`batch_columns` names \['label'\], not columns of `train_dataset`'s "
+                                         r"batches; its columns: \['x', 'y', 'user'\]"):
+        dm.setup()
+    tensors = TensorDataset(torch.zeros(8, 3), torch.zeros(8))
+    dm = FederatedDataModule(tensors, partitioner=IIDPartitioner(num_clients=4), clients_per_round=2,
+                             batch_columns=("x", "y"))
+    with pytest.raises(ValueError, match="`batch_columns` .* but `train_dataset` is a TensorDataset"):
+        dm.setup()
