@@ -130,6 +130,15 @@ def test_server_optimizer_settings_apply_to_an_old_style_config(tmp_path, monkey
     assert sum(isinstance(cb, ModelCheckpoint) for cb in cli.trainer.callbacks) == 1
 
 
+def test_fedaware_max_state_bytes_from_the_command_line(tmp_path, monkeypatch):
+    """Issue #42: FedAWARE's limit on its per-client tables is a CLI argument; the example configs keep "auto"."""
+    monkeypatch.chdir(tmp_path)
+    assert FederatedCLI(args=["--config", str(FEDAWARE)], run=False).trainer.server_optimizer.max_state_bytes == "auto"
+    for value, expected in (("8589934592", 8 * 2**30), ("null", None)):
+        cli = FederatedCLI(args=["--config", str(FEDAWARE), "--server_optimizer.max_state_bytes", value], run=False)
+        assert cli.trainer.server_optimizer.max_state_bytes == expected
+
+
 def test_no_server_optimizer_means_fedavg_with_lr_1(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = yaml.safe_load(FEDAWARE.read_text())

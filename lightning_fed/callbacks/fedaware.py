@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -116,8 +116,17 @@ class FedAWARE(ServerOptimizer):
     Memory: the momentum table (:attr:`client_state`, a dense
     :class:`~lightning_fed.server.client_state.ClientStateTable`) is an ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
     an ``[N, N]`` float64 Gram matrix kept up to date row by row (C·N·d multiply-adds per round for a cohort of
-    C). E.g. 100 clients × 582,026 parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients
-    × 822,570 parameters × 4 B = 2.35 GB. All of it is in :meth:`state_dict`, hence in every checkpoint.
+    C), |D_i| (int64 ``[N]``) and the seen mask (bool ``[N]``)
+    (:func:`~lightning_fed.server.aggregators.fedaware.fedaware_state_bytes`). E.g. 100 clients × 582,026
+    parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients × 822,570 parameters × 4 B =
+    2.35 GB; 100,000 clients: a 74.5 GiB Gram matrix whatever the model. All of it is in :meth:`state_dict`, hence
+    in every checkpoint (a save copies the tables once more). Their sum is computed at fit start (in
+    :meth:`on_train_start`, before any client trains, from N and the module's parameters) and **refused** with a
+    ``ValueError`` naming N, d, each table's size and the limit when it exceeds ``max_state_bytes``, warned about
+    above half of it. The default ``"auto"`` is half the machine's physical memory (``os.sysconf``), so that the
+    tables and the copy a checkpoint save makes of them fit in RAM; a fixed default would refuse runs a large
+    server holds easily or let a small one fail at its first round. The min-norm solve also makes up to three
+    temporary float64 copies of the seen clients' Gram block a round, which the warning leaves room for.
 
     N is read from ``trainer.datamodule.num_clients`` in :meth:`setup`; pass ``num_clients`` to use
     :meth:`server_update` without a trainer (it must then agree with the data module).
@@ -152,14 +161,20 @@ class FedAWARE(ServerOptimizer):
         warmup_rounds: FedAvg in the first this many rounds (int ≥ 0, default ``None``: off; see above).
         pairing: ``"client_id"`` (default, Alg. 1) or ``"public_code"`` (the public code's update-to-slot pairing,
             a bug; see above).
+        max_state_bytes: The most bytes the per-client tables (momenta, Gram matrix, |D_i|, seen mask) may take:
+            ``"auto"`` (default: half the machine's physical memory; no limit where the platform does not report
+            it), an integer ≥ 1, or ``None`` (no limit). Checked at fit start (see Memory above); a warning above
+            half of it.
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, ``alpha`` outside its convention's range, an unknown
             ``alpha_convention``, ``weighting`` or ``solver``, ``fw_max_iter`` < 1, ``fw_tol`` negative or not
             finite, an ``fw_*`` option given with ``solver="active_set"``,
             ``num_clients`` not a positive integer, a non-boolean flag, ``warmup_rounds`` not an integer ≥ 0 or
-            given with ``fedavg_warmup=True``, or an unknown ``pairing``. At run time: no N known, client ids
-            outside [0, N) or repeated within a round, or an N that disagrees with the data module / a checkpoint.
+            given with ``fedavg_warmup=True``, an unknown ``pairing``, or ``max_state_bytes`` not ``"auto"``, an
+            integer ≥ 1 or ``None``. At fit start: the per-client tables would exceed ``max_state_bytes``. At run
+            time: no N known, client ids outside [0, N) or repeated within a round, or an N that disagrees with the
+            data module / a checkpoint.
 
     Example: two clients with orthogonal updates of lengths 1 and 2 (g_0 = [1, 0], g_1 = [0, 2]); after round 1
     m_i = (1 − α)·g_i. Normalised (the default), λ = (½, ½) and d_1 = ½·[1, 0] + ½·[0, 1]; on the raw momenta
@@ -201,8 +216,16 @@ class FedAWARE(ServerOptimizer):
         solver: str = "active_set",
         warmup_rounds: Optional[int] = None,
         pairing: str = "client_id",
+        max_state_bytes: Union[int, str, None] = "auto",
     ) -> None:
         lr = check_positive("lr", lr)
+        if max_state_bytes is not None and max_state_bytes != "auto" and (
+            isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int) or max_state_bytes < 1
+        ):
+            raise ValueError(
+                "`max_state_bytes` must be 'auto', an integer >= 1 (bytes) or None (no limit), "
+                f"got {max_state_bytes!r}."
+            )
         if warmup_rounds is not None and (
             isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0
         ):
@@ -263,6 +286,7 @@ class FedAWARE(ServerOptimizer):
             fw_tol=1e-5 if fw_tol is None else float(fw_tol),
             fw_away_steps=False if fw_away_steps is None else fw_away_steps,
             weighting=weighting, num_clients=num_clients, warmup_rounds=warmup_rounds, pairing=pairing,
+            max_state_bytes=max_state_bytes,
         )
         super().__init__(weighting=weighting, aggregators=[self.min_norm], rule=SGD(lr))
 
@@ -278,6 +302,8 @@ class FedAWARE(ServerOptimizer):
     fw_tol = _stage_attribute("fw_tol", "Frank–Wolfe L1 tolerance on λ.")
     fw_away_steps = _stage_attribute("fw_away_steps", "Away-step Frank–Wolfe.")
     num_clients = _stage_attribute("num_clients", "N, the number of clients (from the constructor or the data module).")
+    max_state_bytes = _stage_attribute(
+        "max_state_bytes", "The limit on the per-client tables: ``\"auto\"``, bytes, or ``None`` (no limit).")
 
     def _min_norm_report(self) -> MinNormReport:
         """The min-norm stage's report of the last round (:attr:`round_report`; all ``None`` without one)."""
@@ -372,10 +398,12 @@ class FedAWARE(ServerOptimizer):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a replaced aggregator chain (this class is its own chain, ``[FedAWAREMinNorm]``), then the base
-        class's checks.
+        class's checks, among them the stage's :meth:`~lightning_fed.server.aggregators.FedAWAREMinNorm.check_fit`
+        (the per-client tables against ``max_state_bytes``), all before any client trains.
 
         Raises:
-            ValueError: :attr:`aggregators` is not ``[self.min_norm]``.
+            ValueError: :attr:`aggregators` is not ``[self.min_norm]``; the per-client tables would exceed
+                ``max_state_bytes``.
             RuntimeError: as the base class (a trainer without the federated loop).
         """
         if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.min_norm):

@@ -454,6 +454,9 @@ def test_round_gradient_diversity_is_that_of_the_raw_updates_not_the_lambda_weig
         (dict(fw_max_iter=2.5), "`fw_max_iter`"),
         (dict(fw_tol=-1e-5), "`fw_tol`"),
         (dict(num_clients=0), "`num_clients`"),
+        (dict(max_state_bytes=0), "`max_state_bytes` must be 'auto', an integer >= 1"),
+        (dict(max_state_bytes="8GiB"), "`max_state_bytes`"),
+        (dict(max_state_bytes=True), "`max_state_bytes`"),
         (dict(weighting="tokens"), "`weighting`"),
     ],
 )
@@ -489,6 +492,73 @@ def test_num_clients_must_agree_with_the_datamodule(tmp_path):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAWARE(num_clients=5)], **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match="num_clients=5, but the data module has 4 clients"):
         trainer.fit(LinearRegression(), datamodule=dm)
+
+
+# ---------------------------------------------------------------------------------------------- #42: memory at fit start
+class _CountingRegression(LinearRegression):
+    """LinearRegression that counts its training steps (every client's local steps)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps = 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return super().training_step(batch, batch_idx)
+
+
+def test_per_client_state_above_max_state_bytes_is_refused_at_fit_start_before_any_client_trains(tmp_path):
+    """2,000 clients: a 30.52 MiB Gram matrix (N² float64) against a 1,000,000-byte limit is refused by name at fit
+    start (on main the tables were allocated after round 0 trained: 100,000 clients died there with a raw
+    allocator error asking for 80,000,000,000 bytes)."""
+    x, y = regression_data(n=4000, seed=0)
+    dm = _regression_module(x, y, num_clients=2000, clients_per_round=2, batch_size=4)
+    model = _CountingRegression()
+    server = FedAWARE(max_state_bytes=1_000_000)
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError) as info:
+        trainer.fit(model, datamodule=dm)
+    message = str(info.value)
+    assert message.startswith("FedAWARE's per-client state for N=2,000 clients and d=4 parameters is 30.60 MiB")
+    for part in ("momenta [N, d] float64 0.06 MiB", "Gram matrix [N, N] float64 30.52 MiB", "|D_i| [N] int64 0.02 MiB",
+                 "seen mask [N] bool 2,000 B", "`max_state_bytes` is 0.95 MiB", "saved in every checkpoint"):
+        assert part in message
+    assert model.steps == 0 and server.num_steps == 0 and server.client_state is None
+
+
+def test_per_client_state_above_half_max_state_bytes_warns_and_trains(tmp_path):
+    """Between half the limit and the limit: a warning naming the sizes, and the round trains as without a limit."""
+    x, y = regression_data(n=40, seed=0)
+
+    def fit(limit):
+        torch.manual_seed(0)
+        model = LinearRegression(lr=0.1)
+        dm = _regression_module(x, y, num_clients=10, clients_per_round=3, batch_size=4)
+        FederatedTrainer(max_epochs=2, callbacks=[FedAWARE(max_state_bytes=limit)],
+                         **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+        return model
+
+    # 10 clients, d = 4 (float64): 320 + 800 + 80 + 10 = 1,210 bytes.
+    with pytest.warns(UserWarning, match=r"N=10 clients and d=4 parameters is 1,210 B .*`max_state_bytes` is 2,000 B: "
+                                         "above half the limit"):
+        warned = fit(2000)
+    unlimited = fit(None)
+    for a, b in zip(warned.parameters(), unlimited.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_max_state_bytes_without_a_trainer_and_its_default():
+    """``server_update`` (no fit start) refuses before building the tables; ``"auto"`` is half the physical memory;
+    ``None`` sets no limit."""
+    with pytest.raises(ValueError, match=r"N=100,000 clients and d=2 parameters is 74.51 GiB .*Gram matrix \[N, N\] "
+                                         r"float64 74.51 GiB.*`max_state_bytes` is 1.00 GiB"):
+        FedAWARE(num_clients=100_000, max_state_bytes=2**30).server_update([torch.zeros(2, dtype=torch.float64)],
+                                                                          [_update(0)])
+    import os
+
+    assert FedAWARE().min_norm.state_limit() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    sizes = FedAWARE(max_state_bytes=None).min_norm.check_state_size(10**6, 10**9, torch.float32)
+    assert sizes["Gram matrix [N, N] float64"] == 8 * 10**12 and sizes["momenta [N, d] float32"] == 4 * 10**15
 
 
 # ---------------------------------------------------------------------------------------------- #34: the authors' recipe

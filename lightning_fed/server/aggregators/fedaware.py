@@ -7,17 +7,59 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple, Optional
+import os
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.min_norm import MinNormReport, min_norm_active_set, min_norm_frank_wolfe
 
-__all__ = ["FedAWAREMinNorm", "public_code_pairing"]
+__all__ = ["FedAWAREMinNorm", "fedaware_state_bytes", "physical_memory_bytes", "public_code_pairing"]
+
+
+def physical_memory_bytes() -> Optional[int]:
+    """This machine's physical memory in bytes (``os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")``),
+    ``None`` where the platform does not report it (then ``max_state_bytes="auto"`` sets no limit)."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return int(pages) * int(page_size) if pages > 0 and page_size > 0 else None
+
+
+def fedaware_state_bytes(num_clients: int, dim: int, dtype: torch.dtype = torch.float32) -> dict[str, int]:
+    """The bytes of each per-client table FedAWARE holds for N = ``num_clients`` clients and d = ``dim``
+    parameters of ``dtype`` (the deltas' promoted dtype): the momenta ``[N, d]``, the Gram matrix ``[N, N]``
+    float64, |D_i| ``[N]`` int64 and the seen mask ``[N]`` bool, keyed by a label naming each.
+
+    Example: 100,000 clients of a 582,026-parameter float32 CNN (FedAWARE's Fashion-MNIST model)::
+
+        >>> sizes = fedaware_state_bytes(100_000, 582_026)
+        >>> [f"{name}: {size / 2**30:.1f} GiB" for name, size in sizes.items()]  # doctest: +NORMALIZE_WHITESPACE
+        ['momenta [N, d] float32: 216.8 GiB', 'Gram matrix [N, N] float64: 74.5 GiB',
+         '|D_i| [N] int64: 0.0 GiB', 'seen mask [N] bool: 0.0 GiB']
+    """
+    n, d = int(num_clients), int(dim)
+    item = torch.empty((), dtype=dtype).element_size()
+    return {
+        f"momenta [N, d] {str(dtype).removeprefix('torch.')}": n * d * item,
+        "Gram matrix [N, N] float64": n * n * 8,
+        "|D_i| [N] int64": n * 8,
+        "seen mask [N] bool": n,
+    }
+
+
+def _format_bytes(num: int) -> str:
+    """``num`` bytes in GiB (two decimals) from 1 GiB, else in MiB from 0.01 MiB, else in bytes."""
+    for unit, scale, least in (("GiB", 2**30, 2**30), ("MiB", 2**20, 2**20 / 100)):
+        if num >= least:
+            return f"{num / scale:,.2f} {unit}"
+    return f"{num:,} B"
 
 
 def public_code_pairing(x: ClientDeltas) -> ClientDeltas:
@@ -55,7 +97,9 @@ class FedAWAREMinNorm(Stage):
     (old_w, new_w) = (α, 1−α) under ``alpha_convention="paper"``, (1−α, α) under ``"code"``. The momenta live in a
     dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (CPU, the deltas' promoted
     dtype) held in the stage's :class:`State`, with each client's last |D_i| and the ``[N, N]`` float64 Gram
-    matrix ⟨m_i, m_j⟩ kept up to date row by row (C·N·d multiply-adds per round). Clients with a zero momentum are
+    matrix ⟨m_i, m_j⟩ kept up to date row by row (C·N·d multiply-adds per round); their size
+    (:func:`fedaware_state_bytes`) is checked against ``max_state_bytes`` at fit start (:meth:`check_fit`) and
+    before they are built. Clients with a zero momentum are
     left out of the min-norm problem (λ_i = 0). With ``fedavg_warmup`` the stage returns the weighted mean of the
     round's deltas (by ``ClientDeltas.counts``) until all N clients have been seen; the momenta are updated all
     the same. The options are those of :class:`~lightning_fed.callbacks.FedAWARE` (which validates them).
@@ -71,10 +115,13 @@ class FedAWAREMinNorm(Stage):
             values).
         weighting: ``"num_samples"`` or ``"uniform"``: the weights of the ``projection`` average.
         num_clients: N (``None``: must be set before the first round; FedAWARE reads it from the data module).
+        max_state_bytes: the most bytes the per-client tables (:func:`fedaware_state_bytes`) may take:
+            ``"auto"`` (default: half of :func:`physical_memory_bytes`), an int ≥ 1, or ``None`` (no limit).
 
     Raises:
-        ValueError: in :meth:`apply`: N unknown, client ids outside [0, N) or repeated, a momentum table of
-            another shape, or (warm-up) all counts zero.
+        ValueError: at fit start (:meth:`check_fit`) and before the tables are built (:meth:`apply`): the tables
+            would exceed ``max_state_bytes`` (:meth:`check_state_size`); in :meth:`apply`: N unknown, client ids
+            outside [0, N) or repeated, a momentum table of another shape, or (warm-up) all counts zero.
 
     Example: clients 0 and 1 of N = 2 with g_0 = [1, 0], g_1 = [0, 2], α = ½: m_i = ½·g_i, λ = (½, ½) on the unit
     momenta, Δ_1 = −½·([1, 0] + [0, 1])::
@@ -124,7 +171,9 @@ class FedAWAREMinNorm(Stage):
         num_clients: Optional[int] = None,
         warmup_rounds: Optional[int] = None,
         pairing: str = "client_id",
+        max_state_bytes: Union[int, str, None] = "auto",
     ) -> None:
+        self.max_state_bytes = max_state_bytes
         self.warmup_rounds = warmup_rounds
         self.pairing = pairing
         self.alpha = float(alpha)
@@ -152,6 +201,57 @@ class FedAWAREMinNorm(Stage):
                 "FederatedDataModule (N is read from `datamodule.num_clients`) or pass `num_clients=`."
             )
         return self.num_clients
+
+    def state_limit(self) -> Optional[int]:
+        """``max_state_bytes`` in bytes: half of :func:`physical_memory_bytes` under ``"auto"`` (``None`` where the
+        platform does not report it), the int as given, ``None`` for no limit."""
+        if self.max_state_bytes == "auto":
+            total = physical_memory_bytes()
+            return None if total is None else total // 2
+        return None if self.max_state_bytes is None else int(self.max_state_bytes)
+
+    def check_state_size(self, num_clients: int, dim: int, dtype: torch.dtype, warn: bool = True) -> dict[str, int]:
+        """The per-client tables' sizes (:func:`fedaware_state_bytes`) for N = ``num_clients``, d = ``dim`` and
+        ``dtype``; refused above :meth:`state_limit`, warned about (``warn``) above half of it.
+
+        Raises:
+            ValueError: their sum exceeds the limit, naming FedAWARE, N, d, each table's size and the limit.
+        """
+        sizes = fedaware_state_bytes(num_clients, dim, dtype)
+        total, limit = sum(sizes.values()), self.state_limit()
+        if limit is None or 2 * total <= limit:
+            return sizes
+        tables = ", ".join(f"{name} {_format_bytes(size)}" for name, size in sizes.items())
+        source = (" (`max_state_bytes='auto'`: half this machine's physical memory)" if self.max_state_bytes == "auto"
+                  else "")
+        what = (f"FedAWARE's per-client state for N={num_clients:,} clients and d={dim:,} parameters is "
+                f"{_format_bytes(total)} ({tables}); `max_state_bytes` is {_format_bytes(limit)}{source}")
+        if total > limit:
+            raise ValueError(
+                f"{what}. It is held in memory for the whole fit and saved in every checkpoint (a save copies it "
+                "once more): use fewer clients or a smaller model, or raise `max_state_bytes` (None: no limit)."
+            )
+        if warn:
+            rank_zero_warn(f"{what}: above half the limit; the whole of it is held in memory for the fit and saved "
+                           "in every checkpoint (a save copies it once more).")
+        return sizes
+
+    def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """At fit start, before any client trains: :meth:`check_state_size` for N (:attr:`num_clients`, else the
+        data module's ``num_clients``) and the module's parameters (d and their promoted dtype); nothing when N is
+        unknown (:meth:`apply` refuses that).
+
+        Raises:
+            ValueError: as :meth:`check_state_size`.
+        """
+        n = self.num_clients
+        if n is None:
+            n = getattr(getattr(trainer, "datamodule", None), "num_clients", None)
+        params = list(pl_module.parameters())
+        if n is None or not params:
+            return
+        dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])
+        self.check_state_size(int(n), sum(p.numel() for p in params), dtype)
 
     def check_table(self, table: Optional[ClientStateTable], dim: int) -> None:
         """Raise ValueError if ``table`` (when built) is not ``[N, dim]``."""
@@ -184,6 +284,7 @@ class FedAWAREMinNorm(Stage):
             self.check_table(state.table, d)
             return state
         dtype = functools.reduce(torch.promote_types, [t.dtype for t in deltas])
+        self.check_state_size(n, d, dtype, warn=False)  # refused by name, never a raw allocator error
         return self.State(ClientStateTable(n, d, dtype=dtype, dense=True), torch.zeros(n, dtype=torch.int64),
                           torch.zeros(n, n, dtype=torch.float64))
 
