@@ -61,6 +61,7 @@ RUN_CONFIG_NAMES = (
     "over_selection",
     "cohort_sampling",
     "server_optimizer",
+    "client_algorithms",
 )
 _DATAMODULE_SETTINGS = ("seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection",
                         "cohort_sampling")
@@ -378,7 +379,9 @@ def run_config(trainer: Any) -> dict[str, Any]:
     * ``seed``, ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``,
       ``cohort_sampling``: the data module's arguments;
     * ``local_work`` (class) and ``local_work.<arg>`` (e.g. ``local_work.batch_size``, ``local_work.local_epochs``);
-    * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``).
+    * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``);
+    * ``client_algorithms``: the client halves given to the trainer (``FederatedTrainer(client_algorithms=...)``),
+      when there are any; on resume they are compared together with ``server_optimizer.client``.
 
     Settings the trainer does not have (no data module, partition not computed yet) are left out.
     """
@@ -399,6 +402,9 @@ def run_config(trainer: Any) -> dict[str, Any]:
         _add_object(config, "local_work", getattr(dm, "local_work", None))
     server = _server_optimizer(trainer)
     _add_object(config, "server_optimizer", server)
+    halves = getattr(trainer, "client_algorithms", None)
+    if halves:
+        config["client_algorithms"] = _plain(list(halves))
     return config
 
 
@@ -432,6 +438,26 @@ def _segment_from_state(state: Any) -> Optional[dict[str, Any]]:
     if "num_steps" in state:
         return {"private": False, "rounds": int(state["num_steps"])}
     return None
+
+
+def _run_client_halves(trainer: Any) -> list[Any]:
+    """The run's client halves in the order the client runner runs them: the server optimizer's own and its
+    ``client``, then ``FederatedTrainer(client_algorithms=...)``."""
+    server = _server_optimizer(trainer)
+    own = list(server.server_client_algorithms) if server is not None else []
+    return own + list(getattr(trainer, "client_algorithms", None) or [])
+
+
+def _client_halves_merged(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a run record) with the client halves given to the server optimizer (``server_optimizer.client``)
+    and to the trainer (``client_algorithms``) compared as one list, ``client_algorithms``: the CLI moves an old
+    config's ``server_optimizer.client`` to ``trainer.client_algorithms``, the same run."""
+    if "server_optimizer.client" not in config and "client_algorithms" not in config:
+        return config
+    out = {k: v for k, v in config.items() if k not in ("server_optimizer.client", "client_algorithms")}
+    halves = list(config.get("server_optimizer.client") or []) + list(config.get("client_algorithms") or [])
+    out["client_algorithms"] = halves or None
+    return out
 
 
 def _server_optimizer(trainer: Any) -> Any:
@@ -583,7 +609,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
             self.privacy_history = []
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
-            migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path))
+            migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path),
+                               client_halves=[a.state_key for a in _run_client_halves(self.trainer)])
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
 
@@ -638,7 +665,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
             self._move_server_state(old_key, server, path)
             return
         old, new = record.get("run_config", {}), run_config(self.trainer)
-        diffs = config_differences(old, new)
+        diffs = config_differences(_client_halves_merged(old), _client_halves_merged(new))
         same_server = "server_optimizer" not in {d[0] for d in diffs}
         unrecorded = [d for d in diffs if same_server and d[1] == _ABSENT and d[0].startswith("server_optimizer.")
                       and d[0].rsplit(".", 1)[1] in _LATER_SETTINGS]
@@ -648,7 +675,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
                 + ", ".join(f"{key} (now {b!r})" for key, _, b in unrecorded)
             )
             diffs = [d for d in diffs if d not in unrecorded]
-        refused = [d for d in diffs if not _is_allowed(d[0], self.allowed)]
+        refused = [d for d in diffs if not _is_allowed(d[0], self.allowed) and not (  # the halves, as before
+            d[0] == "client_algorithms" and _is_allowed("server_optimizer.client", self.allowed))]
         if refused:
             lines = "\n".join(f"  {key}: {a!r} -> {b!r}" for key, a, b in refused)
             raise ValueError(
@@ -701,6 +729,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
             )
         module = self.trainer.lightning_module
         num_params = sum(p.numel() for p in module.parameters()) if module is not None else 0
+        server.bind_client_algorithms(_run_client_halves(self.trainer))  # the trainer's halves' state is needed too
         steps = state.get("num_steps")
         missing = [key for key in server.required_state(num_params) if not _has_path(state, key)]
         if "num_steps" not in missing and not (isinstance(steps, numbers.Integral) and int(steps) > 0):
