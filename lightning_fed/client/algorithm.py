@@ -77,6 +77,10 @@ class ClientAlgorithm:
         it to run one class twice."""
         return type(self).__name__
 
+    def setup(self, module: Any) -> None:
+        """At fit start, before :meth:`state_dim` is asked: look at the model (e.g. select the parts a
+        personalised method keeps local, :class:`~lightning_fed.client.personal.LocalParts`). Default: nothing."""
+
     def check(self, server: Any) -> None:
         """At fit start: raise ``ValueError`` naming both parts when ``server`` (the server optimizer holding this
         client half) cannot be combined with it. Default: every server optimizer is fine."""
@@ -139,8 +143,9 @@ class ClientHalves:
         self._context: Any = None  # the ClientContext of the client in local work (None between clients)
 
     def setup(self, server: Any, given: Optional[list[ClientAlgorithm]], num_clients: Optional[int],
-              params: list[Tensor]) -> None:
-        """At fit start, before round 0 trains: gather the halves (see the class doc), run their ``check``, and make
+              module: Any) -> None:
+        """At fit start, before round 0 trains: gather the halves (see the class doc), run their ``check`` and
+        ``setup(module)``, and make
         (or check, after a checkpoint was loaded) their per-client tables in ``server.client_algorithm_states``.
 
         Raises:
@@ -153,6 +158,8 @@ class ClientHalves:
         server.bind_client_algorithms(algorithms)
         for algorithm in algorithms:
             algorithm.check(server)
+            algorithm.setup(module)
+        params = list(module.parameters())
         dim = sum(p.numel() for p in params)
         sizes = {}
         for algorithm in algorithms:

@@ -247,7 +247,7 @@ class ClientRunner:
         self._step_callbacks = step_callbacks
         module = trainer.lightning_module
         self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
-                                 getattr(datamodule, "num_clients", None), list(module.parameters()))
+                                 getattr(datamodule, "num_clients", None), module)
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves

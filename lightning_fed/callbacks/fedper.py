@@ -1,0 +1,62 @@
+"""FedPer and FedRep: FedAvg over the body, each client keeping its head (the client halves are
+:class:`~lightning_fed.algorithms.fedper.FedPerClient` and :class:`~lightning_fed.algorithms.fedrep.FedRepClient`)."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from lightning_fed.algorithms.fedper import FedPerClient
+from lightning_fed.algorithms.fedrep import FedRepClient
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.server.aggregators.base import Stage
+
+
+class FedPer(FedAvg):
+    """FedPer (Arivazhagan et al. 2019, Alg. 1): FedAvg over the base layers; every client keeps the layers named in
+    ``head`` (see :mod:`lightning_fed.algorithms.fedper`).
+
+    Args:
+        head: Names of the personalisation layers (submodules or tensors), e.g. ``["classifier"]``.
+        lr: Server learning rate η (default 1.0).
+        weighting: ``"num_samples"`` (default, the paper's n_j/n) or ``"uniform"``.
+        aggregators: As :class:`FedAvg`.
+        client: More client halves, run after FedPer's (default ``None``).
+
+    Example::
+
+        >>> FedPer(head=["net.2"]).client_algorithms
+        [FedPerClient(head=['net.2'])]
+    """
+
+    def __init__(self, head: Sequence[str], lr: float = 1.0, weighting: str = "num_samples",
+                 aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
+        self._own_client = [FedPerClient(head)]
+        self.head = list(self._own_client[0].head)
+
+
+class FedRep(FedAvg):
+    """FedRep (Collins et al., ICML 2021, Alg. 1): each client trains its own head for ``head_steps`` local steps
+    with the body fixed, then the body with the head fixed; the server averages the body (see
+    :mod:`lightning_fed.algorithms.fedrep`).
+
+    Args:
+        head: Names of the head (submodules or tensors), e.g. ``["classifier"]``.
+        head_steps: τ_h, local steps per round on the head (default 10).
+        lr: Server learning rate η (default 1.0).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 14) or ``"num_samples"``.
+        aggregators: As :class:`FedAvg`.
+        client: More client halves, run after FedRep's (default ``None``).
+
+    Example::
+
+        >>> FedRep(head=["net.2"], head_steps=3).client_algorithms
+        [FedRepClient(head=['net.2'], head_steps=3)]
+    """
+
+    def __init__(self, head: Sequence[str], head_steps: int = 10, lr: float = 1.0, weighting: str = "uniform",
+                 aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
+        self._own_client = [FedRepClient(head, head_steps)]
+        self.head, self.head_steps = list(self._own_client[0].head), head_steps
