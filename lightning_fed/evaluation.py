@@ -547,7 +547,8 @@ def evaluate_clients(
 
 def personal_models(trainer: Any) -> Optional[Any]:
     """``personal(module, client_id)`` for :func:`evaluate_clients` when the run has client halves that keep parts
-    of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep), else ``None``:
+    of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a
+    personal model (Ditto), i.e. that define ``personal_model(module, row)``, else ``None``:
     each such half loads the client's row of its table (stored with the server optimizer) into the kept parts; a
     client without a row keeps the global model's values (its personal model is the global model)."""
     from lightning_fed.client.personal import LocalParts
@@ -556,14 +557,14 @@ def personal_models(trainer: Any) -> Optional[Any]:
     if server is None:
         return None
     halves = [a for a in [*server.client_algorithms, *(getattr(trainer, "client_algorithms", None) or [])]
-              if isinstance(a, LocalParts)]
+              if callable(getattr(a, "personal_model", None))]
     halves = list({id(a): a for a in halves}.values())
     if not halves:
         return None
 
     def personal(module: Any, client_id: int) -> None:
         for half in halves:
-            if not half.state_dim(0):
+            if isinstance(half, LocalParts) and not half.state_dim(0):
                 half.setup(module)
             table = server.client_algorithm_states.get(half.state_key)
             row = table.get(client_id) if table is not None and client_id in table else None

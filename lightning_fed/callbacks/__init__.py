@@ -7,7 +7,7 @@ from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
 from lightning_fed.callbacks.fedbn import FedBN
-from lightning_fed.callbacks.fedper import FedPer, FedRep
+from lightning_fed.callbacks.fedper import Ditto, FedPer, FedRep
 from lightning_fed.callbacks.feddyn import FedDyn
 from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.callbacks.fednova import FedNova
@@ -36,6 +36,7 @@ __all__ = [
     "AdaptiveServerOptimizer",
     "AdaptiveServerStepSize",
     "DPFedAdagrad",
+    "Ditto",
     "DPFedAdam",
     "DPFedAvg",
     "DPFedYogi",

@@ -1,10 +1,13 @@
-"""FedPer and FedRep: FedAvg over the body, each client keeping its head (the client halves are
-:class:`~lightning_fed.algorithms.fedper.FedPerClient` and :class:`~lightning_fed.algorithms.fedrep.FedRepClient`)."""
+"""Personalised FL as ready-made names: FedPer and FedRep (FedAvg over the body, each client keeping its head; the
+client halves are :class:`~lightning_fed.algorithms.fedper.FedPerClient` and
+:class:`~lightning_fed.algorithms.fedrep.FedRepClient`) and Ditto (FedAvg plus a personal model per client,
+:class:`~lightning_fed.algorithms.ditto.DittoClient`)."""
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from lightning_fed.algorithms.ditto import DittoClient
 from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.algorithms.fedrep import FedRepClient
 from lightning_fed.callbacks.fedavg import FedAvg
@@ -60,3 +63,29 @@ class FedRep(FedAvg):
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [FedRepClient(head, head_steps)]
         self.head, self.head_steps = list(self._own_client[0].head), head_steps
+
+
+class Ditto(FedAvg):
+    """Ditto (Li et al., ICML 2021, Alg. 1): FedAvg (the uniform mean of l. 10) whose clients also train a personal
+    model v_k towards the global one (see :mod:`lightning_fed.algorithms.ditto`).
+
+    Args:
+        lam: λ (≥ 0, default 0.1).
+        personal_lr: η of the personal steps (default ``None``: the client learning rate).
+        lr: Server learning rate (default 1.0).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 10) or ``"num_samples"``.
+        aggregators: As :class:`FedAvg`.
+        client: More client halves, run after Ditto's (default ``None``).
+
+    Example::
+
+        >>> Ditto(lam=0.5).client_algorithms
+        [DittoClient(lam=0.5, lr=None)]
+    """
+
+    def __init__(self, lam: float = 0.1, personal_lr: Optional[float] = None, lr: float = 1.0,
+                 weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
+                 client: Optional[list[ClientAlgorithm]] = None) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
+        self._own_client = [DittoClient(lam, personal_lr)]
+        self.lam, self.personal_lr = self._own_client[0].lam, personal_lr

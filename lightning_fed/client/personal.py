@@ -31,7 +31,56 @@ from torch import Tensor, nn
 
 from lightning_fed.client.algorithm import ClientAlgorithm
 
-__all__ = ["LocalParts", "select_parts"]
+__all__ = ["LocalParts", "personal_step", "select_parts"]
+
+
+def personal_step(module: Any, batch: Any, batch_idx: int = 0) -> Optional[Tensor]:
+    """The module's ``training_step`` on ``batch`` for a personal model (a supported call for client halves that
+    train one, e.g. Ditto): the batch is moved to the module's device, ``self.log`` / ``self.log_dict`` calls are
+    dropped (they never reach the round's logged values, and do not raise outside Lightning's loop), and every ``torchmetrics`` metric of the module is put back as it was, so the
+    global model's logged round values and metric states are unchanged. No backward pass and no optimizer step:
+    the caller differentiates the returned loss and updates its personal parameters.
+
+    Returns:
+        The loss ``training_step`` returned (its ``"loss"`` entry for a dict), or ``None`` when it returned none.
+
+    Example::
+
+        >>> import lightning as L
+        >>> class M(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = nn.Parameter(torch.ones(1))
+        ...     def training_step(self, batch, batch_idx):
+        ...         loss = ((self.w * batch - 1.0) ** 2).mean()
+        ...         self.log("train_loss", loss)  # would raise outside Lightning's loop
+        ...         return loss
+        >>> personal_step(M(), torch.tensor([2.0]))
+        tensor(1., grad_fn=<MeanBackward0>)
+    """
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    from lightning_fed.evaluation import _metric_states, _restore_metric_states
+
+    saved = _metric_states(module)
+    own = {name: vars(module)[name] for name in ("log", "log_dict") if name in vars(module)}
+    module.log = lambda *args, **kwargs: None
+    module.log_dict = lambda *args, **kwargs: None
+    try:
+        device = getattr(module, "device", None)
+        if device is not None:
+            batch = move_data_to_device(batch, device)
+        out = module.training_step(batch, batch_idx)
+    finally:
+        for name in ("log", "log_dict"):
+            if name in own:
+                setattr(module, name, own[name])
+            else:
+                vars(module).pop(name, None)
+        _restore_metric_states(saved)
+    if isinstance(out, dict):
+        out = out.get("loss")
+    return out
 
 
 def select_parts(module: nn.Module, names: Sequence[str] = (), types: Sequence[type] = (),

@@ -124,6 +124,10 @@ class ClientContext:
         global_buffers: The global model's buffers, one per entry of ``module.buffers()``.
         client_lr: γ, the client learning rate of the round (first optimizer's first parameter group; ``nan``
             without one).
+        client_batches: ``client_batches()`` iterates over the client's local batches of the round again (the same
+            batches, in the same order, as its local work; ``None`` outside the federated loop): for a client half
+            that trains a personal model on the client's own data (Ditto, with
+            :func:`~lightning_fed.client.personal.personal_step`).
         client_lrs: γ of each parameter's optimizer group in the round, aligned with ``global_params``
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
 
@@ -146,6 +150,7 @@ class ClientContext:
     global_buffers: list[Tensor]
     client_lr: float
     client_lrs: list[float] = field(default_factory=list)
+    client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
 
 
 class ClientRunner:
@@ -342,6 +347,7 @@ class ClientRunner:
         return ClientContext(
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
+            client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
         )
 
     # ------------------------------------------------------------------ one client
