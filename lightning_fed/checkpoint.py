@@ -45,6 +45,7 @@ from lightning_fed._lightning import (
 from lightning_fed.atomic_io import atomic_write
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
+from lightning_fed.server.checks import is_server_optimizer
 
 #: Key of the lightning_fed record in a checkpoint dict.
 CHECKPOINT_KEY = RECORD_KEY
@@ -461,9 +462,7 @@ def _client_halves_merged(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _server_optimizer(trainer: Any) -> Any:
-    from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-
-    found = [cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, ServerOptimizer)]
+    found = [cb for cb in getattr(trainer, "callbacks", []) if is_server_optimizer(cb)]
     return found[0] if len(found) == 1 else None
 
 

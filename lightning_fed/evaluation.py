@@ -551,8 +551,6 @@ def personal_models(trainer: Any) -> Optional[Any]:
     personal model (Ditto), i.e. that define ``personal_model(module, row)``, else ``None``:
     each such half loads the client's row of its table (stored with the server optimizer) into the kept parts; a
     client without a row keeps the global model's values (its personal model is the global model)."""
-    from lightning_fed.client.personal import LocalParts
-
     server = next((cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states")), None)
     if server is None:
         return None
@@ -564,7 +562,7 @@ def personal_models(trainer: Any) -> Optional[Any]:
 
     def personal(module: Any, client_id: int) -> None:
         for half in halves:
-            if isinstance(half, LocalParts) and not half.state_dim(0):
+            if getattr(half, "selected", True) is False:  # a LocalParts not set up by a fit (trainer.validate)
                 half.setup(module)
             table = server.client_algorithm_states.get(half.state_key)
             row = table.get(client_id) if table is not None and client_id in table else None

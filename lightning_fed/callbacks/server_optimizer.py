@@ -145,6 +145,9 @@ class ServerOptimizer(Callback):
         ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
     """
 
+    #: Marks server optimizers for the modules below the callbacks (:func:`~lightning_fed.server.checks.is_server_optimizer`).
+    is_server_optimizer = True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a subclass that defines a method of :data:`REMOVED_OVERRIDES` (it would be silently ignored).
 
@@ -595,9 +598,7 @@ class ServerOptimizer(Callback):
                 (e.g. FedDyn's server half without its client half; FedNova's reducer with clients that do not run
                 its declared local solver).
         """
-        from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
-
-        if not isinstance(trainer.fit_loop, FederatedFitLoop):
+        if getattr(trainer.fit_loop, "client_runner", None) is None:  # not lightning_fed's FederatedFitLoop
             raise RuntimeError(
                 f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
                 f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "

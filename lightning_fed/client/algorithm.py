@@ -34,15 +34,13 @@ first write, checkpointed with the server optimizer). The new state travels in t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from lightning_fed.server.client_state import ClientStateTable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lightning_fed.client.runner import ClientContext
 
 
 class ClientAlgorithm:
@@ -85,14 +83,14 @@ class ClientAlgorithm:
         """At fit start: raise ``ValueError`` naming both parts when ``server`` (the server optimizer holding this
         client half) cannot be combined with it. Default: every server optimizer is fine."""
 
-    def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
+    def start(self, module: Any, context: Any, state: Optional[Tensor]) -> None:
         """The client starts its local work from x_t (``module`` holds it; ``context.global_params`` is x_t) with its
         stored state (a flat CPU vector of :meth:`state_dim` numbers, ``None`` if never written)."""
 
     def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
         """At every local step, after the backward pass, before ``optimizer`` steps: change gradients in place."""
 
-    def finish(self, module: Any, context: "ClientContext") -> tuple[dict[str, Any], Optional[Tensor]]:
+    def finish(self, module: Any, context: Any) -> tuple[dict[str, Any], Optional[Tensor]]:
         """The local work is over (``module`` holds x_i): ``(extras, new_state)`` — what the client sends the
         server besides Δ_i, and its new per-client state (``None``: unchanged)."""
         return {}, None

@@ -183,6 +183,11 @@ class LocalParts(ClientAlgorithm):
         params, buffers = list(module.parameters()), list(module.buffers())
         self._dim = sum(params[i].numel() for i in self._params) + sum(buffers[i].numel() for i in self._buffers)
 
+    @property
+    def selected(self) -> bool:
+        """Whether :meth:`setup` has selected the kept parts."""
+        return self._dim > 0
+
     def kept_names(self, module: nn.Module) -> list[str]:
         """The names of the kept parameters, then buffers (after :meth:`setup`)."""
         pnames = [n for n, _ in module.named_parameters()]
