@@ -28,6 +28,8 @@ class FedPer(FedAvg):
 
     Example::
 
+        >>> FedPer(head=["net.2"])
+        FedPer(head=['net.2'], lr=1.0, weighting='num_samples')
         >>> FedPer(head=["net.2"]).client_algorithms
         [FedPerClient(head=['net.2'])]
     """
@@ -37,6 +39,9 @@ class FedPer(FedAvg):
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [FedPerClient(head)]
         self.head = list(self._own_client[0].head)
+
+    def extra_repr(self) -> str:
+        return f"head={self.head!r}, {super().extra_repr()}"
 
 
 class FedRep(FedAvg):
@@ -64,6 +69,9 @@ class FedRep(FedAvg):
         self._own_client = [FedRepClient(head, head_steps)]
         self.head, self.head_steps = list(self._own_client[0].head), head_steps
 
+    def extra_repr(self) -> str:
+        return f"head={self.head!r}, head_steps={self.head_steps}, {super().extra_repr()}"
+
 
 class Ditto(FedAvg):
     """Ditto (Li et al., ICML 2021, Alg. 1): FedAvg (the uniform mean of l. 10) whose clients also train a personal
@@ -89,3 +97,6 @@ class Ditto(FedAvg):
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [DittoClient(lam, personal_lr)]
         self.lam, self.personal_lr = self._own_client[0].lam, personal_lr
+
+    def extra_repr(self) -> str:
+        return f"lam={self.lam}, personal_lr={self.personal_lr}, {super().extra_repr()}"

@@ -270,3 +270,19 @@ def test_41_a_format_2_checkpoint_with_positional_client_state_resumes_bit_for_b
                                      ckpt_path=str(old))
     for p, q in zip(full.parameters(), resumed.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_41_halves_given_to_the_trainer_are_checked_together_with_the_server_half(tmp_path):
+    """#41: FedDyn's client half given to the trainer (a part of the run of its own) still needs its server half in
+    the server optimizer's chain: refused at fit start naming both; with both, the run is FedDyn's, bit for bit."""
+    _, _, dm = _datamodule()
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(weighting="uniform")],
+                               client_algorithms=[FedDynClient(0.1)], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"FedDynClient\(alpha=0.1\) \(FedDyn's client half\) needs FedDyn's server "
+                                         r"half in FedAvg's `aggregators`"):
+        trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
+    assert trainer.global_step == 0
+    *_, composed, _ = _fit(tmp_path, FedAvg(weighting="uniform", aggregators=[FedDynCorrection(0.1)]), rounds=3,
+                           client_algorithms=[FedDynClient(0.1)])
+    *_, ready, _ = _fit(tmp_path, FedDyn(alpha=0.1), rounds=3)
+    assert np.array_equal(linear_weights(composed), linear_weights(ready))
