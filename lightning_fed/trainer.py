@@ -32,7 +32,8 @@ from lightning_fed.guards import check_max_update_norm_ratio, check_on_nonfinite
 from lightning_fed.interrupts import check_client_timeout
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.client.runner import ClientAlgorithmSteps
-from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
+from lightning_fed.loop import FederatedFitLoop
+from lightning_fed.server.checks import find_server_optimizer
 
 
 #: ``client_executor`` names accepted as strings (e.g. from the CLI).
