@@ -345,22 +345,31 @@ class ServerOptimizer(Callback):
         """
         return self._aggregate(updates, None)
 
-    def _aggregate(self, updates: list[ClientUpdate], reports: Optional[list]) -> list[Tensor]:
-        """:meth:`aggregate`, appending the chain's stage reports to ``reports`` when given."""
+    def _aggregate(self, updates: list[ClientUpdate], reports: Optional[list],
+                   template: Optional[list[Tensor]] = None) -> list[Tensor]:
+        """:meth:`aggregate`, appending the chain's stage reports to ``reports`` when given; ``template`` (x_t, or
+        the parameters aggregated) shapes a round without any client."""
         if self.aggregators is not None:
-            return self._run_aggregators(updates, reports)
+            return self._run_aggregators(updates, reports, template)
         x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
                          self.client_weight_counts(updates), list(updates))
         return WeightedMean().apply(x, EmptyState(), RoundInfo(self.num_steps, 0, len(updates), len(updates)))[0]
 
-    def _run_aggregators(self, updates: list[ClientUpdate], reports: Optional[list] = None) -> list[Tensor]:
+    def _run_aggregators(self, updates: list[ClientUpdate], reports: Optional[list] = None,
+                         template: Optional[list[Tensor]] = None) -> list[Tensor]:
         """Δ_t from the aggregator chain (client transforms → reducer → delta transforms); each stage's report is
-        appended to ``reports`` when given (:func:`~lightning_fed.server.aggregators.run_chain`)."""
+        appended to ``reports`` when given (:func:`~lightning_fed.server.aggregators.run_chain`). A round without any
+        client (a server that :attr:`releases_empty_rounds`) runs the chain on no client, shaped by ``template``."""
         # The chain's client transforms apply themselves to the raw deltas and weighting counts.
-        x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], self._weighting_counts(updates),
-                         list(updates))
-        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
-        self.chain_state(x.deltas[0], info.num_clients)
+        if updates:
+            counts = self._weighting_counts(updates)
+        else:
+            counts = torch.zeros(0, dtype=torch.float64)
+        x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], counts, list(updates), template)
+        k = max(len(updates), 1)
+        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, k, k)
+        shape = x.deltas[0] if x.deltas else [torch.zeros_like(t) for t in template]
+        self.chain_state(shape, info.num_clients)
         value, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info, reports)
         return value
 
@@ -499,13 +508,14 @@ class ServerOptimizer(Callback):
             if not kept:
                 raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained (all frozen).")
             released = self._aggregate([dataclasses.replace(u, delta=[u.delta[i] for i in kept]) for u in updates],
-                                       reports)
-            pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta]
+                                       reports, [params[i] for i in kept])
+            pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta] if updates else \
+                [torch.zeros_like(p) for p in params]
             for i, d in zip(kept, released):
                 pseudo_gradient[i] = d
             global_frozen = [params[i].detach().clone() for i in frozen]
         else:
-            pseudo_gradient = self._aggregate(updates, reports)
+            pseudo_gradient = self._aggregate(updates, reports, list(params))
         with torch.no_grad():
             if self._rule_state is None:
                 self._rule_state = self.server_rule.init(params)

@@ -55,6 +55,8 @@ class ClientDeltas(NamedTuple):
         counts: float64 ``[K]``, the unnormalised aggregation weights (sample counts, or 1 under uniform weighting).
         updates: The round's :class:`~lightning_fed.ClientUpdate` objects in the same order (``None`` when built by
             hand), for stages that need a client's local steps or learning rates (e.g. Nastya's normalisation).
+        template: Tensors shaped like the parameters aggregated (x_t; ``None`` when built by hand), so that a
+            reducer can return Δ_t of a round without any client (DP-FedAvg with Poisson cohorts: the noise alone).
 
     Example (two clients of one parameter each, holding 1 and 2 samples)::
 
@@ -68,6 +70,7 @@ class ClientDeltas(NamedTuple):
     deltas: list[list[Tensor]]
     counts: Tensor
     updates: Optional[list[Any]] = None
+    template: Optional[list[Tensor]] = None
 
 
 class RoundReport(NamedTuple):

@@ -221,7 +221,8 @@ def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> flo
 class DPMean(Stage):
     """The DP-FedAvg reducer: Δ_t = Σ_i Δ_i / C, every client weighted 1, divided by the *expected* cohort size
     C = ``RoundInfo.clients_per_round`` (McMahan et al. 2018, Alg. 1, the fixed-denominator estimator f̃_f with all
-    w_k = 1, so qW = C). The denominator does not depend on who reported, so one client's update moves Δ_t by at
+    w_k = 1, so qW = C); a round without any client (Poisson cohorts) gives Δ_t = 0, shaped by
+    ``ClientDeltas.template``, to which the noise stage adds its noise. The denominator does not depend on who reported, so one client's update moves Δ_t by at
     most S/C. Summed in float64, divided once, rounded once to the parameters' dtype (as
     :class:`~lightning_fed.server.aggregators.WeightedMean`: with all C clients reporting it equals
     ``WeightedMean`` under ``weighting="uniform"`` bit for bit).
@@ -241,6 +242,10 @@ class DPMean(Stage):
     kind = "reduce"
 
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
+        if not x.deltas:  # a round without any client (Poisson cohorts): the sum of no update is 0
+            if x.template is None:
+                raise ValueError("DPMean got a round without clients and no `template` to shape Δ_t = 0 by.")
+            return [torch.zeros_like(t) for t in x.template], state
         if not bool((x.counts == x.counts[0]).all()):
             raise ValueError(
                 "DPMean weights every client 1 (DP-FedAvg, McMahan et al. 2018), but the clients' weights differ: "
