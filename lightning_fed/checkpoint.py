@@ -45,6 +45,7 @@ from lightning_fed._lightning import (
 from lightning_fed.atomic_io import atomic_write
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
+from lightning_fed.server.checks import is_server_optimizer
 
 #: Key of the lightning_fed record in a checkpoint dict.
 CHECKPOINT_KEY = RECORD_KEY
@@ -52,7 +53,8 @@ CHECKPOINT_KEY = RECORD_KEY
 def _run_config_names() -> tuple[str, ...]:
     from lightning_fed.datamodules.federated import FederatedDataModule
 
-    return ("partitioner", "partition", *FederatedDataModule.run_setting_names(), "local_work", "server_optimizer")
+    return ("partitioner", "partition", *FederatedDataModule.run_setting_names(), "local_work", "server_optimizer",
+            "client_algorithms")
 
 
 def _datamodule_record_defaults() -> dict[str, Any]:
@@ -63,7 +65,7 @@ def _datamodule_record_defaults() -> dict[str, Any]:
 
 #: The first parts of the run record's names: the partitioner, the partition, the data module's run settings as its
 #: parts report them (:meth:`FederatedDataModule.run_setting_names
-#: <lightning_fed.datamodules.FederatedDataModule.run_setting_names>`), local work and the server optimizer.
+#: <lightning_fed.datamodules.FederatedDataModule.run_setting_names>`), local work, the server optimizer and the client halves.
 RUN_CONFIG_NAMES = _run_config_names()
 #: Settings added to the record later, with the value a checkpoint that lacks them was run with.
 _RECORD_DEFAULTS = {**_datamodule_record_defaults(), "server_optimizer.accounting": "rdp",
@@ -380,7 +382,9 @@ def run_config(trainer: Any) -> dict[str, Any]:
       ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``,
       ``cohort_sampling``);
     * ``local_work`` (class) and ``local_work.<arg>`` (e.g. ``local_work.batch_size``, ``local_work.local_epochs``);
-    * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``).
+    * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``);
+    * ``client_algorithms``: the client halves given to the trainer (``FederatedTrainer(client_algorithms=...)``),
+      when there are any; on resume they are compared together with ``server_optimizer.client``.
 
     Settings the trainer does not have (no data module, partition not computed yet) are left out.
     """
@@ -401,6 +405,9 @@ def run_config(trainer: Any) -> dict[str, Any]:
         _add_object(config, "local_work", getattr(dm, "local_work", None))
     server = _server_optimizer(trainer)
     _add_object(config, "server_optimizer", server)
+    halves = getattr(trainer, "client_algorithms", None)
+    if halves:
+        config["client_algorithms"] = _plain(list(halves))
     return config
 
 
@@ -436,10 +443,28 @@ def _segment_from_state(state: Any) -> Optional[dict[str, Any]]:
     return None
 
 
-def _server_optimizer(trainer: Any) -> Any:
-    from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+def _run_client_halves(trainer: Any) -> list[Any]:
+    """The run's client halves in the order the client runner runs them: the server optimizer's own and its
+    ``client``, then ``FederatedTrainer(client_algorithms=...)``."""
+    server = _server_optimizer(trainer)
+    own = list(server.server_client_algorithms) if server is not None else []
+    return own + list(getattr(trainer, "client_algorithms", None) or [])
 
-    found = [cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, ServerOptimizer)]
+
+def _client_halves_merged(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a run record) with the client halves given to the server optimizer (``server_optimizer.client``)
+    and to the trainer (``client_algorithms``) compared as one list, ``client_algorithms``: the CLI moves an old
+    config's ``server_optimizer.client`` to ``trainer.client_algorithms``, the same run."""
+    if "server_optimizer.client" not in config and "client_algorithms" not in config:
+        return config
+    out = {k: v for k, v in config.items() if k not in ("server_optimizer.client", "client_algorithms")}
+    halves = list(config.get("server_optimizer.client") or []) + list(config.get("client_algorithms") or [])
+    out["client_algorithms"] = halves or None
+    return out
+
+
+def _server_optimizer(trainer: Any) -> Any:
+    found = [cb for cb in getattr(trainer, "callbacks", []) if is_server_optimizer(cb)]
     return found[0] if len(found) == 1 else None
 
 
@@ -585,7 +610,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
             self.privacy_history = []
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
-            migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path))
+            migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path),
+                               client_halves=[a.state_key for a in _run_client_halves(self.trainer)])
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
 
@@ -640,7 +666,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
             self._move_server_state(old_key, server, path)
             return
         old, new = record.get("run_config", {}), run_config(self.trainer)
-        diffs = config_differences(old, new)
+        diffs = config_differences(_client_halves_merged(old), _client_halves_merged(new))
         same_server = "server_optimizer" not in {d[0] for d in diffs}
         unrecorded = [d for d in diffs if same_server and d[1] == _ABSENT and d[0].startswith("server_optimizer.")
                       and d[0].rsplit(".", 1)[1] in _LATER_SETTINGS]
@@ -650,7 +676,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
                 + ", ".join(f"{key} (now {b!r})" for key, _, b in unrecorded)
             )
             diffs = [d for d in diffs if d not in unrecorded]
-        refused = [d for d in diffs if not _is_allowed(d[0], self.allowed)]
+        refused = [d for d in diffs if not _is_allowed(d[0], self.allowed) and not (  # the halves, as before
+            d[0] == "client_algorithms" and _is_allowed("server_optimizer.client", self.allowed))]
         if refused:
             lines = "\n".join(f"  {key}: {a!r} -> {b!r}" for key, a, b in refused)
             raise ValueError(
@@ -703,6 +730,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
             )
         module = self.trainer.lightning_module
         num_params = sum(p.numel() for p in module.parameters()) if module is not None else 0
+        server.bind_client_algorithms(_run_client_halves(self.trainer))  # the trainer's halves' state is needed too
         steps = state.get("num_steps")
         missing = [key for key in server.required_state(num_params) if not _has_path(state, key)]
         if "num_steps" not in missing and not (isinstance(steps, numbers.Integral) and int(steps) > 0):

@@ -128,6 +128,38 @@ def move_server_optimizer(cfg: Namespace, source: str = "the config") -> Namespa
             )
         cfg[prefix + SERVER_OPTIMIZER_KEY] = callbacks.pop(found[0])
         cfg[prefix + "trainer.callbacks"] = callbacks
+    return move_client_halves(cfg)
+
+
+#: Where the client halves of a run are given on the command line and in configs (issue #41).
+CLIENT_HALVES_KEY = "trainer.client_algorithms"
+
+
+def move_client_halves(cfg: Namespace) -> Namespace:
+    """Move client halves given the old way, inside the server optimizer (``server_optimizer.init_args.client``), to
+    ``trainer.client_algorithms`` (in place), so that swapping the server optimizer afterwards
+    (``--server_optimizer FedYogi``, a later ``--config``) keeps them: they are a part of the run of their own.
+    Halves given this way replace those already in ``trainer.client_algorithms`` (the config read last wins).
+
+    Example::
+
+        >>> cfg = Namespace({"server_optimizer": Namespace(class_path="lightning_fed.callbacks.FedAdam",
+        ...                  init_args=Namespace(client=[{"class_path": "lightning_fed.algorithms.FedProxClient"}])),
+        ...                  "trainer.client_algorithms": None})
+        >>> moved = move_client_halves(cfg)
+        >>> moved.server_optimizer.init_args.client, moved["trainer.client_algorithms"]
+        (None, [{'class_path': 'lightning_fed.algorithms.FedProxClient'}])
+    """
+    for prefix in _prefixes(cfg):
+        server = cfg.get(prefix + SERVER_OPTIMIZER_KEY)
+        if not isinstance(server, Namespace):
+            continue
+        init_args = server.get("init_args")
+        halves = init_args.get("client") if isinstance(init_args, Namespace) else None
+        if not halves:
+            continue
+        cfg[prefix + CLIENT_HALVES_KEY] = list(halves) if isinstance(halves, list) else [halves]
+        init_args["client"] = None
     return cfg
 
 
@@ -451,6 +483,7 @@ class FederatedCLI(LightningCLI):
                 f"has exactly one: swap it with `--{SERVER_OPTIMIZER_KEY} NAME` (e.g. `--{SERVER_OPTIMIZER_KEY} "
                 f"FedYogi --{SERVER_OPTIMIZER_KEY}.lr 0.01`), which keeps the other callbacks."
             )
+        move_client_halves(self.config)  # `--server_optimizer.client ...` given on the command line
         self._check_ckpt_path(parser, prefix)
         if subcommand == "predict":
             self._check_predict_source(parser, prefix)

@@ -31,8 +31,14 @@ module's own optimizer (a fresh one from ``configure_optimizers``) on its traini
 is restored bit for bit; statistics go to ``fed_personalized_m/...``. Its random draws (dropout) use a forked torch
 generator seeded by :func:`~lightning_fed.executor.client_seed`, so the training run's random stream is unchanged.
 
+With a personalised method — client halves that keep parts of the model local
+(:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) — each evaluation client is also evaluated
+with its personal model, the global model with its own state in the kept parts (:func:`personal_models`; a client
+never trained has the global model), into ``fed_personal_m/...`` (the same statistics), and the global model is
+restored bit for bit.
+
 With ``eval_csv`` every federated evaluation appends one row per client (``round, client_id, samples`` then the
-metrics, ``personalized_m`` for personalised ones) to that CSV file. The path is checked at fit / validate start (a
+metrics, ``personalized_m`` for personalised ones, ``personal_m`` for personal models) to that CSV file. The path is checked at fit / validate start (a
 missing folder is created; a directory or an unwritable path is a ``ValueError`` naming ``eval_csv``). A fresh
 ``fit`` starts the file afresh; a resumed ``fit(ckpt_path=...)`` keeps the rows of the rounds before the resumed
 round, removes those of later rounds (written by the interrupted run after its checkpoint) and appends, so each
@@ -135,6 +141,9 @@ class ClientEvaluation:
         personalized: the same after ``eval_local_steps`` local steps (empty when off).
         dropped: ``(client id, reason)`` of the clients dropped from the evaluation (they raised or ran past
             ``client_timeout_s``); not in ``client_ids``.
+        personal: the same for each client's personal model — the global model with the client's own state in the
+            parts a personalised method keeps local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN,
+            FedPer, FedRep); empty without such a method. Logged as ``fed_personal_<m>/<stat>``.
 
     Example (sample-weighted mean, unweighted mean, NumPy's linear percentiles, mean of the worst ⌈10 %⌉)::
 
@@ -154,30 +163,40 @@ class ClientEvaluation:
     metrics: dict[str, np.ndarray]
     personalized: dict[str, np.ndarray] = field(default_factory=dict)
     dropped: list[tuple[int, str]] = field(default_factory=list)
+    personal: dict[str, np.ndarray] = field(default_factory=dict)
 
     def statistics(self) -> dict[str, float]:
-        """``{"fed_<m>/<stat>": value}`` and ``{"fed_personalized_<m>/<stat>": value}`` for every metric."""
+        """``{"fed_<m>/<stat>": value}``, ``{"fed_personalized_<m>/<stat>": value}`` and
+        ``{"fed_personal_<m>/<stat>": value}`` for every metric."""
         out: dict[str, float] = {}
-        for prefix, table in (("fed_", self.metrics), ("fed_personalized_", self.personalized)):
+        for prefix, table in self.tables():
             for name, values in table.items():
                 for stat, value in federated_statistics(values, self.samples, lower_is_better(name)).items():
                     out[f"{prefix}{name}/{stat}"] = value
         return out
 
+    def tables(self) -> list[tuple[str, dict[str, np.ndarray]]]:
+        """``(prefix, table)`` of the global model's, the fine-tuned (``fed_personalized_``) and the personal models'
+        (``fed_personal_``) metrics."""
+        return [("fed_", self.metrics), ("fed_personalized_", self.personalized), ("fed_personal_", self.personal)]
+
     def write_csv(self, path: str, append: bool = False) -> None:
-        """Rows ``round, client_id, samples, <metrics...>, personalized_<metrics...>`` (header unless appending to
-        an existing file)."""
+        """Rows ``round, client_id, samples, <metrics...>, personalized_<metrics...>, personal_<metrics...>`` (header
+        unless appending to an existing file; ``personal_`` columns only with a personalised method)."""
         names = sorted(self.metrics)
         pnames = sorted(self.personalized)
+        onames = sorted(self.personal)
         exists = append and os.path.exists(path)
         with open(path, "a" if append else "w", newline="") as f:
             writer = csv.writer(f)
             if not exists:
-                writer.writerow(["round", "client_id", "samples", *names, *(f"personalized_{n}" for n in pnames)])
+                writer.writerow(["round", "client_id", "samples", *names, *(f"personalized_{n}" for n in pnames),
+                                 *(f"personal_{n}" for n in onames)])
             for i, cid in enumerate(self.client_ids.tolist()):
                 row = [self.round, cid, int(self.samples[i])]
                 row += [repr(float(self.metrics[n][i])) for n in names]
                 row += [repr(float(self.personalized[n][i])) for n in pnames]
+                row += [repr(float(self.personal[n][i])) for n in onames]
                 writer.writerow(row)
 
 
@@ -386,6 +405,7 @@ def evaluate_clients(
     client_timeout_s: Optional[float] = None,
     on_client_failure: str = "raise",
     stop_signals: bool = False,
+    personal: Optional[Any] = None,
 ) -> ClientEvaluation:
     """Evaluate the trainer's module (the global model) on each client's own evaluation data.
 
@@ -411,6 +431,9 @@ def evaluate_clients(
         stop_signals: While clients are evaluated, SIGTERM and SIGINT raise
             :class:`~lightning_fed.interrupts.RoundInterrupted` at once (:class:`~lightning_fed.interrupts.StopSignals`,
             the previous SIGTERM handler runs first); default ``False``.
+        personal: ``personal(module, client_id)`` turns the module (holding the global model) into that client's
+            personal model in place (:func:`personal_models`); each client is then evaluated with it too, into
+            :attr:`ClientEvaluation.personal`, and the global model restored. Default ``None``: off.
 
     Returns:
         :class:`ClientEvaluation` (metrics of the clients that reported, in ``client_ids`` order).
@@ -431,6 +454,7 @@ def evaluate_clients(
     ids = np.asarray(client_ids, dtype=np.int64)
     rows: list[dict[str, float]] = []
     prows: list[dict[str, float]] = []
+    orows: list[dict[str, float]] = []
     kept: list[int] = []
     dropped: list[tuple[int, str]] = []
     devices = [module.device] if module.device.type == "cuda" else []
@@ -460,7 +484,7 @@ def evaluate_clients(
 
     with contextlib.ExitStack() as stack:
         stack.callback(_restore_metric_states, metric_states)
-        if local_steps:
+        if local_steps or personal is not None:
             stack.enter_context(torch.inference_mode(False))
             params, buffers = list(module.parameters()), list(module.buffers())
             with torch.no_grad():
@@ -480,6 +504,13 @@ def evaluate_clients(
             try:
                 with limit if limit is not None else contextlib.nullcontext():
                     row = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
+                    orow = None
+                    if personal is not None:
+                        try:
+                            personal(module, cid)
+                            orow = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
+                        finally:
+                            restore_model()
                     prow = None
                     if local_steps:
                         with torch.random.fork_rng(devices=devices):
@@ -498,6 +529,8 @@ def evaluate_clients(
             rows.append(row)
             if prow is not None:
                 prows.append(prow)
+            if orow is not None:
+                orows.append(orow)
             kept.append(cid)
 
     def table(dicts: list[dict[str, float]]) -> dict[str, np.ndarray]:
@@ -511,7 +544,33 @@ def evaluate_clients(
 
     kept_ids = np.asarray(kept, dtype=np.int64)
     samples = np.array([sum(len(b) for b in datamodule.client_eval_batches(c)) for c in kept], dtype=np.int64)
-    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped)
+    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped, table(orows))
+
+
+def personal_models(trainer: Any) -> Optional[Any]:
+    """``personal(module, client_id)`` for :func:`evaluate_clients` when the run has client halves that keep parts
+    of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a
+    personal model (Ditto), i.e. that define ``personal_model(module, row)``, else ``None``:
+    each such half loads the client's row of its table (stored with the server optimizer) into the kept parts; a
+    client without a row keeps the global model's values (its personal model is the global model)."""
+    server = next((cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states")), None)
+    if server is None:
+        return None
+    halves = [a for a in [*server.client_algorithms, *(getattr(trainer, "client_algorithms", None) or [])]
+              if callable(getattr(a, "personal_model", None))]
+    halves = list({id(a): a for a in halves}.values())
+    if not halves:
+        return None
+
+    def personal(module: Any, client_id: int) -> None:
+        for half in halves:
+            if getattr(half, "selected", True) is False:  # a LocalParts not set up by a fit (trainer.validate)
+                half.setup(module)
+            table = server.client_algorithm_states.get(half.state_key)
+            row = table.get(client_id) if table is not None and client_id in table else None
+            half.personal_model(module, row)
+
+    return personal
 
 
 def _lightning_warn(message: str) -> None:
@@ -655,7 +714,7 @@ class FederatedEvaluation(Callback):
                 trainer, datamodule, clients, round_idx, datamodule.eval_local_steps,
                 client_timeout_s=getattr(runner, "client_timeout_s", None),
                 on_client_failure="raise" if getattr(runner, "raises_on_failure", False) else "skip",
-                stop_signals=trainer.world_size == 1,
+                stop_signals=trainer.world_size == 1, personal=personal_models(trainer),
             )
         except RoundInterrupted as interrupt:
             self._stopped(trainer, round_idx, interrupt.signum, validating)
@@ -680,7 +739,7 @@ class FederatedEvaluation(Callback):
             pl_module.log("fed_clients_dropped", float(len(result.dropped)), on_step=False, on_epoch=True,
                           batch_size=1)
         step = _lightning.batches_that_stepped(trainer.fit_loop.epoch_loop)
-        for prefix, table in (("fed_", result.metrics), ("fed_personalized_", result.personalized)):
+        for prefix, table in result.tables():
             for name, values in table.items():
                 _histogram(trainer, f"{prefix}{name}", values, step)
         path = datamodule.eval_csv

@@ -21,6 +21,7 @@ from torch import Tensor
 from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.runner import FAILURE_POLICIES, ClientRunner
+from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.round_logging import RoundLogAccumulator
@@ -50,22 +51,6 @@ ROUND_METRICS = (
     "round_clients_unavailable",
 )
 _FAILURE_POLICIES = FAILURE_POLICIES
-
-
-def find_server_optimizer(callbacks: list[Any]) -> ServerOptimizer:
-    """The single :class:`ServerOptimizer` among ``callbacks``.
-
-    Raises:
-        ValueError: none or more than one given.
-    """
-    found = [cb for cb in callbacks if isinstance(cb, ServerOptimizer)]
-    if len(found) != 1:
-        names = ", ".join(type(cb).__name__ for cb in found) or "none"
-        raise ValueError(
-            f"A federated trainer needs exactly one server optimizer callback (FedAvg, FedAdam, ...); got "
-            f"{len(found)}: {names}."
-        )
-    return found[0]
 
 
 class FederatedFitLoop(pl_private.FitLoop):

@@ -12,8 +12,15 @@ Formats:
   be in a method's own layout from before :class:`~lightning_fed.server.client_state.ClientStateTable`: SCAFFOLD's
   ``"client_controls"`` (client id → flat c_i) with ``"num_clients"``, FedAWARE's ``"fedaware"["momenta"]``
   (an N × d matrix) and ``"seen"`` (bool ``[N]``).
-* **2** — every per-client state is a ``"client_state"`` table state dict (what this version writes); a stage
-  state holding a table inside ``"aggregators"`` saves it as ``{"client_state_table": <its state dict>}``.
+* **2** — every per-client state is a ``"client_state"`` table state dict; a stage state holding a table inside
+  ``"aggregators"`` saves it as ``{"client_state_table": <its state dict>}``. The client halves' tables
+  (``"client_algorithms"``) are keyed by the half's position in the server optimizer's halves (its own, then
+  ``client=[...]``).
+* **3** — the client halves' tables are keyed by the half's name (``ClientAlgorithm.state_key``, e.g.
+  ``"FedDynClient"``; what this version writes), so that adding or reordering halves keeps each one's state. The
+  step from 2 needs the halves of the run resuming (in order: the server optimizer's own, its ``client``, then
+  ``FederatedTrainer(client_algorithms=...)``, the order a format-2 run had them in), given by the checkpoint
+  connector; without them, or with fewer halves than positions, it refuses.
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
@@ -28,10 +35,10 @@ from typing import Any, Callable, Optional
 from lightning_fed.server.client_state import ClientStateTable
 
 __all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "migrate_checkpoint",
-           "upgrade_server_state"]
+           "name_client_states", "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 
 #: The key of lightning_fed's record in a Lightning checkpoint (``lightning_fed.checkpoint.CHECKPOINT_KEY``).
 RECORD_KEY = "lightning_fed"
@@ -84,11 +91,11 @@ def upgrade_server_state(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def _format_0(checkpoint: dict[str, Any]) -> None:
+def _format_0(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
     """No record: nothing to add (the run cannot be checked); the server states are upgraded by format 1's step."""
 
 
-def _format_1(checkpoint: dict[str, Any]) -> None:
+def _format_1(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
     """Per-client states in a method's own layout → ``"client_state"`` tables (:func:`upgrade_server_state`)."""
     callbacks = checkpoint.get("callbacks")
     if isinstance(callbacks, dict):
@@ -97,8 +104,50 @@ def _format_1(checkpoint: dict[str, Any]) -> None:
                 callbacks[key] = upgrade_server_state(state)
 
 
-#: format → the function upgrading a checkpoint of that format (in place) to the next one.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], None]] = {0: _format_0, 1: _format_1}
+def name_client_states(tables: dict[str, Any], client_halves: Optional[list[str]]) -> dict[str, Any]:
+    """The client halves' tables of one server-optimizer state keyed by name: a positional key ``"<i>"`` (format ≤ 2)
+    becomes ``client_halves[i]``; a named key is kept.
+
+    Args:
+        tables: ``state["client_algorithms"]`` as saved.
+        client_halves: The ``state_key`` of every client half of the resuming run, in order (``None``: unknown).
+
+    Raises:
+        ValueError: a positional key without a half at that position (or no halves given), naming it.
+
+    Example::
+
+        >>> name_client_states({"1": "g_k table"}, ["FedProxClient", "FedDynClient"])
+        {'FedDynClient': 'g_k table'}
+    """
+    out: dict[str, Any] = {}
+    for key, table in tables.items():
+        if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+            i = int(key)
+            if client_halves is None or i >= len(client_halves):
+                known = "no client halves" if not client_halves else f"the client halves {client_halves}"
+                raise ValueError(
+                    f"The checkpoint (format 2) keeps per-client state of the client half at position {i} of the "
+                    f"server optimizer's halves, but the run resuming it has {known}; resume with the client halves "
+                    "the checkpoint was written with (in their order)."
+                )
+            key = client_halves[i]
+        out[str(key)] = table
+    return out
+
+
+def _format_2(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
+    """The client halves' tables keyed by position → keyed by the half's name (:func:`name_client_states`)."""
+    callbacks = checkpoint.get("callbacks")
+    if isinstance(callbacks, dict):
+        for state in callbacks.values():
+            if isinstance(state, dict) and isinstance(state.get("client_algorithms"), dict):
+                state["client_algorithms"] = name_client_states(state["client_algorithms"], client_halves)
+
+
+#: format → the function upgrading a checkpoint of that format (in place) to the next one; each takes the checkpoint
+#: and ``client_halves`` (the resuming run's client halves' names, in order; ``None`` when not known).
+MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2}
 
 
 def _malformed(path: Optional[str], field: str, value: Any, expected: str) -> ValueError:
@@ -166,12 +215,15 @@ def checkpoint_format(checkpoint: dict[str, Any]) -> int:
     return int(record.get("format", 1)) if isinstance(record, dict) else 0
 
 
-def migrate_checkpoint(checkpoint: dict[str, Any], path: Optional[str] = None) -> int:
+def migrate_checkpoint(checkpoint: dict[str, Any], path: Optional[str] = None,
+                       client_halves: Optional[list[str]] = None) -> int:
     """Upgrade a loaded Lightning checkpoint (in place) to :data:`CHECKPOINT_FORMAT`; returns the format it had.
 
     Args:
         checkpoint: The loaded checkpoint.
         path: The checkpoint file, named in errors (default ``None``).
+        client_halves: The ``state_key`` of every client half of the run resuming it, in order (default ``None``:
+            unknown; a format-2 checkpoint with per-client state of client halves is then refused).
 
     Raises:
         ValueError: a malformed lightning_fed record (:func:`check_record`), or a format newer than this version
@@ -186,7 +238,7 @@ def migrate_checkpoint(checkpoint: dict[str, Any], path: Optional[str] = None) -
             f"{CHECKPOINT_FORMAT}: it was written by a later lightning_fed; upgrade lightning_fed to load it."
         )
     for version in range(found, CHECKPOINT_FORMAT):
-        MIGRATIONS[version](checkpoint)
+        MIGRATIONS[version](checkpoint, client_halves=client_halves)
     if isinstance(checkpoint.get(RECORD_KEY), dict):
         checkpoint[RECORD_KEY]["format"] = CHECKPOINT_FORMAT
     return found

@@ -44,6 +44,8 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
+from lightning_fed.server.checks import find_server_optimizer, is_server_optimizer
+
 __all__ = [
     "client_size_figure",
     "custom_scalars_layout",
@@ -155,11 +157,10 @@ def flatten_settings(name: str, obj: Any) -> dict[str, Any]:
 
 
 def _is_component(value: Any) -> bool:
-    from lightning_fed.callbacks.server_optimizer import ServerOptimizer
     from lightning_fed.datamodules.local_work import LocalWork
     from lightning_fed.datamodules.partition import Partitioner
 
-    return isinstance(value, (ServerOptimizer, Partitioner, LocalWork))
+    return is_server_optimizer(value) or isinstance(value, (Partitioner, LocalWork))
 
 
 def federated_hparams(trainer: Any) -> dict[str, Any]:
@@ -191,8 +192,6 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
     dm = trainer.datamodule
     module = trainer.lightning_module
     out: dict[str, Any] = {}
-    from lightning_fed.loop import find_server_optimizer
-
     server = find_server_optimizer(trainer.callbacks)
     partitioner = getattr(dm, "partitioner", None)
     local_work = getattr(dm, "local_work", None)

@@ -31,7 +31,10 @@ from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
 from lightning_fed.guards import check_max_update_norm_ratio, check_on_nonfinite_server_step
 from lightning_fed.interrupts import check_client_timeout
-from lightning_fed.loop import FederatedFitLoop, find_server_optimizer
+from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
+from lightning_fed.client.runner import ClientAlgorithmSteps
+from lightning_fed.loop import FederatedFitLoop
+from lightning_fed.server.checks import find_server_optimizer
 
 
 #: ``client_executor`` names accepted as strings (e.g. from the CLI).
@@ -131,6 +134,11 @@ class FederatedTrainer(L.Trainer):
         client_executor: How the cohort is trained: a :class:`~lightning_fed.client.sequential.ClientExecutor`, or
             ``"sequential"`` (default: one client after another in this process) or ``"vectorized"``
             (:class:`~lightning_fed.vectorized.VectorizedExecutor` with its defaults).
+        client_algorithms: Client halves every client runs (:class:`~lightning_fed.client.ClientAlgorithm`, e.g.
+            ``[FedProxClient(mu=0.01)]``; default ``None``: only the server optimizer's own), after the server
+            optimizer's own halves and its ``client=[...]``. They belong to the run, not to the server optimizer:
+            swapping the server optimizer (in Python, a second config, ``--server_optimizer`` on the CLI) keeps
+            them. Their per-client state is kept by name (``state_key``); a ``TypeError`` names a wrong entry.
         on_client_failure: What a client that raises or returns a non-finite update does to the run:
             ``"skip"`` (default: dropped from the round with a warning, counted in ``round_clients_dropped``;
             but a round in which every client raised the same exception type at the same place — a bug, not a
@@ -216,8 +224,12 @@ class FederatedTrainer(L.Trainer):
         client_timeout_s: Optional[float] = None,
         max_update_norm_ratio: Optional[float] = None,
         on_nonfinite_server_step: str = "raise",
+        client_algorithms: Optional[list[ClientAlgorithm]] = None,
         **kwargs: Any,
     ) -> None:
+        #: The client halves every client runs besides the server optimizer's own (a part of the run of their own:
+        #: swapping the server optimizer keeps them); run by the client runner after the server optimizer's.
+        self.client_algorithms: list[ClientAlgorithm] = check_client_algorithms(client_algorithms, "client_algorithms")
         client_executor = _resolve_executor(client_executor)
         allowed = normalize_allowed_changes(allow_resume_changes)
         check_client_timeout(client_timeout_s)  # before Lightning's set-up, so a bad value fails first
@@ -238,6 +250,9 @@ class FederatedTrainer(L.Trainer):
             callbacks.append(FedAvg())
         else:
             find_server_optimizer(callbacks)  # raises on two or more
+        # the client halves' per-step call, where the server optimizer's dispatch used to run (same order)
+        server_index = next(i for i, cb in enumerate(callbacks) if isinstance(cb, ServerOptimizer))
+        callbacks.insert(server_index + 1, ClientAlgorithmSteps())
         if kwargs.get("enable_progress_bar", True) is not False and not any(
             isinstance(cb, ProgressBar) for cb in callbacks
         ):

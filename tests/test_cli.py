@@ -49,7 +49,8 @@ def test_example_config_parses(config, tmp_path, monkeypatch):
     assert written[0]["class_path"].rsplit(".", 1)[1] == type(server).__name__
     for key, value in written[0].get("init_args", {}).items():
         if key in ("aggregators", "client"):  # stages / client halves: each one's class and settings as written
-            parts = getattr(server, key)
+            # client halves are a part of the run of their own (#41): moved to trainer.client_algorithms
+            parts = cli.trainer.client_algorithms if key == "client" else getattr(server, key)
             assert [type(s).__name__ for s in parts] == [v["class_path"].rsplit(".", 1)[1] for v in value]
             for part, v in zip(parts, value):
                 assert {k: getattr(part, k) for k in v.get("init_args", {})} == v.get("init_args", {}), key
@@ -118,6 +119,54 @@ def test_swapping_the_server_optimizer_keeps_the_other_callbacks(tmp_path, monke
     (checkpoint,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint)]
     assert checkpoint._every_n_epochs == 100 and checkpoint.save_last  # the config's, untouched
     assert not any(isinstance(cb, FedAWARE) for cb in cli.trainer.callbacks)
+
+
+FEDPROX_FEDADAM = next(p for p in EXAMPLES if p.name == "fashion_mnist_hybrid_plus_fedprox_clients_fedadam.yaml")
+
+
+@pytest.mark.parametrize("how", ["command_line", "second_config"])
+def test_41_swapping_the_server_optimizer_keeps_the_client_halves(how, tmp_path, monkeypatch, capsys):
+    """#41: `--server_optimizer FedYogi` on a "FedProx clients + FedAdam" config ran plain FedYogi (the FedProx
+    client half lived inside the server optimizer and was replaced with it; `client: null`). The halves are now a
+    part of the run (`trainer.client_algorithms`): the swap keeps them, in `--print_config` too."""
+    monkeypatch.chdir(tmp_path)
+    if how == "command_line":
+        swap = ["--server_optimizer", "FedYogi"]
+    else:
+        second = tmp_path / "yogi.yaml"
+        second.write_text("server_optimizer: {class_path: lightning_fed.callbacks.FedYogi, init_args: {lr: 0.01}}\n")
+        swap = ["--config", str(second)]
+    cli = FederatedCLI(args=["--config", str(FEDPROX_FEDADAM), *swap], run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi
+    assert repr(cli.trainer.client_algorithms) == "[FedProxClient(mu=0.01)]"
+    with pytest.raises(SystemExit):
+        FederatedCLI(args=["--config", str(FEDPROX_FEDADAM), *swap, "--print_config"], run=False)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["client_algorithms"] == [
+        {"class_path": "lightning_fed.algorithms.FedProxClient", "init_args": {"mu": 0.01}}]
+    assert printed["server_optimizer"]["class_path"] == "lightning_fed.callbacks.FedYogi"
+
+
+def test_41_the_fedprox_clients_run_under_the_swapped_server_optimizer(tmp_path):
+    """#41: in Python, the trainer's client halves stay when the server optimizer is another one: FedProx clients
+    under FedYogi given to the trainer equal them given to FedYogi (the composition of #30), bit for bit."""
+    from lightning_fed.algorithms import FedProxClient
+    from lightning_fed.trainer import FederatedTrainer
+    from tests.helpers import LinearRegression, quiet_trainer_kwargs, regression_data
+    from tests.test_loop import _regression_module
+
+    weights = []
+    for server, halves in ((FedYogi(lr=0.01, client=[FedProxClient(mu=0.5)]), None),
+                           (FedYogi(lr=0.01), [FedProxClient(mu=0.5)]), (FedYogi(lr=0.01), None)):
+        x, y = regression_data(n=40)
+        torch.manual_seed(0)
+        model = LinearRegression(lr=0.05)
+        trainer = FederatedTrainer(max_epochs=2, callbacks=[server], client_algorithms=halves,
+                                   **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(model, datamodule=_regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=2))
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(weights[0], weights[1]))
+    assert not all(torch.equal(a, b) for a, b in zip(weights[0], weights[2]))  # the proximal term was applied
 
 
 def test_server_optimizer_settings_apply_to_an_old_style_config(tmp_path, monkeypatch):

@@ -500,3 +500,46 @@ def test_failing_client_in_personalized_eval_is_dropped_and_counted(tmp_path, ho
                               **quiet_trainer_kwargs(tmp_path))
     with pytest.raises((RuntimeError, ValueError), match="timed out \\(client_timeout_s=0.5 s\\)|client data is broken"):
         strict.fit(FailsInPersonalization(how), datamodule=_marked_dm(bad_client=2))
+
+
+# ------------------------------------------------------------------------------------------------ #41 personal models
+def test_41_personal_evaluation_uses_each_clients_own_kept_parts(tmp_path):
+    """With a client half that keeps parts of the model local (here the bias, FedPer-style), each evaluation client is
+    also evaluated with its personal model — the global weights with its own bias (the global bias for a client
+    never trained) — into fed_personal_<m>/<stat> (the same summaries) and personal_<m> CSV columns; the global
+    model's fed_<m> are unchanged."""
+    from lightning_fed.callbacks import FedAvg
+    from lightning_fed.client.personal import LocalParts
+
+    path = tmp_path / "clients.csv"
+    dm, x, y = _regression_dm(eval_clients_per_round="all", eval_csv=str(path))
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    server = FedAvg()
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[server], client_algorithms=[LocalParts(names=["linear.bias"])],
+                               **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    w = model.linear.weight.detach().numpy().reshape(-1)
+    b = float(model.linear.bias.detach())
+    table = server.client_algorithm_states["LocalParts"]
+    assert 0 < len(table.ids()) < 6  # some clients trained (their own bias), some not (the global one)
+    last = _fed_callback(trainer).last
+    n = np.array([len(dm.client_eval_indices(c)) for c in range(6)])
+    glob, personal = [], []
+    for c in range(6):
+        idx = dm.client_eval_indices(c)
+        own = float(table.get(c)) if c in table else b
+        glob.append(np.mean((x[idx] @ w + b - y[idx]) ** 2))
+        personal.append(np.mean((x[idx] @ w + own - y[idx]) ** 2))
+    np.testing.assert_allclose(last.metrics["val_loss"], glob, rtol=1e-10)
+    np.testing.assert_allclose(last.personal["val_loss"], personal, rtol=1e-10)
+    assert not np.allclose(glob, personal)
+    m = trainer.callback_metrics
+    # logged values are float32
+    assert float(m["fed_personal_val_loss/weighted"]) == pytest.approx((n * personal).sum() / n.sum(), rel=1e-6)
+    assert float(m["fed_personal_val_loss/worst10"]) == pytest.approx(max(personal), rel=1e-6)
+    assert float(m["fed_val_loss/weighted"]) == pytest.approx((n * glob).sum() / n.sum(), rel=1e-6)
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    assert rows[0][-1] == "personal_val_loss" and float(rows[-1][-1]) == pytest.approx(personal[-1], rel=1e-12)
+    assert torch.equal(model.linear.bias, torch.tensor([b], dtype=torch.float64))  # the global model restored

@@ -25,6 +25,8 @@ COVERED_ELSEWHERE = {
     "server/rules/lamb.py": "tests/server/rules/test_base.py (You et al. Alg. 2)",
     "server/rules/stepsize.py": "tests/server/rules/test_base.py (Malitsky & Mishchenko Alg. 1)",
     "callbacks/robust.py": "tests/server/aggregators/test_robust.py (FedMedian, FedTrimmedAvg, Krum against Flower's results)",
+    "callbacks/fedbn.py": "tests/algorithms/test_fedbn.py (the FedBN ready-made name: fits against NumPy, resume)",
+    "callbacks/fedper.py": "tests/algorithms/test_fedper.py, test_fedrep.py, test_ditto.py (the ready-made names)",
     "callbacks/feddyn.py": "tests/algorithms/test_feddyn.py (the FedDyn ready-made name: fits against NumPy, refusals, resume)",
     "executor.py": "re-export shim of client/sequential.py (old import path)",
     "vectorized.py": "re-export shim of client/vectorized.py; tests/client/test_vectorized.py",

@@ -515,6 +515,6 @@ def test_43_a_non_finite_per_client_state_row_of_the_round_stops_the_run(tmp_pat
     x, y = regression_data(n=40)
     dm = _regression_module(x, y, num_clients=4, clients_per_round=4, batch_size=10)
     trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(client=[Visits()])], **quiet_trainer_kwargs(tmp_path))
-    with pytest.raises(RuntimeError, match=r"Round 0: .*FedAvg state 'client_algorithms.0' row of client 1 has 1 "
+    with pytest.raises(RuntimeError, match=r"Round 0: .*FedAvg state 'client_algorithms.Visits' row of client 1 has 1 "
                                            r"non-finite value\(s\) \(of 1\)"):
         trainer.fit(LinearRegression(lr=0.05), datamodule=dm)

@@ -39,8 +39,8 @@ def test_scaffold_without_n_is_refused_naming_it():
 
 
 def test_a_newer_format_is_refused():
-    with pytest.raises(ValueError, match="format 3, newer than this version's 2"):
-        migrate_checkpoint({"lightning_fed": {"format": 3}})
+    with pytest.raises(ValueError, match="format 4, newer than this version's 3"):
+        migrate_checkpoint({"lightning_fed": {"format": 4}})
 
 
 def _run(tmp_path, folder, epochs, ckpt=None):
@@ -65,7 +65,7 @@ def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(
     _run(tmp_path, "old", 2)
     path = tmp_path / "old" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)
-    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 2
+    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 3
     checkpoint["lightning_fed"]["format"] = 1
     (key,) = [k for k in checkpoint["callbacks"] if k.startswith("SCAFFOLD")]
     state = checkpoint["callbacks"][key]
@@ -110,3 +110,17 @@ def test_43_a_malformed_record_is_refused_naming_the_file_and_the_field(tmp_path
     message = str(info.value)
     assert str(path) in message and field in message and expected in message, message
     assert message.count(". ") == 0  # one sentence
+
+
+def test_41_positional_client_half_state_is_named_by_the_resuming_runs_halves():
+    """#41 (format 2 → 3): the client halves' tables were keyed by position; they are keyed by the half's name, taken
+    from the halves of the run resuming them (the only meaning such a key had); an unknown position is refused."""
+    from lightning_fed.migrations import name_client_states
+
+    checkpoint = {"lightning_fed": {"format": 2}, "callbacks": {"FedAvg{}": {"num_steps": 1, "state": {},
+                                                                             "client_algorithms": {"1": {"rows": 7}}}}}
+    migrate_checkpoint(checkpoint, client_halves=["FedProxClient", "FedDynClient"])
+    assert checkpoint["callbacks"]["FedAvg{}"]["client_algorithms"] == {"FedDynClient": {"rows": 7}}
+    assert checkpoint["lightning_fed"]["format"] == 3
+    with pytest.raises(ValueError, match=r"client half at position 1 .* has the client halves \['FedDynClient'\]"):
+        name_client_states({"1": {}}, ["FedDynClient"])

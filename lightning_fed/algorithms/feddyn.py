@@ -67,7 +67,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, stepped_indices, unflat
-from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, WeightedMean
+from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, WeightedMean, state_dtype
 from lightning_fed.server.checks import check_positive
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,9 +76,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["FedDynClient", "FedDynCorrection", "check_feddyn"]
 
 
-def _h_dtype(dtype: torch.dtype) -> torch.dtype:
-    """h's dtype for parameters of ``dtype``: float64 stays float64, every other floating dtype gets float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def check_feddyn(server: Any) -> None:
@@ -252,7 +249,7 @@ class FedDynCorrection(Stage):
 
     def init_state(self, params: list[Tensor], num_clients: int) -> "FedDynCorrection.State":
         """h = 0 shaped like ``params``."""
-        return self.State([torch.zeros(p.shape, dtype=_h_dtype(p.dtype), device=p.device) for p in params])
+        return self.State([torch.zeros(p.shape, dtype=state_dtype(p.dtype), device=p.device) for p in params])
 
     def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
         """:func:`check_feddyn` (fit start, :meth:`Stage.check_fit <lightning_fed.server.aggregators.Stage.check_fit>`)."""

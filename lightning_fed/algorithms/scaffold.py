@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.client.algorithm import ClientAlgorithm, stepped_indices
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean, state_dtype
 from lightning_fed.server.client_state import ClientStateTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,16 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ScaffoldClient", "ScaffoldControl", "check_scaffold", "control_dtype"]
 
 
-def control_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of c for parameters of ``dtype``: float64 stays float64; every other floating dtype (float32,
-    bf16, fp16) accumulates in float32.
-
-    Example::
-
-        >>> control_dtype(torch.bfloat16), control_dtype(torch.float64)
-        (torch.float32, torch.float64)
-    """
-    return torch.float64 if dtype == torch.float64 else torch.float32
+#: The dtype of c for parameters of a dtype (:func:`~lightning_fed.server.aggregators.base.state_dtype`: float64
+#: stays float64, every other floating dtype accumulates in float32).
+control_dtype = state_dtype
 
 
 def _flatten(tensors: list[Tensor], dtype: torch.dtype) -> Tensor:

@@ -6,6 +6,8 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
+from lightning_fed.callbacks.fedbn import FedBN
+from lightning_fed.callbacks.fedper import Ditto, FedPer, FedRep
 from lightning_fed.callbacks.feddyn import FedDyn
 from lightning_fed.callbacks.fedaware import FedAWARE
 from lightning_fed.callbacks.fednova import FedNova
@@ -34,6 +36,7 @@ __all__ = [
     "AdaptiveServerOptimizer",
     "AdaptiveServerStepSize",
     "DPFedAdagrad",
+    "Ditto",
     "DPFedAdam",
     "DPFedAvg",
     "DPFedYogi",
@@ -44,13 +47,16 @@ __all__ = [
     "FedAMS",
     "FedAWARE",
     "FedAvgM",
+    "FedBN",
     "FedDyn",
     "FedLAMB",
     "FedLAMBClient",
     "FedMGDAPlus",
     "FedMedian",
     "FedNova",
+    "FedPer",
     "FedProx",
+    "FedRep",
     "FedTrimmedAvg",
     "FedYogi",
     "FederatedProgressBar",

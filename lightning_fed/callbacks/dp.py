@@ -23,7 +23,7 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedyogi import FedYogi
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, check_chain
+from lightning_fed.server.aggregators.base import check_chain
 from lightning_fed.server.aggregators.dp import (
     AdaptiveClip,
     ClipUpdates,
@@ -151,7 +151,6 @@ class DifferentialPrivacy:
         self.aggregators = check_chain([clip, DPMean(), noise])
         if adaptive_clipping:
             self._resolve_update_noise(None)
-        self._round_params: Optional[list[Any]] = None
         #: The privacy accountant (created at fit start, when N and C are known).
         self.accountant: Optional[PrivacyAccountant] = None
         self._saved_privacy: Optional[dict[str, Any]] = None
@@ -162,27 +161,6 @@ class DifferentialPrivacy:
         """Whether a round with no client update still steps the server (with the noise alone): with Poisson
         cohorts (``sampling="poisson"``). Read by the federated loop."""
         return self.sampling == "poisson"
-
-    def validate_round(self, params: list[Any], updates: list[Any]) -> None:
-        super().validate_round(params, updates)
-        self._round_params = params  # x_t, the template of an empty round's Δ_t
-
-    def _run_aggregators(self, updates: list[Any], reports: Optional[list] = None) -> list[Any]:
-        """The DP-FedAvg chain's Δ_t; for no update (an empty Poisson round), the noise alone: the clipping stage
-        runs on no client (adaptive clipping still privatises its count, a noised 0), the mean of no client is 0,
-        and :class:`GaussianNoise` adds N(0, (σS/C)²) to every coordinate."""
-        if updates:
-            return super()._run_aggregators(updates, reports)
-        params = self._round_params
-        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, 1, 1)
-        zeros = [torch.zeros_like(p) for p in params]
-        self.chain_state(zeros, info.num_clients)
-        (clip, _, noise), (clip_state, mean_state, noise_state) = self.aggregators, self.aggregator_state
-        empty = ClientDeltas([], [], torch.zeros(0, dtype=torch.float64), [])
-        _, clip_state = clip.apply(empty, clip_state, info)
-        delta, noise_state = noise.apply(zeros, noise_state, info)
-        self.aggregator_state = (clip_state, mean_state, noise_state)
-        return delta
 
     def _resolve_update_noise(self, clients_per_round: Optional[int]) -> None:
         clip, _, noise = self.aggregators

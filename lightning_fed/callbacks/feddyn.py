@@ -67,7 +67,7 @@ class FedDyn(FedAvg):
         >>> h = 0 - 0.5 / 1 * (w2 - 0)                       # −0.725
         >>> round(w2 - h / 0.5, 10), round(model.w.item(), 10)  # θ^1 = mean θ_k − h/α = 2·w2
         (2.9, 2.9)
-        >>> round(server.client_algorithm_states[0].get(0).item(), 10)  # g_0 = 0 − α(θ_0^1 − θ^0)
+        >>> round(server.client_algorithm_states["FedDynClient"].get(0).item(), 10)  # g_0 = 0 − α(θ_0^1 − θ^0)
         -0.725
         >>> FedDyn(alpha=0)
         Traceback (most recent call last):

@@ -109,7 +109,10 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     2. **rule** (:mod:`lightning_fed.server.rules`): the update x_{t+1} = ServerOpt(x_t, Δ_t) over its own typed
        state (SGD — FedAvg's rule, the default —, Momentum, Adagrad/Adam/Yogi, LAMB, AdaptiveStepSize);
     3. **client** (:mod:`lightning_fed.client.algorithm`, optional): client halves every client runs
-       (:class:`~lightning_fed.algorithms.FedProxClient`, ...), with per-client state kept here and checkpointed.
+       (:class:`~lightning_fed.algorithms.FedProxClient`, ...). They are run by the client runner
+       (:class:`~lightning_fed.client.algorithm.ClientHalves`), after the method's own, before
+       ``FederatedTrainer(client_algorithms=...)`` — the place for halves that should outlive a swap of the server
+       optimizer. Their per-client state is stored here by name (:attr:`client_algorithm_states`) and checkpointed.
 
     The ready-made names (:class:`FedAvg`, :class:`FedAdam`, :class:`FedProx`, DP and robust variants, ...) fix some
     of these parts; ``ServerOptimizer(rule=..., aggregators=..., client=...)`` builds any other combination, in YAML
@@ -155,6 +158,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         ...
         ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
     """
+
+    #: Marks server optimizers for the modules below the callbacks (:func:`~lightning_fed.server.checks.is_server_optimizer`).
+    is_server_optimizer = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a subclass that defines a method of :data:`REMOVED_OVERRIDES` (it would be silently ignored).
@@ -209,17 +215,37 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
         #: Client halves a ready-made method brings itself (FedProx's :class:`FedProxClient`), run before ``client``.
         self._own_client: list[ClientAlgorithm] = []
-        #: Per-client state of the client algorithms that keep one: position in :attr:`client_algorithms` -> table.
-        self.client_algorithm_states: dict[int, ClientStateTable] = {}
-        self._client_context: Any = None  # the ClientContext of the client in local work (None between clients)
+        #: Per-client state of the run's client halves that keep one, by the half's
+        #: :attr:`~lightning_fed.client.ClientAlgorithm.state_key` (e.g. ``"FedDynClient"``) -> table; made at fit
+        #: start by the client runner's :class:`~lightning_fed.client.algorithm.ClientHalves`, written when a
+        #: client's update reaches the server, checkpointed with this state.
+        self.client_algorithm_states: dict[str, ClientStateTable] = {}
+        #: Whether :attr:`client_algorithm_states` came from a checkpoint not yet checked against the run (fit start).
+        self.loaded_client_state = False
+        self._run_client_algorithms: Optional[list[ClientAlgorithm]] = None  # the run's halves, bound at fit start
         #: The last round's :class:`~lightning_fed.server.aggregators.RoundReport` (client weights, the chain's stage
         #: reports), set by :meth:`server_update`; ``None`` before it and from the start of each round.
         self.round_report: Optional[RoundReport] = None
 
     @property
-    def client_algorithms(self) -> list[ClientAlgorithm]:
-        """Every client half this server optimizer runs: the method's own, then ``client``, in order."""
+    def server_client_algorithms(self) -> list[ClientAlgorithm]:
+        """The client halves given with this server optimizer: the method's own (FedProx's, FedDyn's, SCAFFOLD's),
+        then ``client``, in order. The client runner runs them, then ``FederatedTrainer(client_algorithms=...)``."""
         return [*self._own_client, *(self.client or ())]
+
+    @property
+    def client_algorithms(self) -> list[ClientAlgorithm]:
+        """Every client half of the run: during a fit, the list the client runner runs (bound at fit start,
+        :meth:`bind_client_algorithms`), else :attr:`server_client_algorithms`. What fit-start checks of a method
+        whose halves must come together (:func:`~lightning_fed.algorithms.feddyn.check_feddyn`) read."""
+        if self._run_client_algorithms is not None:
+            return list(self._run_client_algorithms)
+        return self.server_client_algorithms
+
+    def bind_client_algorithms(self, algorithms: Optional[list[ClientAlgorithm]]) -> None:
+        """Record the run's client halves (called by :meth:`ClientHalves.setup
+        <lightning_fed.client.algorithm.ClientHalves.setup>` at fit start; ``None``: forget them)."""
+        self._run_client_algorithms = None if algorithms is None else list(algorithms)
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
@@ -322,22 +348,31 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         """
         return self._aggregate(updates, None)
 
-    def _aggregate(self, updates: list[ClientUpdate], reports: Optional[list]) -> list[Tensor]:
-        """:meth:`aggregate`, appending the chain's stage reports to ``reports`` when given."""
+    def _aggregate(self, updates: list[ClientUpdate], reports: Optional[list],
+                   template: Optional[list[Tensor]] = None) -> list[Tensor]:
+        """:meth:`aggregate`, appending the chain's stage reports to ``reports`` when given; ``template`` (x_t, or
+        the parameters aggregated) shapes a round without any client."""
         if self.aggregators is not None:
-            return self._run_aggregators(updates, reports)
+            return self._run_aggregators(updates, reports, template)
         x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
                          self.client_weight_counts(updates), list(updates))
         return WeightedMean().apply(x, EmptyState(), RoundInfo(self.num_steps, 0, len(updates), len(updates)))[0]
 
-    def _run_aggregators(self, updates: list[ClientUpdate], reports: Optional[list] = None) -> list[Tensor]:
+    def _run_aggregators(self, updates: list[ClientUpdate], reports: Optional[list] = None,
+                         template: Optional[list[Tensor]] = None) -> list[Tensor]:
         """Δ_t from the aggregator chain (client transforms → reducer → delta transforms); each stage's report is
-        appended to ``reports`` when given (:func:`~lightning_fed.server.aggregators.run_chain`)."""
+        appended to ``reports`` when given (:func:`~lightning_fed.server.aggregators.run_chain`). A round without any
+        client (a server that :attr:`releases_empty_rounds`) runs the chain on no client, shaped by ``template``."""
         # The chain's client transforms apply themselves to the raw deltas and weighting counts.
-        x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], self._weighting_counts(updates),
-                         list(updates))
-        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, len(updates), len(updates))
-        self.chain_state(x.deltas[0], info.num_clients)
+        if updates:
+            counts = self._weighting_counts(updates)
+        else:
+            counts = torch.zeros(0, dtype=torch.float64)
+        x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], counts, list(updates), template)
+        k = max(len(updates), 1)
+        info = self._round_info if self._round_info is not None else RoundInfo(self.num_steps, 0, k, k)
+        shape = x.deltas[0] if x.deltas else [torch.zeros_like(t) for t in template]
+        self.chain_state(shape, info.num_clients)
         value, self.aggregator_state = run_chain(self.aggregators, x, self.aggregator_state, info, reports)
         return value
 
@@ -476,13 +511,14 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             if not kept:
                 raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained (all frozen).")
             released = self._aggregate([dataclasses.replace(u, delta=[u.delta[i] for i in kept]) for u in updates],
-                                       reports)
-            pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta]
+                                       reports, [params[i] for i in kept])
+            pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta] if updates else \
+                [torch.zeros_like(p) for p in params]
             for i, d in zip(kept, released):
                 pseudo_gradient[i] = d
             global_frozen = [params[i].detach().clone() for i in frozen]
         else:
-            pseudo_gradient = self._aggregate(updates, reports)
+            pseudo_gradient = self._aggregate(updates, reports, list(params))
         with torch.no_grad():
             if self._rule_state is None:
                 self._rule_state = self.server_rule.init(params)
@@ -506,53 +542,17 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def configure_client(
         self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
     ) -> None:
-        """Called after a client starts from x_t with a fresh optimizer, before its local steps (server → client):
-        every client algorithm's :meth:`~lightning_fed.client.ClientAlgorithm.start`, with the client's stored state.
-
-        Raises:
-            RuntimeError: client algorithms but no ``context`` (the federated loop's client runner always sends one).
-        """
-        algorithms = self.client_algorithms
-        if not algorithms:
-            return
-        if context is None:
-            raise RuntimeError(
-                f"{type(self).__name__}'s client algorithms need the ClientContext (x_t) that the federated loop's "
-                "ClientRunner sends to configure_client."
-            )
-        self._client_context = context
-        for i, algorithm in enumerate(algorithms):
-            table = self.client_algorithm_states.get(i)
-            state = table.get(client_id) if table is not None and client_id in table else None
-            algorithm.start(pl_module, context, state)
-
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        """At every local step, before the client optimizer steps: every client algorithm's
-        :meth:`~lightning_fed.client.ClientAlgorithm.before_optimizer_step` (no-op outside a client's local work)."""
-        if self._client_context is None:
-            return
-        for algorithm in self.client_algorithms:
-            algorithm.before_optimizer_step(pl_module, optimizer)
-
-    on_before_optimizer_step.client_dispatch = True  # type: ignore[attr-defined]  # see client.algorithm.dispatch_only
+        """Called by the client runner after a client starts from x_t with a fresh optimizer, before its local steps
+        (server → client; ``context``: its :class:`~lightning_fed.client.runner.ClientContext`). Default: nothing.
+        The client halves are not run here: the client runner runs them itself
+        (:class:`~lightning_fed.client.algorithm.ClientHalves`)."""
 
     def collect_client_extras(
         self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
     ) -> dict[str, Any]:
-        """Called after a client's local steps; the result becomes ``ClientUpdate.extras`` (client → server): every
-        client algorithm's extras from :meth:`~lightning_fed.client.ClientAlgorithm.finish`, and its new per-client
-        state under ``"client_state/<position>"`` (written to the table when the server receives the update)."""
-        algorithms = self.client_algorithms
-        if not algorithms:
-            return {}
-        context, self._client_context = self._client_context or context, None
-        extras: dict[str, Any] = {}
-        for i, algorithm in enumerate(algorithms):
-            sent, state = algorithm.finish(pl_module, context)
-            extras.update(sent)
-            if state is not None:
-                extras[f"client_state/{i}"] = state.detach().reshape(-1).cpu()
-        return extras
+        """Called by the client runner after a client's local steps; the result joins ``ClientUpdate.extras``
+        (client → server), after the client halves' extras. Default: nothing (``{}``)."""
+        return {}
 
     def receive_client_states(self, updates: list[ClientUpdate]) -> None:
         """Write the client algorithms' new per-client states that arrived with ``updates`` into their tables
@@ -565,8 +565,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         """
         algorithms = self.client_algorithms
         for i, algorithm in enumerate(algorithms):
-            key = f"client_state/{i}"
-            table = self.client_algorithm_states.get(i)
+            key = f"client_state/{algorithm.state_key}"
+            table = self.client_algorithm_states.get(algorithm.state_key)
             for update in updates:
                 if key not in update.extras:
                     continue
@@ -575,7 +575,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
                 expected = table.dim if table is not None else int(algorithm.state_dim(num_params))
                 if state.numel() != expected:
                     raise ValueError(
-                        f"Client half {type(algorithm).__name__} (`client[{i}]` of {type(self).__name__}) returned a "
+                        f"Client half {type(algorithm).__name__} ({_where(algorithm, self)}) returned a "
                         f"per-client state of {state.numel()} numbers from finish() for client "
                         f"{update.client_id}, but its state_dim({num_params}) is {expected}"
                         + (" (stateless: finish must return None as the state)." if expected == 0 else ".")
@@ -611,9 +611,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
                 (e.g. FedDyn's server half without its client half; FedNova's reducer with clients that do not run
                 its declared local solver).
         """
-        from lightning_fed.loop import FederatedFitLoop  # the loop imports this module
-
-        if not isinstance(trainer.fit_loop, FederatedFitLoop):
+        if getattr(trainer.fit_loop, "client_runner", None) is None:  # not lightning_fed's FederatedFitLoop
             raise RuntimeError(
                 f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
                 f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "
@@ -622,7 +620,6 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
-        self._setup_client_algorithms(trainer, pl_module)
         cohort = getattr(trainer.datamodule, "clients_per_round", None)
         if cohort is not None:  # refuse (or warn about) the chain's settings for this cohort size before round 0
             for stage in self.aggregators or ():
@@ -633,26 +630,6 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             check_fit = getattr(stage, "check_fit", None)  # depends on the clients' local solver (FedNova), refuses
             if check_fit is not None:
                 check_fit(trainer, pl_module, self)
-
-    def _setup_client_algorithms(self, trainer: Any, pl_module: Any) -> None:
-        """At fit start: run every client algorithm's :meth:`~lightning_fed.client.ClientAlgorithm.check` and create
-        the per-client state tables (kept when a checkpoint restored them)."""
-        algorithms = self.client_algorithms
-        if not algorithms:
-            return
-        for algorithm in algorithms:
-            algorithm.check(self)
-        num_clients = getattr(trainer.datamodule, "num_clients", None)
-        params = list(pl_module.parameters())
-        dim = sum(p.numel() for p in params)
-        for i, algorithm in enumerate(algorithms):
-            size = int(algorithm.state_dim(dim))
-            if size <= 0 or num_clients is None:
-                continue
-            table = self.client_algorithm_states.get(i)
-            if table is None or table.num_clients != int(num_clients) or table.dim != size:
-                dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
-                self.client_algorithm_states[i] = ClientStateTable(int(num_clients), size, dtype=dtype)
 
     # ------------------------------------------------------------------ state integrity (issue #43)
     def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
@@ -688,8 +665,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             _state_items(items, prefix, self._rule_state._asdict(), ("state",), param_names, rows)
         for i, stage_state in enumerate(self.aggregator_state or ()):
             _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, rows)
-        for i, table in self.client_algorithm_states.items():
-            _state_items(items, prefix, table, ("client_algorithms", str(i)), param_names, rows)
+        for key, table in self.client_algorithm_states.items():
+            _state_items(items, prefix, table, ("client_algorithms", key), param_names, rows)
         if self.client_state is not None:
             _state_items(items, prefix, self.client_state, ("client_state",), param_names, rows)
         return items
@@ -697,7 +674,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def required_state(self, num_params: int) -> list[str]:
         """The entries (dotted paths in :meth:`state_dict`'s layout) a saved state must hold for a resume after at
         least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
-        ``aggregators`` with a chain; ``client_algorithms.<i>`` for each client algorithm that keeps per-client state.
+        ``aggregators`` with a chain; ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
         A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
         whose state lacks one (it would go on from a fresh state silently).
 
@@ -714,7 +691,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
         if self.aggregators is not None:
             required.append("aggregators")
-        required += [f"client_algorithms.{i}" for i, a in enumerate(self.client_algorithms) if int(a.state_dim(num_params)) > 0]
+        required += [f"client_algorithms.{a.state_key}" for a in self.client_algorithms if int(a.state_dim(num_params)) > 0]
         return required
 
     def snapshot_state(self) -> dict[str, Any]:
@@ -739,7 +716,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             >>> server.num_steps, torch.equal(server.state["exp_avg"][0], before["state"]["exp_avg"][0])
             (1, True)
         """
+        loaded = self.loaded_client_state
         self.load_state_dict(_clone(snapshot))
+        self.loaded_client_state = loaded
         if self._saved_aggregator_state is not None and self.aggregators is not None:
             self.aggregator_state = None
             self.chain_state(params)
@@ -761,7 +740,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         if self.client_state is not None:
             out["client_state"] = self.client_state.state_dict()
         if self.client_algorithm_states:
-            out["client_algorithms"] = {str(i): t.state_dict() for i, t in self.client_algorithm_states.items()}
+            out["client_algorithms"] = {key: t.state_dict() for key, t in self.client_algorithm_states.items()}
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -773,8 +752,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         if "client_state" in state_dict:
             self.client_state = ClientStateTable.from_state_dict(state_dict["client_state"])
         self.client_algorithm_states = {
-            int(i): ClientStateTable.from_state_dict(t) for i, t in state_dict.get("client_algorithms", {}).items()
+            str(key): ClientStateTable.from_state_dict(t) for key, t in state_dict.get("client_algorithms", {}).items()
         }
+        self.loaded_client_state = bool(self.client_algorithm_states)
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"
@@ -784,6 +764,16 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
+
+
+def _where(algorithm: ClientAlgorithm, server: ServerOptimizer) -> str:
+    """Where ``algorithm`` was given: ``"`client[i]` of FedAvg"`` (the server optimizer's own and ``client``, as
+    one list) or ``"`client_algorithms[j]` of the trainer"``."""
+    own = server.server_client_algorithms
+    if any(a is algorithm for a in own):
+        return f"`client[{next(i for i, a in enumerate(own) if a is algorithm)}]` of {type(server).__name__}"
+    given = [a for a in server.client_algorithms if not any(a is b for b in own)]
+    return f"`client_algorithms[{next((j for j, a in enumerate(given) if a is algorithm), 0)}]` of the trainer"
 
 
 class _RowsOf:

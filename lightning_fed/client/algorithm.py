@@ -2,17 +2,18 @@
 
 FL methods pair a client-side change of the local objective or optimizer (FedProx's proximal term, FedDyn's
 dynamic regulariser, SCAFFOLD's control variates) with a server-side aggregation or update. A
-:class:`ClientAlgorithm` is the client half, given to any server optimizer with ``client=[...]``::
+:class:`ClientAlgorithm` is the client half, a part of the run of its own::
 
-    FedAdam(lr=0.01, client=[FedProxClient(mu=0.01)])          # FedProx clients under FedAdam
+    FederatedTrainer(callbacks=[FedAdam(lr=0.01)], client_algorithms=[FedProxClient(mu=0.01)])  # FedProx clients
+    FedAdam(lr=0.01, client=[FedProxClient(mu=0.01)])  # the same run, the halves given to the server optimizer
 
 and its server half, if it has one, is an aggregator stage of the same algorithm's module
 (:mod:`lightning_fed.algorithms`), so that a client half works with every server rule (pfl-research's split:
 the central optimizer is independent of the client algorithm).
 
-The protocol, called by the server optimizer's client channel (:meth:`ServerOptimizer.configure_client
-<lightning_fed.callbacks.ServerOptimizer.configure_client>`, its ``on_before_optimizer_step`` and
-``collect_client_extras``) for every client of every round, in the order the algorithms are listed:
+The protocol, called by the client runner (:class:`ClientHalves`, owned by
+:class:`~lightning_fed.client.runner.ClientRunner`) for every client of every round, in the order the algorithms
+are listed:
 
 1. :meth:`ClientAlgorithm.start` — the client starts from x_t (``context.global_params``) with its stored per-client
    state (``None`` the first time a client is seen, or for a stateless algorithm);
@@ -21,8 +22,9 @@ The protocol, called by the server optimizer's client channel (:meth:`ServerOpti
 3. :meth:`ClientAlgorithm.finish` — the local work is over: return what the client sends the server besides Δ_i
    (``ClientUpdate.extras``) and its new per-client state (``None``: unchanged).
 
-Per-client state is one flat vector of :meth:`ClientAlgorithm.state_dim` numbers per client, kept by the server
-optimizer in a :class:`~lightning_fed.server.client_state.ClientStateTable` per algorithm (rows created at a client's
+Per-client state is one flat vector of :meth:`ClientAlgorithm.state_dim` numbers per client, stored with the server
+optimizer in a :class:`~lightning_fed.server.client_state.ClientStateTable` per algorithm, by its
+:attr:`ClientAlgorithm.state_key` (rows created at a client's
 first write, checkpointed with the server optimizer). The new state travels in the client's update, so under
 ``strategy="ddp"`` every rank writes the same rows.
 
@@ -32,13 +34,13 @@ first write, checkpointed with the server optimizer). The new state travels in t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lightning_fed.client.runner import ClientContext
+from lightning_fed.server.client_state import ClientStateTable
+
 
 
 class ClientAlgorithm:
@@ -65,18 +67,30 @@ class ClientAlgorithm:
         size, where ``num_params`` is the model's total number of parameters)."""
         return 0
 
+    @property
+    def state_key(self) -> str:
+        """The name its per-client state is kept and checkpointed under (default: the class name, e.g.
+        ``"FedDynClient"``), so that adding, removing or reordering other client halves keeps this one's state. Two
+        halves of one run with per-client state must have different keys (refused at fit start otherwise); override
+        it to run one class twice."""
+        return type(self).__name__
+
+    def setup(self, module: Any) -> None:
+        """At fit start, before :meth:`state_dim` is asked: look at the model (e.g. select the parts a
+        personalised method keeps local, :class:`~lightning_fed.client.personal.LocalParts`). Default: nothing."""
+
     def check(self, server: Any) -> None:
         """At fit start: raise ``ValueError`` naming both parts when ``server`` (the server optimizer holding this
         client half) cannot be combined with it. Default: every server optimizer is fine."""
 
-    def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
+    def start(self, module: Any, context: Any, state: Optional[Tensor]) -> None:
         """The client starts its local work from x_t (``module`` holds it; ``context.global_params`` is x_t) with its
         stored state (a flat CPU vector of :meth:`state_dim` numbers, ``None`` if never written)."""
 
     def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
         """At every local step, after the backward pass, before ``optimizer`` steps: change gradients in place."""
 
-    def finish(self, module: Any, context: "ClientContext") -> tuple[dict[str, Any], Optional[Tensor]]:
+    def finish(self, module: Any, context: Any) -> tuple[dict[str, Any], Optional[Tensor]]:
         """The local work is over (``module`` holds x_i): ``(extras, new_state)`` — what the client sends the
         server besides Δ_i, and its new per-client state (``None``: unchanged)."""
         return {}, None
@@ -93,6 +107,132 @@ class ClientAlgorithm:
         return f"{type(self).__name__}({args})"
 
 
+class ClientHalves:
+    """The client halves a run's clients execute, owned and called by the
+    :class:`~lightning_fed.client.runner.ClientRunner` (no per-step dispatch through the server optimizer).
+
+    At fit start (:meth:`setup`) the run's halves are gathered, in this order: the ready-made method's own (FedProx's
+    :class:`~lightning_fed.algorithms.FedProxClient`, FedDyn's, SCAFFOLD's), then those given to the server optimizer
+    as ``client=[...]`` (the composition of issue #30, kept), then ``FederatedTrainer(client_algorithms=[...])``
+    (CLI ``trainer.client_algorithms``) — the last are a part of the run of their own, so swapping the server
+    optimizer keeps them. Each half's :meth:`ClientAlgorithm.check` then runs against the server optimizer (a method
+    whose halves must come together, SCAFFOLD or FedDyn, is refused there, naming both), and the per-client state
+    tables are made or checked.
+
+    Per-client state is kept by name (:attr:`ClientAlgorithm.state_key`) in the server optimizer's
+    ``client_algorithm_states`` (the server stores what clients keep, as in cross-device FL where clients are
+    stateless between rounds; it is checkpointed with the server optimizer's state). A table loaded from a checkpoint
+    whose population N or state size differs from this run's is refused here, before any client trains.
+
+    Example::
+
+        >>> from lightning_fed.algorithms import FedProxClient
+        >>> halves = ClientHalves()
+        >>> halves.algorithms
+        []
+        >>> FedProxClient(mu=0.1).state_key
+        'FedProxClient'
+    """
+
+    def __init__(self) -> None:
+        #: The run's client halves, in the order they run (set by :meth:`setup`).
+        self.algorithms: list[ClientAlgorithm] = []
+        self.server: Any = None
+        self._context: Any = None  # the ClientContext of the client in local work (None between clients)
+
+    def setup(self, server: Any, given: Optional[list[ClientAlgorithm]], num_clients: Optional[int],
+              module: Any) -> None:
+        """At fit start, before round 0 trains: gather the halves (see the class doc), run their ``check`` and
+        ``setup(module)``, and make
+        (or check, after a checkpoint was loaded) their per-client tables in ``server.client_algorithm_states``.
+
+        Raises:
+            ValueError: two stateful halves with one ``state_key``; what a half's ``check`` refuses; a table loaded
+                from a checkpoint for another population N or another state size (naming the half, the old and the
+                new value).
+        """
+        algorithms = [*server.server_client_algorithms, *check_client_algorithms(given)]
+        self.algorithms, self.server = algorithms, server
+        server.bind_client_algorithms(algorithms)
+        for algorithm in algorithms:
+            algorithm.check(server)
+            algorithm.setup(module)
+        params = list(module.parameters())
+        dim = sum(p.numel() for p in params)
+        sizes = {}
+        for algorithm in algorithms:
+            size = int(algorithm.state_dim(dim))
+            if size > 0:
+                key = algorithm.state_key
+                if key in sizes:
+                    raise ValueError(
+                        f"Two client halves keep per-client state under the same name {key!r} ({algorithms}); give "
+                        "each its own `state_key` (override the property) or drop one."
+                    )
+                sizes[key] = size
+        tables = server.client_algorithm_states
+        loaded = server.loaded_client_state
+        stale = [k for k in tables if k not in sizes]
+        if stale and loaded:
+            from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+            rank_zero_warn(f"The checkpoint holds per-client state of client half(s) {stale} that this run does not "
+                      f"have (its halves: {[a.state_key for a in algorithms]}); that state is dropped.")
+        for key in stale:
+            del tables[key]
+        if num_clients is None:
+            return
+        for key, size in sizes.items():
+            table = tables.get(key)
+            if table is not None and loaded and (table.num_clients != int(num_clients) or table.dim != size):
+                what = (f"the population changed from N = {table.num_clients} to N = {int(num_clients)} clients"
+                        if table.num_clients != int(num_clients) else
+                        f"its state size changed from {table.dim} to {size} numbers per client (another model?)")
+                raise ValueError(
+                    f"Cannot resume client half {key}: the checkpoint's per-client state was made for another run "
+                    f"({what}); each client's saved state belongs to that client of that partition, so it cannot "
+                    f"be carried over. Resume with the checkpoint's data module, or start a new run."
+                )
+            if table is None or table.num_clients != int(num_clients) or table.dim != size:
+                dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
+                tables[key] = ClientStateTable(int(num_clients), size, dtype=dtype)
+        server.loaded_client_state = False
+
+    def start(self, module: Any, context: Any) -> None:
+        """Client ``context.client_id`` starts from x_t: every half's :meth:`ClientAlgorithm.start` with its stored
+        state (``None`` if never written)."""
+        if not self.algorithms:
+            return
+        self._context = context
+        tables = self.server.client_algorithm_states
+        for algorithm in self.algorithms:
+            table = tables.get(algorithm.state_key)
+            state = table.get(context.client_id) if table is not None and context.client_id in table else None
+            algorithm.start(module, context, state)
+
+    def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
+        """At every local step, before the client optimizer steps (no-op outside a client's local work)."""
+        if self._context is None:
+            return
+        for algorithm in self.algorithms:
+            algorithm.before_optimizer_step(module, optimizer)
+
+    def finish(self, module: Any, context: Any) -> dict[str, Any]:
+        """The client's local work is over: every half's extras from :meth:`ClientAlgorithm.finish`, and its new
+        per-client state under ``"client_state/<state_key>"`` (written to the table when the server receives the
+        update; a client dropped from the round keeps its old state)."""
+        if not self.algorithms:
+            return {}
+        context, self._context = self._context or context, None
+        extras: dict[str, Any] = {}
+        for algorithm in self.algorithms:
+            sent, state = algorithm.finish(module, context)
+            extras.update(sent)
+            if state is not None:
+                extras[f"client_state/{algorithm.state_key}"] = state.detach().reshape(-1).cpu()
+        return extras
+
+
 def dispatch_only(callback: Any, hook: str = "on_before_optimizer_step") -> bool:
     """Whether ``callback``'s ``hook`` only dispatches to client algorithms and it has none (a server optimizer
     without client halves): the lean local step skips calling it, and the vectorized executor does not count it as a
@@ -101,11 +241,15 @@ def dispatch_only(callback: Any, hook: str = "on_before_optimizer_step") -> bool
     return bool(getattr(method, "client_dispatch", False)) and not getattr(callback, "client_algorithms", None)
 
 
-def check_client_algorithms(client: Any) -> list[ClientAlgorithm]:
+def check_client_algorithms(client: Any, name: str = "client") -> list[ClientAlgorithm]:
     """``client`` as a list of :class:`ClientAlgorithm` (``None``: empty).
 
+    Args:
+        client: The halves (a list, one half, or ``None``).
+        name: The argument named in the error (default ``"client"``, the server optimizer's).
+
     Raises:
-        TypeError: an entry that is not a :class:`ClientAlgorithm`, naming ``client`` and its position.
+        TypeError: an entry that is not a :class:`ClientAlgorithm`, naming ``name`` and its position.
     """
     if client is None:
         return []
@@ -115,7 +259,7 @@ def check_client_algorithms(client: Any) -> list[ClientAlgorithm]:
     for i, algorithm in enumerate(client):
         if not isinstance(algorithm, ClientAlgorithm):
             raise TypeError(
-                f"`client[{i}]` must be a client algorithm (lightning_fed.client.ClientAlgorithm, e.g. "
+                f"`{name}[{i}]` must be a client algorithm (lightning_fed.client.ClientAlgorithm, e.g. "
                 f"FedProxClient(mu=0.01)), got {type(algorithm).__name__}."
             )
     return client

@@ -191,7 +191,7 @@ def pack_updates(updates: Sequence[ClientUpdate], failures: Sequence[tuple[int, 
     """Split one rank's ``updates`` and ``failures`` into small pickled metadata and the bytes of their tensors.
 
     Every plain dense tensor of ``delta``, ``buffers`` and ``extras`` (nested in dicts, lists and tuples: e.g.
-    SCAFFOLD's ``extras["delta_control"]``, the client algorithms' ``extras["client_state/<i>"]``) becomes a
+    SCAFFOLD's ``extras["delta_control"]``, the client algorithms' ``extras["client_state/<state_key>"]``) becomes a
     :class:`_Slot`; everything else (ids, counts, loss, learning rates, non-tensor extras, tensors of other kinds,
     which go to the CPU as before) stays in the pickled skeleton. Nothing is copied until :meth:`PackedUpdates.write`.
     """

@@ -6,7 +6,8 @@ a client's data into a :class:`~lightning_fed.ClientUpdate` (Reddi et al. 2021, 
 executors (sequential, vectorized, over DDP ranks) drive instead of the loop:
 
 1. :meth:`ClientRunner.start_client` — the module gets x_t in place, the client optimizer(s) a fresh state, the
-   callbacks ``on_client_start``, the server optimizer's client channel the :class:`ClientContext`;
+   callbacks ``on_client_start``, the run's client halves (:attr:`ClientRunner.client_halves`) the
+   :class:`ClientContext` and their per-client state;
 2. :meth:`ClientRunner.local_step` — one mini-batch through Lightning's optimization loop;
 3. :meth:`ClientRunner.finish_client` — Δ_i = x_i − x_t and the client's extras into a ``ClientUpdate``
    (:meth:`ClientRunner.build_update` is the only place a ``ClientUpdate`` is made);
@@ -14,9 +15,10 @@ executors (sequential, vectorized, over DDP ranks) drive instead of the loop:
    (``on_client_failure``) applied in one place, and :meth:`ClientRunner.stop_if_all_failed_alike` — a round whose
    every client raised the same error at the same place stops the run (a deterministic error, not flaky clients).
 
-Client-side algorithms (FedProx, SCAFFOLD, Fed-LAMB's client) get x_t and the round's client learning rates from
-the :class:`ClientContext` passed to their ``configure_client`` / ``collect_client_extras`` (the server → client
-channel), never from ``trainer.fit_loop``.
+Client halves (FedProx, SCAFFOLD, Fed-LAMB's client; :class:`~lightning_fed.client.algorithm.ClientHalves`) are
+owned and called by the runner: ``start`` with the :class:`ClientContext` (x_t, the round's client learning rates,
+never ``trainer.fit_loop``), ``before_optimizer_step`` at every local step (:class:`ClientAlgorithmSteps`),
+``finish`` into the update's extras.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.checkpoint import MidRoundCheckpointError
+from lightning.pytorch.callbacks import Callback
+
+from lightning_fed.client.algorithm import ClientHalves
 from lightning_fed.client.lean_step import LeanLocalStep, lean_step_blocker
 from lightning_fed.client.update import ClientUpdate, parameter_client_lrs
 
@@ -119,6 +124,10 @@ class ClientContext:
         global_buffers: The global model's buffers, one per entry of ``module.buffers()``.
         client_lr: γ, the client learning rate of the round (first optimizer's first parameter group; ``nan``
             without one).
+        client_batches: ``client_batches()`` iterates over the client's local batches of the round again (the same
+            batches, in the same order, as its local work; ``None`` outside the federated loop): for a client half
+            that trains a personal model on the client's own data (Ditto, with
+            :func:`~lightning_fed.client.personal.personal_step`).
         client_lrs: γ of each parameter's optimizer group in the round, aligned with ``global_params``
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
 
@@ -141,6 +150,7 @@ class ClientContext:
     global_buffers: list[Tensor]
     client_lr: float
     client_lrs: list[float] = field(default_factory=list)
+    client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
 
 
 class ClientRunner:
@@ -223,6 +233,10 @@ class ClientRunner:
         self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
         self._lean: Optional[LeanLocalStep] = None
         self._lean_blocker: Optional[str] = None
+        #: The run's client halves (:class:`~lightning_fed.client.algorithm.ClientHalves`): set up in :meth:`setup`,
+        #: called by :meth:`start_client`, at every local step (:class:`ClientAlgorithmSteps`) and by
+        #: :meth:`finish_client`.
+        self.client_halves = ClientHalves()
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -237,6 +251,11 @@ class ClientRunner:
         self.round_log = round_log
         self._step_callbacks = step_callbacks
         module = trainer.lightning_module
+        self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
+                                 getattr(datamodule, "num_clients", None), module)
+        for callback in trainer.callbacks:  # the halves' per-step call
+            if isinstance(callback, ClientAlgorithmSteps):
+                callback.halves = self.client_halves
         self._params = list(module.parameters())
         self._buffers = list(module.buffers())
 
@@ -328,6 +347,7 @@ class ClientRunner:
         return ClientContext(
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
+            client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
         )
 
     # ------------------------------------------------------------------ one client
@@ -337,9 +357,10 @@ class ClientRunner:
         self.reset_to_global()
         trainer = self.trainer
         self.call_client_hook("on_client_start", client_id, self.round_idx)
-        self.server_optimizer.configure_client(
-            trainer, trainer.lightning_module, client_id, self.round_idx, context=self.context(client_id)
-        )
+        context = self.context(client_id)
+        self.server_optimizer.configure_client(trainer, trainer.lightning_module, client_id, self.round_idx,
+                                               context=context)
+        self.client_halves.start(trainer.lightning_module, context)
         self.round_log.start_client(pl_private.results(trainer))
         if self._lean is not None:
             self._lean.start_client()
@@ -403,9 +424,10 @@ class ClientRunner:
         if self._lean is not None:
             self._lean.finish_client()
         self.round_log.finish_client(client_id, pl_private.results(trainer))
-        extras = self.server_optimizer.collect_client_extras(
-            trainer, module, client_id, self.round_idx, context=self.context(client_id)
-        )
+        context = self.context(client_id)
+        extras = self.client_halves.finish(module, context)
+        extras.update(self.server_optimizer.collect_client_extras(trainer, module, client_id, self.round_idx,
+                                                                  context=context))
         with torch.no_grad():
             delta = torch._foreach_sub(self._params, self._global_params)
             buffers = [b.detach().clone() for b in self._buffers]
@@ -538,3 +560,35 @@ class ClientRunner:
     def client_end(self, update: ClientUpdate, position: int) -> None:
         """Client ``update.client_id`` (the ``position``-th of this process's clients, from 0) reported back."""
         self.call_client_hook("on_client_end", update, position)
+
+
+class ClientAlgorithmSteps(Callback):
+    """The per-step call of the run's client halves: ``on_before_optimizer_step`` runs the client runner's
+    :meth:`ClientHalves.before_optimizer_step <lightning_fed.client.algorithm.ClientHalves.before_optimizer_step>`
+    (after the backward pass, before gradient clipping and the client optimizer's step, as Lightning orders them).
+
+    :class:`~lightning_fed.FederatedTrainer` installs it right after the server optimizer among the callbacks, so the
+    halves' gradient changes run where they ran when the server optimizer dispatched them (results bit for bit). It
+    keeps no state; without client halves the lean step and the vectorized executor skip it
+    (:func:`~lightning_fed.client.algorithm.dispatch_only`).
+
+    Example::
+
+        >>> ClientAlgorithmSteps().client_algorithms  # outside a federated fit: none
+        []
+    """
+
+    def __init__(self) -> None:
+        #: The client runner's halves (bound by :meth:`ClientRunner.setup`; ``None`` outside a federated fit).
+        self.halves: Optional[ClientHalves] = None
+
+    @property
+    def client_algorithms(self) -> list[Any]:
+        """The client halves the run's client runner calls (``[]`` outside a federated fit)."""
+        return list(self.halves.algorithms) if self.halves is not None else []
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        if self.halves is not None:
+            self.halves.before_optimizer_step(pl_module, optimizer)
+
+    on_before_optimizer_step.client_dispatch = True  # type: ignore[attr-defined]  # see client.algorithm.dispatch_only

@@ -391,8 +391,10 @@ class VectorizedExecutor(ClientExecutor):
         for name in ("configure_client", "collect_client_extras"):
             if server is not None and is_overridden(name, server, parent=ServerOptimizer):
                 return f"server optimizer {type(server).__name__} overrides `{name}` (a client-side algorithm)"
-        if server is not None and server.client_algorithms:
-            return f"server optimizer {type(server).__name__} runs client algorithms {server.client_algorithms}"
+        if server is not None and server.server_client_algorithms:
+            return f"server optimizer {type(server).__name__} runs client algorithms {server.server_client_algorithms}"
+        if runner.client_halves.algorithms:
+            return f"the run has client algorithms {runner.client_halves.algorithms}"
         for callback in trainer.callbacks:
             if callable(getattr(callback, "on_client_start", None)):
                 name = type(callback).__name__

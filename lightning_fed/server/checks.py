@@ -85,3 +85,33 @@ def check_phi_bounds(phi_min: Any, phi_max: Any) -> tuple[float, float]:
     if high < low:
         raise ValueError(f"`phi_max` ({high}) must be >= `phi_min` ({low}).")
     return low, high
+
+
+def is_server_optimizer(obj: Any) -> bool:
+    """Whether ``obj`` is a server optimizer (an instance of a class that sets ``is_server_optimizer = True``, as
+    :class:`~lightning_fed.callbacks.ServerOptimizer` does): lets the modules below the callbacks (checkpointing,
+    TensorBoard, the loop) find it without importing the callbacks.
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> is_server_optimizer(FedAvg()), is_server_optimizer(object())
+        (True, False)
+    """
+    return bool(getattr(type(obj), "is_server_optimizer", False))
+
+
+def find_server_optimizer(callbacks: Any) -> Any:
+    """The single server optimizer among ``callbacks`` (:func:`is_server_optimizer`).
+
+    Raises:
+        ValueError: none or more than one given.
+    """
+    found = [cb for cb in callbacks if is_server_optimizer(cb)]
+    if len(found) != 1:
+        names = ", ".join(type(cb).__name__ for cb in found) or "none"
+        raise ValueError(
+            f"A federated trainer needs exactly one server optimizer callback (FedAvg, FedAdam, ...); got "
+            f"{len(found)}: {names}."
+        )
+    return found[0]

@@ -71,7 +71,7 @@ def test_feddyn_equals_numpy_algorithm_1(tmp_path):
     assert len(steps) > 1  # heterogeneous local work
     want_w, want_g, want_h, last = _feddyn_reference(w0, x, y, dm, rounds=5, gamma=0.05, alpha=0.1)
     np.testing.assert_allclose(linear_weights(model), want_w, rtol=1e-12, atol=1e-13)
-    table = server.client_algorithm_states[0]
+    table = server.client_algorithm_states["FedDynClient"]
     assert sorted(table.ids()) == sorted(want_g)
     for cid, gk in want_g.items():
         np.testing.assert_allclose(table.get(cid).numpy(), gk, rtol=1e-12, atol=1e-13)
@@ -177,7 +177,7 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path):
     _resume_run(tmp_path / "b", 2, tmp_path / "cb")
     ckpt = torch.load(tmp_path / "cb" / "last.ckpt", weights_only=True)
     (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("FedDyn")]
-    assert state["num_steps"] == 2 and state["client_algorithms"]["0"]["rows"] and state["aggregators"][0]["h"]
+    assert state["num_steps"] == 2 and state["client_algorithms"]["FedDynClient"]["rows"] and state["aggregators"][0]["h"]
     assert ckpt["lightning_fed"]["run_config"]["server_optimizer.alpha"] == 0.1  # a resume with another α is refused
     resumed, server = _resume_run(tmp_path / "b", 5, tmp_path / "cb", ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
     assert server.num_steps == 5
@@ -185,7 +185,7 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
     for p, q in zip(full_server.aggregator_state[0].h, server.aggregator_state[0].h):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
-    a, b = full_server.client_algorithm_states[0], server.client_algorithm_states[0]
+    a, b = full_server.client_algorithm_states["FedDynClient"], server.client_algorithm_states["FedDynClient"]
     assert sorted(a.ids()) == sorted(b.ids()) and len(a.ids()) > 3  # clients of rounds before and after the resume
     for cid in a.ids():
         torch.testing.assert_close(a.get(cid), b.get(cid), rtol=0, atol=0)
@@ -201,3 +201,90 @@ def test_the_cli_resolves_feddyn_by_name(tmp_path, monkeypatch):
                                 "--server_optimizer.alpha", "0.1"], run=False).trainer.server_optimizer
     assert type(server) is FedDyn and (server.alpha, server.lr, server.weighting) == (0.1, 1.0, "uniform")
     assert repr(server) == "FedDyn(alpha=0.1, lr=1.0)"
+
+
+# ------------------------------------------------------------------ #41: per-client state by name, checked on resume
+from lightning_fed.client import ClientAlgorithm  # noqa: E402
+
+
+class Idle(ClientAlgorithm):
+    """A stateless client half that changes nothing (inserted before FedDyn's on resume)."""
+
+
+def _halves_run(tmp_path, max_epochs, ckpt_dir, client, ckpt_path=None, num_clients=6, **trainer_kwargs):
+    x, y = regression_data(n=60, d=3, seed=0)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=num_clients, seed=0), clients_per_round=3,
+                             local_work=SampledLocalWork(epochs=[1, 3], batch_size=[2, 5], seed=1))
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    server = FedAvg(weighting="uniform", aggregators=[FedDynCorrection(0.1)], client=client)
+    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"enable_checkpointing": True} | trainer_kwargs
+    trainer = FederatedTrainer(max_epochs=max_epochs, callbacks=[server, checkpoint], **kwargs)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model, server, trainer
+
+
+def test_41_inserting_a_client_half_before_feddyns_on_resume_keeps_its_g_k(tmp_path):
+    """#41: per-client state was keyed by the half's position in `client=[...]`: a half inserted before
+    FedDynClient on resume got FedDyn's saved g_k and FedDyn restarted from zeros, silently. Keyed by name
+    (`state_key`), the resumed run equals the uninterrupted one bit for bit."""
+    full, full_server, _ = _halves_run(tmp_path / "a", 4, tmp_path / "ca", [FedDynClient(0.1)])
+    _halves_run(tmp_path / "b", 2, tmp_path / "cb", [FedDynClient(0.1)])
+    resumed, server, _ = _halves_run(tmp_path / "b", 4, tmp_path / "cb", [Idle(), FedDynClient(0.1)],
+                                     ckpt_path=str(tmp_path / "cb" / "last.ckpt"),
+                                     allow_resume_changes=["server_optimizer.client"])
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    a, b = full_server.client_algorithm_states["FedDynClient"], server.client_algorithm_states["FedDynClient"]
+    assert sorted(a.ids()) == sorted(b.ids())
+    for cid in a.ids():
+        torch.testing.assert_close(a.get(cid), b.get(cid), rtol=0, atol=0)
+
+
+def test_41_a_changed_population_on_resume_is_refused_before_any_client_trains(tmp_path):
+    """#41: FedDyn resumed with another number of clients (an allowed change of the partition) discarded every g_k
+    but kept h, built for the old N, silently. Each g_k belongs to a client of the old partition: refused at fit
+    start, naming the half and both populations, before any client trains."""
+    _halves_run(tmp_path / "b", 2, tmp_path / "cb", [FedDynClient(0.1)])
+    with pytest.raises(ValueError, match=r"Cannot resume client half FedDynClient: .*the population changed from "
+                                         r"N = 6 to N = 5 clients"):
+        _halves_run(tmp_path / "c", 4, tmp_path / "cc", [FedDynClient(0.1)], num_clients=5,
+                    ckpt_path=str(tmp_path / "cb" / "last.ckpt"), allow_resume_changes=True)
+    assert not (tmp_path / "cc").exists() or not any((tmp_path / "cc").iterdir())  # no round ran
+
+
+def test_41_a_format_2_checkpoint_with_positional_client_state_resumes_bit_for_bit(tmp_path):
+    """#41: a checkpoint written before the halves' state was keyed by name (format 2: key "1" for the second half
+    of `client=[...]`) loads through lightning_fed/migrations.py and resumes exactly."""
+    full, _, _ = _halves_run(tmp_path / "a", 4, tmp_path / "ca", [Idle(), FedDynClient(0.1)])
+    _halves_run(tmp_path / "b", 2, tmp_path / "cb", [Idle(), FedDynClient(0.1)])
+    path = tmp_path / "cb" / "last.ckpt"
+    ckpt = torch.load(path, weights_only=False)
+    (key,) = [k for k in ckpt["callbacks"] if k.startswith("FedAvg")]
+    tables = ckpt["callbacks"][key]["client_algorithms"]
+    ckpt["callbacks"][key]["client_algorithms"] = {"1": tables.pop("FedDynClient")}
+    ckpt["lightning_fed"]["format"] = 2
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    resumed, server, _ = _halves_run(tmp_path / "b", 4, tmp_path / "cb2", [Idle(), FedDynClient(0.1)],
+                                     ckpt_path=str(old))
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_41_halves_given_to_the_trainer_are_checked_together_with_the_server_half(tmp_path):
+    """#41: FedDyn's client half given to the trainer (a part of the run of its own) still needs its server half in
+    the server optimizer's chain: refused at fit start naming both; with both, the run is FedDyn's, bit for bit."""
+    _, _, dm = _datamodule()
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(weighting="uniform")],
+                               client_algorithms=[FedDynClient(0.1)], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"FedDynClient\(alpha=0.1\) \(FedDyn's client half\) needs FedDyn's server "
+                                         r"half in FedAvg's `aggregators`"):
+        trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
+    assert trainer.global_step == 0
+    *_, composed, _ = _fit(tmp_path, FedAvg(weighting="uniform", aggregators=[FedDynCorrection(0.1)]), rounds=3,
+                           client_algorithms=[FedDynClient(0.1)])
+    *_, ready, _ = _fit(tmp_path, FedDyn(alpha=0.1), rounds=3)
+    assert np.array_equal(linear_weights(composed), linear_weights(ready))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_fed.callbacks import FedAvg, FedProx, SCAFFOLD
+from lightning_fed.callbacks import FedAvg, SCAFFOLD
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms, dispatch_only, flat, unflat
 
 
@@ -37,8 +37,13 @@ def test_flat_and_unflat_round_trip():
     assert [p.shape for p in parts] == [(2, 3), (4,)] and torch.equal(flat(parts), vector)
 
 
-def test_dispatch_only_marks_a_server_optimizer_without_client_halves():
-    assert dispatch_only(FedAvg())                      # its step hook only dispatches, and there is nothing to run
-    assert not dispatch_only(FedAvg(client=[Scale(1.0)]))
-    assert not dispatch_only(FedProx(mu=0.1))           # its own client half
-    assert not dispatch_only(SCAFFOLD())                # its own on_before_optimizer_step
+def test_dispatch_only_marks_the_client_halves_step_without_halves():
+    """#41: the server optimizer has no per-step hook any more; the runner's ClientAlgorithmSteps is skipped by the
+    lean step and the vectorized executor when the run has no client half."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lightning_fed.client.runner import ClientAlgorithmSteps
+
+    assert type(FedAvg()).on_before_optimizer_step is Callback.on_before_optimizer_step
+    assert type(SCAFFOLD()).on_before_optimizer_step is Callback.on_before_optimizer_step
+    assert dispatch_only(ClientAlgorithmSteps())  # outside a fit: no halves

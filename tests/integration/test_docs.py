@@ -25,7 +25,7 @@ def test_write_your_own_algorithm_page_runs(tmp_path, monkeypatch):
     page = (ROOT / "docs" / "write-your-own-algorithm.md").read_text(encoding="utf-8")
     assert "<!-- README: Write your own algorithm -->" in page
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert len(blocks) == 5
+    assert len(blocks) >= 5  # more as the page grows (#41: client halves given to the trainer)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "write_your_own_algorithm"}
     for block in blocks:

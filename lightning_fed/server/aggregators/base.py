@@ -55,6 +55,8 @@ class ClientDeltas(NamedTuple):
         counts: float64 ``[K]``, the unnormalised aggregation weights (sample counts, or 1 under uniform weighting).
         updates: The round's :class:`~lightning_fed.ClientUpdate` objects in the same order (``None`` when built by
             hand), for stages that need a client's local steps or learning rates (e.g. Nastya's normalisation).
+        template: Tensors shaped like the parameters aggregated (x_t; ``None`` when built by hand), so that a
+            reducer can return Δ_t of a round without any client (DP-FedAvg with Poisson cohorts: the noise alone).
 
     Example (two clients of one parameter each, holding 1 and 2 samples)::
 
@@ -68,6 +70,7 @@ class ClientDeltas(NamedTuple):
     deltas: list[list[Tensor]]
     counts: Tensor
     updates: Optional[list[Any]] = None
+    template: Optional[list[Tensor]] = None
 
 
 class RoundReport(NamedTuple):
@@ -195,12 +198,35 @@ class Stage(abc.ABC):
         return f"{type(self).__name__}({args})"
 
 
-def _accumulation_dtype(t: Tensor) -> torch.dtype:
+def accumulation_dtype(t: Tensor) -> torch.dtype:
     """The dtype client updates are summed in: float64 for floating-point tensors (their own dtype on Apple MPS,
-    which has no float64); a non-floating tensor keeps its dtype. The one rule for every weighted sum of updates."""
+    which has no float64); a non-floating tensor keeps its dtype. The one rule for every weighted sum of updates
+    (the weighted mean, DP's mean, the robust reducers, FedNova's and FedMGDA+'s sums).
+
+    Example::
+
+        >>> accumulation_dtype(torch.zeros(1)), accumulation_dtype(torch.zeros(1, dtype=torch.int64))
+        (torch.float64, torch.int64)
+    """
     if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type == "mps":
         return t.dtype
     return torch.float64
+
+
+_accumulation_dtype = accumulation_dtype  # the name the stages import
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a server state kept beside parameters of ``dtype`` and summed into over rounds (SCAFFOLD's c,
+    FedDyn's h): float64 stays float64; every other floating dtype (float32, bf16, fp16) gets float32. The one rule
+    for such states.
+
+    Example::
+
+        >>> state_dtype(torch.bfloat16), state_dtype(torch.float64)
+        (torch.float32, torch.float64)
+    """
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 class WeightedMean(Stage):

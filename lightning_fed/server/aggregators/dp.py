@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage
+from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, accumulation_dtype
 
 _NOISE_TAG = 0xD9F0
 _COUNT_TAG = 0xC0C7
@@ -221,7 +221,8 @@ def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> flo
 class DPMean(Stage):
     """The DP-FedAvg reducer: Δ_t = Σ_i Δ_i / C, every client weighted 1, divided by the *expected* cohort size
     C = ``RoundInfo.clients_per_round`` (McMahan et al. 2018, Alg. 1, the fixed-denominator estimator f̃_f with all
-    w_k = 1, so qW = C). The denominator does not depend on who reported, so one client's update moves Δ_t by at
+    w_k = 1, so qW = C); a round without any client (Poisson cohorts) gives Δ_t = 0, shaped by
+    ``ClientDeltas.template``, to which the noise stage adds its noise. The denominator does not depend on who reported, so one client's update moves Δ_t by at
     most S/C. Summed in float64, divided once, rounded once to the parameters' dtype (as
     :class:`~lightning_fed.server.aggregators.WeightedMean`: with all C clients reporting it equals
     ``WeightedMean`` under ``weighting="uniform"`` bit for bit).
@@ -241,21 +242,23 @@ class DPMean(Stage):
     kind = "reduce"
 
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
+        if not x.deltas:  # a round without any client (Poisson cohorts): the sum of no update is 0
+            if x.template is None:
+                raise ValueError("DPMean got a round without clients and no `template` to shape Δ_t = 0 by.")
+            return [torch.zeros_like(t) for t in x.template], state
         if not bool((x.counts == x.counts[0]).all()):
             raise ValueError(
                 "DPMean weights every client 1 (DP-FedAvg, McMahan et al. 2018), but the clients' weights differ: "
                 "use the server optimizer with weighting='uniform'."
             )
         first = x.deltas[0]
-        result = [torch.mul(d.to(_acc_dtype(d)), 1.0) for d in first]
+        result = [torch.mul(d.to(accumulation_dtype(d)), 1.0) for d in first]
         for delta in x.deltas[1:]:
             torch._foreach_add_(result, delta, alpha=1.0)
         torch._foreach_div_(result, float(info.clients_per_round))
         return [acc.to(d.dtype) for acc, d in zip(result, first)], state
 
 
-def _acc_dtype(t: Tensor) -> torch.dtype:
-    return t.dtype if t.device.type == "mps" else torch.float64
 
 
 class GaussianNoiseState(NamedTuple):

@@ -1,0 +1,59 @@
+"""FedBN (Li, Jiang, Zhang, Kamp, Dou, "FedBN: Federated Learning on Non-IID Features via Local Batch
+Normalization", ICLR 2021, Algorithm 1): every client keeps its BatchNorm layers — their affine parameters γ, β and
+their running statistics — local; every other parameter is averaged by the server.
+
+Algorithm 1 (user k, layer l, local update pace E, rounds T)::
+
+    for each round t = 1 … T:
+        for each user k and each layer l:   w_{t+1,k}^(l) ← SGD(w_{t,k}^(l))                         (l. 3-5)
+        if t mod E = 0:
+            for each user k and each layer l:
+                if layer l is not BatchNorm:  w_{t+1,k}^(l) ← (1/K)·Σ_k w_{t+1,k}^(l)                   (l. 6-10)
+
+Here the E local SGD steps of l. 3-5 are the client's local work of a round (the data module's ``local_epochs`` /
+``local_steps``), and l. 6-10 is the server step on the non-BatchNorm part only: :class:`FedBNClient` is a
+:class:`~lightning_fed.client.personal.LocalParts` that keeps every ``torch.nn.modules.batchnorm._BatchNorm``
+(``BatchNorm1d/2d/3d``, ``SyncBatchNorm``) local, so the clients' updates are 0 there and any server rule averages
+(or adapts, e.g. FedAdam) the rest. The paper's average is uniform over the K clients (1/K; the authors' code,
+github.com/med-air/FedBN ``fed_train.py``, ``client_weights = [1/client_num]``), so :class:`~lightning_fed.callbacks.
+FedBN` defaults to ``weighting="uniform"``; the paper has full participation, here the mean is over the round's
+cohort and a client never sampled before starts from the initial BatchNorm values (the global model's, which the
+server never changes).
+
+Memory: per client seen, the BatchNorm layers' parameters and buffers (4 values per channel plus one counter per
+layer), on the CPU and in every checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lightning_fed.client.personal import LocalParts
+
+__all__ = ["FedBNClient"]
+
+
+class FedBNClient(LocalParts):
+    """FedBN's client half: the BatchNorm layers (parameters and running statistics) stay local to each client
+    (Li et al. 2021, Alg. 1, l. 6-10 average only the layers that are not BatchNorm).
+
+    Raises:
+        ValueError: at fit start, a model without a BatchNorm layer.
+
+    Example::
+
+        >>> import torch
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2), torch.nn.Linear(2, 1))
+        >>> half = FedBNClient()
+        >>> half.setup(net)
+        >>> half.kept_names(net), half.state_dim(0)
+        (['1.weight', '1.bias', '1.running_mean', '1.running_var', '1.num_batches_tracked'], 9)
+    """
+
+    def __init__(self) -> None:
+        super().__init__(types=[_BatchNorm])
+
+    def settings(self) -> dict[str, Any]:
+        return {}
