@@ -56,8 +56,9 @@ def test_run_record_names_come_from_the_parts():
     checkpoint.py), in the order and with the names checkpoints were written with before #40."""
     from lightning_fed.checkpoint import RUN_CONFIG_NAMES
 
-    assert RUN_CONFIG_NAMES == ("partitioner", "partition", "seed", "clients_per_round", "data_order", "drop_last", "client_dropout", "over_selection", "cohort_sampling",
-                                "local_work", "server_optimizer")
+    assert RUN_CONFIG_NAMES == ("partitioner", "partition", "seed", "clients_per_round", "data_order", "drop_last",
+                                "client_dropout", "over_selection", "cohort_sampling", "local_work", "server_optimizer",
+                                "client_algorithms")
     dm = FederatedDataModule(TensorDataset(torch.zeros(8, 1)), partitioner=IIDPartitioner(4), clients_per_round=2,
                              cohort_sampling="poisson", seed=3)
     assert dm.run_config() == {"seed": 3, "clients_per_round": 2, "data_order": "reshuffle", "drop_last": False,
