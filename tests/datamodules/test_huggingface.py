@@ -20,12 +20,17 @@ N = 48
 
 
 def _images(mode, rng):
+    """N images of PIL mode ``mode`` (``Image.fromarray`` infers it from the array's dtype and channels)."""
     shape = {"L": (5, 7), "RGB": (5, 7, 3), "RGBA": (5, 7, 4), "I": (5, 7), "F": (5, 7)}[mode]
     if mode == "I":
-        return [Image.fromarray(a, mode="I") for a in rng.integers(-9, 70000, (N, *shape), dtype=np.int32)]
-    if mode == "F":
-        return [Image.fromarray(a, mode="F") for a in rng.normal(size=(N, *shape)).astype(np.float32)]
-    return [Image.fromarray(a, mode=mode) for a in rng.integers(0, 256, (N, *shape), dtype=np.uint8)]
+        arrays = rng.integers(-9, 70000, (N, *shape), dtype=np.int32)
+    elif mode == "F":
+        arrays = rng.normal(size=(N, *shape)).astype(np.float32)
+    else:
+        arrays = rng.integers(0, 256, (N, *shape), dtype=np.uint8)
+    images = [Image.fromarray(a) for a in arrays]
+    assert images[0].mode == mode
+    return images
 
 
 def _kind(kind):
@@ -93,6 +98,42 @@ def test_each_column_kind_equals_the_torch_formatter_without_its_recursion(kind,
         index = torch.tensor([3, 0, 3])
         batch = columns.get_batch(index)
         assert all(torch.equal(batch[name], reference[name][index]) for name in reference)
+
+
+def _encoded(image, fmt="PNG", **save):
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save)
+    return {"bytes": buffer.getvalue(), "path": None}
+
+
+def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
+    """Plain 8-bit PNGs are decoded by libpng; a PNG with an EXIF orientation (PIL transposes it), a palette, a
+    transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's values."""
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (4, 6, 3), dtype=np.uint8)
+    rotated = Image.Image.getexif(Image.new("L", (1, 1)))
+    rotated[0x0112] = 6  # orientation: rotate 90°
+    png = {
+        "plain": [_encoded(Image.fromarray(pixels)) for _ in range(3)],
+        "interlaced": [_encoded(Image.fromarray(pixels), interlace=1)] * 2,
+        "exif orientation": [_encoded(Image.fromarray(pixels), exif=rotated.tobytes())] * 2,
+        "palette": [_encoded(Image.fromarray(pixels).convert("P"))] * 2,
+        "transparency": [_encoded(Image.fromarray(pixels[..., 0]), transparency=7)] * 2,
+        "16 bit": [_encoded(Image.fromarray(pixels[..., 0].astype(np.uint16) * 200))] * 2,
+        "jpeg": [_encoded(Image.fromarray(pixels), "JPEG")] * 2,
+    }
+    for case, images in png.items():
+        for feature in (datasets.Image(), datasets.Image(mode="L")):
+            ds = datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": feature}))
+            ds = ds.with_format("torch")
+            expected = ds[:]["image"]
+            got = HFTensorColumns.from_dataset(ds).columns["image"]
+            assert got.dtype == expected.dtype and torch.equal(got, expected), (case, feature.mode)
+    assert tuple(HFTensorColumns.from_dataset(datasets.Dataset.from_dict(
+        {"image": png["exif orientation"]}, features=datasets.Features({"image": datasets.Image()})
+    ).with_format("torch")).columns["image"].shape) == (2, 3, 6, 4)  # transposed, as PIL gives it
 
 
 def test_a_selection_of_formatted_columns_converts_only_those():
