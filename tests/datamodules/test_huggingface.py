@@ -269,6 +269,9 @@ class _TupleRegression:
                 x, y = batch if tuples else (batch["x"], batch["y"])
                 return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
 
+            def validation_step(self, batch, batch_idx):
+                self.log("val_loss", self.training_step(batch, batch_idx))
+
             def configure_optimizers(self):
                 return torch.optim.SGD(self.parameters(), lr=0.1)
 
@@ -318,6 +321,25 @@ def test_a_module_written_for_tuples_trains_with_batch_columns_as_the_dict_one_d
     by_name = _fit(tmp_path, _TupleRegression.make(tuples=False))
     as_tuples = _fit(tmp_path, _TupleRegression.make(tuples=True), batch_columns=("x", "y"))
     assert torch.equal(by_name, as_tuples)
+
+
+def test_batch_columns_reach_federated_and_personalized_evaluation(tmp_path):
+    """Federated evaluation on held-out client data and its personalized steps read the same tuples: a tuple
+    module evaluates as the dict one does."""
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    metrics = []
+    for tuples in (False, True):
+        dm = FederatedDataModule(_regression_hf(), partitioner=IIDPartitioner(num_clients=4, seed=0),
+                                 clients_per_round=2, batch_size=5, eval_clients_per_round=2, eval_fraction=0.25,
+                                 eval_local_steps=1, batch_columns=("x", "y") if tuples else None)
+        trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(_TupleRegression.make(tuples), datamodule=dm)
+        metrics.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("fed_")})
+    assert "fed_val_loss/weighted" in metrics[0] and "fed_personalized_val_loss/mean" in metrics[0]
+    assert metrics[0] == metrics[1]
 
 
 def test_a_module_reading_dict_batches_as_tuples_gets_a_hint_naming_the_columns(tmp_path):
