@@ -6,8 +6,9 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 (``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
 ``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
 list sizes once they are checked to be uniform; an ``Image`` column is decoded once, image by image, into one
-preallocated array (by libpng for plain 8-bit PNGs, else by the feature's own decoder, PIL: the same samples). Any other column (structs, nulls, a format with ``dtype=``
-or other keyword arguments) goes through the torch formatter as before.
+preallocated array (by libpng for plain 8-bit PNGs, else by the feature's own decoder, PIL: the same samples).
+Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch
+formatter as before.
 """
 
 from __future__ import annotations
