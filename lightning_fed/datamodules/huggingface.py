@@ -289,31 +289,45 @@ def _image_array(feature: Any, value: dict, token: Any) -> np.ndarray:
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# chunks after which PIL's image (hence the torch format's) may differ from libpng's raw pixels: transparency that
-# PIL may expand, an EXIF orientation that `decode_example` applies (eXIf, or "Raw profile type exif" text), frames
-_PNG_CHUNKS_LEFT_TO_PIL = (b"tRNS", b"eXIf", b"exif", b"acTL")
+# the chunks of a PNG whose pixels PIL gives as stored (the torch format's values), which libpng's unchanged mode gives
+# too: any other (tRNS transparency, PLTE, eXIf or text chunks that may carry an EXIF orientation `decode_example`
+# applies, acTL animation, ...) sends the image to PIL
+_PNG_RAW_CHUNKS = frozenset({b"IHDR", b"IDAT", b"IEND", b"pHYs", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"tIME"})
 
 
 def _raw_png(data: Optional[bytes]) -> bool:
-    """Whether ``data`` is a PNG whose pixels PIL gives as stored: 8 bits per sample, grey, RGB or RGBA (colour
-    types 0, 2, 6; not a palette), none of ``_PNG_CHUNKS_LEFT_TO_PIL``. A false positive of the chunk search (the
-    bytes inside compressed data) only sends the image to PIL."""
-    return (
-        data is not None and data[:8] == _PNG_SIGNATURE and data[12:16] == b"IHDR" and data[24] == 8
-        and data[25] in (0, 2, 6) and not any(chunk in data for chunk in _PNG_CHUNKS_LEFT_TO_PIL)
-    )
+    """Whether ``data`` is a PNG whose samples PIL gives as stored: 8 bits per sample, grey, RGB or RGBA (colour
+    types 0, 2, 6; not a palette), and only chunks of ``_PNG_RAW_CHUNKS`` (read from the chunk headers)."""
+    if data is None or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR" or data[24] != 8 or \
+            data[25] not in (0, 2, 6):
+        return False
+    position, size = 8, len(data)
+    while position + 8 <= size:
+        kind = data[position + 4 : position + 8]
+        if kind not in _PNG_RAW_CHUNKS:
+            return False
+        if kind == b"IEND":
+            return True
+        position += 12 + int.from_bytes(data[position : position + 4], "big")  # length, type, data, CRC
+    return False  # truncated: PIL's error
 
 
 def _png_decoder(feature: Any) -> Any:
-    """libpng through ``torchvision.io.decode_png`` (unchanged mode: the stored samples, ``[C, H, W]``), 2-3x faster
-    than PIL for small images; ``None`` without torchvision or when the feature converts the mode."""
+    """libpng through torchvision's ``decode_png`` (unchanged mode: the stored samples, ``[C, H, W]``), 2-3x faster
+    than PIL for small images; ``None`` without torchvision or when the feature converts the mode. The operator
+    that ``torchvision.io.decode_png`` calls is called directly where it is registered (the Python wrapper's
+    deprecation warning and checks cost as much as decoding a 28×28 image)."""
     if feature.mode is not None:
         return None
     try:
         from torchvision.io import ImageReadMode, decode_png
     except ImportError:  # pragma: no cover - torchvision is a dependency
         return None
-    return lambda data: decode_png(torch.frombuffer(data, dtype=torch.uint8), ImageReadMode.UNCHANGED)
+    unchanged = ImageReadMode.UNCHANGED
+    op = getattr(torch.ops.image, "decode_png", None)
+    if op is not None:
+        return lambda data: op(torch.frombuffer(data, dtype=torch.uint8), unchanged.value, False)
+    return lambda data: decode_png(torch.frombuffer(data, dtype=torch.uint8), unchanged)  # pragma: no cover
 
 
 def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:

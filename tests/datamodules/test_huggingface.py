@@ -108,6 +108,23 @@ def _encoded(image, fmt="PNG", **save):
     return {"bytes": buffer.getvalue(), "path": None}
 
 
+def _text_chunk():
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("Comment", "a tEXt chunk")
+    return info
+
+
+def test_plain_pngs_are_decoded_by_libpng_and_the_first_by_pil_too(monkeypatch):
+    calls = []
+    decode = datasets.Image.decode_example
+    monkeypatch.setattr(datasets.Image, "decode_example",
+                        lambda self, *a, **k: calls.append(1) or decode(self, *a, **k))
+    ds = _kind("Image RGB").with_format("torch")
+    assert HFTensorColumns.from_dataset(ds).columns["image"].shape == (N, 3, 5, 7) and len(calls) == 1
+
+
 def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
     """Plain 8-bit PNGs are decoded by libpng; a PNG with an EXIF orientation (PIL transposes it), a palette, a
     transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's values."""
@@ -121,9 +138,12 @@ def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
         "exif orientation": [_encoded(Image.fromarray(pixels), exif=rotated.tobytes())] * 2,
         "palette": [_encoded(Image.fromarray(pixels).convert("P"))] * 2,
         "transparency": [_encoded(Image.fromarray(pixels[..., 0]), transparency=7)] * 2,
+        "text chunk": [_encoded(Image.fromarray(pixels), pnginfo=_text_chunk())] * 2,
+        "truncated": [_encoded(Image.fromarray(pixels))] * 2,
         "16 bit": [_encoded(Image.fromarray(pixels[..., 0].astype(np.uint16) * 200))] * 2,
         "jpeg": [_encoded(Image.fromarray(pixels), "JPEG")] * 2,
     }
+    png["truncated"] = [{"bytes": png["truncated"][0]["bytes"][:-12], "path": None}] * 2  # no IEND: PIL reads it
     for case, images in png.items():
         for feature in (datasets.Image(), datasets.Image(mode="L")):
             ds = datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": feature}))
