@@ -12,12 +12,12 @@ One kind of Hugging Face column per row of the report, each with a scalar label 
 Against ``tensor``: a ``TensorDataset(images, labels)`` of what the torch format gives for that kind (float32
 ``[n, 1, 28, 28]``, or uint8 for ``image``), same partition, cohorts, batches and model, so the weights are the same.
 Each (kind, variant) runs in a fresh process with one torch thread, interleaved ``--repeats`` times (tensor, hf,
-tensor, hf, ... per kind). Reported, as medians over repeats: ``build`` (making the dataset from the NumPy arrays:
+then hf, tensor, ... per kind: the order alternates). Reported, as medians over repeats: ``build`` (making the dataset from the NumPy arrays:
 ``Dataset.from_dict``, PNG encoding for ``image``; the user's data preparation, not part of the fit), ``set-up``
 (``trainer.fit`` called → first round starts), ``round 0`` (holds the one-off conversion of the Hugging Face
 columns to tensors, at the first client's batches), ``round`` (median of the later rounds), ``fit`` (the whole
-``trainer.fit``: set-up + all rounds) and ``fit ×`` (the Hugging Face fit over the TensorDataset fit: the target
-is ≤ 1.5), with the 1-minute load average (``os.getloadavg()``) before and after: the machine may be shared.
+``trainer.fit``: set-up + all rounds) and ``fit ×`` (the median over repeats of the Hugging Face fit over the
+TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), with the 1-minute load average (``os.getloadavg()``) before and after: the machine may be shared.
 
 Workload: ``--samples`` (6,000) Fashion-MNIST-sized images (uniform random pixels, numpy seed 0), 10 classes,
 ``--clients`` (100) IID clients, ``--cohort`` (10) per round, 1 local epoch, batch ``--batch`` (20), ``--rounds``
@@ -187,9 +187,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     load_before = os.getloadavg()
     runs: dict = {kind: {variant: [] for variant in args.variants} for kind in args.kinds}
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         for kind in args.kinds:
-            for variant in args.variants:
+            for variant in args.variants if repeat % 2 == 0 else args.variants[::-1]:  # order alternated
                 if args.in_process:
                     result = run_once(kind, variant, args)
                 else:
@@ -211,7 +211,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         for variant in args.variants:
             med = {f: statistics.median(r[f] for r in runs[kind][variant]) for f in FIELDS}
             report[kind][variant] = med
-            ratio = med["fit"] / report[kind]["tensor"]["fit"]
+            # the median of the repeats' ratios: each repeat's two fits ran next to each other, at one load
+            ratio = statistics.median(r["fit"] / t["fit"] for r, t in zip(runs[kind][variant], runs[kind]["tensor"]))
             same = all(r["weights"] == reference for r in runs[kind][variant])
             print(f"{kind:8s} {variant:9s} {med['build']:8.3f} {med['setup']:9.3f} {med['round0']:10.3f} "
                   f"{med['round']:8.3f} {med['fit']:7.3f} {ratio:6.2f}  {same}")
