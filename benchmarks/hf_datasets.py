@@ -1,23 +1,35 @@
-"""Hugging Face ``datasets`` against a ``TensorDataset`` holding the same data: seconds per federated round.
+"""A short federated fit on a Hugging Face ``datasets.Dataset`` against the same fit on a ``TensorDataset`` holding the
+same data, set-up included (issue #40.4; per-round speed: #32).
 
-Three variants train the same clients on the same batches with the same model (issue #32):
+One kind of Hugging Face column per row of the report, each with a scalar label column (``label``, int64):
 
-  tensor   — a ``TensorDataset`` (the reference speed);
-  hf       — the same data as ``datasets.Dataset.from_dict(...)`` (the data module gives it the ``"torch"``
-             format): today's path, its columns held as tensors once (``HFTensorColumns``) and sliced per batch;
-  hf-arrow — the same Hugging Face dataset read through a ``DataLoader`` (one Arrow read and formatting per batch:
-             the path before #32, forced with ``HF_TENSOR_LIMIT_BYTES = 0``).
+  nested  — ``Dataset.from_dict({"image": float32 array [n, 1, 28, 28], ...})``: Arrow nested lists, three levels
+            (how a dataset made from NumPy arrays looks);
+  array3d — the same images as an ``Array3D((1, 28, 28), "float32")`` feature;
+  image   — the same images as uint8 pixels in an ``Image`` feature (PNG-encoded, as a dataset from the Hub or
+            ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``): decoded once at set-up.
 
-Each variant runs in its own process (one torch thread), interleaved ``--repeats`` times (tensor, hf, hf-arrow,
-tensor, ...); the first round of each run is warm-up and excluded; the median s/round over the remaining rounds of
-all repeats is printed, with the ratio to ``tensor`` and the machine's 1-minute load average before and after.
+Against ``tensor``: a ``TensorDataset(images, labels)`` of what the torch format gives for that kind (float32
+``[n, 1, 28, 28]``, or uint8 for ``image``), same partition, cohorts, batches and model, so the weights are the same.
+Each (kind, variant) runs in a fresh process with one torch thread, interleaved ``--repeats`` times (tensor, hf,
+then hf, tensor, ... per kind: the order alternates). Reported, as medians over repeats: ``build`` (making the dataset from the NumPy arrays:
+``Dataset.from_dict``, PNG encoding for ``image``; the user's data preparation, not part of the fit), ``set-up``
+(``trainer.fit`` called → first round starts), ``round 0`` (holds the one-off conversion of the Hugging Face
+columns to tensors, at the first client's batches), ``round`` (median of the later rounds), ``fit`` (the whole
+``trainer.fit``: set-up + all rounds) and ``fit ×`` (the median over repeats of the Hugging Face fit over the
+TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), with the 1-minute load average (``os.getloadavg()``) before and after: the machine may be shared.
 
-Workloads: ``--model mlp`` — the trial's small MLP (784-256-10) on 60,000 Fashion-MNIST-shaped images (1 × 28 × 28), 100 IID
-clients, 10 per round, 1 local epoch, batch 20; ``--model lstm`` — Shakespeare-sized data (55,491 sequences of 80
-tokens, the char-LSTM of Reddi et al.), 1,154 clients, 10 per round, batch 4.
+Workload: ``--samples`` (6,000) Fashion-MNIST-sized images (uniform random pixels, numpy seed 0), 10 classes,
+``--clients`` (100) IID clients, ``--cohort`` (10) per round, 1 local epoch, batch ``--batch`` (20), ``--rounds``
+(4) rounds, client SGD, the small MLP 784-256-10.
 
-    .venv/bin/python benchmarks/hf_datasets.py --model mlp --rounds 6 --repeats 3
-    .venv/bin/python benchmarks/hf_datasets.py --model lstm --rounds 3 --repeats 2
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hf_datasets.py                        # all kinds, 3 repeats
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hf_datasets.py --kinds image --repeats 5
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hf_datasets.py --variants tensor hf hf-arrow   # + the per-batch
+                                                                                  # DataLoader path (before #32)
+
+``hf-arrow`` reads the Hugging Face dataset through a ``DataLoader`` (one Arrow read and formatting per batch;
+forced with ``huggingface.HF_TENSOR_LIMIT_BYTES = 0``).
 """
 
 from __future__ import annotations
@@ -29,101 +41,183 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional, Sequence
 
+KINDS = ("nested", "array3d", "image")
 VARIANTS = ("tensor", "hf", "hf-arrow")
+FIELDS = ("build", "setup", "round0", "round", "fit")
 
 
-def _run(model: str, variant: str, rounds: int) -> list[float]:
-    """One run in this process: the per-round wall times (s) of ``rounds`` rounds."""
-    import lightning as L
+def make_data(kind: str, variant: str, samples: int):
+    """The training dataset of ``variant`` for ``kind`` (see the module docstring)."""
     import numpy as np
+    import torch
+    from torch.utils.data import TensorDataset
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (samples, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, samples)
+    images = (pixels / np.float32(255)).astype(np.float32)[:, None]  # [n, 1, 28, 28] float32
+    if variant == "tensor":
+        x = torch.from_numpy(pixels[:, None].copy()) if kind == "image" else torch.from_numpy(images)
+        return TensorDataset(x, torch.from_numpy(labels))
+    import datasets
+
+    if kind == "nested":
+        return datasets.Dataset.from_dict({"image": images, "label": labels})
+    if kind == "array3d":
+        features = datasets.Features({"image": datasets.Array3D((1, 28, 28), "float32"),
+                                      "label": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"image": images, "label": labels}, features=features)
+    from PIL import Image
+
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+    return datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels], "label": labels},
+                                      features=features)
+
+
+def run_once(kind: str, variant: str, args: argparse.Namespace) -> dict:
+    """One fit in this process: ``{"build", "setup", "round0", "round", "fit"}`` in seconds (``round``: the median
+    of rounds 1..), and the trained weights' sum (the same for every variant of a kind)."""
+    import torch
+
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    try:
+        from lightning_fed.datamodules import huggingface as limits
+    except ImportError:  # before #40.4 (to measure a commit before it with this script)
+        from lightning_fed.datamodules import federated as limits
+    torch.set_num_threads(1)
+    limit = limits.HF_TENSOR_LIMIT_BYTES
+    if variant == "hf-arrow":
+        limits.HF_TENSOR_LIMIT_BYTES = 0
+    try:
+        return _fit(kind, variant, args)
+    finally:
+        limits.HF_TENSOR_LIMIT_BYTES = limit
+
+
+def _fit(kind: str, variant: str, args: argparse.Namespace) -> dict:
+    import lightning as L
     import torch
     import torch.nn.functional as F
     from lightning.pytorch.callbacks import Callback
-    from torch.utils.data import TensorDataset
 
-    import datasets
-    import lightning_fed.datamodules.federated as federated
     from lightning_fed import FederatedTrainer
     from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
-    from lightning_fed.models import ShakespeareLSTM
 
-    torch.manual_seed(0)
-    rng = np.random.default_rng(0)
-    if model == "mlp":
-        x = rng.random((60_000, 1, 28, 28), dtype=np.float32)  # images as a Hugging Face dataset holds them
-        y = rng.integers(0, 10, 60_000)
-        clients, batch = 100, 20
-    else:
-        x = rng.integers(1, 90, (55_491, 80))
-        y = np.roll(x, -1, axis=1)
-        clients, batch = 1154, 4
+    start = time.perf_counter()
+    data = make_data(kind, variant, args.samples)
+    build = time.perf_counter() - start
 
-    class Net(L.LightningModule):
+    class MLP(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = (torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-                        if model == "mlp" else ShakespeareLSTM())
+            torch.manual_seed(0)
+            self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.ReLU(),
+                                           torch.nn.Linear(256, 10))
 
-        def training_step(self, b, i):
-            xb, yb = (b["x"], b["y"]) if isinstance(b, dict) else b
-            if model == "mlp":
-                return F.cross_entropy(self.net(xb), yb)
-            logits = self.net(xb)
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1))
+        def training_step(self, batch, batch_idx):
+            x, y = (batch["image"], batch["label"]) if isinstance(batch, dict) else batch
+            x = x.float() / 255 if x.dtype == torch.uint8 else x
+            return F.cross_entropy(self.net(x), y)
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    if variant == "tensor":
-        data = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
-    else:
-        data = datasets.Dataset.from_dict({"x": x, "y": y})
-        if variant == "hf-arrow":
-            federated.HF_TENSOR_LIMIT_BYTES = 0
-    dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=clients, seed=0), clients_per_round=10,
-                             batch_size=batch, local_epochs=1)
-
     class Clock(Callback):
-        times: list[float] = []
+        def __init__(self) -> None:
+            self.starts: list[float] = []
+            self.ends: list[float] = []
 
         def on_train_epoch_start(self, trainer, module):
-            self.t = time.perf_counter()
+            self.starts.append(time.perf_counter())
 
         def on_train_epoch_end(self, trainer, module):
-            self.times.append(time.perf_counter() - self.t)
+            self.ends.append(time.perf_counter())
 
-    clock = Clock()
-    FederatedTrainer(max_epochs=rounds, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, callbacks=[clock]).fit(Net(), datamodule=dm)
-    return clock.times
+    clock, model = Clock(), MLP()
+    dm = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=args.clients, seed=0),
+                             clients_per_round=args.cohort, batch_size=args.batch, local_epochs=1)
+    trainer = FederatedTrainer(max_epochs=args.rounds, logger=False, enable_checkpointing=False,
+                               enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=dm)
+    fit = time.perf_counter() - start
+    rounds = [e - s for s, e in zip(clock.starts, clock.ends)]
+    return {"build": build, "setup": clock.starts[0] - start, "round0": rounds[0],
+            "round": statistics.median(rounds[1:]) if len(rounds) > 1 else float("nan"), "fit": fit,
+            "weights": float(sum(p.detach().double().sum() for p in model.parameters()))}
 
 
-def main() -> None:
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=("mlp", "lstm"), default="mlp")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["tensor", "hf"])
+    parser.add_argument("--samples", type=int, default=6000)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--cohort", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", choices=VARIANTS, help=argparse.SUPPRESS)  # one run in this process (internal)
-    args = parser.parse_args()
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every fit in this process (tests; set-up times then share warm imports)")
+    parser.add_argument("--only", nargs=2, metavar=("KIND", "VARIANT"), help=argparse.SUPPRESS)  # internal
+    args = parser.parse_args(argv)
+    for name in ("samples", "clients", "cohort", "batch", "rounds", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if args.cohort > args.clients:
+        parser.error("--cohort must be <= --clients")
+    if args.clients > args.samples:
+        parser.error("--clients must be <= --samples")
+    if "tensor" not in args.variants:
+        parser.error("--variants must include tensor (the reference)")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict:
+    """Run the comparison; returns ``{kind: {variant: {field: median seconds}, ...}}`` and prints the table."""
+    args = parse_args(argv)
     if args.only:
-        print(json.dumps(_run(args.model, args.only, args.rounds)))
-        return
+        print(json.dumps(run_once(args.only[0], args.only[1], args)))
+        return {}
+    passed = ["--samples", str(args.samples), "--clients", str(args.clients), "--cohort", str(args.cohort),
+              "--batch", str(args.batch), "--rounds", str(args.rounds)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    load_before = os.getloadavg()[0]
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for _ in range(args.repeats):
-        for variant in VARIANTS:
-            out = subprocess.run([sys.executable, __file__, "--model", args.model, "--rounds", str(args.rounds),
-                                  "--only", variant], env=env, check=True, capture_output=True, text=True).stdout
-            times[variant] += json.loads(out.strip().splitlines()[-1])[1:]  # the first round is warm-up
-    load_after = os.getloadavg()[0]
-    ref = statistics.median(times["tensor"])
-    print(f"model {args.model}, {args.rounds} rounds x {args.repeats} repeats, 1 thread; "
-          f"1-min load average {load_before:.2f} before, {load_after:.2f} after")
-    for variant in VARIANTS:
-        med = statistics.median(times[variant])
-        print(f"  {variant:9s} {med:8.3f} s/round  ({med / ref:5.2f}x tensor; min {min(times[variant]):.3f})")
+    load_before = os.getloadavg()
+    runs: dict = {kind: {variant: [] for variant in args.variants} for kind in args.kinds}
+    for repeat in range(args.repeats):
+        for kind in args.kinds:
+            for variant in args.variants if repeat % 2 == 0 else args.variants[::-1]:  # order alternated
+                if args.in_process:
+                    result = run_once(kind, variant, args)
+                else:
+                    out = subprocess.run([sys.executable, __file__, *passed, "--only", kind, variant], env=env,
+                                         check=True, capture_output=True, text=True).stdout
+                    result = json.loads(out.strip().splitlines()[-1])
+                runs[kind][variant].append(result)
+    load_after = os.getloadavg()
+    print(f"{args.samples} images 28x28, {args.clients} clients, cohort {args.cohort}, batch {args.batch}, "
+          f"{args.rounds} rounds, MLP 784-256-10, 1 thread, medians of {args.repeats} interleaved repeats; "
+          f"load average (1/5/15 min) {'/'.join(f'{v:.2f}' for v in load_before)} before, "
+          f"{'/'.join(f'{v:.2f}' for v in load_after)} after")
+    print(f"{'kind':8s} {'variant':9s} {'build s':>8s} {'set-up s':>9s} {'round 0 s':>10s} {'round s':>8s} "
+          f"{'fit s':>7s} {'fit x':>6s}  same weights")
+    report: dict = {}
+    for kind in args.kinds:
+        report[kind] = {}
+        reference = runs[kind]["tensor"][0]["weights"]
+        for variant in args.variants:
+            med = {f: statistics.median(r[f] for r in runs[kind][variant]) for f in FIELDS}
+            report[kind][variant] = med
+            # the median of the repeats' ratios: each repeat's two fits ran next to each other, at one load
+            ratio = statistics.median(r["fit"] / t["fit"] for r, t in zip(runs[kind][variant], runs[kind]["tensor"]))
+            same = all(r["weights"] == reference for r in runs[kind][variant])
+            print(f"{kind:8s} {variant:9s} {med['build']:8.3f} {med['setup']:9.3f} {med['round0']:10.3f} "
+                  f"{med['round']:8.3f} {med['fit']:7.3f} {ratio:6.2f}  {same}")
+            med["fit_ratio"], med["same_weights"] = ratio, same
+    return report
 
 
 if __name__ == "__main__":

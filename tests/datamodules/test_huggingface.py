@@ -20,12 +20,17 @@ N = 48
 
 
 def _images(mode, rng):
+    """N images of PIL mode ``mode`` (``Image.fromarray`` infers it from the array's dtype and channels)."""
     shape = {"L": (5, 7), "RGB": (5, 7, 3), "RGBA": (5, 7, 4), "I": (5, 7), "F": (5, 7)}[mode]
     if mode == "I":
-        return [Image.fromarray(a, mode="I") for a in rng.integers(-9, 70000, (N, *shape), dtype=np.int32)]
-    if mode == "F":
-        return [Image.fromarray(a, mode="F") for a in rng.normal(size=(N, *shape)).astype(np.float32)]
-    return [Image.fromarray(a, mode=mode) for a in rng.integers(0, 256, (N, *shape), dtype=np.uint8)]
+        arrays = rng.integers(-9, 70000, (N, *shape), dtype=np.int32)
+    elif mode == "F":
+        arrays = rng.normal(size=(N, *shape)).astype(np.float32)
+    else:
+        arrays = rng.integers(0, 256, (N, *shape), dtype=np.uint8)
+    images = [Image.fromarray(a) for a in arrays]
+    assert images[0].mode == mode
+    return images
 
 
 def _kind(kind):
@@ -93,6 +98,62 @@ def test_each_column_kind_equals_the_torch_formatter_without_its_recursion(kind,
         index = torch.tensor([3, 0, 3])
         batch = columns.get_batch(index)
         assert all(torch.equal(batch[name], reference[name][index]) for name in reference)
+
+
+def _encoded(image, fmt="PNG", **save):
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save)
+    return {"bytes": buffer.getvalue(), "path": None}
+
+
+def _text_chunk():
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("Comment", "a tEXt chunk")
+    return info
+
+
+def test_plain_pngs_are_decoded_by_libpng_and_the_first_by_pil_too(monkeypatch):
+    calls = []
+    decode = datasets.Image.decode_example
+    monkeypatch.setattr(datasets.Image, "decode_example",
+                        lambda self, *a, **k: calls.append(1) or decode(self, *a, **k))
+    ds = _kind("Image RGB").with_format("torch")
+    assert HFTensorColumns.from_dataset(ds).columns["image"].shape == (N, 3, 5, 7) and len(calls) == 1
+
+
+def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
+    """Plain 8-bit PNGs are decoded by libpng; a PNG with an EXIF orientation (PIL transposes it), a palette, a
+    transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's values."""
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (4, 6, 3), dtype=np.uint8)
+    rotated = Image.Image.getexif(Image.new("L", (1, 1)))
+    rotated[0x0112] = 6  # orientation: rotate 90°
+    png = {
+        "plain": [_encoded(Image.fromarray(pixels)) for _ in range(3)],
+        "interlaced": [_encoded(Image.fromarray(pixels), interlace=1)] * 2,
+        "exif orientation": [_encoded(Image.fromarray(pixels), exif=rotated.tobytes())] * 2,
+        "palette": [_encoded(Image.fromarray(pixels).convert("P"))] * 2,
+        "transparency": [_encoded(Image.fromarray(pixels[..., 0]), transparency=7)] * 2,
+        "text chunk": [_encoded(Image.fromarray(pixels), pnginfo=_text_chunk())] * 2,
+        "truncated": [_encoded(Image.fromarray(pixels))] * 2,
+        "16 bit": [_encoded(Image.fromarray(pixels[..., 0].astype(np.uint16) * 200))] * 2,
+        "jpeg": [_encoded(Image.fromarray(pixels), "JPEG")] * 2,
+    }
+    png["truncated"] = [{"bytes": png["truncated"][0]["bytes"][:-12], "path": None}] * 2  # no IEND: PIL reads it
+    for case, images in png.items():
+        for feature in (datasets.Image(), datasets.Image(mode="L")):
+            ds = datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": feature}))
+            ds = ds.with_format("torch")
+            expected = ds[:]["image"]
+            got = HFTensorColumns.from_dataset(ds).columns["image"]
+            assert got.dtype == expected.dtype and torch.equal(got, expected), (case, feature.mode)
+    assert tuple(HFTensorColumns.from_dataset(datasets.Dataset.from_dict(
+        {"image": png["exif orientation"]}, features=datasets.Features({"image": datasets.Image()})
+    ).with_format("torch")).columns["image"].shape) == (2, 3, 6, 4)  # transposed, as PIL gives it
 
 
 def test_a_selection_of_formatted_columns_converts_only_those():
@@ -228,6 +289,9 @@ class _TupleRegression:
                 x, y = batch if tuples else (batch["x"], batch["y"])
                 return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), y)
 
+            def validation_step(self, batch, batch_idx):
+                self.log("val_loss", self.training_step(batch, batch_idx))
+
             def configure_optimizers(self):
                 return torch.optim.SGD(self.parameters(), lr=0.1)
 
@@ -277,6 +341,25 @@ def test_a_module_written_for_tuples_trains_with_batch_columns_as_the_dict_one_d
     by_name = _fit(tmp_path, _TupleRegression.make(tuples=False))
     as_tuples = _fit(tmp_path, _TupleRegression.make(tuples=True), batch_columns=("x", "y"))
     assert torch.equal(by_name, as_tuples)
+
+
+def test_batch_columns_reach_federated_and_personalized_evaluation(tmp_path):
+    """Federated evaluation on held-out client data and its personalized steps read the same tuples: a tuple
+    module evaluates as the dict one does."""
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    metrics = []
+    for tuples in (False, True):
+        dm = FederatedDataModule(_regression_hf(), partitioner=IIDPartitioner(num_clients=4, seed=0),
+                                 clients_per_round=2, batch_size=5, eval_clients_per_round=2, eval_fraction=0.25,
+                                 eval_local_steps=1, batch_columns=("x", "y") if tuples else None)
+        trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(_TupleRegression.make(tuples), datamodule=dm)
+        metrics.append({k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("fed_")})
+    assert "fed_val_loss/weighted" in metrics[0] and "fed_personalized_val_loss/mean" in metrics[0]
+    assert metrics[0] == metrics[1]
 
 
 def test_a_module_reading_dict_batches_as_tuples_gets_a_hint_naming_the_columns(tmp_path):
