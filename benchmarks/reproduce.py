@@ -572,7 +572,13 @@ def personal_summary(run: Run) -> Optional[dict]:
         return None
     rows = read_csv(run.csv_path)
     metric = PERSONAL_METRICS[run.labels["method"]]
-    final = lambda key: 100 * series(rows, key)[-1][1]  # noqa: E731
+
+    def final(key: str) -> float:
+        values = series(rows, key)
+        if not values:
+            raise SystemExit(f"{run.csv_path} has no {key} column values: not a personalised_fmnist run's CSV")
+        return 100 * values[-1][1]
+
     return {"weighted": final(f"{metric}/weighted"), "worst10": final(f"{metric}/worst10"),
             "global_weighted": final("fed_val_acc/weighted"), "global_worst10": final("fed_val_acc/worst10"),
             "test": final("val_acc")}

@@ -327,7 +327,7 @@ def test_personalised_table_lists_its_18_runs_with_one_setting(reproduce, capsys
     assert len(lines) == 18 and all(line.split()[-1] == f"0/{reproduce.PERSONAL_ROUNDS}" for line in lines)
 
 
-@pytest.mark.parametrize("method", ["fedbn", "fedavg_finetune"])
+@pytest.mark.parametrize("method", ["fedbn", "fedavg_finetune", "ditto"])
 def test_a_personalised_run_writes_personal_and_global_accuracy(reproduce, tmp_path, monkeypatch, method):
     """One run of the table for 2 rounds on generated Fashion-MNIST in the Debian package's IDX files: its CSV holds
     the final personal accuracy (weighted, worst 10 %) and the global model's, and the table row is built from it."""
@@ -344,7 +344,7 @@ def test_a_personalised_run_writes_personal_and_global_accuracy(reproduce, tmp_p
     rows = _rows(results / "personalised_fmnist" / f"{method}_seed1.csv")
     assert [r["round"] for r in rows] == ["1", "2"]
     metric = reproduce.PERSONAL_METRICS[method]
-    assert metric == ("fed_personal_val_acc" if method == "fedbn" else "fed_personalized_val_acc")
+    assert metric == ("fed_personalized_val_acc" if method == "fedavg_finetune" else "fed_personal_val_acc")
     for key in (f"{metric}/weighted", f"{metric}/worst10", "fed_val_acc/weighted", "fed_val_acc/worst10", "val_acc"):
         assert 0.0 <= float(rows[-1][key]) <= 1.0, key
     monkeypatch.setattr(reproduce, "RESULTS", results)
