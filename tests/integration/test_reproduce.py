@@ -300,3 +300,57 @@ def test_lambda_weighted_cells_of_fedmgda_csvs_are_marked(reproduce):
     assert reproduce.lambda_weighted_diversity(old)
     assert not reproduce.lambda_weighted_diversity(new)
     assert not reproduce.lambda_weighted_diversity([{"round": 1, "round_gradient_diversity": 2.0}])
+
+
+def test_personalised_table_lists_its_18_runs_with_one_setting(reproduce, capsys):
+    """Issue #41: six methods × seeds 0-2 on Fashion-MNIST Dirichlet(0.1) over 100 clients, every method with the
+    same local work and client lr, federated evaluation of all clients on their held-out 20 %; FedBN's CNN has
+    BatchNorm; FedAvg + fine-tuning differs from FedAvg only by its evaluation's local steps."""
+    runs = {r.name: r for r in reproduce.personalised_fmnist()}
+    methods = ("fedavg", "fedavg_finetune", "fedbn", "ditto", "fedper", "fedrep")
+    assert list(runs) == [f"{m}_seed{s}" for s in (0, 1, 2) for m in methods]
+    for run in runs.values():
+        data = run.config["data"]["init_args"]
+        assert run.table == "personalised_fmnist" and run.rounds == reproduce.PERSONAL_ROUNDS
+        assert run.config["data"]["class_path"].endswith("FashionMNISTDataModule")
+        assert data["partitioner"]["init_args"] == {"num_clients": 100, "alpha": 0.1, "seed": 0}
+        assert (data["clients_per_round"], data["batch_size"], data["local_epochs"]) == (10, 64, 3)
+        assert (data["eval_clients_per_round"], data["eval_fraction"]) == ("all", 0.2)
+        assert data["seed"] == run.config["seed_everything"] == run.labels["seed"]
+        assert run.config["model"]["init_args"]["lr"] == 0.01
+        assert run.config["model"]["init_args"].get("norm") == ("batch" if run.labels["method"] == "fedbn" else None)
+    plain, tuned = runs["fedavg_seed1"].config, runs["fedavg_finetune_seed1"].config
+    assert tuned["data"]["init_args"].pop("eval_local_steps") == 24 and tuned == plain
+    assert runs["fedbn_seed0"].config["trainer"]["callbacks"][0]["class_path"] == "lightning_fed.callbacks.FedBN"
+    reproduce.main(["status", "personalised_fmnist", "--runs-dir", "/nonexistent"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 18 and all(line.split()[-1] == f"0/{reproduce.PERSONAL_ROUNDS}" for line in lines)
+
+
+@pytest.mark.parametrize("method", ["fedbn", "fedavg_finetune", "ditto"])
+def test_a_personalised_run_writes_personal_and_global_accuracy(reproduce, tmp_path, monkeypatch, method):
+    """One run of the table for 2 rounds on generated Fashion-MNIST in the Debian package's IDX files: its CSV holds
+    the final personal accuracy (weighted, worst 10 %) and the global model's, and the table row is built from it."""
+    from tests.datamodules.test_fashion_mnist import make_fake_debian
+
+    make_fake_debian(tmp_path / "debian", n_train=400, n_test=20)
+    results = tmp_path / "results"
+    reproduce.main(["run", "personalised_fmnist", "--only", f"{method}_seed1", "--max-rounds", "2",
+                    "--results-dir", str(results), "--runs-dir", str(tmp_path / "runs"), "--",
+                    "--data.debian_dir", str(tmp_path / "debian"), "--data.data_dir", str(tmp_path / "data"),
+                    "--data.partitioner.init_args.num_clients", "8", "--data.clients_per_round", "3",
+                    "--data.eval_local_steps", "2" if method == "fedavg_finetune" else "0",
+                    "--trainer.accelerator", "cpu"])
+    rows = _rows(results / "personalised_fmnist" / f"{method}_seed1.csv")
+    assert [r["round"] for r in rows] == ["1", "2"]
+    metric = reproduce.PERSONAL_METRICS[method]
+    assert metric == ("fed_personalized_val_acc" if method == "fedavg_finetune" else "fed_personal_val_acc")
+    for key in (f"{metric}/weighted", f"{metric}/worst10", "fed_val_acc/weighted", "fed_val_acc/worst10", "val_acc"):
+        assert 0.0 <= float(rows[-1][key]) <= 1.0, key
+    monkeypatch.setattr(reproduce, "RESULTS", results)
+    table = reproduce.make_table("personalised_fmnist")
+    final = 100 * float(rows[-1][f"{metric}/weighted"])
+    name = reproduce.PERSONAL_NAMES[method]
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| {name} |")]
+    assert row.startswith(f"| {name} | 1/3 | {final:.2f} | ")
+    assert "| FedRep | 0/3 | – | – | – / – | – | not in repo: to fill (Collins et al. 2021) |" in table

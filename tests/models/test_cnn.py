@@ -63,7 +63,7 @@ def test_output_shape_and_parameter_count(arch, in_channels, image_size, expecte
 def test_default_is_fedavg_cnn_for_fashion_mnist():
     model = FedAwareCNN()
     assert dict(model.hparams) == dict(in_channels=1, image_size=28, num_classes=10, lr=0.01, arch="fedavg",
-                                       channels_last=False)
+                                       channels_last=False, norm=None)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == [
@@ -94,10 +94,37 @@ def test_toy_init_matches_authors_code():
 
 
 @pytest.mark.parametrize("kwargs", [dict(arch="resnet"), dict(image_size=12), dict(lr=0.0), dict(arch="toy", image_size=16),
-                                    dict(channels_last="yes")])
+                                    dict(channels_last="yes"), dict(norm="group"), dict(arch="toy", norm="batch")])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         FedAwareCNN(**kwargs)
+
+
+def test_batch_norm_option_adds_batchnorm_after_each_conv_with_the_same_initial_weights():
+    """norm="batch" (for FedBN): BatchNorm2d(32) and BatchNorm2d(64) after the convolutions, before their ReLUs;
+    the convolutions and linear layers start from the weights of the plain CNN (same seed), and the default
+    (norm=None) builds the plain CNN exactly as before (the same initial weights bit for bit)."""
+    torch.manual_seed(3)
+    plain = FedAwareCNN()
+    torch.manual_seed(3)
+    batch = FedAwareCNN(norm="batch")
+    assert [type(m).__name__ for m in batch.net] == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "Conv2d",
+                                                     "BatchNorm2d", "ReLU", "MaxPool2d", "Flatten", "Linear", "ReLU",
+                                                     "Linear"]
+    assert (batch.net[1].num_features, batch.net[5].num_features) == (32, 64)
+    weights = [m for m in plain.net if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert [m for m in batch.net if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))].__len__() == len(weights)
+    for a, b in zip(weights, [m for m in batch.net if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]):
+        assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+    assert _num_params(batch) == _num_params(plain) + 2 * (32 + 64)
+    assert batch.hparams["norm"] == "batch"
+    batch.train()
+    assert batch(torch.randn(4, 1, 28, 28)).shape == (4, 10)
+    assert batch.net[1].num_batches_tracked.item() == 1  # running statistics are updated in training
+    with pytest.raises(ValueError, match="norm must be one of"):
+        FedAwareCNN(norm="layer")
+    with pytest.raises(ValueError, match="needs arch='fedavg'"):
+        FedAwareCNN(arch="mlp", norm="batch")
 
 
 def test_configure_optimizers_is_plain_sgd():
