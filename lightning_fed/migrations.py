@@ -21,6 +21,10 @@ Formats:
   step from 2 needs the halves of the run resuming (in order: the server optimizer's own, its ``client``, then
   ``FederatedTrainer(client_algorithms=...)``, the order a format-2 run had them in), given by the checkpoint
   connector; without them, or with fewer halves than positions, it refuses.
+* **4** — each stage's state is saved one way, the composed layout of
+  :class:`~lightning_fed.callbacks.ServerOptimizer` (what this version writes): FedAWARE's min-norm stage under
+  ``"aggregators"`` (``[{"table": {"client_state_table": ...}, "client_num_samples", "gram"}]``) instead of its
+  format-3 layout (the momenta in ``"client_state"``, |D_i| and the Gram matrix in ``"fedaware"``).
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
@@ -34,11 +38,12 @@ from typing import Any, Callable, Optional
 
 from lightning_fed.server.client_state import ClientStateTable
 
-__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "migrate_checkpoint",
+__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "compose_fedaware_state",
+           "migrate_checkpoint",
            "name_client_states", "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
-CHECKPOINT_FORMAT = 3
+CHECKPOINT_FORMAT = 4
 
 #: The key of lightning_fed's record in a Lightning checkpoint (``lightning_fed.checkpoint.CHECKPOINT_KEY``).
 RECORD_KEY = "lightning_fed"
@@ -145,9 +150,39 @@ def _format_2(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = N
                 state["client_algorithms"] = name_client_states(state["client_algorithms"], client_halves)
 
 
+def compose_fedaware_state(state: dict[str, Any]) -> dict[str, Any]:
+    """One FedAWARE state dict of format ≤ 3 (``"fedaware"`` with N, |D_i| and the Gram matrix; the momenta in
+    ``"client_state"``, already a table: :func:`upgrade_server_state`) in the composed layout: its min-norm stage's
+    state under ``"aggregators"``. Any other state is returned unchanged.
+
+    Example::
+
+        >>> old = {"num_steps": 0, "state": {}, "fedaware": {"num_clients": 3, "client_num_samples": None, "gram": None}}
+        >>> compose_fedaware_state(old)
+        {'num_steps': 0, 'state': {}, 'aggregators': [{'table': None, 'client_num_samples': None, 'gram': None}]}
+    """
+    saved = state.get("fedaware")
+    if not isinstance(saved, dict) or "aggregators" in state:
+        return state
+    rest = {k: v for k, v in state.items() if k not in ("fedaware", "client_state")}
+    table = state.get("client_state")
+    stage = {"table": None if table is None else {"client_state_table": table},
+             "client_num_samples": saved.get("client_num_samples"), "gram": saved.get("gram")}
+    return {**rest, "aggregators": [stage]}
+
+
+def _format_3(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
+    """FedAWARE's own layout → its stage's state under ``"aggregators"`` (:func:`compose_fedaware_state`)."""
+    callbacks = checkpoint.get("callbacks")
+    if isinstance(callbacks, dict):
+        for key, state in list(callbacks.items()):
+            if isinstance(state, dict):
+                callbacks[key] = compose_fedaware_state(state)
+
+
 #: format → the function upgrading a checkpoint of that format (in place) to the next one; each takes the checkpoint
 #: and ``client_halves`` (the resuming run's client halves' names, in order; ``None`` when not known).
-MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2}
+MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2, 3: _format_3}
 
 
 def _malformed(path: Optional[str], field: str, value: Any, expected: str) -> ValueError:

@@ -390,16 +390,22 @@ class FedAWAREMinNorm(Stage):
         return sizes
 
     def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
-        """At fit start, before any client trains: :meth:`check_state_size` for N (:attr:`num_clients`, else the
-        data module's ``num_clients``) and the module's parameters (d and their promoted dtype); nothing when N is
-        unknown (:meth:`apply` refuses that).
+        """At fit start, before any client trains: a momentum table loaded from a checkpoint must be for N
+        (:attr:`num_clients`, else the data module's ``num_clients``); then :meth:`check_state_size` for N and the
+        module's parameters (d and their promoted dtype); nothing when N is unknown (:meth:`apply` refuses that).
 
         Raises:
-            ValueError: as :meth:`check_state_size`.
+            ValueError: the loaded table is for another N; as :meth:`check_state_size`.
         """
         n = self.num_clients
         if n is None:
             n = getattr(getattr(trainer, "datamodule", None), "num_clients", None)
+        fields = server.stage_state_fields(self) if server is not None else None
+        table = None if fields is None else fields.get("table")
+        if table is not None and n is not None and table.num_clients != int(n):
+            raise ValueError(
+                f"The checkpoint's FedAWARE state is for {table.num_clients} clients, but this run has {int(n)}."
+            )
         params = list(pl_module.parameters())
         if n is None or not params:
             return

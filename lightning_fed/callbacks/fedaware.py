@@ -10,7 +10,6 @@ from torch import Tensor
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
-from lightning_fed.migrations import upgrade_server_state
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
 from lightning_fed.server.checks import check_positive
 from lightning_fed.server.min_norm import MinNormReport, MinNormResult
@@ -27,11 +26,13 @@ def _state_field(name: str, doc: str) -> property:
     """A FedAWARE attribute that is a field of the min-norm stage's state (``None`` before it exists)."""
 
     def get(self):
-        states = self.aggregator_state
-        return None if states is None else getattr(states[0], name)
+        fields = self.stage_state_fields(self.min_norm)  # the live state, or the one loaded before it is re-made
+        return None if fields is None else fields[name]
 
     def set(self, value):
         states = self.aggregator_state
+        if states is None and value is None:
+            return  # nothing to set (and a loaded state waits in the chain)
         state = FedAWAREMinNorm.State() if states is None else states[0]
         self.aggregator_state = (state.replace(**{name: value}),)
 
@@ -338,48 +339,6 @@ class FedAWARE(ServerOptimizer):
             lr=self.lr, alpha=self.alpha, alpha_convention=self.alpha_convention, normalize=self.normalize,
             projection=self.projection, weighting=self.weighting,
         )
-
-    def required_state(self, num_params: int) -> list[str]:
-        """N, |D_i| and the Gram matrix (``"fedaware"``) in this class's layout (see
-        :meth:`ServerOptimizer.required_state`)."""
-        return ["num_steps", "fedaware"]
-
-    def state_dict(self) -> dict[str, Any]:
-        """The base class's (``"num_steps"``, ``"state"``, the momenta in ``"client_state"``) plus ``"fedaware"``
-        (N, |D_i|, Gram matrix): the format from before the composition (the stage's state is not repeated under
-        ``"aggregators"``)."""
-        state = super().state_dict()
-        state.pop("aggregators", None)
-        state["fedaware"] = {  # m_i and the seen mask are in state["client_state"] (the base class)
-            "num_clients": self.num_clients,
-            "client_num_samples": None if self.client_num_samples is None else self.client_num_samples.clone(),
-            "gram": None if self.gram is None else self.gram.clone(),
-        }
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the momentum table and seen mask (``"client_state"``; older layouts through
-        :func:`~lightning_fed.migrations.upgrade_server_state`), sample counts and Gram matrix.
-
-        Raises:
-            ValueError: the checkpoint's N differs from the one already known.
-        """
-        state_dict = upgrade_server_state(state_dict)  # the layout before ClientStateTable, if so
-        if "client_state" not in state_dict:
-            self.client_state = None
-        super().load_state_dict(state_dict)
-        saved = state_dict.get("fedaware", {})
-        n = saved.get("num_clients")
-        if n is not None:
-            if self.num_clients is not None and int(n) != self.num_clients:
-                raise ValueError(
-                    f"The checkpoint's FedAWARE state is for {n} clients, but this run has {self.num_clients}."
-                )
-            self.num_clients = int(n)
-        for name in ("client_num_samples", "gram"):
-            value = saved.get(name)
-            setattr(self, name, None if value is None else value.detach().cpu().clone())
-        self.round_report = None
 
     def extra_repr(self) -> str:
         return (

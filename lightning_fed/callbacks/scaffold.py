@@ -237,6 +237,8 @@ class SCAFFOLD(ServerOptimizer):
         before the composition (the stage's state is not repeated under ``"aggregators"``)."""
         state = super().state_dict()
         state.pop("aggregators", None)
+        if self.client_state is not None:
+            state["client_state"] = self.client_state.state_dict()
         state["state"] = {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()}
         state["num_clients"] = -1 if self.num_clients is None else int(self.num_clients)
         return state

@@ -732,13 +732,15 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
-        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table."""
+        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table of
+        this server optimizer's own (not one that a stage's state holds: that is saved with the stage)."""
         tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
         out = {"num_steps": self.num_steps, "state": tensors, **scalars}
         if self.aggregator_state is not None:
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
-        if self.client_state is not None:
-            out["client_state"] = self.client_state.state_dict()
+        table = self.client_state
+        if table is not None and not any(v is table for st in (self.aggregator_state or ()) for v in st):
+            out["client_state"] = table.state_dict()  # a stage's table is saved once, with its stage's state
         if self.client_algorithm_states:
             out["client_algorithms"] = {key: t.state_dict() for key, t in self.client_algorithm_states.items()}
         return out

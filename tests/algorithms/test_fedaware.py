@@ -127,3 +127,18 @@ def test_stage_reads_num_clients_and_knows_its_warm_up():
     assert set(metrics) == {"fedaware_support", "fedaware_fw_iters", "fedaware_min_norm_sq",
                             "fedaware_weighted_diversity"} and metrics["fedaware_support"] == 2.0
     assert FedAWAREMinNorm(warmup_rounds=1).warming_up(None, 0) and not FedAWAREMinNorm(warmup_rounds=1).warming_up(None, 1)
+
+
+def test_a_loaded_momentum_table_for_another_n_is_refused_at_fit_start():
+    """#41: the state is saved one way (the stage's, under "aggregators"); a table for another N is refused by the
+    stage's fit-start check, before any client trains."""
+    first = FedAWARE(num_clients=3)
+    first.server_update([torch.zeros(2, dtype=torch.float64)],
+                        [ClientUpdate(0, [torch.ones(2, dtype=torch.float64)], 1, 1, 0.0)])
+    state = first.state_dict()
+    assert "fedaware" not in state and "client_state" not in state and len(state["aggregators"]) == 1
+    second = FedAWARE(num_clients=4)
+    second.load_state_dict(state)
+    assert second.momenta.shape == (3, 2) and second.seen.tolist() == [True, False, False]
+    with pytest.raises(ValueError, match="checkpoint's FedAWARE state is for 3 clients, but this run has 4"):
+        second.min_norm.check_fit(None, torch.nn.Linear(2, 1), second)
