@@ -22,9 +22,11 @@ Formats:
   ``FederatedTrainer(client_algorithms=...)``, the order a format-2 run had them in), given by the checkpoint
   connector; without them, or with fewer halves than positions, it refuses.
 * **4** — each stage's state is saved one way, the composed layout of
-  :class:`~lightning_fed.callbacks.ServerOptimizer` (what this version writes): FedAWARE's min-norm stage under
-  ``"aggregators"`` (``[{"table": {"client_state_table": ...}, "client_num_samples", "gram"}]``) instead of its
-  format-3 layout (the momenta in ``"client_state"``, |D_i| and the Gram matrix in ``"fedaware"``).
+  :class:`~lightning_fed.callbacks.ServerOptimizer` (what this version writes), under ``"aggregators"``:
+  FedAWARE's min-norm stage (``[{"table": {"client_state_table": ...}, "client_num_samples", "gram"}]``) instead of
+  its format-3 layout (the momenta in ``"client_state"``, |D_i| and the Gram matrix in ``"fedaware"``); SCAFFOLD's
+  control stage (``[{"control": c, "table": {"client_state_table": ...}}]``) instead of c in ``"state"["control"]``,
+  the c_i in ``"client_state"`` and N in ``"num_clients"`` (N is the table's).
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
@@ -39,7 +41,7 @@ from typing import Any, Callable, Optional
 from lightning_fed.server.client_state import ClientStateTable
 
 __all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "compose_fedaware_state",
-           "migrate_checkpoint",
+           "compose_scaffold_state", "migrate_checkpoint",
            "name_client_states", "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
@@ -150,6 +152,29 @@ def _format_2(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = N
                 state["client_algorithms"] = name_client_states(state["client_algorithms"], client_halves)
 
 
+def _table(saved: Any) -> Any:
+    """A table's state dict as a stage state saves it (``None`` stays ``None``)."""
+    return None if saved is None else {"client_state_table": saved}
+
+
+def compose_scaffold_state(state: dict[str, Any]) -> dict[str, Any]:
+    """One SCAFFOLD state dict of format ≤ 3 (c in ``"state"["control"]``, the c_i in ``"client_state"``, already a
+    table: :func:`upgrade_server_state`, and ``"num_clients"``) in the composed layout: its control stage's state
+    under ``"aggregators"``. Any other state is returned unchanged.
+
+    Example::
+
+        >>> compose_scaffold_state({"num_steps": 0, "state": {}, "num_clients": -1})
+        {'num_steps': 0, 'state': {}, 'aggregators': [{'control': None, 'table': None}]}
+    """
+    inner = state.get("state")
+    if "aggregators" in state or "num_clients" not in state or not isinstance(inner, dict) or set(inner) - {"control"}:
+        return state
+    rest = {k: v for k, v in state.items() if k not in ("num_clients", "client_state", "state")}
+    stage = {"control": inner.get("control"), "table": _table(state.get("client_state"))}
+    return {**rest, "state": {}, "aggregators": [stage]}
+
+
 def compose_fedaware_state(state: dict[str, Any]) -> dict[str, Any]:
     """One FedAWARE state dict of format ≤ 3 (``"fedaware"`` with N, |D_i| and the Gram matrix; the momenta in
     ``"client_state"``, already a table: :func:`upgrade_server_state`) in the composed layout: its min-norm stage's
@@ -166,18 +191,18 @@ def compose_fedaware_state(state: dict[str, Any]) -> dict[str, Any]:
         return state
     rest = {k: v for k, v in state.items() if k not in ("fedaware", "client_state")}
     table = state.get("client_state")
-    stage = {"table": None if table is None else {"client_state_table": table},
-             "client_num_samples": saved.get("client_num_samples"), "gram": saved.get("gram")}
+    stage = {"table": _table(table), "client_num_samples": saved.get("client_num_samples"), "gram": saved.get("gram")}
     return {**rest, "aggregators": [stage]}
 
 
 def _format_3(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
-    """FedAWARE's own layout → its stage's state under ``"aggregators"`` (:func:`compose_fedaware_state`)."""
+    """FedAWARE's and SCAFFOLD's own layouts → their stage's state under ``"aggregators"``
+    (:func:`compose_fedaware_state`, :func:`compose_scaffold_state`)."""
     callbacks = checkpoint.get("callbacks")
     if isinstance(callbacks, dict):
         for key, state in list(callbacks.items()):
             if isinstance(state, dict):
-                callbacks[key] = compose_fedaware_state(state)
+                callbacks[key] = compose_scaffold_state(compose_fedaware_state(state))
 
 
 #: format → the function upgrading a checkpoint of that format (in place) to the next one; each takes the checkpoint

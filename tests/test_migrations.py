@@ -58,18 +58,26 @@ def _run(tmp_path, folder, epochs, ckpt=None, make_server=lambda: SCAFFOLD(lr=0.
     return model, server
 
 
-def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(tmp_path):
-    """A checkpoint as an older version wrote it (format 1, SCAFFOLD's c_i under "client_controls") resumes through
-    the trainer exactly like today's."""
+@pytest.mark.parametrize("fmt", [1, 3])
+def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(tmp_path, fmt):
+    """A checkpoint as an older version wrote it (format 1, SCAFFOLD's c_i under "client_controls"; format 3, #41:
+    c under "state", the c_i in "client_state", N in "num_clients") resumes through the trainer exactly like
+    today's (format 4: the control stage's state under "aggregators")."""
     full, full_server = _run(tmp_path, "full", 4)
     _run(tmp_path, "old", 2)
     path = tmp_path / "old" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 4
-    checkpoint["lightning_fed"]["format"] = 1
+    checkpoint["lightning_fed"]["format"] = fmt
     (key,) = [k for k in checkpoint["callbacks"] if k.startswith("SCAFFOLD")]
     state = checkpoint["callbacks"][key]
-    state["client_controls"] = dict(state.pop("client_state")["rows"])
+    (stage,) = state.pop("aggregators")  # SCAFFOLD's layout before #41 (format 4), then before the table (format 2)
+    table = stage["table"]["client_state_table"]
+    state.update(state={"control": stage["control"]}, num_clients=table["num_clients"])
+    if fmt == 1:
+        state["client_controls"] = dict(table["rows"])
+    else:
+        state["client_state"] = table
     torch.save(checkpoint, path)
     resumed, server = _run(tmp_path, "old", 4, ckpt=str(path))
     for p, q in zip(full.parameters(), resumed.parameters()):

@@ -674,7 +674,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def required_state(self, num_params: int) -> list[str]:
         """The entries (dotted paths in :meth:`state_dict`'s layout) a saved state must hold for a resume after at
         least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
-        ``aggregators`` with a chain; ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
+        ``aggregators`` with a chain, and ``aggregators.<i>.<field>`` for each stage's ``required_fields`` (SCAFFOLD's
+        c and c_i table, FedAWARE's momenta); ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
         A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
         whose state lacks one (it would go on from a fresh state silently).
 
@@ -691,6 +692,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
         if self.aggregators is not None:
             required.append("aggregators")
+            required += [f"aggregators.{i}.{f}" for i, s in enumerate(self.aggregators) for f in s.required_fields]
         required += [f"client_algorithms.{a.state_key}" for a in self.client_algorithms if int(a.state_dim(num_params)) > 0]
         return required
 

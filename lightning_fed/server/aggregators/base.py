@@ -133,6 +133,9 @@ class Stage(abc.ABC):
     """
 
     kind: str = "reduce"
+    #: Fields of the state a saved checkpoint must hold (not ``None``) after a server step, for a resume
+    #: (``ServerOptimizer.required_state`` names them ``"aggregators.<i>.<field>"``); default none.
+    required_fields: tuple = ()
 
     def init_state(self, params: list[Tensor], num_clients: int) -> NamedTuple:
         """The initial state for a model with parameters ``params`` and ``num_clients`` clients (default: none)."""
