@@ -26,7 +26,8 @@ Formats:
   FedAWARE's min-norm stage (``[{"table": {"client_state_table": ...}, "client_num_samples", "gram"}]``) instead of
   its format-3 layout (the momenta in ``"client_state"``, |D_i| and the Gram matrix in ``"fedaware"``); SCAFFOLD's
   control stage (``[{"control": c, "table": {"client_state_table": ...}}]``) instead of c in ``"state"["control"]``,
-  the c_i in ``"client_state"`` and N in ``"num_clients"`` (N is the table's).
+  the c_i in ``"client_state"`` and N in ``"num_clients"`` (N is the table's); Fed-LAMB's and FedAMS's max-moment
+  stage (``[{"second_moment": v̂, "first_moment": m̄ or None}]``) instead of v̂ and m̄ under ``"state"``.
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
@@ -41,7 +42,7 @@ from typing import Any, Callable, Optional
 from lightning_fed.server.client_state import ClientStateTable
 
 __all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "compose_fedaware_state",
-           "compose_scaffold_state", "migrate_checkpoint",
+           "compose_fedlamb_state", "compose_scaffold_state", "migrate_checkpoint",
            "name_client_states", "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
@@ -175,6 +176,24 @@ def compose_scaffold_state(state: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "state": {}, "aggregators": [stage]}
 
 
+def compose_fedlamb_state(state: dict[str, Any]) -> dict[str, Any]:
+    """One Fed-LAMB/FedAMS (``LocalAdaptiveServer``) state dict of format ≤ 3 (v̂ and, with
+    ``first_moment="average"``, m̄ under ``"state"``) in the composed layout: its max-moment stage's state under
+    ``"aggregators"``. Any other state is returned unchanged.
+
+    Example::
+
+        >>> compose_fedlamb_state({"num_steps": 1, "state": {"second_moment": ["v"]}})
+        {'num_steps': 1, 'state': {}, 'aggregators': [{'second_moment': ['v'], 'first_moment': None}]}
+    """
+    inner = state.get("state")
+    if ("aggregators" in state or not isinstance(inner, dict) or "second_moment" not in inner
+            or set(inner) - {"second_moment", "first_moment"}):
+        return state
+    stage = {"second_moment": inner["second_moment"], "first_moment": inner.get("first_moment")}
+    return {**state, "state": {}, "aggregators": [stage]}
+
+
 def compose_fedaware_state(state: dict[str, Any]) -> dict[str, Any]:
     """One FedAWARE state dict of format ≤ 3 (``"fedaware"`` with N, |D_i| and the Gram matrix; the momenta in
     ``"client_state"``, already a table: :func:`upgrade_server_state`) in the composed layout: its min-norm stage's
@@ -196,13 +215,13 @@ def compose_fedaware_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _format_3(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
-    """FedAWARE's and SCAFFOLD's own layouts → their stage's state under ``"aggregators"``
-    (:func:`compose_fedaware_state`, :func:`compose_scaffold_state`)."""
+    """FedAWARE's, SCAFFOLD's and Fed-LAMB's own layouts → their stage's state under ``"aggregators"``
+    (:func:`compose_fedaware_state`, :func:`compose_scaffold_state`, :func:`compose_fedlamb_state`)."""
     callbacks = checkpoint.get("callbacks")
     if isinstance(callbacks, dict):
         for key, state in list(callbacks.items()):
             if isinstance(state, dict):
-                callbacks[key] = compose_scaffold_state(compose_fedaware_state(state))
+                callbacks[key] = compose_fedlamb_state(compose_scaffold_state(compose_fedaware_state(state)))
 
 
 #: format → the function upgrading a checkpoint of that format (in place) to the next one; each takes the checkpoint

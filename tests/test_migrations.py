@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 
 from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
-from lightning_fed.callbacks import SCAFFOLD, FedAWARE
+from lightning_fed.callbacks import SCAFFOLD, FedAWARE, FedLAMB
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 from lightning_fed.migrations import CHECKPOINT_FORMAT, MIGRATIONS, checkpoint_format, migrate_checkpoint, upgrade_server_state
 
@@ -111,6 +111,29 @@ def test_41_a_format_3_fedaware_checkpoint_resumes_bit_for_bit_and_is_saved_one_
     assert server.num_steps == 4
     for name in ("momenta", "seen", "gram", "client_num_samples"):
         assert torch.equal(getattr(server, name), getattr(full_server, name)), name
+
+
+def test_41_a_format_3_fedlamb_checkpoint_resumes_bit_for_bit_and_is_saved_one_way(tmp_path):
+    """#41: Fed-LAMB's max-moment stage state (v̂, m̄) is saved one way, under "aggregators"; a format-3 checkpoint
+    (v̂ and m̄ under "state") resumes through the trainer exactly like today's."""
+    make = lambda: FedLAMB(lr=1.0, client_lr=0.01, first_moment="average")  # noqa: E731
+    full, full_server = _run(tmp_path, "full", 4, make_server=make)
+    _run(tmp_path, "old", 2, make_server=make)
+    path = tmp_path / "old" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("FedLAMB")]
+    state = checkpoint["callbacks"][key]
+    assert state["state"] == {} and set(state["aggregators"][0]) == {"second_moment", "first_moment"}
+    (stage,) = state.pop("aggregators")
+    state["state"] = dict(stage)
+    checkpoint["lightning_fed"]["format"] = 3
+    torch.save(checkpoint, path)
+    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=make)
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    for name in ("second_moment", "first_moment"):
+        for a, b in zip(full_server.state[name], server.state[name]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.fixture(scope="module")

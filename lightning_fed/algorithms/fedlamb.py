@@ -306,6 +306,11 @@ class MaxSecondMoment(Stage):
         second_moment: Optional[list[Tensor]] = None
         first_moment: Optional[list[Tensor]] = None
 
+    @property
+    def required_fields(self) -> tuple:
+        """After a server step a checkpoint must hold v̂ (and m̄ with ``average_first_moment``)."""
+        return ("second_moment",) + (("first_moment",) if self.average_first_moment else ())
+
     def __init__(self, initial_second_moment: float = 1e-8, average_first_moment: bool = False,
                  owner: str = "MaxSecondMoment") -> None:
         self.initial_second_moment = initial_second_moment
