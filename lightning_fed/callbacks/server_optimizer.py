@@ -205,8 +205,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self._round_info: Optional[RoundInfo] = None
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
-        #: The per-client state (:class:`~lightning_fed.server.client_state.ClientStateTable`) of a method that keeps
-        #: one (FedAWARE's m_i, SCAFFOLD's c_i), ``None`` otherwise; checkpointed under ``"client_state"``.
+        #: A per-client table (:class:`~lightning_fed.server.client_state.ClientStateTable`) of the server optimizer's
+        #: own, ``None`` otherwise; checkpointed under ``"client_state"``. FedAWARE's m_i and SCAFFOLD's c_i are their
+        #: stages' (this name reads them there) and are saved with the stage's state, under ``"aggregators"``.
         self.client_state: Optional[ClientStateTable] = None
         self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
         self._stepped = False  # the server stepped in the current round
