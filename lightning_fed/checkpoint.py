@@ -759,6 +759,11 @@ def _has_path(state: Any, dotted: str) -> bool:
     """Whether ``state`` holds the (non-``None``) entry at ``dotted`` (``"state.exp_avg"`` is
     ``state["state"]["exp_avg"]``)."""
     for key in dotted.split("."):
+        if isinstance(state, (list, tuple)) and key.isdigit():  # "aggregators.0.table": a stage's state in the chain
+            if int(key) >= len(state):
+                return False
+            state = state[int(key)]
+            continue
         if not isinstance(state, dict):
             return False
         if key not in state:

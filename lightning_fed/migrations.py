@@ -21,6 +21,13 @@ Formats:
   step from 2 needs the halves of the run resuming (in order: the server optimizer's own, its ``client``, then
   ``FederatedTrainer(client_algorithms=...)``, the order a format-2 run had them in), given by the checkpoint
   connector; without them, or with fewer halves than positions, it refuses.
+* **4** — each stage's state is saved one way, the composed layout of
+  :class:`~lightning_fed.callbacks.ServerOptimizer` (what this version writes), under ``"aggregators"``:
+  FedAWARE's min-norm stage (``[{"table": {"client_state_table": ...}, "client_num_samples", "gram"}]``) instead of
+  its format-3 layout (the momenta in ``"client_state"``, |D_i| and the Gram matrix in ``"fedaware"``); SCAFFOLD's
+  control stage (``[{"control": c, "table": {"client_state_table": ...}}]``) instead of c in ``"state"["control"]``,
+  the c_i in ``"client_state"`` and N in ``"num_clients"`` (N is the table's); Fed-LAMB's and FedAMS's max-moment
+  stage (``[{"second_moment": v̂, "first_moment": m̄ or None}]``) instead of v̂ and m̄ under ``"state"``.
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
@@ -34,11 +41,12 @@ from typing import Any, Callable, Optional
 
 from lightning_fed.server.client_state import ClientStateTable
 
-__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "migrate_checkpoint",
+__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "compose_fedaware_state",
+           "compose_fedlamb_state", "compose_scaffold_state", "migrate_checkpoint",
            "name_client_states", "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
-CHECKPOINT_FORMAT = 3
+CHECKPOINT_FORMAT = 4
 
 #: The key of lightning_fed's record in a Lightning checkpoint (``lightning_fed.checkpoint.CHECKPOINT_KEY``).
 RECORD_KEY = "lightning_fed"
@@ -145,9 +153,80 @@ def _format_2(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = N
                 state["client_algorithms"] = name_client_states(state["client_algorithms"], client_halves)
 
 
+def _table(saved: Any) -> Any:
+    """A table's state dict as a stage state saves it (``None`` stays ``None``)."""
+    return None if saved is None else {"client_state_table": saved}
+
+
+def compose_scaffold_state(state: dict[str, Any]) -> dict[str, Any]:
+    """One SCAFFOLD state dict of format ≤ 3 (c in ``"state"["control"]``, the c_i in ``"client_state"``, already a
+    table: :func:`upgrade_server_state`, and ``"num_clients"``) in the composed layout: its control stage's state
+    under ``"aggregators"``. Any other state is returned unchanged.
+
+    Example::
+
+        >>> compose_scaffold_state({"num_steps": 0, "state": {}, "num_clients": -1})
+        {'num_steps': 0, 'state': {}, 'aggregators': [{'control': None, 'table': None}]}
+    """
+    inner = state.get("state")
+    if "aggregators" in state or "num_clients" not in state or not isinstance(inner, dict) or set(inner) - {"control"}:
+        return state
+    rest = {k: v for k, v in state.items() if k not in ("num_clients", "client_state", "state")}
+    stage = {"control": inner.get("control"), "table": _table(state.get("client_state"))}
+    return {**rest, "state": {}, "aggregators": [stage]}
+
+
+def compose_fedlamb_state(state: dict[str, Any]) -> dict[str, Any]:
+    """One Fed-LAMB/FedAMS (``LocalAdaptiveServer``) state dict of format ≤ 3 (v̂ and, with
+    ``first_moment="average"``, m̄ under ``"state"``) in the composed layout: its max-moment stage's state under
+    ``"aggregators"``. Any other state is returned unchanged.
+
+    Example::
+
+        >>> compose_fedlamb_state({"num_steps": 1, "state": {"second_moment": ["v"]}})
+        {'num_steps': 1, 'state': {}, 'aggregators': [{'second_moment': ['v'], 'first_moment': None}]}
+    """
+    inner = state.get("state")
+    if ("aggregators" in state or not isinstance(inner, dict) or "second_moment" not in inner
+            or set(inner) - {"second_moment", "first_moment"}):
+        return state
+    stage = {"second_moment": inner["second_moment"], "first_moment": inner.get("first_moment")}
+    return {**state, "state": {}, "aggregators": [stage]}
+
+
+def compose_fedaware_state(state: dict[str, Any]) -> dict[str, Any]:
+    """One FedAWARE state dict of format ≤ 3 (``"fedaware"`` with N, |D_i| and the Gram matrix; the momenta in
+    ``"client_state"``, already a table: :func:`upgrade_server_state`) in the composed layout: its min-norm stage's
+    state under ``"aggregators"``. Any other state is returned unchanged.
+
+    Example::
+
+        >>> old = {"num_steps": 0, "state": {}, "fedaware": {"num_clients": 3, "client_num_samples": None, "gram": None}}
+        >>> compose_fedaware_state(old)
+        {'num_steps': 0, 'state': {}, 'aggregators': [{'table': None, 'client_num_samples': None, 'gram': None}]}
+    """
+    saved = state.get("fedaware")
+    if not isinstance(saved, dict) or "aggregators" in state:
+        return state
+    rest = {k: v for k, v in state.items() if k not in ("fedaware", "client_state")}
+    table = state.get("client_state")
+    stage = {"table": _table(table), "client_num_samples": saved.get("client_num_samples"), "gram": saved.get("gram")}
+    return {**rest, "aggregators": [stage]}
+
+
+def _format_3(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
+    """FedAWARE's, SCAFFOLD's and Fed-LAMB's own layouts → their stage's state under ``"aggregators"``
+    (:func:`compose_fedaware_state`, :func:`compose_scaffold_state`, :func:`compose_fedlamb_state`)."""
+    callbacks = checkpoint.get("callbacks")
+    if isinstance(callbacks, dict):
+        for key, state in list(callbacks.items()):
+            if isinstance(state, dict):
+                callbacks[key] = compose_fedlamb_state(compose_scaffold_state(compose_fedaware_state(state)))
+
+
 #: format → the function upgrading a checkpoint of that format (in place) to the next one; each takes the checkpoint
 #: and ``client_halves`` (the resuming run's client halves' names, in order; ``None`` when not known).
-MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2}
+MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2, 3: _format_3}
 
 
 def _malformed(path: Optional[str], field: str, value: Any, expected: str) -> ValueError:

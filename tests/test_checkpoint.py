@@ -592,8 +592,8 @@ def test_43_a_scaffold_checkpoint_without_its_client_variates_is_refused(tmp_pat
 
     _fit(tmp_path, tmp_path / "ckpt", max_epochs=1, server=SCAFFOLD())
     path = _edited(tmp_path, tmp_path / "ckpt" / "last.ckpt", lambda c: c["callbacks"][
-        next(k for k in c["callbacks"] if k.startswith("SCAFFOLD"))].pop("client_state"))
-    with pytest.raises(ValueError, match="the saved state of the server optimizer SCAFFOLD lacks 'client_state'"):
+        next(k for k in c["callbacks"] if k.startswith("SCAFFOLD"))]["aggregators"][0].update(table=None))
+    with pytest.raises(ValueError, match="the saved state of the server optimizer SCAFFOLD lacks 'aggregators.0.table'"):
         _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=SCAFFOLD(), ckpt_path=str(path))
 
 

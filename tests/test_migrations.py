@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 
 from helpers import LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
-from lightning_fed.callbacks import SCAFFOLD
+from lightning_fed.callbacks import SCAFFOLD, FedAWARE, FedLAMB
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 from lightning_fed.migrations import CHECKPOINT_FORMAT, MIGRATIONS, checkpoint_format, migrate_checkpoint, upgrade_server_state
 
@@ -39,18 +39,18 @@ def test_scaffold_without_n_is_refused_naming_it():
 
 
 def test_a_newer_format_is_refused():
-    with pytest.raises(ValueError, match="format 4, newer than this version's 3"):
-        migrate_checkpoint({"lightning_fed": {"format": 4}})
+    with pytest.raises(ValueError, match="format 5, newer than this version's 4"):
+        migrate_checkpoint({"lightning_fed": {"format": 5}})
 
 
-def _run(tmp_path, folder, epochs, ckpt=None):
+def _run(tmp_path, folder, epochs, ckpt=None, make_server=lambda: SCAFFOLD(lr=0.8)):
     x, y = regression_data(n=40, d=3, seed=4)
     dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
                              partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
                              batch_size=4, local_epochs=2)
     torch.manual_seed(0)
     model = LinearRegression(lr=0.05)
-    server = SCAFFOLD(lr=0.8)
+    server = make_server()
     saver = ModelCheckpoint(dirpath=str(tmp_path / folder), save_last=True, every_n_epochs=1)
     FederatedTrainer(max_epochs=epochs, callbacks=[server, saver],
                      **(quiet_trainer_kwargs(tmp_path / folder) | {"enable_checkpointing": True})).fit(
@@ -58,18 +58,26 @@ def _run(tmp_path, folder, epochs, ckpt=None):
     return model, server
 
 
-def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(tmp_path):
-    """A checkpoint as an older version wrote it (format 1, SCAFFOLD's c_i under "client_controls") resumes through
-    the trainer exactly like today's."""
+@pytest.mark.parametrize("fmt", [1, 3])
+def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(tmp_path, fmt):
+    """A checkpoint as an older version wrote it (format 1, SCAFFOLD's c_i under "client_controls"; format 3, #41:
+    c under "state", the c_i in "client_state", N in "num_clients") resumes through the trainer exactly like
+    today's (format 4: the control stage's state under "aggregators")."""
     full, full_server = _run(tmp_path, "full", 4)
     _run(tmp_path, "old", 2)
     path = tmp_path / "old" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)
-    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 3
-    checkpoint["lightning_fed"]["format"] = 1
+    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 4
+    checkpoint["lightning_fed"]["format"] = fmt
     (key,) = [k for k in checkpoint["callbacks"] if k.startswith("SCAFFOLD")]
     state = checkpoint["callbacks"][key]
-    state["client_controls"] = dict(state.pop("client_state")["rows"])
+    (stage,) = state.pop("aggregators")  # SCAFFOLD's layout before #41 (format 4), then before the table (format 2)
+    table = stage["table"]["client_state_table"]
+    state.update(state={"control": stage["control"]}, num_clients=table["num_clients"])
+    if fmt == 1:
+        state["client_controls"] = dict(table["rows"])
+    else:
+        state["client_state"] = table
     torch.save(checkpoint, path)
     resumed, server = _run(tmp_path, "old", 4, ckpt=str(path))
     for p, q in zip(full.parameters(), resumed.parameters()):
@@ -77,6 +85,55 @@ def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(
     assert server.client_controls.keys() == full_server.client_controls.keys()
     for k, v in full_server.client_controls.items():
         assert np.array_equal(server.client_controls[k].numpy(), v.numpy())
+
+
+def test_41_a_format_3_fedaware_checkpoint_resumes_bit_for_bit_and_is_saved_one_way(tmp_path):
+    """#41: FedAWARE's stage state is saved one way, the composed layout (under "aggregators"; no "fedaware", no
+    "client_state"); a format-3 checkpoint (the momenta in "client_state", |D_i| and the Gram matrix in "fedaware")
+    resumes through the trainer exactly like today's."""
+    make = lambda: FedAWARE(lr=0.8, alpha=0.3)  # noqa: E731
+    full, full_server = _run(tmp_path, "full", 4, make_server=make)
+    _run(tmp_path, "old", 2, make_server=make)
+    path = tmp_path / "old" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("FedAWARE")]
+    state = checkpoint["callbacks"][key]
+    assert "fedaware" not in state and "client_state" not in state and set(state["aggregators"][0]) == {
+        "table", "client_num_samples", "gram"}
+    (stage,) = state.pop("aggregators")
+    state["client_state"] = stage["table"]["client_state_table"]
+    state["fedaware"] = {"num_clients": 4, "client_num_samples": stage["client_num_samples"], "gram": stage["gram"]}
+    checkpoint["lightning_fed"]["format"] = 3
+    torch.save(checkpoint, path)
+    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=make)
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    assert server.num_steps == 4
+    for name in ("momenta", "seen", "gram", "client_num_samples"):
+        assert torch.equal(getattr(server, name), getattr(full_server, name)), name
+
+
+def test_41_a_format_3_fedlamb_checkpoint_resumes_bit_for_bit_and_is_saved_one_way(tmp_path):
+    """#41: Fed-LAMB's max-moment stage state (v̂, m̄) is saved one way, under "aggregators"; a format-3 checkpoint
+    (v̂ and m̄ under "state") resumes through the trainer exactly like today's."""
+    make = lambda: FedLAMB(lr=1.0, client_lr=0.01, first_moment="average")  # noqa: E731
+    full, full_server = _run(tmp_path, "full", 4, make_server=make)
+    _run(tmp_path, "old", 2, make_server=make)
+    path = tmp_path / "old" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("FedLAMB")]
+    state = checkpoint["callbacks"][key]
+    assert state["state"] == {} and set(state["aggregators"][0]) == {"second_moment", "first_moment"}
+    (stage,) = state.pop("aggregators")
+    state["state"] = dict(stage)
+    checkpoint["lightning_fed"]["format"] = 3
+    torch.save(checkpoint, path)
+    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=make)
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    for name in ("second_moment", "first_moment"):
+        for a, b in zip(full_server.state[name], server.state[name]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +178,6 @@ def test_41_positional_client_half_state_is_named_by_the_resuming_runs_halves():
                                                                              "client_algorithms": {"1": {"rows": 7}}}}}
     migrate_checkpoint(checkpoint, client_halves=["FedProxClient", "FedDynClient"])
     assert checkpoint["callbacks"]["FedAvg{}"]["client_algorithms"] == {"FedDynClient": {"rows": 7}}
-    assert checkpoint["lightning_fed"]["format"] == 3
+    assert checkpoint["lightning_fed"]["format"] == CHECKPOINT_FORMAT
     with pytest.raises(ValueError, match=r"client half at position 1 .* has the client halves \['FedDynClient'\]"):
         name_client_states({"1": {}}, ["FedDynClient"])

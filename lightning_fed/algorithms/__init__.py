@@ -8,6 +8,7 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 
 from lightning_fed.algorithms.ditto import DittoClient
 from lightning_fed.algorithms.fedbn import FedBNClient
+from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
 from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
 from lightning_fed.algorithms.fedmgda import FedMGDAMinNorm, min_norm_box
 from lightning_fed.algorithms.fednova import FedNovaAveraging
@@ -16,5 +17,5 @@ from lightning_fed.algorithms.fedrep import FedRepClient
 from lightning_fed.algorithms.fedprox import FedProxClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["DittoClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["DittoClient", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lightning_fed.client.algorithm import ClientAlgorithm
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean, weighted_sum
 from lightning_fed.server.checks import check_choice, check_in_range, check_phi_bounds  # noqa: F401  (re-exported)
 from lightning_fed.server.moments import adam_moments_, amsgrad_max_
 from lightning_fed.server.rules.lamb import layerwise_scale  # noqa: F401  (re-exported)
@@ -306,6 +306,11 @@ class MaxSecondMoment(Stage):
         second_moment: Optional[list[Tensor]] = None
         first_moment: Optional[list[Tensor]] = None
 
+    @property
+    def required_fields(self) -> tuple:
+        """After a server step a checkpoint must hold v̂ (and m̄ with ``average_first_moment``)."""
+        return ("second_moment",) + (("first_moment",) if self.average_first_moment else ())
+
     def __init__(self, initial_second_moment: float = 1e-8, average_first_moment: bool = False,
                  owner: str = "MaxSecondMoment") -> None:
         self.initial_second_moment = initial_second_moment
@@ -326,10 +331,7 @@ class MaxSecondMoment(Stage):
                     f"{self.owner}: client {u.client_id}'s update has no `extras[{key!r}]`; the client "
                     "executor must call `collect_client_extras`."
                 )
-        result = [torch.mul(t, weights[0]) for t in updates[0].extras[key]]
-        for w, u in zip(weights[1:], updates[1:]):
-            torch._foreach_add_(result, [t.to(r.device) for t, r in zip(u.extras[key], result)], alpha=w)
-        return result
+        return weighted_sum([u.extras[key] for u in updates], weights, accumulate=False)
 
     def apply(self, x: ClientDeltas, state: "MaxSecondMoment.State", info: RoundInfo) -> tuple[list[Tensor], "MaxSecondMoment.State"]:
         """Δ_t and the state with v̂ (and m̄) updated in place."""

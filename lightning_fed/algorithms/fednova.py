@@ -79,7 +79,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.algorithms.fedprox import FedProxClient
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, weighted_sum
 
 __all__ = ["LOCAL_SOLVERS", "FedNovaAveraging", "a_norm"]
 
@@ -267,10 +267,7 @@ class FedNovaAveraging(Stage):
         # equal ‖a_i‖₁ = τ (integer) give s_i = 1 exactly, hence WeightedMean's operations and bits
         weighted = sum(c * n for c, n in zip(counts.tolist(), norms))
         alphas = [c * (weighted / (total * n)) if c > 0 else 0.0 for c, n in zip(counts.tolist(), norms)]
-        result = [torch.mul(d.to(_accumulation_dtype(d)), alphas[0]) for d in first]
-        for a, delta in zip(alphas[1:], x.deltas[1:]):
-            if a != 0.0:
-                torch._foreach_add_(result, delta, alpha=a)
+        result = weighted_sum(x.deltas, alphas, skip_zero=True)
         torch._foreach_div_(result, total)
         return [acc.to(d.dtype) for acc, d in zip(result, first)], state
 

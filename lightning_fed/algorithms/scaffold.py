@@ -71,6 +71,9 @@ class ScaffoldControl(Stage):
     """
 
     kind = "reduce"
+    #: After a server step a checkpoint must hold c and the c_i table (without the table every c_i would restart at
+    #: zero while c, their mean, is kept).
+    required_fields = ("control", "table")
 
     class State(NamedTuple):
         """c (one tensor per parameter; ``None`` before the first round) and the c_i table (``None`` likewise)."""
@@ -114,8 +117,17 @@ class ScaffoldControl(Stage):
                     f"{self.num_clients} clients."
                 )
 
-    def check_round(self, client_ids: list[int], updates: list) -> None:
-        """The checks of Alg. 1's inputs, before any state changes (errors as in the class doc)."""
+    def check_round(self, client_ids: list[int], updates: list, table: Optional[ClientStateTable] = None) -> None:
+        """The checks of Alg. 1's inputs, before any state changes (errors as in the class doc). With the c_i
+        ``table`` of the state (e.g. loaded from a checkpoint): N is taken from it when not known yet, and a table
+        for another N is refused (ValueError)."""
+        if self.num_clients is None and table is not None:
+            self.num_clients = table.num_clients
+        if table is not None and table.num_clients != self.num_clients:
+            raise ValueError(
+                f"SCAFFOLD holds control variates for {table.num_clients} clients, but the data module has "
+                f"{self.num_clients} clients."
+            )
         if self.num_clients is None:
             raise RuntimeError(
                 "SCAFFOLD needs the number of clients N (read from `trainer.datamodule.num_clients` in `setup`)."
@@ -133,7 +145,7 @@ class ScaffoldControl(Stage):
         """Δx (the weighted mean of ``x.deltas`` by ``x.counts``) and the state with c and the cohort's c_i updated."""
         if x.updates is None:
             raise RuntimeError("ScaffoldControl needs `ClientDeltas.updates` (the clients' extras['delta_control']).")
-        self.check_round(x.client_ids, x.updates)
+        self.check_round(x.client_ids, x.updates, state.table)
         pseudo_gradient, _ = WeightedMean().apply(x, state, info)
         with torch.no_grad():
             control = state.control if state.control is not None else self.zero_control(x.deltas[0])

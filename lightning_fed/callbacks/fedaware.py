@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -11,15 +10,11 @@ from torch import Tensor
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
-from lightning_fed.migrations import upgrade_server_state
-from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
-from lightning_fed.server.checks import WEIGHTINGS, check_positive
-from lightning_fed.server.min_norm import SOLVERS, MinNormReport, MinNormResult
+from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
+from lightning_fed.server.checks import check_positive
+from lightning_fed.server.min_norm import MinNormReport, MinNormResult
 from lightning_fed.server.rules.sgd import SGD
 
-_CONVENTIONS = ("paper", "code")
-#: Allowed values of ``FedAWARE(pairing=...)``: ``"client_id"`` (Alg. 1) or ``"public_code"`` (its bug, see there).
-_PAIRINGS = ("client_id", "public_code")
 
 
 def _stage_attribute(name: str, doc: str) -> property:
@@ -31,11 +26,13 @@ def _state_field(name: str, doc: str) -> property:
     """A FedAWARE attribute that is a field of the min-norm stage's state (``None`` before it exists)."""
 
     def get(self):
-        states = self.aggregator_state
-        return None if states is None else getattr(states[0], name)
+        fields = self.stage_state_fields(self.min_norm)  # the live state, or the one loaded before it is re-made
+        return None if fields is None else fields[name]
 
     def set(self, value):
         states = self.aggregator_state
+        if states is None and value is None:
+            return  # nothing to set (and a loaded state waits in the chain)
         state = FedAWAREMinNorm.State() if states is None else states[0]
         self.aggregator_state = (state.replace(**{name: value}),)
 
@@ -99,7 +96,7 @@ class FedAWARE(ServerOptimizer):
       them (``sampler.last_sampled``; ``fedaware.py``, ``global_update``), so the k-th update in id order lands in
       the slot of the k-th client *as drawn* — another client's slot, whenever the draw was not already sorted —
       and the warm-up FedAvg's sample weights are permuted the same way
-      (:func:`~lightning_fed.server.aggregators.fedaware.public_code_pairing`). Under the federated loop the
+      (:func:`~lightning_fed.algorithms.fedaware.public_code_pairing`). Under the federated loop the
       round's updates arrive in the cohort's selection order, which plays the part of the draw order. Only to
       regenerate the published curves and measure the difference: it is never the default and not the method.
       Mixing several clients' updates in each slot lengthens the min-norm direction (about 3× in ‖d_t‖² on
@@ -117,7 +114,7 @@ class FedAWARE(ServerOptimizer):
     :class:`~lightning_fed.server.client_state.ClientStateTable`) is an ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
     an ``[N, N]`` float64 Gram matrix kept up to date row by row (C·N·d multiply-adds per round for a cohort of
     C), |D_i| (int64 ``[N]``) and the seen mask (bool ``[N]``)
-    (:func:`~lightning_fed.server.aggregators.fedaware.fedaware_state_bytes`). E.g. 100 clients × 582,026
+    (:func:`~lightning_fed.algorithms.fedaware.fedaware_state_bytes`). E.g. 100 clients × 582,026
     parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients × 822,570 parameters × 4 B =
     2.35 GB; 100,000 clients: a 74.5 GiB Gram matrix whatever the model. All of it is in :meth:`state_dict`, hence
     in every checkpoint (a save copies the tables once more). Their sum is computed at fit start (in
@@ -219,72 +216,10 @@ class FedAWARE(ServerOptimizer):
         max_state_bytes: Union[int, str, None] = "auto",
     ) -> None:
         lr = check_positive("lr", lr)
-        if max_state_bytes is not None and max_state_bytes != "auto" and (
-            isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int) or max_state_bytes < 1
-        ):
-            raise ValueError(
-                "`max_state_bytes` must be 'auto', an integer >= 1 (bytes) or None (no limit), "
-                f"got {max_state_bytes!r}."
-            )
-        if warmup_rounds is not None and (
-            isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0
-        ):
-            raise ValueError(f"`warmup_rounds` must be an integer >= 0 or None, got {warmup_rounds!r}.")
-        if warmup_rounds is not None and fedavg_warmup is True:
-            raise ValueError(
-                "`warmup_rounds` and `fedavg_warmup=True` are two ways to set the FedAvg warm-up: give one "
-                f"(got warmup_rounds={warmup_rounds!r}, fedavg_warmup=True)."
-            )
-        if pairing not in _PAIRINGS:
-            raise ValueError(f"`pairing` must be one of {_PAIRINGS}, got {pairing!r}.")
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}.")
-        if alpha_convention not in _CONVENTIONS:
-            raise ValueError(f"`alpha_convention` must be one of {_CONVENTIONS}, got {alpha_convention!r}.")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-            raise ValueError(f"`alpha` must be a finite number, got {alpha!r}.")
-        if alpha_convention == "paper" and not 0.0 <= alpha < 1.0:
-            raise ValueError(
-                f"`alpha` must lie in [0, 1) with alpha_convention='paper' (weight of the old momentum), got {alpha!r}."
-            )
-        if alpha_convention == "code" and not 0.0 < alpha <= 1.0:
-            raise ValueError(
-                f"`alpha` must lie in (0, 1] with alpha_convention='code' (weight of the new update), got {alpha!r}."
-            )
-        for name, flag in (
-            ("normalize", normalize), ("fedavg_warmup", fedavg_warmup), ("projection", projection),
-            ("fw_away_steps", False if fw_away_steps is None else fw_away_steps),
-        ):
-            if not isinstance(flag, bool):
-                raise ValueError(f"`{name}` must be a bool, got {flag!r}.")
-        if fw_max_iter is not None and (
-            isinstance(fw_max_iter, bool) or not isinstance(fw_max_iter, int) or fw_max_iter < 1
-        ):
-            raise ValueError(f"`fw_max_iter` must be an integer >= 1 or None, got {fw_max_iter!r}.")
-        if fw_tol is not None and (
-            isinstance(fw_tol, bool) or not isinstance(fw_tol, (int, float)) or not math.isfinite(fw_tol) or fw_tol < 0
-        ):
-            raise ValueError(f"`fw_tol` must be a finite number >= 0 or None, got {fw_tol!r}.")
-        if solver not in SOLVERS:
-            raise ValueError(f"`solver` must be one of {SOLVERS}, got {solver!r}.")
-        given = [n for n, v in (("fw_max_iter", fw_max_iter), ("fw_tol", fw_tol), ("fw_away_steps", fw_away_steps))
-                 if v is not None]
-        if solver != "frank_wolfe" and given:
-            raise ValueError(
-                f"{', '.join(f'`{n}`' for n in given)} only apply to solver='frank_wolfe', got solver={solver!r}: "
-                "pass solver='frank_wolfe' or leave them at None."
-            )
-        if num_clients is not None and (
-            isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1
-        ):
-            raise ValueError(f"`num_clients` must be a positive integer or None, got {num_clients!r}.")
         #: The reducer stage (:class:`~lightning_fed.server.aggregators.FedAWAREMinNorm`): momenta and min-norm λ.
         self.min_norm = FedAWAREMinNorm(
             alpha=alpha, normalize=normalize, alpha_convention=alpha_convention, fedavg_warmup=fedavg_warmup,
-            projection=projection, solver=solver,
-            fw_max_iter=1000 if fw_max_iter is None else fw_max_iter,
-            fw_tol=1e-5 if fw_tol is None else float(fw_tol),
-            fw_away_steps=False if fw_away_steps is None else fw_away_steps,
+            projection=projection, solver=solver, fw_max_iter=fw_max_iter, fw_tol=fw_tol, fw_away_steps=fw_away_steps,
             weighting=weighting, num_clients=num_clients, warmup_rounds=warmup_rounds, pairing=pairing,
             max_state_bytes=max_state_bytes,
         )
@@ -332,16 +267,7 @@ class FedAWARE(ServerOptimizer):
         Raises:
             ValueError: it disagrees with ``num_clients`` or with a momentum table already built.
         """
-        datamodule = getattr(trainer, "datamodule", None)
-        n = getattr(datamodule, "num_clients", None) if datamodule is not None else None
-        if n is None:
-            return
-        n = int(n)
-        if self.num_clients is not None and self.num_clients != n:
-            raise ValueError(
-                f"FedAWARE was built for num_clients={self.num_clients}, but the data module has {n} clients."
-            )
-        self.num_clients = n
+        self.min_norm.read_num_clients(getattr(trainer, "datamodule", None))
 
     @property
     def momenta(self) -> Optional[Tensor]:
@@ -379,20 +305,12 @@ class FedAWARE(ServerOptimizer):
     def warming_up(self) -> bool:
         """Whether the next round would still be a FedAvg warm-up round (under ``warmup_rounds``: whether fewer
         than ``warmup_rounds`` server steps have been taken)."""
-        if self.warmup_rounds is not None:
-            return self.num_steps < self.warmup_rounds
-        return self.fedavg_warmup and (self.seen is None or not bool(self.seen.all()))
+        states = self.aggregator_state
+        return self.min_norm.warming_up(None if states is None else states[0], self.num_steps)
 
     # ------------------------------------------------------------------ logging
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.last_solve is None or self.last_weights is None:
-            return
-        metrics = {
-            "fedaware_support": float((self.last_weights > 0).sum()),
-            "fedaware_fw_iters": float(self.last_solve.num_iters),
-            "fedaware_min_norm_sq": float(self.last_solve.value),
-            "fedaware_weighted_diversity": float(self.last_weighted_diversity),
-        }
+        metrics = self.min_norm.round_metrics(self._min_norm_report())
         for name, value in metrics.items():
             pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
 
@@ -421,48 +339,6 @@ class FedAWARE(ServerOptimizer):
             lr=self.lr, alpha=self.alpha, alpha_convention=self.alpha_convention, normalize=self.normalize,
             projection=self.projection, weighting=self.weighting,
         )
-
-    def required_state(self, num_params: int) -> list[str]:
-        """N, |D_i| and the Gram matrix (``"fedaware"``) in this class's layout (see
-        :meth:`ServerOptimizer.required_state`)."""
-        return ["num_steps", "fedaware"]
-
-    def state_dict(self) -> dict[str, Any]:
-        """The base class's (``"num_steps"``, ``"state"``, the momenta in ``"client_state"``) plus ``"fedaware"``
-        (N, |D_i|, Gram matrix): the format from before the composition (the stage's state is not repeated under
-        ``"aggregators"``)."""
-        state = super().state_dict()
-        state.pop("aggregators", None)
-        state["fedaware"] = {  # m_i and the seen mask are in state["client_state"] (the base class)
-            "num_clients": self.num_clients,
-            "client_num_samples": None if self.client_num_samples is None else self.client_num_samples.clone(),
-            "gram": None if self.gram is None else self.gram.clone(),
-        }
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the momentum table and seen mask (``"client_state"``; older layouts through
-        :func:`~lightning_fed.migrations.upgrade_server_state`), sample counts and Gram matrix.
-
-        Raises:
-            ValueError: the checkpoint's N differs from the one already known.
-        """
-        state_dict = upgrade_server_state(state_dict)  # the layout before ClientStateTable, if so
-        if "client_state" not in state_dict:
-            self.client_state = None
-        super().load_state_dict(state_dict)
-        saved = state_dict.get("fedaware", {})
-        n = saved.get("num_clients")
-        if n is not None:
-            if self.num_clients is not None and int(n) != self.num_clients:
-                raise ValueError(
-                    f"The checkpoint's FedAWARE state is for {n} clients, but this run has {self.num_clients}."
-                )
-            self.num_clients = int(n)
-        for name in ("client_num_samples", "gram"):
-            value = saved.get(name)
-            setattr(self, name, None if value is None else value.detach().cpu().clone())
-        self.round_report = None
 
     def extra_repr(self) -> str:
         return (

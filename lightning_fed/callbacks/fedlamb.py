@@ -165,8 +165,8 @@ class LocalAdaptiveServer(ServerOptimizer):
         self.moment_stage.average_first_moment = self.first_moment == "average"
 
     def _stage_state(self) -> MaxSecondMoment.State:
-        states = self.aggregator_state
-        return MaxSecondMoment.State() if states is None else states[0]
+        fields = self.stage_state_fields(self.moment_stage)  # the live state, or the one loaded before it is re-made
+        return MaxSecondMoment.State() if fields is None else MaxSecondMoment.State(**fields)
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
@@ -279,24 +279,6 @@ class LocalAdaptiveServer(ServerOptimizer):
                 "default aggregation."
             )
         super().on_train_start(trainer, pl_module)
-
-    def required_state(self, num_params: int) -> list[str]:
-        """v̂ (and m̄ with ``first_moment="average"``) in this class's layout (see
-        :meth:`ServerOptimizer.required_state`)."""
-        return ["num_steps", "state.second_moment"] + (["state.first_moment"] if self.first_moment == "average" else [])
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"num_steps", "state": {"second_moment", ["first_moment"]}}`` on the CPU: the format from before the
-        composition (the stage's state is not repeated under ``"aggregators"``)."""
-        state = super().state_dict()
-        state.pop("aggregators", None)
-        state["state"] = {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()}
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore ``num_steps`` and the server moments."""
-        super().load_state_dict(state_dict)
-        self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
 
     # ------------------------------------------------------------------ bookkeeping
     @property

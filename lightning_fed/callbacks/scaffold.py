@@ -10,7 +10,6 @@ from torch import Tensor
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
-from lightning_fed.migrations import upgrade_server_state
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.rules.sgd import SGD
 
@@ -58,9 +57,10 @@ class SCAFFOLD(ServerOptimizer):
     The c_i live in :attr:`client_state`, a :class:`~lightning_fed.server.client_state.ClientStateTable` of N
     lazily created rows (``dense=False``).
 
-    State (checkpointed, loadable with ``weights_only=True``): ``state["control"]`` (c), ``client_state`` (the
-    table's state dict; checkpoints written before it, with ``client_controls`` (dict client id -> flat c_i), still
-    load), ``num_clients`` (N).
+    State (checkpointed, loadable with ``weights_only=True``): the control stage's state, saved as every composed
+    server optimizer saves its chain's, under ``"aggregators"``: c (``"control"``) and the c_i table (``"table"``,
+    whose N is the run's). Checkpoints in the earlier layouts (c under ``"state"``, the c_i under ``"client_state"``
+    or ``"client_controls"``, ``"num_clients"``) are upgraded on load (:mod:`lightning_fed.migrations`).
 
     Reddi et al. 2021 (Sec. 5, "Comparison to SCAFFOLD") and Zeng et al. 2024 (FedAWARE, Table 1, CIFAR-10) find
     SCAFFOLD at or below FedAvg when only a small fraction of clients is sampled per round (stale c_i); FedAWARE
@@ -121,8 +121,8 @@ class SCAFFOLD(ServerOptimizer):
         self.control_stage.num_clients = value
 
     def _stage_state(self) -> ScaffoldControl.State:
-        states = self.aggregator_state
-        return ScaffoldControl.State() if states is None else states[0]
+        fields = self.stage_state_fields(self.control_stage)  # the live state, or the one loaded before it is re-made
+        return ScaffoldControl.State() if fields is None else ScaffoldControl.State(**fields)
 
     @property
     def client_state(self) -> Optional[ClientStateTable]:
@@ -200,7 +200,7 @@ class SCAFFOLD(ServerOptimizer):
                 ``extras["delta_control"]``.
             ValueError: a client id outside [0, N).
         """
-        self.control_stage.check_round([u.client_id for u in updates], updates)
+        self.control_stage.check_round([u.client_id for u in updates], updates, self.client_state)
         control = self.state.get("control")
         if control is None:
             self.state = {"control": ScaffoldControl.zero_control(params)}
@@ -228,35 +228,3 @@ class SCAFFOLD(ServerOptimizer):
     def state_key(self) -> str:
         return self._generate_state_key(lr=self.lr, weighting=self.weighting)
 
-    def required_state(self, num_params: int) -> list[str]:
-        """c and the c_i table (SCAFFOLD's layout; see :meth:`ServerOptimizer.required_state`)."""
-        return ["num_steps", "state.control", "client_state"]
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"num_steps", "state": {"control": c}, "client_state", "num_clients"}`` (on the CPU): the format from
-        before the composition (the stage's state is not repeated under ``"aggregators"``)."""
-        state = super().state_dict()
-        state.pop("aggregators", None)
-        state["state"] = {name: [t.detach().cpu() for t in tensors] for name, tensors in self.state.items()}
-        state["num_clients"] = -1 if self.num_clients is None else int(self.num_clients)
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore c, the client variates (``client_state``; older layouts through
-        :func:`~lightning_fed.migrations.upgrade_server_state`) and N.
-
-        Raises:
-            ValueError: the checkpoint's N differs from the data module's.
-        """
-        state_dict = upgrade_server_state(state_dict)
-        num_clients = int(state_dict.get("num_clients", -1))
-        if num_clients >= 0 and self.num_clients is not None and num_clients != self.num_clients:
-            raise ValueError(
-                f"This SCAFFOLD checkpoint was saved with {num_clients} clients; the data module has "
-                f"{self.num_clients}."
-            )
-        self.client_state = None
-        super().load_state_dict(state_dict)
-        self.state = {name: [t.clone() for t in tensors] for name, tensors in state_dict["state"].items()}
-        if num_clients >= 0:
-            self.num_clients = num_clients

@@ -205,8 +205,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self._round_info: Optional[RoundInfo] = None
         #: Number of server steps taken so far (t after the update of round t−1).
         self.num_steps = 0
-        #: The per-client state (:class:`~lightning_fed.server.client_state.ClientStateTable`) of a method that keeps
-        #: one (FedAWARE's m_i, SCAFFOLD's c_i), ``None`` otherwise; checkpointed under ``"client_state"``.
+        #: A per-client table (:class:`~lightning_fed.server.client_state.ClientStateTable`) of the server optimizer's
+        #: own, ``None`` otherwise; checkpointed under ``"client_state"``. FedAWARE's m_i and SCAFFOLD's c_i are their
+        #: stages' (this name reads them there) and are saved with the stage's state, under ``"aggregators"``.
         self.client_state: Optional[ClientStateTable] = None
         self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
         self._stepped = False  # the server stepped in the current round
@@ -674,7 +675,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def required_state(self, num_params: int) -> list[str]:
         """The entries (dotted paths in :meth:`state_dict`'s layout) a saved state must hold for a resume after at
         least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
-        ``aggregators`` with a chain; ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
+        ``aggregators`` with a chain, and ``aggregators.<i>.<field>`` for each stage's ``required_fields`` (SCAFFOLD's
+        c and c_i table, FedAWARE's momenta); ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
         A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
         whose state lacks one (it would go on from a fresh state silently).
 
@@ -691,6 +693,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
         if self.aggregators is not None:
             required.append("aggregators")
+            required += [f"aggregators.{i}.{f}" for i, s in enumerate(self.aggregators) for f in s.required_fields]
         required += [f"client_algorithms.{a.state_key}" for a in self.client_algorithms if int(a.state_dim(num_params)) > 0]
         return required
 
@@ -732,13 +735,15 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
-        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table."""
+        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table of
+        this server optimizer's own (not one that a stage's state holds: that is saved with the stage)."""
         tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
         out = {"num_steps": self.num_steps, "state": tensors, **scalars}
         if self.aggregator_state is not None:
             out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
-        if self.client_state is not None:
-            out["client_state"] = self.client_state.state_dict()
+        table = self.client_state
+        if table is not None and not any(v is table for st in (self.aggregator_state or ()) for v in st):
+            out["client_state"] = table.state_dict()  # a stage's table is saved once, with its stage's state
         if self.client_algorithm_states:
             out["client_algorithms"] = {key: t.state_dict() for key, t in self.client_algorithm_states.items()}
         return out

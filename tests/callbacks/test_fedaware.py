@@ -321,8 +321,12 @@ def test_state_dict_round_trip_continues_identically():
     mid_split = np.split(mid, np.cumsum([int(np.prod(s)) for s in shapes])[:-1])
     resumed, _ = _run_direct(second, [a.reshape(s) for a, s in zip(mid_split, shapes)], rounds[2:])
     np.testing.assert_allclose(full, resumed, atol=0, rtol=0)
-    with pytest.raises(ValueError, match="for 5 clients, but this run has 6"):
-        FedAWARE(num_clients=6).load_state_dict(state)
+    other = FedAWARE(num_clients=6)
+    other.load_state_dict(state)  # refused before the state changes (fit start: the stage's check_fit; here the round)
+    with pytest.raises(ValueError, match=r"momentum table has shape \(5, \d+\), but the run has 6 clients"):
+        other.server_update([torch.zeros(p.shape, dtype=torch.float64) for p in x0],
+                            [ClientUpdate(0, [torch.ones(p.shape, dtype=torch.float64) for p in x0], 1, 1, 0.0)])
+    assert other.num_steps == 2
 
 
 # ---------------------------------------------------------------------------------------------- end to end

@@ -185,7 +185,10 @@ def test_checkpoint_resume_equals_uninterrupted_and_loads_weights_only(tmp_path)
     _resume_run(tmp_path / "b", 2, tmp_path / "cb")
     ckpt = torch.load(tmp_path / "cb" / "last.ckpt", weights_only=True)
     (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("SCAFFOLD")]
-    assert state["num_clients"] == 4 and state["num_steps"] == 2 and state["client_state"]["rows"]
+    # #41: the stage's state is saved one way, under "aggregators" (N is the c_i table's)
+    assert "num_clients" not in state and "client_state" not in state and state["num_steps"] == 2
+    table = state["aggregators"][0]["table"]["client_state_table"]
+    assert table["num_clients"] == 4 and table["rows"] and state["aggregators"][0]["control"] is not None
     resumed, server = _resume_run(tmp_path / "b", 4, tmp_path / "cb", ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
     assert server.num_steps == 4
     for p, q in zip(full.parameters(), resumed.parameters()):
@@ -207,14 +210,16 @@ def test_state_dict_round_trip(tmp_path):
     torch.save(server.state_dict(), tmp_path / "s.pt")
     other = SCAFFOLD(lr=0.3)
     other.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
-    assert other.num_clients == 3 and other.num_steps == 1
+    assert other.client_state.num_clients == 3 and other.num_steps == 1
     np.testing.assert_allclose(_flat(other.state["control"]), [1 / 3, -2 / 3])
     np.testing.assert_allclose(_flat(other.client_control(2)), [1.0, -2.0])
     np.testing.assert_allclose(_flat(other.client_control(0)), [0.0, 0.0])
     mismatched = SCAFFOLD()
     mismatched.num_clients = 5
-    with pytest.raises(ValueError, match="saved with 3 clients; the data module has 5"):
-        mismatched.load_state_dict(server.state_dict())
+    mismatched.load_state_dict(server.state_dict())  # refused before any state changes (fit start, or the round)
+    with pytest.raises(ValueError, match="control variates for 3 clients, but the data module has 5 clients"):
+        mismatched.server_update(params, [update])
+    assert mismatched.num_steps == 1
 
 
 @pytest.mark.parametrize(

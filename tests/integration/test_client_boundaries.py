@@ -43,6 +43,7 @@ ALLOWED_PRIVATE = {
     ("callbacks/fedlamb.py", "_last_lr"): "torch.optim.lr_scheduler's last learning rates, re-pointed to the new "
     "optimizer",
     ("algorithms/scaffold.py", "_replace"): "typing.NamedTuple's public API (ScaffoldControl's state)",
+    ("algorithms/fedaware.py", "_replace"): "typing.NamedTuple's public API (ClientDeltas, FedAWAREMinNorm's state)",
     ("callbacks/server_optimizer.py", "_asdict"): "typing.NamedTuple's public API (aggregator stage states)",
     ("callbacks/server_optimizer.py", "_field_defaults"): "typing.NamedTuple's public API (rule states)",
     ("callbacks/server_optimizer.py", "_fields"): "typing.NamedTuple's public API (the rule state's required fields)",

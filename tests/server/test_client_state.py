@@ -9,6 +9,7 @@ import torch
 
 from lightning_fed import ClientUpdate
 from lightning_fed.callbacks import SCAFFOLD, FedAWARE
+from lightning_fed.migrations import CHECKPOINT_FORMAT, migrate_checkpoint
 from lightning_fed.server.client_state import ClientStateTable
 
 
@@ -91,14 +92,19 @@ def test_fedaware_momenta_live_in_a_dense_table_and_old_checkpoints_load(tmp_pat
     assert first.client_state.dense and first.momenta is first.client_state.matrix
     assert first.seen.tolist() == [True, True, True, False, False]
     state = first.state_dict()
-    # The format before the table: m_i and the seen mask under state["fedaware"], no "client_state".
-    old = {k: v for k, v in state.items() if k != "client_state"}
-    old["fedaware"] = {**state["fedaware"], "momenta": state["client_state"]["rows"],
-                       "seen": state["client_state"]["present"]}
-    for saved in (state, old):
-        torch.save(saved, tmp_path / "s.pt")
+    # The format before the table (format 1): m_i and the seen mask under state["fedaware"], no "client_state";
+    # upgraded in one place (lightning_fed.migrations), as the checkpoint connector does on load.
+    (stage,) = state["aggregators"]
+    table = stage["table"]["client_state_table"]
+    old = {k: v for k, v in state.items() if k != "aggregators"}
+    old["fedaware"] = {"num_clients": 5, "client_num_samples": stage["client_num_samples"], "gram": stage["gram"],
+                       "momenta": table["rows"], "seen": table["present"]}
+    for fmt, saved in ((CHECKPOINT_FORMAT, state), (1, old)):
+        torch.save({"lightning_fed": {"format": fmt}, "callbacks": {"FedAWARE": saved}}, tmp_path / "s.pt")
+        checkpoint = torch.load(tmp_path / "s.pt", weights_only=True)
+        migrate_checkpoint(checkpoint)
         second = make()
-        second.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+        second.load_state_dict(checkpoint["callbacks"]["FedAWARE"])
         resumed = [mid[0].clone()]
         for r in rounds[2:]:
             _fedaware_round(second, resumed, r)
@@ -126,13 +132,18 @@ def test_scaffold_controls_live_in_a_lazy_table_and_old_checkpoints_load(tmp_pat
         first.server_update(mid, [_scaffold_update(*u) for u in r])
     assert not first.client_state.dense and first.client_state.ids() == [0, 1, 2]
     state = first.state_dict()
-    # The format before the table: client id -> flat c_i under "client_controls".
-    old = {k: v for k, v in state.items() if k != "client_state"}
-    old["client_controls"] = dict(state["client_state"]["rows"])
-    for saved in (state, old):
-        torch.save(saved, tmp_path / "s.pt")
+    # The format before the table (format 1): client id -> flat c_i under "client_controls", c under "state";
+    # upgraded in one place (lightning_fed.migrations), as the checkpoint connector does on load.
+    (stage,) = state["aggregators"]
+    table = stage["table"]["client_state_table"]
+    old = {k: v for k, v in state.items() if k != "aggregators"}
+    old.update(state={"control": stage["control"]}, num_clients=5, client_controls=dict(table["rows"]))
+    for fmt, saved in ((CHECKPOINT_FORMAT, state), (1, old)):
+        torch.save({"lightning_fed": {"format": fmt}, "callbacks": {"SCAFFOLD": saved}}, tmp_path / "s.pt")
+        checkpoint = torch.load(tmp_path / "s.pt", weights_only=True)
+        migrate_checkpoint(checkpoint)
         second = SCAFFOLD(lr=0.8)
-        second.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+        second.load_state_dict(checkpoint["callbacks"]["SCAFFOLD"])
         assert second.client_state.num_clients == 5 and second.client_state.dtype == torch.float64
         resumed = [mid[0].clone()]
         for r in rounds[2:]:

@@ -23,12 +23,12 @@ from lightning_fed.server.aggregators.dp import (
     GaussianNoise,
     update_noise_multiplier,
 )
-from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
 from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
 # SCAFFOLD's server half lives with its client half (lightning_fed.algorithms.scaffold); re-exported here
 from lightning_fed.algorithms.scaffold import ScaffoldControl, control_dtype  # noqa: E402
 from lightning_fed.algorithms.fedlamb import MaxSecondMoment  # noqa: E402  (Fed-LAMB's server half)
+from lightning_fed.algorithms.fedaware import FedAWAREMinNorm  # noqa: E402  (FedAWARE's server half)
 
 __all__ = [
     "AdaptiveClip",

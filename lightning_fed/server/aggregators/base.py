@@ -133,6 +133,9 @@ class Stage(abc.ABC):
     """
 
     kind: str = "reduce"
+    #: Fields of the state a saved checkpoint must hold (not ``None``) after a server step, for a resume
+    #: (``ServerOptimizer.required_state`` names them ``"aggregators.<i>.<field>"``); default none.
+    required_fields: tuple = ()
 
     def init_state(self, params: list[Tensor], num_clients: int) -> NamedTuple:
         """The initial state for a model with parameters ``params`` and ``num_clients`` clients (default: none)."""
@@ -216,6 +219,37 @@ def accumulation_dtype(t: Tensor) -> torch.dtype:
 _accumulation_dtype = accumulation_dtype  # the name the stages import
 
 
+def weighted_sum(deltas: Sequence[Sequence[Tensor]], coefficients: Sequence[float], accumulate: bool = True,
+                 skip_zero: bool = False) -> list[Tensor]:
+    """Σ_i a_i·Δ_i, one tensor per parameter: the one weighted sum of client updates (the weighted mean, DP's
+    mean, the robust reducers' means, FedNova's normalised sum, Fed-LAMB's moment averages).
+
+    The first client's tensors times a_0, in :func:`accumulation_dtype` (``accumulate=True``, the default) or in
+    their own dtype, then each other client's added with ``alpha=a_i`` (moved to the result's device if need be; a
+    client with a_i = 0 skipped under ``skip_zero``), in client order — one rounding per addition, so a caller's
+    numbers stay those of its own loop. Not rounded back: the caller divides and rounds.
+
+    Args:
+        deltas: One list of tensors per client (the same shapes), at least one client.
+        coefficients: a_i, one float per client.
+        accumulate: Sum in the accumulation dtype (default ``True``); ``False``: in the first client's dtypes.
+        skip_zero: Leave out clients with a_i = 0 after the first (default ``False``; adding 0·Δ_i can turn a −0.0
+            into 0.0, so a caller that skipped them keeps its bits).
+
+    Example::
+
+        >>> weighted_sum([[torch.tensor([1.0])], [torch.tensor([4.0])]], [1.0, 2.0])  # 1·1 + 2·4, in float64
+        [tensor([9.], dtype=torch.float64)]
+    """
+    result = [torch.mul(d.to(accumulation_dtype(d)) if accumulate else d, coefficients[0]) for d in deltas[0]]
+    for a, delta in zip(coefficients[1:], deltas[1:]):
+        if skip_zero and a == 0.0:
+            continue
+        torch._foreach_add_(result, [d if d.device == r.device else d.to(r.device) for d, r in zip(delta, result)],
+                            alpha=a)
+    return result
+
+
 def state_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of a server state kept beside parameters of ``dtype`` and summed into over rounds (SCAFFOLD's c,
     FedDyn's h): float64 stays float64; every other floating dtype (float32, bf16, fp16) gets float32. The one rule
@@ -244,12 +278,9 @@ class WeightedMean(Stage):
     kind = "reduce"
 
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
-        counts = x.counts.tolist()
         total = float(x.counts.sum())
         first = x.deltas[0]
-        result = [torch.mul(d.to(_accumulation_dtype(d)), counts[0]) for d in first]
-        for c, delta in zip(counts[1:], x.deltas[1:]):
-            torch._foreach_add_(result, delta, alpha=c)
+        result = weighted_sum(x.deltas, x.counts.tolist())
         torch._foreach_div_(result, total)
         return [acc.to(d.dtype) for acc, d in zip(result, first)], state
 

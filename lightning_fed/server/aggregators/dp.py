@@ -27,7 +27,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, accumulation_dtype
+from lightning_fed.server.aggregators.base import (
+    ClientDeltas,
+    EmptyState,
+    RoundInfo,
+    Stage,
+    weighted_sum,
+)
 
 _NOISE_TAG = 0xD9F0
 _COUNT_TAG = 0xC0C7
@@ -252,9 +258,7 @@ class DPMean(Stage):
                 "use the server optimizer with weighting='uniform'."
             )
         first = x.deltas[0]
-        result = [torch.mul(d.to(accumulation_dtype(d)), 1.0) for d in first]
-        for delta in x.deltas[1:]:
-            torch._foreach_add_(result, delta, alpha=1.0)
+        result = weighted_sum(x.deltas, [1.0] * len(x.deltas))
         torch._foreach_div_(result, float(info.clients_per_round))
         return [acc.to(d.dtype) for acc, d in zip(result, first)], state
 

@@ -33,7 +33,7 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype, weighted_sum
 
 __all__ = ["CoordinateMedian", "Krum", "NormBoundedMean", "TrimmedMean"]
 
@@ -61,9 +61,7 @@ def _weighted_mean(deltas: list[list[Tensor]], counts: Tensor, like: list[Tensor
     total = float(counts.sum())
     if total <= 0:
         raise ValueError("The selected clients' weights sum to zero; cannot take their weighted mean.")
-    result = [torch.mul(d.to(_accumulation_dtype(d)), c[0]) for d in deltas[0]]
-    for ci, delta in zip(c[1:], deltas[1:]):
-        torch._foreach_add_(result, [d.to(r.dtype) for d, r in zip(delta, result)], alpha=ci)
+    result = weighted_sum(deltas, c)
     torch._foreach_div_(result, total)
     return [r.to(p.dtype) for r, p in zip(result, like)]
 

@@ -87,3 +87,24 @@ def test_a_server_optimizer_with_its_own_aggregation_refuses_a_chain(tmp_path):
     dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=3)
     with pytest.raises(ValueError, match="FedAWARE aggregates in its own way"):
         FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=dm)
+
+
+def test_41_weighted_sum_is_the_loop_it_replaced_bit_for_bit():
+    """#41: one weighted sum of client updates (base.weighted_sum) for WeightedMean, DPMean, the robust means,
+    FedNova and Fed-LAMB's moment averages: the same operations, in the same order, as their own loops were."""
+    from lightning_fed.server.aggregators.base import accumulation_dtype, weighted_sum
+
+    g = torch.Generator().manual_seed(0)
+    deltas = [[torch.randn(3, 2, generator=g), torch.randn(2, generator=g)] for _ in range(4)]
+    coefficients = [3.0, 0.0, 1.5, 7.25]
+    want = [torch.mul(d.to(accumulation_dtype(d)), coefficients[0]) for d in deltas[0]]
+    for a, delta in zip(coefficients[1:], deltas[1:]):
+        torch._foreach_add_(want, delta, alpha=a)
+    got = weighted_sum(deltas, coefficients)
+    assert all(w.dtype == torch.float64 and torch.equal(w, r) for w, r in zip(want, got))
+    same = weighted_sum(deltas, coefficients, accumulate=False)  # Fed-LAMB's: in the updates' own dtype
+    assert all(r.dtype == torch.float32 for r in same)
+    # skip_zero (FedNova's): a client weighted 0 is left out, so a −0.0 stays −0.0 (adding 0·Δ would make it +0.0)
+    zero = [[torch.tensor([-0.0])], [torch.tensor([1.0])]]
+    assert torch.signbit(weighted_sum(zero, [1.0, 0.0], skip_zero=True)[0]).item()
+    assert not torch.signbit(weighted_sum(zero, [1.0, 0.0])[0]).item()

@@ -1,77 +1,34 @@
-"""FedAWAREMinNorm (Zeng et al. 2024, Alg. 1, l. 10-11) as a stage, against NumPy momenta and an independent
-min-norm solution; FedAWARE is that stage composed with the SGD rule."""
+"""The old import path of FedAWARE's server half (now lightning_fed/algorithms/fedaware.py, tested in
+tests/algorithms/test_fedaware.py) still works, with a DeprecationWarning naming the new one."""
 
 from __future__ import annotations
 
-import numpy as np
+import importlib
+
 import pytest
-import torch
 
-from lightning_fed import ClientUpdate
-from lightning_fed.callbacks import FedAWARE
-from lightning_fed.server.aggregators import ClientDeltas, FedAWAREMinNorm, RoundInfo
-from lightning_fed.server.rules import SGD
+from lightning_fed.algorithms import fedaware
 
 
-def _min_norm_enumerated(vectors):
-    """argmin_{λ ∈ simplex} ‖Σ λ_i v_i‖² by enumerating supports S and solving the KKT system G_S λ = μ·1,
-    Σλ = 1 on each (independent of lightning_fed.server.min_norm)."""
-    g = vectors @ vectors.T
-    k = len(vectors)
-    best, best_value = None, np.inf
-    for mask in range(1, 2 ** k):
-        s = [i for i in range(k) if mask >> i & 1]
-        a = np.zeros((len(s) + 1, len(s) + 1))
-        a[:-1, :-1], a[:-1, -1], a[-1, :-1] = g[np.ix_(s, s)], -1.0, 1.0
-        try:
-            sol = np.linalg.solve(a, np.r_[np.zeros(len(s)), 1.0])
-        except np.linalg.LinAlgError:
-            continue
-        lam = np.zeros(k)
-        lam[s] = sol[:-1]
-        if lam.min() >= -1e-12 and lam @ g @ lam < best_value - 1e-15:
-            best, best_value = lam, lam @ g @ lam
-    return best
+@pytest.mark.parametrize("name", ["FedAWAREMinNorm", "fedaware_state_bytes", "physical_memory_bytes",
+                                  "public_code_pairing"])
+def test_old_path_warns_and_gives_the_moved_name(name):
+    old = importlib.import_module("lightning_fed.server.aggregators.fedaware")
+    with pytest.warns(DeprecationWarning, match=f"lightning_fed.algorithms.fedaware.{name}"):
+        value = getattr(old, name)
+    assert value is getattr(fedaware, name)
 
 
-@pytest.mark.parametrize("normalize", [True, False])
-def test_stage_momenta_and_direction_match_numpy(normalize):
-    rng = np.random.default_rng(0)
-    n, alpha = 4, 0.3
-    stage = FedAWAREMinNorm(alpha=alpha, normalize=normalize, num_clients=n)
-    state = stage.init_state([torch.zeros(3, dtype=torch.float64)], n)
-    m = np.zeros((n, 3))
-    for t, cohort in enumerate([(0, 1), (2, 1), (3, 0)]):
-        deltas = rng.normal(size=(len(cohort), 3))
-        x = ClientDeltas(list(cohort), [[torch.tensor(d)] for d in deltas], torch.ones(len(cohort), dtype=torch.float64))
-        out, state, report = stage.apply(x, state, RoundInfo(t, 0, n, 2))
-        for i, d in zip(cohort, deltas):
-            m[i] = alpha * m[i] - (1 - alpha) * d  # g_i = −Δ_i, paper convention
-        seen = sorted({c for r in [(0, 1), (2, 1), (3, 0)][:t + 1] for c in r})
-        v = m[seen] / np.linalg.norm(m[seen], axis=1, keepdims=True) if normalize else m[seen]
-        lam = _min_norm_enumerated(v)
-        np.testing.assert_allclose(state.table.matrix.numpy(), m, rtol=0, atol=1e-15)
-        np.testing.assert_allclose(state.gram.numpy(), m @ m.T, atol=1e-14)
-        np.testing.assert_allclose(report.weights[seen], lam, atol=1e-9)
-        np.testing.assert_allclose(out[0].numpy(), -(lam @ v), atol=1e-9)
+def test_old_path_from_import_warns():
+    with pytest.warns(DeprecationWarning, match="moved to `lightning_fed.algorithms.fedaware.FedAWAREMinNorm`"):
+        from lightning_fed.server.aggregators.fedaware import FedAWAREMinNorm
+    assert FedAWAREMinNorm is fedaware.FedAWAREMinNorm
 
 
-def test_fedaware_is_the_stage_with_sgd():
-    server = FedAWARE(lr=0.5, alpha=0.25, num_clients=3)
-    assert isinstance(server.server_rule, SGD) and server.server_rule.lr == 0.5
-    assert server.aggregators == [server.min_norm] and isinstance(server.min_norm, FedAWAREMinNorm)
-    updates = [ClientUpdate(0, [torch.tensor([-1.0, 0.0], dtype=torch.float64)], 4, 1, 0.0),
-               ClientUpdate(2, [torch.tensor([0.0, -3.0], dtype=torch.float64)], 2, 1, 0.0)]
-    params = [torch.zeros(2, dtype=torch.float64)]
-    pseudo = server.server_update(params, updates)
-    # unit momenta e_0, e_1: λ = (½, ½), Δ_1 = −½·(e_0 + e_1), x_1 = 0.5·Δ_1
-    np.testing.assert_array_equal(pseudo[0].numpy(), [-0.5, -0.5])
-    np.testing.assert_array_equal(params[0].numpy(), [-0.25, -0.25])
-    np.testing.assert_array_equal(server.last_weights, [0.5, 0.0, 0.5])
-    assert server.client_num_samples.tolist() == [4, 0, 2] and server.client_state is server.aggregator_state[0].table
+def test_package_path_does_not_warn_and_unknown_names_fail(recwarn):
+    from lightning_fed.server.aggregators import FedAWAREMinNorm
 
-
-def test_stage_needs_num_clients():
-    x = ClientDeltas([0], [[torch.ones(2)]], torch.ones(1, dtype=torch.float64))
-    with pytest.raises(ValueError, match="needs the number of clients N"):
-        FedAWAREMinNorm().apply(x, FedAWAREMinNorm.State(), RoundInfo(0, 0, 1, 1))
+    assert FedAWAREMinNorm is fedaware.FedAWAREMinNorm and not recwarn.list
+    old = importlib.import_module("lightning_fed.server.aggregators.fedaware")
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        old.nothing
