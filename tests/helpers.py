@@ -1,4 +1,4 @@
-"""Plain LightningModules and data for the tests: nothing federated in them."""
+"""Plain LightningModules and data for the tests (nothing federated in them), and one quiet federated fit."""
 
 from __future__ import annotations
 
@@ -111,6 +111,24 @@ def quiet_trainer_kwargs(tmp_path) -> dict:
         accelerator="cpu",
         devices=1,
     )
+
+
+def federated_fit(tmp_path, model, datamodule, server, rounds: int, ckpt_dir=None, ckpt_path=None, **trainer_kwargs):
+    """Fit ``model`` on ``datamodule`` for ``rounds`` rounds with the server optimizer ``server``, quietly
+    (:func:`quiet_trainer_kwargs`, overridden by ``trainer_kwargs``); with ``ckpt_dir`` a checkpoint after every round
+    (and ``last.ckpt``); ``ckpt_path`` resumes. Returns the trainer."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_fed import FederatedTrainer
+
+    kwargs = quiet_trainer_kwargs(tmp_path) | trainer_kwargs
+    callbacks = [server]
+    if ckpt_dir is not None:
+        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1))
+        kwargs["enable_checkpointing"] = True
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=callbacks, **kwargs)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    return trainer
 
 
 def write_idx(path, array: np.ndarray, compress: bool = False) -> bytes:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data
-from lightning_fed import FederatedTrainer
+from helpers import LinearRegression, federated_fit, linear_weights, mse_grad, regression_data
 from lightning_fed.algorithms import DittoClient
 from lightning_fed.callbacks import Ditto, FedAvg
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
@@ -34,13 +32,7 @@ def _fit(tmp_path, server, rounds, ckpt_dir=None, ckpt_path=None, **trainer_kwar
     torch.manual_seed(0)
     model = LinearRegression(lr=GAMMA)
     w0 = linear_weights(model)
-    kwargs = quiet_trainer_kwargs(tmp_path) | trainer_kwargs
-    callbacks = [server]
-    if ckpt_dir is not None:
-        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1))
-        kwargs["enable_checkpointing"] = True
-    trainer = FederatedTrainer(max_epochs=rounds, callbacks=callbacks, **kwargs)
-    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    trainer = federated_fit(tmp_path, model, dm, server, rounds, ckpt_dir, ckpt_path, **trainer_kwargs)
     return x, y, dm, w0, model, trainer
 
 

@@ -9,11 +9,10 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from helpers import quiet_trainer_kwargs, regression_data
+from helpers import federated_fit, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedBNClient
 from lightning_fed.callbacks import FedAdam, FedAvg, FedBN
@@ -107,13 +106,7 @@ def _fit(tmp_path, server, rounds, ckpt_dir=None, ckpt_path=None, **trainer_kwar
     torch.manual_seed(0)
     model = BNRegression()
     w0 = _numpy(model)
-    kwargs = quiet_trainer_kwargs(tmp_path) | trainer_kwargs
-    callbacks = [server]
-    if ckpt_dir is not None:
-        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1))
-        kwargs["enable_checkpointing"] = True
-    trainer = FederatedTrainer(max_epochs=rounds, callbacks=callbacks, **kwargs)
-    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    trainer = federated_fit(tmp_path, model, dm, server, rounds, ckpt_dir, ckpt_path, **trainer_kwargs)
     return x, y, dm, w0, model, trainer
 
 

@@ -8,11 +8,10 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from helpers import quiet_trainer_kwargs, regression_data
+from helpers import federated_fit, quiet_trainer_kwargs, regression_data
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedPerClient
 from lightning_fed.callbacks import FedAdam, FedAvg, FedPer
@@ -67,13 +66,7 @@ def fit(tmp_path, server, rounds, dm=None, ckpt_dir=None, ckpt_path=None, **trai
     torch.manual_seed(0)
     model = TwoLayer()
     w0 = weights(model)
-    kwargs = quiet_trainer_kwargs(tmp_path) | trainer_kwargs
-    callbacks = [server]
-    if ckpt_dir is not None:
-        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1))
-        kwargs["enable_checkpointing"] = True
-    trainer = FederatedTrainer(max_epochs=rounds, callbacks=callbacks, **kwargs)
-    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    trainer = federated_fit(tmp_path, model, dm, server, rounds, ckpt_dir, ckpt_path, **trainer_kwargs)
     return w0, model, trainer
 
 
