@@ -377,6 +377,23 @@ def test_a_module_reading_dict_batches_as_tuples_gets_a_hint_naming_the_columns(
     assert re.match("Hint: " + hint, raised.value.__notes__[-1])
 
 
+def test_the_vectorized_executor_gives_the_dict_batch_hint_too(tmp_path):
+    """The same hint when the cohort trains under VectorizedExecutor: the default policy (its sequential retry
+    isolates the clients) and on_client_failure="raise" (the original error raised from the vmapped round, with the
+    hint as a note)."""
+    from lightning_fed import VectorizedExecutor
+
+    hint = r"batches of the Hugging Face train_dataset are dicts of columns \['x', 'y'\], not tuples"
+    two_columns = _regression_hf().remove_columns("user")
+    with pytest.raises(RuntimeError, match=r"\(hint: " + hint):
+        _fit(tmp_path, _TupleRegression.make(tuples=True), trainer_kwargs={"client_executor": VectorizedExecutor()},
+             dataset=two_columns)
+    with pytest.raises(TypeError, match="must be Tensor, not str") as raised:
+        _fit(tmp_path, _TupleRegression.make(tuples=True), dataset=two_columns,
+             trainer_kwargs={"client_executor": VectorizedExecutor(), "on_client_failure": "raise"})
+    assert re.match("Hint: " + hint, raised.value.__notes__[-1])
+
+
 def test_the_hint_is_given_for_the_tuple_reading_patterns_only():
     from lightning_fed.datamodules.huggingface import dict_batch_hint
 
