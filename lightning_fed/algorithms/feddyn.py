@@ -67,7 +67,15 @@ import torch
 from torch import Tensor
 
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, stepped_indices, unflat
-from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, WeightedMean, state_dtype
+from lightning_fed.server.aggregators.base import (
+    ClientDeltas,
+    EmptyState,
+    RoundInfo,
+    Stage,
+    WeightedMean,
+    state_dtype,
+    weighted_sum,
+)
 from lightning_fed.server.checks import check_positive
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -264,9 +272,7 @@ class FedDynCorrection(Stage):
         h = state.h if state.h is not None else self.init_state(first, info.num_clients).h
         with torch.no_grad():
             h = [t.to(device=d.device) for t, d in zip(h, first)]
-            total = [d.to(torch.float64 if d.device.type != "mps" else d.dtype).clone() for d in first]
-            for delta in x.deltas[1:]:
-                torch._foreach_add_(total, delta)  # Σ_{k∈P_t} Δ_k, in float64
+            total = weighted_sum(x.deltas, [1.0] * len(x.deltas))  # Σ_{k∈P_t} Δ_k, in float64
             scale = self.alpha / info.num_clients
             new_h = [(t.to(s.dtype) - scale * s).to(t.dtype) for t, s in zip(h, total)]  # A3
             out = [(m.to(s.dtype) - t.to(s.dtype) / self.alpha).to(m.dtype)  # A4

@@ -66,7 +66,14 @@ from torch import Tensor
 from lightning_fed.server.min_norm import (
     MinNormConvergenceWarning, MinNormReport, MinNormResult, _as_gram, _check_solver_args, min_norm_active_set,
 )
-from lightning_fed.server.aggregators.base import ClientDeltas, EmptyState, RoundInfo, Stage, _accumulation_dtype
+from lightning_fed.server.aggregators.base import (
+    ClientDeltas,
+    EmptyState,
+    RoundInfo,
+    Stage,
+    accumulation_dtype,
+    weighted_sum,
+)
 
 __all__ = ["FedMGDAMinNorm", "box_duality_gap", "check_epsilon", "min_norm_box"]
 
@@ -340,7 +347,7 @@ class FedMGDAMinNorm(Stage):
         first = x.deltas[0]
         k = len(x.deltas)
         with torch.no_grad():
-            acc = [_accumulation_dtype(t) for t in first]
+            acc = [accumulation_dtype(t) for t in first]
             gram_t = torch.zeros(k, k, dtype=torch.float64)
             for j, (t, dtype) in enumerate(zip(first, acc)):  # Gram matrix parameter by parameter: [K, n_j] at a time
                 block = torch.stack([delta[j].detach().reshape(-1).to(device=t.device, dtype=dtype)
@@ -366,11 +373,8 @@ class FedMGDAMinNorm(Stage):
                 denom = float(lam @ g_solve @ lam)
                 diversity = math.sqrt(float(lam @ np.diag(g_solve)) / denom) if denom > 0 else float("nan")
             coefs = coef_full.tolist()
-            delta = []
-            for j, (t, dtype) in enumerate(zip(first, acc)):
-                total = torch.zeros(t.shape, dtype=dtype, device=t.device)
-                for c, client in zip(coefs, x.deltas):
-                    if c != 0.0:
-                        total.add_(client[j].detach().to(dtype), alpha=c)
-                delta.append(total.to(t.dtype))
+            kept = [i for i, c in enumerate(coefs) if c != 0.0]  # Δ_t = Σ_i coef_i·Δ_i over the clients with coef_i ≠ 0
+            totals = weighted_sum([[d.detach() for d in x.deltas[i]] for i in kept], [coefs[i] for i in kept]) if kept \
+                else [torch.zeros(t.shape, dtype=dtype, device=t.device) for t, dtype in zip(first, acc)]
+            delta = [total.to(t.dtype) for total, t in zip(totals, first)]
         return delta, state, MinNormReport(lam_full, solve, diversity)

@@ -216,13 +216,11 @@ def accumulation_dtype(t: Tensor) -> torch.dtype:
     return torch.float64
 
 
-_accumulation_dtype = accumulation_dtype  # the name the stages import
-
-
 def weighted_sum(deltas: Sequence[Sequence[Tensor]], coefficients: Sequence[float], accumulate: bool = True,
                  skip_zero: bool = False) -> list[Tensor]:
     """Σ_i a_i·Δ_i, one tensor per parameter: the one weighted sum of client updates (the weighted mean, DP's
-    mean, the robust reducers' means, FedNova's normalised sum, Fed-LAMB's moment averages).
+    mean, the robust reducers' means, FedNova's normalised sum, FedMGDA+'s min-norm combination, FedDyn's Σ_k Δ_k,
+    Fed-LAMB's moment averages; SCAFFOLD's c ← c + Δc_i/N stays a running in-place update of its state, Alg. 1 l. 17).
 
     The first client's tensors times a_0, in :func:`accumulation_dtype` (``accumulate=True``, the default) or in
     their own dtype, then each other client's added with ``alpha=a_i`` (moved to the result's device if need be; a

@@ -33,20 +33,20 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
-from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, _accumulation_dtype, weighted_sum
+from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, accumulation_dtype, weighted_sum
 
 __all__ = ["CoordinateMedian", "Krum", "NormBoundedMean", "TrimmedMean"]
 
 
 def _stack(x: ClientDeltas, k: int) -> Tensor:
     """Parameter ``k`` of every client, stacked: ``[K, *shape]`` in the accumulation dtype."""
-    return torch.stack([delta[k].to(_accumulation_dtype(delta[k])) for delta in x.deltas])
+    return torch.stack([delta[k].to(accumulation_dtype(delta[k])) for delta in x.deltas])
 
 
 def _flat(x: ClientDeltas) -> Tensor:
     """Every client's update as one vector: ``[K, P]`` (P = number of parameters) in the accumulation dtype."""
     return torch.stack(
-        [torch.cat([d.reshape(-1).to(_accumulation_dtype(d)) for d in delta]) for delta in x.deltas]
+        [torch.cat([d.reshape(-1).to(accumulation_dtype(d)) for d in delta]) for delta in x.deltas]
     )
 
 
@@ -322,7 +322,7 @@ class NormBoundedMean(Stage):
         _check_nonempty(x, "NormBoundedMean")
         clipped = []
         for delta in x.deltas:
-            wide = [d.to(_accumulation_dtype(d)) for d in delta]
+            wide = [d.to(accumulation_dtype(d)) for d in delta]
             norm = float(torch.stack([w.square().sum() for w in wide]).sum().sqrt())
             factor = 1.0 / max(1.0, norm / self.max_norm)
             clipped.append([w * factor for w in wide])
