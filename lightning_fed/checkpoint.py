@@ -697,6 +697,9 @@ class FederatedCheckpointConnector(CheckpointConnector):
         if module is None:
             return
         names = [name for name, _ in module.named_parameters()]
+        record = (self._loaded_checkpoint or {}).get(CHECKPOINT_KEY)
+        if isinstance(record, dict) and isinstance(record.get(FEDERATED_KEY), (list, tuple)):
+            names = list(record[FEDERATED_KEY])  # the server state covers the federated parameters only
         items: list[tuple[str, Any]] = [(f"global model parameter {n!r}", p) for n, p in module.named_parameters()]
         items += [(f"global model buffer {n!r}", b) for n, b in module.named_buffers() if b.is_floating_point()]
         server = _server_optimizer(self.trainer)
