@@ -668,6 +668,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
     def resume_start(self, checkpoint_path: Optional[PATH] = None, weights_only: Optional[bool] = None) -> None:
         if self.trainer.state.fn == TrainerFn.FITTING:
             self.privacy_history = []
+            self.resumed_federated = None
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
             migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path),
