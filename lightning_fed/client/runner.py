@@ -84,7 +84,17 @@ def federated_parameters(module: torch.nn.Module, optimizers: Any = ()) -> list[
 class FrozenParameterChangedError(RuntimeError):
     """A client changed a parameter that is not federated (frozen: ``requires_grad=False`` or in no client optimizer
     at fit start): its change would be neither averaged nor undone, so the run stops (never a silent drift of a
-    shared tensor). Not a client failure: ``on_client_failure`` does not drop it."""
+    shared tensor). Not a client failure: ``on_client_failure`` does not drop it.
+
+    Example: raised by :meth:`ClientRunner.check_frozen` when a frozen tensor's version counter moved::
+
+        >>> frozen = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+        >>> version = frozen._version
+        >>> with torch.no_grad():
+        ...     _ = frozen.add_(1.0)  # what a client must not do
+        >>> frozen._version != version, issubclass(FrozenParameterChangedError, RuntimeError)
+        (True, True)
+    """
 
 
 def failure_origin(error: BaseException) -> str:
