@@ -54,7 +54,8 @@ def _measure(mode: str, rounds: int, cohort: int, threads: int) -> dict:
             super().__init__()
             self.embedding = torch.nn.Embedding(VOCAB, DIM)
             self.embedding.requires_grad_(False)
-            self.head = torch.nn.Sequential(torch.nn.Linear(DIM, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES))
+            self.head = torch.nn.Sequential(torch.nn.Linear(DIM, HIDDEN), torch.nn.ReLU(),
+                                            torch.nn.Linear(HIDDEN, CLASSES))
 
         def training_step(self, batch, batch_idx):
             tokens, labels = batch

@@ -488,9 +488,8 @@ class FederatedFitLoop(pl_private.FitLoop):
     @property
     def global_params(self) -> list[Tensor]:
         """x_t: the global model's federated parameters at the start of the current round (``module.parameters()``
-        order, frozen parameters left out: :attr:`ClientRunner.params <lightning_fed.client.runner.ClientRunner.params>`;
-        read-only by convention). Client algorithms get it from their
-        :class:`~lightning_fed.client.runner.ClientContext`."""
+        order, frozen parameters left out: the client runner's ``params``; read-only by convention). Client
+        algorithms get it from their :class:`~lightning_fed.client.runner.ClientContext`."""
         return self.client_runner.global_params
 
     @property

@@ -666,6 +666,7 @@ def test_an_older_checkpoint_whose_state_covers_every_parameter_is_cut_to_the_fe
     with pytest.warns(UserWarning, match=r"frozen ones \(encoder.weight, encoder.bias\) are dropped from "
                                          r"state.exp_avg, state.exp_avg_sq"):
         migrated, trainer = _fit_frozen(tmp_path, tmp_path / "b", max_epochs=3, ckpt_path=str(tmp_path / "old.ckpt"))
-    assert [t.shape for t in trainer.fit_loop.server_optimizer.state["exp_avg"]] == [torch.Size([1, 6]), torch.Size([1])]
+    moments = trainer.fit_loop.server_optimizer.state["exp_avg"]
+    assert [t.shape for t in moments] == [torch.Size([1, 6]), torch.Size([1])]
     resumed, _ = _fit_frozen(tmp_path, tmp_path / "c", max_epochs=3, ckpt_path=str(tmp_path / "a" / "last.ckpt"))
     assert all(torch.equal(a, b) for a, b in zip(migrated.parameters(), resumed.parameters()))

@@ -785,7 +785,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             >>> import torch
             >>> from lightning_fed.callbacks import FedAdam
             >>> server = FedAdam(lr=0.1)
-            >>> _ = server.server_update([torch.zeros(2), torch.zeros(3)], [ClientUpdate(0, [torch.ones(2), torch.zeros(3)], 1, 1, 0.0)])
+            >>> update = ClientUpdate(0, [torch.ones(2), torch.zeros(3)], 1, 1, 0.0)
+            >>> _ = server.server_update([torch.zeros(2), torch.zeros(3)], [update])
             >>> server.select_federated([0], [2, 3]), [t.shape for t in server.state["exp_avg"]]
             (['state.exp_avg', 'state.exp_avg_sq'], [torch.Size([2])])
         """
@@ -832,7 +833,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             fields = self._rule_state._asdict()
             self._rule_state = type(self._rule_state)(**{k: walk(v, f"state.{k}") for k, v in fields.items()})
         if self._saved_aggregator_state is not None:
-            self._saved_aggregator_state = [walk(st, f"aggregators.{i}") for i, st in enumerate(self._saved_aggregator_state)]
+            self._saved_aggregator_state = [walk(st, f"aggregators.{i}")
+                                            for i, st in enumerate(self._saved_aggregator_state)]
         if self.client_state is not None:
             self.client_state = table(self.client_state, "client_state")
         self.client_algorithm_states = {key: table(t, f"client_algorithms.{key}")

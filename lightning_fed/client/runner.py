@@ -341,9 +341,10 @@ class ClientRunner:
             rank_zero_info(f"federating {sum(p.numel() for p in self._params):,} of {total:,} parameters "
                            f"({len(self._params)} of {len(named)} tensors; frozen: requires_grad=False or in no "
                            "client optimizer)")
+        # a resume: the checkpoint's federated parameters against these (before the halves' tables are checked)
         resolve = getattr(getattr(trainer, "_checkpoint_connector", None), "resolve_federated", None)
-        if resolve is not None:  # a resume: the checkpoint's federated parameters against these (before the halves'
-            resolve(server_optimizer, self._param_names, [n for n, _ in named], [p.numel() for _, p in named])  # tables)
+        if resolve is not None:
+            resolve(server_optimizer, self._param_names, [n for n, _ in named], [p.numel() for _, p in named])
         self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
                                  getattr(datamodule, "num_clients", None), module, self._params)
         for callback in trainer.callbacks:  # the halves' per-step call

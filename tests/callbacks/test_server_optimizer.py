@@ -254,6 +254,7 @@ def test_select_federated_refuses_a_dense_table_over_every_entry():
 
     server = FedAvg()
     dense = ClientStateTable(3, 5, dense=True)
-    server.load_state_dict({"num_steps": 1, "state": {}, "aggregators": [{"table": {"client_state_table": dense.state_dict()}}]})
+    saved = [{"table": {"client_state_table": dense.state_dict()}}]
+    server.load_state_dict({"num_steps": 1, "state": {}, "aggregators": saved})
     with pytest.raises(ValueError, match=r"state 'aggregators.0.table' .* dense per-client table over all 5 entries"):
         server.select_federated([1], [2, 3])

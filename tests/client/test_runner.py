@@ -336,7 +336,8 @@ def test_a_frozen_encoder_federates_like_a_model_of_only_the_trainable_layers(tm
     assert runner.param_names == ["head.weight", "head.bias"] and runner.federated_positions == [2, 3]
     assert [n for n, _ in runner.frozen_params] == ["encoder.weight", "encoder.bias"]
     assert all(len(u.delta) == 2 and len(u.client_lrs) == 2 for u in recording.updates)
-    assert all(len(x_t) == 2 and all(t.data_ptr() != encoder.data_ptr() for t in x_t) for x_t in recording.global_params)
+    assert all(len(x_t) == 2 and all(t.data_ptr() != encoder.data_ptr() for t in x_t)
+               for x_t in recording.global_params)
     server = trainer.fit_loop.server_optimizer
     assert all(len(v) == 2 for v in server.state.values())  # FedAdam's/FedYogi's moments: F only
     if server.state:
@@ -377,7 +378,8 @@ class ChangesItsEncoder(FrozenEncoder):
 def test_a_client_that_changes_a_frozen_parameter_stops_the_run_naming_it(tmp_path, policy):
     from lightning_fed.client.runner import FrozenParameterChangedError
 
-    with pytest.raises(FrozenParameterChangedError, match=r"client \d+ changed the frozen parameter\(s\) 'encoder.bias'"):
+    match = r"client \d+ changed the frozen parameter\(s\) 'encoder.bias'"
+    with pytest.raises(FrozenParameterChangedError, match=match):
         _fit_frozen(tmp_path, ChangesItsEncoder(), FedAvg(), rounds=1, on_client_failure=policy)
 
 

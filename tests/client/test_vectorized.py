@@ -465,7 +465,8 @@ def test_a_frozen_encoder_is_shared_by_the_cohort_and_only_the_trained_parameter
     frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, FedAvg, executor=executor)
     encoder = frozen.encoder.weight
     assert same_head(frozen, head_only)  # vectorized, number for number the model of the trained layers alone
-    assert executor.fallback_reason is None and trainer.fit_loop.client_runner.param_names == ["head.weight", "head.bias"]
+    assert executor.fallback_reason is None
+    assert trainer.fit_loop.client_runner.param_names == ["head.weight", "head.bias"]
     sequential, _, _, _ = fit_frozen_pair(tmp_path / "seq", FedAvg)
     torch.testing.assert_close(frozen.head.weight, sequential.head.weight, atol=1e-12, rtol=0)
     assert frozen.encoder.weight is encoder and torch.equal(encoder, sequential.encoder.weight)
