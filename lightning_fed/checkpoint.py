@@ -47,6 +47,10 @@ from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
 from lightning_fed.server.checks import is_server_optimizer
 
+#: The run record's list of the federated parameters' names (``module.named_parameters()`` order), written only when
+#: some parameters are frozen (a record without it: every parameter is federated).
+FEDERATED_KEY = "federated_parameters"
+
 #: Key of the lightning_fed record in a checkpoint dict.
 CHECKPOINT_KEY = RECORD_KEY
 #: The top-level names of :func:`run_config` (the first part of every name ``allow_resume_changes`` accepts).
@@ -592,6 +596,9 @@ class FederatedCheckpointConnector(CheckpointConnector):
         self.allowed = allowed
         #: History segments of the rounds run under earlier server optimizers (see :func:`privacy_history`).
         self.privacy_history: list[dict[str, Any]] = []
+        #: The federated parameters' names of the checkpoint resumed in this fit (``True``: every parameter, a record
+        #: without :data:`FEDERATED_KEY`), until :meth:`resolve_federated` reads it at fit start; ``None``: no resume.
+        self.resumed_federated: Any = None
 
     def dump_checkpoint(self, weights_only: Optional[bool] = None) -> dict:
         checkpoint = super().dump_checkpoint(weights_only)
@@ -603,11 +610,65 @@ class FederatedCheckpointConnector(CheckpointConnector):
             # the privacy accountant's history: earlier server optimizers' rounds, then the current one's
             "privacy": {"previous": [dict(s) for s in self.privacy_history], "current": _privacy_segment(server)},
         }
+        runner = getattr(getattr(self.trainer, "fit_loop", None), "client_runner", None)
+        if runner is not None and getattr(runner, "frozen_params", None):  # only with frozen parameters: else as before
+            checkpoint[CHECKPOINT_KEY][FEDERATED_KEY] = list(runner.param_names)
         return checkpoint
+
+    def resolve_federated(self, server: Any, names: list[str], all_names: list[str], sizes: list[int]) -> None:
+        """At fit start (the client runner's ``setup``, once the federated parameters F are known): compare the F of
+        the checkpoint resumed in this fit with this run's ``names``.
+
+        * the same: nothing;
+        * a checkpoint whose record lists other names: refused (the server optimizer's state, Δ's shape and the
+          per-client tables belong to that set);
+        * a checkpoint without the list (every parameter was federated: an older version, or a run without frozen
+          parameters) resumed with frozen parameters: its server-optimizer state is cut down to F's entries
+          (:meth:`ServerOptimizer.select_federated <lightning_fed.callbacks.ServerOptimizer.select_federated>`, exact),
+          with a warning naming the parameters left out.
+
+        Args:
+            server: The run's server optimizer.
+            names: F's names; ``all_names``: every parameter's; ``sizes``: every parameter's ``numel``.
+
+        Raises:
+            ValueError: a different recorded F, naming the parameters added and removed; a state that cannot be cut
+                exactly.
+        """
+        old, self.resumed_federated = self.resumed_federated, None
+        if old is None:
+            return
+        recorded = old is not True
+        old = list(old) if recorded else list(all_names)
+        if old == list(names):
+            return
+        if recorded:
+            added = [n for n in names if n not in old]
+            removed = [n for n in old if n not in names]
+            parts = ([f"now federated but frozen in the checkpoint: {', '.join(added)}"] if added else []) + \
+                    ([f"federated in the checkpoint but frozen now: {', '.join(removed)}"] if removed else [])
+            raise ValueError(
+                "Cannot resume: the federated parameters (requires_grad and in a client optimizer at fit start) differ "
+                f"from the checkpoint's ({'; '.join(parts) or 'another order'}); the server optimizer's state and the "
+                "per-client state cover the checkpoint's set. Freeze and unfreeze the same parameters as the run that "
+                "wrote it, or start a new run."
+            )
+        if server is None:
+            return
+        positions = [all_names.index(n) for n in names]
+        cut = server.select_federated(positions, sizes)
+        frozen = [n for n in all_names if n not in set(names)]
+        if cut:
+            rank_zero_warn(
+                f"The checkpoint's server-optimizer state covers every parameter (saved before only the federated "
+                f"parameters were); this run federates {len(names)} of {len(all_names)} parameter tensors, so the "
+                f"saved entries of the frozen ones ({', '.join(frozen)}) are dropped from {', '.join(cut)}."
+            )
 
     def resume_start(self, checkpoint_path: Optional[PATH] = None, weights_only: Optional[bool] = None) -> None:
         if self.trainer.state.fn == TrainerFn.FITTING:
             self.privacy_history = []
+            self.resumed_federated = None
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
             migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path),
@@ -637,6 +698,9 @@ class FederatedCheckpointConnector(CheckpointConnector):
         if module is None:
             return
         names = [name for name, _ in module.named_parameters()]
+        record = (self._loaded_checkpoint or {}).get(CHECKPOINT_KEY)
+        if isinstance(record, dict) and isinstance(record.get(FEDERATED_KEY), (list, tuple)):
+            names = list(record[FEDERATED_KEY])  # the server state covers the federated parameters only
         items: list[tuple[str, Any]] = [(f"global model parameter {n!r}", p) for n, p in module.named_parameters()]
         items += [(f"global model buffer {n!r}", b) for n, b in module.named_buffers() if b.is_floating_point()]
         server = _server_optimizer(self.trainer)
@@ -653,6 +717,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
         checkpoint = self._loaded_checkpoint
         record = checkpoint.get(CHECKPOINT_KEY)
         server = _server_optimizer(self.trainer)
+        recorded = record.get(FEDERATED_KEY) if isinstance(record, dict) else None
+        self.resumed_federated = list(recorded) if isinstance(recorded, (list, tuple)) else True
         if record is None:
             rank_zero_warn(
                 f"Checkpoint {path} has no lightning_fed run record (written by an older version or a plain "

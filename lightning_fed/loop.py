@@ -63,7 +63,9 @@ class FederatedFitLoop(pl_private.FitLoop):
        ``training_step`` and ``configure_optimizers`` (l. 4-9) through the loop's
        :class:`~lightning_fed.client.runner.ClientRunner` (:attr:`client_runner`) and returns the round's
        :class:`ClientUpdate` s and failures;
-    3. the server optimizer callback aggregates them into Δ_t and writes x_{t+1} into the module (l. 10-11);
+    3. the server optimizer callback aggregates them into Δ_t and writes x_{t+1} into the module's federated
+       parameters (l. 10-11; the parameters the client optimizer updates, decided at fit start: frozen ones are
+       never copied, aggregated or written, see :class:`~lightning_fed.client.runner.ClientRunner`);
        floating-point buffers (e.g. BatchNorm statistics) become the clients' weighted average, integer
        buffers (e.g. ``num_batches_tracked``) their maximum — never through the server optimizer; under a server
        optimizer that adds DP noise (``ServerOptimizer.privatises``) every buffer keeps its global value;
@@ -259,8 +261,8 @@ class FederatedFitLoop(pl_private.FitLoop):
         step_callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, (ProgressBar, Timer))]
         runner = self.client_runner
         runner.setup(trainer, self.epoch_loop, self.datamodule, self.server_optimizer, self._round_log, step_callbacks)
-        self._params, self._buffers = runner.params, runner.buffers
-        self._param_names = [name for name, _ in module.named_parameters()]
+        self._params, self._buffers = runner.params, runner.buffers  # the federated parameters F, the buffers
+        self._param_names = runner.param_names
         self._model_items = [(f"global model parameter {n!r}", p) for n, p in zip(self._param_names, self._params)]
         self._model_items += [(f"global model buffer {n!r}", b) for (n, _), b in zip(module.named_buffers(), self._buffers)
                               if b.is_floating_point()]
@@ -485,9 +487,9 @@ class FederatedFitLoop(pl_private.FitLoop):
 
     @property
     def global_params(self) -> list[Tensor]:
-        """x_t: the global model's parameters at the start of the current round (same order as
-        ``module.parameters()``; read-only by convention). Client algorithms get it from their
-        :class:`~lightning_fed.client.runner.ClientContext`."""
+        """x_t: the global model's federated parameters at the start of the current round (``module.parameters()``
+        order, frozen parameters left out: the client runner's ``params``; read-only by convention). Client
+        algorithms get it from their :class:`~lightning_fed.client.runner.ClientContext`."""
         return self.client_runner.global_params
 
     @property
@@ -502,7 +504,7 @@ class FederatedFitLoop(pl_private.FitLoop):
 
     @property
     def round_client_lrs(self) -> list[float]:
-        """γ of each parameter's optimizer group in the current round, aligned with ``module.parameters()``."""
+        """γ of each federated parameter's optimizer group in the current round, aligned with :attr:`global_params`."""
         return self.client_runner.round_client_lrs
 
     def record_client_failure(self, client_id: int, reason: str) -> None:

@@ -56,6 +56,48 @@ class SmallClassifier(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
+class FrozenEncoder(L.LightningModule):
+    """A frozen encoder (requires_grad=False, yet among the parameters handed to the optimizer) and a trained head."""
+
+    def __init__(self, lr=0.1, unoptimized=False):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.encoder = torch.nn.Linear(3, 6, dtype=torch.float64)
+        self.head = torch.nn.Linear(6, 1, dtype=torch.float64)
+        with torch.no_grad():
+            for p in (*self.encoder.parameters(), self.head.weight):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+            self.head.bias.zero_()
+        self.encoder.requires_grad_(False)
+        self.lr, self.unoptimized = lr, unoptimized
+
+    def features(self, x):
+        return torch.tanh(self.encoder(x))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.head(self.features(x)).squeeze(-1), y)
+
+    def configure_optimizers(self):
+        if self.unoptimized:  # the encoder trainable but in no optimizer group: frozen too
+            self.encoder.requires_grad_(True)
+            return torch.optim.SGD(self.head.parameters(), lr=self.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class HeadOnly(FrozenEncoder):
+    """The same function with the encoder outside the module's parameters: a model of only the trainable layers."""
+
+    def __init__(self, lr=0.1):
+        super().__init__(lr)
+        encoder = self.encoder
+        del self.encoder
+        self.w, self.b = encoder.weight.detach().clone(), encoder.bias.detach().clone()
+
+    def features(self, x):
+        return torch.tanh(x @ self.w.T + self.b)
+
+
 def linear_weights(model: LinearRegression) -> np.ndarray:
     """A :class:`LinearRegression`'s parameters as one vector ``[w..., b]``."""
     return np.concatenate([model.linear.weight.detach().numpy().ravel(), model.linear.bias.detach().numpy()])
@@ -98,6 +140,8 @@ NO_VAL_DATALOADER = "ignore:You defined a `validation_step` but have no `val_dat
 #: ... a plain ``lightning.Trainer`` fits on a FederatedDataModule without validation data (its ``val_dataloader``
 #: is ``[]``; a FederatedTrainer does not warn of that).
 PLAIN_TRAINER_EMPTY_VAL = "ignore:Total length of `list` across ranks is zero:UserWarning"
+#: ... a module without ``validation_step`` (e.g. :class:`FrozenEncoder`) is fitted on a FederatedDataModule.
+NO_VALIDATION_STEP = "ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning"
 
 
 def quiet_trainer_kwargs(tmp_path) -> dict:
@@ -194,3 +238,28 @@ def load_script(relative_path: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def fit_frozen_pair(tmp_path, make_server, rounds: int = 2, executor=None, num_clients: int = 4):
+    """Fit :class:`FrozenEncoder` and :class:`HeadOnly` (the same function, the encoder not a parameter) with the same
+    data, cohorts and a fresh ``make_server()`` each; returns ``(frozen, head_only, frozen trainer, head-only
+    trainer)``. With only the trainable parameters federated the heads agree number for number (issue #42)."""
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    x, y = regression_data(n=60)
+    out = []
+    for model in (FrozenEncoder(), HeadOnly()):
+        dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                                 partitioner=IIDPartitioner(num_clients, seed=0), clients_per_round=3, batch_size=5,
+                                 seed=0)
+        trainer = FederatedTrainer(max_epochs=rounds, callbacks=[make_server()], client_executor=executor,
+                                   **quiet_trainer_kwargs(tmp_path / type(model).__name__))
+        trainer.fit(model, datamodule=dm)
+        out.append((model, trainer))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
+
+
+def same_head(a: "FrozenEncoder", b: "FrozenEncoder") -> bool:
+    """Whether the two models' heads are equal bit for bit."""
+    return torch.equal(a.head.weight, b.head.weight) and torch.equal(a.head.bias, b.head.bias)

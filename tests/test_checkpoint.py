@@ -610,3 +610,63 @@ def test_43_a_feddyn_checkpoint_without_its_tables_or_h_is_refused(tmp_path, dro
     path = _edited(tmp_path, tmp_path / "ckpt" / "last.ckpt", edit)
     with pytest.raises(ValueError, match=f"the saved state of the server optimizer FedDyn lacks '{drop}"):
         _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=FedDyn(), ckpt_path=str(path))
+
+
+# ------------------------------------------------------------------ the federated parameters in the record (#42)
+def _fit_frozen(tmp_path, ckpt_dir, max_epochs, ckpt_path=None, unfreeze=(), server=None):
+    from torch.utils.data import TensorDataset
+
+    from helpers import FrozenEncoder, regression_data
+
+    model = FrozenEncoder()
+    for name in unfreeze:
+        model.get_parameter(name).requires_grad_(True)
+    x, y = regression_data(n=60)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(4, seed=0),
+                             clients_per_round=3, batch_size=5, seed=0)
+    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=-1, every_n_epochs=1)
+    trainer = _trainer(tmp_path, [server or FedAdam(lr=0.05), checkpoint], max_epochs=max_epochs)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+_NO_VALIDATION = "ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning"
+
+
+@pytest.mark.filterwarnings(_NO_VALIDATION)
+def test_the_record_names_the_federated_parameters_and_a_resume_with_others_is_refused(tmp_path, two_rounds):
+    assert "federated_parameters" not in torch.load(two_rounds, weights_only=False)["lightning_fed"]  # layout as before
+    _, trainer = _fit_frozen(tmp_path, tmp_path / "a", max_epochs=2)
+    saved = torch.load(tmp_path / "a" / "last.ckpt", weights_only=False)
+    assert saved["lightning_fed"]["federated_parameters"] == ["head.weight", "head.bias"]
+    state = saved["callbacks"][trainer.fit_loop.server_optimizer.state_key]
+    assert [t.shape for t in state["state"]["exp_avg"]] == [torch.Size([1, 6]), torch.Size([1])]  # F only
+    with pytest.raises(ValueError, match="now federated but frozen in the checkpoint: encoder.bias"):
+        _fit_frozen(tmp_path, tmp_path / "b", max_epochs=3, ckpt_path=str(tmp_path / "a" / "last.ckpt"),
+                    unfreeze=["encoder.bias"])
+    # the same set resumes exactly: as the uninterrupted run
+    resumed, _ = _fit_frozen(tmp_path, tmp_path / "c", max_epochs=3, ckpt_path=str(tmp_path / "a" / "last.ckpt"))
+    straight, _ = _fit_frozen(tmp_path, tmp_path / "d", max_epochs=3)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters()))
+
+
+@pytest.mark.filterwarnings(_NO_VALIDATION)
+def test_an_older_checkpoint_whose_state_covers_every_parameter_is_cut_to_the_federated_ones(tmp_path):
+    _, trainer = _fit_frozen(tmp_path, tmp_path / "a", max_epochs=2)
+    key = trainer.fit_loop.server_optimizer.state_key
+    # the layout before issue #42: no list in the record, and FedAdam's moments over all four parameters (the frozen
+    # encoder's entries first, as module.parameters() orders them)
+    old = torch.load(tmp_path / "a" / "last.ckpt", weights_only=False)
+    del old["lightning_fed"]["federated_parameters"]
+    moments = old["callbacks"][key]["state"]
+    for name in ("exp_avg", "exp_avg_sq"):
+        moments[name] = [torch.zeros(6, 3, dtype=torch.float64), torch.full((6,), 1e-6, dtype=torch.float64),
+                         *moments[name]]
+    torch.save(old, tmp_path / "old.ckpt")
+    with pytest.warns(UserWarning, match=r"frozen ones \(encoder.weight, encoder.bias\) are dropped from "
+                                         r"state.exp_avg, state.exp_avg_sq"):
+        migrated, trainer = _fit_frozen(tmp_path, tmp_path / "b", max_epochs=3, ckpt_path=str(tmp_path / "old.ckpt"))
+    moments = trainer.fit_loop.server_optimizer.state["exp_avg"]
+    assert [t.shape for t in moments] == [torch.Size([1, 6]), torch.Size([1])]
+    resumed, _ = _fit_frozen(tmp_path, tmp_path / "c", max_epochs=3, ckpt_path=str(tmp_path / "a" / "last.ckpt"))
+    assert all(torch.equal(a, b) for a, b in zip(migrated.parameters(), resumed.parameters()))

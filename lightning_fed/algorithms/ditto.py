@@ -63,6 +63,7 @@ class DittoClient(ClientAlgorithm):
         self.lam = check_non_negative("lam", lam)
         self.lr = None if lr is None else check_positive("lr", lr)
         self._state: Optional[Tensor] = None
+        self._names: Optional[list[str]] = None  # the federated parameters' names (v_k covers them only)
 
     def state_dim(self, num_params: int) -> int:
         """v_k: one number per model parameter."""
@@ -71,13 +72,15 @@ class DittoClient(ClientAlgorithm):
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Remember v_k (``None``: the client's first round, v_k starts from w^t)."""
         self._state = state
+        federated = {id(p) for p in context.parameters(module)}
+        self._names = [n for n, p in module.named_parameters() if id(p) in federated]
 
     def finish(self, module: Any, context: "ClientContext") -> tuple[dict[str, Any], Optional[Tensor]]:
         """l. 6-7 on the client's batches of the round; the module is back at w_k^t afterwards. Returns the new v_k."""
         if context.client_batches is None:
             raise RuntimeError("DittoClient needs the client's batches (ClientContext.client_batches); it runs only "
                                "inside the federated loop.")
-        params = list(module.parameters())
+        params = context.parameters(module)  # the federated parameters, aligned with w^t
         buffers = list(module.buffers())
         anchor = context.global_params  # w^t
         eta = context.client_lr if self.lr is None else self.lr
@@ -116,6 +119,8 @@ class DittoClient(ClientAlgorithm):
         """``module`` (the global model) becomes client k's personal model v_k in place (``None``: never trained,
         the global model)."""
         if state is not None:
+            named = dict(module.named_parameters())
+            params = [named[n] for n in self._names] if self._names is not None else list(module.parameters())
             with torch.no_grad():
-                for p, v in zip(module.parameters(), unflat(state, list(module.parameters()))):
+                for p, v in zip(params, unflat(state, params)):
                     p.copy_(v)

@@ -408,7 +408,8 @@ class FedAWAREMinNorm(Stage):
             raise ValueError(
                 f"The checkpoint's FedAWARE state is for {table.num_clients} clients, but this run has {int(n)}."
             )
-        params = list(pl_module.parameters())
+        runner = getattr(getattr(trainer, "fit_loop", None), "client_runner", None)  # d = |F|: federated only
+        params = list(runner.params) if runner is not None and runner.params else list(pl_module.parameters())
         if n is None or not params:
             return
         dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])

@@ -182,7 +182,7 @@ class FedDynClient(ClientAlgorithm):
 
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Anchor the regulariser at θ^{t−1} (``context.global_params``) and load g_k (``None``: zeros)."""
-        self._params = list(module.parameters())
+        self._params = context.parameters(module)  # the federated parameters, aligned with θ^{t−1}
         self._index = {id(p): i for i, p in enumerate(self._params)}
         self._anchor = context.global_params
         self._grad = None if state is None else unflat(state, self._params)
@@ -206,7 +206,7 @@ class FedDynClient(ClientAlgorithm):
         if self._anchor is None:
             return {}, None
         with torch.no_grad():
-            params = list(module.parameters())
+            params = self._params
             drift = flat(torch._foreach_sub([p.detach() for p in params], self._anchor))
             old = torch.zeros_like(drift) if self._grad is None else flat(self._grad)
             new = old - self.alpha * drift

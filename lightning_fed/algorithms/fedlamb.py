@@ -416,7 +416,7 @@ class LocalAdaptiveClient(ClientAlgorithm):
 
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Seed the (just cleared) client optimizer: step 0, v⁰ = v̂⁰ = v̂_r (Alg. 1, l. 6) and m⁰ = 0 or m̄_r."""
-        params = list(module.parameters())
+        params = context.parameters(module)  # the federated parameters, aligned with the moments
         moments = self.moments([p.detach() for p in params])
         optimizer = self._optimizer(module)
         index = {id(p): k for k, p in enumerate(params)}
@@ -430,7 +430,7 @@ class LocalAdaptiveClient(ClientAlgorithm):
 
     def finish(self, module: Any, context: "ClientContext") -> tuple[dict[str, Any], Optional[Tensor]]:
         """``({"exp_avg_sq": [v_i^T]} (+ ``"exp_avg"``: [m_i^T]), None)`` — uncorrected, Alg. 1, l. 14."""
-        params = list(module.parameters())
+        params = context.parameters(module)
         moments = self._server.aggregator_state[self._stage_index]
         optimizer = self._optimizer(module)
         extras: dict[str, Any] = {"exp_avg_sq": []}

@@ -64,7 +64,7 @@ class FedProxClient(ClientAlgorithm):
 
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Anchor the proximal term at x_t (``context.global_params``) for this client's local steps."""
-        self._params = list(module.parameters())
+        self._params = context.parameters(module)  # the federated parameters, aligned with x_t
         self._index = {id(p): i for i, p in enumerate(self._params)}
         self._anchor = context.global_params
 

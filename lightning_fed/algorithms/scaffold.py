@@ -282,7 +282,7 @@ class ScaffoldClient(ClientAlgorithm):
         client_id = int(context.client_id)
         if stage.num_clients is not None and not 0 <= client_id < stage.num_clients:
             raise ValueError(f"Client id {client_id} is outside [0, {stage.num_clients}).")
-        self._params = list(module.parameters())
+        self._params = context.parameters(module)  # the federated parameters, aligned with x and c
         self._index = {id(p): i for i, p in enumerate(self._params)}
         control, table = self.control([p.detach() for p in self._params])
         self._control = control

@@ -250,7 +250,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     @property
     def state(self) -> dict[str, list[Tensor]]:
-        """The optimizer state: name -> list of tensors aligned with ``module.parameters()`` (``{}`` before the
+        """The optimizer state: name -> list of tensors aligned with the federated parameters (``module.parameters()``
+        when none is frozen; the client runner's ``params``) (``{}`` before the
         first round): a view of the tensor fields of :attr:`server_rule`'s typed state (the tensors themselves, so
         in-place changes persist); assigning a dict sets those fields."""
         if self._rule_state is None:
@@ -640,7 +641,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         :meth:`state_dict`'s layout, plus ``" for parameter '<name>'"`` for a per-parameter list.
 
         Args:
-            param_names: The global model's parameter names, in ``module.parameters()`` order.
+            param_names: The global model's federated parameters' names, in ``module.parameters()`` order.
             saved: ``False`` (default): the live state a server step changes — the rule's state, the aggregator
                 chain's stage states and, of the per-client tables, the rows of the clients of the last server step
                 (:attr:`round_report`; labelled ``"... row of client <id>"``) — checked after every server step;
@@ -760,6 +761,85 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             str(key): ClientStateTable.from_state_dict(t) for key, t in state_dict.get("client_algorithms", {}).items()
         }
         self.loaded_client_state = bool(self.client_algorithm_states)
+
+    def select_federated(self, positions: Sequence[int], sizes: Sequence[int]) -> list[str]:
+        """Cut a state loaded from a checkpoint that covers every parameter of the model down to the federated ones
+        (a resume of a run saved before only the federated parameters were: its frozen parameters' entries were
+        never used). Per-parameter lists of the rule's and the stages' states keep the entries at ``positions``;
+        per-client tables of one number per model entry keep those entries' columns. Exact: every kept number is
+        the saved one.
+
+        Args:
+            positions: The federated parameters' positions in ``module.parameters()``.
+            sizes: ``numel`` of every parameter of the model (``module.parameters()`` order).
+
+        Returns:
+            The paths of the state that were cut (e.g. ``["state.exp_avg", "client_algorithms.FedDynClient"]``).
+
+        Raises:
+            ValueError: a state that cannot be cut exactly (a dense per-client table, FedAWARE's, whose Gram matrix
+                covers every entry), naming it.
+
+        Example::
+
+            >>> import torch
+            >>> from lightning_fed.callbacks import FedAdam
+            >>> server = FedAdam(lr=0.1)
+            >>> update = ClientUpdate(0, [torch.ones(2), torch.zeros(3)], 1, 1, 0.0)
+            >>> _ = server.server_update([torch.zeros(2), torch.zeros(3)], [update])
+            >>> server.select_federated([0], [2, 3]), [t.shape for t in server.state["exp_avg"]]
+            (['state.exp_avg', 'state.exp_avg_sq'], [torch.Size([2])])
+        """
+        positions, sizes = [int(i) for i in positions], [int(n) for n in sizes]
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        columns = torch.cat([torch.arange(offsets[i], offsets[i] + sizes[i]) for i in positions]) if positions \
+            else torch.zeros(0, dtype=torch.long)
+        total, cut = sum(sizes), []
+
+        def per_parameter(value: Any) -> bool:
+            return (isinstance(value, (list, tuple)) and len(value) == len(sizes) and len(sizes) > 0
+                    and all(isinstance(v, Tensor) and v.numel() == n for v, n in zip(value, sizes)))
+
+        def table(value: ClientStateTable, path: str) -> ClientStateTable:
+            if value.dim != total:
+                return value
+            if value.dense:
+                raise ValueError(
+                    f"Cannot resume {type(self).__name__}'s state {path!r} for the federated parameters only: it is a "
+                    f"dense per-client table over all {total} entries of the model (FedAWARE's momenta, whose Gram "
+                    "matrix covers every entry), saved before frozen parameters were left out. Start a new run, or "
+                    "resume with every parameter trained."
+                )
+            out = ClientStateTable(value.num_clients, int(columns.numel()), dtype=value.dtype)
+            for i in value.ids():
+                out.put(i, value.get(i)[columns])
+            cut.append(path)
+            return out
+
+        def walk(value: Any, path: str) -> Any:
+            if per_parameter(value):
+                cut.append(path)
+                return [value[i] for i in positions]
+            if isinstance(value, ClientStateTable):
+                return table(value, path)
+            if isinstance(value, dict):
+                if set(value) == {_TABLE_KEY}:
+                    restored = table(ClientStateTable.from_state_dict(value[_TABLE_KEY]), path)
+                    return {_TABLE_KEY: restored.state_dict()}
+                return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+            return value
+
+        if self._rule_state is not None:
+            fields = self._rule_state._asdict()
+            self._rule_state = type(self._rule_state)(**{k: walk(v, f"state.{k}") for k, v in fields.items()})
+        if self._saved_aggregator_state is not None:
+            self._saved_aggregator_state = [walk(st, f"aggregators.{i}")
+                                            for i, st in enumerate(self._saved_aggregator_state)]
+        if self.client_state is not None:
+            self.client_state = table(self.client_state, "client_state")
+        self.client_algorithm_states = {key: table(t, f"client_algorithms.{key}")
+                                        for key, t in self.client_algorithm_states.items()}
+        return cut
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"

@@ -64,7 +64,8 @@ class ClientAlgorithm:
 
     def state_dim(self, num_params: int) -> int:
         """Numbers stored per client (0: stateless, the default; e.g. ``num_params`` for one vector of the model's
-        size, where ``num_params`` is the model's total number of parameters)."""
+        size, where ``num_params`` is the number of entries of the federated parameters: the model's total unless some
+        are frozen, see :func:`~lightning_fed.client.runner.federated_parameters`)."""
         return 0
 
     @property
@@ -84,8 +85,10 @@ class ClientAlgorithm:
         client half) cannot be combined with it. Default: every server optimizer is fine."""
 
     def start(self, module: Any, context: Any, state: Optional[Tensor]) -> None:
-        """The client starts its local work from x_t (``module`` holds it; ``context.global_params`` is x_t) with its
-        stored state (a flat CPU vector of :meth:`state_dim` numbers, ``None`` if never written)."""
+        """The client starts its local work from x_t (``module`` holds it; ``context.global_params`` is x_t over the
+        federated parameters, aligned with ``context.parameters(module)``, which is ``module.parameters()`` unless
+        some are frozen) with its stored state (a flat CPU vector of :meth:`state_dim` numbers, ``None`` if never
+        written)."""
 
     def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
         """At every local step, after the backward pass, before ``optimizer`` steps: change gradients in place."""
@@ -141,10 +144,12 @@ class ClientHalves:
         self._context: Any = None  # the ClientContext of the client in local work (None between clients)
 
     def setup(self, server: Any, given: Optional[list[ClientAlgorithm]], num_clients: Optional[int],
-              module: Any) -> None:
+              module: Any, params: Optional[list[Tensor]] = None) -> None:
         """At fit start, before round 0 trains: gather the halves (see the class doc), run their ``check`` and
         ``setup(module)``, and make
         (or check, after a checkpoint was loaded) their per-client tables in ``server.client_algorithm_states``.
+        ``params``: the federated parameters (the client runner's; default ``module.parameters()``): a half's
+        ``state_dim`` is asked for their number of entries.
 
         Raises:
             ValueError: two stateful halves with one ``state_key``; what a half's ``check`` refuses; a table loaded
@@ -157,7 +162,7 @@ class ClientHalves:
         for algorithm in algorithms:
             algorithm.check(server)
             algorithm.setup(module)
-        params = list(module.parameters())
+        params = list(module.parameters()) if params is None else list(params)
         dim = sum(p.numel() for p in params)
         sizes = {}
         for algorithm in algorithms:

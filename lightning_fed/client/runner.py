@@ -19,7 +19,14 @@ Client halves (FedProx, SCAFFOLD, Fed-LAMB's client; :class:`~lightning_fed.clie
 owned and called by the runner: ``start`` with the :class:`ClientContext` (x_t, the round's client learning rates,
 never ``trainer.fit_loop``), ``before_optimizer_step`` at every local step (:class:`ClientAlgorithmSteps`),
 ``finish`` into the update's extras.
+
+**The federated parameters.** What a run federates is F, the parameters the client optimizer updates
+(:func:`federated_parameters`: ``requires_grad`` and held by a parameter group of one of ``trainer.optimizers``),
+decided once at fit start (:meth:`ClientRunner.setup`). x_t, Δ_i, the client learning rates, the server optimizer's
+state and the per-client tables cover F only; the other (frozen) parameters are shared by every client, never copied
+or diffed per client, and a client that changes one anyway ends the run with :class:`FrozenParameterChangedError`.
 """
+
 
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ import traceback
 
 import torch
 from lightning.pytorch.callbacks import ProgressBar
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
@@ -47,6 +54,47 @@ from lightning_fed.client.update import ClientUpdate, parameter_client_lrs
 #: of a round raised the same exception type at the same place (:meth:`ClientRunner.stop_if_all_failed_alike`);
 #: ``"raise"`` stops at the first failing client; ``"skip_all"`` always drops (fault-injection studies).
 FAILURE_POLICIES = ("skip", "raise", "skip_all")
+
+
+def federated_parameters(module: torch.nn.Module, optimizers: Any = ()) -> list[int]:
+    """The positions in ``module.parameters()`` of the federated parameters F: those with ``requires_grad`` that,
+    when there are client optimizers, a parameter group of one of them holds (a plain tensor registered as a
+    parameter counts as trained). The others are frozen: never copied, diffed, aggregated or stepped.
+
+    Args:
+        module: The model.
+        optimizers: The client optimizers (``trainer.optimizers``; torch optimizers or Lightning's wrappers). None:
+            every parameter with ``requires_grad`` is federated.
+
+    Example: a frozen embedding and a trained head::
+
+        >>> net = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
+        >>> _ = net[0].weight.requires_grad_(False)
+        >>> federated_parameters(net, [torch.optim.SGD(net[1].parameters(), lr=0.1)])
+        [1, 2]
+        >>> federated_parameters(net, [torch.optim.SGD([net[1].weight], lr=0.1)])  # the bias is in no group
+        [1]
+    """
+    held = {id(p) for opt in optimizers for group in getattr(opt, "optimizer", opt).param_groups
+            for p in group["params"]}
+    return [i for i, p in enumerate(module.parameters())
+            if (bool(p.requires_grad) or not isinstance(p, torch.nn.Parameter)) and (not held or id(p) in held)]
+
+
+class FrozenParameterChangedError(RuntimeError):
+    """A client changed a parameter that is not federated (frozen: ``requires_grad=False`` or in no client optimizer
+    at fit start): its change would be neither averaged nor undone, so the run stops (never a silent drift of a
+    shared tensor). Not a client failure: ``on_client_failure`` does not drop it.
+
+    Example: raised by :meth:`ClientRunner.check_frozen` when a frozen tensor's version counter moved::
+
+        >>> frozen = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+        >>> version = frozen._version
+        >>> with torch.no_grad():
+        ...     _ = frozen.add_(1.0)  # what a client must not do
+        >>> frozen._version != version, issubclass(FrozenParameterChangedError, RuntimeError)
+        (True, True)
+    """
 
 
 def failure_origin(error: BaseException) -> str:
@@ -120,7 +168,8 @@ class ClientContext:
     Attributes:
         client_id: The client's id in the partition.
         round_idx: The round t (0-based).
-        global_params: x_t, one tensor per entry of ``module.parameters()`` (same order; read-only by convention).
+        global_params: x_t, one tensor per federated parameter (``params``, same order; read-only by convention):
+            ``module.parameters()`` when every parameter is trained, else F only (:func:`federated_parameters`).
         global_buffers: The global model's buffers, one per entry of ``module.buffers()``.
         client_lr: γ, the client learning rate of the round (first optimizer's first parameter group; ``nan``
             without one).
@@ -130,6 +179,8 @@ class ClientContext:
             :func:`~lightning_fed.client.personal.personal_step`).
         client_lrs: γ of each parameter's optimizer group in the round, aligned with ``global_params``
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
+        params: The module's federated parameters themselves (the tensors the client trains in place), aligned with
+            ``global_params``; empty in a context made outside the federated loop (then ``module.parameters()``).
 
     Example: made by :meth:`ClientRunner.context`; read-only::
 
@@ -151,6 +202,12 @@ class ClientContext:
     client_lr: float
     client_lrs: list[float] = field(default_factory=list)
     client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
+    params: list[Tensor] = field(default_factory=list, compare=False, repr=False)
+
+    def parameters(self, module: Any) -> list[Tensor]:
+        """The tensors ``global_params`` is aligned with: :attr:`params`, or ``module.parameters()`` in a context
+        made by hand (no ``params``)."""
+        return list(self.params) if self.params else list(module.parameters())
 
 
 class ClientRunner:
@@ -168,6 +225,15 @@ class ClientRunner:
             ``"raise"`` (stop at the first failing client) or ``"skip_all"`` (always drop, never stop: for
             fault-injection studies where every client of a round may fail on purpose).
         client_timeout_s: The per-client time limit in seconds, or ``None`` (checked by the loop).
+
+    The federated parameters F (:func:`federated_parameters`) are decided once, in :meth:`setup` (fit start), and
+    shown at fit start (``"federating 270,336 of 19,349,504 parameters"``, when some are frozen): :attr:`params`,
+    :attr:`global_params`, the clients' Δ_i and learning rates cover F only, in ``module.parameters()`` order. The
+    frozen parameters (:attr:`frozen_params`) are not copied at the round's start, not restored before each client
+    and not diffed after it; their version counters (``Tensor._version``, bumped by every in-place write through
+    autograd's view of the tensor: optimizers, ``copy_``, ``add_``) and storages are compared before and after each
+    client's local work, and a change raises :class:`FrozenParameterChangedError` naming the parameter (a write
+    through ``.data`` bypasses that counter and is not seen). Buffers are snapshotted, restored and sent as before.
 
     Raises:
         ValueError: an unknown ``on_client_failure``.
@@ -224,6 +290,11 @@ class ClientRunner:
         self.round_idx = -1
         self._epoch_loop: Any = None
         self._params: list[Tensor] = []
+        self._federated: list[int] = []  # positions of F in module.parameters()
+        self._frozen: list[tuple[str, Tensor]] = []  # (name, tensor) of the frozen parameters
+        self._frozen_marks: list[tuple[int, int]] = []  # their (_version, data_ptr) at a client's start
+        self._param_names: list[str] = []
+        self._num_all_params = 0
         self._buffers: list[Tensor] = []
         self._global_params: list[Tensor] = []
         self._global_buffers: list[Tensor] = []
@@ -251,25 +322,68 @@ class ClientRunner:
         self.round_log = round_log
         self._step_callbacks = step_callbacks
         module = trainer.lightning_module
+        named = list(module.named_parameters())
+        self._federated = federated_parameters(module, trainer.optimizers)
+        chosen = set(self._federated)
+        self._params = [named[i][1] for i in self._federated]
+        self._param_names = [named[i][0] for i in self._federated]
+        self._frozen = [(n, p) for i, (n, p) in enumerate(named) if i not in chosen]
+        self._num_all_params = len(named)
+        self._buffers = list(module.buffers())
+        if named and not self._params:
+            raise ValueError(
+                f"{type(module).__name__} has no federated parameter: each of its {len(named)} parameters has "
+                "requires_grad=False or is in no optimizer of configure_optimizers, so the clients would train "
+                "nothing. Unfreeze the parameters to train and hand them to the client optimizer."
+            )
+        if self._frozen:
+            total = sum(p.numel() for _, p in named)
+            rank_zero_info(f"federating {sum(p.numel() for p in self._params):,} of {total:,} parameters "
+                           f"({len(self._params)} of {len(named)} tensors; frozen: requires_grad=False or in no "
+                           "client optimizer)")
+        # a resume: the checkpoint's federated parameters against these (before the halves' tables are checked)
+        resolve = getattr(getattr(trainer, "_checkpoint_connector", None), "resolve_federated", None)
+        if resolve is not None:
+            resolve(server_optimizer, self._param_names, [n for n, _ in named], [p.numel() for _, p in named])
         self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
-                                 getattr(datamodule, "num_clients", None), module)
+                                 getattr(datamodule, "num_clients", None), module, self._params)
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves
-        self._params = list(module.parameters())
-        self._buffers = list(module.buffers())
 
     @property
     def params(self) -> list[Tensor]:
-        """The module's parameters (the tensors clients train in place)."""
+        """The module's federated parameters F (the tensors clients train in place), in ``module.parameters()``
+        order: every parameter when none is frozen."""
         return self._params
+
+    @property
+    def param_names(self) -> list[str]:
+        """The names (``module.named_parameters()``) of :attr:`params`."""
+        return self._param_names
+
+    @property
+    def federated_positions(self) -> list[int]:
+        """The positions of :attr:`params` in ``module.parameters()`` (:func:`federated_parameters`)."""
+        return self._federated
+
+    @property
+    def frozen_params(self) -> list[tuple[str, Tensor]]:
+        """``(name, tensor)`` of the parameters not federated (shared by every client, read-only)."""
+        return list(self._frozen)
+
+    @property
+    def federates_everything(self) -> bool:
+        """Whether every parameter of the module is federated (no frozen one)."""
+        return not self._frozen
 
     @property
     def buffers(self) -> list[Tensor]:
         return self._buffers
 
     def start_round(self, round_idx: int) -> None:
-        """Snapshot x_t, the global buffers and the client optimizers' hyper-parameters for round ``round_idx``."""
+        """Snapshot x_t (the federated parameters only), the global buffers and the client optimizers'
+        hyper-parameters for round ``round_idx``."""
         self.round_idx = round_idx
         with torch.no_grad():
             self._global_params = [p.detach().clone() for p in self._params]
@@ -303,8 +417,8 @@ class ClientRunner:
         return self._lean_blocker
 
     def reset_to_global(self) -> None:
-        """The module back to x_t and the global buffers; the client optimizers fresh (state cleared,
-        hyper-parameters as at the round's start)."""
+        """The module's federated parameters back to x_t and its buffers to the global ones; the client optimizers
+        fresh (state cleared, hyper-parameters as at the round's start). Frozen parameters are not touched."""
         with torch.no_grad():
             torch._foreach_copy_(self._params, self._global_params)
             if self._buffers:
@@ -321,7 +435,7 @@ class ClientRunner:
     # ------------------------------------------------------------------ what the server sends
     @property
     def global_params(self) -> list[Tensor]:
-        """x_t: the global model's parameters at the start of the round (``module.parameters()`` order)."""
+        """x_t: the global model's federated parameters at the start of the round (aligned with :attr:`params`)."""
         return self._global_params
 
     @property
@@ -338,7 +452,7 @@ class ClientRunner:
 
     @property
     def round_client_lrs(self) -> list[float]:
-        """γ of each parameter's optimizer group in the round, aligned with ``module.parameters()`` (a copy of the
+        """γ of each federated parameter's optimizer group in the round, aligned with :attr:`params` (a copy of the
         list computed once in :meth:`start_round`)."""
         return list(self._round_client_lrs)
 
@@ -348,6 +462,7 @@ class ClientRunner:
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
+            params=self._params,
         )
 
     # ------------------------------------------------------------------ one client
@@ -361,6 +476,7 @@ class ClientRunner:
         self.server_optimizer.configure_client(trainer, trainer.lightning_module, client_id, self.round_idx,
                                                context=context)
         self.client_halves.start(trainer.lightning_module, context)
+        self._frozen_marks = self.frozen_marks()
         self.round_log.start_client(pl_private.results(trainer))
         if self._lean is not None:
             self._lean.start_client()
@@ -424,6 +540,7 @@ class ClientRunner:
         if self._lean is not None:
             self._lean.finish_client()
         self.round_log.finish_client(client_id, pl_private.results(trainer))
+        self.check_frozen(self._frozen_marks, f"client {client_id}")
         context = self.context(client_id)
         extras = self.client_halves.finish(module, context)
         extras.update(self.server_optimizer.collect_client_extras(trainer, module, client_id, self.round_idx,
@@ -432,6 +549,27 @@ class ClientRunner:
             delta = torch._foreach_sub(self._params, self._global_params)
             buffers = [b.detach().clone() for b in self._buffers]
         return self.build_update(client_id, delta, num_steps, loss, loss_steps, buffers, extras)
+
+    def frozen_marks(self) -> list[tuple[int, int]]:
+        """``(version counter, storage address)`` of each frozen parameter, for :meth:`check_frozen`."""
+        return [(p._version, p.data_ptr()) for _, p in self._frozen]
+
+    def check_frozen(self, marks: list[tuple[int, int]], who: str) -> None:
+        """Raise when a frozen parameter was written in place (or given another storage) since ``marks`` were taken
+        (:meth:`frozen_marks`; no cost beyond reading two integers a parameter).
+
+        Raises:
+            FrozenParameterChangedError: naming the parameters, ``who`` (e.g. ``"client 3"``) and the round.
+        """
+        changed = [name for (name, p), (version, ptr) in zip(self._frozen, marks)
+                   if p._version != version or p.data_ptr() != ptr]
+        if changed:
+            raise FrozenParameterChangedError(
+                f"Round {self.round_idx}: {who} changed the frozen parameter(s) {', '.join(repr(n) for n in changed)}, "
+                "which are not federated (requires_grad=False or in no client optimizer at fit start): their change "
+                "would be neither averaged nor undone. Train them with the client optimizer (requires_grad=True and "
+                "in configure_optimizers' parameter groups from the start of fit), or leave them unchanged."
+            )
 
     def build_update(
         self,
@@ -448,7 +586,7 @@ class ClientRunner:
 
         Args:
             client_id: The client.
-            delta: Δ_i = x_i − x_t, one tensor per parameter.
+            delta: Δ_i = x_i − x_t, one tensor per federated parameter (aligned with :attr:`params`).
             num_steps: Local optimizer steps taken.
             loss: Mean local loss over the ``loss_steps`` steps that returned one (``nan`` if none).
             loss_steps: Default ``num_steps``.
@@ -505,7 +643,7 @@ class ClientRunner:
         hint = hint(error) if callable(hint) else None
         if hint:
             error.add_note(f"Hint: {hint}.")
-        if self.raises_on_failure or isinstance(error, MidRoundCheckpointError):
+        if self.raises_on_failure or isinstance(error, (MidRoundCheckpointError, FrozenParameterChangedError)):
             raise error
         return self.report_failure(client_id, f"{type(error).__name__}: {error}" + (f" (hint: {hint})" if hint else ""),
                                    error)

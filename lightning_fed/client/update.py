@@ -16,8 +16,9 @@ class ClientUpdate:
 
     Attributes:
         client_id: The client's id in the partition, ``0 <= client_id < num_clients``.
-        delta: Δ_i = x_i − x_t, one tensor per entry of ``module.parameters()`` (same order, shapes, dtype,
-            device): the client's model change over the round.
+        delta: Δ_i = x_i − x_t, one tensor per federated parameter (``module.parameters()`` order, shapes, dtype,
+            device; frozen parameters — ``requires_grad=False`` or in no client optimizer — left out, see
+            :func:`~lightning_fed.client.runner.federated_parameters`): the client's model change over the round.
         num_samples: |D_i|, the client's number of training samples (the default aggregation weight).
         num_steps: Local optimizer steps taken (batches processed).
         loss: Mean training loss over the local steps that returned one (``nan`` if none did).

@@ -444,6 +444,7 @@ class VectorizedExecutor(ClientExecutor):
         order = np.argsort(-steps, kind="stable")  # most steps first: the active clients are always a prefix
         chunk = self.max_parallel or max(len(cids), 1)
         results: dict[int, tuple[list[Tensor], float, dict[str, float]]] = {}
+        marks = runner.frozen_marks()
         try:
             with torch.no_grad():
                 for start in range(0, len(cids), chunk):
@@ -463,6 +464,7 @@ class VectorizedExecutor(ClientExecutor):
             )
             self.fallback_reason = f"round {round_idx} failed under vmap ({type(error).__name__})"
             return self.sequential.run_round(runner, cohort, round_idx)
+        runner.check_frozen(marks, "the cohort's vectorized local work")  # frozen parameters: shared, read-only
         for opt in trainer.optimizers:
             opt.state.clear()  # as a fresh client optimizer would be; the sequential run leaves the last client's state
         runner.count_optimizer_steps(int(steps.sum()))
@@ -617,10 +619,11 @@ class VectorizedExecutor(ClientExecutor):
         module = runner.trainer.lightning_module
         trainable, hparams, wrapper = self._setup(runner, key)
         names = ["module." + n for n, _, _ in trainable]
-        x_t = runner.global_params
+        x_t = runner.global_params  # the federated parameters F only (frozen ones are shared, never stacked)
+        at = {index: j for j, index in enumerate(runner.federated_positions)}  # module position -> position in F
         device = x_t[0].device
         n = len(members)
-        stacked = [x_t[i].detach().unsqueeze(0).repeat(n, *([1] * x_t[i].dim())) for _, i, _ in trainable]
+        stacked = [x_t[at[i]].detach().unsqueeze(0).repeat(n, *([1] * x_t[at[i]].dim())) for _, i, _ in trainable]
         state: dict[str, dict[int, Tensor]] = {}  # optimizer state name -> trainable index -> [n, *shape]
         loss_sum = torch.zeros(n, dtype=torch.float32, device=device)
         loss_dtype_set = False
@@ -669,8 +672,8 @@ class VectorizedExecutor(ClientExecutor):
                     )
 
         out: dict[int, tuple[list[Tensor], float]] = {}
-        position = {index: j for j, (_, index, _) in enumerate(trainable)}
-        deltas_stacked = [torch.sub(p, x_t[i].unsqueeze(0)) for p, (_, i, _) in zip(stacked, trainable)]
+        position = {at[index]: j for j, (_, index, _) in enumerate(trainable)}  # position in F -> stacked row
+        deltas_stacked = [torch.sub(p, x_t[at[i]].unsqueeze(0)) for p, (_, i, _) in zip(stacked, trainable)]
         for row, cid in enumerate(members):
             delta = []
             for index, g in enumerate(x_t):

@@ -99,3 +99,19 @@ def test_ditto_resume_equals_the_uninterrupted_run(tmp_path):
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DittoClient(**kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_with_a_frozen_encoder_the_personal_models_cover_only_the_trained_parameters(tmp_path):
+    from helpers import fit_frozen_pair, same_head
+
+    frozen, head_only, trainer, reference = fit_frozen_pair(tmp_path, lambda: Ditto(lam=0.5))
+    assert same_head(frozen, head_only)
+    table = trainer.fit_loop.server_optimizer.client_algorithm_states["DittoClient"]
+    expected = reference.fit_loop.server_optimizer.client_algorithm_states["DittoClient"]
+    assert table.dim == 7 and table.ids() == expected.ids()
+    assert all(torch.equal(table.get(i), expected.get(i)) for i in table.ids())
+    half = trainer.fit_loop.client_runner.client_halves.algorithms[0]
+    encoder = frozen.encoder.weight.clone()
+    half.personal_model(frozen, table.get(table.ids()[0]))  # v_k into the head; the encoder untouched
+    assert torch.equal(frozen.encoder.weight, encoder) and torch.equal(frozen.head.bias, table.get(table.ids()[0])[-1:])

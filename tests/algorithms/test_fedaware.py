@@ -142,3 +142,12 @@ def test_a_loaded_momentum_table_for_another_n_is_refused_at_fit_start():
     assert second.momenta.shape == (3, 2) and second.seen.tolist() == [True, False, False]
     with pytest.raises(ValueError, match="checkpoint's FedAWARE state is for 3 clients, but this run has 4"):
         second.min_norm.check_fit(None, torch.nn.Linear(2, 1), second)
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_with_a_frozen_encoder_the_momentum_table_has_one_column_per_trained_number(tmp_path):
+    from helpers import fit_frozen_pair, same_head
+
+    frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, lambda: FedAWARE(lr=1.0, alpha=0.5))
+    assert same_head(frozen, head_only)
+    assert tuple(trainer.fit_loop.server_optimizer.client_state.matrix.shape) == (4, 7)  # N × |F|, not N × 31

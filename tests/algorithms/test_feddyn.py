@@ -288,3 +288,14 @@ def test_41_halves_given_to_the_trainer_are_checked_together_with_the_server_hal
                            client_algorithms=[FedDynClient(0.1)])
     *_, ready, _ = _fit(tmp_path, FedDyn(alpha=0.1), rounds=3)
     assert np.array_equal(linear_weights(composed), linear_weights(ready))
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_with_a_frozen_encoder_h_and_the_g_k_table_cover_only_the_trained_parameters(tmp_path):
+    from helpers import fit_frozen_pair, same_head
+
+    frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, lambda: FedDyn(alpha=0.1))
+    assert same_head(frozen, head_only)
+    server = trainer.fit_loop.server_optimizer
+    assert server.client_algorithm_states["FedDynClient"].dim == 7  # |F| = 6 + 1, not the model's 31
+    assert all(len(v) == 2 for st in server.aggregator_state for v in st if isinstance(v, list))

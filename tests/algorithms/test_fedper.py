@@ -145,3 +145,14 @@ def test_a_head_that_selects_nothing_is_refused_at_fit_start(tmp_path):
     with pytest.raises(ValueError, match=r"keeps nothing of TwoLayer"):
         trainer.fit(TwoLayer(), datamodule=datamodule()[2])
     assert trainer.global_step == 0
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_a_head_kept_local_over_a_frozen_encoder(tmp_path):
+    from helpers import fit_frozen_pair
+
+    frozen, head_only, trainer, reference = fit_frozen_pair(tmp_path, lambda: FedPer(head=["head.bias"]))
+    assert torch.equal(frozen.head.weight, head_only.head.weight) and torch.equal(frozen.head.bias, head_only.head.bias)
+    table = trainer.fit_loop.server_optimizer.client_algorithm_states["FedPerClient"]
+    expected = reference.fit_loop.server_optimizer.client_algorithm_states["FedPerClient"]
+    assert table.dim == 1 and all(torch.equal(table.get(i), expected.get(i)) for i in expected.ids())

@@ -132,3 +132,11 @@ def test_the_vectorized_executor_never_skips_a_client_algorithm(tmp_path, caplog
                                **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match=r"client algorithms \[FedProxClient\(mu=0.5\)\]"):
         trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_with_a_frozen_encoder_the_proximal_term_anchors_the_trained_parameters(tmp_path):
+    from helpers import fit_frozen_pair, same_head
+
+    frozen, head_only, _, _ = fit_frozen_pair(tmp_path, lambda: FedProx(mu=0.5))
+    assert same_head(frozen, head_only)

@@ -232,3 +232,15 @@ def test_43_resuming_with_another_population_is_refused_before_any_client_trains
         _population_run(tmp_path, "b", 5, composed, ckpt=str(tmp_path / "a" / "last.ckpt"), epochs=2,
                         callbacks=[Count()])
     assert Count.batches == 0
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_with_a_frozen_encoder_c_and_the_c_i_table_cover_only_the_trained_parameters(tmp_path):
+    from helpers import fit_frozen_pair, same_head
+
+    frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, SCAFFOLD)
+    assert same_head(frozen, head_only)
+    server = trainer.fit_loop.server_optimizer
+    fields = server.stage_state_fields(server.control_stage)
+    assert [t.shape for t in fields["control"]] == [torch.Size([1, 6]), torch.Size([1])]
+    assert fields["table"].dim == 7  # |F| = 6 + 1, not the model's 31

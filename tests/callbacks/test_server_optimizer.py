@@ -227,3 +227,34 @@ def test_a_client_halfs_state_of_the_wrong_size_names_the_half_and_both_sizes(tm
                                          rf"is {expected}"):
         trainer.fit(LinearRegression(), datamodule=dm)
     assert trainer.current_epoch == 0
+
+
+def test_select_federated_cuts_an_all_parameter_state_to_the_federated_entries_exactly():
+    from lightning_fed.server.client_state import ClientStateTable
+
+    # a model of two parameters of 2 and 3 numbers; the first is frozen now: F = [1], its numbers are columns 2..4
+    rows = ClientStateTable(3, 5)
+    rows.put(1, torch.arange(5.0))
+    server = FedAdam(lr=0.1)
+    moments = [torch.full((2,), 7.0), torch.tensor([1.0, 2.0, 3.0])]
+    server.load_state_dict({"num_steps": 2, "state": {"exp_avg": moments, "exp_avg_sq": moments},
+                            "aggregators": [{"control": moments, "table": {"client_state_table": rows.state_dict()}}],
+                            "client_algorithms": {"FedDynClient": rows.state_dict()}})
+    cut = server.select_federated([1], [2, 3])
+    assert cut == ["state.exp_avg", "state.exp_avg_sq", "aggregators.0.control", "aggregators.0.table",
+                   "client_algorithms.FedDynClient"]
+    assert [t.tolist() for t in server.state["exp_avg"]] == [[1.0, 2.0, 3.0]]
+    table = server.client_algorithm_states["FedDynClient"]
+    assert table.dim == 3 and table.ids() == [1] and table.get(1).tolist() == [2.0, 3.0, 4.0]
+    assert server._saved_aggregator_state[0]["table"]["client_state_table"]["dim"] == 3
+
+
+def test_select_federated_refuses_a_dense_table_over_every_entry():
+    from lightning_fed.server.client_state import ClientStateTable
+
+    server = FedAvg()
+    dense = ClientStateTable(3, 5, dense=True)
+    saved = [{"table": {"client_state_table": dense.state_dict()}}]
+    server.load_state_dict({"num_steps": 1, "state": {}, "aggregators": saved})
+    with pytest.raises(ValueError, match=r"state 'aggregators.0.table' .* dense per-client table over all 5 entries"):
+        server.select_federated([1], [2, 3])

@@ -18,8 +18,9 @@ from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 import csv
 import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
-from helpers import LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data
-from lightning_fed.callbacks import FedAvg, FedYogi
+from helpers import (LinearRegression, linear_weights, mse_grad, quiet_trainer_kwargs, regression_data,
+                     FrozenEncoder, HeadOnly, NO_VALIDATION_STEP)
+from lightning_fed.callbacks import FedAdam, FedAvg, FedYogi
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, NaturalIdPartitioner
 
 
@@ -288,3 +289,103 @@ def test_a_failure_records_where_it_was_raised_and_crosses_ranks():
     runner.stop_if_all_failed_alike(0, [back[0], ClientFailure(6, "timed out")], 0)  # not all alike: nothing
     runner.on_client_failure = "skip_all"
     runner.stop_if_all_failed_alike(0, back, 0)
+
+
+# ------------------------------------------------------------------ only the trainable parameters are federated (#42)
+class Recording(ClientExecutor):
+    """The sequential executor, keeping every update and the runner's x_t."""
+
+    def __init__(self):
+        from lightning_fed.client.sequential import SequentialExecutor
+
+        self.inner, self.updates, self.global_params = SequentialExecutor(), [], []
+
+    def run_round(self, runner, cohort, round_idx):
+        updates, failures = self.inner.run_round(runner, cohort, round_idx)
+        self.updates += updates
+        self.global_params.append(list(runner.global_params))
+        return updates, failures
+
+
+def _fit_frozen(tmp_path, model, server, executor=None, rounds=2, **kwargs):
+    x, y = regression_data(n=60)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(4, seed=0),
+                             clients_per_round=3, batch_size=5, seed=0)
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], client_executor=executor,
+                               **{**quiet_trainer_kwargs(tmp_path), **kwargs})
+    trainer.fit(model, datamodule=dm)
+    return trainer
+
+
+@pytest.mark.filterwarnings(NO_VALIDATION_STEP)
+@pytest.mark.parametrize("method", ["fedavg", "fedadam", "fedyogi"])
+def test_a_frozen_encoder_federates_like_a_model_of_only_the_trainable_layers(tmp_path, method):
+    make = {"fedavg": FedAvg, "fedadam": lambda: FedAdam(lr=0.05),
+            "fedyogi": lambda: FedYogi(lr=0.05)}[method]
+    frozen, head_only = FrozenEncoder(), HeadOnly()
+    encoder, storage, before = frozen.encoder.weight, frozen.encoder.weight.data_ptr(), frozen.encoder.weight.clone()
+    recording = Recording()
+    trainer = _fit_frozen(tmp_path / "a", frozen, make(), executor=recording)
+    reference = _fit_frozen(tmp_path / "b", head_only, make())
+    # number for number the model of the trainable layers alone (the head moved: not a trivial equality)
+    assert torch.equal(frozen.head.weight, head_only.head.weight) and torch.equal(frozen.head.bias, head_only.head.bias)
+    assert not torch.equal(frozen.head.bias, torch.zeros(1, dtype=torch.float64))
+    # the frozen tensor: the same object, the same storage, the same values; never copied per client or round
+    assert frozen.encoder.weight is encoder and encoder.data_ptr() == storage and torch.equal(encoder, before)
+    runner = trainer.fit_loop.client_runner
+    assert runner.param_names == ["head.weight", "head.bias"] and runner.federated_positions == [2, 3]
+    assert [n for n, _ in runner.frozen_params] == ["encoder.weight", "encoder.bias"]
+    assert all(len(u.delta) == 2 and len(u.client_lrs) == 2 for u in recording.updates)
+    assert all(len(x_t) == 2 and all(t.data_ptr() != encoder.data_ptr() for t in x_t)
+               for x_t in recording.global_params)
+    server = trainer.fit_loop.server_optimizer
+    assert all(len(v) == 2 for v in server.state.values())  # FedAdam's/FedYogi's moments: F only
+    if server.state:
+        assert [t.shape for t in server.state["exp_avg"]] == [torch.Size([1, 6]), torch.Size([1])]
+    ref_server = reference.fit_loop.server_optimizer
+    for key, value in server.state.items():
+        assert all(torch.equal(a, b) for a, b in zip(value, ref_server.state[key]))
+
+
+@pytest.mark.filterwarnings(NO_VALIDATION_STEP)
+def test_a_parameter_in_no_optimizer_group_is_frozen_too(tmp_path):
+    model = FrozenEncoder(unoptimized=True)
+    before = model.encoder.weight.clone()
+    trainer = _fit_frozen(tmp_path, model, FedAvg(), rounds=1)
+    assert trainer.fit_loop.client_runner.param_names == ["head.weight", "head.bias"]
+    assert torch.equal(model.encoder.weight, before)
+
+
+@pytest.mark.filterwarnings(NO_VALIDATION_STEP)
+def test_fit_start_reports_how_many_parameters_are_federated(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
+        _fit_frozen(tmp_path, FrozenEncoder(), FedAvg(), rounds=1)
+    assert "federating 7 of 31 parameters" in caplog.text
+
+
+class ChangesItsEncoder(FrozenEncoder):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 1:
+            with torch.no_grad():
+                self.encoder.bias.add_(1.0)  # a client changing a frozen parameter anyway
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.filterwarnings(NO_VALIDATION_STEP)
+@pytest.mark.parametrize("policy", ["skip", "skip_all"])
+def test_a_client_that_changes_a_frozen_parameter_stops_the_run_naming_it(tmp_path, policy):
+    from lightning_fed.client.runner import FrozenParameterChangedError
+
+    match = r"client \d+ changed the frozen parameter\(s\) 'encoder.bias'"
+    with pytest.raises(FrozenParameterChangedError, match=match):
+        _fit_frozen(tmp_path, ChangesItsEncoder(), FedAvg(), rounds=1, on_client_failure=policy)
+
+
+@pytest.mark.filterwarnings(NO_VALIDATION_STEP)
+def test_everything_frozen_is_refused_at_fit_start(tmp_path):
+    model = FrozenEncoder()
+    model.head.requires_grad_(False)
+    with pytest.raises(ValueError, match="FrozenEncoder has no federated parameter"):
+        _fit_frozen(tmp_path, model, FedAvg(), rounds=1)

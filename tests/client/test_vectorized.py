@@ -455,3 +455,18 @@ def test_a_logged_names_metadata_is_the_sequential_executors(tmp_path):
 
     assert metas[1].enable_graph and metas[1].prog_bar and metas[1].on_epoch
     assert metadata(metas[1]) == metadata(metas[0])
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_a_frozen_encoder_is_shared_by_the_cohort_and_only_the_trained_parameters_are_stacked(tmp_path):
+    from helpers import fit_frozen_pair, same_head
+
+    executor = VectorizedExecutor(on_unsupported="raise")
+    frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, FedAvg, executor=executor)
+    encoder = frozen.encoder.weight
+    assert same_head(frozen, head_only)  # vectorized, number for number the model of the trained layers alone
+    assert executor.fallback_reason is None
+    assert trainer.fit_loop.client_runner.param_names == ["head.weight", "head.bias"]
+    sequential, _, _, _ = fit_frozen_pair(tmp_path / "seq", FedAvg)
+    torch.testing.assert_close(frozen.head.weight, sequential.head.weight, atol=1e-12, rtol=0)
+    assert frozen.encoder.weight is encoder and torch.equal(encoder, sequential.encoder.weight)

@@ -236,3 +236,16 @@ def test_logged_gradient_diversity_of_a_dp_fit_is_at_least_one(tmp_path):
     FederatedTrainer(max_epochs=3, callbacks=[DPFedAvg(1.0, 1.0, 1e-3), record], **quiet_trainer_kwargs(tmp_path)).fit(
         LinearRegression(), datamodule=_dm())
     assert all(r["round_gradient_diversity"] >= 1 for r in record.rows), record.rows
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+@pytest.mark.parametrize("make", [lambda: DPFedAvg(0.1, 1.0, 1e-3), lambda: DPFedAdam(0.1, 1.0, 1e-3, lr=0.05)])
+def test_clipping_and_noise_cover_only_the_federated_parameters(tmp_path, make):
+    """Issue #42: the clients' updates hold only the trained head; the clipped norm, the noise (drawn for the head's
+    7 numbers from the same generator) and the server step are those of the model of the head alone."""
+    from helpers import fit_frozen_pair, same_head
+
+    torch.manual_seed(0)
+    frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, make)
+    assert same_head(frozen, head_only) and not torch.equal(frozen.head.bias, torch.zeros(1, dtype=torch.float64))
+    assert all(len(v) == 2 for v in trainer.fit_loop.server_optimizer.state.values())
