@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import os
 from typing import Any, Optional, Sequence
 
 import torch
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
-from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
 from lightning_fed.server.aggregators.base import (
     ClientDeltas,
     EmptyState,
@@ -132,10 +133,21 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
         client: Client algorithms every client runs (default ``None``).
+        client_state_store: Where the per-client tables (SCAFFOLD's c_i, FedDyn's g_k, any client half's state) keep
+            their rows: ``"memory"`` (default: CPU tensors, every row in every checkpoint) or ``"disk"`` (one file
+            per client row, RAM holds none; checkpoints reference the rows by version instead of copying them; see
+            :mod:`lightning_fed.server.client_state`). Not a setting of the experiment (results are the same bit for
+            bit): a resume may change it, the loaded rows are moved to the run's store. FedAWARE's dense momenta stay
+            in memory (``"disk"`` is refused for it at fit start).
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``);
+            each table in its own sub-directory. A resumed run keeps writing to the directory its checkpoint
+            references.
 
     Raises:
-        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``;
-            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses.
+        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``,
+            ``client_state_store`` not one of ``("memory", "disk")``, ``client_state_dir`` without ``"disk"``;
+            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses (and
+            ``client_state_store="disk"`` with a stage that needs its table in memory, FedAWARE's).
         TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
             :class:`~lightning_fed.client.ClientAlgorithm`.
 
@@ -181,7 +193,12 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         aggregators: Optional[list[Stage]] = None,
         rule: Optional[Rule] = None,
         client: Optional[list[ClientAlgorithm]] = None,
+        client_state_store: str = "memory",
+        client_state_dir: Optional[str] = None,
     ) -> None:
+        #: Where the per-client tables keep their rows (``"memory"`` or ``"disk"``) and the disk store's directory.
+        self.client_state_store, self.client_state_dir = check_client_state_store(client_state_store, client_state_dir)
+        self._store = ClientStateStore(self.client_state_store, self.client_state_dir)
         if rule is not None:
             if not isinstance(rule, Rule):
                 raise TypeError(f"`rule` must be a server rule (lightning_fed.server.rules.Rule), got {type(rule).__name__}.")
@@ -438,6 +455,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.round_report = None
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+        if self.client_state_store == "disk":
+            self.collect_client_state_garbage()
 
     @property
     def privatises(self) -> bool:
@@ -597,6 +616,66 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             from lightning_fed.server.aggregators.dp import check_dp_chain
 
             check_dp_chain(self)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Resolve the client-state store (:meth:`resolve_client_state_store`) before round 0.
+
+        Raises:
+            ValueError: as :meth:`resolve_client_state_store`.
+        """
+        self.resolve_client_state_store(trainer)
+
+    #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
+    unrecorded_settings = ("client_state_store", "client_state_dir")
+
+    @property
+    def client_state_store_spec(self) -> ClientStateStore:
+        """The :class:`~lightning_fed.server.client_state.ClientStateStore` new per-client tables are made in
+        (resolved at fit start, :meth:`resolve_client_state_store`)."""
+        return self._store
+
+    def resolve_client_state_store(self, trainer: Any = None) -> ClientStateStore:
+        """At fit start: the store's directory (``client_state_dir``, else ``<trainer.default_root_dir>/client_state``)
+        and the stages that make per-client tables told where; a stage whose table must be in memory
+        (``dense_client_state``, FedAWARE's) refuses ``"disk"``.
+
+        Raises:
+            ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument.
+        """
+        directory = self.client_state_dir
+        if self.client_state_store == "disk" and directory is None:
+            root = getattr(trainer, "default_root_dir", None) or os.getcwd()
+            directory = os.path.join(str(root), "client_state")
+        self._store = ClientStateStore(self.client_state_store, directory)
+        for stage in self.aggregators or ():
+            if self.client_state_store == "disk" and getattr(stage, "dense_client_state", False):
+                raise ValueError(
+                    f"{type(self).__name__}(client_state_store='disk'): {type(stage).__name__} computes over every "
+                    "client's row at once (a dense [N, d] table in memory), which the disk store does not hold; use "
+                    "client_state_store='memory' (its size is checked against `max_state_bytes`).")
+            if hasattr(stage, "client_state_store"):
+                stage.client_state_store = self._store
+        return self._store
+
+    def client_table(self, name: str, num_clients: int, dim: int, dtype: torch.dtype) -> ClientStateTable:
+        """A new per-client table ``name`` (a client half's ``state_key``) in the run's store."""
+        return self._store.table(name, num_clients, dim, dtype)
+
+    def client_tables(self) -> list[ClientStateTable]:
+        """Every live per-client table: the client halves', the stages' and :attr:`client_state`."""
+        tables = list(self.client_algorithm_states.values())
+        for state in self.aggregator_state or ():
+            tables += [v for v in state if isinstance(v, ClientStateTable)]
+        if self.client_state is not None:
+            tables.append(self.client_state)
+        unique = {id(t): t for t in tables}
+        return list(unique.values())
+
+    def collect_client_state_garbage(self) -> None:
+        """Delete the on-disk row versions nothing references any more
+        (:func:`~lightning_fed.server.client_state.collect_garbage`); called at every round start."""
+        for directory in {t.directory for t in self.client_tables() if t.directory is not None}:
+            collect_garbage(directory)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
