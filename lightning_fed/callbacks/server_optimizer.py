@@ -640,9 +640,15 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         (``dense_client_state``, FedAWARE's) refuses ``"disk"``.
 
         Raises:
-            ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument.
+            ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument; or with more than
+                one process (``trainer.world_size`` > 1: every DDP rank would write its own copy of every row).
         """
         directory = self.client_state_dir
+        if self.client_state_store == "disk" and int(getattr(trainer, "world_size", 1) or 1) > 1:
+            raise ValueError(
+                f"{type(self).__name__}(client_state_store='disk') runs in one process, but this trainer has "
+                f"world_size={trainer.world_size} (strategy='ddp'): every rank applies the server update and would "
+                "write its own copy of every row into one directory. Use client_state_store='memory' under DDP.")
         if self.client_state_store == "disk" and directory is None:
             root = getattr(trainer, "default_root_dir", None) or os.getcwd()
             directory = os.path.join(str(root), "client_state")

@@ -341,6 +341,10 @@ def test_42_bad_store_arguments_are_refused_naming_them(tmp_path):
         FedAvg(client_state_dir="x")
     with pytest.raises(TypeError, match="FedAWARE got an unexpected keyword argument 'client_state_store'"):
         FedAWARE(client_state_store="disk")
+    ddp = FederatedTrainer(strategy="ddp", **(quiet_trainer_kwargs(tmp_path) | {"devices": 2}))
+    with pytest.raises(ValueError, match=r"SCAFFOLD\(client_state_store='disk'\) runs in one process, but this "
+                                         r"trainer has world_size=2"):
+        SCAFFOLD(client_state_store="disk").resolve_client_state_store(ddp)
     from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
 
     server = ServerOptimizer(weighting="num_samples", aggregators=[FedAWAREMinNorm()], client_state_store="disk")
