@@ -363,3 +363,23 @@ def test_42_the_store_is_not_a_setting_of_the_experiment_a_resume_moves_the_rows
     back = _fit(tmp_path / "b", "ckpt", 4, "SCAFFOLD", "memory", ckpt=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
     assert _table(back[1], "SCAFFOLD").store == "memory"
     _same_run(full, back, "SCAFFOLD")
+
+
+def test_42_restoring_a_snapshot_goes_back_to_its_disk_rows(tmp_path):
+    """on_nonfinite_server_step="restore" puts back the round's start: with the disk store, the snapshot's manifest
+    reads the rows of before the step, not those the step wrote."""
+    server = SCAFFOLD(lr=0.8, client_state_store="disk", client_state_dir=str(tmp_path / "cs"))
+    server.resolve_client_state_store()
+    server.num_clients = 5
+    params = [torch.zeros(3, dtype=torch.float64)]
+    rounds = _rounds(seed=3)
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])
+    before = {i: server.client_state.get(i).clone() for i in server.client_state.ids()}
+    snapshot = server.snapshot_state()
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])  # the same clients again
+    assert any(not torch.equal(server.client_state.get(i), v) for i, v in before.items())
+    server.restore_state(snapshot, params)
+    table = server.client_state
+    assert table.store == "disk" and table.ids() == sorted(before)
+    for i, v in before.items():
+        assert torch.equal(table.get(i), v)
