@@ -175,7 +175,7 @@ class _DiskRows:
         Raises:
             MissingClientStateError: the directory or a row file is missing, naming it and the client id.
         """
-        if not os.path.isdir(self.directory):
+        if len(manifest["ids"]) and not os.path.isdir(self.directory):
             raise MissingClientStateError(
                 f"The client-state store directory {self.directory!r} that the checkpoint references does not "
                 "exist (moved or deleted?); its per-client rows cannot be restored. Restore the directory, or start "

@@ -193,6 +193,7 @@ def test_42_memory_load_shares_the_saved_rows_instead_of_cloning_them():
 
 def test_42_disk_rows_are_files_copy_on_write_and_a_state_dict_keeps_its_versions(tmp_path):
     table = ClientStateTable(num_clients=5, dim=3, dtype=torch.float64, directory=str(tmp_path / "t"))
+    assert ClientStateTable.from_state_dict(table.state_dict()).ids() == []  # no row yet, no directory yet: fine
     table.put(4, torch.tensor([1.0, 2.0, 3.0]))
     first = table.state_dict()
     assert "rows" not in first and first["store"]["kind"] == "disk" and first["store"]["ids"].tolist() == [4]
