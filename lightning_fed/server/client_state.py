@@ -19,6 +19,12 @@ Where the rows live is the table's **store** (:data:`CLIENT_STATE_STORES`, chose
   removal by :class:`~lightning_fed.checkpoint.AtomicCheckpointIO` and at every round start): each checkpoint
   registers the versions it references in ``refs/`` next to the rows (written before the checkpoint itself, so a
   process killed mid-save never loses a row a checkpoint on disk references).
+
+Why one file per row and version rather than one memory-mapped ``[N, d]`` file: a row is written whole and never in
+place, so an older checkpoint's rows cannot change under it (a memory-mapped table written in place would need a
+copy of the table per checkpoint); a write is one atomic rename; deleting a version is one ``unlink``; and nothing is
+sized by N (a ``[N, d]`` map is N·d·4 bytes of address space and, on file systems without sparse files, of disk).
+The disk store runs in one process (refused under DDP, where every rank applies the server update).
 """
 
 from __future__ import annotations
