@@ -642,6 +642,14 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         Raises:
             ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument; or with more than
                 one process (``trainer.world_size`` > 1: every DDP rank would write its own copy of every row).
+
+        Example::
+
+            >>> import tempfile
+            >>> from lightning_fed.callbacks import SCAFFOLD
+            >>> server = SCAFFOLD(client_state_store="disk", client_state_dir=tempfile.mkdtemp())
+            >>> server.resolve_client_state_store().kind, server.control_stage.client_state_store.kind
+            ('disk', 'disk')
         """
         directory = self.client_state_dir
         if self.client_state_store == "disk" and int(getattr(trainer, "world_size", 1) or 1) > 1:
