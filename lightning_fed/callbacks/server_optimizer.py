@@ -791,8 +791,10 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return required
 
     def snapshot_state(self) -> dict[str, Any]:
-        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned), for
-        :meth:`restore_state`: taken before each server step under ``on_nonfinite_server_step="restore"``."""
+        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned but the rows of the
+        lazily filled per-client tables, which are never written in place and are shared; an on-disk table's state is
+        its manifest), for :meth:`restore_state`: taken before each server step under
+        ``on_nonfinite_server_step="restore"``."""
         return _clone(self.state_dict())
 
     def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
@@ -911,10 +913,14 @@ def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names:
 
 
 def _clone(value: Any) -> Any:
-    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt)."""
+    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt) — except the rows of a lazily
+    filled client-state table's state dict (``dense`` false, ``"rows"`` a dict): a row is never written in place
+    (:meth:`ClientStateTable.put` stores a new tensor), so a snapshot shares them instead of doubling the table."""
     if isinstance(value, Tensor):
         return value.detach().clone()
     if isinstance(value, dict):
+        if value.get("dense") is False and isinstance(value.get("rows"), dict) and "num_clients" in value:
+            return {k: (dict(v) if k == "rows" else _clone(v)) for k, v in value.items()}
         return {k: _clone(v) for k, v in value.items()}
     if hasattr(value, "_asdict"):
         return type(value)(**{k: _clone(v) for k, v in value._asdict().items()})

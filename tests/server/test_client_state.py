@@ -384,3 +384,23 @@ def test_42_restoring_a_snapshot_goes_back_to_its_disk_rows(tmp_path):
     assert table.store == "disk" and table.ids() == sorted(before)
     for i, v in before.items():
         assert torch.equal(table.get(i), v)
+
+
+def test_42_a_memory_snapshot_shares_the_rows_and_restores_them():
+    """The snapshot before each server step (on_nonfinite_server_step="restore") does not copy the c_i table: its rows
+    are the table's own tensors (never written in place); restoring it gives back the rows of before the step."""
+    server = SCAFFOLD(lr=0.8)
+    server.num_clients = 5
+    params = [torch.zeros(3, dtype=torch.float64)]
+    rounds = _rounds(seed=3)
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])
+    before = server.client_state.rows()
+    snapshot = server.snapshot_state()
+    rows = snapshot["aggregators"][0]["table"]["client_state_table"]["rows"]
+    assert all(rows[i].data_ptr() == before[i].data_ptr() for i in before)
+    assert snapshot["aggregators"][0]["control"][0].data_ptr() != server.state["control"][0].data_ptr()
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])
+    server.restore_state(snapshot, params)
+    assert server.client_state.ids() == sorted(before)
+    for i, v in before.items():
+        assert torch.equal(server.client_state.get(i), v)
