@@ -75,7 +75,20 @@ def check_client_state_store(store: Any, directory: Any = None) -> tuple[str, Op
 
 class MissingClientStateError(FileNotFoundError):
     """A checkpoint references a row of an on-disk client-state store that is not there (the store directory was
-    moved or deleted, or the row file removed): the resume is refused rather than restarting that client at zero."""
+    moved or deleted, or the row file removed): the resume is refused rather than restarting that client at zero.
+
+    Example::
+
+        >>> import tempfile, torch
+        >>> table = ClientStateTable(num_clients=2, dim=2, directory=tempfile.mkdtemp())
+        >>> table.put(1, torch.ones(2))
+        >>> saved = table.state_dict()
+        >>> os.remove(table._disk.path(1))
+        >>> ClientStateTable.from_state_dict(saved)
+        Traceback (most recent call last):
+        ...
+        lightning_fed.server.client_state.MissingClientStateError: The row of client 1 in the client-state store '...' is missing or damaged (file '...-....row'); refusing to restart that client's state at zero. Resume from a checkpoint whose rows are all there, or start a new run.
+    """
 
 
 # ---------------------------------------------------------------------------------------------- on-disk rows
