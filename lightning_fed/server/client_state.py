@@ -18,7 +18,8 @@ Where the rows live is the table's **store** (:data:`CLIENT_STATE_STORES`, chose
   nor any checkpoint still on disk references are deleted (:func:`collect_garbage`, at every checkpoint save or
   removal by :class:`~lightning_fed.checkpoint.AtomicCheckpointIO` and at every round start): each checkpoint
   registers the versions it references in ``refs/`` next to the rows (written before the checkpoint itself, so a
-  process killed mid-save never loses a row a checkpoint on disk references).
+  process killed mid-save never loses a row a checkpoint on disk references; a ``refs/`` file that cannot be read
+  stops the deletions in its directory).
 
 Why one file per row and version rather than one memory-mapped ``[N, d]`` file: a row is written whole and never in
 place, so an older checkpoint's rows cannot change under it (a memory-mapped table written in place would need a
@@ -92,12 +93,10 @@ class MissingClientStateError(FileNotFoundError):
 
 
 # ---------------------------------------------------------------------------------------------- on-disk rows
-_ROW = re.compile(r"^(?P<client>\d+)-(?P<version>[0-9a-f]{16})\.row$")
-
-
 class _Directory:
     """What this process knows about one on-disk table directory: the versions each checkpoint references
-    (``refs``, by checkpoint path; ``None`` for a checkpoint being written), the superseded versions that may be
+    (``refs``, by checkpoint path; by ``("pinned", id)`` for a checkpoint built, not yet saved), the superseded
+    versions that may be
     deleted (``candidates``) and the table objects open on it (``live``: their versions are never deleted)."""
 
     def __init__(self, path: str) -> None:
@@ -106,6 +105,7 @@ class _Directory:
         self.candidates: set[tuple[int, int]] = set()
         self.live: "weakref.WeakSet[_DiskRows]" = weakref.WeakSet()  # every table object open on it
         self.loaded = False
+        self.blocked = False  # a refs file could not be read: what it protects is unknown, so nothing is deleted
 
     def load_refs(self) -> None:
         """Read ``refs/`` once: the versions the checkpoints of earlier processes reference (refs of checkpoints
@@ -120,7 +120,8 @@ class _Directory:
                 continue
             try:
                 saved = torch.load(file, weights_only=True)
-            except Exception:  # a refs file cut by a crash: written atomically, so not ours; keep it, ignore it
+            except Exception:  # unreadable (refs are written atomically: damaged by other means): nothing is collected
+                self.blocked = True
                 continue
             if not os.path.exists(saved["checkpoint"]):
                 _remove(file)
@@ -331,6 +332,9 @@ def collect_garbage(directory: str) -> list[str]:
     """
     state = _directory(directory)
     state.load_refs()
+    if state.blocked:
+        state.candidates.clear()
+        return []
     live = {item for table in list(state.live) for item in table.versions.items()}
     keep = set().union(*state.refs.values()) if state.refs else set()
     removed = []
