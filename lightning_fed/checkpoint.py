@@ -46,6 +46,7 @@ from lightning_fed.atomic_io import atomic_write
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
 from lightning_fed.server.checks import is_server_optimizer
+from lightning_fed.server.client_state import checkpoint_removed, checkpoint_saved, checkpoint_saving, pin_checkpoint
 
 #: The run record's list of the federated parameters' names (``module.named_parameters()`` order), written only when
 #: some parameters are frozen (a record without it: every parameter is federated).
@@ -268,8 +269,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         os.makedirs(directory, exist_ok=True)
         remove_orphaned_partials(directory)
         prefix = f".{os.path.basename(target)}.partial-{_host()}-{os.getpid()}-"
+        referenced = checkpoint_saving(checkpoint, target)  # on-disk client-state rows: refs first (module doc)
         with atomic_write(target, prefix=prefix, suffix="") as f:
             torch.save(checkpoint, f)
+        checkpoint_saved(checkpoint, target, referenced)
+
+    def remove_checkpoint(self, path: PATH) -> None:
+        """Delete the checkpoint at ``path`` (as :class:`TorchCheckpointIO`), then the on-disk client-state row
+        versions only it referenced (:func:`~lightning_fed.server.client_state.checkpoint_removed`)."""
+        super().remove_checkpoint(path)
+        if is_local_file_protocol(path):
+            checkpoint_removed(os.path.abspath(_local_path(path)))
 
     def load_checkpoint(
         self,
@@ -343,14 +353,16 @@ def _class_name(obj: Any) -> str:
 def object_settings(obj: Any) -> dict[str, Any]:
     """The constructor settings of ``obj``: ``{name: value}`` for every ``__init__`` parameter stored as an
     attribute of the same name (the convention of lightning_fed's partitioners, local-work policies and server
-    optimizers), values made plain by :func:`_plain`."""
+    optimizers), values made plain by :func:`_plain`; not those the class lists in ``unrecorded_settings`` (e.g. a
+    server optimizer's ``client_state_store``: where state is kept, not what is computed)."""
     settings: dict[str, Any] = {}
     try:
         params = inspect.signature(type(obj).__init__).parameters
     except (TypeError, ValueError):
         return settings
+    unrecorded = getattr(type(obj), "unrecorded_settings", ())  # settings that do not change the experiment
     for name, param in params.items():
-        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if name == "self" or name in unrecorded or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if name in vars(obj) or isinstance(getattr(type(obj), name, None), property):
             settings[name] = _plain(getattr(obj, name))
@@ -613,6 +625,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
         runner = getattr(getattr(self.trainer, "fit_loop", None), "client_runner", None)
         if runner is not None and getattr(runner, "frozen_params", None):  # only with frozen parameters: else as before
             checkpoint[CHECKPOINT_KEY][FEDERATED_KEY] = list(runner.param_names)
+        pin_checkpoint(checkpoint)  # its on-disk client-state rows are kept until it is saved (or for good)
         return checkpoint
 
     def resolve_federated(self, server: Any, names: list[str], all_names: list[str], sizes: list[int]) -> None:

@@ -28,6 +28,10 @@ Formats:
   control stage (``[{"control": c, "table": {"client_state_table": ...}}]``) instead of c in ``"state"["control"]``,
   the c_i in ``"client_state"`` and N in ``"num_clients"`` (N is the table's); Fed-LAMB's and FedAMS's max-moment
   stage (``[{"second_moment": v̂, "first_moment": m̄ or None}]``) instead of v̂ and m̄ under ``"state"``.
+* **5** — a per-client table's state dict may be an on-disk store's manifest (``"store": {"kind": "disk",
+  "directory", "ids", "versions"}``, the rows in files it references, :mod:`lightning_fed.server.client_state`)
+  instead of ``"rows"``; a version that knows only format 4 refuses it (newer format) instead of failing on the
+  missing rows. Format-4 checkpoints hold only in-memory tables, already valid format 5: the step is the number.
 
 Settings added to the run record after format 1 (``cohort_sampling``, ``server_optimizer.accounting``, ...) are not
 migrated: the record comparison reads a missing key as the value such a checkpoint was run with
@@ -46,7 +50,7 @@ __all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format
            "name_client_states", "upgrade_server_state"]
 
 #: The format of the lightning_fed record this version writes.
-CHECKPOINT_FORMAT = 4
+CHECKPOINT_FORMAT = 5
 
 #: The key of lightning_fed's record in a Lightning checkpoint (``lightning_fed.checkpoint.CHECKPOINT_KEY``).
 RECORD_KEY = "lightning_fed"
@@ -224,9 +228,14 @@ def _format_3(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = N
                 callbacks[key] = compose_fedlamb_state(compose_scaffold_state(compose_fedaware_state(state)))
 
 
+def _format_4(checkpoint: dict[str, Any], client_halves: Optional[list[str]] = None) -> None:
+    """Nothing to change: format 5 only adds the on-disk tables' manifest, and a format-4 checkpoint holds every
+    per-client table's rows in memory (``"rows"``), which format 5 reads as they are."""
+
+
 #: format → the function upgrading a checkpoint of that format (in place) to the next one; each takes the checkpoint
 #: and ``client_halves`` (the resuming run's client halves' names, in order; ``None`` when not known).
-MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2, 3: _format_3}
+MIGRATIONS: dict[int, Callable[..., None]] = {0: _format_0, 1: _format_1, 2: _format_2, 3: _format_3, 4: _format_4}
 
 
 def _malformed(path: Optional[str], field: str, value: Any, expected: str) -> ValueError:

@@ -493,3 +493,14 @@ def test_43_on_nonfinite_server_step_is_a_trainer_argument(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     cli = FederatedCLI(args=["--config", str(FEDAWARE), "--trainer.on_nonfinite_server_step", "restore"], run=False)
     assert cli.trainer.fit_loop.on_nonfinite_server_step == "restore"
+
+
+def test_42_the_client_state_store_is_a_server_optimizer_argument(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", str(FMNIST_FEDYOGI), "--server_optimizer", "SCAFFOLD"]
+    server = FederatedCLI(args=args + ["--server_optimizer.client_state_store", "disk",
+                                       "--server_optimizer.client_state_dir", str(tmp_path / "cs")],
+                          run=False).trainer.server_optimizer
+    assert (server.client_state_store, server.client_state_dir) == ("disk", str(tmp_path / "cs"))
+    with pytest.raises(ValueError, match=r"`client_state_store` must be one of \('memory', 'disk'\), got 'ssd'"):
+        FederatedCLI(args=args + ["--server_optimizer.client_state_store", "ssd"], run=False)

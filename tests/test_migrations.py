@@ -39,8 +39,8 @@ def test_scaffold_without_n_is_refused_naming_it():
 
 
 def test_a_newer_format_is_refused():
-    with pytest.raises(ValueError, match="format 5, newer than this version's 4"):
-        migrate_checkpoint({"lightning_fed": {"format": 5}})
+    with pytest.raises(ValueError, match="format 6, newer than this version's 5"):
+        migrate_checkpoint({"lightning_fed": {"format": 6}})
 
 
 def _run(tmp_path, folder, epochs, ckpt=None, make_server=lambda: SCAFFOLD(lr=0.8)):
@@ -67,7 +67,7 @@ def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(
     _run(tmp_path, "old", 2)
     path = tmp_path / "old" / "last.ckpt"
     checkpoint = torch.load(path, weights_only=True)
-    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 4
+    assert checkpoint_format(checkpoint) == CHECKPOINT_FORMAT == 5
     checkpoint["lightning_fed"]["format"] = fmt
     (key,) = [k for k in checkpoint["callbacks"] if k.startswith("SCAFFOLD")]
     state = checkpoint["callbacks"][key]
@@ -181,3 +181,40 @@ def test_41_positional_client_half_state_is_named_by_the_resuming_runs_halves():
     assert checkpoint["lightning_fed"]["format"] == CHECKPOINT_FORMAT
     with pytest.raises(ValueError, match=r"client half at position 1 .* has the client halves \['FedDynClient'\]"):
         name_client_states({"1": {}}, ["FedDynClient"])
+
+
+@pytest.mark.parametrize("store", ["memory", "disk"])
+@pytest.mark.parametrize("method", ["SCAFFOLD", "FedDyn"])
+def test_42_a_format_4_checkpoint_resumes_bit_for_bit_into_either_store(tmp_path, method, store):
+    """#42: format 5 adds the on-disk store's manifest; a format-4 checkpoint (every per-client table's rows in it,
+    the layout the memory store still writes) upgrades unchanged and resumes exactly, into the memory store or moved
+    row by row into the disk store."""
+    from lightning_fed.callbacks import FedDyn
+
+    def make(store="memory"):
+        if method == "SCAFFOLD":
+            return SCAFFOLD(lr=0.8, client_state_store=store)
+        return FedDyn(alpha=0.1, client_state_store=store)
+
+    full, full_server = _run(tmp_path, "full", 4, make_server=make)
+    _run(tmp_path, "old", 2, make_server=make)
+    path = tmp_path / "old" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith(method)]
+    state = checkpoint["callbacks"][key]
+    table = state["aggregators"][0]["table"]["client_state_table"] if method == "SCAFFOLD" else \
+        state["client_algorithms"]["FedDynClient"]
+    assert set(table) == {"num_clients", "dim", "dense", "dtype", "present", "rows"}  # format 4's table layout
+    checkpoint["lightning_fed"]["format"] = 4
+    torch.save(checkpoint, path)
+    upgraded = torch.load(path, weights_only=True)
+    assert migrate_checkpoint(upgraded) == 4 and upgraded["lightning_fed"]["format"] == 5
+    assert upgraded["callbacks"][key].keys() == state.keys()
+    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=lambda: make(store))
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    a, b = (s.client_state if method == "SCAFFOLD" else s.client_algorithm_states["FedDynClient"]
+            for s in (full_server, server))
+    assert b.store == store and a.ids() == b.ids()
+    for i in a.ids():
+        assert torch.equal(a.get(i), b.get(i))

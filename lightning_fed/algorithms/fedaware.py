@@ -244,6 +244,9 @@ class FedAWAREMinNorm(Stage):
     kind = "reduce"
     #: After a server step a checkpoint must hold the momentum table, |D_i| and the Gram matrix.
     required_fields = ("table", "client_num_samples", "gram")
+    #: The momentum table is dense ([N, d], all rows at once for the Gram matrix): held in memory only; a server
+    #: optimizer with ``client_state_store="disk"`` refuses it at fit start.
+    dense_client_state = True
     #: The weighting counts matter only in a warm-up round's FedAvg, where :meth:`apply` refuses all-zero counts
     #: itself; the server optimizer does not refuse a zero-sample round before the chain.
     checks_zero_counts = True

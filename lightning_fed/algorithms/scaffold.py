@@ -83,6 +83,9 @@ class ScaffoldControl(Stage):
 
     def __init__(self, num_clients: Optional[int] = None) -> None:
         self.num_clients = num_clients
+        #: Where the c_i table keeps its rows (:class:`~lightning_fed.server.client_state.ClientStateStore`; set by
+        #: the server optimizer at fit start from its ``client_state_store``; ``None``: in memory).
+        self.client_state_store: Optional[Any] = None
 
     def __repr__(self) -> str:
         return "ScaffoldControl()"  # N is the data module's (set at fit start), not a setting of the run
@@ -155,11 +158,16 @@ class ScaffoldControl(Stage):
                     f"SCAFFOLD holds control variates for {table.num_clients} clients, but the data module has "
                     f"{self.num_clients} clients."
                 )
+            store = self.client_state_store
             if table is None:
                 dtype = torch.float32
                 for c in control:
                     dtype = torch.promote_types(dtype, c.dtype)
-                table = ClientStateTable(self.num_clients, sum(c.numel() for c in control), dtype=dtype)
+                dim = sum(c.numel() for c in control)
+                table = ClientStateTable(self.num_clients, dim, dtype=dtype) if store is None else \
+                    store.table(type(self).__name__, self.num_clients, dim, dtype)
+            elif store is not None:  # a loaded table, in the run's store (client_state_store)
+                table = store.adopt(type(self).__name__, table)
             dtype = table.dtype
             for update in x.updates:
                 delta = [d.to(device=c.device, dtype=c.dtype) for d, c in zip(update.extras["delta_control"], control)]

@@ -21,9 +21,12 @@ class FedAvg(ServerOptimizer):
         aggregators: An aggregator chain (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean.
         client: Client algorithms every client runs (:mod:`lightning_fed.client.algorithm`, e.g.
             ``[FedProxClient(mu=0.01)]``; default ``None``: plain local training).
+        client_state_store: Where the client halves' per-client state lives: ``"memory"`` (default) or ``"disk"``
+            (:class:`~lightning_fed.callbacks.ServerOptimizer`).
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
 
     Raises:
-        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting`` or ``client_state_store``.
 
     Example: x_1 = x_0 + η·Δ_0 with x_0 = [1, 1], Δ_0 = [2, −4], η = 0.5::
 
@@ -43,6 +46,8 @@ class FedAvg(ServerOptimizer):
 
     def __init__(
         self, lr: float = 1.0, weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None,
-        client: Optional[list[ClientAlgorithm]] = None,
+        client: Optional[list[ClientAlgorithm]] = None, client_state_store: str = "memory",
+        client_state_dir: Optional[str] = None,
     ) -> None:
-        super().__init__(weighting=weighting, aggregators=aggregators, rule=SGD(lr), client=client)
+        super().__init__(weighting=weighting, aggregators=aggregators, rule=SGD(lr), client=client,
+                         client_state_store=client_state_store, client_state_dir=client_state_dir)

@@ -35,9 +35,12 @@ class FedDyn(FedAvg):
         alpha: α (> 0, default 0.01, the authors' example value); Acar et al. search {0.1, 0.01, 0.001}.
         lr: Server learning rate η (> 0, default 1.0, Alg. 1; other values scale the corrected step).
         client: Further client algorithms, run after FedDyn's own (default ``None``).
+        client_state_store: Where the g_k live: ``"memory"`` (default) or ``"disk"`` (one file per client row,
+            checkpoints reference them; :class:`~lightning_fed.callbacks.ServerOptimizer`).
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
 
     Raises:
-        ValueError: ``alpha`` or ``lr`` not a finite number > 0.
+        ValueError: ``alpha`` or ``lr`` not a finite number > 0, an unknown ``client_state_store``.
 
     Example: one client fits y = w·x on x = [1, 2], y = [2, 4] (loss mean((w·x − y)²), ∇ = 2·mean(x(w·x − y)))
     from w = 0, two full-batch SGD steps of γ = 0.1 per round, α = 0.5, N = 1::
@@ -75,9 +78,11 @@ class FedDyn(FedAvg):
         ValueError: `alpha` must be a finite number > 0, got 0.
     """
 
-    def __init__(self, alpha: float = 0.01, lr: float = 1.0, client: Optional[list[ClientAlgorithm]] = None) -> None:
+    def __init__(self, alpha: float = 0.01, lr: float = 1.0, client: Optional[list[ClientAlgorithm]] = None,
+                 client_state_store: str = "memory", client_state_dir: Optional[str] = None) -> None:
         self.alpha = check_positive("alpha", alpha)
-        super().__init__(lr=lr, weighting="uniform", aggregators=[FedDynCorrection(self.alpha)], client=client)
+        super().__init__(lr=lr, weighting="uniform", aggregators=[FedDynCorrection(self.alpha)], client=client,
+                         client_state_store=client_state_store, client_state_dir=client_state_dir)
         self._own_client = [FedDynClient(self.alpha)]  # the client half (lightning_fed.algorithms.feddyn)
 
     @property

@@ -69,9 +69,12 @@ class SCAFFOLD(ServerOptimizer):
     Args:
         lr: Server (global) learning rate η_g (> 0, default 1.0).
         weighting: ``"uniform"`` (default, Alg. 1 l. 16) or ``"num_samples"`` weights for Δx.
+        client_state_store: Where the c_i live: ``"memory"`` (default) or ``"disk"`` (one file per client row,
+            checkpoints reference them; :class:`~lightning_fed.callbacks.ServerOptimizer`).
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
 
     Raises:
-        ValueError: ``lr`` not a finite number > 0, or an unknown ``weighting``.
+        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting`` or ``client_state_store``.
 
     Example: two clients, one sample each ((x, y) = (1, 2) and (2, 4); loss (w·x − y)², gradient 2x(w·x − y)),
     K = 2 local SGD steps of η_l = 0.1 from x = 0 in round 0, where c = c_i = 0 (plain SGD)::
@@ -105,10 +108,12 @@ class SCAFFOLD(ServerOptimizer):
         (-6.6, 2)
     """
 
-    def __init__(self, lr: float = 1.0, weighting: str = "uniform") -> None:
+    def __init__(self, lr: float = 1.0, weighting: str = "uniform", client_state_store: str = "memory",
+                 client_state_dir: Optional[str] = None) -> None:
         #: The reducer stage (:class:`~lightning_fed.server.aggregators.ScaffoldControl`): Δx, c and the c_i.
         self.control_stage = ScaffoldControl()
-        super().__init__(weighting=weighting, aggregators=[self.control_stage], rule=SGD(lr))
+        super().__init__(weighting=weighting, aggregators=[self.control_stage], rule=SGD(lr),
+                         client_state_store=client_state_store, client_state_dir=client_state_dir)
         self._own_client = [ScaffoldClient()]  # the client half: c − c_i on the gradients, Δc_i sent back
 
     @property

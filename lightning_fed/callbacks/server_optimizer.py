@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import os
 from typing import Any, Optional, Sequence
 
 import torch
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
-from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
 from lightning_fed.server.aggregators.base import (
     ClientDeltas,
     EmptyState,
@@ -132,10 +133,21 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
         client: Client algorithms every client runs (default ``None``).
+        client_state_store: Where the per-client tables (SCAFFOLD's c_i, FedDyn's g_k, any client half's state) keep
+            their rows: ``"memory"`` (default: CPU tensors, every row in every checkpoint) or ``"disk"`` (one file
+            per client row, RAM holds none; checkpoints reference the rows by version instead of copying them; see
+            :mod:`lightning_fed.server.client_state`). Not a setting of the experiment (results are the same bit for
+            bit): a resume may change it, the loaded rows are moved to the run's store. FedAWARE's dense momenta stay
+            in memory (``"disk"`` is refused for it at fit start).
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``);
+            each table in its own sub-directory. A resumed run keeps writing to the directory its checkpoint
+            references.
 
     Raises:
-        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``;
-            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses.
+        ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``,
+            ``client_state_store`` not one of ``("memory", "disk")``, ``client_state_dir`` without ``"disk"``;
+            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses (and
+            ``client_state_store="disk"`` with a stage that needs its table in memory, FedAWARE's).
         TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
             :class:`~lightning_fed.client.ClientAlgorithm`.
 
@@ -181,7 +193,12 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         aggregators: Optional[list[Stage]] = None,
         rule: Optional[Rule] = None,
         client: Optional[list[ClientAlgorithm]] = None,
+        client_state_store: str = "memory",
+        client_state_dir: Optional[str] = None,
     ) -> None:
+        #: Where the per-client tables keep their rows (``"memory"`` or ``"disk"``) and the disk store's directory.
+        self.client_state_store, self.client_state_dir = check_client_state_store(client_state_store, client_state_dir)
+        self._store = ClientStateStore(self.client_state_store, self.client_state_dir)
         if rule is not None:
             if not isinstance(rule, Rule):
                 raise TypeError(f"`rule` must be a server rule (lightning_fed.server.rules.Rule), got {type(rule).__name__}.")
@@ -439,6 +456,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.round_report = None
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+        if self.client_state_store == "disk":
+            self.collect_client_state_garbage()
 
     @property
     def privatises(self) -> bool:
@@ -599,6 +618,80 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
             check_dp_chain(self)
 
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Resolve the client-state store (:meth:`resolve_client_state_store`) before round 0.
+
+        Raises:
+            ValueError: as :meth:`resolve_client_state_store`.
+        """
+        self.resolve_client_state_store(trainer)
+
+    #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
+    unrecorded_settings = ("client_state_store", "client_state_dir")
+
+    @property
+    def client_state_store_spec(self) -> ClientStateStore:
+        """The :class:`~lightning_fed.server.client_state.ClientStateStore` new per-client tables are made in
+        (resolved at fit start, :meth:`resolve_client_state_store`)."""
+        return self._store
+
+    def resolve_client_state_store(self, trainer: Any = None) -> ClientStateStore:
+        """At fit start: the store's directory (``client_state_dir``, else ``<trainer.default_root_dir>/client_state``)
+        and the stages that make per-client tables told where; a stage whose table must be in memory
+        (``dense_client_state``, FedAWARE's) refuses ``"disk"``.
+
+        Raises:
+            ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument; or with more than
+                one process (``trainer.world_size`` > 1: every DDP rank would write its own copy of every row).
+
+        Example::
+
+            >>> import tempfile
+            >>> from lightning_fed.callbacks import SCAFFOLD
+            >>> server = SCAFFOLD(client_state_store="disk", client_state_dir=tempfile.mkdtemp())
+            >>> server.resolve_client_state_store().kind, server.control_stage.client_state_store.kind
+            ('disk', 'disk')
+        """
+        directory = self.client_state_dir
+        if self.client_state_store == "disk" and int(getattr(trainer, "world_size", 1) or 1) > 1:
+            raise ValueError(
+                f"{type(self).__name__}(client_state_store='disk') runs in one process, but this trainer has "
+                f"world_size={trainer.world_size} (strategy='ddp'): every rank applies the server update and would "
+                "write its own copy of every row into one directory. Use client_state_store='memory' under DDP.")
+        if self.client_state_store == "disk" and directory is None:
+            root = getattr(trainer, "default_root_dir", None) or os.getcwd()
+            directory = os.path.join(str(root), "client_state")
+        self._store = ClientStateStore(self.client_state_store, directory)
+        for stage in self.aggregators or ():
+            if self.client_state_store == "disk" and getattr(stage, "dense_client_state", False):
+                raise ValueError(
+                    f"{type(self).__name__}(client_state_store='disk'): {type(stage).__name__} computes over every "
+                    "client's row at once (a dense [N, d] table in memory), which the disk store does not hold; use "
+                    "client_state_store='memory' (its size is checked against `max_state_bytes`).")
+            if hasattr(stage, "client_state_store"):
+                stage.client_state_store = self._store
+        return self._store
+
+    def client_table(self, name: str, num_clients: int, dim: int, dtype: torch.dtype) -> ClientStateTable:
+        """A new per-client table ``name`` (a client half's ``state_key``) in the run's store."""
+        return self._store.table(name, num_clients, dim, dtype)
+
+    def client_tables(self) -> list[ClientStateTable]:
+        """Every live per-client table: the client halves', the stages' and :attr:`client_state`."""
+        tables = list(self.client_algorithm_states.values())
+        for state in self.aggregator_state or ():
+            tables += [v for v in state if isinstance(v, ClientStateTable)]
+        if self.client_state is not None:
+            tables.append(self.client_state)
+        unique = {id(t): t for t in tables}
+        return list(unique.values())
+
+    def collect_client_state_garbage(self) -> None:
+        """Delete the on-disk row versions nothing references any more
+        (:func:`~lightning_fed.server.client_state.collect_garbage`); called at every round start."""
+        for directory in {t.directory for t in self.client_tables() if t.directory is not None}:
+            collect_garbage(directory)
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
 
@@ -699,8 +792,10 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return required
 
     def snapshot_state(self) -> dict[str, Any]:
-        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned), for
-        :meth:`restore_state`: taken before each server step under ``on_nonfinite_server_step="restore"``."""
+        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned but the rows of the
+        lazily filled per-client tables, which are never written in place and are shared; an on-disk table's state is
+        its manifest), for :meth:`restore_state`: taken before each server step under
+        ``on_nonfinite_server_step="restore"``."""
         return _clone(self.state_dict())
 
     def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
@@ -898,10 +993,14 @@ def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names:
 
 
 def _clone(value: Any) -> Any:
-    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt)."""
+    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt) — except the rows of a lazily
+    filled client-state table's state dict (``dense`` false, ``"rows"`` a dict): a row is never written in place
+    (:meth:`ClientStateTable.put` stores a new tensor), so a snapshot shares them instead of doubling the table."""
     if isinstance(value, Tensor):
         return value.detach().clone()
     if isinstance(value, dict):
+        if value.get("dense") is False and isinstance(value.get("rows"), dict) and "num_clients" in value:
+            return {k: (dict(v) if k == "rows" else _clone(v)) for k, v in value.items()}
         return {k: _clone(v) for k, v in value.items()}
     if hasattr(value, "_asdict"):
         return type(value)(**{k: _clone(v) for k, v in value._asdict().items()})

@@ -200,7 +200,12 @@ class ClientHalves:
                 )
             if table is None or table.num_clients != int(num_clients) or table.dim != size:
                 dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
-                tables[key] = ClientStateTable(int(num_clients), size, dtype=dtype)
+                make = getattr(server, "client_table", None)
+                tables[key] = make(key, int(num_clients), size, dtype) if make is not None else \
+                    ClientStateTable(int(num_clients), size, dtype=dtype)
+            else:  # a loaded table, moved to the run's store when it is in another (client_state_store)
+                spec = getattr(server, "client_state_store_spec", None)
+                tables[key] = spec.adopt(key, table) if spec is not None else table
         server.loaded_client_state = False
 
     def start(self, module: Any, context: Any) -> None:

@@ -153,3 +153,254 @@ def test_scaffold_controls_live_in_a_lazy_table_and_old_checkpoints_load(tmp_pat
         assert second.client_controls.keys() == full.client_controls.keys() == {0, 1, 2, 3, 4}
         for k, v in full.client_controls.items():
             assert torch.equal(second.client_controls[k], v)
+
+
+# ------------------------------------------------------------------ issue #42, item 3: the client-state store
+import os  # noqa: E402
+
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+from torch.utils.data import TensorDataset  # noqa: E402
+
+from helpers import LinearRegression, quiet_trainer_kwargs, regression_data  # noqa: E402
+from lightning_fed import FederatedTrainer  # noqa: E402
+from lightning_fed.callbacks import FedAvg, FedDyn, ServerOptimizer  # noqa: E402
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner  # noqa: E402
+from lightning_fed.server.client_state import MissingClientStateError, disk_manifests  # noqa: E402
+
+_TABLE = {"SCAFFOLD": "ScaffoldControl", "FedDyn": "FedDynClient"}
+
+
+def test_42_memory_load_shares_the_saved_rows_instead_of_cloning_them():
+    """Loading never doubles memory: a lazily filled table takes the saved row tensors themselves, a dense one the
+    saved matrix; values and the state dict are those of today bit for bit."""
+    table = ClientStateTable(num_clients=4, dim=3)
+    table.put(1, torch.tensor([1.0, 2.0, 3.0]))
+    table.put(3, torch.tensor([-1.0, 0.5, 0.25]))
+    saved = table.state_dict()
+    back = ClientStateTable.from_state_dict(saved)
+    assert back.ids() == [1, 3] and back.store == "memory"
+    for i in (1, 3):
+        assert back.get(i).data_ptr() == saved["rows"][i].data_ptr()
+        assert torch.equal(back.get(i), table.get(i))
+    dense = ClientStateTable(num_clients=3, dim=2, dense=True)
+    dense.put(0, torch.tensor([1.0, 2.0]))
+    saved = dense.state_dict()
+    back = ClientStateTable.from_state_dict(saved)
+    assert back.matrix.data_ptr() == saved["rows"].data_ptr() and back.present.tolist() == [True, False, False]
+    back.put(2, torch.tensor([5.0, 6.0]))  # a dense table writes in place: into the loaded matrix, as before
+    assert torch.equal(back.get(2), torch.tensor([5.0, 6.0]))
+
+
+def test_42_disk_rows_are_files_copy_on_write_and_a_state_dict_keeps_its_versions(tmp_path):
+    table = ClientStateTable(num_clients=5, dim=3, dtype=torch.float64, directory=str(tmp_path / "t"))
+    assert ClientStateTable.from_state_dict(table.state_dict()).ids() == []  # no row yet, no directory yet: fine
+    table.put(4, torch.tensor([1.0, 2.0, 3.0]))
+    first = table.state_dict()
+    assert "rows" not in first and first["store"]["kind"] == "disk" and first["store"]["ids"].tolist() == [4]
+    table.put(4, torch.tensor([7.0, 8.0, 9.0]))
+    files = sorted(p.name for p in (tmp_path / "t" / "rows" / "04").iterdir())
+    assert len(files) == 2 and all(f.startswith("4-") and f.endswith(".row") for f in files)
+    assert torch.equal(ClientStateTable.from_state_dict(first).get(4), torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+    assert torch.equal(table.get(4), torch.tensor([7.0, 8.0, 9.0], dtype=torch.float64)) and table.get(0).abs().sum() == 0
+    # a memory table's state dict into a disk table: written to disk row by row; and back
+    memory = ClientStateTable(5, 3, dtype=torch.float64)
+    memory.load_state_dict(table.state_dict())
+    assert memory.store == "memory" and torch.equal(memory.get(4), table.get(4))
+
+
+def _population(num_clients=4):
+    x, y = regression_data(n=40, d=3, seed=4)
+    return FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                               partitioner=IIDPartitioner(num_clients=num_clients, seed=0), clients_per_round=2,
+                               batch_size=4, local_epochs=2)
+
+
+def _server(method, store, tmp_path):
+    directory = None if store == "memory" else str(tmp_path / "store")
+    if method == "SCAFFOLD":
+        return SCAFFOLD(lr=0.8, client_state_store=store, client_state_dir=directory)
+    return FedDyn(alpha=0.1, client_state_store=store, client_state_dir=directory)
+
+
+def _fit(tmp_path, folder, epochs, method, store, ckpt=None, save_top_k=1):
+    torch.manual_seed(0)
+    model, server = LinearRegression(lr=0.05), _server(method, store, tmp_path)
+    saver = ModelCheckpoint(dirpath=str(tmp_path / folder), save_last=True, every_n_epochs=1, save_top_k=save_top_k)
+    FederatedTrainer(max_epochs=epochs, callbacks=[server, saver],
+                     **(quiet_trainer_kwargs(tmp_path / "logs") | {"enable_checkpointing": True})).fit(
+        model, datamodule=_population(), ckpt_path=ckpt)
+    return model, server
+
+
+def _disk_table_states(checkpoint):
+    """The state dicts of the on-disk tables in a checkpoint."""
+    found, stack = [], [checkpoint["callbacks"]]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("store"), dict):
+                found.append(item)
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found
+
+
+def _table(server, method):
+    return server.client_state if method == "SCAFFOLD" else server.client_algorithm_states["FedDynClient"]
+
+
+def _same_run(a, b, method):
+    (model_a, server_a), (model_b, server_b) = a, b
+    for p, q in zip(model_a.parameters(), model_b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    ta, tb = _table(server_a, method), _table(server_b, method)
+    assert ta.ids() == tb.ids() and len(ta.ids()) >= 3
+    for i in ta.ids():
+        torch.testing.assert_close(ta.get(i), tb.get(i), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("store", ["memory", "disk"])
+@pytest.mark.parametrize("method", ["SCAFFOLD", "FedDyn"])
+def test_42_resume_equals_the_uninterrupted_run_for_each_store(tmp_path, method, store):
+    """Bit for bit: a run resumed from round 2's last.ckpt ends like the uninterrupted one; on disk the checkpoint
+    holds the manifest, not the rows, and the rows stay files (RAM holds none)."""
+    full = _fit(tmp_path / "a", "ckpt", 4, method, store)
+    _fit(tmp_path / "b", "ckpt", 2, method, store)
+    saved = torch.load(tmp_path / "b" / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["lightning_fed"]["format"] == CHECKPOINT_FORMAT == 5
+    resumed = _fit(tmp_path / "b", "ckpt", 4, method, store, ckpt=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    _same_run(full, resumed, method)
+    table = _table(resumed[1], method)
+    assert table.store == store
+    if store == "disk":
+        assert table.directory == str(tmp_path / "b" / "store" / _TABLE[method]) and table._rows == {}
+        (table_state,) = _disk_table_states(saved)
+        assert "rows" not in table_state and table_state["store"]["directory"] == table.directory
+
+
+@pytest.mark.parametrize("store", ["memory", "disk"])
+@pytest.mark.parametrize("method", ["SCAFFOLD", "FedDyn"])
+def test_42_rows_written_after_a_checkpoint_do_not_leak_into_a_resume_from_it(tmp_path, method, store):
+    """A run goes on 2 rounds past round 2's checkpoint (its clients' rows rewritten); resuming from round 2's
+    checkpoint reads round 2's rows and ends like the uninterrupted run; on disk, the versions no kept checkpoint
+    references any more are deleted, every kept checkpoint's rows are there."""
+    full = _fit(tmp_path / "a", "ckpt", 4, method, store, save_top_k=-1)
+    first = _fit(tmp_path / "b", "ckpt", 4, method, store, save_top_k=-1)  # the run that goes on (then "crashes")
+    (early,) = [str(p) for p in (tmp_path / "b" / "ckpt").glob("epoch=1-*.ckpt")]
+    loaded = _table(_load_server(early, method, store, tmp_path / "b"), method)
+    later = _table(first[1], method)
+    assert any(not torch.equal(loaded.get(i), later.get(i)) for i in loaded.ids())  # rewritten after round 2
+    resumed = _fit(tmp_path / "b", "ckpt", 4, method, store, ckpt=early, save_top_k=-1)
+    _same_run(full, resumed, method)
+    if store == "disk":
+        directory = tmp_path / "b" / "store" / _TABLE[method]
+        referenced = set()
+        for name in os.listdir(tmp_path / "b" / "ckpt"):  # every kept checkpoint loads: its rows are all there
+            checkpoint = torch.load(tmp_path / "b" / "ckpt" / name, weights_only=True)
+            (table_state,) = _disk_table_states(checkpoint)
+            store = table_state["store"]
+            referenced |= {f"{i}-{v:016x}.row" for i, v in zip(store["ids"].tolist(), store["versions"].tolist())}
+            assert ClientStateTable.from_state_dict(table_state).ids() == store["ids"].tolist()
+        on_disk = {p.name for p in (directory / "rows").rglob("*.row")}
+        assert on_disk == referenced  # garbage collected: no version that no kept checkpoint references
+
+
+def _load_server(path, method, store, tmp_path):
+    server = _server(method, store, tmp_path)
+    (state,) = [v for k, v in torch.load(path, weights_only=True)["callbacks"].items() if k.startswith(method)]
+    server.load_state_dict(state)
+    if method == "SCAFFOLD":
+        server.chain_state([torch.zeros(1, 3, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)])
+    return server
+
+
+@pytest.mark.parametrize("method", ["SCAFFOLD", "FedDyn"])
+def test_42_a_missing_row_file_or_store_directory_is_refused_by_name(tmp_path, method):
+    _fit(tmp_path, "ckpt", 2, method, "disk")
+    last = str(tmp_path / "ckpt" / "last.ckpt")
+    (manifest,) = disk_manifests(torch.load(last, weights_only=True)["callbacks"])
+    client, version = manifest["ids"][0].item(), manifest["versions"][0].item()
+    row = tmp_path / "store" / _TABLE[method] / "rows" / f"{client % 256:02x}" / f"{client}-{version:016x}.row"
+    moved = row.with_name("elsewhere")
+    row.rename(moved)
+    with pytest.raises(MissingClientStateError, match=rf"row of client {client} .* \(file '{row}'\)"):
+        _fit(tmp_path, "ckpt", 4, method, "disk", ckpt=last)
+    moved.rename(row)
+    (tmp_path / "store").rename(tmp_path / "moved")
+    with pytest.raises(MissingClientStateError, match=f"directory '{tmp_path / 'store' / _TABLE[method]}'"):
+        _fit(tmp_path, "ckpt", 4, method, "disk", ckpt=last)
+
+
+def test_42_bad_store_arguments_are_refused_naming_them(tmp_path):
+    with pytest.raises(ValueError, match=r"`client_state_store` must be one of \('memory', 'disk'\), got 'ssd'"):
+        SCAFFOLD(client_state_store="ssd")
+    with pytest.raises(ValueError, match="`client_state_store` must be one of"):
+        FedDyn(client_state_store=None)
+    with pytest.raises(ValueError, match="`client_state_dir`='x' needs client_state_store='disk'"):
+        FedAvg(client_state_dir="x")
+    with pytest.raises(TypeError, match="FedAWARE got an unexpected keyword argument 'client_state_store'"):
+        FedAWARE(client_state_store="disk")
+    ddp = FederatedTrainer(strategy="ddp", **(quiet_trainer_kwargs(tmp_path) | {"devices": 2}))
+    with pytest.raises(ValueError, match=r"SCAFFOLD\(client_state_store='disk'\) runs in one process, but this "
+                                         r"trainer has world_size=2"):
+        SCAFFOLD(client_state_store="disk").resolve_client_state_store(ddp)
+    from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
+
+    server = ServerOptimizer(weighting="num_samples", aggregators=[FedAWAREMinNorm()], client_state_store="disk")
+    with pytest.raises(ValueError, match=r"ServerOptimizer\(client_state_store='disk'\): FedAWAREMinNorm computes "
+                                         r"over every client's row at once"):
+        FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(
+            LinearRegression(lr=0.05), datamodule=_population())
+
+
+def test_42_the_store_is_not_a_setting_of_the_experiment_a_resume_moves_the_rows(tmp_path):
+    """A memory run resumed with the disk store (and back) ends bit for bit like the uninterrupted run."""
+    full = _fit(tmp_path / "a", "ckpt", 4, "SCAFFOLD", "memory")
+    _fit(tmp_path / "b", "ckpt", 2, "SCAFFOLD", "memory")
+    resumed = _fit(tmp_path / "b", "ckpt", 3, "SCAFFOLD", "disk", ckpt=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    assert _table(resumed[1], "SCAFFOLD").store == "disk"
+    back = _fit(tmp_path / "b", "ckpt", 4, "SCAFFOLD", "memory", ckpt=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    assert _table(back[1], "SCAFFOLD").store == "memory"
+    _same_run(full, back, "SCAFFOLD")
+
+
+def test_42_restoring_a_snapshot_goes_back_to_its_disk_rows(tmp_path):
+    """on_nonfinite_server_step="restore" puts back the round's start: with the disk store, the snapshot's manifest
+    reads the rows of before the step, not those the step wrote."""
+    server = SCAFFOLD(lr=0.8, client_state_store="disk", client_state_dir=str(tmp_path / "cs"))
+    server.resolve_client_state_store()
+    server.num_clients = 5
+    params = [torch.zeros(3, dtype=torch.float64)]
+    rounds = _rounds(seed=3)
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])
+    before = {i: server.client_state.get(i).clone() for i in server.client_state.ids()}
+    snapshot = server.snapshot_state()
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])  # the same clients again
+    assert any(not torch.equal(server.client_state.get(i), v) for i, v in before.items())
+    server.restore_state(snapshot, params)
+    table = server.client_state
+    assert table.store == "disk" and table.ids() == sorted(before)
+    for i, v in before.items():
+        assert torch.equal(table.get(i), v)
+
+
+def test_42_a_memory_snapshot_shares_the_rows_and_restores_them():
+    """The snapshot before each server step (on_nonfinite_server_step="restore") does not copy the c_i table: its rows
+    are the table's own tensors (never written in place); restoring it gives back the rows of before the step."""
+    server = SCAFFOLD(lr=0.8)
+    server.num_clients = 5
+    params = [torch.zeros(3, dtype=torch.float64)]
+    rounds = _rounds(seed=3)
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])
+    before = server.client_state.rows()
+    snapshot = server.snapshot_state()
+    rows = snapshot["aggregators"][0]["table"]["client_state_table"]["rows"]
+    assert all(rows[i].data_ptr() == before[i].data_ptr() for i in before)
+    assert snapshot["aggregators"][0]["control"][0].data_ptr() != server.state["control"][0].data_ptr()
+    server.server_update(params, [_scaffold_update(*u) for u in rounds[0]])
+    server.restore_state(snapshot, params)
+    assert server.client_state.ids() == sorted(before)
+    for i, v in before.items():
+        assert torch.equal(server.client_state.get(i), v)
