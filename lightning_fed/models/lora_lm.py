@@ -22,7 +22,7 @@ saying so.
 Data: the Shakespeare task's ``(input [B, 80], target [B, 80])`` int64 character ids
 (:mod:`lightning_fed.datamodules.shakespeare`: pad 0, characters 1..86, OOV 87, BOS 88, EOS 89; 90 ids), the
 same batches as :class:`~lightning_fed.models.ShakespeareLSTM`. Loss, metrics and logging are those of
-:class:`~lightning_fed.models.char_lstm.NextTokenModel` (mean cross-entropy over non-pad targets; ``val_acc``
+``char_lstm.NextTokenModel`` (mean cross-entropy over non-pad targets; ``val_acc``
 counts every non-pad target). Pad only ever trails a sequence, so causal attention needs no attention mask.
 """
 
@@ -83,9 +83,11 @@ class LoRACausalLM(NextTokenModel):
         vocab_size: token ids of the data (default 90: the Shakespeare task's pad + 86 characters + OOV + BOS +
             EOS). The random-init model's vocabulary; with ``pretrained``, its embedding must have at least that
             many rows (``ValueError`` otherwise).
-        n_layer, n_embd, n_head, n_positions: GPT-2 architecture of the random-init base (defaults 4, 256, 4,
-            80; ``None`` = default). ``n_positions`` must be at least the sequence length (80 on Shakespeare).
-            Refused (``ValueError``) together with ``pretrained``: the architecture then comes from the model.
+        n_layer: transformer blocks of the random-init GPT-2 base (default ``None`` = 4). This and the next three
+            are refused (``ValueError``) together with ``pretrained``: the architecture then comes from the model.
+        n_embd: width (default ``None`` = 256); divisible by ``n_head``.
+        n_head: attention heads (default ``None`` = 4).
+        n_positions: positions (default ``None`` = 80); at least the sequence length (80 on Shakespeare).
         dropout: GPT-2's residual, embedding and attention dropout of the random-init base (default 0.0).
         lora_r: adapter rank ``r`` (default 8).
         lora_alpha: LoRA scale numerator; the update is scaled by ``lora_alpha / lora_r`` (default 16).
@@ -93,8 +95,9 @@ class LoRACausalLM(NextTokenModel):
         target_modules: names (suffixes) of the linear layers that get adapters (default ``("c_attn",)``, GPT-2's
             fused query/key/value projection: the paper adapts the attention projections). ``"attn.c_proj"``,
             ``"c_fc"``, ``"mlp.c_proj"`` name GPT-2's other projections.
-        lr: client SGD learning rate (default 1.0). momentum: client SGD momentum (default 0.0). The client
-            optimizer is ``SGD`` over the trainable parameters (the adapters) only.
+        lr: client SGD learning rate (default 1.0); the client optimizer is ``SGD`` over the trainable
+            parameters (the adapters) only.
+        momentum: client SGD momentum (default 0.0).
         init_seed: seed of the random-init base and of the adapters' ``A`` init (default 0). The frozen base is
             a function of the architecture and this seed, which is what lets checkpoints hold the adapters only.
         pretrained: ``None`` (default: random init from the config above) or a Hugging Face model name / local
