@@ -32,7 +32,7 @@ def _token_data(n: int = 24, seed: int = 0) -> TensorDataset:
     return TensorDataset(seq[:, :80].clone(), seq[:, 1:].clone())
 
 
-def _fit(model, tmp_path, rounds: int = 2, executor=None, **trainer_kwargs):
+def _fit(model, tmp_path, rounds: int = 2, executor=None, ckpt_path=None, **trainer_kwargs):
     from lightning_fed import FederatedTrainer
     from lightning_fed.callbacks import FedAdam
     from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
@@ -45,7 +45,7 @@ def _fit(model, tmp_path, rounds: int = 2, executor=None, **trainer_kwargs):
     kwargs.update(trainer_kwargs)
     trainer = FederatedTrainer(max_epochs=rounds, callbacks=[FedAdam(lr=0.01, tau=1e-3)], client_executor=executor,
                                **kwargs)
-    trainer.fit(model, datamodule=dm)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     return trainer
 
 
@@ -111,6 +111,39 @@ def test_adapter_only_checkpoint_round_trip(tmp_path):
 
     with pytest.raises(RuntimeError, match="another frozen base.*init_seed=0.*init_seed=1"):
         LoRACausalLM.load_from_checkpoint(path, init_seed=1)
+
+
+def test_resume_from_an_adapter_only_checkpoint_is_bit_for_bit(tmp_path):
+    """Three FedAdam rounds straight equal one round, an adapter-only checkpoint, and two resumed rounds into a
+    freshly built model (the base rebuilt from the config, the adapters and the server state from the file)."""
+    _needs_extra()
+    straight = LoRACausalLM(**TINY)
+    _fit(straight, tmp_path / "straight", rounds=3)
+
+    first = LoRACausalLM(**TINY)
+    trainer = _fit(first, tmp_path / "first", rounds=1)
+    path = tmp_path / "round1.ckpt"
+    trainer.save_checkpoint(path)
+    resumed = LoRACausalLM(**TINY)
+    _fit(resumed, tmp_path / "resumed", rounds=3, ckpt_path=str(path))
+    for k, v in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
+
+
+def test_pretrained_model_from_a_local_folder(tmp_path):
+    """``pretrained`` loads with ``from_pretrained`` (here a folder, no download): its architecture is used, the
+    architecture arguments and a vocabulary smaller than ``vocab_size`` are refused by name."""
+    _needs_extra()
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=8, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "tiny")
+    model = LoRACausalLM(pretrained=str(tmp_path / "tiny"), lora_r=2)
+    assert model.model.base_model.model.config.n_embd == 8 and model.num_parameters(trainable=True) == 2 * (8 + 24)
+    assert model(torch.randint(0, 90, (2, 20))).shape == (2, 20, 100)
+    with pytest.raises(ValueError, match="embeds 100 token ids, fewer than `vocab_size` = 256"):
+        LoRACausalLM(pretrained=str(tmp_path / "tiny"), vocab_size=256)
 
 
 def test_shapes_parameter_counts_and_seeded_base():
