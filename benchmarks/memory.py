@@ -73,7 +73,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 200 (growth), 3 (lora)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lora-executors", nargs="+", default=["sequential", "vectorized"],
-                        choices=("sequential", "vectorized"), help="lora: the federated runs to measure")
+                        choices=("sequential", "vectorized", "vectorized_eager"),
+                        help="lora: the federated runs to measure (vectorized_eager: attn_implementation='eager')")
     parser.add_argument("--lora-variant", default=None, help=argparse.SUPPRESS)  # one run, in a child process
     parser.add_argument("--json", default=None, help="lora: also write the results to this JSON file")
     args = parser.parse_args()
@@ -168,13 +169,14 @@ def _byte_data() -> TensorDataset:
 
 def lora_run(variant: str, rounds: int) -> dict:
     """One measured run in this process: ``variant`` is ``plain`` (Lightning's Trainer, the same number of steps
-    as the federated run: rounds x cohort x 2) or a federated executor (``sequential``/``vectorized``)."""
+    as the federated run: rounds x cohort x 2) or a federated executor (``sequential``, ``vectorized``, or
+    ``vectorized_eager``: the vectorized executor with the model's ``attn_implementation="eager"``)."""
     from lightning_fed.client.runner import ClientRunner
     from lightning_fed.datamodules import IIDPartitioner
     from lightning_fed.models import LoRACausalLM
 
     torch.manual_seed(0)
-    model = LoRACausalLM(**LORA_MODEL)
+    model = LoRACausalLM(**LORA_MODEL, attn_implementation="eager" if variant.endswith("_eager") else None)
     adapters = {k: v.clone() for k, v in model.adapter_state_dict().items()}
     out = {"variant": variant, "rounds": rounds, "parameters": model.num_parameters(),
            "adapter_parameters": model.num_parameters(trainable=True),
@@ -199,7 +201,7 @@ def lora_run(variant: str, rounds: int) -> dict:
 
         ClientRunner.build_update = recording_build_update
         executor = None
-        if variant == "vectorized":
+        if variant.startswith("vectorized"):
             from lightning_fed.vectorized import VectorizedExecutor
 
             executor = VectorizedExecutor()

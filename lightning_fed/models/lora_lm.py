@@ -47,6 +47,9 @@ LLM_EXTRA = 'pip install "lightning_fed[llm]"'
 #: Key under which an adapter-only checkpoint records the frozen base it was trained on.
 BASE_RECORD_KEY = "lora_causal_lm_base"
 
+#: The attention kernels :class:`LoRACausalLM` accepts (``None``: transformers' default).
+ATTN_IMPLEMENTATIONS = (None, "sdpa", "eager")
+
 #: GPT-2 architecture defaults used when ``pretrained`` is None (3.2 M base parameters with ``vocab_size=90``).
 DEFAULT_ARCH = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 80}
 
@@ -106,6 +109,10 @@ class LoRACausalLM(NextTokenModel):
             checkpoint keeps a SHA-256 of the base, and loading checks it against the model being restored
             (``RuntimeError`` naming both on a mismatch), then puts the base back. ``False`` saves everything.
         accuracy_masked_tokens: target ids that ``val_acc``/``test_acc`` do not count (default ``(0,)``: pad).
+        attn_implementation: ``transformers``' attention kernel: ``None`` (default: its own choice, ``"sdpa"``),
+            ``"sdpa"`` or ``"eager"``. ``"eager"`` is plain matmuls, which ``torch.func.vmap`` (the vectorized
+            executor) batches; torch has no batching rule for SDPA's CPU kernel and loops over it (a
+            ``UserWarning``).
 
     Shapes:
         ``forward(x)``: ``x`` int64 ``[B, T]`` (``T <= n_positions``) -> logits float32 ``[B, T, V]`` with V the
@@ -119,7 +126,7 @@ class LoRACausalLM(NextTokenModel):
     Raises:
         ImportError: the ``llm`` extra is not installed (``pip install "lightning_fed[llm]"``).
         ValueError: a non-positive size, ``n_embd`` not divisible by ``n_head``, a bad ``lr``/``momentum``/
-            dropout, empty ``target_modules``, an architecture argument with ``pretrained``, a pretrained
+            dropout, empty ``target_modules``, an unknown ``attn_implementation``, an architecture argument with ``pretrained``, a pretrained
             vocabulary smaller than ``vocab_size``.
 
     Example (needs the ``llm`` extra; a tiny base: 2 layers, width 16)::
@@ -153,6 +160,7 @@ class LoRACausalLM(NextTokenModel):
         pretrained: Optional[str] = None,
         adapter_only_checkpoint: bool = True,
         accuracy_masked_tokens: Sequence[int] = (PAD_ID,),
+        attn_implementation: Optional[str] = None,
     ) -> None:
         super().__init__()
         _check_pos_int("vocab_size", vocab_size)
@@ -164,6 +172,9 @@ class LoRACausalLM(NextTokenModel):
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
         if isinstance(lora_alpha, bool) or not isinstance(lora_alpha, numbers.Real) or not lora_alpha > 0:
             raise ValueError(f"`lora_alpha` must be > 0, got {lora_alpha!r}.")
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"`attn_implementation` must be one of {ATTN_IMPLEMENTATIONS}, got "
+                             f"{attn_implementation!r}.")
         if isinstance(target_modules, str) or not target_modules or not all(
                 isinstance(t, str) and t for t in target_modules):
             raise ValueError(f"`target_modules` must be a non-empty list of module names, got {target_modules!r}.")
@@ -186,10 +197,12 @@ class LoRACausalLM(NextTokenModel):
             if pretrained is None:
                 config = transformers.GPT2Config(
                     vocab_size=vocab_size, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
-                    bos_token_id=None, eos_token_id=None, pad_token_id=None, **arch)
+                    bos_token_id=None, eos_token_id=None, pad_token_id=None, **arch,
+                    **({} if attn_implementation is None else {"attn_implementation": attn_implementation}))
                 base = transformers.GPT2LMHeadModel(config)
             else:
-                base = transformers.AutoModelForCausalLM.from_pretrained(pretrained)
+                base = transformers.AutoModelForCausalLM.from_pretrained(
+                    pretrained, **({} if attn_implementation is None else {"attn_implementation": attn_implementation}))
                 rows = base.get_input_embeddings().num_embeddings
                 if rows < vocab_size:
                     raise ValueError(f"`pretrained` {pretrained!r} embeds {rows} token ids, fewer than "

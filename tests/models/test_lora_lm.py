@@ -51,8 +51,8 @@ def _fit(model, tmp_path, rounds: int = 2, executor=None, ckpt_path=None, **trai
 
 # the vectorized executor runs GPT-2's SDPA attention under vmap through torch's (slow, correct) batching fallback
 @pytest.mark.filterwarnings("ignore:There is a performance drop because we have not yet implemented the batching")
-@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
-def test_federated_lora_keeps_the_base_and_trains_the_adapters(tmp_path, executor):
+@pytest.mark.parametrize("executor, attn", [("sequential", None), ("vectorized", None), ("vectorized", "eager")])
+def test_federated_lora_keeps_the_base_and_trains_the_adapters(tmp_path, executor, attn):
     """Two FedAdam rounds, sequential and vectorized executor: every frozen base tensor ends bit-identical, every
     adapter tensor moved (B starts at 0), the round loss and the validation loss are finite; only the adapters have
     requires_grad. The two executors give the same adapters up to rounding."""
@@ -60,7 +60,7 @@ def test_federated_lora_keeps_the_base_and_trains_the_adapters(tmp_path, executo
     from lightning_fed.vectorized import VectorizedExecutor
 
     torch.manual_seed(0)
-    model = LoRACausalLM(**TINY)
+    model = LoRACausalLM(**TINY, attn_implementation=attn)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     adapters = set(model.adapter_state_dict())
     assert adapters and all(".lora_A." in k or ".lora_B." in k for k in adapters)
@@ -82,7 +82,7 @@ def test_federated_lora_keeps_the_base_and_trains_the_adapters(tmp_path, executo
     assert torch.isfinite(metrics["round_train_loss"]) and torch.isfinite(metrics["val_loss"])
     if executor == "vectorized":
         torch.manual_seed(0)
-        reference = LoRACausalLM(**TINY)
+        reference = LoRACausalLM(**TINY, attn_implementation=attn)
         _fit(reference, tmp_path / "sequential")
         for k in adapters:
             torch.testing.assert_close(after[k], reference.state_dict()[k], rtol=1e-4, atol=1e-6)
@@ -176,6 +176,7 @@ def test_shapes_parameter_counts_and_seeded_base():
     (dict(target_modules=[]), "`target_modules` must be a non-empty list"),
     (dict(lr=0.0), "`lr` must be > 0"),
     (dict(pretrained="gpt2", n_layer=2), "`n_layer` cannot be combined with `pretrained`"),
+    (dict(attn_implementation="flash"), "`attn_implementation` must be one of \\(None, 'sdpa', 'eager'\\)"),
 ])
 def test_bad_arguments_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
