@@ -187,11 +187,15 @@ def lora_run(variant: str, rounds: int) -> dict:
                   num_sanity_val_steps=0, accelerator="cpu", devices=1)
     steps = rounds * LORA_COHORT * (LORA_PER_CLIENT // LORA_BATCH)
     updates: list[tuple[int, int, int]] = []
-    if variant == "plain":
+    if variant.startswith("plain"):
         from torch.utils.data import DataLoader
 
+        # plain_cohort_batch: the batch the vectorized executor computes at once (cohort x B), as many steps as its
+        # local steps
+        batch = LORA_BATCH * (LORA_COHORT if variant == "plain_cohort_batch" else 1)
+        steps //= batch // LORA_BATCH
         trainer = L.Trainer(max_steps=steps, limit_val_batches=0, callbacks=[times], **common)
-        fit = lambda: trainer.fit(model, DataLoader(data, batch_size=LORA_BATCH, shuffle=True))  # noqa: E731
+        fit = lambda: trainer.fit(model, DataLoader(data, batch_size=batch, shuffle=True))  # noqa: E731
     else:
         build_update = ClientRunner.build_update
 
@@ -223,12 +227,12 @@ def lora_run(variant: str, rounds: int) -> dict:
     out["peak_above_start_mib"] = out["peak_mib"] - out["rss_start_mib"]
     out["round_s"] = times.seconds
     # plain: one "round" = the same number of steps as a federated round (cohort x 2), from the fit's time
-    out["s_per_round_median_after_first"] = (out["fit_s"] / rounds if variant == "plain"
+    out["s_per_round_median_after_first"] = (out["fit_s"] / rounds if variant.startswith("plain")
                                              else statistics.median(times.seconds[1:] or times.seconds))
-    out["steps"] = int(trainer.global_step) if variant == "plain" else None
+    out["steps"] = int(trainer.global_step) if variant.startswith("plain") else None
     out["base_bit_identical"] = all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     out["adapters_moved"] = all(not torch.equal(v, model.adapter_state_dict()[k]) for k, v in adapters.items())
-    if variant != "plain":
+    if not variant.startswith("plain"):
         out["fallback_reason"] = getattr(executor, "fallback_reason", None)
         out["update_tensors"], out["update_numbers"], out["update_nonzero_max"] = (
             updates[0][0], updates[0][1], max(u[2] for u in updates))
@@ -249,12 +253,14 @@ def lora_run(variant: str, rounds: int) -> dict:
 def lora_case(rounds: int, threads: int, executors: list[str], json_path) -> None:
     """Issue #42's federated LoRA measurement: the random-init GPT-2 of :data:`LORA_MODEL` (19.35 M parameters,
     270 k LoRA adapters) under FedAdam, cohort 10 of 40 IID clients, 2 local SGD steps of 4 x 64 random bytes per
-    client, ``rounds`` rounds; and a plain Lightning run of the same number of steps. Each run in its own process
+    client, ``rounds`` rounds; a plain Lightning run of the same number of steps (the ratios' reference), and one
+    (``plain_cohort_batch``) of the batch the vectorized executor computes at once (10 x 4) for as many steps as
+    its local steps (its activations are a whole cohort's). Each run in its own process
     (a clean heap); peak RSS is the kernel's VmHWM after resetting it at fit start (``/proc/self/clear_refs``),
     less the RSS at fit start. Prints per-client update size, server-state size, peak memory (federated against
     plain), checkpoint size against the adapters' size, s/round (median of the rounds after the first)."""
     results = []
-    for variant in ["plain", *executors]:
+    for variant in ["plain", "plain_cohort_batch", *executors]:
         cmd = [sys.executable, __file__, "--case", "lora", "--lora-variant", variant, "--rounds", str(rounds),
                "--threads", str(threads)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -271,12 +277,16 @@ def lora_case(rounds: int, threads: int, executors: list[str], json_path) -> Non
               f"({100 * r0['adapter_parameters'] / r0['parameters']:.2f} %), adapters {r0['adapter_bytes'] / 1e6:.2f} MB "
               f"(saved alone: {r0['adapter_file_bytes'] / 1e6:.2f} MB); {rounds} rounds; load {os.getloadavg()[0]:.2f}")
     plain = next((r for r in ok if r["variant"] == "plain"), None)
+    cohort_batch = next((r for r in ok if r["variant"] == "plain_cohort_batch"), None)
     for r in ok:
-        ratio = f" ({r['peak_above_start_mib'] / plain['peak_above_start_mib']:.2f}x plain)" if plain else ""
+        ratio = f" ({r['peak_above_start_mib'] / plain['peak_above_start_mib']:.2f}x plain" if plain else " ("
+        if cohort_batch and r["variant"].startswith("vectorized"):
+            ratio += f", {r['peak_above_start_mib'] / cohort_batch['peak_above_start_mib']:.2f}x plain_cohort_batch"
+        ratio = ratio + ")" if ratio != " (" else ""
         line = (f"{r['variant']:>10}: peak above start +{r['peak_above_start_mib']:.0f} MiB{ratio}, "
                 f"{r['s_per_round_median_after_first']:.2f} s/round, checkpoint {r['checkpoint_bytes'] / 1e6:.2f} MB, "
                 f"base bit-identical {r['base_bit_identical']}, adapters moved {r['adapters_moved']}")
-        if r["variant"] != "plain":
+        if not r["variant"].startswith("plain"):
             line += (f"\n{'':>12}update: {r['update_tensors']} tensors, {r['update_numbers']:,} numbers "
                      f"(at most {r['update_nonzero_max']:,} non-zero); server state: {r['server_state_tensors']} "
                      f"tensors, {r['server_state_numbers']:,} numbers; fallback: {r['fallback_reason']}")
