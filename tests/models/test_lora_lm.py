@@ -146,6 +146,19 @@ def test_pretrained_model_from_a_local_folder(tmp_path):
         LoRACausalLM(pretrained=str(tmp_path / "tiny"), vocab_size=256)
 
 
+def test_default_vocabulary_is_the_shakespeare_tasks():
+    """The defaults embed the Shakespeare task's ids (pad 0 masked, 90 ids) and hold its 80-token inputs."""
+    import inspect
+
+    from lightning_fed.datamodules import shakespeare as shk
+    from lightning_fed.models import lora_lm
+
+    defaults = {k: p.default for k, p in inspect.signature(LoRACausalLM).parameters.items()}
+    assert defaults["vocab_size"] == shk.VOCAB_SIZE and lora_lm.PAD_ID == shk.PAD_ID
+    assert defaults["accuracy_masked_tokens"] == (shk.PAD_ID,)
+    assert lora_lm.DEFAULT_ARCH["n_positions"] >= shk.CHUNK_LENGTH - 1
+
+
 def test_shapes_parameter_counts_and_seeded_base():
     _needs_extra()
     model = LoRACausalLM(**TINY)
