@@ -126,8 +126,8 @@ class LoRACausalLM(NextTokenModel):
     Raises:
         ImportError: the ``llm`` extra is not installed (``pip install "lightning_fed[llm]"``).
         ValueError: a non-positive size, ``n_embd`` not divisible by ``n_head``, a bad ``lr``/``momentum``/
-            dropout, empty ``target_modules``, an unknown ``attn_implementation``, an architecture argument with ``pretrained``, a pretrained
-            vocabulary smaller than ``vocab_size``.
+            dropout, empty ``target_modules``, an unknown ``attn_implementation``, an architecture argument with
+            ``pretrained``, a pretrained vocabulary smaller than ``vocab_size``.
 
     Example (needs the ``llm`` extra; a tiny base: 2 layers, width 16)::
 
