@@ -274,7 +274,8 @@ def lora_case(rounds: int, threads: int, executors: list[str], json_path) -> Non
     if ok:
         r0 = ok[0]
         print(f"model: {r0['parameters']:,} parameters, {r0['adapter_parameters']:,} LoRA adapters "
-              f"({100 * r0['adapter_parameters'] / r0['parameters']:.2f} %), adapters {r0['adapter_bytes'] / 1e6:.2f} MB "
+              f"({100 * r0['adapter_parameters'] / r0['parameters']:.2f} %), "
+              f"adapters {r0['adapter_bytes'] / 1e6:.2f} MB "
               f"(saved alone: {r0['adapter_file_bytes'] / 1e6:.2f} MB); {rounds} rounds; load {os.getloadavg()[0]:.2f}")
     plain = next((r for r in ok if r["variant"] == "plain"), None)
     cohort_batch = next((r for r in ok if r["variant"] == "plain_cohort_batch"), None)
