@@ -10,12 +10,14 @@ if ! .venv/bin/python -c "import torch, torchvision" 2>/dev/null; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q "torch==2.14.1" "torchvision==0.29.1"
 fi
-# the package (editable) and its dependencies, again only when pyproject.toml changed or this checkout's package is
-# not the one installed (an editable install follows code changes by itself)
+# the package (editable) with the extras the tests need (`llm`: transformers + peft, for the federated LoRA tests),
+# again only when pyproject.toml or the extras changed or this checkout's package is not the one installed (an
+# editable install follows code changes by itself)
+extras="test,llm"
 stamp=.venv/.lightning_fed-pyproject.sha256
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(pwd)"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(pwd) [$extras]"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] \
    || ! .venv/bin/python -c "import importlib.util as u, os, sys; s = u.find_spec('lightning_fed'); sys.exit(s is None or os.path.dirname(os.path.realpath(s.origin)) != os.path.realpath('lightning_fed'))" 2>/dev/null; then
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[$extras]"
   echo "$want" > "$stamp"
 fi

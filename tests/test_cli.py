@@ -41,6 +41,9 @@ def test_there_are_examples():
 @pytest.mark.parametrize("config", EXAMPLES, ids=lambda p: p.name)
 def test_example_config_parses(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    if "LoRACausalLM" in config.read_text():  # needs the `llm` extra (CI installs it)
+        pytest.importorskip("transformers")
+        pytest.importorskip("peft")
     cli = FederatedCLI(args=["--config", str(config)], run=False)
     # old-style configs (the server optimizer in trainer.callbacks): the same server optimizer and settings, first
     # among the callbacks as written, and the other callbacks kept

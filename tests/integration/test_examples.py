@@ -136,6 +136,9 @@ DATA = {
 def test_example_runs_one_round_on_generated_data(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = yaml.safe_load(config.read_text())
+    if cfg["model"]["class_path"].endswith(".LoRACausalLM"):  # needs the `llm` extra (CI installs it)
+        pytest.importorskip("transformers")
+        pytest.importorskip("peft")
     data_cls = cfg["data"]["class_path"].rsplit(".", 1)[1]
     init = cfg["data"].get("init_args", {})
     args = ["fit", "--config", str(config), *DATA[data_cls](tmp_path, init),
@@ -155,6 +158,23 @@ def test_example_runs_one_round_on_generated_data(config, tmp_path, monkeypatch)
     metrics = trainer.callback_metrics
     assert metrics.get("round_clients") == 2, sorted(metrics)
     assert torch.isfinite(metrics["round_train_loss"]) and torch.isfinite(metrics["val_loss"])
+
+
+def test_lora_example_header_states_the_model_it_builds():
+    """shakespeare_lora_fedadam.yaml's header numbers (3.2 M parameters, 32,768 adapters) are the model's, whose
+    base is random-init (no download) and frozen."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from lightning_fed.models import LoRACausalLM
+
+    text = (ROOT / "examples" / "shakespeare_lora_fedadam.yaml").read_text()
+    cfg = yaml.safe_load(text)
+    assert cfg["model"]["class_path"] == "lightning_fed.models.LoRACausalLM"
+    assert cfg["model"]["init_args"].get("pretrained") is None and "RANDOM INIT" in text
+    assert [c["class_path"] for c in cfg["trainer"]["callbacks"]] == ["lightning_fed.callbacks.FedAdam"]
+    model = LoRACausalLM(**cfg["model"]["init_args"])
+    assert model.num_parameters(trainable=True) == 32_768 and "32,768 trainable adapter parameters" in text
+    assert round(model.num_parameters() / 1e6, 1) == 3.2 and "3.2 M parameters" in text
 
 
 # ------------------------------------------------------------------------------------ FedAWARE headers vs settings
