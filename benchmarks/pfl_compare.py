@@ -67,7 +67,8 @@ from pfl_fedavg import pfl_version, run_pfl  # noqa: E402,F401  (pfl's FedAvg on
 WORKLOADS = ("cnn", "mlp")
 VARIANTS = ("plain", "pfl", "sequential", "vectorized")
 COLUMNS = (
-    "workload", "steps_per_client", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min", "ratio_to_plain",
+    "workload", "steps_per_client", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min",
+    "ratio_to_plain",
     "ratio_min_to_plain_min",
     "ms_per_local_step", "framework_ms_per_step", "max_abs_diff_vs_plain", "rounds_measured", "repeats",
     "local_steps_per_round", "params", "clients", "samples_per_client", "batch", "loadavg_1m_min", "loadavg_1m_max",
@@ -174,10 +175,12 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict, steps: Opti
             before = os.getloadavg()[0]
             runs[variant].append(_run(variant, wl, dm, init_state, device))
             loads[variant] += [before, os.getloadavg()[0]]
-            print(f"  {name:>4} S={wl.samples_per_client // wl.batch:<3} C={cohort:<3} threads={threads} {variant:>10} repeat {rep}: s/round "
+            print(f"  {name:>4} S={wl.samples_per_client // wl.batch:<3} C={cohort:<3} threads={threads} {variant:>10} "
+                  f"repeat {rep}: s/round "
                   + " ".join(f"{t:.3f}" for t in runs[variant][-1].wall) + f"  load {loads[variant][-1]:.2f}",
                   flush=True)
-    base = dict(workload=name, steps_per_client=-(-wl.samples_per_client // wl.batch), cohort=cohort, threads=threads, repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
+    base = dict(workload=name, steps_per_client=-(-wl.samples_per_client // wl.batch), cohort=cohort, threads=threads,
+                repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
                 params=params, clients=wl.clients, samples_per_client=wl.samples_per_client, batch=wl.batch, **meta)
     med = {v: statistics.median([t for r in runs[v] for t in r.wall[1:]]) for v in variants}
     low = {v: min(t for r in runs[v] for t in r.wall[1:]) for v in variants}
@@ -239,7 +242,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
                 if ok else "—")
         plain = cell.get("plain")
         plain_s = f"{float(plain['s_per_round_median']):.3f}" if plain and plain.get("status") == "ok" else "—"
-        label = f"{_LABELS.get(name, name)}, {f'{steps} steps, ' if steps else ''}C = {cohort}, {threads} thread{'s' if threads != 1 else ''}"
+        label = (f"{_LABELS.get(name, name)}, {f'{steps} steps, ' if steps else ''}C = {cohort}, "
+                 f"{threads} thread{'s' if threads != 1 else ''}")
         lines.append(f"| {label} | {plain_s} | {ratio(cell, 'pfl')} | {ratio(cell, 'sequential')} | "
                      f"{ratio(cell, 'vectorized')} | {load} |")
     return "\n".join(lines)
