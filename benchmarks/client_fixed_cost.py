@@ -6,18 +6,21 @@
 For each workload (``mlp``: the 784-256-10 MLP; ``cnn``: FedAwareCNN "fedavg", as in ``pfl_compare.py``) and each
 number of local steps a client (``--steps``: samples a client = steps × B, B = 20, one local epoch), a FedAvg fit of
 N = 100 clients, cohort C (``--cohort``, default 10) runs with ``overhead.run_lightning``'s trainer and the
-sequential executor. Rounds after the first (warm-up) are measured twice:
+sequential executor. Rounds after the first (warm-up) are measured twice, in the thread's CPU time by default
+(``--clock thread``; ``--clock wall`` for wall-clock time):
 
-* **timer** (not profiled): each round's ``run_round`` wall time and the wall time of every
-  ``ClientRunner.local_step`` call in it; the fixed cost per client is (run_round − Σ local_step) / clients
-  (what remains: the client's start, its batch plan and batch slicing, seeding, its end, ``on_client_end``), and
-  the rest of the round (``timer_ms_round_rest``: the round's wall time outside ``run_round``: sampling, the server
+* **timer** (not profiled): each round's ``run_round`` time and the time of every
+  ``ClientRunner.local_step`` call and of every batch fetch (slicing a batch: a cost per step, which the plain loop
+  pays too) in it; the fixed cost per client is (run_round − Σ local_step − Σ batch fetch) / clients (what remains:
+  the client's start, its batch plan, seeding, its end, ``on_client_end``), and
+  the rest of the round (``timer_ms_round_rest``: the round's time outside ``run_round``: sampling, the server
   update, the update checks, the round's logging; per round, not per client);
-* **cProfile** (a second fit, profiled from round 1 on): the same split from cumulative times, and the per-client
+* **cProfile** (a second fit, profiled from round 1 on): the same split from cumulative times (``TensorBatches.__iter__``
+  for the batch fetches), and the per-client
   cost of each part (``start_client``, ``finish_client``, ``client_dataloader``, ``client_end``, ...) with call
   counts. cProfile inflates Python-heavy code several times; its figures compare versions, not absolute costs.
 
-Prints one table per workload and, with ``--top N``, the N functions with the largest own time under
+Prints one line per (workload, steps) and, with ``--top N``, the N functions with the largest own time under
 ``run_round`` outside ``local_step`` (callees of the per-client parts). ``--out`` writes the rows as CSV.
 """
 
@@ -49,6 +52,10 @@ from lightning_fed.client.runner import ClientRunner  # noqa: E402
 from lightning_fed.client.sequential import SequentialExecutor  # noqa: E402
 
 WORKLOADS = ("mlp", "cnn")
+#: ``--clock``: the thread's CPU time (default: not counting the time the thread waits for a core, so a loaded
+#: machine changes the figures far less), or wall-clock time.
+CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
+_clock = CLOCKS["thread"]
 #: (label, file suffix, function) of the per-client parts reported from the profile.
 PARTS = (
     ("start_client", "lightning_fed/client/runner.py", "start_client"),
@@ -63,20 +70,54 @@ PARTS = (
     ("client_end", "lightning_fed/client/runner.py", "client_end"),
 )
 COLUMNS = ("workload", "steps", "cohort", "clients_measured", "timer_ms_per_client", "timer_ms_per_step",
-           "timer_ms_round_rest",
+           "timer_ms_per_batch_fetch", "timer_ms_round_rest",
            "profile_ms_per_client", *(p[0].strip() for p in PARTS), "loadavg_1m")
 
 
-class _TimedRunner:
-    """Wraps a :class:`ClientRunner`'s ``local_step`` with a wall-clock timer (everything else delegates)."""
+class _TimedBatches:
+    """A client's batches, the time of each fetch (``next``) added to ``sink``."""
 
-    def __init__(self, runner: ClientRunner, sink: list[float]) -> None:
+    def __init__(self, batches: Any, sink: list[float]) -> None:
+        self._batches, self._sink = batches, sink
+
+    def __iter__(self):
+        it = iter(self._batches)
+        while True:
+            start = _clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            finally:
+                self._sink.append(_clock() - start)
+            yield batch
+
+
+class _TimedDataModule:
+    """The data module, its ``client_dataloader``'s batch fetches timed (everything else delegates)."""
+
+    def __init__(self, datamodule: Any, sink: list[float]) -> None:
+        self._datamodule, self._sink = datamodule, sink
+
+    def client_dataloader(self, cid: int, round_idx: int) -> Any:
+        return _TimedBatches(self._datamodule.client_dataloader(cid, round_idx), self._sink)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._datamodule, name)
+
+
+class _TimedRunner:
+    """Wraps a :class:`ClientRunner`'s ``local_step`` with a timer, and its data module's batch fetches
+    (everything else delegates)."""
+
+    def __init__(self, runner: ClientRunner, sink: list[float], fetches: list[float]) -> None:
         self._runner, self._sink = runner, sink
+        self.datamodule = _TimedDataModule(runner.datamodule, fetches)
 
     def local_step(self, batch: Any, batch_idx: int) -> Any:
-        start = time.perf_counter()
+        start = _clock()
         out = self._runner.local_step(batch, batch_idx)
-        self._sink.append(time.perf_counter() - start)
+        self._sink.append(_clock() - start)
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -84,11 +125,12 @@ class _TimedRunner:
 
 
 class MeasuredExecutor(SequentialExecutor):
-    """The sequential executor, measured from round 1 on: wall times (``profiler=None``) or a cProfile."""
+    """The sequential executor, measured from round 1 on: times (``profiler=None``) or a cProfile."""
 
     def __init__(self, profiler: Optional[cProfile.Profile] = None) -> None:
         self.profiler = profiler
-        self.rounds: list[tuple[float, float, int]] = []  # (run_round s, Σ local_step s, clients)
+        self.rounds: list[tuple[float, float, int, int, float]] = []  # run_round s, Σ local_step s, clients, steps,
+        # Σ batch fetch s
 
     def run_round(self, runner, cohort, round_idx):
         if round_idx == 0:
@@ -100,9 +142,10 @@ class MeasuredExecutor(SequentialExecutor):
             finally:
                 self.profiler.disable()
         steps: list[float] = []
-        start = time.perf_counter()
-        result = super().run_round(_TimedRunner(runner, steps), cohort, round_idx)
-        self.rounds.append((time.perf_counter() - start, sum(steps), len(cohort), len(steps)))
+        fetches: list[float] = []
+        start = _clock()
+        result = super().run_round(_TimedRunner(runner, steps, fetches), cohort, round_idx)
+        self.rounds.append((_clock() - start, sum(steps), len(cohort), len(steps), sum(fetches)))
         return result
 
 
@@ -121,20 +164,24 @@ def measure(wl: argparse.Namespace, top: int) -> dict:
     device = torch.device("cpu")
     timed = MeasuredExecutor()
     result = overhead.run_lightning(wl, dm, init_state, device, timed)
-    rest = [wall - r for wall, (r, _, _, _) in zip(result.wall[1:], timed.rounds)]
-    walls = [(r - s) / c for r, s, c, _ in timed.rounds]
-    per_step = [s / n for _, s, _, n in timed.rounds]
-    profiler = cProfile.Profile()
+    rounds = result.wall if _clock is time.perf_counter else result.cpu  # (the process's CPU time: one thread)
+    rest = [t - r[0] for t, r in zip(rounds[1:], timed.rounds)]
+    walls = [(r - s - f) / c for r, s, c, _, f in timed.rounds]
+    per_step = [s / n for _, s, _, n, _ in timed.rounds]
+    fetch = [f / n for _, _, _, n, f in timed.rounds]
+    profiler = cProfile.Profile(_clock)
     overhead.run_lightning(wl, dm, init_state, device, MeasuredExecutor(profiler))
     stats = pstats.Stats(profiler)
     clients = _cum(stats, "lightning_fed/client/sequential.py", "train_client")[1]
     run_round = _cum(stats, "lightning_fed/client/sequential.py", "run_round")[0]
     local = _cum(stats, "lightning_fed/client/runner.py", "local_step")[0]
+    slicing = _cum(stats, "lightning_fed/datamodules/federated.py", "__iter__")[0]
     row = dict(workload=wl.model_label, steps=wl.steps, cohort=wl.cohort, clients_measured=clients,
                timer_ms_per_client=f"{1e3 * statistics.median(walls):.3f}",
                timer_ms_per_step=f"{1e3 * statistics.median(per_step):.3f}",
+               timer_ms_per_batch_fetch=f"{1e3 * statistics.median(fetch):.3f}",
                timer_ms_round_rest=f"{1e3 * statistics.median(rest):.3f}",
-               profile_ms_per_client=f"{1e3 * (run_round - local) / clients:.3f}",
+               profile_ms_per_client=f"{1e3 * (run_round - local - slicing) / clients:.3f}",
                loadavg_1m=f"{os.getloadavg()[0]:.2f}")
     for label, suffix, name in PARTS:
         if name is None:
@@ -160,6 +207,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=100, help="N (default 100)")
     p.add_argument("--batch", type=int, default=20, help="B (default 20)")
     p.add_argument("--rounds", type=int, default=6, help="rounds a fit, the first is warm-up (default 6)")
+    p.add_argument("--clock", default="thread", choices=tuple(CLOCKS), help="thread: the thread's CPU time "
+                   "(default; far less sensitive to a loaded machine), wall: wall-clock time (both timer and profile)")
     p.add_argument("--top", type=int, default=0, help="print the N functions with the most own time (default 0)")
     p.add_argument("--out", default=None, help="CSV path (default: none)")
     args = p.parse_args(argv)
@@ -178,7 +227,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
+    global _clock
     args = parse_args(argv)
+    _clock = CLOCKS[args.clock]
     torch.set_num_threads(1)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
