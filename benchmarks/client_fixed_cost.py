@@ -15,7 +15,12 @@ sequential executor. Rounds after the first (warm-up) are measured twice, in the
   the client's start, its batch plan, seeding, its end, ``on_client_end``), and
   the rest of the round (``timer_ms_round_rest``: the round's time outside ``run_round``: sampling, the server
   update, the update checks, the round's logging; per round, not per client);
-* **cProfile** (a second fit, profiled from round 1 on): the same split from cumulative times (``TensorBatches.__iter__``
+* **against the plain loop** (``overhead.run_plain``, the same clients, batches and seeds; its weights must equal the
+  executor's bit for bit): the median time a round of each (process CPU time with ``--clock thread``), and
+  ``excess_ms_per_client`` = (sequential − plain) / C (a fit of its own, without the timers), which over S = 1, 2, 5, 30 local steps is a + b·S: a the
+  executor's fixed cost a client above the plain loop's, b its cost a local step above a plain step (the round's
+  own extra work, sampling aside, counts in a as 1/C of it);
+* **cProfile** (a third fit, profiled from round 1 on): the same split from cumulative times (``TensorBatches.__iter__``
   for the batch fetches), and the per-client
   cost of each part (``start_client``, ``finish_client``, ``client_dataloader``, ``client_end``, ...) with call
   counts. cProfile inflates Python-heavy code several times; its figures compare versions, not absolute costs.
@@ -69,7 +74,8 @@ PARTS = (
     ("  build_update", "lightning_fed/client/runner.py", "build_update"),
     ("client_end", "lightning_fed/client/runner.py", "client_end"),
 )
-COLUMNS = ("workload", "steps", "cohort", "clients_measured", "timer_ms_per_client", "timer_ms_per_step",
+COLUMNS = ("workload", "steps", "cohort", "clients_measured", "plain_ms_per_round", "sequential_ms_per_round",
+           "excess_ms_per_client", "timer_ms_per_client", "timer_ms_per_step",
            "timer_ms_per_batch_fetch", "timer_ms_round_rest",
            "profile_ms_per_client", *(p[0].strip() for p in PARTS), "loadavg_1m")
 
@@ -162,10 +168,18 @@ def measure(wl: argparse.Namespace, top: int) -> dict:
     dm = overhead.make_datamodule(wl, overhead.make_dataset(wl))
     init_state = {k: v.clone() for k, v in overhead.make_model(wl).state_dict().items()}
     device = torch.device("cpu")
+    plain = overhead.run_plain(wl, dm, init_state, device)
+    untimed = overhead.run_lightning(wl, dm, init_state, device)
+    if not torch.equal(plain.weights[-1], untimed.weights[-1]):
+        raise RuntimeError("the sequential executor's weights differ from the plain loop's")
+    wall = _clock is time.perf_counter
+    rounds = untimed.wall if wall else untimed.cpu  # (the process's CPU time: one thread)
+    plain_rounds = plain.wall if wall else plain.cpu
+    excess = statistics.median(rounds[1:]) - statistics.median(plain_rounds[1:])
     timed = MeasuredExecutor()
     result = overhead.run_lightning(wl, dm, init_state, device, timed)
-    rounds = result.wall if _clock is time.perf_counter else result.cpu  # (the process's CPU time: one thread)
-    rest = [t - r[0] for t, r in zip(rounds[1:], timed.rounds)]
+    timed_rounds = result.wall if wall else result.cpu
+    rest = [t - r[0] for t, r in zip(timed_rounds[1:], timed.rounds)]
     walls = [(r - s - f) / c for r, s, c, _, f in timed.rounds]
     per_step = [s / n for _, s, _, n, _ in timed.rounds]
     fetch = [f / n for _, _, _, n, f in timed.rounds]
@@ -177,6 +191,9 @@ def measure(wl: argparse.Namespace, top: int) -> dict:
     local = _cum(stats, "lightning_fed/client/runner.py", "local_step")[0]
     slicing = _cum(stats, "lightning_fed/datamodules/federated.py", "__iter__")[0]
     row = dict(workload=wl.model_label, steps=wl.steps, cohort=wl.cohort, clients_measured=clients,
+               plain_ms_per_round=f"{1e3 * statistics.median(plain_rounds[1:]):.3f}",
+               sequential_ms_per_round=f"{1e3 * statistics.median(rounds[1:]):.3f}",
+               excess_ms_per_client=f"{1e3 * excess / wl.cohort:.3f}",
                timer_ms_per_client=f"{1e3 * statistics.median(walls):.3f}",
                timer_ms_per_step=f"{1e3 * statistics.median(per_step):.3f}",
                timer_ms_per_batch_fetch=f"{1e3 * statistics.median(fetch):.3f}",
