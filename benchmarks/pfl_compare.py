@@ -31,7 +31,9 @@ Variants are interleaved (order rotated every repeat); each run's first round is
 s/round over the remaining rounds of all repeats is reported, ÷ the plain loop's (and the minimum ÷ the plain loop's
 minimum, less sensitive to the load of a busy machine), with the framework time per local
 step ((t − t_plain) / steps), the max |w − w_plain| of the final weights (pfl averages in float32: rounding only),
-and the 1-minute load average (``os.getloadavg``) before and after every run. ``pfl`` is a row with status
+and the 1-minute load average (``os.getloadavg``) before and after every run; also the median process CPU time a
+round (``time.process_time``; one thread) and its ratio to the plain loop's, which a loaded machine moves far less
+than the wall time (time spent waiting for a core is not counted). ``pfl`` is a row with status
 ``skipped`` when ``import pfl`` fails (pfl is not a dependency of lightning_fed).
 
 Writes ``benchmarks/results/pfl_compare/<cpu or host>.csv`` (``-quick.csv`` with ``--quick``; ``--out``) and prints
@@ -72,7 +74,8 @@ COLUMNS = (
     "ratio_min_to_plain_min",
     "ms_per_local_step", "framework_ms_per_step", "max_abs_diff_vs_plain", "rounds_measured", "repeats",
     "local_steps_per_round", "params", "clients", "samples_per_client", "batch", "loadavg_1m_min", "loadavg_1m_max",
-    "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp",
+    "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp", "cpu_s_per_round_median",
+    "cpu_ratio_to_plain",
 )
 #: Workload sizes: ``gpu_suite``'s models (``mlp``: the 784-256-10 MLP; ``cnn``: FedAwareCNN "fedavg"), N clients,
 #: samples per client (CNN 200 → 10 local steps per client of B = 20; MLP 600 → 30), rounds per run incl. the
@@ -177,13 +180,15 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict, steps: Opti
             loads[variant] += [before, os.getloadavg()[0]]
             print(f"  {name:>4} S={wl.samples_per_client // wl.batch:<3} C={cohort:<3} threads={threads} {variant:>10} "
                   f"repeat {rep}: s/round "
-                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].wall) + f"  load {loads[variant][-1]:.2f}",
+                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].wall) + "  cpu s/round "
+                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].cpu) + f"  load {loads[variant][-1]:.2f}",
                   flush=True)
     base = dict(workload=name, steps_per_client=-(-wl.samples_per_client // wl.batch), cohort=cohort, threads=threads,
                 repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
                 params=params, clients=wl.clients, samples_per_client=wl.samples_per_client, batch=wl.batch, **meta)
     med = {v: statistics.median([t for r in runs[v] for t in r.wall[1:]]) for v in variants}
     low = {v: min(t for r in runs[v] for t in r.wall[1:]) for v in variants}
+    cpu = {v: statistics.median([t for r in runs[v] for t in r.cpu[1:]]) for v in variants}
     rows = []
     for variant in args.variants:
         row = {c: "" for c in COLUMNS}
@@ -201,7 +206,8 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict, steps: Opti
                    ratio_min_to_plain_min=f"{low[variant] / low['plain']:.4f}", ms_per_local_step=f"{1e3 * med[variant] / steps:.6g}",
                    framework_ms_per_step=f"{1e3 * (med[variant] - med['plain']) / steps:.4g}",
                    max_abs_diff_vs_plain=f"{float(diff):.3g}", rounds_measured=len(walls),
-                   loadavg_1m_min=f"{min(loads[variant]):.2f}", loadavg_1m_max=f"{max(loads[variant]):.2f}")
+                   loadavg_1m_min=f"{min(loads[variant]):.2f}", loadavg_1m_max=f"{max(loads[variant]):.2f}",
+                   cpu_s_per_round_median=f"{cpu[variant]:.6g}", cpu_ratio_to_plain=f"{cpu[variant] / cpu['plain']:.4f}")
         if variant == "sequential":
             row["note"] = f"local step path: {runs[variant][-1].step_path}"
         rows.append(row)
