@@ -106,7 +106,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="interleaved repeats per variant (default 2)")
     p.add_argument("--clients", type=int, default=None, help="N (default 100; --quick 6)")
     p.add_argument("--steps-per-client", default=None, help="comma-separated local steps a client takes a round "
-                   "(S × B samples a client, B = 20; default: the workload's own, CNN 10, MLP 30; --quick 2)")
+                   "(S × B samples a client; default: the workload's own, CNN 10, MLP 30; --quick 2)")
+    p.add_argument("--batch", type=int, default=None, help="B, the client batch size (default 20)")
     p.add_argument("--lr", type=float, default=0.05, help="client SGD learning rate (default 0.05)")
     p.add_argument("--out", default=None, help="CSV path (default benchmarks/results/pfl_compare/<cpu>.csv)")
     args = p.parse_args(argv)
@@ -121,6 +122,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--cohorts, --threads and --steps-per-client take comma-separated integers")
     if args.steps_per_client is not None and (not args.steps_per_client or min(args.steps_per_client) < 1):
         p.error("--steps-per-client must be >= 1")
+    if args.batch is not None and args.batch < 1:
+        p.error("--batch must be >= 1")
     args.workloads = gpu_suite.comma_choices(p, "--workloads", args.workloads, WORKLOADS)
     args.variants = gpu_suite.comma_choices(p, "--variants", args.variants, VARIANTS)
     if "plain" not in args.variants:
@@ -145,6 +148,9 @@ def workload(args: argparse.Namespace, name: str, cohort: int, steps: Optional[i
     client, i.e. ``steps`` × B samples a client; ``None``: the workload's own size)."""
     wl = gpu_suite.workload_args(name, quick=args.quick, lr=args.lr)
     sizes = dict((QUICK if args.quick else FULL)[name])
+    if args.batch is not None:  # the same local steps a client: samples a client scale with B
+        sizes["samples_per_client"] = sizes["samples_per_client"] // sizes["batch"] * args.batch
+        sizes["batch"] = args.batch
     if steps is not None:
         sizes["samples_per_client"] = steps * sizes["batch"]
     for key, value in {**sizes, "clients": args.clients, "cohort": cohort, "rounds": args.rounds,

@@ -27,6 +27,7 @@ def pfl_compare():
     (["--cohorts", "10,200"], "200 exceeds the 100 clients"),
     (["--steps-per-client", "5,x"], "comma-separated integers"),
     (["--steps-per-client", "0,5"], "--steps-per-client must be >= 1"),
+    (["--batch", "0"], "--batch must be >= 1"),
 ])
 def test_bad_arguments_are_refused_by_name(pfl_compare, argv, match, capsys):
     with pytest.raises(SystemExit):
@@ -50,6 +51,9 @@ def test_steps_per_client_sets_each_clients_samples(pfl_compare):
     assert args.steps_per_client == [5, 30] and pfl_compare.parse_args([]).steps_per_client is None
     assert [pfl_compare.workload(args, name, 10, 5).samples_per_client for name in ("cnn", "mlp")] == [100, 100]
     assert pfl_compare.workload(args, "cnn", 10).samples_per_client == 200  # the workload's own size
+    small = pfl_compare.parse_args(["--steps-per-client", "5", "--batch", "10"])  # issue #44's 50 samples, B = 10
+    assert [(w.samples_per_client, w.batch) for w in (pfl_compare.workload(small, "mlp", 10, 5),
+                                                      pfl_compare.workload(small, "mlp", 10))] == [(50, 10), (300, 10)]
 
 
 def _row(workload, cohort, threads, variant, ratio, status="ok", load=(3.0, 4.0), plain_s="1.5", low=""):
