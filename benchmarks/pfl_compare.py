@@ -25,7 +25,8 @@ on N clients of synthetic data (IID, ``benchmarks/overhead.py``'s ``make_dataset
 
 ``--steps-per-client S1,S2,...`` (issue #44) gives every client S × B samples, so that it takes S local steps a
 round (one local epoch); by default each workload keeps its own size (CNN 10 steps, MLP 30). Small S is the
-cross-device regime, where each client's fixed cost (its start and end) weighs against few steps.
+cross-device regime, where each client's fixed cost (its start and end) weighs against few steps. ``--batch B``
+changes B (default 20), keeping the local steps.
 
 Variants are interleaved (order rotated every repeat); each run's first round is warm-up and excluded; the median
 s/round over the remaining rounds of all repeats is reported, ÷ the plain loop's (and the minimum ÷ the plain loop's
