@@ -3,6 +3,8 @@
     bash benchmarks/setup_pfl_env.sh                      # once: benchmarks/.venv-pfl, pfl beside the project's torch
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py   # the table
     OMP_NUM_THREADS=1 benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py --quick    # a smoke test (~1 min)
+    OMP_NUM_THREADS=1 benchmarks/.venv-pfl/bin/python benchmarks/pfl_compare.py --steps-per-client 5,30 --threads 1 \
+        --variants plain,pfl,sequential                 # issue #44: small clients (5 local steps) against 30
 
 Same clients, same model, same client SGD steps for every variant. Per cell (workload, cohort C, torch threads),
 on N clients of synthetic data (IID, ``benchmarks/overhead.py``'s ``make_dataset`` / ``make_datamodule``):
@@ -21,11 +23,18 @@ on N clients of synthetic data (IID, ``benchmarks/overhead.py``'s ``make_dataset
 * ``sequential`` / ``vectorized``: ``FederatedTrainer`` with the default / ``VectorizedExecutor`` (``overhead.
   run_lightning``, as ``overhead.py`` and ``gpu_suite.py`` run them).
 
+``--steps-per-client S1,S2,...`` (issue #44) gives every client S × B samples, so that it takes S local steps a
+round (one local epoch); by default each workload keeps its own size (CNN 10 steps, MLP 30). Small S is the
+cross-device regime, where each client's fixed cost (its start and end) weighs against few steps. ``--batch B``
+changes B (default 20), keeping the local steps.
+
 Variants are interleaved (order rotated every repeat); each run's first round is warm-up and excluded; the median
 s/round over the remaining rounds of all repeats is reported, ÷ the plain loop's (and the minimum ÷ the plain loop's
 minimum, less sensitive to the load of a busy machine), with the framework time per local
 step ((t − t_plain) / steps), the max |w − w_plain| of the final weights (pfl averages in float32: rounding only),
-and the 1-minute load average (``os.getloadavg``) before and after every run. ``pfl`` is a row with status
+and the 1-minute load average (``os.getloadavg``) before and after every run; also the median process CPU time a
+round (``time.process_time``; one thread) and its ratio to the plain loop's, which a loaded machine moves far less
+than the wall time (time spent waiting for a core is not counted). ``pfl`` is a row with status
 ``skipped`` when ``import pfl`` fails (pfl is not a dependency of lightning_fed).
 
 Writes ``benchmarks/results/pfl_compare/<cpu or host>.csv`` (``-quick.csv`` with ``--quick``; ``--out``) and prints
@@ -61,11 +70,13 @@ from pfl_fedavg import pfl_version, run_pfl  # noqa: E402,F401  (pfl's FedAvg on
 WORKLOADS = ("cnn", "mlp")
 VARIANTS = ("plain", "pfl", "sequential", "vectorized")
 COLUMNS = (
-    "workload", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min", "ratio_to_plain",
+    "workload", "steps_per_client", "cohort", "threads", "variant", "status", "s_per_round_median", "s_per_round_min",
+    "ratio_to_plain",
     "ratio_min_to_plain_min",
     "ms_per_local_step", "framework_ms_per_step", "max_abs_diff_vs_plain", "rounds_measured", "repeats",
     "local_steps_per_round", "params", "clients", "samples_per_client", "batch", "loadavg_1m_min", "loadavg_1m_max",
-    "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp",
+    "cpu", "host", "omp_env", "torch_version", "pfl_version", "note", "timestamp", "cpu_s_per_round_median",
+    "cpu_ratio_to_plain",
 )
 #: Workload sizes: ``gpu_suite``'s models (``mlp``: the 784-256-10 MLP; ``cnn``: FedAwareCNN "fedavg"), N clients,
 #: samples per client (CNN 200 → 10 local steps per client of B = 20; MLP 600 → 30), rounds per run incl. the
@@ -95,6 +106,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds per run, the first is warm-up (default 3)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved repeats per variant (default 2)")
     p.add_argument("--clients", type=int, default=None, help="N (default 100; --quick 6)")
+    p.add_argument("--steps-per-client", default=None, help="comma-separated local steps a client takes a round "
+                   "(S × B samples a client; default: the workload's own, CNN 10, MLP 30; --quick 2)")
+    p.add_argument("--batch", type=int, default=None, help="B, the client batch size (default 20)")
     p.add_argument("--lr", type=float, default=0.05, help="client SGD learning rate (default 0.05)")
     p.add_argument("--out", default=None, help="CSV path (default benchmarks/results/pfl_compare/<cpu>.csv)")
     args = p.parse_args(argv)
@@ -104,8 +118,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             setattr(args, name, defaults[name])
     try:
         args.cohorts, args.threads = _ints(args.cohorts), _ints(args.threads)
+        args.steps_per_client = None if args.steps_per_client is None else _ints(args.steps_per_client)
     except ValueError:
-        p.error("--cohorts and --threads take comma-separated integers")
+        p.error("--cohorts, --threads and --steps-per-client take comma-separated integers")
+    if args.steps_per_client is not None and (not args.steps_per_client or min(args.steps_per_client) < 1):
+        p.error("--steps-per-client must be >= 1")
+    if args.batch is not None and args.batch < 1:
+        p.error("--batch must be >= 1")
     args.workloads = gpu_suite.comma_choices(p, "--workloads", args.workloads, WORKLOADS)
     args.variants = gpu_suite.comma_choices(p, "--variants", args.variants, VARIANTS)
     if "plain" not in args.variants:
@@ -125,10 +144,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def workload(args: argparse.Namespace, name: str, cohort: int) -> argparse.Namespace:
-    """``overhead.py``'s namespace for one cell: gpu_suite's model, this script's sizes."""
+def workload(args: argparse.Namespace, name: str, cohort: int, steps: Optional[int] = None) -> argparse.Namespace:
+    """``overhead.py``'s namespace for one cell: gpu_suite's model, this script's sizes (``steps``: local steps a
+    client, i.e. ``steps`` × B samples a client; ``None``: the workload's own size)."""
     wl = gpu_suite.workload_args(name, quick=args.quick, lr=args.lr)
-    sizes = (QUICK if args.quick else FULL)[name]
+    sizes = dict((QUICK if args.quick else FULL)[name])
+    if args.batch is not None:  # the same local steps a client: samples a client scale with B
+        sizes["samples_per_client"] = sizes["samples_per_client"] // sizes["batch"] * args.batch
+        sizes["batch"] = args.batch
+    if steps is not None:
+        sizes["samples_per_client"] = steps * sizes["batch"]
     for key, value in {**sizes, "clients": args.clients, "cohort": cohort, "rounds": args.rounds,
                        "repeats": args.repeats}.items():
         setattr(wl, key, value)
@@ -142,9 +167,9 @@ def _run(variant: str, wl, dm, init_state, device) -> overhead.RunResult:
     return gpu_suite._run(variant, wl, dm, init_state, device)
 
 
-def run_cell(args, name: str, cohort: int, threads: int, meta: dict) -> list[dict]:
-    """Every variant of one (workload, cohort, threads) cell, interleaved; one CSV row each."""
-    wl = workload(args, name, cohort)
+def run_cell(args, name: str, cohort: int, threads: int, meta: dict, steps: Optional[int] = None) -> list[dict]:
+    """Every variant of one (workload, local steps a client, cohort, threads) cell, interleaved; one CSV row each."""
+    wl = workload(args, name, cohort, steps)
     dm = overhead.make_datamodule(wl, overhead.make_dataset(wl))
     model = overhead.make_model(wl)
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -160,13 +185,17 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict) -> list[dic
             before = os.getloadavg()[0]
             runs[variant].append(_run(variant, wl, dm, init_state, device))
             loads[variant] += [before, os.getloadavg()[0]]
-            print(f"  {name:>4} C={cohort:<3} threads={threads} {variant:>10} repeat {rep}: s/round "
-                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].wall) + f"  load {loads[variant][-1]:.2f}",
+            print(f"  {name:>4} S={wl.samples_per_client // wl.batch:<3} C={cohort:<3} threads={threads} {variant:>10} "
+                  f"repeat {rep}: s/round "
+                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].wall) + "  cpu s/round "
+                  + " ".join(f"{t:.3f}" for t in runs[variant][-1].cpu) + f"  load {loads[variant][-1]:.2f}",
                   flush=True)
-    base = dict(workload=name, cohort=cohort, threads=threads, repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
+    base = dict(workload=name, steps_per_client=-(-wl.samples_per_client // wl.batch), cohort=cohort, threads=threads,
+                repeats=wl.repeats, local_steps_per_round=f"{steps:g}",
                 params=params, clients=wl.clients, samples_per_client=wl.samples_per_client, batch=wl.batch, **meta)
     med = {v: statistics.median([t for r in runs[v] for t in r.wall[1:]]) for v in variants}
     low = {v: min(t for r in runs[v] for t in r.wall[1:]) for v in variants}
+    cpu = {v: statistics.median([t for r in runs[v] for t in r.cpu[1:]]) for v in variants}
     rows = []
     for variant in args.variants:
         row = {c: "" for c in COLUMNS}
@@ -184,7 +213,8 @@ def run_cell(args, name: str, cohort: int, threads: int, meta: dict) -> list[dic
                    ratio_min_to_plain_min=f"{low[variant] / low['plain']:.4f}", ms_per_local_step=f"{1e3 * med[variant] / steps:.6g}",
                    framework_ms_per_step=f"{1e3 * (med[variant] - med['plain']) / steps:.4g}",
                    max_abs_diff_vs_plain=f"{float(diff):.3g}", rounds_measured=len(walls),
-                   loadavg_1m_min=f"{min(loads[variant]):.2f}", loadavg_1m_max=f"{max(loads[variant]):.2f}")
+                   loadavg_1m_min=f"{min(loads[variant]):.2f}", loadavg_1m_max=f"{max(loads[variant]):.2f}",
+                   cpu_s_per_round_median=f"{cpu[variant]:.6g}", cpu_ratio_to_plain=f"{cpu[variant] / cpu['plain']:.4f}")
         if variant == "sequential":
             row["note"] = f"local step path: {runs[variant][-1].step_path}"
         rows.append(row)
@@ -196,13 +226,16 @@ _LABELS = {"cnn": "CNN", "mlp": "MLP 784-256-10"}
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
-    """Issue #33's table from the CSV rows: one line per (workload, cohort, threads), s/round ÷ plain loop of pfl,
+    """Issue #33's table from the CSV rows: one line per (workload, local steps a client where the rows give them,
+    cohort, threads), s/round ÷ plain loop of pfl,
     sequential and vectorized — median ÷ median, and in parentheses minimum ÷ minimum where the rows have it (the
     less load-sensitive figure) — the plain loop's median s/round and the load range during the cell. Missing or
     skipped variants show as "—"."""
     cells: dict[tuple, dict[str, dict]] = {}
     for row in rows:
-        key = (str(row["workload"]), int(row["cohort"]), int(row["threads"]))
+        steps = row.get("steps_per_client")
+        key = (str(row["workload"]), int(steps) if steps not in (None, "") else 0, int(row["cohort"]),
+               int(row["threads"]))
         cells.setdefault(key, {})[str(row["variant"])] = row
     lines = ["| workload (cohort C, threads) | plain s/round | pfl | lightning_fed sequential | "
              "lightning_fed vectorized | load (1-min) |", "|---|---|---|---|---|---|"]
@@ -215,14 +248,15 @@ def markdown_table(rows: Sequence[dict]) -> str:
         return f"{float(row['ratio_to_plain']):.2f}" + (f" ({float(low):.2f})" if low not in (None, "") else "")
 
     order = {w: i for i, w in enumerate(WORKLOADS)}
-    for (name, cohort, threads) in sorted(cells, key=lambda k: (order.get(k[0], len(order)), k[0], k[1], k[2])):
-        cell = cells[(name, cohort, threads)]
+    for key in sorted(cells, key=lambda k: (order.get(k[0], len(order)), *k)):
+        (name, steps, cohort, threads), cell = key, cells[key]
         ok = [r for r in cell.values() if r.get("status") == "ok" and r.get("loadavg_1m_min") not in (None, "")]
         load = (f"{min(float(r['loadavg_1m_min']) for r in ok):.2f}–{max(float(r['loadavg_1m_max']) for r in ok):.2f}"
                 if ok else "—")
         plain = cell.get("plain")
         plain_s = f"{float(plain['s_per_round_median']):.3f}" if plain and plain.get("status") == "ok" else "—"
-        label = f"{_LABELS.get(name, name)}, C = {cohort}, {threads} thread{'s' if threads != 1 else ''}"
+        label = (f"{_LABELS.get(name, name)}, {f'{steps} steps, ' if steps else ''}C = {cohort}, "
+                 f"{threads} thread{'s' if threads != 1 else ''}")
         lines.append(f"| {label} | {plain_s} | {ratio(cell, 'pfl')} | {ratio(cell, 'sequential')} | "
                      f"{ratio(cell, 'vectorized')} | {load} |")
     return "\n".join(lines)
@@ -275,8 +309,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 for name in args.workloads:
-                    for cohort in args.cohorts:
-                        rows += run_cell(args, name, cohort, threads, meta)
+                    for steps in args.steps_per_client or [None]:
+                        for cohort in args.cohorts:
+                            rows += run_cell(args, name, cohort, threads, meta, steps)
     finally:
         logger.setLevel(level)
         torch.set_num_threads(threads0)

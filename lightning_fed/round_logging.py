@@ -20,7 +20,7 @@ no client reported a value logs NaN. Values logged with other reductions (``redu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import torch
 import torch.distributed as dist
@@ -83,7 +83,7 @@ class RoundLogAccumulator:
     def __init__(self) -> None:
         self._pending: dict[int, dict[str, float]] = {}
         self._start: dict[str, tuple[Tensor, Tensor]] = {}
-        self._step_sum: dict[str, Tensor] = {}
+        self._step_sum: dict[str, Union[Tensor, float]] = {}  # float64 sums: tensors, or Python floats
         self._step_count: dict[str, int] = {}
 
     def start_round(self) -> None:
@@ -130,10 +130,10 @@ class RoundLogAccumulator:
             for value in values:
                 self.add_step_value(key, torch.tensor(value, dtype=torch.float64) if type(value) is float else value)
             return
-        total = None if key not in self._step_sum else self._step_sum[key].item()
+        total = None if key not in self._step_sum else float(self._step_sum[key])
         for value in floats:
             total = value if total is None else total + value
-        self._step_sum[key] = torch.tensor(total, dtype=torch.float64)
+        self._step_sum[key] = total  # kept as a Python float (IEEE float64: what a float64 tensor would hold)
         self._step_count[key] = self._step_count.get(key, 0) + len(values)
 
     def finish_client(self, client_id: int, results: Any) -> None:

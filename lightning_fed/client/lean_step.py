@@ -428,10 +428,11 @@ class LeanLocalStep:
             pl_private.clear_logged_batch(results)
         return output
 
-    def start_client(self) -> None:
+    def start_client(self, results: Any = None) -> None:
         """A new client: no step value of an earlier (possibly failed) client is pending; the optimizer and result
-        collection are the trainer's current ones (a callback may replace the optimizer before the client starts)."""
-        self._collection = pl_private.results(self._trainer)
+        collection (``results``: the trainer's current one, as the runner has just read it; default: read here) are
+        the trainer's current ones (a callback may replace the optimizer before the client starts)."""
+        self._collection = pl_private.results(self._trainer) if results is None else results
         self._trackers = pl_private.lean_step_trackers(self._epoch_loop)
         self._optimizer = self._trainer.optimizers[0]
         self._closure_first = _closure_first(self._optimizer)

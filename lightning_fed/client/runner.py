@@ -304,6 +304,7 @@ class ClientRunner:
         self._pass_batch_idx: Optional[bool] = None  # does training_step take batch_idx (inspected once)
         self._lean: Optional[LeanLocalStep] = None
         self._lean_blocker: Optional[str] = None
+        self._client_context: Optional[ClientContext] = None  # the current client's, made once in start_client
         #: The run's client halves (:class:`~lightning_fed.client.algorithm.ClientHalves`): set up in :meth:`setup`,
         #: called by :meth:`start_client`, at every local step (:class:`ClientAlgorithmSteps`) and by
         #: :meth:`finish_client`.
@@ -468,18 +469,20 @@ class ClientRunner:
     # ------------------------------------------------------------------ one client
     def start_client(self, client_id: int) -> None:
         """Load x_t into the module in place, give the client fresh optimizer(s), run ``on_client_start`` and the
-        server optimizer's ``configure_client`` (with the :class:`ClientContext` as ``context``)."""
+        server optimizer's ``configure_client`` (with the :class:`ClientContext` as ``context``; the same object
+        is passed at the client's end, to ``collect_client_extras`` and the client halves' ``finish``)."""
         self.reset_to_global()
         trainer = self.trainer
         self.call_client_hook("on_client_start", client_id, self.round_idx)
-        context = self.context(client_id)
-        self.server_optimizer.configure_client(trainer, trainer.lightning_module, client_id, self.round_idx,
-                                               context=context)
-        self.client_halves.start(trainer.lightning_module, context)
+        module = trainer.lightning_module
+        context = self._client_context = self.context(client_id)
+        self.server_optimizer.configure_client(trainer, module, client_id, self.round_idx, context=context)
+        self.client_halves.start(module, context)
         self._frozen_marks = self.frozen_marks()
-        self.round_log.start_client(pl_private.results(trainer))
+        results = pl_private.results(trainer)
+        self.round_log.start_client(results)
         if self._lean is not None:
-            self._lean.start_client()
+            self._lean.start_client(results)
 
     def local_step(self, batch: Any, batch_idx: int) -> Any:
         """One local mini-batch through Lightning's optimization loop (hooks, precision, clipping, logging); returns
@@ -541,7 +544,9 @@ class ClientRunner:
             self._lean.finish_client()
         self.round_log.finish_client(client_id, pl_private.results(trainer))
         self.check_frozen(self._frozen_marks, f"client {client_id}")
-        context = self.context(client_id)
+        context, self._client_context = self._client_context, None
+        if context is None or context.client_id != int(client_id) or context.round_idx != self.round_idx:
+            context = self.context(client_id)  # (a client finished without start_client)
         extras = self.client_halves.finish(module, context)
         extras.update(self.server_optimizer.collect_client_extras(trainer, module, client_id, self.round_idx,
                                                                   context=context))

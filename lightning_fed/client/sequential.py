@@ -8,12 +8,14 @@ from __future__ import annotations
 import abc
 import contextlib
 import math
+from array import array
 from typing import Any, Optional
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from lightning_fed.client import lean_step
 from lightning_fed.client.distributed import assign_clients, gather_updates
 from lightning_fed.client.runner import ClientRunner
 from lightning_fed.client.update import ClientUpdate
@@ -51,16 +53,57 @@ def seed_client(seed: int, device: torch.device) -> None:
         torch.manual_seed(seed)
 
 
+_FLOAT_32_64 = (torch.float32, torch.float64)
+#: Up to this many scalar CPU losses are read with ``item()`` and added as Python floats (a client's handful of local
+#: steps: cheaper than a ``stack`` and a NumPy accumulate); longer lists take the ``stack`` path. Like the lean step's
+#: logged values, only while :data:`~lightning_fed.client.lean_step.HOST_SCALARS_ON_CPU` (``False``: the tensor path
+#: every other device takes, one host copy per client).
+_HOST_SUM_MAX = 16
+_FLOAT32_MIN_NORMAL = 2.0 ** -126
+
+
+def _host_running_sum(losses: list[torch.Tensor], dtype: torch.dtype) -> Optional[float]:
+    """The running sum ``l_1 + l_2 + ... + l_n`` of scalar CPU tensors of ``dtype`` (float32 or float64), rounded
+    after each addition as the tensor additions would round, computed on Python floats; ``None`` when a loss is not
+    such a tensor (another dtype, device or shape) or, for float32, is a nonzero value below float32's smallest
+    normal number (subnormals: left to the tensor path, which follows the CPU's flush-to-zero mode).
+
+    Python floats are IEEE float64: for float64 each ``+`` is the float64 tensor addition. For float32 each sum of
+    two float32 values is computed in float64 and rounded to float32 (``array("f")``); float64's 53-bit significand
+    (≥ 2·24 + 2 bits) makes that double rounding equal to float32's own correctly rounded addition."""
+    values = []
+    for loss in losses:
+        if loss.dtype is not dtype or not loss.is_cpu or loss.ndim:
+            return None
+        values.append(loss.item())
+    if dtype is torch.float64:
+        total = values[0]
+        for value in values[1:]:
+            total += value
+        return total
+    for value in values:
+        if value != 0.0 and -_FLOAT32_MIN_NORMAL < value < _FLOAT32_MIN_NORMAL:
+            return None
+    total = values[0]
+    for value in values[1:]:
+        total = array("f", (total + value,))[0]
+        if total != 0.0 and -_FLOAT32_MIN_NORMAL < total < _FLOAT32_MIN_NORMAL:
+            return None
+    return total
+
+
 def mean_step_loss(losses: list[torch.Tensor]) -> float:
     """``float(l_1 + l_2 + ... + l_n) / n``: a client's mean local loss over the steps that returned one, the sum
     taken left to right as tensor additions (so it rounds as a running ``loss_sum + loss`` in the losses' dtype
     would); ``nan`` for no losses.
 
-    For scalar float32 or float64 losses on one device the same additions run in one ``numpy.add.accumulate`` after
-    one ``stack`` and one copy to the host (documented as that running loop in the array's dtype: the same IEEE
-    operations in the same order, so the result is identical), without a tensor operation per step (on an
-    accelerator: one copy instead of a kernel launch per step, and the one host sync the ``float`` needed anyway);
-    anything else (other dtypes or shapes, mixed dtypes or devices) is added as tensors.
+    Up to 16 scalar float32 or float64 losses on the CPU (a client of a handful of local steps) are read with
+    ``item()`` and added as Python floats, each sum rounded to the losses' dtype (:func:`_host_running_sum`: the
+    same IEEE additions, so the result is identical). For more, or on another device, the same additions run in one
+    ``numpy.add.accumulate`` after one ``stack`` and one copy to the host (documented as that running loop in the
+    array's dtype: the same IEEE operations in the same order, so the result is identical), without a tensor
+    operation per step (on an accelerator: one copy instead of a kernel launch per step, and the one host sync the
+    ``float`` needed anyway); anything else (other dtypes or shapes, mixed dtypes or devices) is added as tensors.
 
     Args:
         losses: The detached losses of the client's local steps, in step order.
@@ -75,7 +118,12 @@ def mean_step_loss(losses: list[torch.Tensor]) -> float:
     if not losses:
         return math.nan
     first = losses[0]
-    if len(losses) > 1 and first.dtype in (torch.float32, torch.float64):
+    if (1 < len(losses) <= _HOST_SUM_MAX and first.is_cpu and first.dtype in _FLOAT_32_64
+            and lean_step.HOST_SCALARS_ON_CPU):
+        total = _host_running_sum(losses, first.dtype)
+        if total is not None:
+            return total / len(losses)
+    if len(losses) > 1 and first.dtype in _FLOAT_32_64:
         try:
             stacked = torch.stack(losses)
         except RuntimeError:  # different shapes or devices: added as tensors below

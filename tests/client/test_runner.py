@@ -83,6 +83,36 @@ def test_start_steps_finish_is_sgd_by_hand(tmp_path):
     assert context.client_lr == 0.1 and context.client_lrs == [0.1, 0.1]
 
 
+class _SeesContexts(FedAvg):
+    """FedAvg that keeps the contexts its client channel is given."""
+
+    def __init__(self):
+        super().__init__(lr=1.0)
+        self.seen = []
+
+    def configure_client(self, trainer, pl_module, client_id, round_idx, context=None):
+        self.seen.append(("start", client_id, context))
+
+    def collect_client_extras(self, trainer, pl_module, client_id, round_idx, context=None):
+        self.seen.append(("end", client_id, context))
+        return {}
+
+
+def test_a_clients_start_and_end_share_one_context(tmp_path):
+    """Issue #44: the runner makes a client's ClientContext once, at its start, and passes that object at its end too
+    (one construction per client instead of two; the same values as before)."""
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(4, seed=0),
+                             clients_per_round=2, batch_size=5)
+    server = _SeesContexts()
+    FederatedTrainer(max_epochs=2, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(lr=0.1),
+                                                                                           datamodule=dm)
+    assert [s[0] for s in server.seen] == ["start", "end"] * 4
+    for (_, cid0, start), (_, cid1, end) in zip(server.seen[::2], server.seen[1::2]):
+        assert cid0 == cid1 == start.client_id and end is start and start.client_lrs == [0.1, 0.1]
+    assert [s[2].round_idx for s in server.seen[::2]] == [0, 0, 1, 1]
+
+
 def test_failure_policy_is_applied_by_the_runner():
     class FakeTrainer:
         current_epoch = 3

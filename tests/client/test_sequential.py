@@ -57,6 +57,39 @@ def test_mean_step_loss_equals_a_running_tensor_sum_bit_for_bit():
     assert mean_step_loss([w * 1, w * 3]) == 4.0
 
 
+def test_a_handful_of_cpu_losses_added_as_python_floats_equals_the_running_tensor_sum():
+    """Issue #44: up to 16 scalar CPU losses are added as Python floats, each float32 sum rounded to float32: the
+    running tensor sum bit for bit, also at float32's overflow, with infinities and NaN; float32 subnormals (whose
+    handling depends on the CPU's flush-to-zero mode) and other tensors are left to the tensor paths."""
+    import math
+
+    import torch
+
+    from lightning_fed.client.sequential import _host_running_sum, mean_step_loss
+
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.float64):
+        for n in range(2, 17):
+            for _ in range(40):
+                scales = 10.0 ** torch.randint(-30, 30, (n,), generator=g).to(dtype)
+                signs = torch.randint(0, 2, (n,), generator=g).to(dtype) * 2 - 1
+                losses = list((torch.rand(n, generator=g, dtype=dtype) * scales * signs).unbind())
+                assert _host_running_sum(losses, dtype) / n == mean_step_loss(losses) == _running_sum(losses)
+    big = torch.finfo(torch.float32).max
+    inf, nan = float("inf"), float("nan")
+    for values in ([big, big], [big, -big, big], [inf, 1.0], [inf, -inf], [nan, 1.0], [3.0, -3.0],
+                   [1.0, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24]):
+        losses = [torch.tensor(v, dtype=torch.float32) for v in values]
+        got, want = mean_step_loss(losses), _running_sum(losses)
+        assert got == want or (math.isnan(got) and math.isnan(want)), values
+    tiny = [torch.tensor(2.0 ** -130), torch.tensor(1.0)]  # a float32 subnormal
+    assert _host_running_sum(tiny, torch.float32) is None and mean_step_loss(tiny) == _running_sum(tiny)
+    cancel = [torch.tensor(2.0 ** -125), torch.tensor(-1.5 * 2.0 ** -126)]  # normal values, a subnormal sum
+    assert _host_running_sum(cancel, torch.float32) is None and mean_step_loss(cancel) == _running_sum(cancel)
+    assert _host_running_sum([torch.tensor(1.0), torch.tensor([2.0])], torch.float32) is None
+    assert _host_running_sum([torch.tensor(1.0), torch.tensor(2.0, dtype=torch.float64)], torch.float32) is None
+
+
 def test_mean_step_loss_falls_back_to_tensor_additions_for_other_losses():
     """Mixed dtypes (float32 then float64 promotes mid-way), bfloat16, shape [1] and mixed shapes: the running tensor
     sum itself."""

@@ -25,6 +25,9 @@ def pfl_compare():
     (["--rounds", "1"], "--rounds must be >= 2"),
     (["--repeats", "0"], "--repeats must be >= 1"),
     (["--cohorts", "10,200"], "200 exceeds the 100 clients"),
+    (["--steps-per-client", "5,x"], "comma-separated integers"),
+    (["--steps-per-client", "0,5"], "--steps-per-client must be >= 1"),
+    (["--batch", "0"], "--batch must be >= 1"),
 ])
 def test_bad_arguments_are_refused_by_name(pfl_compare, argv, match, capsys):
     with pytest.raises(SystemExit):
@@ -41,6 +44,16 @@ def test_defaults_and_the_plain_baseline_always_run(pfl_compare):
     wl = pfl_compare.workload(full, "mlp", 50)
     assert (wl.cnn_arch, wl.clients, wl.cohort, wl.samples_per_client, wl.batch, wl.rounds) == ("mlp256", 100, 50, 600,
                                                                                                 20, 3)
+
+
+def test_steps_per_client_sets_each_clients_samples(pfl_compare):
+    args = pfl_compare.parse_args(["--steps-per-client", "5,30"])
+    assert args.steps_per_client == [5, 30] and pfl_compare.parse_args([]).steps_per_client is None
+    assert [pfl_compare.workload(args, name, 10, 5).samples_per_client for name in ("cnn", "mlp")] == [100, 100]
+    assert pfl_compare.workload(args, "cnn", 10).samples_per_client == 200  # the workload's own size
+    small = pfl_compare.parse_args(["--steps-per-client", "5", "--batch", "10"])  # issue #44's 50 samples, B = 10
+    assert [(w.samples_per_client, w.batch) for w in (pfl_compare.workload(small, "mlp", 10, 5),
+                                                      pfl_compare.workload(small, "mlp", 10))] == [(50, 10), (300, 10)]
 
 
 def _row(workload, cohort, threads, variant, ratio, status="ok", load=(3.0, 4.0), plain_s="1.5", low=""):
@@ -62,6 +75,11 @@ def test_markdown_table_has_one_line_per_cell_in_the_issues_order(pfl_compare):
         "| CNN, C = 50, 2 threads | 1.500 | — | — | 0.50 | 2.50–4.00 |",
         "| MLP 784-256-10, C = 10, 1 thread | 0.250 | — | 1.23 | — | 3.00–4.00 |",
     ]
+    with_steps = [dict(r, steps_per_client=s) for s in (30, 5) for r in rows[:3]]
+    assert pfl_compare.markdown_table(with_steps).splitlines()[2:] == [
+        "| MLP 784-256-10, 5 steps, C = 10, 1 thread | 0.250 | — | 1.23 | — | 3.00–4.00 |",
+        "| MLP 784-256-10, 30 steps, C = 10, 1 thread | 0.250 | — | 1.23 | — | 3.00–4.00 |",
+    ]
 
 
 def test_a_tiny_run_writes_the_csv_with_pfl_skipped_or_equal_to_the_plain_loop(pfl_compare, tmp_path):
@@ -80,6 +98,15 @@ def test_a_tiny_run_writes_the_csv_with_pfl_skipped_or_equal_to_the_plain_loop(p
         assert rows["pfl"]["status"] == "skipped" and "setup_pfl_env.sh" in rows["pfl"]["note"]
     else:  # the same cohorts, batches and SGD: pfl's float32 averaging differs by rounding only
         assert rows["pfl"]["status"] == "ok" and float(rows["pfl"]["max_abs_diff_vs_plain"]) < 1e-6
+
+
+def test_a_run_at_one_local_step_a_client_equals_the_plain_loop(pfl_compare, tmp_path):
+    out = pfl_compare.main(["--quick", "--workloads", "mlp", "--steps-per-client", "1", "--cohorts", "2", "--threads",
+                            "1", "--rounds", "2", "--variants", "plain,sequential", "--out", str(tmp_path / "s1.csv")])
+    with out.open() as f:
+        rows = {r["variant"]: r for r in csv.DictReader(f)}
+    assert {r["steps_per_client"] for r in rows.values()} == {"1"} and rows["plain"]["samples_per_client"] == "20"
+    assert float(rows["sequential"]["max_abs_diff_vs_plain"]) == 0.0
 
 
 def test_pfl_does_the_plain_loops_work_where_it_is_installed(pfl_compare, tmp_path):
