@@ -82,8 +82,9 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
     print("| clients | samples | setup() | setup(), eval_fraction=0.2 (RSS kept) | eval_client_ids | "
-          "select_eval_clients(10) | fixed_size cohort | poisson cohort | sweep cohort: first round / others |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "select_eval_clients(10) | fixed_size cohort | poisson cohort | poisson cohort, poisson_draws='binomial' | "
+          "sweep cohort: first round / others |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in scales:
         dataset = make_dataset(n * per_client, n, seed)
 
@@ -110,6 +111,9 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
         dm = module(cohort_sampling="poisson")
         dm.setup()
         poisson_s = _per_call(dm.sample_clients, rounds)
+        dm = module(cohort_sampling="poisson", poisson_draws="binomial")
+        dm.setup()
+        binomial_s = _per_call(dm.sample_clients, rounds)
         dm = module(cohort_sampling="sweep_then_uniform")
         dm.setup()
         start = time.perf_counter()
@@ -120,7 +124,8 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
         gc.collect()
         ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731
         print(f"| {n:,} | {n * per_client:,} | {plain_s:.2f} s | {eval_s:.2f} s (+{eval_rss:.0f} MiB) | {ms(ids_s)} | "
-              f"{ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(sweep_first_s)} / {ms(sweep_s)} |", flush=True)
+              f"{ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(binomial_s)} | {ms(sweep_first_s)} / "
+              f"{ms(sweep_s)} |", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

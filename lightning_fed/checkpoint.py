@@ -396,7 +396,7 @@ def run_config(trainer: Any) -> dict[str, Any]:
       which also changes when the training data change;
     * the data module's run settings as its parts report them (``dm.run_config()``: ``seed``,
       ``clients_per_round``, ``data_order``, ``drop_last``, ``client_dropout``, ``over_selection``,
-      ``cohort_sampling``);
+      ``cohort_sampling``, ``poisson_draws``);
     * ``local_work`` (class) and ``local_work.<arg>`` (e.g. ``local_work.batch_size``, ``local_work.local_epochs``);
     * ``server_optimizer`` (class) and ``server_optimizer.<arg>`` (e.g. ``server_optimizer.lr``);
     * ``client_algorithms``: the client halves given to the trainer (``FederatedTrainer(client_algorithms=...)``),

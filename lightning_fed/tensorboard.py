@@ -174,7 +174,7 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
     - ``clients_per_round`` (cohort size C), ``local_work``, ``local_work/*`` (local epochs E or steps, batch size
       B), then the data module's settings as its parts report them (``FederatedDataModule.settings()``:
       ``seed`` — cohorts, local work, data order —, ``data_order``, ``drop_last``, the cohort sampler's
-      ``cohort_sampling``, ``client_dropout``, ``over_selection`` and federated evaluation's
+      ``cohort_sampling``, ``poisson_draws``, ``client_dropout``, ``over_selection`` and federated evaluation's
       ``eval_clients_per_round``, ``eval_fraction``, ``eval_local_steps``, ``eval_csv``), ``data`` (the data
       module class);
     - ``rounds`` (``max_epochs``), ``global_seed`` (``seed_everything``'s, ``"None"`` when not called);

@@ -272,6 +272,25 @@ def test_a_record_from_before_cohort_sampling_resumes_as_fixed_size(tmp_path, tw
         _fit(tmp_path, tmp_path / "resumed2", max_epochs=3, dm=_dm(cohort_sampling="poisson"), ckpt_path=str(old))
 
 
+def test_a_record_from_before_poisson_draws_resumes_as_per_client_draws(tmp_path):
+    """``poisson_draws`` joined the record with #40: a Poisson-cohort record without it drew per client, so it
+    resumes with those draws and is refused with ``poisson_draws="binomial"`` (other cohorts), naming it."""
+    from lightning_fed.checkpoint import CHECKPOINT_KEY
+
+    _fit(tmp_path, tmp_path / "first", max_epochs=2, dm=_dm(cohort_sampling="poisson"))
+    saved = tmp_path / "first" / "last.ckpt"
+    ckpt = torch.load(saved, weights_only=False)
+    assert ckpt[CHECKPOINT_KEY]["run_config"].pop("poisson_draws") == "per_client"
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    _, trainer = _fit(tmp_path, tmp_path / "resumed", max_epochs=3, dm=_dm(cohort_sampling="poisson"),
+                      ckpt_path=str(old))
+    assert trainer.current_epoch == 3
+    with pytest.raises(ValueError, match="poisson_draws: 'per_client' -> 'binomial'"):
+        _fit(tmp_path, tmp_path / "resumed2", max_epochs=3, dm=_dm(cohort_sampling="poisson", poisson_draws="binomial"),
+             ckpt_path=str(old))
+
+
 class _RecordAtStart(Callback):
     def on_train_epoch_start(self, trainer, pl_module):
         if not hasattr(self, "num_steps"):

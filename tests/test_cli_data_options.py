@@ -55,6 +55,7 @@ TOGETHER = {
 #: The options that need another instantiation (they exclude one of the above).
 APART = {
     "cohort_sampling": ("poisson", "poisson"),  # excludes over_selection
+    "poisson_draws": ("binomial", "binomial"),  # needs cohort_sampling=poisson
     "local_work": ('{"class_path": "lightning_fed.datamodules.FixedLocalSteps", '
                    '"init_args": {"steps": 3, "batch_size": 5}}', None),
     "partitioner": ('{"class_path": "lightning_fed.datamodules.IIDPartitioner", "init_args": {"num_clients": 7}}',
@@ -86,9 +87,10 @@ def test_every_option_reaches_the_task_on_the_cli(task, tmp_path, monkeypatch):
     dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
     assert type(dm).__name__ == task
     assert {n: _held(dm, n) for n in TOGETHER} == {n: held for n, (_, held) in TOGETHER.items()}
-    dm = _instantiate(TASKS[task], ["--data.cohort_sampling", "poisson", "--data.local_work",
-                                    APART["local_work"][0]], tmp_path, monkeypatch)
+    dm = _instantiate(TASKS[task], ["--data.cohort_sampling", "poisson", "--data.poisson_draws", "binomial",
+                                    "--data.local_work", APART["local_work"][0]], tmp_path, monkeypatch)
     assert dm.cohort_sampling == "poisson" and dm.cohorts.cohort_sampling == "poisson"
+    assert dm.poisson_draws == "binomial" and dm.cohorts.poisson_draws == "binomial"
     assert (dm.local_work.steps, dm.local_work.batch_size) == (3, 5)
 
 

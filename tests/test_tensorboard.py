@@ -65,7 +65,7 @@ EXPECTED = {
     "local_work": "FixedLocalWork", "local_work/local_epochs": 2, "local_work/batch_size": 16,
     "data_order": "once", "seed": 7, "client_dropout": 0.0, "over_selection": 0.0, "drop_last": False,
     # #40: every data-module setting, as the data module's parts report them (cohort_sampling was missing)
-    "cohort_sampling": "fixed_size", "eval_clients_per_round": "None", "eval_fraction": "None",
+    "cohort_sampling": "fixed_size", "poisson_draws": "per_client", "eval_clients_per_round": "None", "eval_fraction": "None",
     "eval_local_steps": 0, "eval_csv": "None",
     "data": "FederatedDataModule", "rounds": 2,
     "client_optimizer": "SGD", "client_optimizer/lr": 0.05, "client_optimizer/momentum": 0,

@@ -12,6 +12,8 @@ import numpy as np
 
 #: The cohort samplings of :class:`CohortSampler` (``cohort_sampling``).
 COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
+#: How a Poisson cohort is drawn (:class:`CohortSampler`'s ``poisson_draws``).
+POISSON_DRAWS = ("per_client", "binomial")
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -67,29 +69,40 @@ class CohortSampler:
         over_selection: Sample ⌈C·(1 + over_selection)⌉ candidates and keep the first C that stay (Bonawitz et
             al. 2019), ``>= 0`` (default 0); ``"fixed_size"`` only.
         seed: The data module's seed (default 0).
+        poisson_draws: How a ``"poisson"`` cohort is drawn: ``"per_client"`` (default: one uniform u_i per client
+            and round, i joins iff u_i < q — N draws a round, the draws written in the privacy analysis) or
+            ``"binomial"`` (K ~ Binomial(N, q), then K distinct clients uniformly at random, in increasing id order:
+            O(K) a round, for populations of millions). Both give every subset S the probability
+            q^|S|·(1 − q)^(N−|S|), so the DP accounting of Poisson sampling holds for either; the cohorts differ
+            (other draws), so it is a run setting. Only with ``cohort_sampling="poisson"``.
 
     Raises:
         ValueError: a non-positive ``clients_per_round``, an unknown ``cohort_sampling``, ``client_dropout``
             outside [0, 1), a negative or non-finite ``over_selection`` or one with a sampling other than
-            ``"fixed_size"``.
+            ``"fixed_size"``, an unknown ``poisson_draws`` or ``"binomial"`` with a sampling other than
+            ``"poisson"``.
 
     Example::
 
         >>> sampler = CohortSampler(clients_per_round=3, client_dropout=0.5, over_selection=1.0, seed=1)
         >>> sampler.select(0, num_clients=10).cohort.tolist()
         [5, 0, 3]
-        >>> sampler.settings()
-        {'clients_per_round': 3, 'cohort_sampling': 'fixed_size', 'client_dropout': 0.5, 'over_selection': 1.0}
+        >>> sampler.settings()  # doctest: +NORMALIZE_WHITESPACE
+        {'clients_per_round': 3, 'cohort_sampling': 'fixed_size', 'client_dropout': 0.5, 'over_selection': 1.0,
+         'poisson_draws': 'per_client'}
+        >>> fast = CohortSampler(clients_per_round=10, cohort_sampling="poisson", poisson_draws="binomial", seed=0)
+        >>> len(fast.select(0, num_clients=1_000_000).cohort) > 0  # about 10 of a million, drawn in O(10)
+        True
     """
 
     #: The settings of :meth:`settings` that define a training run (recorded in checkpoints, compared on resume).
     run_settings: ClassVar[tuple[str, ...]] = ("clients_per_round", "client_dropout", "over_selection",
-                                               "cohort_sampling")
+                                               "cohort_sampling", "poisson_draws")
     #: Run settings recorded later than the first checkpoints, with the value a checkpoint without them ran with.
-    record_defaults: ClassVar[dict[str, Any]] = {"cohort_sampling": "fixed_size"}
+    record_defaults: ClassVar[dict[str, Any]] = {"cohort_sampling": "fixed_size", "poisson_draws": "per_client"}
 
     def __init__(self, clients_per_round: int = 10, cohort_sampling: str = "fixed_size", client_dropout: float = 0.0,
-                 over_selection: float = 0.0, seed: int = 0) -> None:
+                 over_selection: float = 0.0, seed: int = 0, poisson_draws: str = "per_client") -> None:
         if isinstance(client_dropout, bool) or not isinstance(client_dropout, numbers.Real) or not 0 <= client_dropout < 1:
             raise ValueError(f"`client_dropout` must be a probability in [0, 1), got {client_dropout!r}.")
         if (
@@ -104,12 +117,20 @@ class CohortSampler:
                 f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': a Poisson cohort has no "
                 "fixed size to over-select for."
             )
+        if poisson_draws not in POISSON_DRAWS:
+            raise ValueError(f"`poisson_draws` must be one of {POISSON_DRAWS}, got {poisson_draws!r}.")
+        if poisson_draws != "per_client" and cohort_sampling != "poisson":
+            raise ValueError(
+                f"`poisson_draws={poisson_draws!r}` needs cohort_sampling='poisson' (got {cohort_sampling!r}): it says "
+                "how a Poisson cohort is drawn."
+            )
         if cohort_sampling == "sweep_then_uniform" and over_selection:
             raise ValueError(
                 f"`over_selection` ({over_selection!r}) needs cohort_sampling='fixed_size': the sweep of "
                 "cohort_sampling='sweep_then_uniform' visits each client once, with nobody to over-select."
             )
         self.cohort_sampling = cohort_sampling
+        self.poisson_draws = poisson_draws
         self.client_dropout = float(client_dropout)
         self.over_selection = float(over_selection)
         self.clients_per_round = check_positive_int("clients_per_round", clients_per_round)
@@ -119,7 +140,8 @@ class CohortSampler:
     def settings(self) -> dict[str, Any]:
         """``{name: value}`` of this part's settings."""
         return {"clients_per_round": self.clients_per_round, "cohort_sampling": self.cohort_sampling,
-                "client_dropout": self.client_dropout, "over_selection": self.over_selection}
+                "client_dropout": self.client_dropout, "over_selection": self.over_selection,
+                "poisson_draws": self.poisson_draws}
 
     def check_population(self, num_clients: int) -> None:
         """Raises ValueError when ``clients_per_round`` exceeds ``num_clients``."""
@@ -168,8 +190,13 @@ class CohortSampler:
     def _poisson(self, round_idx: int, num_clients: int) -> CohortSelection:
         # N uniforms per round: client i joins iff its own draw u_i < q (the exact draws of the privacy analysis)
         q = self.clients_per_round / num_clients
-        draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(num_clients)
-        candidates = np.flatnonzero(draws < q).astype(np.int64)
+        if self.poisson_draws == "binomial":  # K ~ Bin(N, q), then a uniform K-subset: the same law, O(K) draws
+            rng = np.random.default_rng([self.seed, 0xB1A0, round_idx])
+            size = int(rng.binomial(num_clients, q))
+            candidates = np.sort(rng.choice(num_clients, size=size, replace=False)).astype(np.int64)
+        else:
+            draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(num_clients)
+            candidates = np.flatnonzero(draws < q).astype(np.int64)
         available = self._drop(candidates, round_idx)
         return CohortSelection(available, candidates, int(len(candidates) - len(available)))
 

@@ -197,6 +197,10 @@ class FederatedDataModule(L.LightningDataModule):
             Default ``None``: dict batches. Without it, a client failing as if it had read a dict batch as a tuple
             (``TypeError: … must be Tensor, not str`` from ``x, y = batch``) is reported with a hint naming the
             columns (:meth:`batch_hint`).
+        poisson_draws: How a ``cohort_sampling="poisson"`` cohort is drawn: ``"per_client"`` (default; N uniforms
+            a round) or ``"binomial"`` (K ~ Binomial(N, q), then K distinct clients uniformly: the same law, so the
+            same privacy analysis, in O(K) a round for populations of millions; other cohorts than
+            ``"per_client"``, recorded in checkpoints). See :class:`~lightning_fed.datamodules.cohorts.CohortSampler`.
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -252,6 +256,7 @@ class FederatedDataModule(L.LightningDataModule):
         eval_csv: Optional[str] = None,
         cohort_sampling: str = "fixed_size",
         batch_columns: Optional[Sequence[str]] = None,
+        poisson_draws: str = "per_client",
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -265,7 +270,8 @@ class FederatedDataModule(L.LightningDataModule):
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {seed!r}.")
         #: The cohort of each round (:class:`~lightning_fed.datamodules.cohorts.CohortSampler`).
-        self.cohorts = CohortSampler(clients_per_round, cohort_sampling, client_dropout, over_selection, int(seed))
+        self.cohorts = CohortSampler(clients_per_round, cohort_sampling, client_dropout, over_selection, int(seed),
+                                     poisson_draws)
         self.batch_columns = check_batch_columns(batch_columns)
         #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
         self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv)
@@ -780,7 +786,7 @@ def _delegate(part: str, name: str) -> property:
     return property(get, set_, doc=f"``{part}.{name}`` (see :class:`FederatedDataModule`).")
 
 
-for _name in ("clients_per_round", "cohort_sampling", "client_dropout", "over_selection"):
+for _name in ("clients_per_round", "cohort_sampling", "client_dropout", "over_selection", "poisson_draws"):
     setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
 for _name in ("eval_clients_per_round", "eval_fraction", "eval_local_steps", "eval_csv"):
     setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))

@@ -14,7 +14,7 @@ from lightning_fed.datamodules.cohorts import COHORT_SAMPLINGS, CohortSampler
 def test_settings_report_and_repr():
     sampler = CohortSampler(clients_per_round=4, cohort_sampling="poisson", client_dropout=0.25)
     assert sampler.settings() == {"clients_per_round": 4, "cohort_sampling": "poisson", "client_dropout": 0.25,
-                                  "over_selection": 0.0}
+                                  "over_selection": 0.0, "poisson_draws": "per_client"}
     assert set(CohortSampler.run_settings) == set(sampler.settings())
     assert repr(sampler).startswith("CohortSampler(clients_per_round=4, cohort_sampling='poisson'")
 
@@ -26,6 +26,9 @@ def test_settings_report_and_repr():
     ({"cohort_sampling": "uniform"}, "`cohort_sampling` must be one of"),
     ({"cohort_sampling": "poisson", "over_selection": 0.5}, "needs cohort_sampling='fixed_size'"),
     ({"cohort_sampling": "sweep_then_uniform", "over_selection": 0.5}, "needs cohort_sampling='fixed_size'"),
+    ({"cohort_sampling": "poisson", "poisson_draws": "fast"}, r"`poisson_draws` must be one of \('per_client', "
+                                                              r"'binomial'\), got 'fast'"),
+    ({"poisson_draws": "binomial"}, "`poisson_draws='binomial'` needs cohort_sampling='poisson' \\(got 'fixed_size'\\)"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -57,12 +60,13 @@ def test_run_record_names_come_from_the_parts():
     from lightning_fed.checkpoint import RUN_CONFIG_NAMES
 
     assert RUN_CONFIG_NAMES == ("partitioner", "partition", "seed", "clients_per_round", "data_order", "drop_last",
-                                "client_dropout", "over_selection", "cohort_sampling", "local_work", "server_optimizer",
-                                "client_algorithms")
+                                "client_dropout", "over_selection", "cohort_sampling", "poisson_draws", "local_work",
+                                "server_optimizer", "client_algorithms")
     dm = FederatedDataModule(TensorDataset(torch.zeros(8, 1)), partitioner=IIDPartitioner(4), clients_per_round=2,
                              cohort_sampling="poisson", seed=3)
     assert dm.run_config() == {"seed": 3, "clients_per_round": 2, "data_order": "reshuffle", "drop_last": False,
-                               "client_dropout": 0.0, "over_selection": 0.0, "cohort_sampling": "poisson"}
+                               "client_dropout": 0.0, "over_selection": 0.0, "cohort_sampling": "poisson",
+                               "poisson_draws": "per_client"}
     assert dm.settings()["eval_fraction"] is None and dm.settings()["cohort_sampling"] == "poisson"
 
 
@@ -71,5 +75,40 @@ def test_record_defaults_come_from_the_parts():
     sampler's, not a list in checkpoint.py."""
     from lightning_fed.checkpoint import _RECORD_DEFAULTS
 
-    assert FederatedDataModule.record_defaults() == {"cohort_sampling": "fixed_size"}
+    assert FederatedDataModule.record_defaults() == {"cohort_sampling": "fixed_size", "poisson_draws": "per_client"}
+    assert _RECORD_DEFAULTS["poisson_draws"] == "per_client"
     assert _RECORD_DEFAULTS["cohort_sampling"] == "fixed_size"
+
+
+def test_binomial_poisson_draws_have_the_law_of_independent_per_client_draws():
+    """``poisson_draws="binomial"`` (K ~ Bin(N, q), then a uniform K-subset) against the law of independent
+    Bernoulli(q) draws, computed by hand: every client's inclusion frequency ≈ q, the mean and variance of |S| ≈ Nq and
+    Nq(1 − q), and a pair's joint inclusion ≈ q² (independence). N = 20, q = 0.25, 20,000 rounds: binomial standard
+    errors, 5 σ bounds."""
+    n, c, rounds = 20, 5, 20_000
+    q = c / n
+    sampler = CohortSampler(clients_per_round=c, cohort_sampling="poisson", poisson_draws="binomial", seed=3)
+    hits = np.zeros((rounds, n), dtype=bool)
+    for r in range(rounds):
+        cohort = sampler.select(r, n).cohort
+        assert np.all(np.diff(cohort) > 0)  # distinct, in increasing id order (as "per_client")
+        hits[r, cohort] = True
+    freq = hits.mean(0)
+    assert np.all(np.abs(freq - q) < 5 * np.sqrt(q * (1 - q) / rounds)), freq
+    sizes = hits.sum(1)
+    assert abs(sizes.mean() - n * q) < 5 * np.sqrt(n * q * (1 - q) / rounds)
+    assert abs(sizes.var() / (n * q * (1 - q)) - 1) < 0.05
+    both = (hits[:, 0] & hits[:, 1]).mean()
+    assert abs(both - q * q) < 5 * np.sqrt(q * q * (1 - q * q) / rounds)
+
+
+def test_binomial_poisson_draws_at_a_million_clients():
+    """At N = 10^6, q = 10^-5: the round's cohort is a pure function of (seed, round), int64, about C = 10 clients on
+    average, and other clients than "per_client"'s draws (its speed: benchmarks/partition_scale.py)."""
+    fast = CohortSampler(clients_per_round=10, cohort_sampling="poisson", poisson_draws="binomial", seed=0)
+    exact = CohortSampler(clients_per_round=10, cohort_sampling="poisson", seed=0)
+    a, b = fast.select(7, 1_000_000), fast.select(7, 1_000_000)
+    assert np.array_equal(a.cohort, b.cohort) and a.cohort.dtype == np.int64
+    assert not np.array_equal(a.cohort, exact.select(7, 1_000_000).cohort)
+    sizes = [len(fast.select(r, 1_000_000).cohort) for r in range(200)]
+    assert 8 < np.mean(sizes) < 12
