@@ -120,6 +120,53 @@ class ScaffoldControl(Stage):
                     f"{self.num_clients} clients."
                 )
 
+    def prepare_round(self, server: Any, params: list[Tensor], updates: Any) -> None:
+        """Before any state changes (the server optimizer's ``validate_round``): :meth:`check_round` against the c_i
+        table held (live, or loaded from a checkpoint), then c created (zeros) or moved to ``params``' device
+        (:meth:`control`).
+
+        Raises:
+            RuntimeError, ValueError: as :meth:`check_round`.
+        """
+        fields = server.stage_state_fields(self) or {}
+        self.check_round([u.client_id for u in updates], updates, fields.get("table"))
+        self.control(server, params)
+
+    def control(self, server: Any, params: list[Tensor]) -> tuple[list[Tensor], Optional[ClientStateTable]]:
+        """The server's c (created as zeros, or moved to ``params``' device, in ``server``'s chain state, where this
+        stage's state lives) and the c_i table (``None`` before any client reported)."""
+        index = next(i for i, s in enumerate(server.aggregators) if s is self)
+        states = list(server.chain_state(params))
+        state = states[index]
+        control = state.control if state.control is not None else self.zero_control(params)
+        if control[0].device != params[0].device:
+            control = [t.to(p.device) for t, p in zip(control, params)]
+        if control is not state.control:
+            states[index] = state._replace(control=control)
+            server.aggregator_state = tuple(states)
+        return control, state.table
+
+    @staticmethod
+    def client_variate(control: list[Tensor], table: Optional[ClientStateTable], client_id: int) -> list[Tensor]:
+        """c_i of client ``client_id`` from the ``table`` row, shaped like ``control`` (c's devices and dtypes; zeros
+        before its first participation)."""
+        flat = table.get(client_id) if table is not None and client_id in table else None
+        if flat is None:
+            return [torch.zeros_like(c) for c in control]
+        pieces = torch.split(flat, [c.numel() for c in control])
+        return [t.reshape(c.shape).to(device=c.device, dtype=c.dtype) for t, c in zip(pieces, control)]
+
+    def client_control(self, server: Any, client_id: int) -> list[Tensor]:
+        """c_i of client ``client_id`` held in ``server``'s state of this stage (:meth:`client_variate`).
+
+        Raises:
+            RuntimeError: before the first round (no c yet).
+        """
+        fields = server.stage_state_fields(self) or {}
+        if fields.get("control") is None:
+            raise RuntimeError("SCAFFOLD has no control variates yet: they are created with the first client.")
+        return self.client_variate(fields["control"], fields.get("table"), client_id)
+
     def check_round(self, client_ids: list[int], updates: list, table: Optional[ClientStateTable] = None) -> None:
         """The checks of Alg. 1's inputs, before any state changes (errors as in the class doc). With the c_i
         ``table`` of the state (e.g. loaded from a checkpoint): N is taken from it when not known yet, and a table
@@ -133,7 +180,7 @@ class ScaffoldControl(Stage):
             )
         if self.num_clients is None:
             raise RuntimeError(
-                "SCAFFOLD needs the number of clients N (read from `trainer.datamodule.num_clients` in `setup`)."
+                "SCAFFOLD needs the number of clients N (read from `trainer.datamodule.num_clients` at fit start)."
             )
         for cid, update in zip(client_ids, updates):
             if not 0 <= int(cid) < self.num_clients:
@@ -273,16 +320,8 @@ class ScaffoldClient(ClientAlgorithm):
 
     def control(self, params: list[Tensor]) -> tuple[list[Tensor], Optional[ClientStateTable]]:
         """The server's c (created as zeros, or moved to ``params``' device, in the server optimizer's chain state)
-        and the c_i table (``None`` before any client reported)."""
-        states = list(self._server.chain_state(params))
-        state = states[self._stage_index]
-        control = state.control if state.control is not None else self._stage().zero_control(params)
-        if control[0].device != params[0].device:
-            control = [t.to(p.device) for t, p in zip(control, params)]
-        if control is not state.control:
-            states[self._stage_index] = state._replace(control=control)
-            self._server.aggregator_state = tuple(states)
-        return control, state.table
+        and the c_i table (``None`` before any client reported): :meth:`ScaffoldControl.control`."""
+        return self._stage().control(self._server, params)
 
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Receive (x, c) and c_i (Alg. 1, l. 5-7): the correction c − c_i, zero step counts, η_l per parameter."""
@@ -294,12 +333,7 @@ class ScaffoldClient(ClientAlgorithm):
         self._index = {id(p): i for i, p in enumerate(self._params)}
         control, table = self.control([p.detach() for p in self._params])
         self._control = control
-        flat = table.get(client_id) if table is not None and client_id in table else None
-        if flat is None:
-            client = [torch.zeros_like(c) for c in control]
-        else:
-            pieces = torch.split(flat, [c.numel() for c in control])
-            client = [t.reshape(c.shape).to(device=c.device, dtype=c.dtype) for t, c in zip(pieces, control)]
+        client = ScaffoldControl.client_variate(control, table, client_id)
         self._correction = [(c - ci).to(p.dtype) for c, ci, p in zip(control, client, self._params)]
         self._steps = [0] * len(self._params)
         self._lrs = [math.nan] * len(self._params)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-import torch
 from torch import Tensor
 
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client import ClientUpdate
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.rules.sgd import SGD
 
@@ -38,7 +36,11 @@ class SCAFFOLD(ServerOptimizer):
         x ← x + η_g·Σ_{i∈S} λ_i·Δy_i        λ_i = 1/|S| (``weighting="uniform"``, the default, as in l. 16)
         c ← c + (|S|/N)·(1/|S|)·Σ_{i∈S} Δc_i = c + (1/N)·Σ_{i∈S} Δc_i
 
-    so c stays the mean of all N client variates. N is ``trainer.datamodule.num_clients`` (read in ``setup``).
+    so c stays the mean of all N client variates. N is ``trainer.datamodule.num_clients`` (read at fit start).
+
+    This class only fixes the parts (the stage, the rule, the client half); the behaviour is theirs: fit-start
+    checks in :meth:`ScaffoldControl.check_fit <lightning_fed.algorithms.ScaffoldControl.check_fit>`, the round's
+    checks and c in :meth:`~lightning_fed.algorithms.ScaffoldControl.prepare_round`.
 
     How the client half runs inside the user's unchanged LightningModule (the correction in Lightning's
     ``on_before_optimizer_step``, K and η_l per parameter, Δc_i in ``ClientUpdate.extras["delta_control"]``, a
@@ -115,10 +117,11 @@ class SCAFFOLD(ServerOptimizer):
         super().__init__(weighting=weighting, aggregators=[self.control_stage], rule=SGD(lr),
                          client_state_store=client_state_store, client_state_dir=client_state_dir)
         self._own_client = [ScaffoldClient()]  # the client half: c − c_i on the gradients, Δc_i sent back
+        self._own_aggregators = [self.control_stage]  # its own chain: another one is refused at fit start
 
     @property
     def num_clients(self) -> Optional[int]:
-        """N, the number of clients in the federation (from the data module in :meth:`setup`; the stage's)."""
+        """N, the number of clients in the federation (from the data module at fit start; the stage's)."""
         return self.control_stage.num_clients
 
     @num_clients.setter
@@ -149,84 +152,20 @@ class SCAFFOLD(ServerOptimizer):
     def state(self, value: dict[str, list[Tensor]]) -> None:
         self.aggregator_state = (self._stage_state()._replace(control=value.get("control")),)
 
-    def _move_state(self, params: list[Tensor]) -> None:
-        control = self._stage_state().control
-        if control and control[0].device != params[0].device:
-            self.state = {"control": [t.to(p.device) for t, p in zip(control, params)]}
-
     @property
     def client_controls(self) -> dict[int, Tensor]:
         """c_i of every client seen so far: client id -> flat CPU vector (missing = zero); the rows of
         :attr:`client_state`."""
         return {} if self.client_state is None else self.client_state.rows()
 
-    # ------------------------------------------------------------------ set-up
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """Read N from ``trainer.datamodule.num_clients`` (no-op without a federated data module).
-
-        Raises:
-            ValueError: the stored client variates are for another N (a different federation).
-        """
-        num_clients = getattr(trainer.datamodule, "num_clients", None) if trainer.datamodule is not None else None
-        if num_clients is None:
-            return
-        num_clients = int(num_clients)
-        table = self.client_state
-        if table is not None and table.num_clients != num_clients:
-            raise ValueError(
-                f"SCAFFOLD holds control variates for {table.num_clients} clients (ids up to "
-                f"{max(table.ids(), default=-1)}), but the data module has {num_clients} clients."
-            )
-        self.num_clients = num_clients
-
     def client_control(self, client_id: int) -> list[Tensor]:
-        """c_i of client ``client_id`` shaped like c (on c's device; zeros before its first participation).
+        """c_i of client ``client_id`` shaped like c (on c's device; zeros before its first participation):
+        :meth:`ScaffoldControl.client_control <lightning_fed.algorithms.ScaffoldControl.client_control>`.
 
         Raises:
             RuntimeError: before the first round (no c yet).
         """
-        if not self.state:
-            raise RuntimeError("SCAFFOLD has no control variates yet: they are created with the first client.")
-        control = self.state["control"]
-        table = self.client_state
-        flat = table.get(client_id) if table is not None and client_id in table else None
-        if flat is None:
-            return [torch.zeros_like(c) for c in control]
-        pieces = torch.split(flat, [c.numel() for c in control])
-        return [t.reshape(c.shape).to(device=c.device, dtype=c.dtype) for t, c in zip(pieces, control)]
-
-    # ------------------------------------------------------------------ server side
-    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Before any state changes: N known, client ids in [0, N), every update with ``extras["delta_control"]``;
-        then c is created (zeros) or moved to the parameters' device.
-
-        Raises:
-            RuntimeError: N unknown (no :meth:`setup` with a federated data module), or an update without
-                ``extras["delta_control"]``.
-            ValueError: a client id outside [0, N).
-        """
-        self.control_stage.check_round([u.client_id for u in updates], updates, self.client_state)
-        control = self.state.get("control")
-        if control is None:
-            self.state = {"control": ScaffoldControl.zero_control(params)}
-        else:
-            self._move_state(params)
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """Refuse a replaced aggregator chain (this class is its own chain, ``[ScaffoldControl]``), then the base
-        class's checks.
-
-        Raises:
-            ValueError: :attr:`aggregators` is not ``[self.control_stage]``.
-            RuntimeError: as the base class (a trainer without the federated loop).
-        """
-        if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.control_stage):
-            raise ValueError(
-                f"{type(self).__name__} aggregates in its own way (its aggregator chain is [ScaffoldControl]), so "
-                "another `aggregators` chain cannot be used; use them with a server optimizer that takes the "
-                "default aggregation."
-            )
-        super().on_train_start(trainer, pl_module)
+        return self.control_stage.client_control(self, client_id)
 
     # ------------------------------------------------------------------ checkpointing
     @property

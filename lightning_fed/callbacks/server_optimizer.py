@@ -233,6 +233,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
         #: Client halves a ready-made method brings itself (FedProx's :class:`FedProxClient`), run before ``client``.
         self._own_client: list[ClientAlgorithm] = []
+        #: The chain a ready-made method fixes as its own (SCAFFOLD's ``[ScaffoldControl]``), ``None`` otherwise: a
+        #: replaced :attr:`aggregators` is refused at fit start (:meth:`on_train_start`).
+        self._own_aggregators: Optional[list[Stage]] = None
         #: Per-client state of the run's client halves that keep one, by the half's
         #: :attr:`~lightning_fed.client.ClientAlgorithm.state_key` (e.g. ``"FedDynClient"``) -> table; made at fit
         #: start by the client runner's :class:`~lightning_fed.client.algorithm.ClientHalves`, written when a
@@ -556,8 +559,13 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
         """Called first by :meth:`server_update`, before any state changes: a subclass raises here when the round
-        cannot be applied to ``params`` (e.g. FedAWARE: N unknown, a momentum table of another shape). Default:
-        nothing."""
+        cannot be applied to ``params`` (e.g. FedAWARE: N unknown, a momentum table of another shape). Default: every
+        stage's :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (e.g. SCAFFOLD's checks of N, the client
+        ids and Δc_i, then c created or moved to ``params``' device)."""
+        for stage in self.aggregators or ():
+            prepare_round = getattr(stage, "prepare_round", None)
+            if prepare_round is not None:
+                prepare_round(self, params, updates)
 
     # ------------------------------------------------------------------ client channel
     def configure_client(
@@ -698,14 +706,25 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         Also runs every aggregator stage's ``check_cohort(clients_per_round)`` (e.g. Krum refuses
         ``clients_per_round`` ≤ 2f + 2; TrimmedMean warns when it would trim nothing).
 
+        A ready-made method that fixes its chain (:attr:`_own_aggregators`, e.g. SCAFFOLD's ``[ScaffoldControl]``)
+        refuses a replaced :attr:`aggregators` first.
+
         Raises:
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
-            ValueError: under a chain that adds DP noise (:attr:`privatises`), what
+            ValueError: a ready-made method's own chain replaced; under a chain that adds DP noise (:attr:`privatises`), what
                 :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
                 ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort`` or ``check_fit``
                 (e.g. FedDyn's server half without its client half; FedNova's reducer with clients that do not run
                 its declared local solver).
         """
+        own = self._own_aggregators
+        if own is not None and not (self.aggregators is not None and len(self.aggregators) == len(own)
+                                    and all(a is b for a, b in zip(self.aggregators, own))):
+            raise ValueError(
+                f"{type(self).__name__} aggregates in its own way (its aggregator chain is "
+                f"[{', '.join(type(s).__name__ for s in own)}]), so another `aggregators` chain cannot be used; use "
+                "them with a server optimizer that takes the default aggregation."
+            )
         if getattr(trainer.fit_loop, "client_runner", None) is None:  # not lightning_fed's FederatedFitLoop
             raise RuntimeError(
                 f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "

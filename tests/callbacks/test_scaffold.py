@@ -249,3 +249,34 @@ def test_misuse_errors():
     with pytest.raises(ValueError, match=r"Client id 7 is outside \[0, 2\)"):
         server.server_update(params, [update])
     assert repr(SCAFFOLD()) == "SCAFFOLD(lr=1.0, weighting='uniform')"
+
+
+#: Lightning callback hooks and the server optimizer's round hooks a ready-made name must not define itself.
+_HOOKS = {name for name in vars(__import__("lightning.pytorch", fromlist=["Callback"]).Callback)
+          if name.startswith("on_") or name in ("setup", "teardown")} | {"validate_round", "server_update"}
+
+
+def assert_ready_made_name(cls, delegates=()):
+    """``cls`` fixes parts and defaults only: besides ``__init__``, properties and the read-only ``delegates`` (which
+    forward to a stage), it defines no method of its own, and no Lightning hook (#41, "finish the homes")."""
+    import inspect
+
+    own = {name for name, value in vars(cls).items() if inspect.isfunction(value) and name != "__init__"}
+    assert not own & _HOOKS, f"{cls.__name__} defines hooks {sorted(own & _HOOKS)}"
+    assert own <= set(delegates), f"{cls.__name__} defines methods {sorted(own - set(delegates))}"
+
+
+def test_41_scaffold_keeps_no_behaviour_in_callbacks(tmp_path):
+    """SCAFFOLD's checks, c and c_i live in its stage (algorithms/scaffold.py); the callback is a ready-made name.
+    A replaced chain is still refused at fit start."""
+    assert_ready_made_name(SCAFFOLD, delegates=("_stage_state", "client_control"))
+    from lightning_fed.algorithms import ScaffoldControl
+    from lightning_fed.server.aggregators import check_chain
+
+    server = SCAFFOLD()
+    server.aggregators = check_chain([ScaffoldControl()])  # another chain (a new stage): not the class's own
+    x, y = regression_data(n=30)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=3)
+    with pytest.raises(ValueError, match=r"SCAFFOLD aggregates in its own way \(its aggregator chain is \[ScaffoldControl\]\)"):
+        FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(LinearRegression(), datamodule=dm)

@@ -180,6 +180,12 @@ class Stage(abc.ABC):
         ``ValueError`` naming the round when this stage cannot aggregate what the round's clients would send, e.g.
         FedNova's proximal α = γ·μ ≥ 1 once a scheduler raised γ. Default: nothing."""
 
+    def prepare_round(self, server: Any, params: list[Tensor], updates: Sequence[Any]) -> None:
+        """Called first when a round is aggregated (by the server optimizer's ``validate_round``), before any state
+        changes, with x_t (``params``) and the round's updates: raise when the round cannot go through this stage
+        (e.g. SCAFFOLD: N unknown, a client id outside [0, N), an update without Δc_i), and make or move the stage's
+        state in ``server``'s chain state (SCAFFOLD's c, on the parameters' device). Default: nothing."""
+
     def check_cohort(self, clients_per_round: int) -> None:
         """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains) with C =
         ``clients_per_round``, the most clients a round can have.
