@@ -263,3 +263,18 @@ def fit_frozen_pair(tmp_path, make_server, rounds: int = 2, executor=None, num_c
 def same_head(a: "FrozenEncoder", b: "FrozenEncoder") -> bool:
     """Whether the two models' heads are equal bit for bit."""
     return torch.equal(a.head.weight, b.head.weight) and torch.equal(a.head.bias, b.head.bias)
+
+
+#: Lightning callback hooks and the server optimizer's round hooks a ready-made name must not define itself.
+_HOOKS = {name for name in vars(__import__("lightning.pytorch", fromlist=["Callback"]).Callback)
+          if name.startswith("on_") or name in ("setup", "teardown")} | {"validate_round", "server_update"}
+
+
+def assert_ready_made_name(cls, delegates=()):
+    """``cls`` fixes parts and defaults only: besides ``__init__``, properties and the read-only ``delegates`` (which
+    forward to a stage), it defines no method of its own, and no Lightning hook (#41, "finish the homes")."""
+    import inspect
+
+    own = {name for name, value in vars(cls).items() if inspect.isfunction(value) and name != "__init__"}
+    assert not own & _HOOKS, f"{cls.__name__} defines hooks {sorted(own & _HOOKS)}"
+    assert own <= set(delegates), f"{cls.__name__} defines methods {sorted(own - set(delegates))}"

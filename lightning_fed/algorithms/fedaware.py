@@ -327,6 +327,15 @@ class FedAWAREMinNorm(Stage):
             )
         self.num_clients = n
 
+    def check_setup(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """Read N from ``trainer.datamodule.num_clients`` (:meth:`read_num_clients`; called by the server
+        optimizer's ``setup``, after the data module's, before a checkpoint is restored and compared with the run).
+
+        Raises:
+            ValueError: it disagrees with ``num_clients``.
+        """
+        self.read_num_clients(getattr(trainer, "datamodule", None))
+
     def warming_up(self, state: Optional["FedAWAREMinNorm.State"], num_steps: int) -> bool:
         """Whether the round after ``num_steps`` server steps is a FedAvg warm-up round, given the stage's
         ``state`` (``None`` before it exists): under ``warmup_rounds``, fewer steps than it; under
@@ -417,6 +426,19 @@ class FedAWAREMinNorm(Stage):
             return
         dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])
         self.check_state_size(int(n), sum(p.numel() for p in params), dtype)
+
+    def prepare_round(self, server: Any, params: list[Tensor], updates: Any) -> None:
+        """Before any state changes (the server optimizer's ``validate_round``): a non-empty round, N known and a
+        momentum table (live, or loaded from a checkpoint) matching ``params``.
+
+        Raises:
+            ValueError: ``updates`` empty, N unknown, or a table of the wrong shape.
+        """
+        if not updates:
+            raise ValueError("Cannot aggregate an empty round: no client updates.")
+        self.check_num_clients()
+        fields = server.stage_state_fields(self) or {}
+        self.check_table(fields.get("table"), sum(p.numel() for p in params))
 
     def check_table(self, table: Optional[ClientStateTable], dim: int) -> None:
         """Raise ValueError if ``table`` (when built) is not ``[N, dim]``."""

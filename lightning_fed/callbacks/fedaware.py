@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client import ClientUpdate
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
 from lightning_fed.server.checks import check_positive
 from lightning_fed.server.min_norm import MinNormReport, MinNormResult
@@ -117,15 +116,16 @@ class FedAWARE(ServerOptimizer):
     (:func:`~lightning_fed.algorithms.fedaware.fedaware_state_bytes`). E.g. 100 clients × 582,026
     parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients × 822,570 parameters × 4 B =
     2.35 GB; 100,000 clients: a 74.5 GiB Gram matrix whatever the model. All of it is in :meth:`state_dict`, hence
-    in every checkpoint (a save copies the tables once more). Their sum is computed at fit start (in
-    :meth:`on_train_start`, before any client trains, from N and the module's parameters) and **refused** with a
+    in every checkpoint (a save copies the tables once more). Their sum is computed at fit start (in the stage's
+    :meth:`~lightning_fed.algorithms.FedAWAREMinNorm.check_fit`, before any client trains, from N and the module's parameters) and **refused** with a
     ``ValueError`` naming N, d, each table's size and the limit when it exceeds ``max_state_bytes``, warned about
     above half of it. The default ``"auto"`` is half the machine's physical memory (``os.sysconf``), so that the
     tables and the copy a checkpoint save makes of them fit in RAM; a fixed default would refuse runs a large
     server holds easily or let a small one fail at its first round. The min-norm solve also makes up to three
     temporary float64 copies of the seen clients' Gram block a round, which the warning leaves room for.
 
-    N is read from ``trainer.datamodule.num_clients`` in :meth:`setup`; pass ``num_clients`` to use
+    N is read from ``trainer.datamodule.num_clients`` at set-up (the stage's ``check_setup``; the round's checks are
+    its ``prepare_round``, its metrics its ``round_metrics``: this class only fixes the parts); pass ``num_clients`` to use
     :meth:`server_update` without a trainer (it must then agree with the data module).
 
     After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
@@ -224,6 +224,7 @@ class FedAWARE(ServerOptimizer):
             max_state_bytes=max_state_bytes,
         )
         super().__init__(weighting=weighting, aggregators=[self.min_norm], rule=SGD(lr))
+        self._own_aggregators = [self.min_norm]  # its own chain: another one is refused at fit start
 
     alpha = _stage_attribute("alpha", "Momentum coefficient α (float).")
     normalize = _stage_attribute("normalize", "Solve on the unit-normalised momenta.")
@@ -260,15 +261,6 @@ class FedAWARE(ServerOptimizer):
     client_num_samples = _state_field("client_num_samples", "|D_i| as last reported by client i, int64 ``[N]``.")
     gram = _state_field("gram", "⟨m_i, m_j⟩, float64 ``[N, N]``.")
 
-    # ------------------------------------------------------------------ N from the data module
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """Read N from ``trainer.datamodule.num_clients`` (called by Lightning after the data module's setup).
-
-        Raises:
-            ValueError: it disagrees with ``num_clients`` or with a momentum table already built.
-        """
-        self.min_norm.read_num_clients(getattr(trainer, "datamodule", None))
-
     @property
     def momenta(self) -> Optional[Tensor]:
         """m_i, ``[N, d]`` on CPU (``None`` until the first round): the dense :attr:`client_state` table's matrix."""
@@ -279,18 +271,6 @@ class FedAWARE(ServerOptimizer):
         """Whether client i has been seen, bool ``[N]`` (``None`` until the first round): the rows written in
         :attr:`client_state`."""
         return None if self.client_state is None else self.client_state.present
-
-    # ------------------------------------------------------------------ the round
-    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Before any state changes: a non-empty round, N known and a momentum table matching ``params``.
-
-        Raises:
-            ValueError: ``updates`` empty, N unknown, or a table of the wrong shape.
-        """
-        if not updates:
-            raise ValueError("Cannot aggregate an empty round: no client updates.")
-        self.min_norm.check_num_clients()
-        self.min_norm.check_table(self.client_state, sum(p.numel() for p in params))
 
     @property
     def last_weighted_diversity(self) -> Optional[float]:
@@ -307,30 +287,6 @@ class FedAWARE(ServerOptimizer):
         than ``warmup_rounds`` server steps have been taken)."""
         states = self.aggregator_state
         return self.min_norm.warming_up(None if states is None else states[0], self.num_steps)
-
-    # ------------------------------------------------------------------ logging
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        metrics = self.min_norm.round_metrics(self._min_norm_report())
-        for name, value in metrics.items():
-            pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """Refuse a replaced aggregator chain (this class is its own chain, ``[FedAWAREMinNorm]``), then the base
-        class's checks, among them the stage's :meth:`~lightning_fed.server.aggregators.FedAWAREMinNorm.check_fit`
-        (the per-client tables against ``max_state_bytes``), all before any client trains.
-
-        Raises:
-            ValueError: :attr:`aggregators` is not ``[self.min_norm]``; the per-client tables would exceed
-                ``max_state_bytes``.
-            RuntimeError: as the base class (a trainer without the federated loop).
-        """
-        if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.min_norm):
-            raise ValueError(
-                f"{type(self).__name__} aggregates in its own way (its aggregator chain is [FedAWAREMinNorm]), so "
-                "another `aggregators` chain cannot be used; use them with a server optimizer that takes the "
-                "default aggregation."
-            )
-        super().on_train_start(trainer, pl_module)
 
     # ------------------------------------------------------------------ checkpointing
     @property

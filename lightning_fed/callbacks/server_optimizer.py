@@ -462,6 +462,15 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         if self.client_state_store == "disk":
             self.collect_client_state_garbage()
 
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """Log every stage's :meth:`~lightning_fed.server.aggregators.Stage.round_metrics` of the round's report
+        (e.g. FedAWARE's ``fedaware_support``); nothing in a round without a server step."""
+        for stage in self.aggregators or ():
+            round_metrics = getattr(stage, "round_metrics", None)
+            metrics = round_metrics(self.stage_report(stage)) if round_metrics is not None else {}
+            for name, value in metrics.items():
+                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
+
     @property
     def privatises(self) -> bool:
         """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
@@ -614,13 +623,18 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     # ------------------------------------------------------------------ trainer check
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """At fit start (before round 0): check a chain holding DP stages
+        """Every stage's :meth:`~lightning_fed.server.aggregators.Stage.check_setup` (e.g. FedAWARE reads N from the
+        data module); at fit start (before round 0): check a chain holding DP stages
         (:func:`~lightning_fed.server.aggregators.dp.check_dp_chain`: ``DPMean`` needs ``weighting="uniform"``; a
         hand-composed DP chain warns that ε is not accounted).
 
         Raises:
-            ValueError: ``DPMean`` in the chain with ``weighting="num_samples"``.
+            ValueError: as a stage's ``check_setup``; ``DPMean`` in the chain with ``weighting="num_samples"``.
         """
+        for chain_stage in self.aggregators or ():
+            check_setup = getattr(chain_stage, "check_setup", None)
+            if check_setup is not None:
+                check_setup(trainer, pl_module, self)
         if stage == "fit":
             from lightning_fed.server.aggregators.dp import check_dp_chain
 

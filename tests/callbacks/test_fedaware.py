@@ -645,3 +645,12 @@ def test_public_code_pairing_through_the_trainer_follows_the_cohorts_selection_o
     for slot, owner in zip(cohort, sorted(cohort)):
         np.testing.assert_array_equal(bug[slot], right[owner])
     assert not np.array_equal(bug, right)
+
+
+def test_41_fedaware_keeps_no_behaviour_in_callbacks():
+    """FedAWARE's N, checks and round metrics live in its stage (algorithms/fedaware.py); the callback is a
+    ready-made name (its own chain refused when replaced: tests/server/aggregators/test_base.py)."""
+    from helpers import assert_ready_made_name
+    from lightning_fed.callbacks import FedAWARE
+
+    assert_ready_made_name(FedAWARE, delegates=("_min_norm_report", "extra_repr"))

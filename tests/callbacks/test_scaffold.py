@@ -8,7 +8,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
 
-from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, quiet_trainer_kwargs, regression_data
+from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, assert_ready_made_name, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
 from lightning_fed.callbacks.scaffold import SCAFFOLD
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
@@ -249,21 +249,6 @@ def test_misuse_errors():
     with pytest.raises(ValueError, match=r"Client id 7 is outside \[0, 2\)"):
         server.server_update(params, [update])
     assert repr(SCAFFOLD()) == "SCAFFOLD(lr=1.0, weighting='uniform')"
-
-
-#: Lightning callback hooks and the server optimizer's round hooks a ready-made name must not define itself.
-_HOOKS = {name for name in vars(__import__("lightning.pytorch", fromlist=["Callback"]).Callback)
-          if name.startswith("on_") or name in ("setup", "teardown")} | {"validate_round", "server_update"}
-
-
-def assert_ready_made_name(cls, delegates=()):
-    """``cls`` fixes parts and defaults only: besides ``__init__``, properties and the read-only ``delegates`` (which
-    forward to a stage), it defines no method of its own, and no Lightning hook (#41, "finish the homes")."""
-    import inspect
-
-    own = {name for name, value in vars(cls).items() if inspect.isfunction(value) and name != "__init__"}
-    assert not own & _HOOKS, f"{cls.__name__} defines hooks {sorted(own & _HOOKS)}"
-    assert own <= set(delegates), f"{cls.__name__} defines methods {sorted(own - set(delegates))}"
 
 
 def test_41_scaffold_keeps_no_behaviour_in_callbacks(tmp_path):

@@ -168,6 +168,12 @@ class Stage(abc.ABC):
         would be skipped. Default: any K ≥ 1."""
         return None
 
+    def check_setup(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """Called by the server optimizer's ``setup`` (Lightning's, after the data module's setup and before a
+        checkpoint is restored): read what the stage takes from the run (e.g. FedAWARE's N from
+        ``trainer.datamodule.num_clients``), raising ``ValueError`` when it disagrees with the stage's arguments.
+        Default: nothing."""
+
     def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
         """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains), after
         the client algorithms' checks: raise ``ValueError`` naming both parts when this stage cannot work with the
@@ -185,6 +191,11 @@ class Stage(abc.ABC):
         changes, with x_t (``params``) and the round's updates: raise when the round cannot go through this stage
         (e.g. SCAFFOLD: N unknown, a client id outside [0, N), an update without Δc_i), and make or move the stage's
         state in ``server``'s chain state (SCAFFOLD's c, on the parameters' device). Default: nothing."""
+
+    def round_metrics(self, report: Any) -> dict[str, float]:
+        """The metrics the server optimizer logs at the end of a round from this stage's ``report`` of it (``None``
+        in a round without a server step), name -> number (e.g. FedAWARE's ``fedaware_support``). Default: none."""
+        return {}
 
     def check_cohort(self, clients_per_round: int) -> None:
         """Called once at fit start (by the server optimizer's ``on_train_start``, before any round trains) with C =
