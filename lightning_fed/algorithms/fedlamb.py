@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
 from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean, weighted_sum
 from lightning_fed.server.checks import check_choice, check_in_range, check_phi_bounds  # noqa: F401  (re-exported)
@@ -324,6 +326,24 @@ class MaxSecondMoment(Stage):
             [torch.zeros_like(p) for p in params] if self.average_first_moment else None,
         )
 
+    def moments(self, server: Any, params: list[Tensor]) -> "MaxSecondMoment.State":
+        """v̂_r and m̄_r on ``params``' device, in ``server``'s chain state (created as v̂_0 the first time)."""
+        index = next(i for i, s in enumerate(server.aggregators) if s is self)
+        states = list(server.chain_state(params))
+        state = states[index]
+        tensors = [t for t in (state.second_moment, state.first_moment) if t]
+        if any(t[0].device != params[0].device for t in tensors):
+            state = MaxSecondMoment.State(*(None if t is None else [x.to(p.device) for x, p in zip(t, params)]
+                                            for t in (state.second_moment, state.first_moment)))
+            states[index] = state
+            server.aggregator_state = tuple(states)
+        return state
+
+    def prepare_round(self, server: Any, params: list[Tensor], updates: Any) -> None:
+        """Create the server moments (v̂_0, m̄_0 = 0) or move them to the parameters' device before the round
+        (:meth:`moments`)."""
+        self.moments(server, params)
+
     def _weighted_mean(self, updates: list, weights: list[float], key: str) -> list[Tensor]:
         for u in updates:
             if key not in u.extras:
@@ -350,6 +370,78 @@ class MaxSecondMoment(Stage):
                 for m_bar, m in zip(state.first_moment, mean_m):
                     m_bar.copy_(m)
         return pseudo_gradient, state
+
+
+def _track_step_for_schedulers(optimizer: torch.optim.Optimizer) -> None:
+    """Mark ``optimizer.step`` the way ``torch.optim.lr_scheduler.LRScheduler.__init__`` does, so a scheduler
+    re-bound to ``optimizer`` does not warn that ``optimizer.step()`` was overridden."""
+    step = optimizer.step
+    if hasattr(step, "_wrapped_by_lr_sched"):
+        return
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        optimizer._opt_called = True  # type: ignore[attr-defined]
+        return step(*args, **kwargs)
+
+    wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = wrapper  # type: ignore[method-assign]
+
+
+def install_client_optimizer(trainer: Any, optimizer_class: type, client_lr: Optional[float],
+                             optimizer_kwargs: dict[str, Any], owner: str) -> "LocalAMSGrad":
+    """Replace the trainer's single optimizer by ``optimizer_class`` (a :class:`LocalAMSGrad`) and return it
+    (``owner``: the method named in messages, e.g. ``"FedLAMB"``; ``optimizer_kwargs``: its hyper-parameters other
+    than ``params`` and ``lr``).
+
+    The new optimizer gets the old one's parameter groups (same parameters, same grouping), the learning
+    rate ``client_lr`` or each group's own, and ``optimizer_kwargs``. It is set with
+    ``trainer.strategy.optimizers = [new]``, which also re-creates Lightning's ``LightningOptimizer``
+    wrappers (so ``self.optimizers()`` in manual optimization returns it), and every LR scheduler of the old
+    optimizer is re-bound to the new one (with ``client_lr``, its base learning rates become ``client_lr``
+    and the current factor is kept). An optimizer that already is an ``optimizer_class`` is kept
+    unchanged, with its own hyper-parameters.
+
+    Raises:
+        ValueError: not exactly one optimizer, or one without parameters.
+    """
+    optimizers = list(trainer.optimizers)
+    if len(optimizers) != 1 or not optimizers[0].param_groups:
+        raise ValueError(
+            f"{owner} needs exactly one client optimizer with parameters from the module's "
+            f"`configure_optimizers` (its parameter groups and learning rate are reused); got "
+            f"{[type(o).__name__ for o in optimizers]}."
+        )
+    old = optimizers[0]
+    cls = optimizer_class
+    if type(old) is cls:
+        rank_zero_info(f"{owner}: the module's optimizer already is {cls.__name__}; kept as is.")
+        return old
+    groups = []
+    for group in old.param_groups:
+        new_group: dict[str, Any] = {"params": group["params"]}
+        lr = float(group["lr"])
+        initial = group.get("initial_lr")
+        if client_lr is not None:
+            factor = lr / float(initial) if initial is not None and float(initial) > 0 else 1.0
+            lr = client_lr * factor
+            initial = client_lr if initial is not None else None
+        new_group["lr"] = lr
+        if initial is not None:
+            new_group["initial_lr"] = float(initial)
+        groups.append(new_group)
+    lr0 = groups[0]["lr"]
+    new = cls(groups, lr=lr0, **optimizer_kwargs)
+    for config in trainer.lr_scheduler_configs:
+        scheduler = config.scheduler
+        if getattr(scheduler, "optimizer", None) is old:
+            scheduler.optimizer = new
+            if client_lr is not None and hasattr(scheduler, "base_lrs"):
+                scheduler.base_lrs = [client_lr for _ in new.param_groups]
+            if hasattr(scheduler, "_last_lr"):
+                scheduler._last_lr = [g["lr"] for g in new.param_groups]
+            _track_step_for_schedulers(new)
+    trainer.strategy.optimizers = [new]
+    return new
 
 
 class LocalAdaptiveClient(ClientAlgorithm):
@@ -392,16 +484,27 @@ class LocalAdaptiveClient(ClientAlgorithm):
         self._server, self._stage_index = server, stages[0]
 
     def moments(self, params: list[Tensor]) -> "MaxSecondMoment.State":
-        """v̂_r and m̄_r on ``params``' device (created as v̂_0 in the server optimizer's chain state the first time)."""
-        states = list(self._server.chain_state(params))
-        state = states[self._stage_index]
-        tensors = [t for t in (state.second_moment, state.first_moment) if t]
-        if any(t[0].device != params[0].device for t in tensors):
-            state = MaxSecondMoment.State(*(None if t is None else [x.to(p.device) for x, p in zip(t, params)]
-                                            for t in (state.second_moment, state.first_moment)))
-            states[self._stage_index] = state
-            self._server.aggregator_state = tuple(states)
-        return state
+        """v̂_r and m̄_r on ``params``' device (created as v̂_0 in the server optimizer's chain state the first time):
+        :meth:`MaxSecondMoment.moments`."""
+        return self._server.aggregators[self._stage_index].moments(self._server, params)
+
+    def fit_start(self, trainer: Any, server: Any) -> None:
+        """Install the client optimizer of ``server`` (its ``client_optimizer_class``; nothing when it has none)
+        before a checkpoint's optimizer state is restored and before the loop snapshots the hyper-parameters at
+        the start of the first round (:meth:`install_optimizer`)."""
+        if getattr(server, "client_optimizer_class", None) is not None:
+            self.install_optimizer(trainer, server)
+
+    @staticmethod
+    def install_optimizer(trainer: Any, server: Any) -> "LocalAMSGrad":
+        """:func:`install_client_optimizer` with ``server``'s ``client_optimizer_class``, ``client_lr`` and
+        ``client_optimizer_kwargs()`` (:class:`~lightning_fed.callbacks.FedLAMB`'s, :class:`~lightning_fed.callbacks.FedAMS`'s).
+
+        Raises:
+            ValueError: as :func:`install_client_optimizer`.
+        """
+        return install_client_optimizer(trainer, server.client_optimizer_class, server.client_lr,
+                                        server.client_optimizer_kwargs(), type(server).__name__)
 
     @staticmethod
     def _optimizer(module: Any) -> LocalAMSGrad:

@@ -7,7 +7,6 @@ import math
 from typing import Any, Optional
 
 import torch
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 
 from lightning_fed.algorithms.fedlamb import (
@@ -23,26 +22,10 @@ from lightning_fed.algorithms.fedlamb import (
     check_phi_bounds,
 )
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_positive, check_unit_interval
-from lightning_fed.client import ClientUpdate
 from lightning_fed.server.rules.sgd import SGD
 
 #: Accepted values of ``first_moment``: m restarts at 0 every round, or the server broadcasts the clients' mean m.
 FIRST_MOMENTS = ("reset", "average")
-
-
-def _track_step_for_schedulers(optimizer: torch.optim.Optimizer) -> None:
-    """Mark ``optimizer.step`` the way ``torch.optim.lr_scheduler.LRScheduler.__init__`` does, so a scheduler
-    re-bound to ``optimizer`` does not warn that ``optimizer.step()`` was overridden."""
-    step = optimizer.step
-    if hasattr(step, "_wrapped_by_lr_sched"):
-        return
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        optimizer._opt_called = True  # type: ignore[attr-defined]
-        return step(*args, **kwargs)
-
-    wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
-    optimizer.step = wrapper  # type: ignore[method-assign]
 
 
 class LocalAdaptiveServer(ServerOptimizer):
@@ -147,7 +130,9 @@ class LocalAdaptiveServer(ServerOptimizer):
         #: The reducer stage (:class:`~lightning_fed.server.aggregators.MaxSecondMoment`): Δ, v̂ and m̄.
         self.moment_stage = MaxSecondMoment(owner=type(self).__name__)
         super().__init__(weighting=weighting, aggregators=[self.moment_stage], rule=SGD(lr))
-        self._own_client = [LocalAdaptiveClient()]  # the client half: seeds the local optimizer, sends v_i^T back
+        #: The client half: installs the client optimizer at fit start, seeds it, sends v_i^T back.
+        self._own_client = [LocalAdaptiveClient()]
+        self._own_aggregators = [self.moment_stage]  # its own chain: another one is refused at fit start
         self.client_lr = None if client_lr is None else check_positive("client_lr", client_lr)
         self.beta1 = check_unit_interval("beta1", beta1)
         self.beta2 = check_unit_interval("beta2", beta2)
@@ -182,11 +167,6 @@ class LocalAdaptiveServer(ServerOptimizer):
     def state(self, value: dict[str, list[Tensor]]) -> None:
         self.aggregator_state = (MaxSecondMoment.State(value.get("second_moment"), value.get("first_moment")),)
 
-    def _move_state(self, params: list[Tensor]) -> None:
-        state = self.state
-        if any(t and t[0].device != params[0].device for t in state.values()):
-            self.state = {name: [t.to(p.device) for t, p in zip(tensors, params)] for name, tensors in state.items()}
-
     # ------------------------------------------------------------------ the client optimizer
     def client_optimizer_kwargs(self) -> dict[str, Any]:
         """The client optimizer's hyper-parameters other than ``params`` and ``lr``."""
@@ -200,85 +180,14 @@ class LocalAdaptiveServer(ServerOptimizer):
         )
 
     def install_client_optimizer(self, trainer: Any) -> LocalAMSGrad:
-        """Replace the trainer's single optimizer by ``client_optimizer_class`` and return it.
-
-        The new optimizer gets the old one's parameter groups (same parameters, same grouping), the learning
-        rate ``client_lr`` or each group's own, and this callback's other hyper-parameters. It is set with
-        ``trainer.strategy.optimizers = [new]``, which also re-creates Lightning's ``LightningOptimizer``
-        wrappers (so ``self.optimizers()`` in manual optimization returns it), and every LR scheduler of the old
-        optimizer is re-bound to the new one (with ``client_lr``, its base learning rates become ``client_lr``
-        and the current factor is kept). An optimizer that already is a ``client_optimizer_class`` is kept
-        unchanged, with its own hyper-parameters.
+        """Replace the trainer's single optimizer by ``client_optimizer_class`` and return it (done by the client
+        half at fit start: :meth:`LocalAdaptiveClient.install_optimizer
+        <lightning_fed.algorithms.fedlamb.LocalAdaptiveClient.install_optimizer>`, where the rules are).
 
         Raises:
             ValueError: not exactly one optimizer, or one without parameters.
         """
-        optimizers = list(trainer.optimizers)
-        if len(optimizers) != 1 or not optimizers[0].param_groups:
-            raise ValueError(
-                f"{type(self).__name__} needs exactly one client optimizer with parameters from the module's "
-                f"`configure_optimizers` (its parameter groups and learning rate are reused); got "
-                f"{[type(o).__name__ for o in optimizers]}."
-            )
-        old = optimizers[0]
-        cls = self.client_optimizer_class
-        if type(old) is cls:
-            rank_zero_info(f"{type(self).__name__}: the module's optimizer already is {cls.__name__}; kept as is.")
-            return old
-        groups = []
-        for group in old.param_groups:
-            new_group: dict[str, Any] = {"params": group["params"]}
-            lr = float(group["lr"])
-            initial = group.get("initial_lr")
-            if self.client_lr is not None:
-                factor = lr / float(initial) if initial is not None and float(initial) > 0 else 1.0
-                lr = self.client_lr * factor
-                initial = self.client_lr if initial is not None else None
-            new_group["lr"] = lr
-            if initial is not None:
-                new_group["initial_lr"] = float(initial)
-            groups.append(new_group)
-        lr0 = groups[0]["lr"]
-        new = cls(groups, lr=lr0, **self.client_optimizer_kwargs())
-        for config in trainer.lr_scheduler_configs:
-            scheduler = config.scheduler
-            if getattr(scheduler, "optimizer", None) is old:
-                scheduler.optimizer = new
-                if self.client_lr is not None and hasattr(scheduler, "base_lrs"):
-                    scheduler.base_lrs = [self.client_lr for _ in new.param_groups]
-                if hasattr(scheduler, "_last_lr"):
-                    scheduler._last_lr = [g["lr"] for g in new.param_groups]
-                _track_step_for_schedulers(new)
-        trainer.strategy.optimizers = [new]
-        return new
-
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        """Install the client optimizer (before the optimizer state is restored from a checkpoint and before
-        the loop snapshots the hyper-parameters at the start of the first round)."""
-        super().on_fit_start(trainer, pl_module)
-        self.install_client_optimizer(trainer)
-
-    # ------------------------------------------------------------------ server
-    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Create the server moments (v̂_0, m̄_0 = 0) or move them to the parameters' device before the round."""
-        self.chain_state(params)
-        self._move_state(params)
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """Refuse a replaced aggregator chain (this class is its own chain, ``[MaxSecondMoment]``), then the base
-        class's checks.
-
-        Raises:
-            ValueError: :attr:`aggregators` is not ``[self.moment_stage]``.
-            RuntimeError: as the base class (a trainer without the federated loop).
-        """
-        if not (self.aggregators is not None and len(self.aggregators) == 1 and self.aggregators[0] is self.moment_stage):
-            raise ValueError(
-                f"{type(self).__name__} aggregates in its own way (its aggregator chain is [MaxSecondMoment]), so "
-                "another `aggregators` chain cannot be used; use them with a server optimizer that takes the "
-                "default aggregation."
-            )
-        super().on_train_start(trainer, pl_module)
+        return self._own_client[0].install_optimizer(trainer, self)
 
     # ------------------------------------------------------------------ bookkeeping
     @property

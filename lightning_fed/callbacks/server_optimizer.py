@@ -641,12 +641,18 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             check_dp_chain(self)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        """Resolve the client-state store (:meth:`resolve_client_state_store`) before round 0.
+        """Resolve the client-state store (:meth:`resolve_client_state_store`) before round 0, then run the
+        :meth:`~lightning_fed.client.ClientAlgorithm.fit_start` of the client halves given with this server
+        optimizer (e.g. Fed-LAMB's installs its client optimizer).
 
         Raises:
-            ValueError: as :meth:`resolve_client_state_store`.
+            ValueError: as :meth:`resolve_client_state_store`, or a half's ``fit_start``.
         """
         self.resolve_client_state_store(trainer)
+        for algorithm in self.server_client_algorithms:
+            fit_start = getattr(algorithm, "fit_start", None)
+            if fit_start is not None:
+                fit_start(trainer, self)
 
     #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
     unrecorded_settings = ("client_state_store", "client_state_dir")

@@ -80,6 +80,12 @@ class ClientAlgorithm:
         """At fit start, before :meth:`state_dim` is asked: look at the model (e.g. select the parts a
         personalised method keeps local, :class:`~lightning_fed.client.personal.LocalParts`). Default: nothing."""
 
+    def fit_start(self, trainer: Any, server: Any) -> None:
+        """At fit start, from the server optimizer's ``on_fit_start`` (before a checkpoint's optimizer state is
+        restored and before the loop snapshots the hyper-parameters of round 0), for the halves given with
+        ``server``: set up the trainer's client optimizer (e.g. Fed-LAMB's client half installs its local
+        optimizer). Default: nothing."""
+
     def check(self, server: Any) -> None:
         """At fit start: raise ``ValueError`` naming both parts when ``server`` (the server optimizer holding this
         client half) cannot be combined with it. Default: every server optimizer is fine."""

@@ -394,3 +394,15 @@ def test_install_needs_exactly_one_optimizer():
     two = types.SimpleNamespace(optimizers=[torch.optim.SGD(params, lr=0.1), torch.optim.SGD(params, lr=0.1)])
     with pytest.raises(ValueError, match="exactly one client optimizer"):
         FedLAMB().install_client_optimizer(two)
+
+
+def test_41_fedlamb_keeps_no_behaviour_in_callbacks(tmp_path):
+    """Fed-LAMB's client-optimizer install is its client half's (LocalAdaptiveClient.fit_start), its server moments
+    its stage's (MaxSecondMoment.prepare_round); FedLAMB, FedAMS and their base only fix parts and defaults (the
+    optimizer class and its hyper-parameters). The install still happens at fit start, before round 0."""
+    from helpers import assert_ready_made_name
+    from lightning_fed.callbacks.fedlamb import FedAMS, LocalAdaptiveServer
+
+    for cls in (LocalAdaptiveServer, FedLAMB, FedAMS):
+        assert_ready_made_name(cls, delegates=("_stage_state", "client_optimizer_kwargs", "install_client_optimizer",
+                                               "extra_repr"))

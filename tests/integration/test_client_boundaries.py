@@ -40,9 +40,9 @@ ALLOWED_PRIVATE = {
     ("client/lean_step.py", "_optimizer_step_pre_hooks"): "torch.optim.Optimizer's own step pre-hooks (a lean step "
     "runs the closure before step() only without them)",
     ("client/lean_step.py", "_global_optimizer_pre_hooks"): "torch.optim's global step pre-hooks (likewise)",
-    ("callbacks/fedlamb.py", "_opt_called"): "torch.optim.lr_scheduler's own flag, set on a rebuilt optimizer",
-    ("callbacks/fedlamb.py", "_wrapped_by_lr_sched"): "torch.optim.lr_scheduler's own flag on optimizer.step",
-    ("callbacks/fedlamb.py", "_last_lr"): "torch.optim.lr_scheduler's last learning rates, re-pointed to the new "
+    ("algorithms/fedlamb.py", "_opt_called"): "torch.optim.lr_scheduler's own flag, set on a rebuilt optimizer",
+    ("algorithms/fedlamb.py", "_wrapped_by_lr_sched"): "torch.optim.lr_scheduler's own flag on optimizer.step",
+    ("algorithms/fedlamb.py", "_last_lr"): "torch.optim.lr_scheduler's last learning rates, re-pointed to the new "
     "optimizer",
     ("algorithms/scaffold.py", "_replace"): "typing.NamedTuple's public API (ScaffoldControl's state)",
     ("algorithms/fedaware.py", "_replace"): "typing.NamedTuple's public API (ClientDeltas, FedAWAREMinNorm's state)",
