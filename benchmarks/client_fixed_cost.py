@@ -244,24 +244,34 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
+    """Measure every (workload, steps) cell; write the CSV if asked. Lightning's log level, the warning filters and
+    torch's thread count are restored on return (a test runs it in-process)."""
     global _clock
     args = parse_args(argv)
     _clock = CLOCKS[args.clock]
-    torch.set_num_threads(1)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    logger = logging.getLogger("lightning.pytorch")
+    level, threads0 = logger.level, torch.get_num_threads()
     rows = []
-    print(f"client_fixed_cost: torch {torch.__version__}, load {os.getloadavg()}", flush=True)
-    for name in args.workloads:
-        for steps in args.steps:
-            wl = gpu_suite.workload_args(name, quick=False)
-            for key, value in dict(clients=args.clients, cohort=args.cohort, samples_per_client=steps * args.batch,
-                                   batch=args.batch, rounds=args.rounds, repeats=1).items():
-                setattr(wl, key, value)
-            wl.steps, wl.model_label = steps, name
-            row = measure(wl, args.top)
-            rows.append(row)
-            print("  ".join(f"{k}={row[k]}" for k in COLUMNS), flush=True)
+    try:
+        with warnings.catch_warnings():
+            torch.set_num_threads(1)
+            logger.setLevel(logging.ERROR)
+            warnings.filterwarnings("ignore", ".*does not have many workers.*")
+            print(f"client_fixed_cost: torch {torch.__version__}, load {os.getloadavg()}", flush=True)
+            for name in args.workloads:
+                for steps in args.steps:
+                    wl = gpu_suite.workload_args(name, quick=False)
+                    for key, value in dict(clients=args.clients, cohort=args.cohort,
+                                           samples_per_client=steps * args.batch, batch=args.batch, rounds=args.rounds,
+                                           repeats=1).items():
+                        setattr(wl, key, value)
+                    wl.steps, wl.model_label = steps, name
+                    row = measure(wl, args.top)
+                    rows.append(row)
+                    print("  ".join(f"{k}={row[k]}" for k in COLUMNS), flush=True)
+    finally:
+        logger.setLevel(level)
+        torch.set_num_threads(threads0)
     if args.out:
         with open(args.out, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)

