@@ -1,4 +1,4 @@
-"""Federated data: partitioners, local-work policies, the FederatedDataModule and task data modules."""
+"""Federated data: the data source, partitioners, local-work policies, the FederatedDataModule and task data modules."""
 
 from lightning_fed.datamodules.cifar import CIFAR10DataModule, CIFAR100DataModule
 from lightning_fed.datamodules.dirichlet import DirichletPartitioner
@@ -23,6 +23,7 @@ from lightning_fed.datamodules.partition import Partition, Partitioner
 from lightning_fed.datamodules.pathological import PathologicalPartitioner
 from lightning_fed.datamodules.shakespeare import ShakespeareDataModule
 from lightning_fed.datamodules.shard import ShardPartitioner
+from lightning_fed.datamodules.source import DataSource
 from lightning_fed.datamodules.size_skew import (
     ExponentialPartitioner,
     LinearPartitioner,
@@ -35,6 +36,7 @@ __all__ = [
     "CIFAR100DataModule",
     "CIFAR10DataModule",
     "ClientWork",
+    "DataSource",
     "DirichletPartitioner",
     "EMNISTDataModule",
     "ExponentialPartitioner",

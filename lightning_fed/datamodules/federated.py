@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import numbers
-import sys
 from typing import Any, Optional, Sequence, Union
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
-from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_fed.datamodules.huggingface import (  # noqa: F401  (HFTensorColumns, ragged_column: re-exported)
-    ColumnTuples,
-    HFTensorColumns,
-    as_torch_format,
-    check_batch_columns,
-    check_dataset_batch_columns,
-    dict_batch_hint,
-    formatted_columns,
-    is_hf_dataset as _is_hf_dataset,
-    ragged_column,
-    read_column,
-)
-from lightning_fed.datamodules import huggingface
+from lightning_fed.datamodules.huggingface import HFTensorColumns, ragged_column  # noqa: F401  (re-exported)
 from lightning_fed.datamodules.client_eval import (  # noqa: F401  (check_eval_clients_per_round, split_client_eval: re-exported)
     ClientEvaluation,
     check_eval_clients_per_round,
@@ -38,6 +24,7 @@ from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
 )
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
+from lightning_fed.datamodules.source import DataSource
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
 class TensorBatches:
@@ -77,33 +64,6 @@ class TensorBatches:
         return callable(getattr(dataset, "get_batch", None)) or isinstance(dataset, TensorDataset)
 
 
-def _check_map_style(name: str, dataset: Any) -> None:
-    """Refuse datasets that cannot be partitioned by index: a Hugging Face ``DatasetDict`` (a dict of splits) or an
-    iterable (streaming) dataset.
-
-    Raises:
-        TypeError: naming ``name``, the splits to choose from, or what to do with a stream.
-    """
-    if dataset is None:
-        return
-    datasets = sys.modules.get("datasets")
-    if datasets is not None and isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
-        raise TypeError(
-            f"`{name}` is a Hugging Face {type(dataset).__name__} with splits {sorted(dataset)}; select one split, "
-            f"e.g. `dataset[{sorted(dataset)[0]!r}]`."
-        )
-    iterable = isinstance(dataset, torch.utils.data.IterableDataset) or (
-        datasets is not None and isinstance(dataset, datasets.IterableDataset)
-    )
-    if iterable:
-        raise TypeError(
-            f"`{name}` is an iterable (streaming) {type(dataset).__name__}: clients are index sets, so it must be a "
-            "map-style dataset with `__len__` and `__getitem__` (for Hugging Face, load without `streaming=True`)."
-        )
-    if isinstance(dataset, dict):
-        raise TypeError(f"`{name}` is a dict with keys {sorted(map(str, dataset))}; pass one dataset (one split).")
-
-
 class FederatedDataModule(L.LightningDataModule):
     """A training dataset partitioned into clients, with per-round cohorts and per-client local work.
 
@@ -116,11 +76,13 @@ class FederatedDataModule(L.LightningDataModule):
     With a plain :class:`lightning.Trainer` the same module trains centrally: :meth:`train_dataloader` covers all
     clients' data (a centralised baseline with no code change).
 
-    The module composes parts, each with its own checks and settings: the ``partitioner``, the cohort sampler
-    (:attr:`cohorts`, a :class:`~lightning_fed.datamodules.cohorts.CohortSampler`), the local work
-    (:attr:`local_work`) and federated evaluation (:attr:`client_evaluation`, a
+    The module composes parts, each with its own checks and settings: the data source (:attr:`data_source`, a
+    :class:`~lightning_fed.datamodules.source.DataSource`: the datasets, labels, ids, batch format), the
+    ``partitioner``, the cohort sampler (:attr:`cohorts`, a :class:`~lightning_fed.datamodules.cohorts.CohortSampler`),
+    the local work (:attr:`local_work`) and federated evaluation (:attr:`client_evaluation`, a
     :class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`); the options below build them, and stay
-    readable and settable as attributes (``dm.clients_per_round`` is ``dm.cohorts.clients_per_round``).
+    readable and settable as attributes (``dm.clients_per_round`` is ``dm.cohorts.clients_per_round``,
+    ``dm.train_dataset`` is ``dm.data_source.train_dataset``).
     :meth:`settings` and :meth:`run_config` collect the parts' reports for TensorBoard and the checkpoints. A task
     is a subclass that loads its data (:meth:`load_datasets`) and passes every other option on through
     ``**kwargs`` (the docs' "Write your own task").
@@ -272,7 +234,8 @@ class FederatedDataModule(L.LightningDataModule):
         #: The cohort of each round (:class:`~lightning_fed.datamodules.cohorts.CohortSampler`).
         self.cohorts = CohortSampler(clients_per_round, cohort_sampling, client_dropout, over_selection, int(seed),
                                      poisson_draws)
-        self.batch_columns = check_batch_columns(batch_columns)
+        #: The datasets and how they are read (:class:`~lightning_fed.datamodules.source.DataSource`).
+        self.data_source = DataSource(train_dataset, val_dataset, test_dataset, label_column, labels, batch_columns)
         #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
         self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv)
         self.batch_size = _check_positive_int("batch_size", batch_size)
@@ -282,13 +245,8 @@ class FederatedDataModule(L.LightningDataModule):
         self.partitioner = partitioner
         self.data_order = data_order
         self._seed = int(seed)
-        self.label_column = label_column
-        self.labels = None if labels is None else np.asarray(labels)
         self.num_workers = int(num_workers)
         self.drop_last = bool(drop_last)
-        self.train_dataset = train_dataset
-        self.val_dataset = val_dataset
-        self.test_dataset = test_dataset
         self._partition: Optional[Partition] = None
         #: The dataset the clients' evaluation indices point into, and client c's indices (after :meth:`setup`).
         self.client_eval_dataset: Optional[Any] = None
@@ -318,28 +276,15 @@ class FederatedDataModule(L.LightningDataModule):
         """Load the datasets (once) and compute the partition (once; deterministic by the partitioner's seed)."""
         if self._partition is not None:
             return
-        if self.train_dataset is None:
-            self.train_dataset, val, test = self.load_datasets()
-            self.val_dataset = self.val_dataset if self.val_dataset is not None else val
-            self.test_dataset = self.test_dataset if self.test_dataset is not None else test
-        for name in ("train_dataset", "val_dataset", "test_dataset"):
-            _check_map_style(name, getattr(self, name))
-        self.train_dataset = self._as_torch(self.train_dataset)
-        self.val_dataset = self._as_torch(self.val_dataset)
-        self.test_dataset = self._as_torch(self.test_dataset)
-        if self.batch_columns is not None:
-            check_dataset_batch_columns("train_dataset", self.train_dataset, self.batch_columns)
-            for name in ("val_dataset", "test_dataset"):  # others' batches: tuples already
-                if _is_hf_dataset(getattr(self, name)):
-                    check_dataset_batch_columns(name, getattr(self, name), self.batch_columns)
+        self.data_source.setup(self.load_datasets)
         if self.partitioner is None:
             raise ValueError("`partitioner` is required: e.g. IIDPartitioner(num_clients=100).")
         n = len(self.train_dataset)
         needs = self.partitioner.requires
-        labels = self._read_labels() if needs == "labels" else self._read_labels(required=False)
+        labels = self.data_source.read_labels(type(self.partitioner).__name__ if needs == "labels" else None)
         partition = self.cached_partition(labels)
         if partition is None:
-            ids = self._read_column(self.partitioner.id_column) if needs == "ids" else None
+            ids = self.data_source.read_column(self.partitioner.id_column) if needs == "ids" else None
             partition = self.partitioner.partition(n, labels=labels, ids=ids)
         sizes = partition.sizes()
         if (sizes == 0).any():
@@ -479,57 +424,6 @@ class FederatedDataModule(L.LightningDataModule):
             self.seed, self.data_order, False,
         )
 
-    @staticmethod
-    def _as_torch(dataset: Any) -> Any:
-        return as_torch_format(dataset)
-
-    def _read_labels(self, required: bool = True) -> Optional[np.ndarray]:
-        if self.labels is not None:
-            labels = self.labels
-        elif hasattr(self.train_dataset, "targets"):
-            labels = self.train_dataset.targets
-        elif _is_hf_dataset(self.train_dataset) and self.label_column in self.train_dataset.column_names:
-            labels = read_column(self.train_dataset, self.label_column)
-        elif required:
-            raise ValueError(
-                f"{type(self.partitioner).__name__} needs labels: pass `labels=`, give the dataset a `targets` "
-                f"attribute, or a Hugging Face column named by `label_column` (now {self.label_column!r})."
-            )
-        else:
-            return None
-        labels = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
-        if labels.ndim != 1 or len(labels) != len(self.train_dataset):
-            if not required:
-                return None
-            raise ValueError(
-                f"`labels` must have shape [{len(self.train_dataset)}] (one per training sample), got {labels.shape}."
-            )
-        if labels.dtype.kind in "USO":
-            # text / object class names: the partitioner encodes them once as 0..C-1 (sorted) and keeps the
-            # mapping in `Partition.label_names`
-            return labels
-        if not np.issubdtype(labels.dtype, np.integer):
-            if not required:
-                return None
-            raise ValueError(
-                f"`labels` must be integer class indices or text / object class names, got dtype {labels.dtype}."
-            )
-        return labels
-
-    def _read_column(self, name: str) -> np.ndarray:
-        ds = self.train_dataset
-        if _is_hf_dataset(ds):
-            if name not in ds.column_names:
-                raise ValueError(f"`id_column` {name!r} is not a column of the dataset; columns: {ds.column_names}.")
-            return read_column(ds, name)
-        if not hasattr(ds, name):
-            raise ValueError(
-                f"`id_column` {name!r} is not an attribute of {type(ds).__name__}; the natural id must be stored "
-                f"per sample as `dataset.{name}` (shape [len(dataset)])."
-            )
-        values = getattr(ds, name)
-        return values.numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
-
     # ------------------------------------------------------------------ clients
     @property
     def partition(self) -> Partition:
@@ -634,17 +528,8 @@ class FederatedDataModule(L.LightningDataModule):
         """
         batch_size = getattr(self.local_work, "batch_size", None)
         default_loader = type(self).client_dataloader is FederatedDataModule.client_dataloader
-        if default_loader and batch_size != 1 and _is_hf_dataset(self.train_dataset):
-            ragged = ragged_column(self.train_dataset)
-            if ragged is not None:
-                name, low, low_row, high, high_row = ragged
-                raise ValueError(
-                    f"The Hugging Face train_dataset's column {name!r} is ragged: its rows hold lists of different "
-                    f"lengths, from {low} (row {low_row}) to {high} (row {high_row}), which cannot be collated into "
-                    "one tensor per batch, so the clients holding them would fail in every round. Pad or truncate "
-                    f"{name!r} to one length (dataset.map), remove it (dataset.remove_columns({name!r})) or leave it "
-                    "out of the format (dataset.with_format('torch', columns=[...])), or use batch_size=1."
-                )
+        if default_loader and batch_size != 1:
+            self.data_source.check_collatable()
         if not self.drop_last or not isinstance(batch_size, numbers.Integral):
             return
         sizes = self.partition.sizes()
@@ -682,42 +567,23 @@ class FederatedDataModule(L.LightningDataModule):
         batches = self.client_batches(cid, round_idx)
         if self.num_workers == 0 and TensorBatches.supports(self.train_dataset):
             return TensorBatches(self.train_dataset, batches)
-        if self.num_workers == 0 and _is_hf_dataset(self.train_dataset):
-            columns = self._hf_tensor_columns()
-            if columns is not None:
-                return TensorBatches(columns, batches)
+        columns = self.data_source.tensor_columns() if self.num_workers == 0 else None  # a Hugging Face train_dataset
+        if columns is not None:
+            return TensorBatches(columns, batches)
         return DataLoader(self.train_dataset, batch_sampler=[b.tolist() for b in batches], num_workers=self.num_workers,
                           collate_fn=self.collate_fn(self.train_dataset))
 
-    def _hf_tensor_columns(self) -> Optional[HFTensorColumns]:
-        """A torch-formatted Hugging Face ``train_dataset`` as tensors (once; :class:`HFTensorColumns`), or ``None``."""
-        cached = getattr(self, "_hf_columns", None)
-        if cached is not None and cached[0] is self.train_dataset:
-            return cached[1]
-        columns = HFTensorColumns.from_dataset(self.train_dataset)
-        if columns is not None:
-            columns.tuple_columns = self.batch_columns
-        self._hf_columns = (self.train_dataset, columns)
-        if columns is not None:
-            rank_zero_info(
-                f"Hugging Face train_dataset: columns {list(columns.columns)} held as tensors for client batches "
-                f"({columns.nbytes / 2**20:.1f} MiB, once; datasets above "
-                f"{huggingface.HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are read through a DataLoader instead)."
-            )
-        return columns
-
-    def collate_fn(self, dataset: Any) -> Optional[ColumnTuples]:
-        """The ``collate_fn`` of a ``DataLoader`` over ``dataset``: with ``batch_columns``, tuples of those columns
-        for a Hugging Face dataset (:class:`ColumnTuples`); else ``None`` (the default collation)."""
-        return ColumnTuples(self.batch_columns) if self.batch_columns is not None and _is_hf_dataset(dataset) else None
+    def collate_fn(self, dataset: Any) -> Any:
+        """The ``collate_fn`` of a ``DataLoader`` over ``dataset`` (:meth:`DataSource.collate_fn
+        <lightning_fed.datamodules.source.DataSource.collate_fn>`: with ``batch_columns``, tuples of those columns
+        for a Hugging Face dataset; else ``None``)."""
+        return self.data_source.collate_fn(dataset)
 
     def batch_hint(self, error: BaseException) -> Optional[str]:
-        """A hint for a client whose local work raised ``error`` by reading this module's dict batches (a Hugging
-        Face ``train_dataset`` without ``batch_columns``) as tuples, naming the columns (:func:`dict_batch_hint`);
+        """A hint for a client whose local work raised ``error`` by reading this module's dict batches as tuples,
+        naming the columns (:meth:`DataSource.batch_hint <lightning_fed.datamodules.source.DataSource.batch_hint>`);
         ``None`` otherwise. The client runner adds it to the client's failure."""
-        if self.batch_columns is not None or not _is_hf_dataset(self.train_dataset):
-            return None
-        return dict_batch_hint(error, formatted_columns(self.train_dataset))
+        return self.data_source.batch_hint(error)
 
     # ------------------------------------------------------------------ Lightning loaders
     def train_dataloader(self) -> DataLoader:
@@ -790,4 +656,6 @@ for _name in ("clients_per_round", "cohort_sampling", "client_dropout", "over_se
     setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
 for _name in ("eval_clients_per_round", "eval_fraction", "eval_local_steps", "eval_csv"):
     setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))
+for _name in ("train_dataset", "val_dataset", "test_dataset", "label_column", "labels", "batch_columns"):
+    setattr(FederatedDataModule, _name, _delegate("data_source", _name))
 del _name

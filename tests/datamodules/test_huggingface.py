@@ -332,7 +332,7 @@ def test_batch_columns_gives_tuples_of_those_columns_in_every_loader(monkeypatch
             assert isinstance(tup, tuple) and len(tup) == 2
             assert torch.equal(tup[0], dic["y"]) and torch.equal(tup[1], dic["x"])
     monkeypatch.setattr(huggingface, "HF_TENSOR_LIMIT_BYTES", 0)  # the DataLoader path: the same tuples
-    dm._hf_columns = None
+    dm.data_source._hf_columns = None  # the columns are read again, now through a DataLoader
     for tup, dic in zip(dm.client_dataloader(1, 0), plain.client_dataloader(1, 0), strict=True):
         assert torch.equal(tup[0], dic["y"]) and torch.equal(tup[1], dic["x"])
 
