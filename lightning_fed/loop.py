@@ -23,7 +23,7 @@ from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.runner import FAILURE_POLICIES, ClientRunner
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
-from lightning_fed.client.update import ClientUpdate
+from lightning_fed.client.update import ClientUpdate, DeltaNorms
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -350,7 +350,9 @@ class FederatedFitLoop(pl_private.FitLoop):
             if getattr(failure, "error", None) is not None:
                 failure.error = None  # the exception holds the client's frames (its batch, its local model)
         self.round_failures = list(failures)
-        updates = [u for u, finite in zip(updates, self._finite_updates(updates)) if self._keep_finite(u, finite)]
+        delta_norms: dict[int, Any] = {}
+        updates = [u for u, finite in zip(updates, self._finite_updates(updates, delta_norms))
+                   if self._keep_finite(u, finite)]
         if self.max_update_norm_ratio is not None:
             updates = self._drop_norm_outliers(updates)
         # Too few reports for the aggregator (e.g. Krum's K > 2f + 2): the round is skipped like one where nobody
@@ -416,7 +418,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()
             self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
             self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
-                updates, pseudo_gradient
+                updates, pseudo_gradient, delta_norms=delta_norms
             )
         elif restored:
             pass  # warned by _nonfinite_server_step
@@ -517,12 +519,20 @@ class FederatedFitLoop(pl_private.FitLoop):
         self.round_failures.append(self.client_runner.report_failure(client_id, reason))
 
     @staticmethod
-    def _finite_updates(updates: list[ClientUpdate]) -> list[bool]:
+    def _finite_updates(updates: list[ClientUpdate], delta_norms: Optional[dict[int, Any]] = None) -> list[bool]:
         """Whether each update's delta and floating buffers are all finite (a sum of norms is finite iff every entry
         is), read on the host in one copy for the round where every update sits on one device (one host sync a
-        round, not one a client)."""
-        tensors = [list(u.delta) + [b for b in u.buffers if b.is_floating_point()] for u in updates]
-        flags = [torch.isfinite(torch.stack(torch._foreach_norm(t)).sum()) if t else None for t in tensors]
+        round, not one a client). With ``delta_norms`` (a dict), the per-tensor norms of each update's delta are
+        kept there for the round's gradient diversity (:meth:`ServerOptimizer.gradient_diversity`'s
+        ``delta_norms``), so each Δ_i is read once for both."""
+        flags = []
+        for u in updates:
+            norms = torch._foreach_norm(u.delta) if u.delta else []
+            if delta_norms is not None and norms:
+                delta_norms[id(u)] = DeltaNorms.of(u.delta, norms)
+            floating = [b for b in u.buffers if b.is_floating_point()]
+            norms = list(norms) + (list(torch._foreach_norm(floating)) if floating else [])
+            flags.append(torch.isfinite(torch.stack(norms).sum()) if norms else None)
         present = [f for f in flags if f is not None]
         if len({f.device for f in present}) == 1:
             values = iter(torch.stack(present).tolist())

@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed.client import ClientUpdate
+from lightning_fed.client.update import DeltaNorms
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
 from lightning_fed.server.aggregators.base import (
@@ -479,7 +480,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         are neither clipped, noised nor stepped, and fit refuses running statistics and ``max_update_norm_ratio``."""
         return adds_noise(self.aggregators)
 
-    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor]) -> float:
+    def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
+                           delta_norms: Optional[dict[int, DeltaNorms]] = None) -> float:
         """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
         ``round_gradient_diversity``.
 
@@ -496,13 +498,26 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         normalised average, FedAWARE's and FedMGDA+'s min-norm directions), so the value is the same metric of the
         raw updates for every method (issue #34).
 
+        Args:
+            updates: The round's client updates.
+            pseudo_gradient: The round's Δ_t (used as Σ_i λ_i g_i unless the chain privatises or shifts the mean).
+            delta_norms: Optional ``{id(update): DeltaNorms}``: per-tensor norms of Δ_i already computed this round
+                (the loop's finiteness check), used where g_i is that very Δ_i, unchanged; the same numbers as
+                computing them here.
+
         Returns:
             D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
         """
         weights = self.round_weights(updates)
         deltas = [self.client_delta(u) for u in updates]
+
+        def norms(update: ClientUpdate, delta: list[Tensor]) -> Tensor:
+            cached = delta_norms.get(id(update)) if delta_norms else None
+            kept = cached.for_delta(delta) if cached is not None else None
+            return kept if kept is not None else torch.stack(torch._foreach_norm(delta))
+
         # on the device, then one copy to the host for the whole cohort (not one per client)
-        sq_norms = torch.stack([torch.stack(torch._foreach_norm(d)).double().square().sum() for d in deltas]).cpu()
+        sq_norms = torch.stack([norms(u, d).double().square().sum() for u, d in zip(updates, deltas)]).cpu()
         if self.privatises or any(getattr(stage, "shifts_mean", False) for stage in self.aggregators or ()):
             pseudo_gradient = [sum(float(w) * d[j].double() for w, d in zip(weights, deltas))
                                for j in range(len(deltas[0]))]

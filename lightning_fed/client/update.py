@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
+import torch
 from torch import Tensor
 
 
@@ -59,6 +60,43 @@ class ClientUpdate:
         if self.loss_steps < 0:
             self.loss_steps = self.num_steps
 
+
+
+class DeltaNorms(NamedTuple):
+    """The per-tensor L2 norms of a client's Δ_i as computed once in a round (by the loop's finiteness check), for
+    the round's other readers of the same norms (the gradient diversity), with what they were computed from.
+
+    Attributes:
+        norms: ``torch.stack(torch._foreach_norm(delta))``: shape ``[len(delta)]``, the deltas' dtype and device.
+        delta: The list of tensors they are the norms of (compared by identity).
+        versions: Each tensor's ``_version`` then: an in-place change since makes :meth:`for_delta` refuse them.
+
+    Example::
+
+        >>> d = [torch.tensor([3.0, 4.0]), torch.tensor([1.0])]
+        >>> cached = DeltaNorms.of(d, torch._foreach_norm(d))
+        >>> cached.for_delta(d).tolist(), cached.for_delta(list(d))  # another list object: not these norms
+        ([5.0, 1.0], None)
+        >>> d[1].mul_(2)
+        tensor([2.])
+        >>> cached.for_delta(d) is None  # changed in place since
+        True
+    """
+
+    norms: Tensor
+    delta: list[Tensor]
+    versions: tuple[int, ...]
+
+    @classmethod
+    def of(cls, delta: list[Tensor], norms: Sequence[Tensor]) -> "DeltaNorms":
+        """Keep ``norms`` (``torch._foreach_norm(delta)``) of ``delta`` as they are now."""
+        return cls(torch.stack(list(norms)), delta, tuple(t._version for t in delta))
+
+    def for_delta(self, delta: list[Tensor]) -> Optional[Tensor]:
+        """The stacked norms if ``delta`` is the same list, unchanged in place since; else ``None``."""
+        if delta is not self.delta or any(t._version != v for t, v in zip(delta, self.versions)):
+            return None
+        return self.norms
 
 def parameter_client_lrs(
     params: Sequence[Tensor], param_groups: Sequence[Sequence[dict[str, Any]]], group_lrs: Sequence[Sequence[float]]

@@ -68,3 +68,33 @@ def test_fedaware_diversity_is_the_square_root_of_eq6():
     got = server.gradient_diversity(updates, pseudo)
     assert got == pytest.approx(want, rel=1e-12)
     assert got == pytest.approx(np.sqrt(2.0), rel=1e-5)
+
+
+def test_norms_kept_by_the_loops_finiteness_check_give_the_same_diversity_bit_for_bit():
+    """Issue #44: the loop's finiteness check keeps each Δ_i's per-tensor norms (``delta_norms``) so the diversity
+    reads Δ_i once; the value is exactly the one computed from scratch, and norms of a Δ_i changed in place since, or
+    of another list (a chain's transformed g_i), are not used."""
+    from lightning_fed.loop import FederatedFitLoop
+    from lightning_fed.server.aggregators import NormalizedDirections, WeightedMean  # g_i = Δ_i/(γ·n_i): new
+
+    generator = torch.Generator().manual_seed(0)
+    updates = [ClientUpdate(client_id=i, delta=[torch.randn(7, 3, generator=generator), torch.randn(5, generator=generator)],
+                            num_samples=n, num_steps=2, loss=0.0, client_lr=0.1, client_lrs=[0.1, 0.1])
+               for i, n in enumerate([3, 1, 4])]
+    server = FedAvg()
+    pseudo = server.aggregate(updates)
+    kept: dict = {}
+    assert FederatedFitLoop._finite_updates(updates, kept) == [True, True, True]
+    assert set(kept) == {id(u) for u in updates}
+    assert server.gradient_diversity(updates, pseudo, delta_norms=kept) == server.gradient_diversity(updates, pseudo)
+    # a stale entry (Δ_0 scaled in place after the check) is recomputed, not read
+    updates[0].delta[1].mul_(3.0)
+    pseudo = server.aggregate(updates)
+    assert server.gradient_diversity(updates, pseudo, delta_norms=kept) == server.gradient_diversity(updates, pseudo)
+    # entries that are not g_i (a transform stage makes new tensors) are not read: poison them to be sure
+    poisoned = {k: v._replace(norms=torch.full_like(v.norms, float("nan"))) for k, v in kept.items()}
+    assert np.isnan(server.gradient_diversity(updates[1:], server.aggregate(updates[1:]), delta_norms=poisoned))  # read
+    scaled = FedAvg(aggregators=[NormalizedDirections(), WeightedMean()])
+    pseudo = scaled.aggregate(updates)
+    want = scaled.gradient_diversity(updates, pseudo)
+    assert np.isfinite(want) and scaled.gradient_diversity(updates, pseudo, delta_norms=poisoned) == want
