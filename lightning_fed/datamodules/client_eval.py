@@ -256,6 +256,9 @@ class ClientEvaluation:
         ValueError: `eval_fraction` must be None or a number in (0, 1), got 1.5.
     """
 
+    #: This part's settings, the names of :meth:`settings` (each an attribute; the data module forwards them).
+    setting_names: ClassVar[tuple[str, ...]] = ("eval_clients_per_round", "eval_fraction", "eval_local_steps",
+                                                "eval_csv")
     #: Settings that define the training run (none: evaluation does not change training; ``eval_fraction`` changes
     #: the clients' training data, which the checkpoint's partition digest records).
     run_settings: ClassVar[tuple[str, ...]] = ()
@@ -282,8 +285,7 @@ class ClientEvaluation:
 
     def settings(self) -> dict[str, Any]:
         """``{name: value}`` of this part's settings."""
-        return {"eval_clients_per_round": self.eval_clients_per_round, "eval_fraction": self.eval_fraction,
-                "eval_local_steps": self.eval_local_steps, "eval_csv": self.eval_csv}
+        return {name: getattr(self, name) for name in self.setting_names}
 
     def held_out(self, partition: Partition, seed: int) -> Optional[tuple[Partition, Partition]]:
         """``(train, eval)`` partitions holding out ``eval_fraction`` of every client's share

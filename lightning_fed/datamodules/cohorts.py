@@ -95,6 +95,9 @@ class CohortSampler:
         True
     """
 
+    #: This part's settings, the names of :meth:`settings` (each an attribute; the data module forwards them).
+    setting_names: ClassVar[tuple[str, ...]] = ("clients_per_round", "cohort_sampling", "client_dropout",
+                                                "over_selection", "poisson_draws")
     #: The settings of :meth:`settings` that define a training run (recorded in checkpoints, compared on resume).
     run_settings: ClassVar[tuple[str, ...]] = ("clients_per_round", "client_dropout", "over_selection",
                                                "cohort_sampling", "poisson_draws")
@@ -139,9 +142,7 @@ class CohortSampler:
 
     def settings(self) -> dict[str, Any]:
         """``{name: value}`` of this part's settings."""
-        return {"clients_per_round": self.clients_per_round, "cohort_sampling": self.cohort_sampling,
-                "client_dropout": self.client_dropout, "over_selection": self.over_selection,
-                "poisson_draws": self.poisson_draws}
+        return {name: getattr(self, name) for name in self.setting_names}
 
     def check_population(self, num_clients: int) -> None:
         """Raises ValueError when ``clients_per_round`` exceeds ``num_clients``."""

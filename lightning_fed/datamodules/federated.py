@@ -652,10 +652,10 @@ def _delegate(part: str, name: str) -> property:
     return property(get, set_, doc=f"``{part}.{name}`` (see :class:`FederatedDataModule`).")
 
 
-for _name in ("clients_per_round", "cohort_sampling", "client_dropout", "over_selection", "poisson_draws"):
+for _name in CohortSampler.setting_names:
     setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
-for _name in ("eval_clients_per_round", "eval_fraction", "eval_local_steps", "eval_csv"):
+for _name in ClientEvaluation.setting_names:
     setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))
-for _name in ("train_dataset", "val_dataset", "test_dataset", "label_column", "labels", "batch_columns"):
+for _name in DataSource.attributes:
     setattr(FederatedDataModule, _name, _delegate("data_source", _name))
 del _name

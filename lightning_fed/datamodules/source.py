@@ -5,7 +5,7 @@ evaluation are the others."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
@@ -73,6 +73,10 @@ class DataSource:
         ...
         ValueError: `id_column` 'client_id' is not a column of the dataset; columns: ['x', 'label'].
     """
+
+    #: What the data module forwards to this part (``dm.train_dataset`` is ``dm.data_source.train_dataset``).
+    attributes: ClassVar[tuple[str, ...]] = ("train_dataset", "val_dataset", "test_dataset", "label_column", "labels",
+                                             "batch_columns")
 
     def __init__(
         self,

@@ -485,3 +485,28 @@ def test_a_subclass_overriding_natural_eval_indices_is_still_read():
     assert dm.client_eval_dataset is test
     assert [dm.client_eval_indices(c).tolist() for c in range(3)] == [[5, 1], [], [0]]
     assert dm.eval_client_ids().tolist() == [0, 2]
+
+
+def test_every_setting_of_a_part_is_forwarded_by_the_data_module_from_the_parts_own_names():
+    """Issue #40: the parts name their settings (``setting_names`` / ``attributes``); the data module forwards
+    exactly those, reading and writing the part, and lists none itself."""
+    import inspect
+
+    from lightning_fed.datamodules import federated
+    from lightning_fed.datamodules.client_eval import ClientEvaluation
+    from lightning_fed.datamodules.cohorts import CohortSampler
+    from lightning_fed.datamodules.source import DataSource
+
+    ds = TensorDataset(torch.arange(12.0).reshape(12, 1), torch.arange(12) % 3)
+    dm = FederatedDataModule(ds, partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2)
+    for part, names in (("cohorts", CohortSampler.setting_names), ("client_evaluation", ClientEvaluation.setting_names),
+                        ("data_source", DataSource.attributes)):
+        owner = getattr(dm, part)
+        if hasattr(owner, "settings"):
+            assert tuple(owner.settings()) == names
+        for name in names:
+            assert getattr(dm, name) is getattr(owner, name)
+    dm.clients_per_round = 3
+    assert dm.cohorts.clients_per_round == 3
+    source = inspect.getsource(federated)
+    assert '"cohort_sampling", "client_dropout"' not in source and '"eval_fraction", "eval_local_steps"' not in source
