@@ -222,8 +222,8 @@ def two_rounds(tmp_path_factory) -> Path:
         ({"partitioner": DirichletPartitioner(num_clients=10, alpha=0.5, seed=0)}, None,
          ["partitioner.alpha: 1.0 -> 0.5", "partition: '10 clients"]),
         ({"partitioner": IIDPartitioner(num_clients=10)}, None,
-         ["partitioner: 'lightning_fed.datamodules.dirichlet.DirichletPartitioner' -> "
-          "'lightning_fed.datamodules.iid.IIDPartitioner'"]),
+         ["partitioner: 'lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner' -> "
+          "'lightning_fed.datamodules.partitioners.iid.IIDPartitioner'"]),
         ({"seed": 1}, None, ["seed: 0 -> 1"]),
         ({"clients_per_round": 4}, None, ["clients_per_round: 3 -> 4"]),
         ({"batch_size": 16}, None, ["local_work.batch_size: 8 -> 16"]),
