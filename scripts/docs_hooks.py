@@ -129,8 +129,10 @@ API_PAGES = [
 API_FIRST = {
     "lightning_fed.datamodules": [
         f"lightning_fed.datamodules.{name}"
-        for name in ("federated", "partition", "iid", "dirichlet", "shard", "pathological", "inner_dirichlet",
-                     "size_skew", "natural_id", "grouped_natural_id", "pachinko", "local_work")
+        for name in ("federated", "partition", "partitioners", *(
+            f"partitioners.{scheme}" for scheme in ("iid", "dirichlet", "shard", "pathological", "inner_dirichlet",
+                                                    "size_skew", "natural_id", "grouped_natural_id", "pachinko")),
+                     "local_work")
     ],
 }
 

@@ -213,15 +213,15 @@ REDDI_TASKS = {
         "CIFAR-10",
         [_CIFAR_NOTE, "500 clients x 100 images, Dirichlet(0.1) label skew per client (Hsu et al. 2019)."],
         4000, 10, 20, f"{MD}.resnet.ResNet18GN", {"num_classes": 10},
-        cls(f"{DM}.cifar.CIFAR10DataModule", data_dir="data",
+        cls(f"{DM}.CIFAR10DataModule", data_dir="data",
             partitioner=cls(f"{DM}.DirichletPartitioner", num_clients=500, alpha=0.1, method="per_client", seed=0)),
         "val_acc (%)", val_every=50),
     "cifar100": ReddiTask(
         "CIFAR-100",
         [_CIFAR_NOTE, "500 clients x 100 images by Pachinko allocation (coarse Dir(0.1), fine Dir(10); App. C)."],
         4000, 10, 20, f"{MD}.resnet.ResNet18GN", {"num_classes": 100},
-        cls(f"{DM}.cifar.CIFAR100DataModule", data_dir="data",
-            partitioner=cls(f"{DM}.pachinko.PachinkoPartitioner", num_clients=500, samples_per_client=100,
+        cls(f"{DM}.CIFAR100DataModule", data_dir="data",
+            partitioner=cls(f"{DM}.PachinkoPartitioner", num_clients=500, samples_per_client=100,
                             alpha=0.1, beta=10.0, seed=0)),
         "val_acc (%)", val_every=50),
     "emnist_cr": ReddiTask(
@@ -230,7 +230,7 @@ REDDI_TASKS = {
          "TFF's conv-dropout CNN. Without LEAF files drop `leaf_path` and give a partitioner, e.g.",
          "DirichletPartitioner(num_clients=3400, alpha=0.1) (torchvision's EMNIST has no writer ids)."],
         1500, 10, 20, f"{MD}.emnist.EMNISTCNN", {"num_classes": 62},
-        cls(f"{DM}.emnist.EMNISTDataModule", data_dir="data", leaf_path="data/femnist/data", task="cr",
+        cls(f"{DM}.EMNISTDataModule", data_dir="data", leaf_path="data/femnist/data", task="cr",
             eval_batch_size=500),
         "val_acc (%)"),
     "emnist_ae": ReddiTask(
@@ -238,7 +238,7 @@ REDDI_TASKS = {
         ["Bottleneck autoencoder 784-1000-500-250-30-250-500-1000-784 (sigmoid; TFF's create_autoencoder_model) on",
          "FEMNIST, one client per writer; inputs are 1 - LEAF pixels, as TFF."],
         3000, 10, 20, f"{MD}.emnist.EMNISTAutoencoder", {},
-        cls(f"{DM}.emnist.EMNISTDataModule", data_dir="data", leaf_path="data/femnist/data", task="ae",
+        cls(f"{DM}.EMNISTDataModule", data_dir="data", leaf_path="data/femnist/data", task="ae",
             eval_batch_size=500),
         "val_mse_x1000"),
     "shakespeare": ReddiTask(
@@ -254,7 +254,7 @@ REDDI_TASKS = {
          "20 words per sequence, <= 1,000 examples per client; Embedding 96 -> LSTM 670 -> logits;",
          "validation on 10,000 random test examples (Sec. 4)."],
         1500, 50, 16, f"{MD}.stackoverflow.StackOverflowNWP", {"vocab_size": 10000},
-        cls(f"{DM}.stackoverflow.StackOverflowNWPDataModule", data_dir="data", vocab_size=10000,
+        cls(f"{DM}.StackOverflowNWPDataModule", data_dir="data", vocab_size=10000,
             sequence_length=20, max_examples_per_client=1000, num_eval_samples=10000),
         "val_acc (%)"),
     "stackoverflow_lr": ReddiTask(
@@ -262,7 +262,7 @@ REDDI_TASKS = {
         ["Stack Overflow tag prediction: logistic regression on a 10,000-word bag of words -> 500 tags, one client",
          "per user, <= 1,000 examples per client; validation on 10,000 random test examples (Sec. 4)."],
         1500, 10, 100, f"{MD}.stackoverflow.StackOverflowTagLR", {"vocab_size": 10000, "num_tags": 500},
-        cls(f"{DM}.stackoverflow.StackOverflowTagDataModule", data_dir="data", vocab_size=10000, num_tags=500,
+        cls(f"{DM}.StackOverflowTagDataModule", data_dir="data", vocab_size=10000, num_tags=500,
             max_examples_per_client=1000, num_eval_samples=10000),
         "val_recall_at_5 (x100)"),
 }
@@ -366,7 +366,7 @@ def fedaware_configs() -> list[Config]:
                 f"Paper result (Table 1, top test accuracy %): {reported}.",
             ]
             model = cls(f"{MD}.FedAwareCNN", in_channels=3, image_size=32, num_classes=10, lr=0.01, arch="toy")
-            data = cls(f"{DM}.cifar.CIFAR10DataModule", **init)
+            data = cls(f"{DM}.CIFAR10DataModule", **init)
             out.append(Config(f"cifar10_{s}_{m}", header, 500, server, model, data, 10,
                               [f"`cifar10_{s}_{m}.yaml`", s, m_text.split(",")[0], f"{reported}"]))
     return out
@@ -377,28 +377,28 @@ def fedaware_configs() -> list[Config]:
 # ----------------------------------------------------------------------------------------------------------------
 FEDLAMB_SETTINGS = {
     "mnist_mlp_noniid": ("MNIST, MLP (784-200-10 with dropout), non-iid: every client holds one digit",
-                         cls(f"{MD}.mnist.MNISTMLP", lr=0.01), f"{DM}.mnist.MNISTDataModule",
+                         cls(f"{MD}.mnist.MNISTMLP", lr=0.01), f"{DM}.MNISTDataModule",
                          cls(f"{DM}.PathologicalPartitioner", num_clients=50, classes_per_client=1, seed=0), {}),
     "mnist_cnn_noniid": ("MNIST, CNN (two max-pooled convs, dropout, fully connected 320 -> 50 -> 10), non-iid: "
                          "one digit per client",
-                         cls(f"{MD}.mnist.MNISTCNN", lr=0.01), f"{DM}.mnist.MNISTDataModule",
+                         cls(f"{MD}.mnist.MNISTCNN", lr=0.01), f"{DM}.MNISTDataModule",
                          cls(f"{DM}.PathologicalPartitioner", num_clients=50, classes_per_client=1, seed=0), {}),
     "cifar10_cnn_iid": ("CIFAR-10, CNN (3 conv + 2 fully connected layers), iid",
                         cls(f"{MD}.FedAwareCNN", in_channels=3, image_size=32, num_classes=10, lr=0.01, arch="toy"),
-                        f"{DM}.cifar.CIFAR10DataModule", cls(f"{DM}.IIDPartitioner", num_clients=50, seed=0),
+                        f"{DM}.CIFAR10DataModule", cls(f"{DM}.IIDPartitioner", num_clients=50, seed=0),
                         {"crop_size": 32, "augment": False}),
     "cifar10_cnn_noniid": ("CIFAR-10, CNN (3 conv + 2 fully connected layers), non-iid (2 label shards per client; "
                            "the paper does not say how)",
                            cls(f"{MD}.FedAwareCNN", in_channels=3, image_size=32, num_classes=10, lr=0.01,
                                arch="toy"),
-                           f"{DM}.cifar.CIFAR10DataModule",
+                           f"{DM}.CIFAR10DataModule",
                            cls(f"{DM}.ShardPartitioner", num_clients=50, shards_per_client=2, seed=0),
                            {"crop_size": 32, "augment": False}),
     "cifar10_resnet9_iid": ("CIFAR-10, ResNet-9, iid", cls(f"{MD}.resnet.ResNet9", num_classes=10, lr=0.01),
-                            f"{DM}.cifar.CIFAR10DataModule", cls(f"{DM}.IIDPartitioner", num_clients=50, seed=0),
+                            f"{DM}.CIFAR10DataModule", cls(f"{DM}.IIDPartitioner", num_clients=50, seed=0),
                             {"crop_size": 32, "augment": False}),
     "cifar10_resnet9_noniid": ("CIFAR-10, ResNet-9, non-iid (2 label shards per client; the paper does not say how)",
-                               cls(f"{MD}.resnet.ResNet9", num_classes=10, lr=0.01), f"{DM}.cifar.CIFAR10DataModule",
+                               cls(f"{MD}.resnet.ResNet9", num_classes=10, lr=0.01), f"{DM}.CIFAR10DataModule",
                                cls(f"{DM}.ShardPartitioner", num_clients=50, shards_per_client=2, seed=0),
                                {"crop_size": 32, "augment": False}),
 }

@@ -222,8 +222,8 @@ def two_rounds(tmp_path_factory) -> Path:
         ({"partitioner": DirichletPartitioner(num_clients=10, alpha=0.5, seed=0)}, None,
          ["partitioner.alpha: 1.0 -> 0.5", "partition: '10 clients"]),
         ({"partitioner": IIDPartitioner(num_clients=10)}, None,
-         ["partitioner: 'lightning_fed.datamodules.dirichlet.DirichletPartitioner' -> "
-          "'lightning_fed.datamodules.iid.IIDPartitioner'"]),
+         ["partitioner: 'lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner' -> "
+          "'lightning_fed.datamodules.partitioners.iid.IIDPartitioner'"]),
         ({"seed": 1}, None, ["seed: 0 -> 1"]),
         ({"clients_per_round": 4}, None, ["clients_per_round: 3 -> 4"]),
         ({"batch_size": 16}, None, ["local_work.batch_size: 8 -> 16"]),
@@ -288,6 +288,30 @@ def test_a_record_from_before_poisson_draws_resumes_as_per_client_draws(tmp_path
     assert trainer.current_epoch == 3
     with pytest.raises(ValueError, match="poisson_draws: 'per_client' -> 'binomial'"):
         _fit(tmp_path, tmp_path / "resumed2", max_epochs=3, dm=_dm(cohort_sampling="poisson", poisson_draws="binomial"),
+             ckpt_path=str(old))
+
+
+def test_40_a_record_naming_a_partitioner_by_its_path_before_the_move_resumes_bit_for_bit(tmp_path, two_rounds):
+    """#40: the partitioners moved to ``datamodules/partitioners/``; a checkpoint written before the move names the
+    class by its old path. It is the same class: the run resumes, to the same weights as from today's record, and a
+    different partitioner is still refused (named by its path now)."""
+    from lightning_fed.checkpoint import CHECKPOINT_KEY
+
+    ckpt = torch.load(two_rounds, weights_only=True)
+    record = ckpt[CHECKPOINT_KEY]["run_config"]
+    assert record["partitioner"] == "lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner"
+    record["partitioner"] = "lightning_fed.datamodules.dirichlet.DirichletPartitioner"  # as written before the move
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    resumed, trainer = _fit(tmp_path, tmp_path / "resumed", max_epochs=3, ckpt_path=str(old))
+    assert trainer.current_epoch == 3
+    today, _ = _fit(tmp_path, tmp_path / "today", max_epochs=3, ckpt_path=str(two_rounds))
+    for a, b in zip(resumed.parameters(), today.parameters(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match=re.escape(
+            "partitioner: 'lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner' -> "
+            "'lightning_fed.datamodules.partitioners.iid.IIDPartitioner'")):
+        _fit(tmp_path, tmp_path / "other", max_epochs=3, dm=_dm(partitioner=IIDPartitioner(num_clients=10)),
              ckpt_path=str(old))
 
 

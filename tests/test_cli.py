@@ -19,7 +19,7 @@ from lightning_fed.datamodules import MNISTDataModule, ShakespeareDataModule
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.models import ShakespeareLSTM
 from lightning_fed.models.mnist import MNISTMLP
-from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
+from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel
 import numpy as np
 from lightning_fed.cli import main
 from helpers import CLI_ARGS_UNDER_PYTEST
@@ -304,7 +304,7 @@ def test_server_optimizer_given_both_ways_is_an_error(tmp_path, monkeypatch, cap
 
 # ------------------------------------------------------------------------------------------------ runs and predict
 def _mnist_config(tmp_path: Path) -> Path:
-    from tests.datamodules.test_mnist import make_mnist_raw
+    from tests.datamodules.tasks.test_mnist import make_mnist_raw
 
     make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
     cfg = {
@@ -318,7 +318,7 @@ def _mnist_config(tmp_path: Path) -> Path:
             ],
         },
         "model": {"class_path": "lightning_fed.models.mnist.MNISTMLP", "init_args": {"hidden": 16, "lr": 0.05}},
-        "data": {"class_path": "lightning_fed.datamodules.mnist.MNISTDataModule",
+        "data": {"class_path": "lightning_fed.datamodules.tasks.mnist.MNISTDataModule",
                  "init_args": {"data_dir": str(tmp_path / "data"), "clients_per_round": 2, "batch_size": 20,
                                "partitioner": {"class_path": "lightning_fed.datamodules.IIDPartitioner",
                                                "init_args": {"num_clients": 4}}}},
@@ -388,14 +388,14 @@ def test_predict_without_a_predict_dataloader_is_refused_before_loading_data(tmp
 
 
 def test_partition_command_prints_stats_and_saves_the_plot(tmp_path, monkeypatch, capsys):
-    from tests.datamodules.test_mnist import make_mnist_raw
+    from tests.datamodules.tasks.test_mnist import make_mnist_raw
 
     monkeypatch.chdir(tmp_path)
     info = make_mnist_raw(tmp_path / "data", n_train=80, n_test=20)
     cfg = {
         "trainer": {"max_epochs": 1, "accelerator": "cpu"},
         "model": {"class_path": "lightning_fed.models.mnist.MNISTMLP", "init_args": {"hidden": 8}},
-        "data": {"class_path": "lightning_fed.datamodules.mnist.MNISTDataModule",
+        "data": {"class_path": "lightning_fed.datamodules.tasks.mnist.MNISTDataModule",
                  "init_args": {"data_dir": str(tmp_path / "data"), "clients_per_round": 2,
                                "partitioner": {"class_path": "lightning_fed.datamodules.ShardPartitioner",
                                                "init_args": {"num_clients": 4, "shards_per_client": 2}}}},

@@ -10,7 +10,7 @@ import pytest
 from lightning_fed.cli import FederatedCLI
 from lightning_fed.datamodules import shakespeare as shk
 from lightning_fed.vectorized import VectorizedExecutor
-from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
+from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel
 from helpers import CLI_ARGS_UNDER_PYTEST
 
 # these tests run the CLI in-process with `args=` (pytest's own arguments are in sys.argv)

@@ -14,11 +14,11 @@ import torch.nn.functional as F
 import yaml
 
 from lightning_fed.cli import FederatedCLI
-from lightning_fed.datamodules.emnist import EMNISTDataModule
-from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
+from lightning_fed.datamodules.tasks.emnist import EMNISTDataModule
+from lightning_fed.datamodules.tasks.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
 from lightning_fed.models.emnist import EMNISTCNN
 from tests.test_evaluation_natural import write_leaf
-from tests.datamodules.test_stackoverflow import random_rows, write_tff_sqlite
+from tests.datamodules.tasks.test_stackoverflow import random_rows, write_tff_sqlite
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),
@@ -41,7 +41,7 @@ def _femnist_config(tmp_path: Path) -> Path:
             ],
         },
         "model": {"class_path": "lightning_fed.models.emnist.EMNISTCNN", "init_args": {"lr": 0.05}},
-        "data": {"class_path": "lightning_fed.datamodules.emnist.EMNISTDataModule",
+        "data": {"class_path": "lightning_fed.datamodules.tasks.emnist.EMNISTDataModule",
                  "init_args": {"data_dir": str(tmp_path / "data"), "leaf_path": str(root), "clients_per_round": 2,
                                "batch_size": 4, "eval_batch_size": 2}},
     }

@@ -15,15 +15,15 @@ import torch.nn.functional as F
 from helpers import quiet_trainer_kwargs
 from lightning_fed import FederatedTrainer
 from lightning_fed.datamodules import FederatedDataModule
-from lightning_fed.datamodules.dirichlet import DirichletPartitioner
-from lightning_fed.datamodules.emnist import EMNISTDataModule
-from lightning_fed.datamodules.iid import IIDPartitioner
-from lightning_fed.datamodules.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
+from lightning_fed.datamodules.partitioners.dirichlet import DirichletPartitioner
+from lightning_fed.datamodules.partitioners.iid import IIDPartitioner
+from lightning_fed.datamodules.tasks.emnist import EMNISTDataModule
+from lightning_fed.datamodules.tasks.stackoverflow import StackOverflowNWPDataModule, StackOverflowTagDataModule
 from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.models.emnist import EMNISTCNN
 from lightning_fed.models.stackoverflow import StackOverflowNWP, StackOverflowTagLR
-from tests.datamodules.test_emnist import make_torchvision_emnist
-from tests.datamodules.test_stackoverflow import random_rows, write_tff_sqlite
+from tests.datamodules.tasks.test_emnist import make_torchvision_emnist
+from tests.datamodules.tasks.test_stackoverflow import random_rows, write_tff_sqlite
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers.*"),
@@ -237,7 +237,7 @@ def test_stackoverflow_eval_indices_are_each_users_test_examples(tmp_path, task,
 
 
 def test_stackoverflow_grouping_across_chunks(tmp_path, monkeypatch):
-    import lightning_fed.datamodules.stackoverflow.cache as so
+    import lightning_fed.datamodules.tasks.stackoverflow.cache as so
 
     monkeypatch.setattr(so, "_CHUNK_ROWS", 5)  # the counting sort's chunks split every user's test examples
     monkeypatch.setattr(so, "_COPY_ELEMS", 3)

@@ -1,6 +1,6 @@
 """The test tree mirrors the source tree (tests/README.md): lightning_fed/<dir>/<module>.py is tested in
-tests/<dir>/test_<module>.py (or test_<module>_<aspect>.py); the two data-source packages below datamodules/ are
-tested as one unit each, tests/datamodules/test_<package>.py."""
+tests/<dir>/test_<module>.py (or test_<module>_<aspect>.py); the two task packages below datamodules/tasks/ are
+tested as one unit each, tests/datamodules/tasks/test_<package>.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ PACKAGE = ROOT / "lightning_fed"
 TESTS = ROOT / "tests"
 
 # Sub-packages that are one data source: tested by one file named after the package (all their modules).
-PACKAGES_AS_ONE_UNIT = {"datamodules/shakespeare", "datamodules/stackoverflow"}
+PACKAGES_AS_ONE_UNIT = {"datamodules/tasks/shakespeare", "datamodules/tasks/stackoverflow"}
 
 # Source modules without a mirrored test module, each with the place that covers it.
 COVERED_ELSEWHERE = {

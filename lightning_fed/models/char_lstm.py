@@ -12,7 +12,7 @@ structure in" McMahan et al., AISTATS 2017)::
     LSTM(256, return_sequences=True, kernel_initializer="he_normal")
     Dense(90)                                   # logits at every position
 
-Shapes: input ``[B, 80]`` int64 token ids (see :mod:`lightning_fed.datamodules.shakespeare`: pad 0, characters
+Shapes: input ``[B, 80]`` int64 token ids (see :mod:`lightning_fed.datamodules.tasks.shakespeare`: pad 0, characters
 1..86, OOV 87, BOS 88, EOS 89) -> logits ``[B, 80, 90]``. 822,570 parameters with the defaults (Keras: 820,522;
 PyTorch's LSTM has two bias vectors per layer, ``bias_ih`` and ``bias_hh``, Keras one).
 
@@ -53,7 +53,7 @@ from torchmetrics import MeanMetric, Metric
 
 __all__ = ["ShakespeareLSTM", "MaskedTokenAccuracy", "masked_token_loss"]
 
-PAD_ID = 0  # == lightning_fed.datamodules.shakespeare.PAD_ID (kept local: models do not import data modules)
+PAD_ID = 0  # == lightning_fed.datamodules.tasks.shakespeare.PAD_ID (kept local: models do not import data modules)
 
 
 def masked_token_loss(

@@ -20,7 +20,7 @@ Requires the optional extra: ``pip install "lightning_fed[llm]"`` (transformers,
 saying so.
 
 Data: the Shakespeare task's ``(input [B, 80], target [B, 80])`` int64 character ids
-(:mod:`lightning_fed.datamodules.shakespeare`: pad 0, characters 1..86, OOV 87, BOS 88, EOS 89; 90 ids), the
+(:mod:`lightning_fed.datamodules.tasks.shakespeare`: pad 0, characters 1..86, OOV 87, BOS 88, EOS 89; 90 ids), the
 same batches as :class:`~lightning_fed.models.ShakespeareLSTM`. Loss, metrics and logging are those of
 ``char_lstm.NextTokenModel`` (mean cross-entropy over non-pad targets; ``val_acc``
 counts every non-pad target). Pad only ever trails a sequence, so causal attention needs no attention mask.

@@ -10,7 +10,7 @@ create_logistic_model``)::
     SO NWP: Embedding(V + 4, 96, mask_zero=True) -> LSTM(670, return_sequences=True) -> Dense(96) -> Dense(V + 4)
     SO LR:  Dense(500, activation="sigmoid") on the 10,000-word bag of words, binary cross-entropy
 
-with V = 10,000 words (+ pad, OOV, BOS, EOS). Data: :mod:`lightning_fed.datamodules.stackoverflow`.
+with V = 10,000 words (+ pad, OOV, BOS, EOS). Data: :mod:`lightning_fed.datamodules.tasks.stackoverflow`.
 
 Metrics
 -------

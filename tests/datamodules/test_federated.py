@@ -124,7 +124,7 @@ def test_tensor_fast_path_yields_what_a_dataloader_collates():
     from torch.utils.data import DataLoader
 
     from lightning_fed.datamodules.federated import TensorBatches
-    from lightning_fed.datamodules.shakespeare import ShakespeareSequences
+    from lightning_fed.datamodules.tasks.shakespeare import ShakespeareSequences
 
     g = torch.Generator().manual_seed(0)
     tensor_ds = TensorDataset(torch.randn(50, 2, 3, generator=g), torch.randint(0, 5, (50,), generator=g))

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lightning_fed.datamodules.dirichlet import DirichletPartitioner
-from lightning_fed.datamodules.iid import IIDPartitioner
-from lightning_fed.datamodules.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.partition import Partition, Partitioner
-from lightning_fed.datamodules.pathological import PathologicalPartitioner
-from lightning_fed.datamodules.shard import ShardPartitioner
+from lightning_fed.datamodules.partitioners.dirichlet import DirichletPartitioner
+from lightning_fed.datamodules.partitioners.iid import IIDPartitioner
+from lightning_fed.datamodules.partitioners.natural_id import NaturalIdPartitioner
+from lightning_fed.datamodules.partitioners.pathological import PathologicalPartitioner
+from lightning_fed.datamodules.partitioners.shard import ShardPartitioner
 from helpers import assert_disjoint_cover, balanced_labels, same
 
 

@@ -145,8 +145,9 @@ def test_datamodules_api_page_opens_on_federated_data_module_and_partitioners():
     hooks = _hooks()
     page = dict((p, md) for p, _, md in hooks._api_pages())["api/datamodules.md"]
     modules = re.findall(r"^::: (\S+)", page, re.M)
-    assert modules[:4] == ["lightning_fed.datamodules", "lightning_fed.datamodules.federated",
-                           "lightning_fed.datamodules.partition", "lightning_fed.datamodules.iid"]
+    assert modules[:5] == ["lightning_fed.datamodules", "lightning_fed.datamodules.federated",
+                           "lightning_fed.datamodules.partition", "lightning_fed.datamodules.partitioners",
+                           "lightning_fed.datamodules.partitioners.iid"]
     partitioners = [m for m in modules if m.rsplit(".", 1)[1] in
                     ("dirichlet", "shard", "pathological", "natural_id", "size_skew", "pachinko")]
     tasks = [m for m in modules if m.rsplit(".", 1)[1] in ("cifar", "emnist", "mnist", "fashion_mnist")]
@@ -202,6 +203,6 @@ def test_built_site_works_opened_from_disk(tmp_path):
     assert len(nav) > 15 and all(href.endswith(".html") for href in nav), nav
     api = (site / "api" / "datamodules.html").read_text(encoding="utf-8")
     first = api.index('id="lightning_fed.datamodules.federated.FederatedDataModule"')  # a cross-reference target
-    assert first < api.index('id="lightning_fed.datamodules.federated.CohortSelection"') \
-        < api.index('id="lightning_fed.datamodules.dirichlet.DirichletPartitioner"') \
-        < api.index('id="lightning_fed.datamodules.cifar.CIFAR10DataModule"')
+    assert first < api.index('id="lightning_fed.datamodules.federated.TensorBatches"') \
+        < api.index('id="lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner"') \
+        < api.index('id="lightning_fed.datamodules.tasks.cifar.CIFAR10DataModule"')

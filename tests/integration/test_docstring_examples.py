@@ -33,7 +33,7 @@ def test_walk_finds_the_package_classes():
     # a few that must be found, so an empty or broken walk cannot pass the test below vacuously
     for name in (
         "lightning_fed.callbacks.fedadam.FedAdam",
-        "lightning_fed.datamodules.dirichlet.DirichletPartitioner",
+        "lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner",
         "lightning_fed.models.mnist.MNISTCNN",
         "lightning_fed.loop.FederatedFitLoop",
     ):

