@@ -6,16 +6,16 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 (``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
 ``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
 list sizes once they are checked to be uniform; an ``Image`` column is decoded once, image by image, into one
-preallocated array (by libpng for plain 8-bit PNGs, else by the feature's own decoder, PIL: the same samples).
-Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch
-formatter as before.
+preallocated array (by libpng for plain 8-bit PNGs checked intact, else by the feature's own decoder, PIL: the same
+samples), a column of plain PNGs of one shape image by image as client batches first hold them. Any other column
+(structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch formatter as before.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -92,6 +92,12 @@ class HFTensorColumns:
     images). With ``tuple_columns`` it returns ``tuple(tensor[index] for each named column)`` instead. Memory: the
     formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images and labels take 188 MB).
 
+    An ``Image`` column of plain PNGs of one shape (8-bit grey, RGB or RGBA, as ``datasets`` and most tools write
+    them; checked from the headers of all of them) is decoded image by image when ``get_batch`` first asks for it,
+    once, so a short fit decodes only the images of the clients it samples; reading such a column from ``columns``
+    decodes the rest. A corrupt image fails the batch holding it with the torch format's error (PIL's), noting the
+    column and row.
+
     Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
     format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
     ``limit`` bytes (default :data:`HF_TENSOR_LIMIT_BYTES`, 2 GiB).
@@ -111,24 +117,29 @@ class HFTensorColumns:
         ([[2.0, 3.0]], [1])
     """
 
-    def __init__(self, columns: dict[str, torch.Tensor], tuple_columns: Optional[Sequence[str]] = None) -> None:
-        self.columns = columns
+    def __init__(self, columns: Mapping[str, Any], tuple_columns: Optional[Sequence[str]] = None) -> None:
+        self._tensors = {name: column.out if isinstance(column, _LazyPNGs) else column
+                         for name, column in columns.items()}
+        self._lazy = [column for column in columns.values() if isinstance(column, _LazyPNGs)]
+        self.columns: Mapping[str, torch.Tensor] = _Columns(self._tensors, self._lazy)
         self.tuple_columns = None if tuple_columns is None else tuple(tuple_columns)
 
     def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
+        return len(next(iter(self._tensors.values())))
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the columns' tensors."""
-        return sum(t.numel() * t.element_size() for t in self.columns.values())
+        return sum(t.numel() * t.element_size() for t in self._tensors.values())
 
     def get_batch(self, index: torch.Tensor) -> Any:
         """``{column: tensor[index]}`` for a LongTensor ``index [B]`` (a tuple in ``tuple_columns``' order when
         that is set)."""
+        for lazy in self._lazy:
+            lazy.decode(index)
         if self.tuple_columns is not None:
-            return tuple(self.columns[name][index] for name in self.tuple_columns)
-        return {name: column[index] for name, column in self.columns.items()}
+            return tuple(self._tensors[name][index] for name in self.tuple_columns)
+        return {name: column[index] for name, column in self._tensors.items()}
 
     @classmethod
     def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
@@ -312,11 +323,79 @@ def _raw_png(data: Optional[bytes]) -> bool:
     return False  # truncated: PIL's error
 
 
+# the lengths of the ancillary chunks of _PNG_RAW_CHUNKS that both PIL and libpng read as valid (sBIT: 1-4 bytes)
+_PNG_CHUNK_LENGTHS = {b"pHYs": (9,), b"gAMA": (4,), b"cHRM": (32,), b"sRGB": (1,), b"tIME": (7,), b"sBIT": (1, 2, 3, 4),
+                      b"IEND": (0,), b"IHDR": (13,)}
+
+
+def _libpng_safe(data: Any) -> bool:
+    """Whether libpng decodes the PNG ``data`` (bytes-like; one :func:`_raw_png` accepted) without an error or a
+    warning, to the samples PIL gives: not interlaced, every chunk's CRC right, IHDR first, the IDAT chunks one
+    run, the ancillary chunks of the lengths both libraries read (no iCCP: PIL decompresses the profile), and the
+    image data one complete zlib stream of exactly the image's rows, each a filter byte (0-4) and its samples.
+    torchvision's ``decode_png`` ends the process (a segmentation fault) on an error of libpng, a corrupt PNG: what
+    fails here is decoded by PIL, which gives the torch format's values or raises its error."""
+    import zlib
+
+    if data[26:29] != b"\0\0\0":  # compression, filter method, interlace
+        return False
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if not (0 < width <= 1_000_000 and 0 < height <= 1_000_000):  # libpng's limits (an error beyond them)
+        return False
+    row = 1 + width * _PNG_CHANNELS[data[25]]
+    crc32, size = zlib.crc32, len(data)
+    end = 45 + int.from_bytes(data[33:37], "big")
+    if data[37:41] == b"IDAT" and end + 12 <= size and data[end : end + 12] == _PNG_IEND_CHUNK:  # the usual layout
+        if crc32(data[12:29]) != int.from_bytes(data[29:33], "big") or \
+                crc32(data[37 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+            return False
+        return _png_rows_intact([data[41 : end - 4]], height, row)
+    position, idat, state = 8, [], 0  # state: 0 before the IDAT run, 1 in it, 2 after it
+    while True:
+        if position + 12 > size:
+            return False
+        length = int.from_bytes(data[position : position + 4], "big")
+        end = position + 12 + length
+        kind = bytes(data[position + 4 : position + 8])
+        if end > size or zlib.crc32(data[position + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+            return False
+        if kind == b"IDAT":
+            if state == 2:
+                return False
+            state = 1
+            idat.append(data[position + 8 : end - 4])
+        else:
+            state = 2 if state else 0
+            if (kind == b"IHDR") != (position == 8) or length not in _PNG_CHUNK_LENGTHS.get(kind, ()):
+                return False  # iCCP and unknown chunks too
+            if kind == b"IEND":
+                break
+        position = end
+    return _png_rows_intact(idat, height, row)
+
+
+_PNG_IEND_CHUNK = b"\0\0\0\0IEND\xaeB`\x82"
+
+
+def _png_rows_intact(idat: list, height: int, row: int) -> bool:
+    """Whether the IDAT data ``idat`` is one complete zlib stream of ``height`` rows of ``row`` bytes, each
+    starting with a filter byte 0-4."""
+    import zlib
+
+    stream = zlib.decompressobj()
+    try:
+        raw = stream.decompress(idat[0] if len(idat) == 1 else b"".join(idat), height * row + 1)
+    except zlib.error:
+        return False
+    return len(raw) == height * row and stream.eof and not stream.unused_data and max(raw[::row]) <= 4
+
+
 def _png_decoder(feature: Any) -> Any:
     """libpng through torchvision's ``decode_png`` (unchanged mode: the stored samples, ``[C, H, W]``), 2-3x faster
-    than PIL for small images; ``None`` without torchvision or when the feature converts the mode. The operator
-    that ``torchvision.io.decode_png`` calls is called directly where it is registered (the Python wrapper's
-    deprecation warning and checks cost as much as decoding a 28×28 image)."""
+    than PIL for small images, as a function of the PNG's bytes as a uint8 tensor; ``None`` without torchvision or
+    when the feature converts the mode. The operator that ``torchvision.io.decode_png`` calls is called directly
+    where it is registered (the Python wrapper's deprecation warning and checks cost as much as decoding a 28×28
+    image)."""
     if feature.mode is not None:
         return None
     try:
@@ -324,37 +403,171 @@ def _png_decoder(feature: Any) -> Any:
     except ImportError:  # pragma: no cover - torchvision is a dependency
         return None
     unchanged = ImageReadMode.UNCHANGED
-    op = getattr(torch.ops.image, "decode_png", None)
-    if op is not None:
-        return lambda data: op(torch.frombuffer(data, dtype=torch.uint8), unchanged.value, False)
-    return lambda data: decode_png(torch.frombuffer(data, dtype=torch.uint8), unchanged)  # pragma: no cover
+    packet = getattr(torch.ops.image, "decode_png", None)
+    if packet is not None:
+        op, mode = packet.default, unchanged.value
+        return lambda data: op(data, mode, False)
+    return lambda data: decode_png(data, unchanged)  # pragma: no cover
+
+
+_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}  # IHDR colour type -> samples per pixel (grey, RGB, RGBA)
+
+
+def _png_shape(data: bytes) -> tuple[int, int, int]:
+    """``(C, H, W)`` of a PNG whose header :func:`_raw_png` accepted, from its IHDR chunk."""
+    return _PNG_CHANNELS[data[25]], int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+
+
+def _big_endian(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The 4-byte big-endian unsigned integers of ``data`` at the positions ``at`` (int64)."""
+    four = data[at[:, None] + np.arange(4)].astype(np.int64)
+    return (four[:, 0] << 24) | (four[:, 1] << 16) | (four[:, 2] << 8) | four[:, 3]
+
+
+_RAW_CHUNK_CODES = np.array(sorted(int.from_bytes(k, "big") for k in _PNG_RAW_CHUNKS), dtype=np.int64)
+_IEND = int.from_bytes(b"IEND", "big")
+
+
+def _plain_pngs(binary: Any, header: bytes) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """``(starts, ends)`` of every value of the Arrow binary array ``binary`` in its data buffer when each is a PNG
+    that :func:`_raw_png` accepts with IHDR fields ``header`` (``data[16:26]``: width, height, bit depth, colour
+    type, compression) — the same checks, for all values at once (chunk by chunk, with NumPy) — else ``None``."""
+    import pyarrow as pa
+
+    if binary.null_count or not (pa.types.is_binary(binary.type) or pa.types.is_large_binary(binary.type)):
+        return None
+    _, offsets, values = binary.buffers()
+    kind = np.int64 if pa.types.is_large_binary(binary.type) else np.int32
+    offsets = np.frombuffer(offsets, dtype=kind)[binary.offset : binary.offset + len(binary) + 1].astype(np.int64)
+    data = np.frombuffer(values, dtype=np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    if (ends - starts).min() < 45:  # signature, IHDR (25 bytes), IEND (12)
+        return None
+    expected = np.frombuffer(_PNG_SIGNATURE + b"\0\0\0\x0dIHDR" + header, dtype=np.uint8)  # bytes 0..25
+    if not (data[starts[:, None] + np.arange(26)] == expected).all():
+        return None
+    position, open_ = starts + 8, np.arange(len(starts))  # the next chunk of each PNG not at its IEND yet
+    while len(open_):
+        at = position[open_]
+        if (at + 8 > ends[open_]).any():
+            return None  # truncated
+        chunk = _big_endian(data, at + 4)
+        if not np.isin(chunk, _RAW_CHUNK_CODES).all():
+            return None  # a chunk that may change what PIL gives (see _PNG_RAW_CHUNKS)
+        open_ = open_[chunk != _IEND]
+        position[open_] += 12 + _big_endian(data, position[open_])
+    return starts, ends
+
+
+class _LazyPNGs:
+    """An ``Image`` column of plain PNGs of one shape (:func:`_plain_pngs`, checked for every image), each decoded
+    by libpng into its row of ``out`` ``[n, C, H, W]`` (uint8) when a batch first holds it: once, and only the
+    rows that batches read (a short fit samples a fraction of the clients). The PNGs are read in place from the
+    Arrow buffer (``binary``: the column's ``bytes``)."""
+
+    def __init__(self, name: str, binary: Any, starts: np.ndarray, ends: np.ndarray, decode: Any,
+                 shape: tuple[int, ...], pil: Any) -> None:
+        import warnings
+
+        self.name, self._binary, self._decode, self._pil = name, binary, decode, pil
+        self._bytes = memoryview(binary.buffers()[2])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The given buffer is not writable")  # read only, by libpng
+            self._data = torch.frombuffer(binary.buffers()[2], dtype=torch.uint8)
+        self._spans = np.stack([starts, ends - starts], axis=1).tolist()
+        self.out = torch.empty((len(starts), *shape), dtype=torch.uint8)
+        self.done = np.zeros(len(starts), dtype=bool)
+        self.pending = len(starts)
+
+    def decode(self, index: Optional[torch.Tensor] = None) -> None:
+        """Decode the rows of ``index`` (all rows when ``None``) not decoded yet: by libpng where
+        :func:`_libpng_safe`, else by PIL.
+
+        Raises:
+            Exception: PIL's error for an image it cannot decode (a note names the column and row); ValueError
+                for an image PIL decodes to another shape than the others."""
+        if not self.pending:
+            return
+        if index is None:
+            rows = np.flatnonzero(~self.done)
+        else:
+            rows = np.asarray(index)
+            rows = rows[~self.done[rows]]
+            if not len(rows):
+                return
+            rows = np.unique(rows)
+        out, data, raw, spans, decode = self.out, self._data.narrow, self._bytes, self._spans, self._decode
+        for i in rows.tolist():
+            start, length = spans[i]
+            png = bytes(raw[start : start + length])  # (bytes: 2x faster to check than a memoryview)
+            if _libpng_safe(png):
+                out[i] = decode(data(0, start, length))
+                continue
+            try:
+                image = self._pil(png, i)
+            except Exception as error:  # PIL's error, as the torch format raises it, naming the row
+                if hasattr(error, "add_note"):
+                    error.add_note(f"Image column {self.name!r}, row {i}.")
+                raise
+            if tuple(image.shape) != tuple(out.shape[1:]) or image.dtype != np.uint8:
+                raise ValueError(f"Image column {self.name!r}, row {i}: PIL decodes it to {image.dtype} "
+                                 f"{list(image.shape)}, the other images to uint8 {list(out.shape[1:])}.")
+            out[i] = torch.from_numpy(image)
+        self.done[rows] = True
+        self.pending -= len(rows)
+
+
+class _Columns(Mapping):
+    """``HFTensorColumns.columns``: the column tensors by name, an ``Image`` column of :class:`_LazyPNGs`
+    decoded in full when it is read (names, ``len`` and ``in`` decode nothing)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], lazy: list) -> None:
+        self._tensors, self._lazy = tensors, {column.name: column for column in lazy}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = self._tensors[name]
+        if name in self._lazy:
+            self._lazy[name].decode()
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:
     """An ``Image`` column decoded once into one preallocated ``[n, C, H, W]`` array: each image by the decoder
     the formatter uses (``decode_example``, PIL), or, for a plain 8-bit grey/RGB/RGBA PNG (:func:`_raw_png`), by
-    libpng, which gives the same samples; ``_NOT_A_TENSOR`` when the images differ in shape or dtype."""
+    libpng, which gives the same samples; ``_NOT_A_TENSOR`` when the images differ in shape or dtype. When every
+    image is a plain PNG of the first's shape (read from the headers), each is decoded when a batch first holds it
+    (:class:`_LazyPNGs`), else all at once here."""
     import warnings
 
     token = getattr(dataset, "_token_per_repo_id", None)
-    payload, paths = array.field("bytes"), array.field("path")
-    first = _image_array(feature, {"bytes": payload[0].as_py(), "path": paths[0].as_py()}, token)
+    binary, paths = array.field("bytes"), array.field("path")
+    head = binary[0].as_py()
+    first = _image_array(feature, {"bytes": head, "path": paths[0].as_py()}, token)
     try:
         torch.from_numpy(np.zeros(0, dtype=first.dtype))
     except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
         return _plan_formatted(dataset, name)
     nbytes = n * first.size * first.itemsize
     png = _png_decoder(feature) if first.dtype == np.uint8 else None
+    if png is not None and _raw_png(head) and _png_shape(head) == first.shape:
+        found = _plain_pngs(binary, head[16:26])
+        if found is not None:
+            pil = lambda data, i: _image_array(feature, {"bytes": data, "path": paths[i].as_py()}, token)  # noqa: E731
+            return nbytes, lambda: _LazyPNGs(name, binary, *found, png, first.shape, pil)
 
     def convert() -> Any:
         out = np.empty((n, *first.shape), dtype=first.dtype)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "The given buffer is not writable")  # read only, by libpng
-            # torchvision 0.29 deprecates its image decoders for TorchCodec's; without them: PIL, as above
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
-            for i, (data, path) in enumerate(zip(payload.to_pylist(), paths.to_pylist())):
-                if png is not None and _raw_png(data):
-                    image = png(data).numpy()
+            for i, (data, path) in enumerate(zip(binary.to_pylist(), paths.to_pylist())):
+                if png is not None and _raw_png(data) and _libpng_safe(data):
+                    image = png(torch.frombuffer(data, dtype=torch.uint8)).numpy()
                 else:
                     image = _image_array(feature, {"bytes": data, "path": path}, token)
                 if image.shape != first.shape or image.dtype != first.dtype:
