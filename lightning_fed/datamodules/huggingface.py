@@ -6,9 +6,10 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 (``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
 ``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
 list sizes once they are checked to be uniform; an ``Image`` column is decoded once, image by image, into one
-preallocated array (by libpng for plain 8-bit PNGs checked intact, else by the feature's own decoder, PIL: the same
-samples), a column of plain PNGs of one shape image by image as client batches first hold them. Any other column
-(structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch formatter as before.
+preallocated array (by the feature's own decoder, PIL; a plain 8-bit PNG by PIL's PNG decoder without
+``Image.open``: the same samples), a column of plain PNGs of one shape image by image as client batches first hold
+them. Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch
+formatter as before.
 """
 
 from __future__ import annotations
@@ -300,9 +301,9 @@ def _image_array(feature: Any, value: dict, token: Any) -> np.ndarray:
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# the chunks of a PNG whose pixels PIL gives as stored (the torch format's values), which libpng's unchanged mode gives
-# too: any other (tRNS transparency, PLTE, eXIf or text chunks that may carry an EXIF orientation `decode_example`
-# applies, acTL animation, ...) sends the image to PIL
+# the chunks of a PNG whose pixels PIL gives as stored (the torch format's values), as its PNG decoder gives them
+# from the image data: any other (tRNS transparency, PLTE, eXIf or text chunks that may carry an EXIF orientation
+# `decode_example` applies, acTL animation, ...) sends the image to `decode_example`
 _PNG_RAW_CHUNKS = frozenset({b"IHDR", b"IDAT", b"IEND", b"pHYs", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"tIME"})
 
 
@@ -323,94 +324,75 @@ def _raw_png(data: Optional[bytes]) -> bool:
     return False  # truncated: PIL's error
 
 
-# the lengths of the ancillary chunks of _PNG_RAW_CHUNKS that both PIL and libpng read as valid (sBIT: 1-4 bytes)
+# the lengths of the chunks of _PNG_RAW_CHUNKS that PIL reads without an error (sBIT: 1-4 bytes)
 _PNG_CHUNK_LENGTHS = {b"pHYs": (9,), b"gAMA": (4,), b"cHRM": (32,), b"sRGB": (1,), b"tIME": (7,), b"sBIT": (1, 2, 3, 4),
                       b"IEND": (0,), b"IHDR": (13,)}
+_PNG_IEND_CHUNK = b"\0\0\0\0IEND\xaeB`\x82"
+_PNG_MODES = {0: "L", 2: "RGB", 6: "RGBA"}  # IHDR colour type -> PIL's mode and raw mode (8 bits per sample)
+_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}  # IHDR colour type -> samples per pixel
 
 
-def _libpng_safe(data: Any) -> bool:
-    """Whether libpng decodes the PNG ``data`` (bytes-like; one :func:`_raw_png` accepted) without an error or a
-    warning, to the samples PIL gives: not interlaced, every chunk's CRC right, IHDR first, the IDAT chunks one
-    run, the ancillary chunks of the lengths both libraries read (no iCCP: PIL decompresses the profile), and the
-    image data one complete zlib stream of exactly the image's rows, each a filter byte (0-4) and its samples.
-    torchvision's ``decode_png`` ends the process (a segmentation fault) on an error of libpng, a corrupt PNG: what
-    fails here is decoded by PIL, which gives the torch format's values or raises its error."""
+def _png_image_data(data: bytes) -> Optional[bytes]:
+    """The image data (its IDAT chunks' data, joined) of a PNG that :func:`_raw_png` accepted, when ``Image.open``
+    reads its chunks without an error or a warning: not interlaced, of at most ``Image.MAX_IMAGE_PIXELS`` pixels,
+    every chunk's CRC right, IHDR first, the IDAT chunks one run, the other chunks of the lengths PIL reads (no
+    iCCP: PIL decompresses the profile); else ``None``."""
     import zlib
 
+    from PIL import Image
+
     if data[26:29] != b"\0\0\0":  # compression, filter method, interlace
-        return False
+        return None
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if not (0 < width <= 1_000_000 and 0 < height <= 1_000_000):  # libpng's limits (an error beyond them)
-        return False
-    row = 1 + width * _PNG_CHANNELS[data[25]]
+    if not (width and height) or (Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS):
+        return None  # PIL's decompression bomb warning or error
     crc32, size = zlib.crc32, len(data)
     end = 45 + int.from_bytes(data[33:37], "big")
     if data[37:41] == b"IDAT" and end + 12 <= size and data[end : end + 12] == _PNG_IEND_CHUNK:  # the usual layout
         if crc32(data[12:29]) != int.from_bytes(data[29:33], "big") or \
                 crc32(data[37 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
-            return False
-        return _png_rows_intact([data[41 : end - 4]], height, row)
+            return None
+        return data[41 : end - 4]
     position, idat, state = 8, [], 0  # state: 0 before the IDAT run, 1 in it, 2 after it
     while True:
         if position + 12 > size:
-            return False
+            return None
         length = int.from_bytes(data[position : position + 4], "big")
         end = position + 12 + length
-        kind = bytes(data[position + 4 : position + 8])
-        if end > size or zlib.crc32(data[position + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
-            return False
+        kind = data[position + 4 : position + 8]
+        if end > size or crc32(data[position + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+            return None
         if kind == b"IDAT":
             if state == 2:
-                return False
+                return None
             state = 1
             idat.append(data[position + 8 : end - 4])
         else:
             state = 2 if state else 0
             if (kind == b"IHDR") != (position == 8) or length not in _PNG_CHUNK_LENGTHS.get(kind, ()):
-                return False  # iCCP and unknown chunks too
+                return None  # iCCP and unknown chunks too
             if kind == b"IEND":
-                break
+                return b"".join(idat) if idat else None
         position = end
-    return _png_rows_intact(idat, height, row)
 
 
-_PNG_IEND_CHUNK = b"\0\0\0\0IEND\xaeB`\x82"
+def _png_pixels(data: bytes) -> Optional[np.ndarray]:
+    """The samples of a PNG that :func:`_raw_png` accepted, ``[H, W]`` or ``[H, W, C]`` uint8, decoded from its
+    image data (:func:`_png_image_data`) by PIL's own PNG decoder (``Image.frombytes(..., "zip", rawmode)``:
+    what ``Image.open`` runs once it has read the chunks in Python, at a sixth of its cost for a 28×28 image), or
+    ``None`` where that fails or ``Image.open`` might not give the same (then ask ``decode_example``)."""
+    from PIL import Image
 
-
-def _png_rows_intact(idat: list, height: int, row: int) -> bool:
-    """Whether the IDAT data ``idat`` is one complete zlib stream of ``height`` rows of ``row`` bytes, each
-    starting with a filter byte 0-4."""
-    import zlib
-
-    stream = zlib.decompressobj()
-    try:
-        raw = stream.decompress(idat[0] if len(idat) == 1 else b"".join(idat), height * row + 1)
-    except zlib.error:
-        return False
-    return len(raw) == height * row and stream.eof and not stream.unused_data and max(raw[::row]) <= 4
-
-
-def _png_decoder(feature: Any) -> Any:
-    """libpng through torchvision's ``decode_png`` (unchanged mode: the stored samples, ``[C, H, W]``), 2-3x faster
-    than PIL for small images, as a function of the PNG's bytes as a uint8 tensor; ``None`` without torchvision or
-    when the feature converts the mode. The operator that ``torchvision.io.decode_png`` calls is called directly
-    where it is registered (the Python wrapper's deprecation warning and checks cost as much as decoding a 28×28
-    image)."""
-    if feature.mode is not None:
+    image_data = _png_image_data(data)
+    if image_data is None:
         return None
+    mode = _PNG_MODES[data[25]]
     try:
-        from torchvision.io import ImageReadMode, decode_png
-    except ImportError:  # pragma: no cover - torchvision is a dependency
+        image = Image.frombytes(mode, (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")),
+                                image_data, "zip", mode)
+    except (ValueError, OSError):  # a corrupt image: decode_example raises the torch format's error
         return None
-    unchanged = ImageReadMode.UNCHANGED
-    packet = getattr(torch.ops.image, "decode_png", None)
-    if packet is not None:
-        op, mode = packet.default, unchanged.value
-        return lambda data: op(data, mode, False)
-    return lambda data: decode_png(data, unchanged)  # pragma: no cover
-
-
-_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}  # IHDR colour type -> samples per pixel (grey, RGB, RGBA)
+    return np.asarray(image)
 
 
 def _png_shape(data: bytes) -> tuple[int, int, int]:
@@ -461,31 +443,26 @@ def _plain_pngs(binary: Any, header: bytes) -> Optional[tuple[np.ndarray, np.nda
 
 class _LazyPNGs:
     """An ``Image`` column of plain PNGs of one shape (:func:`_plain_pngs`, checked for every image), each decoded
-    by libpng into its row of ``out`` ``[n, C, H, W]`` (uint8) when a batch first holds it: once, and only the
-    rows that batches read (a short fit samples a fraction of the clients). The PNGs are read in place from the
-    Arrow buffer (``binary``: the column's ``bytes``)."""
+    into its row of ``out`` ``[n, C, H, W]`` (uint8) when a batch first holds it: once, and only the rows that
+    batches read (a short fit samples a fraction of the clients). The PNGs are read from the column's Arrow buffer
+    (``binary``: its ``bytes``) and decoded by :func:`_png_pixels`, else by ``decode(png, row)`` (the feature's
+    ``decode_example``, as the torch format does)."""
 
-    def __init__(self, name: str, binary: Any, starts: np.ndarray, ends: np.ndarray, decode: Any,
-                 shape: tuple[int, ...], pil: Any) -> None:
-        import warnings
-
-        self.name, self._binary, self._decode, self._pil = name, binary, decode, pil
+    def __init__(self, name: str, binary: Any, starts: np.ndarray, ends: np.ndarray, shape: tuple[int, ...],
+                 decode: Any) -> None:
+        self.name, self._binary, self._decode = name, binary, decode
         self._bytes = memoryview(binary.buffers()[2])
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "The given buffer is not writable")  # read only, by libpng
-            self._data = torch.frombuffer(binary.buffers()[2], dtype=torch.uint8)
-        self._spans = np.stack([starts, ends - starts], axis=1).tolist()
+        self._spans = np.stack([starts, ends], axis=1).tolist()
         self.out = torch.empty((len(starts), *shape), dtype=torch.uint8)
         self.done = np.zeros(len(starts), dtype=bool)
         self.pending = len(starts)
 
     def decode(self, index: Optional[torch.Tensor] = None) -> None:
-        """Decode the rows of ``index`` (all rows when ``None``) not decoded yet: by libpng where
-        :func:`_libpng_safe`, else by PIL.
+        """Decode the rows of ``index`` (all rows when ``None``) not decoded yet.
 
         Raises:
-            Exception: PIL's error for an image it cannot decode (a note names the column and row); ValueError
-                for an image PIL decodes to another shape than the others."""
+            Exception: the torch format's error (``decode_example``'s) for an image it cannot decode, with a note
+                naming the column and row; ValueError for an image decoded to another shape than the others."""
         if not self.pending:
             return
         if index is None:
@@ -496,23 +473,24 @@ class _LazyPNGs:
             if not len(rows):
                 return
             rows = np.unique(rows)
-        out, data, raw, spans, decode = self.out, self._data.narrow, self._bytes, self._spans, self._decode
+        out, raw, spans = self.out.numpy(), self._bytes, self._spans
         for i in rows.tolist():
-            start, length = spans[i]
-            png = bytes(raw[start : start + length])  # (bytes: 2x faster to check than a memoryview)
-            if _libpng_safe(png):
-                out[i] = decode(data(0, start, length))
+            start, end = spans[i]
+            png = bytes(raw[start:end])
+            pixels = _png_pixels(png)
+            if pixels is not None:
+                out[i] = pixels[np.newaxis] if pixels.ndim == 2 else pixels.transpose((2, 0, 1))
                 continue
             try:
-                image = self._pil(png, i)
-            except Exception as error:  # PIL's error, as the torch format raises it, naming the row
+                image = self._decode(png, i)
+            except Exception as error:  # the torch format's error, naming the row
                 if hasattr(error, "add_note"):
                     error.add_note(f"Image column {self.name!r}, row {i}.")
                 raise
-            if tuple(image.shape) != tuple(out.shape[1:]) or image.dtype != np.uint8:
-                raise ValueError(f"Image column {self.name!r}, row {i}: PIL decodes it to {image.dtype} "
+            if image.shape != out.shape[1:] or image.dtype != np.uint8:
+                raise ValueError(f"Image column {self.name!r}, row {i}: decoded to {image.dtype} "
                                  f"{list(image.shape)}, the other images to uint8 {list(out.shape[1:])}.")
-            out[i] = torch.from_numpy(image)
+            out[i] = image
         self.done[rows] = True
         self.pending -= len(rows)
 
@@ -539,12 +517,10 @@ class _Columns(Mapping):
 
 def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:
     """An ``Image`` column decoded once into one preallocated ``[n, C, H, W]`` array: each image by the decoder
-    the formatter uses (``decode_example``, PIL), or, for a plain 8-bit grey/RGB/RGBA PNG (:func:`_raw_png`), by
-    libpng, which gives the same samples; ``_NOT_A_TENSOR`` when the images differ in shape or dtype. When every
-    image is a plain PNG of the first's shape (read from the headers), each is decoded when a batch first holds it
-    (:class:`_LazyPNGs`), else all at once here."""
-    import warnings
-
+    the formatter uses (``decode_example``, PIL), a plain 8-bit grey/RGB/RGBA PNG (:func:`_raw_png`) by PIL's PNG
+    decoder without ``Image.open`` (:func:`_png_pixels`: the same samples); ``_NOT_A_TENSOR`` when the images
+    differ in shape or dtype. When every image is a plain PNG of the first's shape (read from the headers), each
+    is decoded when a batch first holds it (:class:`_LazyPNGs`), else all at once here."""
     token = getattr(dataset, "_token_per_repo_id", None)
     binary, paths = array.field("bytes"), array.field("path")
     head = binary[0].as_py()
@@ -554,25 +530,24 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
     except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
         return _plan_formatted(dataset, name)
     nbytes = n * first.size * first.itemsize
-    png = _png_decoder(feature) if first.dtype == np.uint8 else None
-    if png is not None and _raw_png(head) and _png_shape(head) == first.shape:
+    plain = feature.mode is None and first.dtype == np.uint8  # (a mode: decode_example converts the images)
+    if plain and _raw_png(head) and _png_shape(head) == first.shape:
         found = _plain_pngs(binary, head[16:26])
         if found is not None:
-            pil = lambda data, i: _image_array(feature, {"bytes": data, "path": paths[i].as_py()}, token)  # noqa: E731
-            return nbytes, lambda: _LazyPNGs(name, binary, *found, png, first.shape, pil)
+            decode = lambda data, i: _image_array(feature, {"bytes": data, "path": paths[i].as_py()}, token)  # noqa
+            return nbytes, lambda: _LazyPNGs(name, binary, *found, first.shape, decode)
 
     def convert() -> Any:
         out = np.empty((n, *first.shape), dtype=first.dtype)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "The given buffer is not writable")  # read only, by libpng
-            for i, (data, path) in enumerate(zip(binary.to_pylist(), paths.to_pylist())):
-                if png is not None and _raw_png(data) and _libpng_safe(data):
-                    image = png(torch.frombuffer(data, dtype=torch.uint8)).numpy()
-                else:
-                    image = _image_array(feature, {"bytes": data, "path": path}, token)
-                if image.shape != first.shape or image.dtype != first.dtype:
-                    return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
-                out[i] = image
+        for i, (data, path) in enumerate(zip(binary.to_pylist(), paths.to_pylist())):
+            pixels = _png_pixels(data) if plain and _raw_png(data) else None
+            if pixels is not None:
+                image = pixels[np.newaxis] if pixels.ndim == 2 else pixels.transpose((2, 0, 1))
+            else:
+                image = _image_array(feature, {"bytes": data, "path": path}, token)
+            if image.shape != first.shape or image.dtype != first.dtype:
+                return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
+            out[i] = image
         return torch.from_numpy(out)
 
     return nbytes, convert

@@ -16,7 +16,7 @@ from PIL import Image
 
 from lightning_fed.datamodules.huggingface import (
     HFTensorColumns,
-    _libpng_safe,
+    _png_image_data,
     _plain_pngs,
     _raw_png,
     fixed_shape_values,
@@ -125,7 +125,7 @@ def _text_chunk():
     return info
 
 
-def test_plain_pngs_are_decoded_by_libpng_and_the_first_by_pil_too(monkeypatch):
+def test_plain_pngs_are_decoded_without_decode_example_but_the_first(monkeypatch):
     calls = []
     decode = datasets.Image.decode_example
     monkeypatch.setattr(datasets.Image, "decode_example",
@@ -134,8 +134,8 @@ def test_plain_pngs_are_decoded_by_libpng_and_the_first_by_pil_too(monkeypatch):
     assert HFTensorColumns.from_dataset(ds).columns["image"].shape == (N, 3, 5, 7) and len(calls) == 1
 
 
-def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
-    """Plain 8-bit PNGs are decoded by libpng; a PNG with an EXIF orientation (PIL transposes it), a palette, a
+def test_images_that_pils_png_decoder_alone_would_give_differently_are_decoded_by_decode_example():
+    """Plain 8-bit PNGs are decoded from their image data; a PNG with an EXIF orientation (PIL transposes it), a palette, a
     transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's values."""
     rng = np.random.default_rng(5)
     pixels = rng.integers(0, 256, (4, 6, 3), dtype=np.uint8)
@@ -193,10 +193,10 @@ def _damaged(png, damage):
 @pytest.mark.parametrize("damage", ["crc", "zlib stream", "filter byte", "gAMA too short"])
 def test_plain_pngs_are_decoded_when_a_batch_first_holds_them_and_a_corrupt_one_fails_as_in_the_formatter(damage):
     """An Image column of plain PNGs is decoded row by row as batches first hold the rows (a short fit reads a
-    fraction of the clients); reading the column's names decodes nothing. A corrupt PNG (which libpng, through
-    torchvision, would answer with a segmentation fault) fails the batch holding it with the torch format's error,
-    noting the column and row, and neither the set-up nor batches without it; a PNG that libpng reads but PIL refuses
-    (a gAMA chunk too short) is refused as the torch format refuses it."""
+    fraction of the clients); reading the column's names decodes nothing. A corrupt PNG fails the batch holding it
+    with the torch format's error, noting the column and row, and neither the set-up nor batches without it (on
+    c5be2f2, libpng through torchvision ended the process with a segmentation fault); a PNG whose image data is
+    whole but whose chunks ``Image.open`` refuses (a gAMA chunk too short) is refused as the torch format does."""
     ds = _kind("Image L")
     images = ds.with_format("arrow")[:].column("image").to_pylist()
     png = images[7]["bytes"]
@@ -217,25 +217,29 @@ def test_plain_pngs_are_decoded_when_a_batch_first_holds_them_and_a_corrupt_one_
         columns.columns["image"]
 
 
-def test_libpng_is_given_only_pngs_it_decodes_without_an_error():
-    """torchvision's decode_png ends the process on an error of libpng: each PNG is checked before (every CRC, the
-    zlib stream, the rows' filter bytes, the image size, the chunks' order and lengths), in the usual layout (IHDR,
-    IDAT, IEND) and in others (more IDAT chunks, ancillary chunks)."""
+def test_the_image_data_is_taken_only_from_pngs_whose_chunks_image_open_reads_without_an_error():
+    """A PNG's image data is decoded without ``Image.open`` only when its chunks are as ``Image.open`` reads them
+    without an error (every CRC, the chunks' order and lengths, the image size), in the usual layout (IHDR, IDAT,
+    IEND) and in others (more IDAT chunks, ancillary chunks); otherwise decode_example decodes it."""
+    import zlib
+
     pixels = np.random.default_rng(2).integers(0, 256, (6, 5), dtype=np.uint8)
     plain = _encoded(Image.fromarray(pixels))["bytes"]
-    assert _libpng_safe(plain) and _libpng_safe(_encoded(Image.fromarray(pixels), dpi=(72, 72))["bytes"])  # pHYs
     at = plain.index(b"IDAT") - 4
     idat = plain[at + 8 : at + 8 + int.from_bytes(plain[at : at + 4], "big")]
+    assert _png_image_data(plain) == idat and zlib.decompress(idat)[1:6] == pixels[0].tobytes()
+    assert _png_image_data(_encoded(Image.fromarray(pixels), dpi=(72, 72))["bytes"]) == idat  # a pHYs chunk
     split = plain[:at] + _chunk(b"IDAT", idat[:5]) + _chunk(b"IDAT", idat[5:]) + plain[at + 12 + len(idat) :]
-    assert _libpng_safe(split)
-    assert not _libpng_safe(split[:at] + _chunk(b"IDAT", idat[:5]) + _chunk(b"tIME", bytes(7))
-                            + _chunk(b"IDAT", idat[5:]) + plain[at + 12 + len(idat) :])  # IDAT chunks not one run
-    for damage in ("crc", "zlib stream", "filter byte", "gAMA too short"):
-        assert not _libpng_safe(_damaged(plain, damage)), damage
-    assert not _libpng_safe(plain[:33] + _chunk(b"iCCP", b"p\0\0x") + plain[33:])
-    assert not _libpng_safe(plain[:at] + _chunk(b"IDAT", idat + b"\0") + plain[at + 12 + len(idat) :])  # extra data
+    assert _png_image_data(split) == idat
+    assert _png_image_data(split[:at] + _chunk(b"IDAT", idat[:5]) + _chunk(b"tIME", bytes(7))
+                           + _chunk(b"IDAT", idat[5:]) + plain[at + 12 + len(idat) :]) is None  # IDAT not one run
+    for damage in ("crc", "gAMA too short"):
+        assert _png_image_data(_damaged(plain, damage)) is None, damage
+    assert _png_image_data(plain[:33] + _chunk(b"iCCP", b"p\0\0x") + plain[33:]) is None
     zero_height = plain[:8] + _chunk(b"IHDR", plain[16:20] + bytes(4) + plain[24:29]) + plain[33:]
-    assert not _libpng_safe(zero_height) and not _libpng_safe(plain[:-12])  # no IEND
+    assert _png_image_data(zero_height) is None and _png_image_data(plain[:-12]) is None  # no IEND
+    interlaced = plain[:8] + _chunk(b"IHDR", plain[16:28] + b"\x01") + plain[33:]  # Adam7 (PIL writes none)
+    assert _png_image_data(interlaced) is None
 
 
 def test_plain_pngs_are_recognised_from_the_arrow_buffer_as_each_png_by_itself():
