@@ -132,11 +132,22 @@ def test_plain_pngs_are_decoded_without_decode_example_but_the_first(monkeypatch
                         lambda self, *a, **k: calls.append(1) or decode(self, *a, **k))
     ds = _kind("Image RGB").with_format("torch")
     assert HFTensorColumns.from_dataset(ds).columns["image"].shape == (N, 3, 5, 7) and len(calls) == 1
+    # a column of plain PNGs and others (decoded at once): decode_example for the first and the others only
+    images = ds.with_format("arrow")[:].column("image").to_pylist()
+    for i in (3, 30):
+        images[i] = _encoded(Image.open(__import__("io").BytesIO(images[i]["bytes"])), pnginfo=_text_chunk())
+    mixed = datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": datasets.Image()}))
+    mixed = mixed.with_format("torch")
+    expected = mixed[:]["image"]
+    calls.clear()
+    got = HFTensorColumns.from_dataset(mixed).columns["image"]
+    assert torch.equal(got, expected) and len(calls) == 3
 
 
 def test_images_that_pils_png_decoder_alone_would_give_differently_are_decoded_by_decode_example():
-    """Plain 8-bit PNGs are decoded from their image data; a PNG with an EXIF orientation (PIL transposes it), a palette, a
-    transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's values."""
+    """Plain 8-bit PNGs are decoded from their image data; a PNG with an EXIF orientation (PIL transposes it), a
+    palette, a transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's
+    values."""
     rng = np.random.default_rng(5)
     pixels = rng.integers(0, 256, (4, 6, 3), dtype=np.uint8)
     rotated = Image.Image.getexif(Image.new("L", (1, 1)))
