@@ -423,8 +423,10 @@ def _png_shape(data: bytes) -> tuple[int, int, int]:
 
 def _big_endian(data: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The 4-byte big-endian unsigned integers of ``data`` at the positions ``at`` (int64)."""
-    four = data[at[:, None] + np.arange(4)].astype(np.int64)
-    return (four[:, 0] << 24) | (four[:, 1] << 16) | (four[:, 2] << 8) | four[:, 3]
+    value = data[at].astype(np.int64)
+    for offset in (1, 2, 3):
+        value = (value << 8) | data[at + offset]
+    return value
 
 
 _RAW_CHUNK_CODES = np.array(sorted(int.from_bytes(k, "big") for k in _PNG_RAW_CHUNKS), dtype=np.int64)
@@ -446,8 +448,8 @@ def _plain_pngs(binary: Any, header: bytes) -> Optional[tuple[np.ndarray, np.nda
     starts, ends = offsets[:-1], offsets[1:]
     if (ends - starts).min() < 45:  # signature, IHDR (25 bytes), IEND (12)
         return None
-    expected = np.frombuffer(_PNG_SIGNATURE + b"\0\0\0\x0dIHDR" + header, dtype=np.uint8)  # bytes 0..25
-    if not (data[starts[:, None] + np.arange(26)] == expected).all():
+    expected = _PNG_SIGNATURE + b"\0\0\0\x0dIHDR" + header  # bytes 0..25
+    if not all((data[starts + j] == value).all() for j, value in enumerate(expected)):  # (n values at a time)
         return None
     position, open_ = starts + 8, np.arange(len(starts))  # the next chunk of each PNG not at its IEND yet
     while len(open_):
@@ -473,7 +475,7 @@ class _LazyPNGs:
                  decode: Any) -> None:
         self.name, self._binary, self._decode = name, binary, decode
         self._bytes = memoryview(binary.buffers()[2])
-        self._spans = np.stack([starts, ends], axis=1).tolist()
+        self._starts, self._ends = starts, ends
         self.out = torch.empty((len(starts), *shape), dtype=torch.uint8)
         self.done = np.zeros(len(starts), dtype=bool)
         self.pending = len(starts)
@@ -494,11 +496,11 @@ class _LazyPNGs:
             if not len(rows):
                 return
             rows = np.unique(rows)
-        out, raw, spans, shape = self.out.numpy(), self._bytes, self._spans, tuple(self.out.shape[1:])
-        rows = rows.tolist()
-        for group in range(0, len(rows), _PNG_GROUP):
-            group = rows[group : group + _PNG_GROUP]
-            pngs = [bytes(raw[spans[i][0] : spans[i][1]]) for i in group]
+        out, raw, shape = self.out.numpy(), self._bytes, tuple(self.out.shape[1:])
+        for at in range(0, len(rows), _PNG_GROUP):
+            group = rows[at : at + _PNG_GROUP]
+            pngs = [bytes(raw[a:b]) for a, b in zip(self._starts[group].tolist(), self._ends[group].tolist())]
+            group = group.tolist()
             samples, done = _png_samples(pngs, shape)
             if done:
                 out[[group[k] for k in done]] = samples
@@ -565,8 +567,8 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
         plain_rows = [i for i, data in enumerate(payloads) if plain and _raw_png(data) and
                       _png_shape(data) == first.shape]
         decoded = np.zeros(n, dtype=bool)
-        for group in range(0, len(plain_rows), _PNG_GROUP):
-            group = plain_rows[group : group + _PNG_GROUP]
+        for at in range(0, len(plain_rows), _PNG_GROUP):
+            group = plain_rows[at : at + _PNG_GROUP]
             samples, done = _png_samples([payloads[i] for i in group], first.shape)
             if done:
                 out[[group[k] for k in done]] = samples
