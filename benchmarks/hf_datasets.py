@@ -7,7 +7,8 @@ One kind of Hugging Face column per row of the report, each with a scalar label 
             (how a dataset made from NumPy arrays looks);
   array3d — the same images as an ``Array3D((1, 28, 28), "float32")`` feature;
   image   — the same images as uint8 pixels in an ``Image`` feature (PNG-encoded, as a dataset from the Hub or
-            ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``): decoded once at set-up.
+            ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``): each decoded once, when a client
+            batch first holds it.
 
 Against ``tensor``: a ``TensorDataset(images, labels)`` of what the torch format gives for that kind (float32
 ``[n, 1, 28, 28]``, or uint8 for ``image``), same partition, cohorts, batches and model, so the weights are the same.
@@ -15,7 +16,8 @@ Each (kind, variant) runs in a fresh process with one torch thread, interleaved 
 then hf, tensor, ... per kind: the order alternates). Reported, as medians over repeats: ``build`` (making the dataset from the NumPy arrays:
 ``Dataset.from_dict``, PNG encoding for ``image``; the user's data preparation, not part of the fit), ``set-up``
 (``trainer.fit`` called → first round starts), ``round 0`` (holds the one-off conversion of the Hugging Face
-columns to tensors, at the first client's batches), ``round`` (median of the later rounds), ``fit`` (the whole
+columns to tensors, at the first client's batches; for ``image``, the decoding of round 0's clients' images: later
+rounds decode those of clients not sampled before), ``round`` (median of the later rounds), ``fit`` (the whole
 ``trainer.fit``: set-up + all rounds) and ``fit ×`` (the median over repeats of the Hugging Face fit over the
 TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), with the 1-minute load average (``os.getloadavg()``) before and after: the machine may be shared.
 

@@ -6,8 +6,9 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 (``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
 ``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
 list sizes once they are checked to be uniform; an ``Image`` column is decoded once, image by image, into one
-preallocated array (by libpng for plain 8-bit PNGs, else by the feature's own decoder, PIL: the same samples).
-Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch
+preallocated array (by the feature's own decoder, PIL; a plain 8-bit PNG by PIL's PNG decoder without
+``Image.open``: the same samples), a column of plain PNGs of one shape image by image as client batches first hold
+them. Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch
 formatter as before.
 """
 
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Optional, Sequence
+import zlib
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -92,6 +94,12 @@ class HFTensorColumns:
     images). With ``tuple_columns`` it returns ``tuple(tensor[index] for each named column)`` instead. Memory: the
     formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images and labels take 188 MB).
 
+    An ``Image`` column of plain PNGs of one shape (8-bit grey, RGB or RGBA, as ``datasets`` and most tools write
+    them; checked from the headers of all of them) is decoded image by image when ``get_batch`` first asks for it,
+    once, so a short fit decodes only the images of the clients it samples; reading such a column from ``columns``
+    decodes the rest. A corrupt image fails the batch holding it with the torch format's error (PIL's), noting the
+    column and row.
+
     Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
     format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
     ``limit`` bytes (default :data:`HF_TENSOR_LIMIT_BYTES`, 2 GiB).
@@ -111,24 +119,29 @@ class HFTensorColumns:
         ([[2.0, 3.0]], [1])
     """
 
-    def __init__(self, columns: dict[str, torch.Tensor], tuple_columns: Optional[Sequence[str]] = None) -> None:
-        self.columns = columns
+    def __init__(self, columns: Mapping[str, Any], tuple_columns: Optional[Sequence[str]] = None) -> None:
+        self._tensors = {name: column.out if isinstance(column, _LazyPNGs) else column
+                         for name, column in columns.items()}
+        self._lazy = [column for column in columns.values() if isinstance(column, _LazyPNGs)]
+        self.columns: Mapping[str, torch.Tensor] = _Columns(self._tensors, self._lazy)
         self.tuple_columns = None if tuple_columns is None else tuple(tuple_columns)
 
     def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
+        return len(next(iter(self._tensors.values())))
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the columns' tensors."""
-        return sum(t.numel() * t.element_size() for t in self.columns.values())
+        return sum(t.numel() * t.element_size() for t in self._tensors.values())
 
     def get_batch(self, index: torch.Tensor) -> Any:
         """``{column: tensor[index]}`` for a LongTensor ``index [B]`` (a tuple in ``tuple_columns``' order when
         that is set)."""
+        for lazy in self._lazy:
+            lazy.decode(index)
         if self.tuple_columns is not None:
-            return tuple(self.columns[name][index] for name in self.tuple_columns)
-        return {name: column[index] for name, column in self.columns.items()}
+            return tuple(self._tensors[name][index] for name in self.tuple_columns)
+        return {name: column[index] for name, column in self._tensors.items()}
 
     @classmethod
     def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
@@ -289,9 +302,9 @@ def _image_array(feature: Any, value: dict, token: Any) -> np.ndarray:
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# the chunks of a PNG whose pixels PIL gives as stored (the torch format's values), which libpng's unchanged mode gives
-# too: any other (tRNS transparency, PLTE, eXIf or text chunks that may carry an EXIF orientation `decode_example`
-# applies, acTL animation, ...) sends the image to PIL
+# the chunks of a PNG whose pixels PIL gives as stored (the torch format's values), as its PNG decoder gives them
+# from the image data: any other (tRNS transparency, PLTE, eXIf or text chunks that may carry an EXIF orientation
+# `decode_example` applies, acTL animation, ...) sends the image to `decode_example`
 _PNG_RAW_CHUNKS = frozenset({b"IHDR", b"IDAT", b"IEND", b"pHYs", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"tIME"})
 
 
@@ -312,54 +325,259 @@ def _raw_png(data: Optional[bytes]) -> bool:
     return False  # truncated: PIL's error
 
 
-def _png_decoder(feature: Any) -> Any:
-    """libpng through torchvision's ``decode_png`` (unchanged mode: the stored samples, ``[C, H, W]``), 2-3x faster
-    than PIL for small images; ``None`` without torchvision or when the feature converts the mode. The operator
-    that ``torchvision.io.decode_png`` calls is called directly where it is registered (the Python wrapper's
-    deprecation warning and checks cost as much as decoding a 28×28 image)."""
-    if feature.mode is not None:
+# the lengths of the chunks of _PNG_RAW_CHUNKS that PIL reads without an error (sBIT: 1-4 bytes)
+_PNG_CHUNK_LENGTHS = {b"pHYs": (9,), b"gAMA": (4,), b"cHRM": (32,), b"sRGB": (1,), b"tIME": (7,), b"sBIT": (1, 2, 3, 4),
+                      b"IEND": (0,), b"IHDR": (13,)}
+_PNG_IEND_CHUNK = b"\0\0\0\0IEND\xaeB`\x82"
+_PNG_MODES = {0: "L", 2: "RGB", 6: "RGBA"}  # IHDR colour type -> PIL's mode and raw mode (8 bits per sample)
+_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}  # IHDR colour type -> samples per pixel
+
+
+def _png_image_data(data: bytes) -> Optional[bytes]:
+    """The image data (its IDAT chunks' data, joined) of a PNG that :func:`_raw_png` accepted, when ``Image.open``
+    reads its chunks without an error or a warning: not interlaced, of at most ``Image.MAX_IMAGE_PIXELS`` pixels,
+    every chunk's CRC right, IHDR first, the IDAT chunks one run, the other chunks of the lengths PIL reads (no
+    iCCP: PIL decompresses the profile); else ``None``."""
+    from PIL import Image
+
+    if data[26:29] != b"\0\0\0":  # compression, filter method, interlace
         return None
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if not (width and height) or (Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS):
+        return None  # PIL's decompression bomb warning or error
+    crc32, size = zlib.crc32, len(data)
+    end = 45 + int.from_bytes(data[33:37], "big")
+    if data[37:41] == b"IDAT" and end + 12 <= size and data[end : end + 12] == _PNG_IEND_CHUNK:  # the usual layout
+        if crc32(data[12:29]) != int.from_bytes(data[29:33], "big") or \
+                crc32(data[37 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+            return None
+        return data[41 : end - 4]
+    position, idat, state = 8, [], 0  # state: 0 before the IDAT run, 1 in it, 2 after it
+    while True:
+        if position + 12 > size:
+            return None
+        length = int.from_bytes(data[position : position + 4], "big")
+        end = position + 12 + length
+        kind = data[position + 4 : position + 8]
+        if end > size or crc32(data[position + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+            return None
+        if kind == b"IDAT":
+            if state == 2:
+                return None
+            state = 1
+            idat.append(data[position + 8 : end - 4])
+        else:
+            state = 2 if state else 0
+            if (kind == b"IHDR") != (position == 8) or length not in _PNG_CHUNK_LENGTHS.get(kind, ()):
+                return None  # iCCP and unknown chunks too
+            if kind == b"IEND":
+                return b"".join(idat) if idat else None
+        position = end
+
+
+_PNG_GROUP = 256  # PNGs decoded by one call of PIL's decoder (at most; 256 × 224×224×3 images: 39 MB at once)
+
+
+def _png_samples(pngs: list, shape: tuple[int, int, int]) -> tuple[np.ndarray, list[int]]:
+    """Plain PNGs (:func:`_raw_png`) of ``shape`` ``(C, H, W)`` decoded together by PIL's PNG decoder, the one
+    ``Image.open`` runs once it has read the chunks (``Image.frombytes(..., "zip", rawmode)``): the image data of
+    each (:func:`_png_image_data`) inflated, then all of them, each after a row of zeros, as the rows of one image
+    to unfilter (a PNG's first row is unfiltered against a row of zeros: the same samples as alone), at a sixth
+    of the cost of ``Image.open`` per 28×28 image. Returns the samples ``[k, C, H, W]`` uint8 and the positions in
+    ``pngs`` of those ``k``; the others (chunks ``Image.open`` might not read as here, image data that is not one
+    zlib stream of the image's rows, an unknown filter type in the group) are left to ``decode_example``."""
+    from PIL import Image
+
+    channels, height, width = shape
+    row = 1 + width * channels  # the filter type, then the row's samples
+    size = height * row
+    pieces, done = [], []
+    for k, png in enumerate(pngs):
+        data = _png_image_data(png)
+        if data is None:
+            continue
+        stream = zlib.decompressobj()
+        try:
+            rows = stream.decompress(data, size + 1)
+        except zlib.error:
+            continue
+        if len(rows) == size and stream.eof and not stream.unused_data:
+            pieces.append(rows)
+            done.append(k)
+    if not pieces:
+        return np.empty((0, *shape), dtype=np.uint8), []
+    mode, zeros = {1: "L", 3: "RGB", 4: "RGBA"}[channels], bytes(row)
     try:
-        from torchvision.io import ImageReadMode, decode_png
-    except ImportError:  # pragma: no cover - torchvision is a dependency
+        image = Image.frombytes(mode, (width, len(pieces) * (height + 1)),
+                                zlib.compress(zeros + zeros.join(pieces), 0), "zip", mode)  # stored, not compressed
+    except (ValueError, OSError):  # a filter type out of range: each PNG by decode_example
+        return np.empty((0, *shape), dtype=np.uint8), []
+    samples = np.frombuffer(image.tobytes(), dtype=np.uint8).reshape(len(pieces), height + 1, width, channels)
+    return samples[:, 1:].transpose((0, 3, 1, 2)), done
+
+
+def _png_shape(data: bytes) -> tuple[int, int, int]:
+    """``(C, H, W)`` of a PNG whose header :func:`_raw_png` accepted, from its IHDR chunk."""
+    return _PNG_CHANNELS[data[25]], int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+
+
+def _big_endian(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The 4-byte big-endian unsigned integers of ``data`` at the positions ``at`` (int64)."""
+    value = data[at].astype(np.int64)
+    for offset in (1, 2, 3):
+        value = (value << 8) | data[at + offset]
+    return value
+
+
+_RAW_CHUNK_CODES = np.array(sorted(int.from_bytes(k, "big") for k in _PNG_RAW_CHUNKS), dtype=np.int64)
+_IEND = int.from_bytes(b"IEND", "big")
+
+
+def _plain_pngs(binary: Any, header: bytes) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """``(starts, ends)`` of every value of the Arrow binary array ``binary`` in its data buffer when each is a PNG
+    that :func:`_raw_png` accepts with IHDR fields ``header`` (``data[16:26]``: width, height, bit depth, colour
+    type, compression) — the same checks, for all values at once (chunk by chunk, with NumPy) — else ``None``."""
+    import pyarrow as pa
+
+    if binary.null_count or not (pa.types.is_binary(binary.type) or pa.types.is_large_binary(binary.type)):
         return None
-    unchanged = ImageReadMode.UNCHANGED
-    op = getattr(torch.ops.image, "decode_png", None)
-    if op is not None:
-        return lambda data: op(torch.frombuffer(data, dtype=torch.uint8), unchanged.value, False)
-    return lambda data: decode_png(torch.frombuffer(data, dtype=torch.uint8), unchanged)  # pragma: no cover
+    _, offsets, values = binary.buffers()
+    kind = np.int64 if pa.types.is_large_binary(binary.type) else np.int32
+    offsets = np.frombuffer(offsets, dtype=kind)[binary.offset : binary.offset + len(binary) + 1].astype(np.int64)
+    data = np.frombuffer(values, dtype=np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    if (ends - starts).min() < 45:  # signature, IHDR (25 bytes), IEND (12)
+        return None
+    expected = _PNG_SIGNATURE + b"\0\0\0\x0dIHDR" + header  # bytes 0..25
+    if not all((data[starts + j] == value).all() for j, value in enumerate(expected)):  # (n values at a time)
+        return None
+    position, open_ = starts + 8, np.arange(len(starts))  # the next chunk of each PNG not at its IEND yet
+    while len(open_):
+        at = position[open_]
+        if (at + 8 > ends[open_]).any():
+            return None  # truncated
+        chunk = _big_endian(data, at + 4)
+        if not np.isin(chunk, _RAW_CHUNK_CODES).all():
+            return None  # a chunk that may change what PIL gives (see _PNG_RAW_CHUNKS)
+        open_ = open_[chunk != _IEND]
+        position[open_] += 12 + _big_endian(data, position[open_])
+    return starts, ends
+
+
+class _LazyPNGs:
+    """An ``Image`` column of plain PNGs of one shape (:func:`_plain_pngs`, checked for every image), each decoded
+    into its row of ``out`` ``[n, C, H, W]`` (uint8) when a batch first holds it: once, and only the rows that
+    batches read (a short fit samples a fraction of the clients). The PNGs are read from the column's Arrow buffer
+    (``binary``: its ``bytes``) and decoded together by :func:`_png_samples`, else by ``decode(png, row)`` (the
+    feature's ``decode_example``, as the torch format does)."""
+
+    def __init__(self, name: str, binary: Any, starts: np.ndarray, ends: np.ndarray, shape: tuple[int, ...],
+                 decode: Any) -> None:
+        self.name, self._binary, self._decode = name, binary, decode
+        self._bytes = memoryview(binary.buffers()[2])
+        self._starts, self._ends = starts, ends
+        self.out = torch.empty((len(starts), *shape), dtype=torch.uint8)
+        self.done = np.zeros(len(starts), dtype=bool)
+        self.pending = len(starts)
+
+    def decode(self, index: Optional[torch.Tensor] = None) -> None:
+        """Decode the rows of ``index`` (all rows when ``None``) not decoded yet.
+
+        Raises:
+            Exception: the torch format's error (``decode_example``'s) for an image it cannot decode, with a note
+                naming the column and row; ValueError for an image decoded to another shape than the others."""
+        if not self.pending:
+            return
+        if index is None:
+            rows = np.flatnonzero(~self.done)
+        else:
+            rows = np.asarray(index)
+            rows = rows[~self.done[rows]]
+            if not len(rows):
+                return
+            rows = np.unique(rows)
+        out, raw, shape = self.out.numpy(), self._bytes, tuple(self.out.shape[1:])
+        for at in range(0, len(rows), _PNG_GROUP):
+            group = rows[at : at + _PNG_GROUP]
+            pngs = [bytes(raw[a:b]) for a, b in zip(self._starts[group].tolist(), self._ends[group].tolist())]
+            group = group.tolist()
+            samples, done = _png_samples(pngs, shape)
+            if done:
+                out[[group[k] for k in done]] = samples
+            for k in sorted(set(range(len(group))) - set(done)):
+                try:
+                    image = self._decode(pngs[k], group[k])
+                except Exception as error:  # the torch format's error, naming the row
+                    if hasattr(error, "add_note"):
+                        error.add_note(f"Image column {self.name!r}, row {group[k]}.")
+                    raise
+                if image.shape != shape or image.dtype != np.uint8:
+                    raise ValueError(f"Image column {self.name!r}, row {group[k]}: decoded to {image.dtype} "
+                                     f"{list(image.shape)}, the other images to uint8 {list(shape)}.")
+                out[group[k]] = image
+        self.done[rows] = True
+        self.pending -= len(rows)
+
+
+class _Columns(Mapping):
+    """``HFTensorColumns.columns``: the column tensors by name, an ``Image`` column of :class:`_LazyPNGs`
+    decoded in full when it is read (names, ``len`` and ``in`` decode nothing)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], lazy: list) -> None:
+        self._tensors, self._lazy = tensors, {column.name: column for column in lazy}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = self._tensors[name]
+        if name in self._lazy:
+            self._lazy[name].decode()
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:
     """An ``Image`` column decoded once into one preallocated ``[n, C, H, W]`` array: each image by the decoder
-    the formatter uses (``decode_example``, PIL), or, for a plain 8-bit grey/RGB/RGBA PNG (:func:`_raw_png`), by
-    libpng, which gives the same samples; ``_NOT_A_TENSOR`` when the images differ in shape or dtype."""
-    import warnings
-
+    the formatter uses (``decode_example``, PIL), plain 8-bit grey/RGB/RGBA PNGs (:func:`_raw_png`) by PIL's PNG
+    decoder without ``Image.open`` (:func:`_png_samples`: the same samples); ``_NOT_A_TENSOR`` when the images
+    differ in shape or dtype. When every image is a plain PNG of the first's shape (read from the headers), each
+    is decoded when a batch first holds it (:class:`_LazyPNGs`), else all at once here."""
     token = getattr(dataset, "_token_per_repo_id", None)
-    payload, paths = array.field("bytes"), array.field("path")
-    first = _image_array(feature, {"bytes": payload[0].as_py(), "path": paths[0].as_py()}, token)
+    binary, paths = array.field("bytes"), array.field("path")
+    head = binary[0].as_py()
+    first = _image_array(feature, {"bytes": head, "path": paths[0].as_py()}, token)
     try:
         torch.from_numpy(np.zeros(0, dtype=first.dtype))
     except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
         return _plan_formatted(dataset, name)
     nbytes = n * first.size * first.itemsize
-    png = _png_decoder(feature) if first.dtype == np.uint8 else None
+    plain = feature.mode is None and first.dtype == np.uint8  # (a mode: decode_example converts the images)
+    if plain and _raw_png(head) and _png_shape(head) == first.shape:
+        found = _plain_pngs(binary, head[16:26])
+        if found is not None:
+            decode = lambda data, i: _image_array(feature, {"bytes": data, "path": paths[i].as_py()}, token)  # noqa
+            return nbytes, lambda: _LazyPNGs(name, binary, *found, first.shape, decode)
 
     def convert() -> Any:
         out = np.empty((n, *first.shape), dtype=first.dtype)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "The given buffer is not writable")  # read only, by libpng
-            # torchvision 0.29 deprecates its image decoders for TorchCodec's; without them: PIL, as above
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
-            for i, (data, path) in enumerate(zip(payload.to_pylist(), paths.to_pylist())):
-                if png is not None and _raw_png(data):
-                    image = png(data).numpy()
-                else:
-                    image = _image_array(feature, {"bytes": data, "path": path}, token)
-                if image.shape != first.shape or image.dtype != first.dtype:
-                    return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
-                out[i] = image
+        payloads = binary.to_pylist()
+        plain_rows = [i for i, data in enumerate(payloads) if plain and _raw_png(data) and
+                      _png_shape(data) == first.shape]
+        decoded = np.zeros(n, dtype=bool)
+        for at in range(0, len(plain_rows), _PNG_GROUP):
+            group = plain_rows[at : at + _PNG_GROUP]
+            samples, done = _png_samples([payloads[i] for i in group], first.shape)
+            if done:
+                out[[group[k] for k in done]] = samples
+                decoded[[group[k] for k in done]] = True
+        for i in np.flatnonzero(~decoded).tolist():
+            image = _image_array(feature, {"bytes": payloads[i], "path": paths[i].as_py()}, token)
+            if image.shape != first.shape or image.dtype != first.dtype:
+                return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
+            out[i] = image
         return torch.from_numpy(out)
 
     return nbytes, convert

@@ -14,7 +14,14 @@ import torch
 from datasets.formatting.torch_formatter import TorchFormatter
 from PIL import Image
 
-from lightning_fed.datamodules.huggingface import HFTensorColumns, fixed_shape_values, ragged_column
+from lightning_fed.datamodules.huggingface import (
+    HFTensorColumns,
+    _png_image_data,
+    _plain_pngs,
+    _raw_png,
+    fixed_shape_values,
+    ragged_column,
+)
 
 N = 48
 
@@ -90,14 +97,16 @@ def test_each_column_kind_equals_the_torch_formatter_without_its_recursion(kind,
     for dataset, reference in zip([ds, selection], references):
         columns = HFTensorColumns.from_dataset(dataset)
         assert columns is not None and list(columns.columns) == list(reference)
+        index = torch.tensor([3, 0, 3])  # a batch first (plain PNGs: decoded when a batch first holds them)
+        batch = columns.get_batch(index)
+        assert all(torch.equal(batch[name], reference[name][index]) for name in reference)
         for name, expected in reference.items():
             got = columns.columns[name]
             assert got.dtype == expected.dtype and got.shape == expected.shape, name
             assert torch.equal(got, expected), name
             assert got.is_contiguous()
-        index = torch.tensor([3, 0, 3])
-        batch = columns.get_batch(index)
-        assert all(torch.equal(batch[name], reference[name][index]) for name in reference)
+    if kind == "Image L":  # what the torch format gives for a grey PNG: [N, 1, H, W] uint8, as for RGB [N, 3, H, W]
+        assert references[0]["image"].dtype == torch.uint8 and references[0]["image"].shape == (N, 1, 5, 7)
 
 
 def _encoded(image, fmt="PNG", **save):
@@ -116,18 +125,36 @@ def _text_chunk():
     return info
 
 
-def test_plain_pngs_are_decoded_by_libpng_and_the_first_by_pil_too(monkeypatch):
+def test_plain_pngs_are_decoded_without_decode_example_but_the_first(monkeypatch):
+    from lightning_fed.datamodules import huggingface
+
+    monkeypatch.setattr(huggingface, "_PNG_GROUP", 7)  # PNGs decoded by one call of PIL's decoder: groups of 7
+    ds = _kind("Image RGB").with_format("torch")
+    reference = ds[:]["image"]
     calls = []
     decode = datasets.Image.decode_example
     monkeypatch.setattr(datasets.Image, "decode_example",
                         lambda self, *a, **k: calls.append(1) or decode(self, *a, **k))
-    ds = _kind("Image RGB").with_format("torch")
-    assert HFTensorColumns.from_dataset(ds).columns["image"].shape == (N, 3, 5, 7) and len(calls) == 1
+    columns = HFTensorColumns.from_dataset(ds)
+    index = torch.arange(20, 3, -1)
+    assert torch.equal(columns.get_batch(index)["image"], reference[index])
+    assert torch.equal(columns.columns["image"], reference) and len(calls) == 1
+    # a column of plain PNGs and others (decoded at once): decode_example for the first and the others only
+    images = ds.with_format("arrow")[:].column("image").to_pylist()
+    for i in (3, 30):
+        images[i] = _encoded(Image.open(__import__("io").BytesIO(images[i]["bytes"])), pnginfo=_text_chunk())
+    mixed = datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": datasets.Image()}))
+    mixed = mixed.with_format("torch")
+    expected = mixed[:]["image"]
+    calls.clear()
+    got = HFTensorColumns.from_dataset(mixed).columns["image"]
+    assert torch.equal(got, expected) and len(calls) == 3
 
 
-def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
-    """Plain 8-bit PNGs are decoded by libpng; a PNG with an EXIF orientation (PIL transposes it), a palette, a
-    transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's values."""
+def test_images_that_pils_png_decoder_alone_would_give_differently_are_decoded_by_decode_example():
+    """Plain 8-bit PNGs are decoded from their image data; a PNG with an EXIF orientation (PIL transposes it), a
+    palette, a transparency chunk, 16-bit samples, a JPEG, and a feature with a mode all give the torch format's
+    values."""
     rng = np.random.default_rng(5)
     pixels = rng.integers(0, 256, (4, 6, 3), dtype=np.uint8)
     rotated = Image.Image.getexif(Image.new("L", (1, 1)))
@@ -154,6 +181,109 @@ def test_images_that_libpng_and_pil_would_give_differently_are_decoded_by_pil():
     assert tuple(HFTensorColumns.from_dataset(datasets.Dataset.from_dict(
         {"image": png["exif orientation"]}, features=datasets.Features({"image": datasets.Image()})
     ).with_format("torch")).columns["image"].shape) == (2, 3, 6, 4)  # transposed, as PIL gives it
+
+
+def _chunk(kind, data):
+    """A PNG chunk: length, type, data, CRC."""
+    import zlib
+
+    return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+
+def _damaged(png, damage):
+    """``png`` (one IDAT chunk, after IHDR) damaged: a byte of the IDAT data changed under the old CRC, or with a
+    right CRC: image data that is no zlib stream, a row's filter byte out of range, a gAMA chunk too short."""
+    import zlib
+
+    at = png.index(b"IDAT") - 4
+    length = int.from_bytes(png[at : at + 4], "big")
+    idat, rest = png[at + 8 : at + 8 + length], png[at + 12 + length :]
+    if damage == "crc":
+        return png[: at + 8] + bytes([idat[0] ^ 1]) + png[at + 9 :]
+    if damage == "zlib stream":
+        return png[:at] + _chunk(b"IDAT", b"\x11" + idat[1:]) + rest
+    if damage == "filter byte":
+        return png[:at] + _chunk(b"IDAT", zlib.compress(b"\x07" + zlib.decompress(idat)[1:])) + rest
+    assert damage == "gAMA too short"
+    return png[:33] + _chunk(b"gAMA", b"\0\0") + png[33:]
+
+
+@pytest.mark.parametrize("damage", ["crc", "zlib stream", "filter byte", "gAMA too short"])
+def test_plain_pngs_are_decoded_when_a_batch_first_holds_them_and_a_corrupt_one_fails_as_in_the_formatter(damage):
+    """An Image column of plain PNGs is decoded row by row as batches first hold the rows (a short fit reads a
+    fraction of the clients); reading the column's names decodes nothing. A corrupt PNG fails the batch holding it
+    with the torch format's error, noting the column and row, and neither the set-up nor batches without it (on
+    c5be2f2, libpng through torchvision ended the process with a segmentation fault); a PNG whose image data is
+    whole but whose chunks ``Image.open`` refuses (a gAMA chunk too short) is refused as the torch format does."""
+    ds = _kind("Image L")
+    images = ds.with_format("arrow")[:].column("image").to_pylist()
+    png = images[7]["bytes"]
+    images[7] = {"bytes": _damaged(png, damage), "path": None}
+    ds = datasets.Dataset.from_dict({"image": images, "label": ds["label"]}, features=ds.features)
+    ds = ds.with_format("torch")
+    reference = ds.select([i for i in range(N) if i != 7])[:]["image"]
+    with pytest.raises(Exception) as formatter:
+        ds[7]
+    columns = HFTensorColumns.from_dataset(ds)
+    assert list(columns.columns) == ["image", "label"] and columns.nbytes == N * 35 + N * 8
+    assert torch.equal(columns.get_batch(torch.tensor([8, 0, 6]))["image"], reference[[7, 0, 6]])
+    with pytest.raises(type(formatter.value)) as raised:
+        columns.get_batch(torch.tensor([3, 7]))
+    assert str(raised.value) == str(formatter.value) and "Image column 'image', row 7." in raised.value.__notes__
+    assert torch.equal(columns.get_batch(torch.tensor([3]))["image"], reference[[3]])
+    with pytest.raises(type(formatter.value)):
+        columns.columns["image"]
+
+
+def test_the_image_data_is_taken_only_from_pngs_whose_chunks_image_open_reads_without_an_error():
+    """A PNG's image data is decoded without ``Image.open`` only when its chunks are as ``Image.open`` reads them
+    without an error (every CRC, the chunks' order and lengths, the image size), in the usual layout (IHDR, IDAT,
+    IEND) and in others (more IDAT chunks, ancillary chunks); otherwise decode_example decodes it."""
+    import zlib
+
+    pixels = np.random.default_rng(2).integers(0, 256, (6, 5), dtype=np.uint8)
+    plain = _encoded(Image.fromarray(pixels))["bytes"]
+    at = plain.index(b"IDAT") - 4
+    idat = plain[at + 8 : at + 8 + int.from_bytes(plain[at : at + 4], "big")]
+    assert _png_image_data(plain) == idat and zlib.decompress(idat)[1:6] == pixels[0].tobytes()
+    assert _png_image_data(_encoded(Image.fromarray(pixels), dpi=(72, 72))["bytes"]) == idat  # a pHYs chunk
+    split = plain[:at] + _chunk(b"IDAT", idat[:5]) + _chunk(b"IDAT", idat[5:]) + plain[at + 12 + len(idat) :]
+    assert _png_image_data(split) == idat
+    assert _png_image_data(split[:at] + _chunk(b"IDAT", idat[:5]) + _chunk(b"tIME", bytes(7))
+                           + _chunk(b"IDAT", idat[5:]) + plain[at + 12 + len(idat) :]) is None  # IDAT not one run
+    for damage in ("crc", "gAMA too short"):
+        assert _png_image_data(_damaged(plain, damage)) is None, damage
+    assert _png_image_data(plain[:33] + _chunk(b"iCCP", b"p\0\0x") + plain[33:]) is None
+    zero_height = plain[:8] + _chunk(b"IHDR", plain[16:20] + bytes(4) + plain[24:29]) + plain[33:]
+    assert _png_image_data(zero_height) is None and _png_image_data(plain[:-12]) is None  # no IEND
+    interlaced = plain[:8] + _chunk(b"IHDR", plain[16:28] + b"\x01") + plain[33:]  # Adam7 (PIL writes none)
+    assert _png_image_data(interlaced) is None
+
+
+def test_plain_pngs_are_recognised_from_the_arrow_buffer_as_each_png_by_itself():
+    """The check of a whole column from its Arrow buffer (:func:`_plain_pngs`) accepts a column exactly when every
+    PNG passes the one-image check (:func:`_raw_png`) with the first's header, also for a selection (a slice)."""
+    pixels = np.random.default_rng(1).integers(0, 256, (4, 6, 3), dtype=np.uint8)
+    plain = _encoded(Image.fromarray(pixels))["bytes"]
+    others = {
+        "plain": plain, "interlaced": _encoded(Image.fromarray(pixels), interlace=1)["bytes"],
+        "other size": _encoded(Image.fromarray(pixels[:3]))["bytes"],
+        "grey": _encoded(Image.fromarray(pixels[..., 0]))["bytes"],
+        "palette": _encoded(Image.fromarray(pixels).convert("P"))["bytes"],
+        "text chunk": _encoded(Image.fromarray(pixels), pnginfo=_text_chunk())["bytes"],
+        "truncated": plain[:-12], "cut in a chunk": plain[:40],
+        "jpeg": _encoded(Image.fromarray(pixels), "JPEG")["bytes"],
+        "16 bit": _encoded(Image.fromarray(pixels[..., 0].astype(np.uint16) * 200))["bytes"],
+    }
+    for case, other in others.items():
+        for kind in (pa.binary(), pa.large_binary()):
+            column = pa.array([b"padding", plain, other, plain], kind).slice(1)
+            expected = _raw_png(other) and other[16:26] == plain[16:26]
+            assert (_plain_pngs(column, plain[16:26]) is not None) == expected, case
+            assert expected == (case in ("plain", "interlaced")), case
+    starts, ends = _plain_pngs(pa.array([b"xx", plain, plain]).slice(1), plain[16:26])
+    assert starts.tolist() == [2, 2 + len(plain)] and ends.tolist() == [2 + len(plain), 2 + 2 * len(plain)]
+    assert _plain_pngs(pa.array([plain, None]), plain[16:26]) is None
 
 
 def test_a_selection_of_formatted_columns_converts_only_those():
