@@ -339,6 +339,27 @@ class FedMGDAMinNorm(Stage):
             result = min_norm_box(gram, lower, upper, tol=self.tol)
         return result.weights, result
 
+    @staticmethod
+    def round_metrics(report: Optional[MinNormReport]) -> dict[str, float]:
+        """The round's logged metrics from its ``report`` (none in a round without a server step):
+        ``fedmgda_support`` (clients with λ*_i > 0), ``fedmgda_weighted_diversity`` (√(Σλ*‖d_i‖²/‖Σλ*d_i‖²) of the
+        vectors it solved on) and ``fedmgda_min_norm_sq`` (‖Σλ*_i d_i‖², when the solver ran: two or more clients).
+
+        Example::
+
+            >>> report = MinNormReport(torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64), None, 1.25)
+            >>> FedMGDAMinNorm.round_metrics(report)
+            {'fedmgda_support': 2.0, 'fedmgda_weighted_diversity': 1.25}
+        """
+        if report is None or report.weights is None:
+            return {}
+        metrics = {"fedmgda_support": float((report.weights > 0).sum())}
+        if report.diversity is not None:
+            metrics["fedmgda_weighted_diversity"] = float(report.diversity)
+        if report.solve is not None:
+            metrics["fedmgda_min_norm_sq"] = float(report.solve.value)
+        return metrics
+
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple, MinNormReport]:
         """Δ_t = Σ_i λ*_i d_i, one tensor per parameter (the shapes, dtypes and devices of ``x.deltas[0]``), the
         (unchanged) state and the round's :class:`~lightning_fed.server.min_norm.MinNormReport`."""

@@ -105,19 +105,6 @@ class FedMGDAPlus(ServerOptimizer):
         report = self.stage_report(self.min_norm)
         return None if report is None else report.weights
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        report = self.stage_report(self.min_norm)
-        if report is None or report.weights is None or not self._stepped:
-            return
-        weights, solve = report.weights, report.solve
-        metrics = {"fedmgda_support": float((weights > 0).sum())}
-        if report.diversity is not None:  # √(Σλ*‖d_i‖²/‖Σλ*d_i‖²) of the vectors it solved on
-            metrics["fedmgda_weighted_diversity"] = float(report.diversity)
-        if solve is not None:
-            metrics["fedmgda_min_norm_sq"] = float(solve.value)
-        for name, value in metrics.items():
-            pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
-
     @property
     def state_key(self) -> str:
         return self._generate_state_key(lr=self.lr, epsilon=self.epsilon, normalize=self.normalize,

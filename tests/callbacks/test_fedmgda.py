@@ -113,3 +113,26 @@ def test_resume_equals_uninterrupted_and_a_changed_epsilon_is_refused(tmp_path):
 def test_its_reducer_is_a_stage_of_any_chain():
     stage = FedMGDAPlus(epsilon=0.3).min_norm
     assert isinstance(stage, FedMGDAMinNorm) and stage.kind == "reduce" and stage.epsilon == 0.3
+
+
+def test_its_reducer_under_any_server_optimizer_logs_the_same_round_metrics(tmp_path):
+    """The metrics are the stage's (``FedMGDAMinNorm.round_metrics``, as FedAWARE's), so a chain built by hand
+    logs them too, with the same values as FedMGDAPlus (issue #41's review: no per-class logging)."""
+    import csv
+
+    from lightning_fed.callbacks import ServerOptimizer
+    from lightning_fed.server.rules.sgd import SGD
+
+    def logged(server, name):
+        torch.manual_seed(0)
+        logger = CSVLogger(str(tmp_path), name=name)
+        kwargs = quiet_trainer_kwargs(tmp_path / name) | {"logger": logger}
+        FederatedTrainer(max_epochs=2, callbacks=[server], **kwargs).fit(LinearRegression(lr=0.05), datamodule=_dm())
+        with open(Path(logger.log_dir) / "metrics.csv") as f:
+            return [{k: v for k, v in r.items() if k.startswith("fedmgda_")} for r in csv.DictReader(f)
+                    if r.get("fedmgda_min_norm_sq")]
+
+    ready = logged(FedMGDAPlus(lr=0.5, epsilon=0.3), "ready")
+    by_hand = logged(ServerOptimizer(rule=SGD(0.5), aggregators=[FedMGDAMinNorm(epsilon=0.3)]), "by_hand")
+    assert len(ready) == 2 and by_hand == ready
+    assert set(ready[0]) == {"fedmgda_support", "fedmgda_weighted_diversity", "fedmgda_min_norm_sq"}
