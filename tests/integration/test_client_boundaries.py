@@ -35,6 +35,8 @@ OWN_ROOTS = {"self", "cls", "torch", "nn", "np", "super"}
 #: ``_``-prefixed attributes of objects that are neither the loop nor Lightning's: (file, attribute) and why.
 ALLOWED_PRIVATE = {
     ("client/vectorized.py", "_version"): "torch.Tensor._version counts in-place writes (probe for buffer updates)",
+    ("client/update.py", "_version"): "torch.Tensor._version counts in-place writes (DeltaNorms: norms of a Δ_i "
+                                      "written since are not reused)",
     ("client/runner.py", "_version"): "torch.Tensor._version counts in-place writes (a client changing a frozen "
                                       "parameter, issue #42)",
     ("client/lean_step.py", "_optimizer_step_pre_hooks"): "torch.optim.Optimizer's own step pre-hooks (a lean step "
