@@ -87,27 +87,37 @@ def test_a_format_1_scaffold_checkpoint_with_the_old_layout_resumes_bit_for_bit(
         assert np.array_equal(server.client_controls[k].numpy(), v.numpy())
 
 
+def _resume_from_an_older_layout(tmp_path, make_server, prefix, rewrite, fmt):
+    """Run 4 rounds straight, and 2 rounds saved then rewritten by ``rewrite(state)`` (the server optimizer's
+    callback state, whose key starts with ``prefix``) into format ``fmt``'s layout and resumed to 4: the resumed
+    weights equal the uninterrupted run's bit for bit. Returns both server optimizers (uninterrupted, resumed)."""
+    full, full_server = _run(tmp_path, "full", 4, make_server=make_server)
+    _run(tmp_path, "old", 2, make_server=make_server)
+    path = tmp_path / "old" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith(prefix)]
+    rewrite(checkpoint["callbacks"][key])
+    checkpoint["lightning_fed"]["format"] = fmt
+    torch.save(checkpoint, path)
+    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=make_server)
+    for p, q in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    return full_server, server
+
+
 def test_41_a_format_3_fedaware_checkpoint_resumes_bit_for_bit_and_is_saved_one_way(tmp_path):
     """#41: FedAWARE's stage state is saved one way, the composed layout (under "aggregators"; no "fedaware", no
     "client_state"); a format-3 checkpoint (the momenta in "client_state", |D_i| and the Gram matrix in "fedaware")
     resumes through the trainer exactly like today's."""
-    make = lambda: FedAWARE(lr=0.8, alpha=0.3)  # noqa: E731
-    full, full_server = _run(tmp_path, "full", 4, make_server=make)
-    _run(tmp_path, "old", 2, make_server=make)
-    path = tmp_path / "old" / "last.ckpt"
-    checkpoint = torch.load(path, weights_only=True)
-    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("FedAWARE")]
-    state = checkpoint["callbacks"][key]
-    assert "fedaware" not in state and "client_state" not in state and set(state["aggregators"][0]) == {
-        "table", "client_num_samples", "gram"}
-    (stage,) = state.pop("aggregators")
-    state["client_state"] = stage["table"]["client_state_table"]
-    state["fedaware"] = {"num_clients": 4, "client_num_samples": stage["client_num_samples"], "gram": stage["gram"]}
-    checkpoint["lightning_fed"]["format"] = 3
-    torch.save(checkpoint, path)
-    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=make)
-    for p, q in zip(full.parameters(), resumed.parameters()):
-        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    def to_format_3(state):
+        assert "fedaware" not in state and "client_state" not in state and set(state["aggregators"][0]) == {
+            "table", "client_num_samples", "gram"}
+        (stage,) = state.pop("aggregators")
+        state["client_state"] = stage["table"]["client_state_table"]
+        state["fedaware"] = {"num_clients": 4, "client_num_samples": stage["client_num_samples"], "gram": stage["gram"]}
+
+    full_server, server = _resume_from_an_older_layout(
+        tmp_path, lambda: FedAWARE(lr=0.8, alpha=0.3), "FedAWARE", to_format_3, fmt=3)
     assert server.num_steps == 4
     for name in ("momenta", "seen", "gram", "client_num_samples"):
         assert torch.equal(getattr(server, name), getattr(full_server, name)), name
@@ -116,21 +126,13 @@ def test_41_a_format_3_fedaware_checkpoint_resumes_bit_for_bit_and_is_saved_one_
 def test_41_a_format_3_fedlamb_checkpoint_resumes_bit_for_bit_and_is_saved_one_way(tmp_path):
     """#41: Fed-LAMB's max-moment stage state (v̂, m̄) is saved one way, under "aggregators"; a format-3 checkpoint
     (v̂ and m̄ under "state") resumes through the trainer exactly like today's."""
-    make = lambda: FedLAMB(lr=1.0, client_lr=0.01, first_moment="average")  # noqa: E731
-    full, full_server = _run(tmp_path, "full", 4, make_server=make)
-    _run(tmp_path, "old", 2, make_server=make)
-    path = tmp_path / "old" / "last.ckpt"
-    checkpoint = torch.load(path, weights_only=True)
-    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("FedLAMB")]
-    state = checkpoint["callbacks"][key]
-    assert state["state"] == {} and set(state["aggregators"][0]) == {"second_moment", "first_moment"}
-    (stage,) = state.pop("aggregators")
-    state["state"] = dict(stage)
-    checkpoint["lightning_fed"]["format"] = 3
-    torch.save(checkpoint, path)
-    resumed, server = _run(tmp_path, "old", 4, ckpt=str(path), make_server=make)
-    for p, q in zip(full.parameters(), resumed.parameters()):
-        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    def to_format_3(state):
+        assert state["state"] == {} and set(state["aggregators"][0]) == {"second_moment", "first_moment"}
+        (stage,) = state.pop("aggregators")
+        state["state"] = dict(stage)
+
+    full_server, server = _resume_from_an_older_layout(
+        tmp_path, lambda: FedLAMB(lr=1.0, client_lr=0.01, first_moment="average"), "FedLAMB", to_format_3, fmt=3)
     for name in ("second_moment", "first_moment"):
         for a, b in zip(full_server.state[name], server.state[name]):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
