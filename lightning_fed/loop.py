@@ -350,7 +350,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             if getattr(failure, "error", None) is not None:
                 failure.error = None  # the exception holds the client's frames (its batch, its local model)
         self.round_failures = list(failures)
-        delta_norms: dict[int, Any] = {}
+        delta_norms: dict[int, DeltaNorms] = {}
         updates = [u for u, finite in zip(updates, self._finite_updates(updates, delta_norms))
                    if self._keep_finite(u, finite)]
         if self.max_update_norm_ratio is not None:
@@ -519,7 +519,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         self.round_failures.append(self.client_runner.report_failure(client_id, reason))
 
     @staticmethod
-    def _finite_updates(updates: list[ClientUpdate], delta_norms: Optional[dict[int, Any]] = None) -> list[bool]:
+    def _finite_updates(updates: list[ClientUpdate], delta_norms: Optional[dict[int, DeltaNorms]] = None) -> list[bool]:
         """Whether each update's delta and floating buffers are all finite (a sum of norms is finite iff every entry
         is), read on the host in one copy for the round where every update sits on one device (one host sync a
         round, not one a client). With ``delta_norms`` (a dict), the per-tensor norms of each update's delta are
@@ -528,11 +528,13 @@ class FederatedFitLoop(pl_private.FitLoop):
         flags = []
         for u in updates:
             norms = torch._foreach_norm(u.delta) if u.delta else []
-            if delta_norms is not None and norms:
-                delta_norms[id(u)] = DeltaNorms.of(u.delta, norms)
+            stacked = torch.stack(norms) if norms else None
+            if delta_norms is not None and stacked is not None:
+                delta_norms[id(u)] = DeltaNorms.of(u.delta, stacked)
             floating = [b for b in u.buffers if b.is_floating_point()]
-            norms = list(norms) + (list(torch._foreach_norm(floating)) if floating else [])
-            flags.append(torch.isfinite(torch.stack(norms).sum()) if norms else None)
+            if floating:  # Δ_i's norms and the buffers' in one sum, as they always were
+                stacked = torch.stack(list(norms) + list(torch._foreach_norm(floating)))
+            flags.append(torch.isfinite(stacked.sum()) if stacked is not None else None)
         present = [f for f in flags if f is not None]
         if len({f.device for f in present}) == 1:
             values = iter(torch.stack(present).tolist())

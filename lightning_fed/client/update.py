@@ -61,7 +61,6 @@ class ClientUpdate:
             self.loss_steps = self.num_steps
 
 
-
 class DeltaNorms(NamedTuple):
     """The per-tensor L2 norms of a client's Δ_i as computed once in a round (by the loop's finiteness check), for
     the round's other readers of the same norms (the gradient diversity), with what they were computed from.
@@ -74,7 +73,7 @@ class DeltaNorms(NamedTuple):
     Example::
 
         >>> d = [torch.tensor([3.0, 4.0]), torch.tensor([1.0])]
-        >>> cached = DeltaNorms.of(d, torch._foreach_norm(d))
+        >>> cached = DeltaNorms.of(d, torch.stack(torch._foreach_norm(d)))
         >>> cached.for_delta(d).tolist(), cached.for_delta(list(d))  # another list object: not these norms
         ([5.0, 1.0], None)
         >>> d[1].mul_(2)
@@ -88,15 +87,16 @@ class DeltaNorms(NamedTuple):
     versions: tuple[int, ...]
 
     @classmethod
-    def of(cls, delta: list[Tensor], norms: Sequence[Tensor]) -> "DeltaNorms":
-        """Keep ``norms`` (``torch._foreach_norm(delta)``) of ``delta`` as they are now."""
-        return cls(torch.stack(list(norms)), delta, tuple(t._version for t in delta))
+    def of(cls, delta: list[Tensor], norms: Tensor) -> "DeltaNorms":
+        """Keep ``norms`` (``torch.stack(torch._foreach_norm(delta))``) of ``delta`` as it is now."""
+        return cls(norms, delta, tuple(t._version for t in delta))
 
     def for_delta(self, delta: list[Tensor]) -> Optional[Tensor]:
         """The stacked norms if ``delta`` is the same list, unchanged in place since; else ``None``."""
         if delta is not self.delta or any(t._version != v for t, v in zip(delta, self.versions)):
             return None
         return self.norms
+
 
 def parameter_client_lrs(
     params: Sequence[Tensor], param_groups: Sequence[Sequence[dict[str, Any]]], group_lrs: Sequence[Sequence[float]]
