@@ -29,7 +29,12 @@ from lightning_fed.checkpoint import (
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
-from lightning_fed.guards import check_max_update_norm_ratio, check_on_nonfinite_server_step
+from lightning_fed.guards import (
+    check_max_consecutive_restores,
+    check_max_update_norm_ratio,
+    check_on_nonfinite_server_step,
+)
+from lightning_fed.client.runner import FAILURE_POLICIES, check_max_consecutive_client_failures
 from lightning_fed.interrupts import check_client_timeout
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.client.runner import ClientAlgorithmSteps
@@ -225,6 +230,8 @@ class FederatedTrainer(L.Trainer):
         max_update_norm_ratio: Optional[float] = None,
         on_nonfinite_server_step: str = "raise",
         client_algorithms: Optional[list[ClientAlgorithm]] = None,
+        max_consecutive_restores: Optional[int] = None,
+        max_consecutive_client_failures: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         #: The client halves every client runs besides the server optimizer's own (a part of the run of their own:
@@ -235,6 +242,9 @@ class FederatedTrainer(L.Trainer):
         check_client_timeout(client_timeout_s)  # before Lightning's set-up, so a bad value fails first
         check_max_update_norm_ratio(max_update_norm_ratio)
         check_on_nonfinite_server_step(on_nonfinite_server_step)
+        check_max_consecutive_restores(max_consecutive_restores, on_nonfinite_server_step)
+        if on_client_failure in FAILURE_POLICIES:  # (an unknown one: the loop names it)
+            check_max_consecutive_client_failures(max_consecutive_client_failures, on_client_failure)
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -281,6 +291,8 @@ class FederatedTrainer(L.Trainer):
             client_timeout_s=client_timeout_s,
             max_update_norm_ratio=max_update_norm_ratio,
             on_nonfinite_server_step=on_nonfinite_server_step,
+            max_consecutive_restores=max_consecutive_restores,
+            max_consecutive_client_failures=max_consecutive_client_failures,
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop
