@@ -278,6 +278,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         check_local_work = getattr(self.datamodule, "check_local_work", None)
         if check_local_work is not None:
             check_local_work()
+        check_single_sample_batchnorm(module, self.datamodule)
         self._rounds_run = self._rounds_with_updates = 0
         self._rounds_without_updates = {}
         self._restored_in_a_row, self._rounds_restored = [], 0
@@ -784,6 +785,47 @@ class FederatedFitLoop(pl_private.FitLoop):
 
         log_federated_hparams(self.trainer)
         log_partition(self.trainer, self.datamodule.partition)
+
+
+def check_single_sample_batchnorm(module: torch.nn.Module, datamodule: Any, limit: int = 5) -> None:
+    """Refuse, at fit start, a module with ``BatchNorm1d`` layers in training mode whose clients' local batches can
+    hold a single sample (:func:`~lightning_fed.datamodules.local_work.single_sample_batch_clients`: a client's size
+    mod the batch size is 1 without ``drop_last``, a batch size of 1, or a client of one sample): such a layer
+    cannot normalise one ``[1, C]`` sample ("Expected more than 1 value per channel when training"), so those
+    clients would fail — and be dropped — in every round they are sampled in. ``BatchNorm2d``/``3d`` normalise a
+    sample's H·W values per channel and train on one sample: not refused. Judged only for the data module's own
+    batches (``client_batches`` and ``client_dataloader`` not overridden).
+
+    Raises:
+        ValueError: naming the layers, the clients (the first ``limit``, with their sizes), the batch size and the
+            fixes (``drop_last=True``, another ``batch_size``, or the layer in eval mode).
+    """
+    from lightning_fed.datamodules.federated import FederatedDataModule
+    from lightning_fed.datamodules.local_work import single_sample_batch_clients
+
+    layers = [name for name, m in module.named_modules()
+              if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.LazyBatchNorm1d)) and m.training]
+    if not layers or not isinstance(datamodule, FederatedDataModule):
+        return
+    kind = type(datamodule)
+    if kind.client_batches is not FederatedDataModule.client_batches or \
+            kind.client_dataloader is not FederatedDataModule.client_dataloader:
+        return
+    found = single_sample_batch_clients(datamodule.partition.sizes(), datamodule.local_work, datamodule.drop_last,
+                                        datamodule.local_batch_limit)
+    if not found:
+        return
+    sizes = sorted({b for _, _, b in found})
+    named = ", ".join(f"client {c} ({n} sample{'s' if n != 1 else ''})" for c, n, _ in found[:limit])
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    raise ValueError(
+        f"{type(module).__name__} has BatchNorm1d layer(s) in training mode ({', '.join(layers)}), and with "
+        f"batch_size={sizes[0] if len(sizes) == 1 else sizes} and drop_last={datamodule.drop_last} {len(found)} "
+        f"client(s) take a local batch of a single sample: {named}{more}. BatchNorm1d cannot normalise one sample in "
+        "training ('Expected more than 1 value per channel when training'), so these clients would fail in every "
+        "round they are sampled in. Use drop_last=True in the data module, another batch_size (one that no client's "
+        "size leaves a remainder of 1 by), or put the layer(s) in eval mode."
+    )
 
 
 def _round_result(executor: Any, result: Any) -> tuple[list[ClientUpdate], list[tuple[int, str]]]:

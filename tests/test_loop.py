@@ -584,3 +584,53 @@ def test_49_a_run_of_restored_rounds_counts_them_apart_in_the_end_of_run_error(t
 def test_49_max_consecutive_restores_is_checked(tmp_path, bad, policy, match):
     with pytest.raises(ValueError, match=match):
         FederatedTrainer(on_nonfinite_server_step=policy, max_consecutive_restores=bad, **quiet_trainer_kwargs(tmp_path))
+
+
+# ------------------------------------------------------------------ #49: BatchNorm with one-sample batches
+class _BatchNormRegression(LinearRegression):
+    def __init__(self, lr=0.1):
+        super().__init__(lr=lr)
+        self.norm = torch.nn.BatchNorm1d(3, dtype=torch.float64)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.linear(self.norm(x)).squeeze(-1), y)
+
+
+def _sized_clients(sizes, **kwargs):
+    from lightning_fed.datamodules import NaturalIdPartitioner
+
+    x, y = regression_data(n=sum(sizes))
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    dataset.client_id = np.repeat(np.arange(len(sizes)), sizes)
+    return FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), **kwargs)
+
+
+def test_49_batchnorm_with_one_sample_batches_is_refused_at_fit_start_naming_the_clients(tmp_path):
+    """#49 part 4: before, clients 1 and 3 (11 and 21 samples, batches of 10) failed in every round with BatchNorm's
+    'Expected more than 1 value per channel' and were dropped while the run went on."""
+    dm = _sized_clients([10, 11, 20, 21], clients_per_round=4, batch_size=10)
+    model = _BatchNormRegression()
+    before = _linear_weights(model)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"_BatchNormRegression has BatchNorm1d layer\(s\) in training mode \(norm\), "
+                                         r"and with batch_size=10 and drop_last=False 2 client\(s\) take a local batch "
+                                         r"of a single sample: client 1 \(11 samples\), client 3 \(21 samples\)\..*"
+                                         r"drop_last=True"):
+        trainer.fit(model, datamodule=dm)
+    np.testing.assert_array_equal(_linear_weights(model), before)  # before any client trained
+    assert trainer.global_step == 0
+
+
+def test_49_batchnorm_trains_when_no_batch_holds_one_sample_or_the_layer_is_in_eval_mode(tmp_path):
+    in_eval = _BatchNormRegression()
+    in_eval.norm.eval()  # running statistics: a one-sample batch is fine
+    cases = [([10, 11, 20, 21], True, _BatchNormRegression(), 6),  # drop_last: 1+1+2+2 full batches
+             ([10, 12, 20, 22], False, _BatchNormRegression(), 8),  # no remainder of 1: 1+2+2+3 batches
+             ([10, 11, 20, 21], False, in_eval, 8)]
+    for sizes, drop_last, model, steps in cases:
+        dm = _sized_clients(sizes, clients_per_round=4, batch_size=10, drop_last=drop_last)
+        trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(model, datamodule=dm)
+        assert trainer.global_step == steps
+        assert trainer.callback_metrics["round_clients"] == 4  # every client reported back
