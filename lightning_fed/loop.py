@@ -87,7 +87,10 @@ class FederatedFitLoop(pl_private.FitLoop):
     exception type at the same place stops the run at that round with a ``RuntimeError`` raised from the first
     client's exception (a deterministic error — a bug — would otherwise fail every round and end the run only
     after ``max_epochs`` rounds; :meth:`~lightning_fed.client.runner.ClientRunner.stop_if_all_failed_alike`);
-    ``"skip_all"`` drops them and goes on (fault-injection studies). A run in which no client ever reported back
+    ``"skip_all"`` drops them and goes on (fault-injection studies). Under ``"skip"``, a client that failed in each
+    of its last ``max_consecutive_client_failures`` (3) sampled rounds stops the run too, naming it and its error
+    (:meth:`~lightning_fed.client.runner.ClientRunner.stop_if_failed_repeatedly`); the end of fit warns with the
+    sampled clients that never trained. A run in which no client ever reported back
     ends with a ``RuntimeError`` saying why, round counts by reason (empty cohorts, e.g. Poisson cohorts with a
     small rate; every sampled client dropped out; clients failed; too few for the aggregator). Dropped clients are
     counted in ``round_clients_dropped``; a round in which no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
@@ -114,7 +117,9 @@ class FederatedFitLoop(pl_private.FitLoop):
     'net.0.weight' has 1 non-finite value(s) (of 40)``); with ``"restore"`` the global model x_t and the server
     optimizer's state from before the step are restored (:meth:`ServerOptimizer.restore_state`; a copy of that state
     is taken before every server step), with a warning naming the round and the tensors, and the round counts as one
-    in which no client reported (its reports are counted in ``round_clients_dropped``). A checkpoint is checked
+    in which no client reported (its reports are counted in ``round_clients_dropped``); the
+    ``max_consecutive_restores``-th (3) such round in a row stops the run with a ``RuntimeError`` naming the tensors,
+    and the end-of-run message counts restored rounds apart. A checkpoint is checked
     when loaded: see :class:`~lightning_fed.checkpoint.FederatedCheckpointConnector`.
 
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
@@ -146,13 +151,20 @@ class FederatedFitLoop(pl_private.FitLoop):
         client_timeout_s: Wall-clock limit of one client's local work in seconds, ``None`` (default) for none.
         max_update_norm_ratio: k > 1 for the update-norm guard, ``None`` (default) for none.
         on_nonfinite_server_step: ``"raise"`` (default) or ``"restore"`` (see "Non-finite server steps").
+        max_consecutive_restores: Under ``"restore"``, the undone rounds in a row that stop the run (``None``: 3).
+        max_consecutive_client_failures: Under ``on_client_failure="skip"``, the failing sampled rounds in a row of
+            one client that stop the run (``None``: 3; see "Failing clients").
 
     Raises:
         ValueError: an unknown ``on_client_failure`` or ``on_nonfinite_server_step``; a ``client_timeout_s`` that is
             not ``None`` or a finite number > 0; a ``max_update_norm_ratio`` that is not ``None`` or a finite
             number > 1; (when the run starts) a ``client_timeout_s`` with an executor that does not support it.
         RuntimeError: (in a round) a server step that made the global model or the server optimizer's state
-            non-finite, under ``on_nonfinite_server_step="raise"``.
+            non-finite, under ``on_nonfinite_server_step="raise"`` (under ``"restore"``: the
+            ``max_consecutive_restores``-th in a row); a client that failed in each of its last
+            ``max_consecutive_client_failures`` sampled rounds (``"skip"``).
+        ValueError: (when the run starts) a module with ``BatchNorm1d`` layers in training mode whose clients' local
+            batches can hold a single sample (:func:`check_single_sample_batchnorm`).
 
     Example: :class:`~lightning_fed.FederatedTrainer` installs it; ``max_epochs`` is the number of rounds::
 

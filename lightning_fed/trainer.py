@@ -175,6 +175,15 @@ class FederatedTrainer(L.Trainer):
             reports in ``round_clients_dropped``; a copy of the server optimizer's state is kept every round for
             it). A checkpoint whose global model or server-optimizer state is non-finite is refused when ``fit``
             loads it, whatever this says.
+        max_consecutive_restores: Under ``on_nonfinite_server_step="restore"``: after this many rounds in a row whose
+            server step was undone the run stops with a ``RuntimeError`` naming the rounds and the tensors (a step
+            that is non-finite every round would otherwise discard every round to the end). Default ``None``: 3; an
+            int >= 1; refused with ``"raise"``.
+        max_consecutive_client_failures: Under ``on_client_failure="skip"``: a client that fails (raises, times out
+            or sends a non-finite update; an update-norm outlier does not count) in each of its last n sampled
+            rounds stops the run with a ``RuntimeError`` naming the client, its rounds, the error (and the data row
+            where the data source names it) and its traceback. Default ``None``: 3; an int >= 1; refused with
+            ``"raise"`` and ``"skip_all"`` (which keeps dropping such a client).
         **kwargs: Any :class:`lightning.Trainer` argument.
 
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
@@ -186,8 +195,10 @@ class FederatedTrainer(L.Trainer):
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
             unknown ``on_client_failure`` or ``on_nonfinite_server_step``, a malformed ``allow_resume_changes``, a
-            ``client_timeout_s`` that is not ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is
-            not ``None`` or a finite number > 1.
+            ``client_timeout_s`` that is not ``None`` or a finite number > 0, a ``max_update_norm_ratio`` that is
+            not ``None`` or a finite number > 1, or a ``max_consecutive_restores`` /
+            ``max_consecutive_client_failures`` that is not ``None`` or an int >= 1 or is given with a policy it
+            does not apply to.
 
     Example: one epoch is one round; ``global_step`` counts the clients' optimizer steps. 5 samples over 3 clients
     (2, 2 and 1 samples), all 3 per round, batch size 1: 2 rounds × (2 + 2 + 1) = 10 steps::

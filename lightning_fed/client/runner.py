@@ -13,7 +13,9 @@ executors (sequential, vectorized, over DDP ranks) drive instead of the loop:
    (:meth:`ClientRunner.build_update` is the only place a ``ClientUpdate`` is made);
 4. :meth:`ClientRunner.report_failure` / :meth:`ClientRunner.client_failed` — the failure policy
    (``on_client_failure``) applied in one place, and :meth:`ClientRunner.stop_if_all_failed_alike` — a round whose
-   every client raised the same error at the same place stops the run (a deterministic error, not flaky clients).
+   every client raised the same error at the same place stops the run (a deterministic error, not flaky clients),
+   and :meth:`ClientRunner.stop_if_failed_repeatedly` — a client failing in each of its last n sampled rounds
+   (:class:`ClientRecord`) stops it too.
 
 Client halves (FedProx, SCAFFOLD, Fed-LAMB's client; :class:`~lightning_fed.client.algorithm.ClientHalves`) are
 owned and called by the runner: ``start`` with the :class:`ClientContext` (x_t, the round's client learning rates,
@@ -335,6 +337,9 @@ class ClientRunner:
             ``"raise"`` (stop at the first failing client) or ``"skip_all"`` (always drop, never stop: for
             fault-injection studies where every client of a round may fail on purpose).
         client_timeout_s: The per-client time limit in seconds, or ``None`` (checked by the loop).
+        max_consecutive_client_failures: Under ``"skip"``, a client failing in each of its last n sampled rounds
+            stops the run (:meth:`stop_if_failed_repeatedly`; ``None``: 3;
+            :func:`check_max_consecutive_client_failures`).
 
     The federated parameters F (:func:`federated_parameters`) are decided once, in :meth:`setup` (fit start), and
     shown at fit start (``"federating 270,336 of 19,349,504 parameters"``, when some are frozen): :attr:`params`,
@@ -346,7 +351,7 @@ class ClientRunner:
     through ``.data`` bypasses that counter and is not seen). Buffers are snapshotted, restored and sent as before.
 
     Raises:
-        ValueError: an unknown ``on_client_failure``.
+        ValueError: an unknown ``on_client_failure``; a bad ``max_consecutive_client_failures``.
 
     Example: after a one-round fit the runner still holds the round's x_t (here x_0 = 0) while the module holds
     x_1; with one client and one full-batch SGD step, x_1 = 0 − γ·2·mean(x(0·x − 2x)) = 0.1·2·15 = 3::
