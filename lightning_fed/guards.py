@@ -128,6 +128,46 @@ def check_on_nonfinite_server_step(value: Any) -> str:
     return value
 
 
+#: ``max_consecutive_restores`` under ``on_nonfinite_server_step="restore"`` when it is not given.
+DEFAULT_MAX_CONSECUTIVE_RESTORES = 3
+
+
+def check_max_consecutive_restores(value: Any, on_nonfinite_server_step: str = "restore") -> Optional[int]:
+    """Validate ``max_consecutive_restores``: how many rounds in a row a non-finite server step may be undone under
+    ``on_nonfinite_server_step="restore"`` before the run stops (a step that is non-finite every round would
+    otherwise train and discard every round to the end). ``None`` (default) means
+    :data:`DEFAULT_MAX_CONSECUTIVE_RESTORES` (3) under ``"restore"``; under ``"raise"`` the first non-finite step
+    stops the run, so it takes no value (returns ``None``).
+
+    Raises:
+        ValueError: anything but ``None`` or an int >= 1 (booleans included), or a value with
+            ``on_nonfinite_server_step="raise"``, naming both arguments.
+
+    Example::
+
+        >>> check_max_consecutive_restores(None), check_max_consecutive_restores(5)
+        (3, 5)
+        >>> check_max_consecutive_restores(None, "raise") is None
+        True
+        >>> check_max_consecutive_restores(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `max_consecutive_restores` must be None (3) or an int >= 1, got 0.
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        raise ValueError(f"`max_consecutive_restores` must be None ({DEFAULT_MAX_CONSECUTIVE_RESTORES}) or an int "
+                         f">= 1, got {value!r}.")
+    if on_nonfinite_server_step != "restore":
+        if value is not None:
+            raise ValueError(
+                f"`max_consecutive_restores`={value!r} applies only with on_nonfinite_server_step='restore'; with "
+                f"{on_nonfinite_server_step!r} the first non-finite server step stops the run. Leave it None or set "
+                "on_nonfinite_server_step='restore'."
+            )
+        return None
+    return DEFAULT_MAX_CONSECUTIVE_RESTORES if value is None else int(value)
+
+
 def _finite_flags(tensors: Sequence[Tensor]) -> list[bool]:
     """Whether each tensor's 2-norm is finite (it is when every entry is; it can also overflow for entries beyond
     ~1e19 in float32, which :func:`nonfinite_values` then rules out by counting), one fused norm per device and dtype,

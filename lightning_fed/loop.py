@@ -20,13 +20,14 @@ from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
-from lightning_fed.client.runner import FAILURE_POLICIES, ClientRunner
+from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRunner
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
+    check_max_consecutive_restores,
     check_max_update_norm_ratio,
     check_on_nonfinite_server_step,
     describe_nonfinite,
@@ -86,7 +87,10 @@ class FederatedFitLoop(pl_private.FitLoop):
     exception type at the same place stops the run at that round with a ``RuntimeError`` raised from the first
     client's exception (a deterministic error — a bug — would otherwise fail every round and end the run only
     after ``max_epochs`` rounds; :meth:`~lightning_fed.client.runner.ClientRunner.stop_if_all_failed_alike`);
-    ``"skip_all"`` drops them and goes on (fault-injection studies). A run in which no client ever reported back
+    ``"skip_all"`` drops them and goes on (fault-injection studies). Under ``"skip"``, a client that failed in each
+    of its last ``max_consecutive_client_failures`` (3) sampled rounds stops the run too, naming it and its error
+    (:meth:`~lightning_fed.client.runner.ClientRunner.stop_if_failed_repeatedly`); the end of fit warns with the
+    sampled clients that never trained. A run in which no client ever reported back
     ends with a ``RuntimeError`` saying why, round counts by reason (empty cohorts, e.g. Poisson cohorts with a
     small rate; every sampled client dropped out; clients failed; too few for the aggregator). Dropped clients are
     counted in ``round_clients_dropped``; a round in which no client reports back leaves the global model and the server optimizer's state unchanged. So does a round
@@ -113,7 +117,9 @@ class FederatedFitLoop(pl_private.FitLoop):
     'net.0.weight' has 1 non-finite value(s) (of 40)``); with ``"restore"`` the global model x_t and the server
     optimizer's state from before the step are restored (:meth:`ServerOptimizer.restore_state`; a copy of that state
     is taken before every server step), with a warning naming the round and the tensors, and the round counts as one
-    in which no client reported (its reports are counted in ``round_clients_dropped``). A checkpoint is checked
+    in which no client reported (its reports are counted in ``round_clients_dropped``); the
+    ``max_consecutive_restores``-th (3) such round in a row stops the run with a ``RuntimeError`` naming the tensors,
+    and the end-of-run message counts restored rounds apart. A checkpoint is checked
     when loaded: see :class:`~lightning_fed.checkpoint.FederatedCheckpointConnector`.
 
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
@@ -145,13 +151,20 @@ class FederatedFitLoop(pl_private.FitLoop):
         client_timeout_s: Wall-clock limit of one client's local work in seconds, ``None`` (default) for none.
         max_update_norm_ratio: k > 1 for the update-norm guard, ``None`` (default) for none.
         on_nonfinite_server_step: ``"raise"`` (default) or ``"restore"`` (see "Non-finite server steps").
+        max_consecutive_restores: Under ``"restore"``, the undone rounds in a row that stop the run (``None``: 3).
+        max_consecutive_client_failures: Under ``on_client_failure="skip"``, the failing sampled rounds in a row of
+            one client that stop the run (``None``: 3; see "Failing clients").
 
     Raises:
         ValueError: an unknown ``on_client_failure`` or ``on_nonfinite_server_step``; a ``client_timeout_s`` that is
             not ``None`` or a finite number > 0; a ``max_update_norm_ratio`` that is not ``None`` or a finite
             number > 1; (when the run starts) a ``client_timeout_s`` with an executor that does not support it.
         RuntimeError: (in a round) a server step that made the global model or the server optimizer's state
-            non-finite, under ``on_nonfinite_server_step="raise"``.
+            non-finite, under ``on_nonfinite_server_step="raise"`` (under ``"restore"``: the
+            ``max_consecutive_restores``-th in a row); a client that failed in each of its last
+            ``max_consecutive_client_failures`` sampled rounds (``"skip"``).
+        ValueError: (when the run starts) a module with ``BatchNorm1d`` layers in training mode whose clients' local
+            batches can hold a single sample (:func:`check_single_sample_batchnorm`).
 
     Example: :class:`~lightning_fed.FederatedTrainer` installs it; ``max_epochs`` is the number of rounds::
 
@@ -176,13 +189,21 @@ class FederatedFitLoop(pl_private.FitLoop):
         client_timeout_s: Optional[float] = None,
         max_update_norm_ratio: Optional[float] = None,
         on_nonfinite_server_step: str = "raise",
+        max_consecutive_restores: Optional[int] = None,
+        max_consecutive_client_failures: Optional[int] = None,
     ) -> None:
         super().__init__(trainer, min_epochs=min_epochs, max_epochs=max_epochs)
         #: Starts, steps and finishes clients from x_t; what the executor works through (it never sees the loop).
-        self.client_runner = ClientRunner(on_client_failure, check_client_timeout(client_timeout_s))
+        self.client_runner = ClientRunner(on_client_failure, check_client_timeout(client_timeout_s),
+                                          max_consecutive_client_failures)
         self.max_update_norm_ratio = check_max_update_norm_ratio(max_update_norm_ratio)
         #: ``"raise"`` or ``"restore"``: what a server step that makes x_{t+1} or the server state non-finite does.
         self.on_nonfinite_server_step = check_on_nonfinite_server_step(on_nonfinite_server_step)
+        #: Under ``"restore"``: the most rounds in a row whose server step is undone before the run stops (else None).
+        self.max_consecutive_restores = check_max_consecutive_restores(max_consecutive_restores,
+                                                                       self.on_nonfinite_server_step)
+        self._restored_in_a_row: list[tuple[int, str]] = []  # (round, what went non-finite) of the current run
+        self._rounds_restored = 0
         self._param_names: list[str] = []
         self._model_items: list[tuple[str, Tensor]] = []  # (label, tensor) of x's parameters and floating buffers
         self._round_start_state: dict[str, Any] = {}
@@ -269,8 +290,11 @@ class FederatedFitLoop(pl_private.FitLoop):
         check_local_work = getattr(self.datamodule, "check_local_work", None)
         if check_local_work is not None:
             check_local_work()
+        check_single_sample_batchnorm(module, self.datamodule)
         self._rounds_run = self._rounds_with_updates = 0
         self._rounds_without_updates = {}
+        self._restored_in_a_row, self._rounds_restored = [], 0
+        runner.client_record = ClientRecord()
         warn_if_guard_inactive(self.max_update_norm_ratio, self.datamodule.clients_per_round)
         self._log_partition()
         super().on_run_start()
@@ -280,9 +304,32 @@ class FederatedFitLoop(pl_private.FitLoop):
         why: no client sampled (empty cohorts, e.g. ``cohort_sampling="poisson"`` with a small rate), every sampled
         client dropped out, clients failed or were dropped, or too few reported for the aggregator."""
         output = super().on_run_end()
+        self._warn_end_of_fit()
         if self._rounds_run > 0 and self._rounds_with_updates == 0:
             raise RuntimeError(self._no_update_message())
         return output
+
+    def _warn_end_of_fit(self, limit: int = 10) -> None:
+        """The end-of-fit summary, a warning when there is something to say: the sampled clients that never trained
+        (never reported back an update: each failed or was dropped in every round it was sampled in), the first
+        ``limit`` named with their rounds and last error; and the rounds whose server step was undone
+        (``on_nonfinite_server_step='restore'``)."""
+        record = self.client_runner.client_record
+        never = record.never_trained()
+        parts = []
+        if never:
+            named = "; ".join(
+                f"client {cid} (sampled in {record.sampled[cid]} round(s); last: "
+                f"{record.last_failure[cid][1] if cid in record.last_failure else 'no update'})"
+                for cid in never[:limit])
+            more = f"; and {len(never) - limit} more" if len(never) > limit else ""
+            parts.append(f"{len(never)} of the {len(record.sampled)} sampled clients never trained (dropped in every "
+                         f"round they were sampled in): {named}{more}")
+        if self._rounds_restored:
+            parts.append(f"{self._rounds_restored} round(s) had their non-finite server step undone "
+                         "(on_nonfinite_server_step='restore')")
+        if parts:
+            rank_zero_warn(f"End of fit after {self._rounds_run} round(s): " + ". ".join(parts) + ".")
 
     def _no_update_message(self) -> str:
         """Why no round of the run had an update (:meth:`on_run_end`), from the counts of
@@ -304,8 +351,12 @@ class FederatedFitLoop(pl_private.FitLoop):
             "unavailable": f"every sampled client dropped out (client_dropout={getattr(dm, 'client_dropout', 0)})",
             "failed": "every sampled client failed or was dropped (see the warnings above)",
             "too_few": "too few clients reported for the aggregator",
+            "restored": "the server step made the model or the server state non-finite and was undone "
+                        "(on_nonfinite_server_step='restore')",
         }
         parts = [f"{counts[k]} round(s): {text}" for k, text in reasons.items() if counts.get(k)]
+        if not parts:  # (every reason is counted above; never an empty "()")
+            parts = ["see the warnings above"]
         return (f"No client reported back in any of the {run} round(s) of this run ({'; '.join(parts)}): the global "
                 "model was never updated.")
 
@@ -353,8 +404,17 @@ class FederatedFitLoop(pl_private.FitLoop):
         delta_norms: dict[int, DeltaNorms] = {}
         updates = [u for u, finite in zip(updates, self._finite_updates(updates, delta_norms))
                    if self._keep_finite(u, finite)]
+        outliers: set[int] = set()
         if self.max_update_norm_ratio is not None:
-            updates = self._drop_norm_outliers(updates)
+            kept = self._drop_norm_outliers(updates)
+            outliers = {id(u) for u in updates} - {id(u) for u in kept}
+            outliers = {u.client_id for u in updates if id(u) in outliers}
+            updates = kept
+        # each sampled client's run of failing rounds (an outlier trained: it does not extend it); n in a row stop
+        runner.client_record.end_round(
+            round_idx, selection.cohort, [u.client_id for u in updates], self.round_failures,
+            [not (f[0] in outliers and i >= len(failures)) for i, f in enumerate(self.round_failures)])
+        runner.stop_if_failed_repeatedly(round_idx)
         # Too few reports for the aggregator (e.g. Krum's K > 2f + 2): the round is skipped like one where nobody
         # reported, its K reports counted as dropped.
         too_few = self.server_optimizer.aggregation_requirement(len(updates)) if updates else None
@@ -393,7 +453,11 @@ class FederatedFitLoop(pl_private.FitLoop):
                 for update in updates:
                     self._round_log.discard(update.client_id)
                 self._rounds_with_updates -= bool(updates)
+                if updates:  # counted apart in the end-of-run message
+                    self._rounds_without_updates["restored"] = self._rounds_without_updates.get("restored", 0) + 1
                 updates = []
+            else:
+                self._restored_in_a_row = []
         nan = float("nan")
         self.round_metrics = {
             "round_train_loss": nan,
@@ -608,6 +672,20 @@ class FederatedFitLoop(pl_private.FitLoop):
             if self._buffers:
                 torch._foreach_copy_(self._buffers, runner.global_buffers)
         self.server_optimizer.restore_state(snapshot, self._params)
+        self._rounds_restored += 1
+        self._restored_in_a_row.append((round_idx, what))
+        n = self.max_consecutive_restores
+        if n is not None and len(self._restored_in_a_row) >= n:
+            rounds = self._restored_in_a_row[-n:]
+            raise RuntimeError(
+                f"Round {round_idx}: the server step made the global model or the server optimizer's state non-finite "
+                f"in {n} rounds in a row ({', '.join(str(r) for r, _ in rounds)}), each undone "
+                f"(on_nonfinite_server_step='restore'); stopping instead of discarding every round to the end "
+                f"(max_consecutive_restores={n}). The global model and the server optimizer's state are back at round "
+                f"{round_idx}'s start. Non-finite in round {round_idx}: {what}."
+                + "".join(f" Round {r}: {w}." for r, w in rounds[:-1] if w != what)
+                + " Lower the server learning rate, clip the updates or check the server optimizer's state."
+            )
         rank_zero_warn(
             f"Round {round_idx}: the server step made the global model or the server optimizer's state non-finite "
             f"({what}); on_nonfinite_server_step='restore': the global model and the server optimizer's state are "
@@ -719,6 +797,47 @@ class FederatedFitLoop(pl_private.FitLoop):
 
         log_federated_hparams(self.trainer)
         log_partition(self.trainer, self.datamodule.partition)
+
+
+def check_single_sample_batchnorm(module: torch.nn.Module, datamodule: Any, limit: int = 5) -> None:
+    """Refuse, at fit start, a module with ``BatchNorm1d`` layers in training mode whose clients' local batches can
+    hold a single sample (:func:`~lightning_fed.datamodules.local_work.single_sample_batch_clients`: a client's size
+    mod the batch size is 1 without ``drop_last``, a batch size of 1, or a client of one sample): such a layer
+    cannot normalise one ``[1, C]`` sample ("Expected more than 1 value per channel when training"), so those
+    clients would fail — and be dropped — in every round they are sampled in. ``BatchNorm2d``/``3d`` normalise a
+    sample's H·W values per channel and train on one sample: not refused. Judged only for the data module's own
+    batches (``client_batches`` and ``client_dataloader`` not overridden).
+
+    Raises:
+        ValueError: naming the layers, the clients (the first ``limit``, with their sizes), the batch size and the
+            fixes (``drop_last=True``, another ``batch_size``, or the layer in eval mode).
+    """
+    from lightning_fed.datamodules.federated import FederatedDataModule
+    from lightning_fed.datamodules.local_work import single_sample_batch_clients
+
+    layers = [name for name, m in module.named_modules()
+              if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.LazyBatchNorm1d)) and m.training]
+    if not layers or not isinstance(datamodule, FederatedDataModule):
+        return
+    kind = type(datamodule)
+    if kind.client_batches is not FederatedDataModule.client_batches or \
+            kind.client_dataloader is not FederatedDataModule.client_dataloader:
+        return
+    found = single_sample_batch_clients(datamodule.partition.sizes(), datamodule.local_work, datamodule.drop_last,
+                                        datamodule.local_batch_limit)
+    if not found:
+        return
+    sizes = sorted({b for _, _, b in found})
+    named = ", ".join(f"client {c} ({n} sample{'s' if n != 1 else ''})" for c, n, _ in found[:limit])
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    raise ValueError(
+        f"{type(module).__name__} has BatchNorm1d layer(s) in training mode ({', '.join(layers)}), and with "
+        f"batch_size={sizes[0] if len(sizes) == 1 else sizes} and drop_last={datamodule.drop_last} {len(found)} "
+        f"client(s) take a local batch of a single sample: {named}{more}. BatchNorm1d cannot normalise one sample in "
+        "training ('Expected more than 1 value per channel when training'), so these clients would fail in every "
+        "round they are sampled in. Use drop_last=True in the data module, another batch_size (one that no client's "
+        "size leaves a remainder of 1 by), or put the layer(s) in eval mode."
+    )
 
 
 def _round_result(executor: Any, result: Any) -> tuple[list[ClientUpdate], list[tuple[int, str]]]:

@@ -29,7 +29,12 @@ from lightning_fed.checkpoint import (
 from lightning_fed.distributed import DDP_STRATEGY_NAMES, FederatedDDPStrategy
 from lightning_fed.evaluation import FederatedEvaluation
 from lightning_fed.executor import ClientExecutor, SequentialExecutor
-from lightning_fed.guards import check_max_update_norm_ratio, check_on_nonfinite_server_step
+from lightning_fed.guards import (
+    check_max_consecutive_restores,
+    check_max_update_norm_ratio,
+    check_on_nonfinite_server_step,
+)
+from lightning_fed.client.runner import FAILURE_POLICIES, check_max_consecutive_client_failures
 from lightning_fed.interrupts import check_client_timeout
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.client.runner import ClientAlgorithmSteps
@@ -170,6 +175,15 @@ class FederatedTrainer(L.Trainer):
             reports in ``round_clients_dropped``; a copy of the server optimizer's state is kept every round for
             it). A checkpoint whose global model or server-optimizer state is non-finite is refused when ``fit``
             loads it, whatever this says.
+        max_consecutive_restores: Under ``on_nonfinite_server_step="restore"``: after this many rounds in a row whose
+            server step was undone the run stops with a ``RuntimeError`` naming the rounds and the tensors (a step
+            that is non-finite every round would otherwise discard every round to the end). Default ``None``: 3; an
+            int >= 1; refused with ``"raise"``.
+        max_consecutive_client_failures: Under ``on_client_failure="skip"``: a client that fails (raises, times out
+            or sends a non-finite update; an update-norm outlier does not count) in each of its last n sampled
+            rounds stops the run with a ``RuntimeError`` naming the client, its rounds, the error (and the data row
+            where the data source names it) and its traceback. Default ``None``: 3; an int >= 1; refused with
+            ``"raise"`` and ``"skip_all"`` (which keeps dropping such a client).
         **kwargs: Any :class:`lightning.Trainer` argument.
 
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
@@ -181,8 +195,10 @@ class FederatedTrainer(L.Trainer):
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
             unknown ``on_client_failure`` or ``on_nonfinite_server_step``, a malformed ``allow_resume_changes``, a
-            ``client_timeout_s`` that is not ``None`` or a finite number > 0, or a ``max_update_norm_ratio`` that is
-            not ``None`` or a finite number > 1.
+            ``client_timeout_s`` that is not ``None`` or a finite number > 0, a ``max_update_norm_ratio`` that is
+            not ``None`` or a finite number > 1, or a ``max_consecutive_restores`` /
+            ``max_consecutive_client_failures`` that is not ``None`` or an int >= 1 or is given with a policy it
+            does not apply to.
 
     Example: one epoch is one round; ``global_step`` counts the clients' optimizer steps. 5 samples over 3 clients
     (2, 2 and 1 samples), all 3 per round, batch size 1: 2 rounds × (2 + 2 + 1) = 10 steps::
@@ -225,6 +241,8 @@ class FederatedTrainer(L.Trainer):
         max_update_norm_ratio: Optional[float] = None,
         on_nonfinite_server_step: str = "raise",
         client_algorithms: Optional[list[ClientAlgorithm]] = None,
+        max_consecutive_restores: Optional[int] = None,
+        max_consecutive_client_failures: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         #: The client halves every client runs besides the server optimizer's own (a part of the run of their own:
@@ -235,6 +253,9 @@ class FederatedTrainer(L.Trainer):
         check_client_timeout(client_timeout_s)  # before Lightning's set-up, so a bad value fails first
         check_max_update_norm_ratio(max_update_norm_ratio)
         check_on_nonfinite_server_step(on_nonfinite_server_step)
+        check_max_consecutive_restores(max_consecutive_restores, on_nonfinite_server_step)
+        if on_client_failure in FAILURE_POLICIES:  # (an unknown one: the loop names it)
+            check_max_consecutive_client_failures(max_consecutive_client_failures, on_client_failure)
         callbacks = kwargs.get("callbacks")
         if callbacks is None:
             callbacks = []
@@ -281,6 +302,8 @@ class FederatedTrainer(L.Trainer):
             client_timeout_s=client_timeout_s,
             max_update_norm_ratio=max_update_norm_ratio,
             on_nonfinite_server_step=on_nonfinite_server_step,
+            max_consecutive_restores=max_consecutive_restores,
+            max_consecutive_client_failures=max_consecutive_client_failures,
         )
         loop.epoch_loop = self.fit_loop.epoch_loop
         self.fit_loop = loop

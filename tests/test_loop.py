@@ -518,3 +518,119 @@ def test_43_a_non_finite_per_client_state_row_of_the_round_stops_the_run(tmp_pat
     with pytest.raises(RuntimeError, match=r"Round 0: .*FedAvg state 'client_algorithms.Visits' row of client 1 has 1 "
                                            r"non-finite value\(s\) \(of 1\)"):
         trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
+
+
+# ------------------------------------------------------------------ #49: a server step non-finite round after round
+class _StillAfterFirstRound(LinearRegression):
+    """Clients take ordinary steps in round 0, steps of learning rate 0 after it: Δ = 0 from round 1 on, so
+    _NormalizedStep divides 0 by 0 in every later round."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr)
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda r: 1.0 if r == 0 else 0.0)
+        return {"optimizer": opt, "lr_scheduler": schedule}
+
+
+def _restore_fit(tmp_path, module, rounds, **kwargs):
+    from lightning_fed.callbacks import ServerOptimizer
+
+    x, y = regression_data(n=40)
+    dm = _regression_module(x, y, num_clients=4, clients_per_round=2, batch_size=10)
+    torch.manual_seed(0)
+    model, ends = module, _RoundEnds()
+    start = _linear_weights(model)
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[ServerOptimizer(rule=_NormalizedStep()), ends],
+                               on_nonfinite_server_step="restore", **(quiet_trainer_kwargs(tmp_path) | kwargs))
+    return trainer, dm, model, ends, start, x, y
+
+
+def test_49_restore_stops_after_three_non_finite_steps_in_a_row_naming_the_tensors(tmp_path):
+    """#49 part 4: before, "restore" undid rounds 1..5 one after another and fit returned normally."""
+    trainer, dm, model, ends, w0, x, y = _restore_fit(tmp_path, _StillAfterFirstRound(lr=0.05), rounds=6)
+    with pytest.warns(UserWarning, match="Round 1: the server step made"), pytest.raises(
+        RuntimeError, match=r"Round 3: the server step made .* non-finite in 3 rounds in a row \(1, 2, 3\).*"
+                            r"max_consecutive_restores=3") as info:
+        trainer.fit(model, datamodule=dm)
+    assert "global model parameter 'linear.weight' has 3 non-finite value(s) (of 3)" in str(info.value)
+    assert trainer.current_epoch == 3
+    # Independent expectation: round 0 alone moved the model, x_1 = x_0 + 0.1·Δ/‖Δ‖ with Δ the mean of the two
+    # sampled clients' one full-batch SGD steps (10 samples each); rounds 1-3 were undone.
+    parts = dm.partition
+    deltas = [-0.05 * _mse_grad(w0, x[parts.client_indices(c)], y[parts.client_indices(c)])
+              for c in dm.sample_clients(0)]
+    delta = np.mean(deltas, axis=0)
+    np.testing.assert_allclose(_linear_weights(model), w0 + 0.1 * delta / np.linalg.norm(delta), rtol=0, atol=1e-12)
+
+
+def test_49_a_run_of_restored_rounds_counts_them_apart_in_the_end_of_run_error(tmp_path):
+    """#49 part 4: before, the message read "No client reported back in any of the 2 round(s) of this run ()"."""
+    trainer, dm, model, ends, *_ = _restore_fit(tmp_path, LinearRegression(lr=0.0), rounds=2,
+                                                max_consecutive_restores=5)
+    with pytest.warns(UserWarning, match=r"End of fit after 2 round\(s\): 2 round\(s\) had their non-finite server "
+                                         r"step undone"), \
+            pytest.raises(RuntimeError, match=r"No client reported back in any of the 2 round\(s\) of this run \(2 "
+                                              r"round\(s\): the server step made the model or the server state "
+                                              r"non-finite and was undone \(on_nonfinite_server_step='restore'\)\)"):
+        trainer.fit(model, datamodule=dm)
+    assert trainer.current_epoch == 2
+
+
+@pytest.mark.parametrize("bad, policy, match", [
+    (0, "restore", r"`max_consecutive_restores` must be None \(3\) or an int >= 1, got 0"),
+    (True, "restore", r"`max_consecutive_restores` must be None \(3\) or an int >= 1, got True"),
+    (2.0, "restore", r"`max_consecutive_restores` must be None \(3\) or an int >= 1, got 2.0"),
+    (2, "raise", r"`max_consecutive_restores`=2 applies only with on_nonfinite_server_step='restore'"),
+])
+def test_49_max_consecutive_restores_is_checked(tmp_path, bad, policy, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedTrainer(on_nonfinite_server_step=policy, max_consecutive_restores=bad, **quiet_trainer_kwargs(tmp_path))
+
+
+# ------------------------------------------------------------------ #49: BatchNorm with one-sample batches
+class _BatchNormRegression(LinearRegression):
+    def __init__(self, lr=0.1):
+        super().__init__(lr=lr)
+        self.norm = torch.nn.BatchNorm1d(3, dtype=torch.float64)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.linear(self.norm(x)).squeeze(-1), y)
+
+
+def _sized_clients(sizes, **kwargs):
+    from lightning_fed.datamodules import NaturalIdPartitioner
+
+    x, y = regression_data(n=sum(sizes))
+    dataset = TensorDataset(torch.tensor(x), torch.tensor(y))
+    dataset.client_id = np.repeat(np.arange(len(sizes)), sizes)
+    return FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("client_id"), **kwargs)
+
+
+def test_49_batchnorm_with_one_sample_batches_is_refused_at_fit_start_naming_the_clients(tmp_path):
+    """#49 part 4: before, clients 1 and 3 (11 and 21 samples, batches of 10) failed in every round with BatchNorm's
+    'Expected more than 1 value per channel' and were dropped while the run went on."""
+    dm = _sized_clients([10, 11, 20, 21], clients_per_round=4, batch_size=10)
+    model = _BatchNormRegression()
+    before = _linear_weights(model)
+    trainer = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"_BatchNormRegression has BatchNorm1d layer\(s\) in training mode \(norm\), "
+                                         r"and with batch_size=10 and drop_last=False 2 client\(s\) take a local batch "
+                                         r"of a single sample: client 1 \(11 samples\), client 3 \(21 samples\)\..*"
+                                         r"drop_last=True"):
+        trainer.fit(model, datamodule=dm)
+    np.testing.assert_array_equal(_linear_weights(model), before)  # before any client trained
+    assert trainer.global_step == 0
+
+
+def test_49_batchnorm_trains_when_no_batch_holds_one_sample_or_the_layer_is_in_eval_mode(tmp_path):
+    in_eval = _BatchNormRegression()
+    in_eval.norm.eval()  # running statistics: a one-sample batch is fine
+    cases = [([10, 11, 20, 21], True, _BatchNormRegression(), 6),  # drop_last: 1+1+2+2 full batches
+             ([10, 12, 20, 22], False, _BatchNormRegression(), 8),  # no remainder of 1: 1+2+2+3 batches
+             ([10, 11, 20, 21], False, in_eval, 8)]
+    for sizes, drop_last, model, steps in cases:
+        dm = _sized_clients(sizes, clients_per_round=4, batch_size=10, drop_last=drop_last)
+        trainer = FederatedTrainer(max_epochs=1, **quiet_trainer_kwargs(tmp_path))
+        trainer.fit(model, datamodule=dm)
+        assert trainer.global_step == steps
+        assert trainer.callback_metrics["round_clients"] == 4  # every client reported back

@@ -13,7 +13,9 @@ executors (sequential, vectorized, over DDP ranks) drive instead of the loop:
    (:meth:`ClientRunner.build_update` is the only place a ``ClientUpdate`` is made);
 4. :meth:`ClientRunner.report_failure` / :meth:`ClientRunner.client_failed` — the failure policy
    (``on_client_failure``) applied in one place, and :meth:`ClientRunner.stop_if_all_failed_alike` — a round whose
-   every client raised the same error at the same place stops the run (a deterministic error, not flaky clients).
+   every client raised the same error at the same place stops the run (a deterministic error, not flaky clients),
+   and :meth:`ClientRunner.stop_if_failed_repeatedly` — a client failing in each of its last n sampled rounds
+   (:class:`ClientRecord`) stops it too.
 
 Client halves (FedProx, SCAFFOLD, Fed-LAMB's client; :class:`~lightning_fed.client.algorithm.ClientHalves`) are
 owned and called by the runner: ``start`` with the :class:`ClientContext` (x_t, the round's client learning rates,
@@ -35,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numbers
 import traceback
 
 import torch
@@ -54,6 +57,61 @@ from lightning_fed.client.update import ClientUpdate, parameter_client_lrs
 #: of a round raised the same exception type at the same place (:meth:`ClientRunner.stop_if_all_failed_alike`);
 #: ``"raise"`` stops at the first failing client; ``"skip_all"`` always drops (fault-injection studies).
 FAILURE_POLICIES = ("skip", "raise", "skip_all")
+
+#: ``max_consecutive_client_failures`` under ``on_client_failure="skip"`` when it is not given.
+DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES = 3
+
+
+def check_max_consecutive_client_failures(value: Any, on_client_failure: str = "skip") -> Optional[int]:
+    """Validate ``max_consecutive_client_failures``: under ``on_client_failure="skip"``, a client that fails in each
+    of its last n sampled rounds (raises, times out or sends a non-finite update; an update-norm outlier does not
+    count) stops the run, naming the client and its error — its data or its code fails every time, and the run would
+    otherwise "succeed" without it. ``None`` (default) means :data:`DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES` (3)
+    under ``"skip"``. ``"skip_all"`` keeps dropping such a client (fault-injection studies) and ``"raise"`` stops at
+    the first failure, so neither takes a value (returns ``None``).
+
+    Raises:
+        ValueError: anything but ``None`` or an int >= 1 (booleans included), or a value with another
+            ``on_client_failure`` than ``"skip"``, naming both arguments and the allowed values.
+
+    Example::
+
+        >>> check_max_consecutive_client_failures(None), check_max_consecutive_client_failures(5)
+        (3, 5)
+        >>> check_max_consecutive_client_failures(None, "skip_all") is None
+        True
+        >>> check_max_consecutive_client_failures(2, "skip_all")
+        Traceback (most recent call last):
+        ...
+        ValueError: `max_consecutive_client_failures`=2 applies only with on_client_failure='skip' (of ('skip', 'raise', 'skip_all')): 'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        raise ValueError(f"`max_consecutive_client_failures` must be None "
+                         f"({DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES}) or an int >= 1, got {value!r}.")
+    if on_client_failure != "skip":
+        if value is not None:
+            raise ValueError(
+                f"`max_consecutive_client_failures`={value!r} applies only with on_client_failure='skip' (of "
+                f"{FAILURE_POLICIES}): 'skip_all' never stops for a failing client, 'raise' stops at its first "
+                "failure. Leave it None."
+            )
+        return None
+    return DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES if value is None else int(value)
+
+
+def error_notes(error: BaseException) -> list[str]:
+    """The notes on ``error`` (``BaseException.add_note``) other than the client runner's hint: what the data source
+    knows about where the error came from, e.g. ``"Image column 'image', row 12."``.
+
+    Example::
+
+        >>> error = ValueError("bad image")
+        >>> error.add_note("Image column 'image', row 12.")
+        >>> error.add_note("Hint: a hint.")
+        >>> error_notes(error), error_notes(KeyError("x"))
+        (["Image column 'image', row 12."], [])
+    """
+    return [str(n) for n in getattr(error, "__notes__", ()) if not str(n).startswith("Hint: ")]
 
 
 def federated_parameters(module: torch.nn.Module, optimizers: Any = ()) -> list[int]:
@@ -161,6 +219,60 @@ class ClientFailure(tuple):
         return self[1]
 
 
+class ClientRecord:
+    """Each sampled client's history over a run, kept by the federated loop from the rounds' cohorts and failures:
+    how many rounds it was sampled in, how many it reported back in (an update that passed the finiteness and
+    norm checks), its current run of failing rounds and its last failure. Read by
+    :meth:`ClientRunner.stop_if_failed_repeatedly` and by the loop's end-of-fit summary of the clients that never
+    trained.
+
+    Example: client 2 fails twice in a row; client 5 once, then reports::
+
+        >>> record = ClientRecord()
+        >>> record.end_round(0, cohort=[2, 5], reported=[], failures=[(2, "KeyError: 'x'"), (5, "timed out")])
+        >>> record.end_round(1, cohort=[2, 5], reported=[5], failures=[(2, "KeyError: 'x'")])
+        >>> record.failing(2), record.streak_rounds[2], record.never_trained()
+        ([2], [0, 1], [2])
+    """
+
+    def __init__(self) -> None:
+        #: client id -> rounds it was sampled in.
+        self.sampled: dict[int, int] = {}
+        #: client id -> rounds it reported back in.
+        self.reported: dict[int, int] = {}
+        #: client id -> the rounds of its current run of failures (emptied by a round in which it did not fail).
+        self.streak_rounds: dict[int, list[int]] = {}
+        #: client id -> its last failure, ``(client id, reason)`` (a :class:`ClientFailure`).
+        self.last_failure: dict[int, tuple[int, str]] = {}
+
+    def end_round(self, round_idx: int, cohort: Any, reported: Any, failures: Any, counted: Any = None) -> None:
+        """Record round ``round_idx``: its ``cohort`` (client ids), the ids that ``reported`` back and its
+        ``failures`` (``(client id, reason)``); ``counted`` (default all) the failures that extend a client's run
+        of failures (an update-norm outlier trained: it does not)."""
+        failed = {}
+        for failure, counts in zip(failures, counted if counted is not None else [True] * len(failures)):
+            cid = int(failure[0])
+            self.last_failure[cid] = failure
+            if counts:
+                failed[cid] = failure
+        for cid in (int(c) for c in cohort):
+            self.sampled[cid] = self.sampled.get(cid, 0) + 1
+            if cid in failed:
+                self.streak_rounds.setdefault(cid, []).append(int(round_idx))
+            else:
+                self.streak_rounds.pop(cid, None)
+        for cid in (int(c) for c in reported):
+            self.reported[cid] = self.reported.get(cid, 0) + 1
+
+    def failing(self, n: int) -> list[int]:
+        """The clients whose last ``n`` (or more) sampled rounds all failed, in increasing id order."""
+        return sorted(cid for cid, rounds in self.streak_rounds.items() if len(rounds) >= n)
+
+    def never_trained(self) -> list[int]:
+        """The clients sampled at least once that never reported back, in increasing id order."""
+        return sorted(cid for cid in self.sampled if not self.reported.get(cid))
+
+
 @dataclass(frozen=True)
 class ClientContext:
     """What the server sends client ``client_id`` in round ``round_idx`` (pfl's ``central_context``).
@@ -225,6 +337,9 @@ class ClientRunner:
             ``"raise"`` (stop at the first failing client) or ``"skip_all"`` (always drop, never stop: for
             fault-injection studies where every client of a round may fail on purpose).
         client_timeout_s: The per-client time limit in seconds, or ``None`` (checked by the loop).
+        max_consecutive_client_failures: Under ``"skip"``, a client failing in each of its last n sampled rounds
+            stops the run (:meth:`stop_if_failed_repeatedly`; ``None``: 3;
+            :func:`check_max_consecutive_client_failures`).
 
     The federated parameters F (:func:`federated_parameters`) are decided once, in :meth:`setup` (fit start), and
     shown at fit start (``"federating 270,336 of 19,349,504 parameters"``, when some are frozen): :attr:`params`,
@@ -236,7 +351,7 @@ class ClientRunner:
     through ``.data`` bypasses that counter and is not seen). Buffers are snapshotted, restored and sent as before.
 
     Raises:
-        ValueError: an unknown ``on_client_failure``.
+        ValueError: an unknown ``on_client_failure``; a bad ``max_consecutive_client_failures``.
 
     Example: after a one-round fit the runner still holds the round's x_t (here x_0 = 0) while the module holds
     x_1; with one client and one full-batch SGD step, x_1 = 0 − γ·2·mean(x(0·x − 2x)) = 0.1·2·15 = 3::
@@ -278,11 +393,17 @@ class ClientRunner:
     #: what Lightning's optimization loop would; ``False`` always takes Lightning's loop (read at each round's start).
     allow_lean_step: bool = True
 
-    def __init__(self, on_client_failure: str = "skip", client_timeout_s: Optional[float] = None) -> None:
+    def __init__(self, on_client_failure: str = "skip", client_timeout_s: Optional[float] = None,
+                 max_consecutive_client_failures: Optional[int] = None) -> None:
         if on_client_failure not in FAILURE_POLICIES:
             raise ValueError(f"`on_client_failure` must be one of {FAILURE_POLICIES}, got {on_client_failure!r}.")
         self.on_client_failure = on_client_failure
         self.client_timeout_s = client_timeout_s
+        #: n: under ``"skip"``, a client failing in each of its last n sampled rounds stops the run
+        #: (:meth:`stop_if_failed_repeatedly`); ``None`` under the other policies.
+        self.max_consecutive_client_failures = check_max_consecutive_client_failures(
+            max_consecutive_client_failures, on_client_failure)
+        self.client_record = ClientRecord()
         self.trainer: Any = None
         self.datamodule: Any = None
         self.server_optimizer: Any = None
@@ -635,7 +756,7 @@ class ClientRunner:
         message = f"Client {client_id} failed in round {self.trainer.current_epoch}: {reason}"
         if self.raises_on_failure:
             raise RuntimeError(message + " (on_client_failure='raise').")
-        rank_zero_warn(message + "; dropped from the round's aggregate.")
+        rank_zero_warn(message + "; dropped from the round's aggregate.")  # (reason: with the data source's notes)
         if error is None:
             return ClientFailure(client_id, reason)
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -650,8 +771,43 @@ class ClientRunner:
             error.add_note(f"Hint: {hint}.")
         if self.raises_on_failure or isinstance(error, (MidRoundCheckpointError, FrozenParameterChangedError)):
             raise error
-        return self.report_failure(client_id, f"{type(error).__name__}: {error}" + (f" (hint: {hint})" if hint else ""),
-                                   error)
+        notes = "".join(f" [{note}]" for note in error_notes(error))  # e.g. the image row the data source names
+        return self.report_failure(client_id, f"{type(error).__name__}: {error}{notes}" +
+                                   (f" (hint: {hint})" if hint else ""), error)
+
+    def stop_if_failed_repeatedly(self, round_idx: int) -> None:
+        """Under policy ``"skip"``: stop the run when a client failed in each of its last n sampled rounds
+        (n = :attr:`max_consecutive_client_failures`, as :attr:`client_record` counts them; the loop records each
+        round's cohort and failures first). Its data or code fails every time (a corrupt or odd-sized sample, a
+        one-sample batch through BatchNorm), and dropping it round after round would end the run "successfully"
+        without it. Under several processes the record is built from the gathered failures, so every rank decides
+        alike.
+
+        Raises:
+            RuntimeError: naming the client, its failing rounds, the last error (with the row where the data source
+                named it) and its traceback text, ``max_consecutive_client_failures`` and the way to keep dropping
+                it (``on_client_failure='skip_all'``).
+        """
+        n = self.max_consecutive_client_failures
+        if n is None:
+            return
+        failing = self.client_record.failing(n)
+        if not failing:
+            return
+        cid = failing[0]
+        rounds = self.client_record.streak_rounds[cid]
+        last = self.client_record.last_failure[cid]
+        others = f" (and client(s) {', '.join(map(str, failing[1:]))})" if len(failing) > 1 else ""
+        message = (
+            f"Round {round_idx}: client {cid}{others} failed in each of its last {n} sampled rounds (rounds "
+            f"{', '.join(map(str, rounds[-n:]))}), last with: {last[1]}. It would be dropped from every round while the "
+            f"run goes on without it, so the run stops (max_consecutive_client_failures={n}). Fix its data or the "
+            "error; on_client_failure='skip_all' keeps dropping such clients and goes on."
+        )
+        traceback_text = getattr(last, "traceback", "")
+        self.reset_to_global()  # the module holds x_t of the round, not the last client's local model
+        self.trainer.strategy.barrier("lightning_fed.stop_if_failed_repeatedly")
+        raise RuntimeError(message + (f"\nClient {cid}'s last traceback:\n{traceback_text}" if traceback_text else ""))
 
     def stop_if_all_failed_alike(self, num_updates: int, failures: list[tuple[int, str]], round_idx: int) -> None:
         """Under policy ``"skip"``: stop the run when no client of round ``round_idx`` reported back and every one

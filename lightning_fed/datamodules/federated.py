@@ -520,16 +520,22 @@ class FederatedDataModule(L.LightningDataModule):
         ``drop_last=True`` and a fixed batch size, a client with fewer samples than a batch takes no local step;
         a Hugging Face ``train_dataset`` with a ragged column (rows of different lengths, :func:`ragged_column`)
         cannot be collated into batches of more than one row, so the clients holding its short rows would fail in
-        every round (refused unless ``batch_size=1``, or a subclass's own ``client_dataloader`` collates them).
+        every round (refused unless ``batch_size=1``, or a subclass's own ``client_dataloader`` collates them); nor
+        can an ``Image`` column holding ``None`` images (refused whatever the batch size) or PNG images of different
+        shapes (unless ``batch_size=1``), read from the PNG headers without decoding
+        (:meth:`DataSource.check_image_columns <lightning_fed.datamodules.source.DataSource.check_image_columns>`).
 
         Raises:
             ValueError: naming ``drop_last``, ``batch_size`` and how many clients are too small; naming the ragged
-                column, the shortest and longest lengths found and a row of each.
+                column, the shortest and longest lengths found and a row of each; naming the Image column and its
+                ``None`` rows or two rows of different shapes.
         """
         batch_size = getattr(self.local_work, "batch_size", None)
         default_loader = type(self).client_dataloader is FederatedDataModule.client_dataloader
         if default_loader and batch_size != 1:
             self.data_source.check_collatable()
+        if default_loader:  # None images fail whatever the batch size; images of different shapes in batches of 2+
+            self.data_source.check_image_columns(shapes=batch_size != 1)
         if not self.drop_last or not isinstance(batch_size, numbers.Integral):
             return
         sizes = self.partition.sizes()

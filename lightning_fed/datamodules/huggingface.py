@@ -574,7 +574,12 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
                 out[[group[k] for k in done]] = samples
                 decoded[[group[k] for k in done]] = True
         for i in np.flatnonzero(~decoded).tolist():
-            image = _image_array(feature, {"bytes": payloads[i], "path": paths[i].as_py()}, token)
+            try:
+                image = _image_array(feature, {"bytes": payloads[i], "path": paths[i].as_py()}, token)
+            except Exception as error:  # the torch format's error, naming the row (as _LazyPNGs does)
+                if hasattr(error, "add_note"):
+                    error.add_note(f"Image column {name!r}, row {i}.")
+                raise
             if image.shape != first.shape or image.dtype != first.dtype:
                 return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
             out[i] = image
@@ -645,6 +650,109 @@ def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
             rows = np.repeat(parent, counts)
             level = pc.list_flatten(level)
     return None
+
+
+# IHDR colour type -> the channels of the decoded image without a feature mode (palette and 16-bit grey: 2-D, C = 1)
+_PNG_DECODED_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
+def image_column_problem(dataset: Any, shapes: bool = True) -> Optional[str]:
+    """What makes an ``Image`` column of a Hugging Face ``datasets.Dataset`` fail in every batch that holds its bad
+    rows, read cheaply from the Arrow buffer (no image decoded), or ``None``: a ``None`` image (a null row: the
+    torch format gives ``None``, which no batch collates), or — with ``shapes`` (batches of more than one row) — PNG
+    images of different sizes (height × width from each PNG's IHDR header; and channels, from its colour type, when
+    the feature has no ``mode`` to convert them to), which cannot be stacked into one tensor. Images stored as
+    paths or in other formats (JPEG) are not judged. Only the formatted columns; a custom format
+    (``set_transform``) is not judged (its transform may handle them).
+
+    Returns:
+        A sentence naming the column, the rows and what is wrong with them.
+
+    Example::
+
+        >>> import datasets, io
+        >>> from PIL import Image
+        >>> def png(w, h):
+        ...     buffer = io.BytesIO()
+        ...     Image.new("L", (w, h)).save(buffer, format="PNG")
+        ...     return {"bytes": buffer.getvalue(), "path": None}
+        >>> features = datasets.Features({"image": datasets.Image()})
+        >>> image_column_problem(datasets.Dataset.from_dict({"image": [png(4, 4), png(4, 4)]}, features=features))
+        >>> image_column_problem(datasets.Dataset.from_dict({"image": [png(4, 4), None]}, features=features))
+        "Image column 'image' holds 1 None image(s) (row 1)"
+        >>> image_column_problem(datasets.Dataset.from_dict({"image": [png(4, 4), png(5, 4)]}, features=features))
+        "Image column 'image' holds images of different shapes: [1, 4, 4] (C, H, W; row 0) and [1, 4, 5] (row 1)"
+    """
+    import pyarrow as pa
+    import datasets
+
+    fmt = dataset.format or {}
+    if fmt.get("type") == "custom":
+        return None
+    for name in formatted_columns(dataset):
+        feature = dataset.features.get(name)
+        if not isinstance(feature, datasets.Image) or not feature.decode:
+            continue
+        if getattr(dataset, "_indices", None) is None:
+            column = dataset.data.column(name)
+        else:  # a selection (select, shuffle, filter): only its rows
+            column = dataset.with_format("arrow", columns=[name])[:].column(name)
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if array.null_count:
+            rows = np.flatnonzero(np.asarray(array.is_null().to_numpy(zero_copy_only=False)))
+            listed = ", ".join(map(str, rows[:5].tolist())) + (", ..." if len(rows) > 5 else "")
+            return f"Image column {name!r} holds {len(rows)} None image(s) (row{'s' if len(rows) > 1 else ''} {listed})"
+        if not shapes or not len(array):
+            continue
+        found = _png_shapes(array.field("bytes"), channels=feature.mode is None)
+        if found is None:
+            continue
+        rows, values = found
+        other = np.flatnonzero((values != values[0]).any(axis=1))
+        if len(other):
+            first, odd = values[0].tolist(), values[other[0]].tolist()
+            what = "C, H, W" if feature.mode is None else "H, W"
+            return (f"Image column {name!r} holds images of different shapes: {first} ({what}; row {rows[0]}) and "
+                    f"{odd} (row {rows[other[0]]})")
+    return None
+
+
+def _png_shapes(binary: Any, channels: bool) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """``(rows, shapes)`` of the values of the Arrow binary array ``binary`` that are PNGs (signature and IHDR
+    first), each shape ``[C, H, W]`` (``channels``) or ``[H, W]`` from its IHDR header, read for all rows at once
+    from the data buffer; ``None`` when there is none."""
+    import pyarrow as pa
+
+    if not (pa.types.is_binary(binary.type) or pa.types.is_large_binary(binary.type)) or not len(binary):
+        return None
+    buffers = binary.buffers()
+    if buffers[2] is None:
+        return None
+    kind = np.int64 if pa.types.is_large_binary(binary.type) else np.int32
+    offsets = np.frombuffer(buffers[1], dtype=kind)[binary.offset : binary.offset + len(binary) + 1].astype(np.int64)
+    data = np.frombuffer(buffers[2], dtype=np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    valid = np.ones(len(binary), dtype=bool) if not binary.null_count else \
+        ~np.asarray(binary.is_null().to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(valid & (ends - starts >= 33))  # signature, IHDR header
+    if not len(rows):
+        return None
+    expected = _PNG_SIGNATURE + b"\0\0\0\x0dIHDR"
+    at = starts[rows]
+    png = np.ones(len(rows), dtype=bool)
+    for j, value in enumerate(expected):
+        png &= data[at + j] == value
+    rows, at = rows[png], at[png]
+    if not len(rows):
+        return None
+    width, height = _big_endian(data, at + 16), _big_endian(data, at + 20)
+    if not channels:
+        return rows, np.stack([height, width], axis=1)
+    colour = data[at + 25].astype(np.int64)
+    lookup = np.full(256, -1, dtype=np.int64)
+    for key, value in _PNG_DECODED_CHANNELS.items():
+        lookup[key] = value
+    return rows, np.stack([lookup[colour], height, width], axis=1)
 
 
 def formatted_columns(dataset: Any) -> list[str]:

@@ -32,7 +32,9 @@ __all__ = [
     "FixedLocalSteps",
     "SampledLocalWork",
     "batch_schedule",
+    "has_single_sample_batch",
     "num_local_steps",
+    "single_sample_batch_clients",
 ]
 
 #: Allowed values of ``data_order`` in :func:`batch_schedule`.
@@ -424,3 +426,69 @@ def batch_schedule(
         for b in range(min(per_pass, total - len(batches))):
             batches.append(ordered[b * bs : (b + 1) * bs])
     return batches
+
+
+def has_single_sample_batch(num_samples: int, work: ClientWork, drop_last: bool = False,
+                            limit: int | None = None) -> bool:
+    """Whether :func:`batch_schedule` gives a client of ``num_samples`` samples a mini-batch of exactly one sample
+    under ``work``, among its first ``limit`` batches (``None``: all; the trainer's ``limit_train_batches``). Exact
+    for any data order: every batch holds ``batch_size`` samples but the last of each pass, which holds
+    ``num_samples mod batch_size`` (none with ``drop_last``), so a one-sample batch is ``batch_size == 1``, or the
+    last batch of the first pass when ``num_samples mod batch_size == 1`` and the schedule reaches it. A BatchNorm
+    layer in training mode cannot normalise such a batch of ``[1, C]`` features.
+
+    Example: 21 samples in batches of 10 end each pass with one sample; with ``drop_last``, or when the client stops
+    after 2 batches (``limit=2``), it never takes it::
+
+        >>> work = ClientWork(epochs=1, batch_size=10)
+        >>> has_single_sample_batch(21, work), has_single_sample_batch(21, work, drop_last=True)
+        (True, False)
+        >>> has_single_sample_batch(21, work, limit=2), has_single_sample_batch(22, work)
+        (False, False)
+    """
+    n, bs = int(num_samples), work.batch_size
+    per_pass = _batches_per_pass(n, bs, bool(drop_last))
+    if per_pass == 0:
+        return False  # no batch at all
+    total = work.steps if work.steps is not None else work.epochs * per_pass
+    if limit is not None:
+        total = min(total, int(limit))
+    if bs == 1:
+        return total >= 1
+    return not drop_last and n % bs == 1 and total >= per_pass
+
+
+def single_sample_batch_clients(sizes: Sequence[int] | np.ndarray, local_work: LocalWork, drop_last: bool = False,
+                                limit: int | None = None) -> list[tuple[int, int, int]]:
+    """The clients whose local work holds a mini-batch of exactly one sample (:func:`has_single_sample_batch`), as
+    ``(client id, its number of samples, its batch size)`` in increasing id order. For :class:`FixedLocalWork` and
+    :class:`FixedLocalSteps` (the same plan in every round) every client is judged by its plan; for another policy
+    (a batch size drawn per round) only the clients of one sample, whose every batch is that sample whatever the
+    round (their round-0 plan is read).
+
+    Args:
+        sizes: ``[N]``, each client's number of samples.
+        local_work: The data module's policy.
+        drop_last: The data module's ``drop_last``.
+        limit: The most local batches a client takes in a round (``None``: no limit).
+
+    Example: batches of 10; clients of 21 and 1 samples end a pass with one sample, 20 and 12 do not::
+
+        >>> single_sample_batch_clients([21, 20, 1, 12], FixedLocalWork(batch_size=10))
+        [(0, 21, 10), (2, 1, 10)]
+        >>> single_sample_batch_clients([21, 1], SampledLocalWork(seed=0))  # only the one-sample client is certain
+        [(1, 1, 1)]
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    found: list[tuple[int, int, int]] = []
+    if isinstance(local_work, (FixedLocalWork, FixedLocalSteps)):  # a plan of the client's size alone
+        for n in np.unique(sizes).tolist():
+            work = local_work.plan(0, 0, n)
+            if has_single_sample_batch(n, work, drop_last, limit):
+                found += [(int(c), n, work.batch_size) for c in np.flatnonzero(sizes == n)]
+        return sorted(found)
+    for c in np.flatnonzero(sizes == 1).tolist():
+        work = local_work.plan(c, 0, 1)
+        if has_single_sample_batch(1, work, drop_last, limit):
+            found.append((c, 1, work.batch_size))
+    return found

@@ -20,6 +20,7 @@ from lightning_fed.datamodules.huggingface import (
     check_dataset_batch_columns,
     dict_batch_hint,
     formatted_columns,
+    image_column_problem,
     is_hf_dataset,
     ragged_column,
     read_column,
@@ -210,6 +211,26 @@ class DataSource:
                 "one tensor per batch, so the clients holding them would fail in every round. Pad or truncate "
                 f"{name!r} to one length (dataset.map), remove it (dataset.remove_columns({name!r})) or leave it "
                 "out of the format (dataset.with_format('torch', columns=[...])), or use batch_size=1."
+            )
+
+    def check_image_columns(self, shapes: bool = True) -> None:
+        """Refuse a Hugging Face ``train_dataset`` whose ``Image`` column holds ``None`` images, or — with ``shapes``
+        (batches of more than one row) — PNG images of different shapes, read from the Arrow buffer without decoding
+        an image (:func:`~lightning_fed.datamodules.huggingface.image_column_problem`): the clients holding those
+        rows would fail in every round. A torch dataset passes.
+
+        Raises:
+            ValueError: naming the column, the rows and the ways out.
+        """
+        if not is_hf_dataset(self.train_dataset):
+            return
+        problem = image_column_problem(self.train_dataset, shapes=shapes)
+        if problem is not None:
+            raise ValueError(
+                f"The Hugging Face train_dataset's {problem}, which cannot be collated into a batch, so the clients "
+                "holding them would fail in every round. Remove those rows (dataset.filter), resize the images to one "
+                "shape (dataset.map, or the feature's mode for the channels)"
+                + (", or use batch_size=1" if shapes and "None" not in problem else "") + "."
             )
 
     def tensor_columns(self) -> Optional[HFTensorColumns]:

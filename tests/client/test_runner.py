@@ -419,3 +419,69 @@ def test_everything_frozen_is_refused_at_fit_start(tmp_path):
     model.head.requires_grad_(False)
     with pytest.raises(ValueError, match="FrozenEncoder has no federated parameter"):
         _fit_frozen(tmp_path, model, FedAvg(), rounds=1)
+
+
+# ------------------------------------------------------------------ #49: a client that fails in every round
+def test_49_a_client_failing_in_each_of_its_last_three_rounds_stops_the_run_naming_it(tmp_path):
+    """#49 part 4: before, client 3 was dropped in every round and fit returned normally without it."""
+    dm, x, y, ids = _faulty_module(nan_clients=(), raise_clients=(3,))
+    model = Fragile(lr=0.1)
+    w = _weights(model)
+    trainer = FederatedTrainer(max_epochs=6, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match="Client 3 failed in round 2: RuntimeError: corrupt sample"), pytest.raises(
+        RuntimeError, match=r"Round 2: client 3 failed in each of its last 3 sampled rounds \(rounds 0, 1, 2\), last "
+                            r"with: RuntimeError: corrupt sample\..*max_consecutive_client_failures=3.*"
+                            r"on_client_failure='skip_all'") as info:
+        trainer.fit(model, datamodule=dm)
+    assert "test_runner.py" in str(info.value)  # the client's last traceback
+    assert trainer.current_epoch == 2
+    # Independent expectation: rounds 0 and 1 are FedAvg of the four other clients; round 2 stopped with the module
+    # back at x_2 (not the last client's local model)
+    for _ in range(2):
+        w = w + np.mean([-0.1 * _grad(w, x[ids == c], y[ids == c]) for c in (0, 1, 2, 4)], axis=0)
+    np.testing.assert_allclose(_weights(model), w, atol=1e-12)
+
+
+def test_49_a_client_that_fails_in_fewer_rounds_in_a_row_or_under_skip_all_is_only_dropped(tmp_path):
+    """Clients failing in fewer than n rounds in a row are dropped as before; the end-of-fit summary names the ones
+    that never trained."""
+    dm, x, y, ids = _faulty_module(nan_clients=(1,), raise_clients=(3,))
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[FedAvg()], max_consecutive_client_failures=4,
+                               **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match=r"End of fit after 3 round\(s\): 2 of the 5 sampled clients never trained "
+                                         r"\(dropped in every round they were sampled in\): client 1 \(sampled in 3 "
+                                         r"round\(s\); last: non-finite update \(loss=nan\)\); client 3 \(sampled in 3 "
+                                         r"round\(s\); last: RuntimeError: corrupt sample\)"):
+        trainer.fit(Fragile(lr=0.1), datamodule=dm)
+    assert trainer.current_epoch == 3
+    trainer = FederatedTrainer(max_epochs=4, callbacks=[FedAvg()], on_client_failure="skip_all",
+                               **quiet_trainer_kwargs(tmp_path))
+    with pytest.warns(UserWarning, match="dropped from the round"):
+        trainer.fit(Fragile(lr=0.1), datamodule=dm)
+    assert trainer.current_epoch == 4
+
+
+def test_49_a_failing_round_between_successes_restarts_the_count():
+    from lightning_fed.client.runner import ClientRecord
+
+    record = ClientRecord()
+    record.end_round(0, [1, 2], [2], [(1, "e")])
+    record.end_round(1, [1, 2], [1, 2], [])  # client 1 trained: its run of failures ends
+    record.end_round(2, [1], [], [(1, "e")])
+    record.end_round(3, [2], [2], [])  # client 1 not sampled: its run goes on
+    record.end_round(4, [1], [], [(1, "e")])
+    assert record.streak_rounds[1] == [2, 4] and record.failing(3) == [] and record.failing(2) == [1]
+    record.end_round(5, [1], [1], [(1, "outlier")], counted=[False])  # an update-norm outlier trained
+    assert 1 not in record.streak_rounds and record.never_trained() == []
+
+
+@pytest.mark.parametrize("bad, policy, match", [
+    (0, "skip", r"`max_consecutive_client_failures` must be None \(3\) or an int >= 1, got 0"),
+    (True, "skip", r"`max_consecutive_client_failures` must be None \(3\) or an int >= 1, got True"),
+    (2, "skip_all", r"`max_consecutive_client_failures`=2 applies only with on_client_failure='skip' \(of \('skip', "
+                    r"'raise', 'skip_all'\)\)"),
+    (2, "raise", r"`max_consecutive_client_failures`=2 applies only with on_client_failure='skip'"),
+])
+def test_49_max_consecutive_client_failures_is_checked(tmp_path, bad, policy, match):
+    with pytest.raises(ValueError, match=match):
+        FederatedTrainer(on_client_failure=policy, max_consecutive_client_failures=bad, **quiet_trainer_kwargs(tmp_path))

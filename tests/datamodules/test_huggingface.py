@@ -559,3 +559,88 @@ def test_batch_columns_need_hugging_face_columns_at_setup():
                              batch_columns=("x", "y"))
     with pytest.raises(ValueError, match="`batch_columns` .* but `train_dataset` is a TensorDataset"):
         dm.setup()
+
+
+# ------------------------------------------------------------------ #49: image rows that fail in every round
+class _ImageRegression(__import__("lightning").LightningModule):
+    """y ≈ w·pool(image)/255 + b over a dict batch of an Image column (grey, pooled to 4×4) and a float label."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 1)
+
+    def training_step(self, batch, batch_idx):
+        x = torch.nn.functional.adaptive_avg_pool2d(batch["image"].float(), (4, 4)).flatten(1) / 255
+        return torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), batch["y"].float())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _image_rows(tmp_path, images):
+    """An Image column of ``images`` (PNG dicts or None) with a label and a user column (row i: user i mod 4),
+    written with ``save_to_disk`` and read back: the on-disk Arrow format."""
+    rows = len(images)
+    features = datasets.Features({"image": datasets.Image(), "y": datasets.Value("float32"),
+                                  "user": datasets.Value("int64")})
+    ds = datasets.Dataset.from_dict({"image": images, "y": [float(i % 3) for i in range(rows)],
+                                     "user": [i % 4 for i in range(rows)]}, features=features)
+    where = tmp_path / f"images{len(list(tmp_path.glob('images*')))}"  # never over a mapped one
+    ds.save_to_disk(str(where))
+    return datasets.load_from_disk(str(where))
+
+
+def _image_fit(tmp_path, dataset, rounds=1, batch_size=2, **trainer_kwargs):
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, NaturalIdPartitioner
+
+    dm = FederatedDataModule(dataset, partitioner=NaturalIdPartitioner("user"), clients_per_round=4,
+                             batch_size=batch_size)
+    trainer = FederatedTrainer(max_epochs=rounds, **quiet_trainer_kwargs(tmp_path), **trainer_kwargs)
+    trainer.fit(_ImageRegression(), datamodule=dm)
+    return trainer
+
+
+def _grey(w, h, value=0):
+    return _encoded(Image.new("L", (w, h), color=value))
+
+
+def test_49_none_images_are_refused_at_fit_start_naming_the_rows(tmp_path):
+    """#49 part 4: before, client 1 (rows 1, 5, 9, ...) failed to collate its None image in every round and was
+    dropped while the run went on."""
+    images = [_grey(4, 4, i) for i in range(16)]
+    images[5] = None
+    with pytest.raises(ValueError, match=r"train_dataset's Image column 'image' holds 1 None image\(s\) \(row 5\), "
+                                         r"which cannot be collated.*dataset.filter") as info:
+        _image_fit(tmp_path, _image_rows(tmp_path, images), batch_size=1)  # even batches of one row
+    assert "batch_size=1" not in str(info.value)
+
+
+def test_49_images_of_different_shapes_are_refused_at_fit_start_unless_batches_hold_one_row(tmp_path):
+    images = [_grey(4, 4, i) for i in range(16)]
+    images[6] = _grey(4, 5)  # 5 rows high: [1, 5, 4]
+    dataset = _image_rows(tmp_path, images)
+    with pytest.raises(ValueError, match=r"Image column 'image' holds images of different shapes: \[1, 4, 4\] "
+                                         r"\(C, H, W; row 0\) and \[1, 5, 4\] \(row 6\).*or use batch_size=1"):
+        _image_fit(tmp_path, dataset)
+    rgb = list(images)
+    rgb[6] = _encoded(Image.new("RGB", (4, 4)))  # same size, 3 channels
+    with pytest.raises(ValueError, match=r"\[1, 4, 4\] \(C, H, W; row 0\) and \[3, 4, 4\] \(row 6\)"):
+        _image_fit(tmp_path, _image_rows(tmp_path, rgb))
+    trainer = _image_fit(tmp_path, dataset, batch_size=1)  # a batch of one image: any shape collates
+    assert trainer.callback_metrics["round_clients"] == 4 and trainer.global_step == 16
+
+
+def test_49_a_corrupt_image_names_its_row_in_the_warning_and_stops_the_run_after_three_rounds(tmp_path):
+    images = [_grey(4, 4, i) for i in range(16)]
+    images[9] = {"bytes": _damaged(images[9]["bytes"], "crc"), "path": None}  # row 9: user 1
+    dataset = _image_rows(tmp_path, images)
+    with pytest.warns(UserWarning, match=r"Client 1 failed in round 0: .*\[Image column 'image', row 9\.\]; dropped"), \
+            pytest.raises(RuntimeError, match=r"Round 2: client 1 failed in each of its last 3 sampled rounds \(rounds "
+                                              r"0, 1, 2\), last with: .*\[Image column 'image', row 9\.\]"):
+        _image_fit(tmp_path, dataset, rounds=5)
+    with pytest.warns(UserWarning, match=r"End of fit after 2 round\(s\): 1 of the 4 sampled clients never trained "
+                                         r".*client 1 \(sampled in 2 round\(s\); last: .*row 9"):
+        trainer = _image_fit(tmp_path, dataset, rounds=2)  # two rounds: dropped twice, summarised at the end
+    assert trainer.current_epoch == 2

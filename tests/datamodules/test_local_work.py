@@ -204,3 +204,33 @@ def test_batch_schedule_bad_arguments():
         batch_schedule(CLIENT.astype(float), work, 0, 0, 0)
     with pytest.raises(TypeError, match="drop_last"):
         batch_schedule(CLIENT, work, 0, 0, 0, drop_last="yes")
+
+
+# ----------------------------------------------------------------------------------- #49: one-sample batches
+@pytest.mark.parametrize("n, work, drop_last, limit", [
+    (21, ClientWork(1, 10), False, None), (21, ClientWork(1, 10), True, None), (21, ClientWork(1, 10), False, 2),
+    (22, ClientWork(3, 10), False, None), (1, ClientWork(2, 10), False, None), (5, ClientWork(1, 1), True, None),
+    (11, ClientWork(1, 10, steps=1), False, None), (11, ClientWork(1, 10, steps=2), False, None),
+    (31, ClientWork(1, 10, steps=7), False, 3), (0, ClientWork(1, 10), False, None), (10, ClientWork(1, 10), False, 1),
+])
+def test_49_has_single_sample_batch_agrees_with_the_schedule(n, work, drop_last, limit):
+    from lightning_fed.datamodules.local_work import has_single_sample_batch
+
+    if work.steps is not None and n == 0:
+        return
+    batches = batch_schedule(np.arange(n), work, round_idx=0, cid=0, seed=0, drop_last=drop_last)
+    batches = batches if limit is None else batches[:limit]
+    assert has_single_sample_batch(n, work, drop_last, limit) == any(len(b) == 1 for b in batches)
+
+
+def test_49_single_sample_batch_clients_names_them_with_their_size_and_batch_size():
+    from lightning_fed.datamodules.local_work import single_sample_batch_clients
+
+    sizes = [21, 20, 1, 12, 41, 3]
+    # by hand: batches of 10 leave one sample for 21 and 41 (mod 10 == 1) and the one-sample client
+    assert single_sample_batch_clients(sizes, FixedLocalWork(batch_size=10)) == [(0, 21, 10), (2, 1, 10), (4, 41, 10)]
+    assert single_sample_batch_clients(sizes, FixedLocalWork(batch_size=10), drop_last=True) == []
+    assert single_sample_batch_clients(sizes, FixedLocalSteps(steps=2, batch_size=10)) == [(2, 1, 10)]  # 21: 2 full
+    assert single_sample_batch_clients(sizes, FixedLocalWork(batch_size=2)) == [(0, 21, 2), (2, 1, 2), (4, 41, 2),
+                                                                                 (5, 3, 2)]
+    assert single_sample_batch_clients(sizes, SampledLocalWork(seed=0)) == [(2, 1, 1)]
