@@ -253,7 +253,7 @@ def _session_settings(accumulator: Any) -> Optional[dict[str, Any]]:
         if data.WhichOneof("data") != "session_start_info":
             continue
         out: dict[str, Any] = {}
-        for name, value in data.session_start_info.hparams.items():
+        for name, value in sorted(data.session_start_info.hparams.items()):  # a protobuf map: no order of its own
             kind = value.WhichOneof("kind")
             v = getattr(value, kind) if kind else None
             if isinstance(v, float) and v.is_integer():
