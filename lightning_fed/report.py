@@ -50,6 +50,7 @@ __all__ = [
     "ReportError",
     "Run",
     "find_runs",
+    "format_report",
     "group_runs",
     "is_minimized",
     "is_seed_key",
@@ -71,7 +72,14 @@ _EVENT_FILE = "tfevents"
 
 class ReportError(ValueError):
     """A bad argument of :func:`report` (a folder without event files, an unknown metric); its message names the
-    argument and what is allowed. ``lightning-fed report`` prints it as ``error: ...`` (exit status 2)."""
+    argument and what is allowed. ``lightning-fed report`` prints it as ``error: ...`` (exit status 2).
+
+    >>> try:
+    ...     report(["no/such/folder"])
+    ... except ReportError as err:
+    ...     print(err)
+    RUNS no/such/folder: no such folder
+    """
 
 
 def is_seed_key(key: str) -> bool:
@@ -120,6 +128,14 @@ class Run:
         curves: ``{tag: (rounds, values)}``, int64 and float64 arrays of equal length, rounds increasing.
         settings: the run's settings, flat (``{"model.init_args.lr": 0.1, ...}``), from ``settings_source``.
         settings_source: ``"config.yaml"``, ``"hparams session"``, ``"hparams.yaml"`` or ``"none"``.
+
+    >>> run = Run(path="runs/version_0", name="version_0", settings={"seed": 1, "model/lr": 0.1},
+    ...           curves={"val_loss": (np.array([0, 1, 2]), np.array([0.9, 0.5, 0.6]))},
+    ...           settings_source="hparams session")
+    >>> run.seeds
+    {'seed': 1}
+    >>> run.summary("val_loss", minimize=True)
+    {'final': 0.6, 'final_round': 2, 'best': 0.5, 'best_round': 1}
     """
 
     path: str
@@ -159,6 +175,12 @@ class Group:
         name: ``"group 1"``, ``"group 2"``, ... in the order of their first runs.
         runs: the runs, in the report's order.
         label: the settings that tell this group from the others (``"key=value, ..."``; ``""`` for a single group).
+
+    >>> runs = [Run(f"v{i}", f"v{i}", {"val_acc": (np.array([0, 1]), np.array(acc))}, {"seed": i}, "config.yaml")
+    ...         for i, acc in enumerate(([0.5, 0.7], [0.6, 0.9]))]
+    >>> summary = Group("group 1", runs).summary("val_acc", minimize=False)
+    >>> {k: round(v, 4) for k, v in summary.items()}  # mean and std (ddof=1) of 0.7 and 0.9
+    {'n': 2, 'final': 0.8, 'final_std': 0.1414, 'final_round': 1, 'best': 0.8, 'best_std': 0.1414}
     """
 
     name: str
@@ -189,7 +211,19 @@ class Group:
 @dataclass
 class Report:
     """What :func:`report` read: the runs, their groups, the metrics and which of them are minimised, and
-    ``text``, the table ``lightning-fed report`` prints."""
+    ``text``, the table ``lightning-fed report`` prints (:func:`report` builds one).
+
+    >>> run = Run("v0", "v0", {"val_acc": (np.array([0, 1]), np.array([0.5, 0.7]))}, {"seed": 0}, "config.yaml")
+    >>> print(format_report(Report(runs=[run], groups=group_runs([run]), metrics=["val_acc"],
+    ...                            minimized={"val_acc": False})))
+    1 run(s) in 1 group(s): runs with equal settings except their seeds are a group; mean ± std over a group's runs (std with ddof=1, n runs).
+    group 1 (n=1)
+      v0  [seed=0; settings from config.yaml]
+    <BLANKLINE>
+    val_acc (best = max)
+      run / group  final  round  best  round
+      v0             0.7      1   0.7      1
+    """
 
     runs: list[Run]
     groups: list[Group]
