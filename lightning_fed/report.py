@@ -570,6 +570,7 @@ def plot_report(result: Report, by: str = "group") -> Any:
         raise ReportError(f"--plot_by must be one of ('group', 'run'), got {by!r}")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     k = len(result.metrics)
     fig = Figure(figsize=(7.5, 2.6 * k + 0.6), layout="constrained")
@@ -600,6 +601,9 @@ def plot_report(result: Report, by: str = "group") -> Any:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[-1].set_xlabel("round")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    if by == "group":
+        fig.suptitle("each group's mean over its runs; band: ± 1 std (ddof=1)", fontsize=9)
     return fig
 
 
