@@ -267,6 +267,7 @@ def test_bad_folders_and_metrics_are_refused_in_one_line(runs, tmp_path, capsys)
     assert "round_train_loss" in err and "val_loss" in err
 
 
+@pytest.mark.slow  # ~12 s of CPU importing torch and Lightning in a subprocess; main() is tested in-process above
 def test_the_command_prints_writes_csv_and_plot(runs, tmp_path):
     """`python -m lightning_fed.cli report ...`, as a person runs it."""
     tb, rows = runs
