@@ -454,6 +454,11 @@ class FederatedCLI(LightningCLI):
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
         parser._subcommands_action.add_subcommand("partition", listing, help=summary)
+        from lightning_fed.report import REPORT_USAGE
+
+        summary = "Final and best metrics of finished runs, mean ± std over seeds, CSV and curves (from their logs)."
+        listing = FederatedArgumentParser(description=f"{summary} Usage: {REPORT_USAGE}", add_help=False)
+        parser._subcommands_action.add_subcommand("report", listing, help=summary)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_subclass_arguments(
@@ -932,7 +937,7 @@ def format_partition_stats(partition: Any, stats: dict[str, Any], max_clients: i
 
 def main(args: Optional[Any] = None) -> None:
     """Entry point of the ``lightning-fed`` console script (``partition`` is handled by :func:`partition_command`,
-    the other subcommands by :class:`FederatedCLI`).
+    ``report`` by :func:`lightning_fed.report.report_command`, the other subcommands by :class:`FederatedCLI`).
 
     Exit status 2 (:data:`EXIT_BAD_ARGUMENT`) for a bad argument: a parse error, or a value a class refused in its
     ``__init__`` while the config was instantiated, printed as :func:`instantiation_error_message` (two lines). With
@@ -950,6 +955,11 @@ def main(args: Optional[Any] = None) -> None:
     try:
         if isinstance(argv, (list, tuple)) and argv and argv[0] == "partition":
             partition_command(list(argv[1:]))
+            return
+        if isinstance(argv, (list, tuple)) and argv and argv[0] == "report":
+            from lightning_fed.report import report_command
+
+            report_command(list(argv[1:]))
             return
         if isinstance(argv, (list, tuple)) and argv and argv[0] in _SUBCOMMANDS and not {"-h", "--help"} & set(argv):
             print(thread_note(), file=sys.stderr)
