@@ -125,11 +125,11 @@ def select_parts(module: nn.Module, names: Sequence[str] = (), types: Sequence[t
 
 def check_disjoint_local_parts(algorithms: Sequence[Any], module: nn.Module) -> None:
     """Fit-start check (from :meth:`ClientHalves.setup <lightning_fed.client.algorithm.ClientHalves.setup>`, after
-    every half's ``setup``): no tensor is kept local by two personal halves (:class:`LocalParts` and its subclasses
-    FedBN, FedPer, FedRep, Ditto's none). Each half puts its own per-client values into what it keeps at a client's
-    start and x_t's values back at its finish, so with two halves on one tensor the second would put back the
-    first's client values: the client's update would not be 0 there and its kept part would be averaged into the
-    global model.
+    every half's ``setup``): no tensor is kept local by two personal halves (:class:`LocalParts` and its
+    subclasses, FedBN's, FedPer's and FedRep's client halves). Each half puts its own per-client values into what it
+    keeps at a client's start and x_t's values back at its finish, so with two halves on one tensor the second would
+    put back the first's client values: the client's update would not be 0 there and its kept part would be
+    averaged into the global model.
 
     Args:
         algorithms: The run's client halves (those that are not :class:`LocalParts` are ignored).
