@@ -87,8 +87,9 @@ class DifferentialPrivacy:
             ``target_epsilon`` already spent by one round, or ``min_epochs`` beyond ``target_epsilon`` (the message
             gives the largest ``min_epochs`` allowed); with σ > 0, at fit start, modules with running statistics
             (BatchNorm) or ``max_update_norm_ratio`` (see :attr:`ServerOptimizer.privatises
-            <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0 buffers keep their global value and
-            parameters the clients do not train are neither clipped nor noised).
+            <lightning_fed.callbacks.ServerOptimizer.privatises>`: with σ > 0 buffers keep their global value, and
+            parameters the clients do not train or keep local, e.g. FedPer's head, are neither clipped nor noised;
+            the accountant is the same).
         RuntimeError: at the start of a round after which ε would exceed ``target_epsilon`` (the stop overridden).
     Example (a DP version of another rule: the mixin first, then ``setup_privacy``)::
 

@@ -228,6 +228,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         #: stages' (this name reads them there) and are saved with the stage's state, under ``"aggregators"``.
         self.client_state: Optional[ClientStateTable] = None
         self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
+        self._local_ids: set[int] = set()  # under a noised chain: id() of the parameters client halves keep local
         self._stepped = False  # the server stepped in the current round
         #: The client algorithms given as ``client`` (``None``: none), run by every client of every round
         #: (:mod:`lightning_fed.client.algorithm`).
@@ -460,6 +461,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.round_report = None
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+            self._local_ids = self.local_parameter_ids(pl_module)
         if self.client_state_store == "disk":
             self.collect_client_state_garbage()
 
@@ -472,12 +474,21 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             for name, value in metrics.items():
                 pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
 
+    def local_parameter_ids(self, pl_module: Any) -> set[int]:
+        """``id()`` of the parameters of ``pl_module`` that the run's client halves keep on the clients
+        (:meth:`ClientAlgorithm.local_parameters <lightning_fed.client.algorithm.ClientAlgorithm.local_parameters>`:
+        the personal parts of FedBN, FedPer, FedRep, :class:`~lightning_fed.client.personal.LocalParts`), once they
+        are set up; empty before. Read at every round's start under a chain that adds DP noise."""
+        params = list(pl_module.parameters())
+        return {id(params[i]) for half in self.client_algorithms for i in half.local_parameters() if i < len(params)}
+
     @property
     def privatises(self) -> bool:
         """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
         Then only what ε covers is released: buffers stay at their global value (the loop does not average the
         clients' buffers), parameters not trained by the clients (``requires_grad=False`` or in no client optimizer)
-        are neither clipped, noised nor stepped, and fit refuses running statistics and ``max_update_norm_ratio``."""
+        and the personal parts client halves keep local (:meth:`local_parameter_ids`) are neither clipped, noised
+        nor stepped, and fit refuses running statistics and ``max_update_norm_ratio``."""
         return adds_noise(self.aggregators)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
@@ -540,8 +551,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t.
 
         Under a chain that adds DP noise (:attr:`privatises`) the parameters the clients do not train
-        (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) are left out of
-        the chain (not in the clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit.
+        (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) and those the
+        client halves keep local (:meth:`local_parameter_ids`: FedPer's head, FedBN's norm layers, ...) are left out
+        of the chain (not in the clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit.
 
         Raises:
             ValueError: under such a chain, no parameter trained.
@@ -553,11 +565,12 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
             trained = self._trained if self._trained is not None and len(self._trained) == len(params) \
                 else trained_parameters(params)
-            frozen = [i for i, t in enumerate(trained) if not t]
+            frozen = [i for i, t in enumerate(trained) if not t or id(params[i]) in self._local_ids]
         if frozen:
             kept = [i for i in range(len(params)) if i not in set(frozen)]
             if not kept:
-                raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained (all frozen).")
+                raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained and shared (all "
+                                 "frozen or kept local by a client half).")
             released = self._aggregate([dataclasses.replace(u, delta=[u.delta[i] for i in kept]) for u in updates],
                                        reports, [params[i] for i in kept])
             pseudo_gradient = [torch.zeros_like(u_d) for u_d in updates[0].delta] if updates else \

@@ -80,6 +80,19 @@ class ClientAlgorithm:
         """At fit start, before :meth:`state_dim` is asked: look at the model (e.g. select the parts a
         personalised method keeps local, :class:`~lightning_fed.client.personal.LocalParts`). Default: nothing."""
 
+    def local_parameters(self) -> list[int]:
+        """After :meth:`setup`: the positions (in ``module.parameters()``) of the parameters this half keeps on the
+        client — their Δ_i is 0 by construction, so the server leaves them at x_t; under a chain that adds DP noise
+        they are left out of the clipping norm and of the noise (their global value is not a release of client
+        data). Default: none (``[]``); :class:`~lightning_fed.client.personal.LocalParts` returns what it keeps.
+
+        Example::
+
+            >>> ClientAlgorithm().local_parameters()
+            []
+        """
+        return []
+
     def fit_start(self, trainer: Any, server: Any) -> None:
         """At fit start, from the server optimizer's ``on_fit_start`` (before a checkpoint's optimizer state is
         restored and before the loop snapshots the hyper-parameters of round 0), for the halves given with
@@ -158,7 +171,9 @@ class ClientHalves:
         ``state_dim`` is asked for their number of entries.
 
         Raises:
-            ValueError: two stateful halves with one ``state_key``; what a half's ``check`` refuses; a table loaded
+            ValueError: two stateful halves with one ``state_key``; two personal halves keeping the same tensor
+                (:func:`~lightning_fed.client.personal.check_disjoint_local_parts`); what a half's ``check``
+                refuses; a table loaded
                 from a checkpoint for another population N or another state size (naming the half, the old and the
                 new value).
         """
@@ -168,6 +183,9 @@ class ClientHalves:
         for algorithm in algorithms:
             algorithm.check(server)
             algorithm.setup(module)
+        from lightning_fed.client.personal import check_disjoint_local_parts  # personal.py imports this module
+
+        check_disjoint_local_parts(algorithms, module)
         params = list(module.parameters()) if params is None else list(params)
         dim = sum(p.numel() for p in params)
         sizes = {}

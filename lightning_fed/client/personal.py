@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from lightning_fed.client.algorithm import ClientAlgorithm
 
-__all__ = ["LocalParts", "personal_step", "select_parts"]
+__all__ = ["LocalParts", "check_disjoint_local_parts", "personal_step", "select_parts"]
 
 
 def personal_step(module: Any, batch: Any, batch_idx: int = 0) -> Optional[Tensor]:
@@ -123,6 +123,47 @@ def select_parts(module: nn.Module, names: Sequence[str] = (), types: Sequence[t
     return params, buffers
 
 
+def check_disjoint_local_parts(algorithms: Sequence[Any], module: nn.Module) -> None:
+    """Fit-start check (from :meth:`ClientHalves.setup <lightning_fed.client.algorithm.ClientHalves.setup>`, after
+    every half's ``setup``): no tensor is kept local by two personal halves (:class:`LocalParts` and its
+    subclasses, FedBN's, FedPer's and FedRep's client halves). Each half puts its own per-client values into what it
+    keeps at a client's start and x_t's values back at its finish, so with two halves on one tensor the second would
+    put back the first's client values: the client's update would not be 0 there and its kept part would be
+    averaged into the global model.
+
+    Args:
+        algorithms: The run's client halves (those that are not :class:`LocalParts` are ignored).
+        module: The model the halves were set up on.
+
+    Raises:
+        ValueError: naming both halves and the parameter / buffer names they both keep.
+
+    Example::
+
+        >>> net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
+        >>> a, b = LocalParts(names=["1"]), LocalParts(names=["1.bias"])
+        >>> a.setup(net); b.setup(net)
+        >>> check_disjoint_local_parts([a, b], net)
+        Traceback (most recent call last):
+        ...
+        ValueError: Client halves LocalParts(names=['1'], types=[], predicate=None) and LocalParts(names=['1.bias'], types=[], predicate=None) both keep 1.bias local; each tensor must be kept by one personal half only (otherwise the second half puts the first's client values back into the global model, which then averages them). Drop it from one half's selection.
+    """
+    halves = [a for a in algorithms if isinstance(a, LocalParts) and a.selected]
+    pnames = [n for n, _ in module.named_parameters()]
+    bnames = [n for n, _ in module.named_buffers()]
+    for i, a in enumerate(halves):
+        for b in halves[i + 1:]:
+            params = sorted(set(a._params) & set(b._params))
+            buffers = sorted(set(a._buffers) & set(b._buffers))
+            if params or buffers:
+                both = [pnames[k] for k in params] + [bnames[k] for k in buffers]
+                raise ValueError(
+                    f"Client halves {a!r} and {b!r} both keep {', '.join(both)} local; each tensor must be kept by "
+                    "one personal half only (otherwise the second half puts the first's client values back into "
+                    "the global model, which then averages them). Drop it from one half's selection."
+                )
+
+
 class LocalParts(ClientAlgorithm):
     """A client half that keeps the selected parts of the model local to each client; the rest is averaged
     (see the module doc). FedBN, FedPer and FedRep are subclasses that fix the selection.
@@ -134,7 +175,8 @@ class LocalParts(ClientAlgorithm):
 
     Raises:
         TypeError: ``names`` not a list of strings, ``types`` not a list of classes, ``predicate`` not callable.
-        ValueError: at fit start, a selection that matches no parameter or buffer of the model.
+        ValueError: at fit start, a selection that matches no parameter or buffer of the model; a tensor that
+            another personal half of the run keeps too (:func:`check_disjoint_local_parts`).
 
     Example: keep the last layer of each client (FedPer-style) under FedAdam::
 
@@ -193,6 +235,12 @@ class LocalParts(ClientAlgorithm):
         pnames = [n for n, _ in module.named_parameters()]
         bnames = [n for n, _ in module.named_buffers()]
         return [pnames[i] for i in self._params] + [bnames[i] for i in self._buffers]
+
+    def local_parameters(self) -> list[int]:
+        """The kept parameters' positions in ``module.parameters()`` (after :meth:`setup`): under a DP chain the
+        server leaves them out of the clipping norm and the noise (:meth:`ClientAlgorithm.local_parameters
+        <lightning_fed.client.algorithm.ClientAlgorithm.local_parameters>`)."""
+        return list(self._params)
 
     def state_dim(self, num_params: int) -> int:
         """The number of kept values (parameters and buffers), known after :meth:`setup`."""

@@ -108,6 +108,9 @@ class LoRACausalLM(NextTokenModel):
         adapter_only_checkpoint: drop the frozen base weights from Lightning checkpoints (default ``True``); the
             checkpoint keeps a SHA-256 of the base, and loading checks it against the model being restored
             (``RuntimeError`` naming both on a mismatch), then puts the base back. ``False`` saves everything.
+            A base tensor unfrozen by hand (``requires_grad_(True)``) is saved with the adapters and left out of
+            the fingerprint under every name that holds it: GPT-2's tied ``wte`` / ``lm_head`` weight, unfrozen
+            under either name, is saved once and loads back into both (still one tensor).
         accuracy_masked_tokens: target ids that ``val_acc``/``test_acc`` do not count (default ``(0,)``: pad).
         attn_implementation: ``transformers``' attention kernel: ``None`` (default: its own choice, ``"sdpa"``),
             ``"sdpa"`` or ``"eager"``. ``"eager"`` is plain matmuls, which ``torch.func.vmap`` (the vectorized
@@ -226,8 +229,44 @@ class LoRACausalLM(NextTokenModel):
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad or not trainable)
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
-        """The trainable tensors (the adapters) by their ``state_dict`` name: what an adapter-only save holds."""
-        return {f"model.{name}": p.detach() for name, p in self.model.named_parameters() if p.requires_grad}
+        """The trainable tensors by their ``state_dict`` name: what an adapter-only save holds.
+
+        The adapters, plus any base tensor unfrozen by hand (``requires_grad_(True)``). A tensor held under several
+        names (tied weights: GPT-2's ``transformer.wte.weight`` and ``lm_head.weight``) is one entry, under its
+        first ``state_dict`` name; it is trainable when any of its names is (:meth:`tied_names` lists the others).
+        """
+        state = self.state_dict(keep_vars=True)
+        return {group[0]: state[group[0]].detach() for group in self._tensor_groups()
+                if any(state[n].requires_grad for n in group)}
+
+    def tied_names(self) -> dict[str, str]:
+        """``{alias: name}`` for every ``model.*`` ``state_dict`` name that holds the same tensor (same storage,
+        offset, shape, strides) as an earlier name. GPT-2's tied embedding gives
+        ``{"model.base_model.model.lm_head.weight": "model.base_model.model.transformer.wte.weight"}``.
+
+        Example (needs the ``llm`` extra)::
+
+            >>> import pytest
+            >>> _ = pytest.importorskip("peft"), pytest.importorskip("transformers")
+            >>> model = LoRACausalLM(n_layer=1, n_embd=8, n_head=2, lora_r=2)
+            >>> {alias.split(".")[-2]: name.split(".")[-2] for alias, name in model.tied_names().items()}
+            {'lm_head': 'wte'}
+            >>> _ = model.model.base_model.model.lm_head.weight.requires_grad_(True)  # unfreeze the tied pair
+            >>> [name.split(".")[-3:-1] for name in model.adapter_state_dict()]  # A, B and the pair once
+            [['transformer', 'wte'], ['lora_A', 'default'], ['lora_B', 'default']]
+        """
+        return {alias: group[0] for group in self._tensor_groups() for alias in group[1:]}
+
+    def _tensor_groups(self) -> list[list[str]]:
+        """The ``model.*`` ``state_dict`` names grouped by the tensor they hold, in ``state_dict`` order."""
+        groups: dict[Any, list[str]] = {}
+        for name, t in self.state_dict(keep_vars=True).items():
+            if not name.startswith("model."):
+                continue
+            key = ((t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
+                    t.dtype) if t.numel() else name)
+            groups.setdefault(key, []).append(name)
+        return list(groups.values())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """Plain SGD (ClientOpt) over the trainable parameters (the adapters): ``SGD(adapters, lr, momentum)``."""
@@ -235,16 +274,24 @@ class LoRACausalLM(NextTokenModel):
         return torch.optim.SGD(params, lr=self.hparams.lr, momentum=self.hparams.momentum)
 
     # ------------------------------------------------------------------------------ adapter-only checkpoints
-    def _frozen_names(self) -> list[str]:
-        trainable = set(self.adapter_state_dict())
+    def _frozen_names(self, trained: Optional[set[str]] = None) -> list[str]:
+        """``model.*`` names not in ``trained`` (default: this model's trainable tensors under all their names)."""
+        if trained is None:
+            trained = set(self.adapter_state_dict())
+            trained |= {alias for alias, name in self.tied_names().items() if name in trained}
         return [name for name in self.state_dict(keep_vars=True) if name.startswith("model.")
-                and name not in trainable]
+                and name not in trained]
 
-    def base_fingerprint(self) -> str:
-        """SHA-256 over the frozen base's tensors (names, dtypes, shapes, bytes), in ``state_dict`` order."""
+    def base_fingerprint(self, trained: Optional[Sequence[str]] = None) -> str:
+        """SHA-256 over the frozen base's tensors (names, dtypes, shapes, bytes), in ``state_dict`` order.
+
+        Args:
+            trained: ``state_dict`` names left out (default ``None``: this model's trainable tensors under every
+                name that holds them, so a tied tensor unfrozen under one name is left out under the other too).
+        """
         digest = hashlib.sha256()
         state = self.state_dict()
-        for name in self._frozen_names():
+        for name in self._frozen_names(None if trained is None else set(trained)):
             t = state[name].detach().cpu().contiguous()
             digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
             digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
@@ -252,28 +299,39 @@ class LoRACausalLM(NextTokenModel):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """With ``adapter_only_checkpoint``: remove the frozen base from ``checkpoint["state_dict"]`` and record
-        its fingerprint under ``checkpoint["lora_causal_lm_base"]``."""
+        its fingerprint under ``checkpoint["lora_causal_lm_base"]``. A trainable tensor held under several names
+        (an unfrozen tied embedding) is saved once, under its first name; ``"aliases"`` records the others."""
         if not self.hparams.adapter_only_checkpoint:
             return
-        frozen = self._frozen_names()
+        trainable = set(self.adapter_state_dict())
+        aliases = {alias: name for alias, name in self.tied_names().items() if name in trainable}
+        frozen = self._frozen_names(trainable | set(aliases))
         state = checkpoint["state_dict"]
-        for name in frozen:
+        for name in [*frozen, *aliases]:
             state.pop(name, None)
         checkpoint[BASE_RECORD_KEY] = {"sha256": self.base_fingerprint(), "tensors": len(frozen),
-                                       "pretrained": self.hparams.pretrained, "init_seed": self.hparams.init_seed}
+                                       "pretrained": self.hparams.pretrained, "init_seed": self.hparams.init_seed,
+                                       "aliases": aliases}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """An adapter-only checkpoint: check the base fingerprint, then put this model's frozen base back into
-        ``checkpoint["state_dict"]`` so that Lightning's strict load sees every key."""
+        """An adapter-only checkpoint: check the fingerprint of the base it froze (every ``model.*`` name it does
+        not hold, nor lists in ``"aliases"``) on this model, then put this model's frozen base back into
+        ``checkpoint["state_dict"]`` and each alias's saved tensor under the alias too, so that Lightning's strict
+        load sees every key (tied names load the same values and stay one tensor)."""
         record = checkpoint.get(BASE_RECORD_KEY)
         if record is None:
             return
-        mine = self.base_fingerprint()
+        state_dict = checkpoint["state_dict"]
+        aliases = dict(record.get("aliases", {}))
+        trained = {name for name in state_dict if name.startswith("model.")} | set(aliases)
+        mine = self.base_fingerprint(trained)
         if record["sha256"] != mine:
             raise RuntimeError(
                 f"The checkpoint's adapters were trained on another frozen base (base SHA-256 {record['sha256'][:16]}"
                 f"…, pretrained={record['pretrained']!r}, init_seed={record['init_seed']}) than this model's "
                 f"({mine[:16]}…, pretrained={self.hparams.pretrained!r}, init_seed={self.hparams.init_seed}).")
         state = self.state_dict()
-        for name in self._frozen_names():
-            checkpoint["state_dict"].setdefault(name, state[name])
+        for name in self._frozen_names(trained):
+            state_dict.setdefault(name, state[name])
+        for alias, name in aliases.items():
+            state_dict[alias] = state_dict[name]

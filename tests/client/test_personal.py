@@ -51,3 +51,66 @@ def test_state_is_sized_by_what_is_kept_and_the_update_is_zero_there():
 def test_bad_selections_are_refused(kwargs, match):
     with pytest.raises(TypeError, match=match):
         LocalParts(**kwargs)
+
+
+def test_two_halves_keeping_one_tensor_are_refused_naming_both_and_the_tensors():
+    """Issue #49: FedBN and FedPer with a head that holds the BatchNorm layer both keep it; the fit-start check names
+    both halves and exactly the shared parameters and buffers (disjoint selections pass)."""
+    from lightning_fed.algorithms import FedBNClient, FedPerClient
+    from lightning_fed.client.personal import check_disjoint_local_parts
+
+    net = _net()  # Linear(3, 4), BatchNorm1d(4), Linear(4, 2)
+    bn, per, body = FedBNClient(), FedPerClient(head=["1", "2"]), LocalParts(names=["0.weight"])
+    for half in (bn, per, body):
+        half.setup(net)
+    bias = LocalParts(names=["0.bias"])
+    bias.setup(net)
+    check_disjoint_local_parts([bn, body, bias], net)  # disjoint: accepted
+    check_disjoint_local_parts([per, body, bias], net)
+    with pytest.raises(ValueError) as err:
+        check_disjoint_local_parts([body, bn, per], net)
+    assert str(err.value).startswith(
+        "Client halves FedBNClient() and FedPerClient(head=['1', '2']) both keep 1.weight, 1.bias, 1.running_mean, "
+        "1.running_var, 1.num_batches_tracked local;")
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+def test_overlapping_kept_parts_are_refused_at_fit_start_before_any_client_trains(tmp_path):
+    """The same refusal in a fit: FedPer's head given to the server optimizer and a LocalParts of the trainer keeping
+    the head's bias (two state keys, so nothing else refused it; the head was then averaged into the global model)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import Callback
+    from torch.utils.data import TensorDataset
+
+    from helpers import quiet_trainer_kwargs, regression_data
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.algorithms import FedPerClient
+    from lightning_fed.callbacks import FedAvg
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    class TwoLayer(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1)).double()
+
+        def training_step(self, batch, batch_idx):
+            return nn.functional.mse_loss(self.net(batch[0]).squeeze(-1), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    class Trained(Callback):
+        batches = 0
+
+        def on_train_batch_start(self, *args):
+            Trained.batches += 1
+
+    x, y = regression_data(n=24)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2, batch_size=4)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg(client=[FedPerClient(head=["net.1"])]), Trained()],
+                               client_algorithms=[LocalParts(names=["net.1.bias"])], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"^Client halves FedPerClient\(head=\['net.1'\]\) and LocalParts\(names="
+                                         r"\['net.1.bias'\], types=\[\], predicate=None\) both keep net.1.bias local"):
+        trainer.fit(TwoLayer(), datamodule=dm)
+    assert Trained.batches == 0 and trainer.current_epoch == 0

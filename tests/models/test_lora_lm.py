@@ -130,6 +130,89 @@ def test_resume_from_an_adapter_only_checkpoint_is_bit_for_bit(tmp_path):
         assert torch.equal(resumed.state_dict()[k], v), k
 
 
+WTE = "model.base_model.model.transformer.wte.weight"
+LM_HEAD = "model.base_model.model.lm_head.weight"
+
+
+def _tied_trained(**kwargs) -> LoRACausalLM:
+    """TINY with GPT-2's tied embedding unfrozen through its alias `lm_head.weight` (the name that
+    `named_parameters` leaves out): the adapters and the one tensor wte = lm_head train."""
+    model = LoRACausalLM(**TINY, **kwargs)
+    model.model.base_model.model.lm_head.weight.requires_grad_(True)
+    return model
+
+
+def _sha256(state, names) -> str:
+    """The documented fingerprint, written out here: SHA-256 over name|dtype|shape| and the bytes, in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in names:
+        t = state[name].contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode() + t.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def test_unfrozen_tied_embedding_is_saved_once_and_loads_back_tied(tmp_path):
+    """Issue #49: with the tied wte/lm_head trained, the fingerprint covers exactly the frozen tensors (neither
+    name of the tied pair), the checkpoint holds the pair once (under wte) and names lm_head as its alias, and it
+    loads back bit for bit into a fresh model -- with the pair still one tensor -- instead of being refused as
+    "another frozen base"; another base (init_seed) is still refused."""
+    _needs_extra()
+    model = _tied_trained()
+    wte = model.model.base_model.model.transformer.wte.weight
+    assert wte is model.model.base_model.model.lm_head.weight
+    before = wte.detach().clone()
+    assert set(model.adapter_state_dict()) == {n for n, p in model.named_parameters() if p.requires_grad}
+    assert WTE in model.adapter_state_dict() and LM_HEAD not in model.adapter_state_dict()
+    trainer = _fit(model, tmp_path, rounds=1)
+    assert not torch.equal(wte, before)  # the pair trained, through both uses
+
+    state = model.state_dict()
+    frozen = [k for k in state if k.startswith("model.") and ".lora_" not in k and k not in (WTE, LM_HEAD)]
+    assert len(frozen) == len([k for k in state if k.startswith("model.")]) - 2 - 4  # 2 layers x (A, B)
+    assert model.base_fingerprint() == _sha256(state, frozen)
+    assert model.base_fingerprint() == _sha256(LoRACausalLM(**TINY).state_dict(), frozen)  # the base is untouched
+
+    path = tmp_path / "tied.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    saved = [k for k in checkpoint["state_dict"] if k.startswith("model.")]
+    assert WTE in saved and LM_HEAD not in saved and len(saved) == 5
+    assert checkpoint["lora_causal_lm_base"]["aliases"] == {LM_HEAD: WTE}
+    assert checkpoint["lora_causal_lm_base"]["sha256"] == _sha256(state, frozen)
+
+    fresh = LoRACausalLM(**TINY)  # the pair frozen: its own fingerprint covers it, the checkpoint's does not
+    assert fresh.base_fingerprint() != model.base_fingerprint()
+    assert fresh.base_fingerprint(saved + [LM_HEAD]) == model.base_fingerprint()
+    restored = LoRACausalLM.load_from_checkpoint(path)  # a fresh model (tied pair frozen): loads for inference
+    for k, v in state.items():
+        assert torch.equal(restored.state_dict()[k], v), k
+    assert restored.model.base_model.model.lm_head.weight is restored.model.base_model.model.transformer.wte.weight
+
+    with pytest.raises(RuntimeError, match="another frozen base.*init_seed=0.*init_seed=1"):
+        LoRACausalLM.load_from_checkpoint(path, init_seed=1)
+
+
+def test_resume_with_an_unfrozen_tied_embedding_is_bit_for_bit(tmp_path):
+    """Three FedAdam rounds straight equal one round, an adapter-only checkpoint holding the tied pair once, and two
+    resumed rounds into a fresh model with the same pair unfrozen; the pair is one tensor all along."""
+    _needs_extra()
+    straight = _tied_trained()
+    _fit(straight, tmp_path / "straight", rounds=3)
+
+    trainer = _fit(_tied_trained(), tmp_path / "first", rounds=1)
+    path = tmp_path / "round1.ckpt"
+    trainer.save_checkpoint(path)
+    resumed = _tied_trained()
+    _fit(resumed, tmp_path / "resumed", rounds=3, ckpt_path=str(path))
+    inner = resumed.model.base_model.model
+    assert inner.lm_head.weight is inner.transformer.wte.weight and inner.lm_head.weight.requires_grad
+    for k, v in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
+    assert not torch.equal(straight.state_dict()[WTE], LoRACausalLM(**TINY).state_dict()[WTE])
+
+
 def test_pretrained_model_from_a_local_folder(tmp_path):
     """``pretrained`` loads with ``from_pretrained`` (here a folder, no download): its architecture is used, the
     architecture arguments and a vocabulary smaller than ``vocab_size`` are refused by name."""

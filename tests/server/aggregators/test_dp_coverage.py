@@ -249,3 +249,113 @@ def test_clipping_and_noise_cover_only_the_federated_parameters(tmp_path, make):
     frozen, head_only, trainer, _ = fit_frozen_pair(tmp_path, make)
     assert same_head(frozen, head_only) and not torch.equal(frozen.head.bias, torch.zeros(1, dtype=torch.float64))
     assert all(len(v) == 2 for v in trainer.fit_loop.server_optimizer.state.values())
+
+
+# ---------------------------------------------------------------- issue #49: personal parts kept by client halves
+class BodyHead(LinearRegression):
+    """x (3) → body Linear(3, 2) → head Linear(2, 1) (``net.1``, what FedPer keeps), MSE, SGD; float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)).double()
+        del self.linear
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x).squeeze(-1), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class RecordingFedAvg(FedAvg):
+    """FedAvg(weighting="uniform") given the DP-FedAvg chain by hand (as :func:`_hand_chain`; no accountant, so a
+    fit costs no ε evaluations), keeping a copy of x_t, the clients' Δ_i and x_{t+1} of every server step."""
+
+    def __init__(self, sigma, s, client):
+        super().__init__(weighting="uniform", client=client)
+        clip = ClipUpdates(s)
+        self.aggregators = check_chain([clip, DPMean(), GaussianNoise(sigma, clip)])
+        self.steps = []
+
+    def server_update(self, params, updates):
+        before = [p.detach().clone() for p in params]
+        deltas = [[d.detach().clone() for d in u.delta] for u in updates]
+        out = super().server_update(params, updates)
+        self.steps.append((before, deltas, [p.detach().clone() for p in params]))
+        return out
+
+
+def _noise(seed, round_idx, shapes):
+    """The documented noise stream, written out: a torch.Generator seeded through NumPy's SeedSequence by
+    (seed, 0xD9F0, round), one N(0, 1) draw per tensor released, in order (server/aggregators/dp.py)."""
+    state = np.random.SeedSequence([seed & 0xFFFFFFFF, 0xD9F0, round_idx]).generate_state(1, np.uint64)[0]
+    gen = torch.Generator().manual_seed(int(state & 0x7FFF_FFFF_FFFF_FFFF))
+    return [torch.randn(shape, generator=gen, dtype=torch.float64).numpy() for shape in shapes]
+
+
+@pytest.mark.filterwarnings("ignore:FedAvg aggregates with the DP stages:UserWarning")
+def test_kept_personal_parts_are_neither_clipped_nor_noised(tmp_path):
+    """Issue #49: FedPer's head under the DP-FedAvg chain stays at its initial value bit for bit over 3 rounds (on
+    main the noise N(0, (σS/C)²) was added to it every round), and the released body equals a NumPy transcription
+    of McMahan et al. 2018, Alg. 1 over the body alone — x_{t+1} = x_t + (Σ_i Δ_i·min(1, S/‖Δ_i‖) + σS·ξ) / C, the
+    norm over the body's tensors only, ξ the documented noise stream drawn for the body's tensors only."""
+    from lightning_fed.algorithms import FedPerClient
+
+    sigma, s, n, c, rounds = 0.5, 0.05, 6, 3, 3
+    torch.manual_seed(0)
+    model = BodyHead()
+    head0 = [p.detach().clone() for p in model.net[1].parameters()]
+    server = RecordingFedAvg(sigma, s, client=[FedPerClient(head=["net.1"])])
+    dm = _dm(n, c)
+    FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp_path)).fit(model, datamodule=dm)
+
+    for p, p0 in zip(model.net[1].parameters(), head0):
+        assert torch.equal(p, p0)  # the global head: bit for bit its initial value
+    assert len(server.steps) == rounds
+    clipped = 0
+    for t, (before, deltas, after) in enumerate(server.steps):
+        body = [0, 1]  # net.0.weight, net.0.bias; net.1.* (2, 3) is the head
+        assert all(not d[i].any() for d in deltas for i in (2, 3))  # the clients' Δ_i is 0 on the head
+        total = [np.zeros(before[i].shape) for i in body]
+        for d in deltas:
+            v = [d[i].numpy() for i in body]
+            norm = math.sqrt(sum(float((x ** 2).sum()) for x in v))
+            clipped += norm > s
+            total = [a + x * min(1.0, s / norm) for a, x in zip(total, v)]
+        xi = _noise(int(dm.seed), t, [before[i].shape for i in body])
+        for k, i in enumerate(body):
+            want = before[i].numpy() + (total[k] + sigma * s * xi[k]) / c
+            # the clip may shrink its factor by 1e-6 so that ‖clip(Δ_i)‖ ≤ S survives rounding: ≤ 1e-6·S·K/C off;
+            # the noise itself is σS/C ≈ 8e-3 per coordinate here
+            np.testing.assert_allclose(after[i].numpy(), want, rtol=0, atol=1e-7)
+        for i in (2, 3):
+            assert torch.equal(after[i], before[i])
+    assert clipped > 0  # S is small enough that the clipping acted
+
+
+def test_dp_fedavg_with_a_kept_head_keeps_it_and_accounts_the_same_epsilon(tmp_path):
+    """Issue #49 with the accounted DPFedAvg: the kept head is unchanged bit for bit after 2 rounds, and ε is the
+    library's answer for the same σ, N, C and rounds (what the clients keep does not enter the accountant)."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    from lightning_fed.algorithms import FedPerClient
+
+    sigma, delta, n, c, rounds = 0.8, 1e-3, 6, 3, 2
+    torch.manual_seed(0)
+    model = BodyHead()
+    head0 = [p.detach().clone() for p in model.net[1].parameters()]
+    body0 = model.net[0].weight.detach().clone()
+    server = DPFedAvg(clip_norm=0.05, noise_multiplier=sigma, target_delta=delta, sampling="poisson",
+                      client=[FedPerClient(head=["net.1"])])
+    x, y = regression_data(n=60)  # Poisson cohorts: RDP's ε costs milliseconds there, about a second for fixed size
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(n, seed=0),
+                             clients_per_round=c, batch_size=4, cohort_sampling="poisson")
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    assert all(torch.equal(p, p0) for p, p0 in zip(model.net[1].parameters(), head0))
+    assert not torch.equal(model.net[0].weight, body0)
+    lib = rdp.RdpAccountant()
+    lib.compose(dp_accounting.PoissonSampledDpEvent(c / n, dp_accounting.GaussianDpEvent(sigma)), rounds)
+    assert server.epsilon == lib.get_epsilon(delta)
