@@ -30,6 +30,7 @@ The disk store runs in one process (refused under DDP, where every rank applies 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -1003,7 +1004,8 @@ class ClientStateStore:
                     f.write(b"\0")
                 os.unlink(probe)
             except OSError as error:
-                _remove(probe)
+                with contextlib.suppress(OSError):
+                    os.unlink(probe)
                 raise refuse(error, f"writing {probe!r}") from error
 
     def __repr__(self) -> str:
