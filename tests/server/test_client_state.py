@@ -410,6 +410,7 @@ def test_42_a_memory_snapshot_shares_the_rows_and_restores_them():
 import contextlib  # noqa: E402
 import re  # noqa: E402
 import errno  # noqa: E402
+import gc  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 
@@ -457,6 +458,7 @@ def test_49_a_checkpoint_copied_by_hand_keeps_its_rows(tmp_path):
     full = _fit_run(tmp_path / "a", 4)
     _fit_run(tmp_path / "b", 2)
     shutil.copy(tmp_path / "b" / "ckpt" / "last.ckpt", tmp_path / "b" / "ckpt" / "backup.ckpt")
+    gc.collect()  # the first run's tables gone, as in a new process (a live table's rows are never deleted)
     went_on = _fit_run(tmp_path / "b", 4, ckpt=tmp_path / "b" / "ckpt" / "last.ckpt")
     _same_run(full, went_on, "SCAFFOLD")
     resumed = _fit_run(tmp_path / "b", 4, ckpt=tmp_path / "b" / "ckpt" / "backup.ckpt")
