@@ -21,6 +21,20 @@ Where the rows live is the table's **store** (:data:`CLIENT_STATE_STORES`, chose
   process killed mid-save never loses a row a checkpoint on disk references; a ``refs/`` file that cannot be read
   stops the deletions in its directory).
 
+What "any checkpoint still on disk" covers (issue #49): besides ``refs/``, before a version is deleted the ``.ckpt``
+files in the folders of the table's checkpoints, their parent folders and the folder holding the store directory are
+read (once each, by file identity: weights-only and memory-mapped, so the model's tensors are not read; a renamed file
+keeps its identity), and a version any of them references is kept. Scanning rather than reference counting because a
+copy made by hand (``cp last.ckpt backup.ckpt``) tells the store nothing: only the file itself says what it needs. It
+runs only when something would be deleted, reads only files not seen before, and does not grow with the table, so a
+save's time stays flat. A ``.ckpt`` there that cannot be read stops the deletions while it is there (a warning).
+
+A manifest also holds each row's CRC-32 (checked when the row is read: :class:`CorruptClientStateError`) and whether
+it is all finite (a NaN/inf row is refused at resume, as a memory table's is), and — in a saved checkpoint — the
+store directory relative to the checkpoint's folder (:func:`resolve_manifest_directories`: a copied run folder reads
+its own rows). A resume writes only into the run's own store (:meth:`ClientStateStore.adopt` copies the rows of a
+checkpoint whose store is elsewhere). Table folders: :func:`table_folder`.
+
 Why one file per row and version rather than one memory-mapped ``[N, d]`` file: a row is written whole and never in
 place, so an older checkpoint's rows cannot change under it (a memory-mapped table written in place would need a
 copy of the table per checkpoint); a write is one atomic rename; deleting a version is one ``unlink``; and nothing is
