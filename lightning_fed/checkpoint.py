@@ -47,7 +47,13 @@ from lightning_fed.datamodules import MOVED_MODULES
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint
 from lightning_fed.server.checks import is_server_optimizer
-from lightning_fed.server.client_state import checkpoint_removed, checkpoint_saved, checkpoint_saving, pin_checkpoint
+from lightning_fed.server.client_state import (
+    checkpoint_removed,
+    checkpoint_saved,
+    checkpoint_saving,
+    pin_checkpoint,
+    resolve_manifest_directories,
+)
 
 #: The run record's list of the federated parameters' names (``module.named_parameters()`` order), written only when
 #: some parameters are frozen (a record without it: every parameter is federated).
@@ -288,7 +294,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         map_location: Optional[Callable] = lambda storage, loc: storage,
         weights_only: Optional[bool] = None,
     ) -> dict[str, Any]:
-        """Load the checkpoint at ``path`` (as :class:`TorchCheckpointIO`).
+        """Load the checkpoint at ``path`` (as :class:`TorchCheckpointIO`); the store directories of its on-disk
+        client-state tables resolved from where the file is now
+        (:func:`~lightning_fed.server.client_state.resolve_manifest_directories`).
 
         Raises:
             FileNotFoundError: no file at ``path``.
@@ -296,7 +304,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 names the file and the damage.
         """
         try:
-            return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+            checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+            if is_local_file_protocol(path):  # on-disk client-state rows: the store next to the file (a copied run)
+                resolve_manifest_directories(checkpoint, _local_path(path))
+            return checkpoint
         except FileNotFoundError:
             raise
         except Exception as err:

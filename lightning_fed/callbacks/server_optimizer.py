@@ -16,7 +16,13 @@ from torch import Tensor
 from lightning_fed.client import ClientUpdate
 from lightning_fed.client.update import DeltaNorms
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
-from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
+from lightning_fed.server.client_state import (
+    ClientStateStore,
+    ClientStateTable,
+    check_client_state_store,
+    collect_garbage,
+    nonfinite_disk_rows,
+)
 from lightning_fed.server.aggregators.base import (
     ClientDeltas,
     EmptyState,
@@ -699,6 +705,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         Raises:
             ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument; or with more than
                 one process (``trainer.world_size`` > 1: every DDP rank would write its own copy of every row).
+            ClientStateStoreError: the ``"disk"`` store's directory cannot be created or written (read-only, no
+                permission, full), naming ``client_state_dir``, the directory and the file tried
+                (:meth:`ClientStateStore.check_writable <lightning_fed.server.client_state.ClientStateStore.check_writable>`).
 
         Example::
 
@@ -718,6 +727,11 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             root = getattr(trainer, "default_root_dir", None) or os.getcwd()
             directory = os.path.join(str(root), "client_state")
         self._store = ClientStateStore(self.client_state_store, directory)
+        for stage in self.aggregators or ():
+            if self.client_state_store == "disk" and getattr(stage, "dense_client_state", False):
+                break  # refused below, naming the stage
+        else:
+            self._store.check_writable()  # before any client trains: not after round 0
         for stage in self.aggregators or ():
             if self.client_state_store == "disk" and getattr(stage, "dense_client_state", False):
                 raise ValueError(
@@ -1049,6 +1063,8 @@ def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names:
     elif hasattr(value, "_asdict"):
         _state_items(items, prefix, value._asdict(), path, param_names, tables)
     elif isinstance(value, dict):
+        # an on-disk table's state dict: its rows recorded non-finite when written, read from their files (only those)
+        items.extend((f"{label} row of client {i}", row) for i, row in nonfinite_disk_rows(value))
         for key, v in value.items():
             _state_items(items, prefix, v, path + (str(key),), param_names, tables)
     elif isinstance(value, (list, tuple)):

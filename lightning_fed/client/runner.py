@@ -47,6 +47,7 @@ from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.checkpoint import MidRoundCheckpointError
+from lightning_fed.server.client_state import ClientStateStoreError, MissingClientStateError
 from lightning.pytorch.callbacks import Callback
 
 from lightning_fed.client.algorithm import ClientHalves
@@ -764,12 +765,14 @@ class ClientRunner:
 
     def client_failed(self, client_id: int, error: BaseException) -> ClientFailure:
         """Client ``client_id``'s local work raised ``error``: re-raise it under ``"raise"`` (and always for a
-        mid-round checkpoint attempt), else :meth:`report_failure`."""
+        mid-round checkpoint attempt, a frozen parameter changed, and an on-disk client-state row missing, damaged
+        or not writable — the run's store, not the client, is at fault), else :meth:`report_failure`."""
         hint = getattr(self.datamodule, "batch_hint", None)  # e.g. a dict batch read as a tuple
         hint = hint(error) if callable(hint) else None
         if hint:
             error.add_note(f"Hint: {hint}.")
-        if self.raises_on_failure or isinstance(error, (MidRoundCheckpointError, FrozenParameterChangedError)):
+        if self.raises_on_failure or isinstance(error, (MidRoundCheckpointError, FrozenParameterChangedError,
+                                                        MissingClientStateError, ClientStateStoreError)):
             raise error
         notes = "".join(f" [{note}]" for note in error_notes(error))  # e.g. the image row the data source names
         return self.report_failure(client_id, f"{type(error).__name__}: {error}{notes}" +

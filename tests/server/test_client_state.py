@@ -404,3 +404,285 @@ def test_42_a_memory_snapshot_shares_the_rows_and_restores_them():
     assert server.client_state.ids() == sorted(before)
     for i, v in before.items():
         assert torch.equal(server.client_state.get(i), v)
+
+
+# ---------------------------------------------------------------------------------------------- issue #49
+import contextlib  # noqa: E402
+import re  # noqa: E402
+import errno  # noqa: E402
+import gc  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+
+from lightning.pytorch.callbacks import Callback  # noqa: E402
+
+from lightning_fed.checkpoint import AtomicCheckpointIO  # noqa: E402
+from lightning_fed.server.client_state import (  # noqa: E402
+    ClientStateStore,
+    ClientStateStoreError,
+    CorruptClientStateError,
+)
+
+
+class _Trained(Callback):
+    """Counts the local steps run (a client that trained)."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def on_train_batch_start(self, *args):
+        self.steps += 1
+
+
+def _fit_run(root, epochs, ckpt=None, directory=None, method="SCAFFOLD", callbacks=()):
+    """A run whose folder is ``root``: checkpoints in ``root/ckpt``, the disk store at its default
+    ``root/client_state`` (or ``directory``)."""
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    server = SCAFFOLD(lr=0.8, client_state_store="disk", client_state_dir=directory) if method == "SCAFFOLD" else \
+        FedDyn(alpha=0.1, client_state_store="disk", client_state_dir=directory)
+    saver = ModelCheckpoint(dirpath=str(root / "ckpt"), save_last=True, every_n_epochs=1, save_top_k=1)
+    FederatedTrainer(max_epochs=epochs, callbacks=[server, saver, *callbacks],
+                     **(quiet_trainer_kwargs(root) | {"enable_checkpointing": True})).fit(
+        model, datamodule=_population(), ckpt_path=None if ckpt is None else str(ckpt))
+    return model, server
+
+
+def _row_files(directory):
+    return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*.row")}
+
+
+def test_49_a_checkpoint_copied_by_hand_keeps_its_rows(tmp_path):
+    """`cp last.ckpt backup.ckpt` after round 2; the run goes on 2 rounds (rewriting its clients' rows, collecting
+    the superseded versions); the copy still resumes, bit for bit like the uninterrupted run."""
+    full = _fit_run(tmp_path / "a", 4)
+    _fit_run(tmp_path / "b", 2)
+    shutil.copy(tmp_path / "b" / "ckpt" / "last.ckpt", tmp_path / "b" / "ckpt" / "backup.ckpt")
+    gc.collect()  # the first run's tables gone, as in a new process (a live table's rows are never deleted)
+    went_on = _fit_run(tmp_path / "b", 4, ckpt=tmp_path / "b" / "ckpt" / "last.ckpt")
+    _same_run(full, went_on, "SCAFFOLD")
+    resumed = _fit_run(tmp_path / "b", 4, ckpt=tmp_path / "b" / "ckpt" / "backup.ckpt")
+    _same_run(full, resumed, "SCAFFOLD")
+
+
+def test_49_a_checkpoint_renamed_by_hand_keeps_its_rows_and_unreferenced_ones_still_go(tmp_path):
+    """A checkpoint renamed by hand (`mv`), then its old path saved again: the renamed file's rows stay; versions no
+    file references are deleted (the garbage collection still works)."""
+    table = ClientStateTable(num_clients=3, dim=2, dtype=torch.float64, directory=str(tmp_path / "cs" / "T"))
+    io, ckpt = AtomicCheckpointIO(), tmp_path / "ckpt"
+    table.put(0, torch.tensor([1.0, 2.0]))
+    io.save_checkpoint({"callbacks": {"S": table.state_dict()}}, str(ckpt / "last.ckpt"))
+    os.rename(ckpt / "last.ckpt", ckpt / "kept.ckpt")
+    table.put(0, torch.tensor([3.0, 4.0]))  # supersedes the kept version
+    table.put(0, torch.tensor([5.0, 6.0]))  # supersedes a version no file references
+    io.save_checkpoint({"callbacks": {"S": table.state_dict()}}, str(ckpt / "last.ckpt"))
+    kept = torch.load(ckpt / "kept.ckpt", weights_only=True)["callbacks"]["S"]
+    assert ClientStateTable.from_state_dict(kept).get(0).tolist() == [1.0, 2.0]
+    assert len(list((tmp_path / "cs" / "T" / "rows").rglob("*.row"))) == 2  # [1, 2] and [5, 6]; [3, 4] deleted
+    os.remove(ckpt / "kept.ckpt")
+    table.put(0, torch.tensor([7.0, 8.0]))
+    io.save_checkpoint({"callbacks": {"S": table.state_dict()}}, str(ckpt / "last.ckpt"))
+    rows = sorted(torch.from_file(str(p), size=2, dtype=torch.float64).tolist()
+                  for p in (tmp_path / "cs" / "T" / "rows").rglob("*.row"))
+    assert rows == [[7.0, 8.0]]  # the copy gone: its version goes too
+
+
+def test_49_a_copied_run_folder_is_independent(tmp_path):
+    """A run folder copied (`cp -r`) to branch an experiment resumes from its own rows and writes its own store:
+    the original deleted, the copy still resumes, bit for bit."""
+    full = _fit_run(tmp_path / "a", 4)
+    _fit_run(tmp_path / "orig", 2)
+    shutil.copytree(tmp_path / "orig", tmp_path / "copy")
+    before = _row_files(tmp_path / "orig")
+    shutil.rmtree(tmp_path / "orig")
+    resumed = _fit_run(tmp_path / "copy", 4, ckpt=tmp_path / "copy" / "ckpt" / "last.ckpt")
+    _same_run(full, resumed, "SCAFFOLD")
+    assert resumed[1].client_state.directory == str(tmp_path / "copy" / "client_state" / "ScaffoldControl")
+    assert not (tmp_path / "orig").exists() and before
+
+
+def test_49_a_resume_with_another_client_state_dir_copies_the_rows_there(tmp_path):
+    """The resume's `client_state_dir` is used (the checkpoint's rows copied there), bit for bit; the directory
+    the checkpoint references is left as it was."""
+    full = _fit_run(tmp_path / "a", 4)
+    _fit_run(tmp_path / "b", 2, directory=str(tmp_path / "b" / "first"))
+    before = _row_files(tmp_path / "b" / "first")
+    resumed = _fit_run(tmp_path / "b", 4, ckpt=tmp_path / "b" / "ckpt" / "last.ckpt",
+                       directory=str(tmp_path / "b" / "second"))
+    _same_run(full, resumed, "SCAFFOLD")
+    assert resumed[1].client_state.directory == str(tmp_path / "b" / "second" / "ScaffoldControl")
+    assert _row_files(tmp_path / "b" / "first") == before  # untouched: no row added or deleted there
+    (manifest,) = disk_manifests(torch.load(tmp_path / "b" / "ckpt" / "last.ckpt", weights_only=True)["callbacks"])
+    assert manifest["directory"] == str(tmp_path / "b" / "second" / "ScaffoldControl")
+
+
+def test_49_table_folders_are_injective_and_never_outside_the_store(tmp_path):
+    keys = ["ScaffoldControl", "FedDynClient", "a b", "a_b", "a-b", "a/b", "..", ".", "", "/etc", "../../x",
+            "a" * 101, "a" * 100, "FedProxClient{mu=0.1}", "FedProxClient{mu=0_1}"]
+    store = ClientStateStore("disk", str(tmp_path / "cs"))
+    folders = [store.table_directory(k) for k in keys]
+    assert len(set(folders)) == len(keys)
+    assert all(os.path.dirname(f) == str(tmp_path / "cs") and os.path.basename(f) not in ("", ".", "..")
+               for f in folders)
+    assert folders[:2] == [str(tmp_path / "cs" / "ScaffoldControl"), str(tmp_path / "cs" / "FedDynClient")]
+    # real files: two tables whose keys today's mapping sent to one folder keep their own rows and refs
+    a, b = (store.table(k, 2, 2, torch.float64) for k in ("a b", "a_b"))
+    io = AtomicCheckpointIO()
+    a.put(0, torch.tensor([1.0, 1.0]))
+    b.put(0, torch.tensor([2.0, 2.0]))
+    io.save_checkpoint({"callbacks": {"A": a.state_dict(), "B": b.state_dict()}}, str(tmp_path / "one.ckpt"))
+    a.put(0, torch.tensor([3.0, 3.0]))
+    b.put(0, torch.tensor([4.0, 4.0]))
+    io.save_checkpoint({"callbacks": {"A": a.state_dict(), "B": b.state_dict()}}, str(tmp_path / "two.ckpt"))
+    os.makedirs(tmp_path / "elsewhere")
+    os.rename(tmp_path / "two.ckpt", tmp_path / "elsewhere" / "two.ckpt")  # out of sight of the scan
+    a.put(0, torch.tensor([5.0, 5.0]))
+    io.save_checkpoint({"callbacks": {"A": a.state_dict()}}, str(tmp_path / "three.ckpt"))
+    one = torch.load(tmp_path / "one.ckpt", weights_only=True)["callbacks"]
+    assert ClientStateTable.from_state_dict(one["A"]).get(0).tolist() == [1.0, 1.0]
+    assert ClientStateTable.from_state_dict(one["B"]).get(0).tolist() == [2.0, 2.0]
+    assert not (tmp_path / "x").exists() and not (tmp_path / "etc").exists()
+
+
+def _strip_to_todays_format(path, move_to=None):
+    """Rewrite the checkpoint at ``path`` in the manifest format of before issue #49 (absolute directory only, no
+    checksums, flags or relative directory), optionally with the table folder moved to ``move_to``."""
+    checkpoint = torch.load(path, weights_only=True)
+    for manifest in disk_manifests(checkpoint["callbacks"]):
+        for key in ("crc32", "finite", "relative", "saved_directory"):
+            manifest.pop(key, None)
+        if move_to is not None:
+            os.rename(manifest["directory"], move_to)
+            manifest["directory"] = str(move_to)
+    torch.save(checkpoint, path)
+
+
+@pytest.mark.parametrize("method", ["SCAFFOLD", "FedDyn"])
+def test_49_a_checkpoint_in_the_format_of_before_resumes_bit_for_bit(tmp_path, method):
+    """A manifest of before issue #49 (no checksums, absolute directory), its folder named by the old mapping
+    (`re.sub` of the key, here standing for a key with `{`): resumed bit for bit, its rows copied into the table's
+    folder of today."""
+    full = _fit_run(tmp_path / "a", 4, method=method)
+    _fit_run(tmp_path / "b", 2, method=method)
+    last = tmp_path / "b" / "ckpt" / "last.ckpt"
+    _strip_to_todays_format(last, move_to=tmp_path / "b" / "client_state" / "Old_mapping_")
+    resumed = _fit_run(tmp_path / "b", 4, ckpt=last, method=method)
+    _same_run(full, resumed, method)
+    assert _table(resumed[1], method).directory == str(tmp_path / "b" / "client_state" / _TABLE[method])
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("method", ["SCAFFOLD", "FedDyn"])
+def test_49_a_damaged_row_is_refused_naming_the_file_and_the_client(tmp_path, method):
+    """One flipped bit in each row file of the checkpoint: the resume refuses the first row it reads
+    (CorruptClientStateError, a MissingClientStateError), naming the file and the client, instead of training on
+    other numbers."""
+    _fit_run(tmp_path, 2, method=method)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    (manifest,) = disk_manifests(torch.load(last, weights_only=True)["callbacks"])
+    directory = tmp_path / "client_state" / _TABLE[method]
+    files = {}
+    for client, version in zip(manifest["ids"].tolist(), manifest["versions"].tolist()):
+        files[client] = directory / "rows" / f"{client % 256:02x}" / f"{client}-{version:016x}.row"
+        _flip_a_byte(files[client])
+    with pytest.raises(CorruptClientStateError, match=r"row of client (\d+) .* is damaged \(file '.*\.row': CRC-32") \
+            as error:
+        _fit_run(tmp_path, 4, ckpt=last, method=method)
+    client = int(re.search(r"row of client (\d+)", str(error.value)).group(1))
+    assert str(files[client]) in str(error.value) and isinstance(error.value, MissingClientStateError)
+
+
+def _nan_row_checkpoint(path, client):
+    """The checkpoint at ``path`` rewritten with client ``client``'s row of the per-client table holding a NaN
+    (written through the table, as a server step would)."""
+    checkpoint = torch.load(path, weights_only=True)
+    (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("SCAFFOLD")]
+    holder = state["aggregators"][0]["table"]
+    table = ClientStateTable.from_state_dict(holder["client_state_table"])
+    row = table.get(client).clone()
+    row[1] = float("nan")
+    table.put(client, row)
+    holder["client_state_table"] = table.state_dict()
+    AtomicCheckpointIO().save_checkpoint(checkpoint, str(path))
+
+
+@pytest.mark.parametrize("store", ["memory", "disk"])
+def test_49_a_nonfinite_row_is_refused_at_resume_in_either_store(tmp_path, store):
+    """A c_i row holding a NaN in the checkpoint: the resume is refused before any client trains, on disk as in
+    memory."""
+    _fit(tmp_path, "ckpt", 2, "SCAFFOLD", store)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    state = _disk_table_states(torch.load(last, weights_only=True)) if store == "disk" else None
+    client = int(state[0]["store"]["ids"][0]) if state else 0
+    if store == "memory":
+        client = sorted(_load_server(str(last), "SCAFFOLD", store, tmp_path).client_state.ids())[0]
+    _nan_row_checkpoint(last, client)
+    trained = _Trained()
+    torch.manual_seed(0)
+    saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True, every_n_epochs=1)
+    with pytest.raises(ValueError, match=rf"Cannot resume from .*client.{{0,40}}{client}.*1 non-finite value"):
+        FederatedTrainer(max_epochs=4, callbacks=[_server("SCAFFOLD", store, tmp_path), saver, trained],
+                         **(quiet_trainer_kwargs(tmp_path / "logs") | {"enable_checkpointing": True})).fit(
+            LinearRegression(lr=0.05), datamodule=_population(), ckpt_path=str(last))
+    assert trained.steps == 0
+
+
+@contextlib.contextmanager
+def _tmpfs(path, options):
+    """A tmpfs mounted at ``path`` (skips the test where mounting is not permitted)."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        pytest.skip(f"needs a tmpfs mount (`mount -t tmpfs -o {options}`), not available here: {error}")
+    if done.returncode != 0:
+        pytest.skip(f"needs a tmpfs mount (`mount -t tmpfs -o {options}`), not permitted here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _read_only_dir(path):
+    """A directory that cannot be written: chmod 0o555 (ignored by root) or, as root, a read-only tmpfs."""
+    if os.geteuid() != 0:
+        path.mkdir(parents=True)
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    with _tmpfs(path, "size=64k,ro") as mounted:
+        yield mounted
+
+
+def test_49_a_read_only_client_state_dir_is_refused_at_fit_start(tmp_path):
+    with _read_only_dir(tmp_path / "ro") as read_only:
+        trained = _Trained()
+        with pytest.raises(ClientStateStoreError, match=rf"`client_state_dir` '{read_only / 'cs'}' \(the on-disk "
+                                                        rf"client-state store\) is not writable: creating "):
+            _fit_run(tmp_path, 2, directory=str(read_only / "cs"), callbacks=[trained])
+        assert trained.steps == 0  # refused before any client trained
+        with pytest.raises(ClientStateStoreError, match=rf"`client_state_dir` '{read_only}' .* is not writable: "
+                                                        rf"writing '{read_only}/\.writable-"):
+            ClientStateStore("disk", str(read_only)).check_writable()
+
+
+def test_49_a_full_disk_while_writing_a_row_names_the_file_and_the_store(tmp_path):
+    with _tmpfs(tmp_path / "small", "size=64k") as small:
+        table = ClientStateTable(num_clients=2, dim=20_000, directory=str(small / "T"))  # a row: 80 kB > 64 kB
+        with pytest.raises(ClientStateStoreError, match=rf"Cannot write the row of client 1 '{small}/T/rows/01/1-"
+                                                        rf"[0-9a-f]{{16}}\.row' of the client-state store '{small}/T'"
+                                                        r" \(`client_state_dir`\): No space left on device") as error:
+            table.put(1, torch.ones(20_000))
+        assert error.value.errno == errno.ENOSPC
+        assert [p.name for p in (small / "T" / "rows" / "01").iterdir()] == []  # no partial file left
+        assert 1 not in table and table.ids() == []
