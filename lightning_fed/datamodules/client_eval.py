@@ -177,12 +177,14 @@ def _stratified_held(
         return held
     n_c, k_c = sizes[drawn], k[drawn]
     # positions (into flat) of the drawn clients' samples, client by client; then by (client, label), stable
-    first = np.zeros(drawn.size + 1, dtype=np.int64)
-    np.cumsum(n_c, out=first[1:])
     owner = np.repeat(np.arange(drawn.size, dtype=np.int64), n_c)
-    pos = np.arange(first[-1], dtype=np.int64) + np.repeat(offsets[drawn] - first[:-1], n_c)
+    pos = np.arange(flat.size) if drawn.size == sizes.size else np.flatnonzero(np.repeat(k > 0, sizes))
     y = labels[flat[pos]]
-    order = np.lexsort((y, owner))
+    span = int(y.max()) + 1
+    if drawn.size * span < 2**62:  # one int key, a stable sort (~3× faster than lexsort)
+        order = np.argsort(owner * span + y, kind="stable")
+    else:
+        order = np.lexsort((y, owner))
     pos, y, owner = pos[order], y[order], owner[order]
     # the (client, class) pairs: their first place in that order, size m, client
     starts = np.flatnonzero(np.r_[True, (owner[1:] != owner[:-1]) | (y[1:] != y[:-1])])
@@ -195,15 +197,24 @@ def _stratified_held(
     quota = np.floor(exact + 1e-9).astype(np.int64)
     left = k_c - np.add.reduceat(quota, pair_first[:-1])
     limit = np.where(left >= 0, left, np.maximum(num_classes + left, 0))  # argsort(...)[:left], for any sign
-    by_rem = np.lexsort((-(exact - quota), pc))
-    rank = np.arange(pc.size) - pair_first[pc[by_rem]]
-    quota[by_rem[rank < limit[pc[by_rem]]]] += 1
+    neg_rem = -(exact - quota)
+    if num_classes.max() <= 32:  # rank = the client's pairs before it in a stable sort by neg_rem: d apart at a time
+        rank = np.zeros(pc.size, dtype=np.int64)
+        for d in range(1, int(num_classes.max())):
+            same = pc[d:] == pc[:-d]
+            rank[:-d] += same & (neg_rem[d:] < neg_rem[:-d])  # a later class before it: strictly smaller
+            rank[d:] += same & (neg_rem[:-d] <= neg_rem[d:])  # an earlier class before it: smaller or equal
+        quota[rank < limit[pc]] += 1
+    else:
+        by_rem = np.lexsort((neg_rem, pc))
+        rank = np.arange(pc.size) - pair_first[pc[by_rem]]
+        quota[by_rem[rank < limit[pc[by_rem]]]] += 1
     # the draws: pair p makes m_p − 1 of them, for i = m_p − 1 down to 1; a client's draws are its pairs' in order
     steps = m - 1
     step_first = np.zeros(pc.size + 1, dtype=np.int64)
     np.cumsum(steps, out=step_first[1:])
     client_steps = step_first[pair_first[1:]] - step_first[pair_first[:-1]]
-    bound = np.repeat(m - 1, steps) - (np.arange(step_first[-1]) - np.repeat(step_first[:-1], steps))
+    bound = np.repeat(step_first[:-1] + m - 1, steps) - np.arange(step_first[-1])  # m_p − 1 − (t − first draw)
     mask = (np.uint64(1) << np.frexp(bound)[1].astype(np.uint64)) - np.uint64(1)
     bound = bound.astype(np.uint64)
     accepted = np.zeros(bound.size, dtype=np.uint64)
