@@ -86,7 +86,7 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}; "
           f"{f'{num_labels} labels (stratified split)' if num_labels else 'no labels'}")
-    print("| clients | samples | setup() | setup(), eval_fraction=0.2 (RSS kept) | eval_client_ids | "
+    print("| clients | samples | setup() | setup(), eval_fraction=0.2 (RSS kept; CPU time) | eval_client_ids | "
           "select_eval_clients(10) | fixed_size cohort | poisson cohort | poisson cohort, poisson_draws='binomial' | "
           "sweep cohort: first round / others |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -106,9 +106,9 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
         gc.collect()
         before = rss_mib()
         dm = module(eval_fraction=0.2, eval_clients_per_round=10)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         dm.setup()
-        eval_s = time.perf_counter() - start
+        eval_s, eval_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         eval_rss = rss_mib() - before
         ids_s = _per_call(lambda i: dm.eval_client_ids(), rounds)
         select_s = _per_call(dm.select_eval_clients, rounds)
@@ -128,8 +128,8 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
         del dm
         gc.collect()
         ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731
-        print(f"| {n:,} | {n * per_client:,} | {plain_s:.2f} s | {eval_s:.2f} s (+{eval_rss:.0f} MiB) | {ms(ids_s)} | "
-              f"{ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(binomial_s)} | {ms(sweep_first_s)} / "
+        print(f"| {n:,} | {n * per_client:,} | {plain_s:.2f} s | {eval_s:.2f} s (+{eval_rss:.0f} MiB; CPU "
+              f"{eval_cpu:.2f} s) | {ms(ids_s)} | {ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(binomial_s)} | {ms(sweep_first_s)} / "
               f"{ms(sweep_s)} |", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -126,7 +126,9 @@ def _mul_hi64(a: np.ndarray, b: int) -> np.ndarray:
     return a1 * b1 + (cross_a >> _U32) + (cross_b >> _U32) + (mid >> _U32)
 
 
-def _pcg64_step(hi: np.ndarray, lo: np.ndarray, inc_hi: np.ndarray, inc_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pcg64_step(
+    hi: np.ndarray, lo: np.ndarray, inc_hi: np.ndarray, inc_lo: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """PCG64's LCG step, ``state · multiplier + inc`` modulo 2**128."""
     m_hi, m_lo = _PCG64_MULT >> 64, _PCG64_MULT & ((1 << 64) - 1)
     new_hi = _mul_hi64(lo, m_lo) + lo * np.uint64(m_hi) + hi * np.uint64(m_lo)
@@ -186,10 +188,12 @@ def _stratified_held(
     else:
         order = np.lexsort((y, owner))
     pos, y, owner = pos[order], y[order], owner[order]
+    del order
     # the (client, class) pairs: their first place in that order, size m, client
     starts = np.flatnonzero(np.r_[True, (owner[1:] != owner[:-1]) | (y[1:] != y[:-1])])
     m = np.diff(np.r_[starts, owner.size])
     pc = owner[starts]
+    del y, owner
     pair_first = np.searchsorted(pc, np.arange(drawn.size + 1))  # client c's pairs: pair_first[c]:pair_first[c+1]
     num_classes = np.diff(pair_first)
     # quotas: ⌊k·m/n + 1e-9⌋, then the k − Σ left to the largest remainders (ties: smaller class), as _held_out
@@ -215,14 +219,18 @@ def _stratified_held(
     np.cumsum(steps, out=step_first[1:])
     client_steps = step_first[pair_first[1:]] - step_first[pair_first[:-1]]
     bound = np.repeat(step_first[:-1] + m - 1, steps) - np.arange(step_first[-1])  # m_p − 1 − (t − first draw)
-    mask = (np.uint64(1) << np.frexp(bound)[1].astype(np.uint64)) - np.uint64(1)
-    bound = bound.astype(np.uint64)
-    accepted = np.zeros(bound.size, dtype=np.uint64)
+    # random_interval's mask, 2**bit_length − 1; bounds fit 32 bits (draws of a class of more than 2**32 + 1 members
+    # would take 64-bit outputs: such clients, if any, draw with their Generator below)
+    mask = ((np.uint64(1) << np.frexp(bound)[1].astype(np.uint64)) - np.uint64(1)).astype(np.uint32)
+    bound = bound.astype(np.uint32)
+    accepted = np.zeros(bound.size, dtype=np.uint32)
     # a few clients with the most draws go to the per-client generator: the vectorised loops below run about
-    # 1.4 × (the most draws of a client) times, at ~50 µs a pass; a client on its own costs ~3 µs + 2 µs a class
+    # 1.4 × (the most draws of a client) times, at ~50 µs a pass (pass_cost_us per draw of the client with the
+    # most); a client on its own costs ~3 µs + 2 µs a class
     by_steps = np.argsort(-client_steps, kind="stable")
     solo_cost = np.cumsum(3.0 + 2.0 * num_classes[by_steps])
     loop_cost = pass_cost_us * client_steps[by_steps]
+    loop_cost[np.isin(by_steps, pc[m > 2**32 + 1])] = np.inf  # (see mask)
     total = np.r_[loop_cost[0], solo_cost + np.r_[loop_cost[1:], 0.0]]
     solo = np.sort(by_steps[: int(np.argmin(total))])
     vector = np.ones(drawn.size, dtype=bool)
@@ -233,8 +241,8 @@ def _stratified_held(
         rng = np.random.Generator(bitgen)
         for c, s_hi, s_lo, i_hi, i_lo in zip(solo.tolist(), hi[solo].tolist(), lo[solo].tolist(),
                                               inc_hi[solo].tolist(), inc_lo[solo].tolist()):
-            bitgen.state = {"bit_generator": "PCG64", "state": {"state": (s_hi << 64) | s_lo, "inc": (i_hi << 64) | i_lo},
-                            "has_uint32": 0, "uinteger": 0}
+            state = {"state": (s_hi << 64) | s_lo, "inc": (i_hi << 64) | i_lo}
+            bitgen.state = {"bit_generator": "PCG64", "state": state, "has_uint32": 0, "uinteger": 0}
             for p in range(pair_first[c], pair_first[c + 1]):
                 drawn_places = rng.permutation(int(m[p]))[: quota[p]]
                 held[pos[starts[p] + drawn_places]] = True
@@ -263,7 +271,8 @@ def _stratified_held(
     pairs = np.flatnonzero(vector[pc] & (quota > 0))
     pairs = pairs[np.argsort(-m[pairs], kind="stable")]
     p_start, p_m, p_step = starts[pairs], m[pairs], step_first[pairs]
-    perm = np.arange(pos.size, dtype=np.int64) - np.repeat(starts, m)  # each pair's arange(m)
+    places = np.int32 if m.max() < 2**31 else np.int64
+    perm = (np.arange(pos.size, dtype=np.int64) - np.repeat(starts, m)).astype(places)  # each pair's arange(m)
     descending = -(p_m - 1)
     for s in range(int(p_m[0]) - 1 if pairs.size else 0):
         live_pairs = int(np.searchsorted(descending, -s, side="left"))  # the pairs with m − 1 > s
@@ -303,7 +312,8 @@ def split_client_eval(
 
 
 def _held_out(indices: np.ndarray, fraction: float, rng: np.random.Generator, labels: Optional[np.ndarray]) -> np.ndarray:
-    """bool ``[n]``: which of one client's ``indices`` :func:`split_client_eval` holds out."""
+    """bool ``[n]``: which of one client's ``indices`` :func:`split_client_eval` holds out (the definition that
+    :func:`split_partition_eval` reproduces for the whole population)."""
     n = indices.size
     k = 0 if n < 2 else int(np.clip(math.floor(fraction * n + 1e-9), 1, n - 1))
     chosen = np.zeros(n, dtype=bool)
@@ -329,9 +339,10 @@ def split_partition_eval(partition: Partition, fraction: float, entropy: Sequenc
 
     Client ``c``'s split is :func:`split_client_eval` of its indices with ``numpy.random.default_rng([*entropy,
     c])``, stratified by ``partition.labels`` when the partition has them — the same split, bit for bit, computed
-    without a Python-level generator per client (:func:`pcg64_states`); clients of one sample (nothing held out)
-    draw nothing. Both partitions keep each client's samples in partition order; ``train`` keeps the partition's
-    labels, classes and names, ``eval`` holds the indices only.
+    without a Python-level generator per client (:func:`pcg64_states`; with labels, the quotas, the PCG64 streams
+    and the Fisher-Yates shuffles as array operations over the population, see :func:`_stratified_held`); clients
+    of one sample (nothing held out) draw nothing. Both partitions keep each client's samples in partition order;
+    ``train`` keeps the partition's labels, classes and names, ``eval`` holds the indices only.
 
     Args:
         partition: the clients' shares.
@@ -344,6 +355,10 @@ def split_partition_eval(partition: Partition, fraction: float, entropy: Sequenc
         >>> train, held = split_partition_eval(p, 0.4, [0, 1])
         >>> held.sizes().tolist(), train.sizes().tolist()
         ([2, 0, 1], [3, 1, 1])
+        >>> p = Partition.from_client_lists([[0, 1, 2, 3, 4], [5], [6, 7]], labels=[0, 0, 0, 1, 1, 0, 1, 0])
+        >>> held = split_partition_eval(p, 0.4, [0, 1])[1]  # client 0: one of each class; 2: a tie, class 0
+        >>> [sorted(p.labels[held.client_indices(c)].tolist()) for c in range(3)]
+        [[0, 1], [], [0]]
     """
     sizes = partition.sizes()
     offsets = partition.offsets

@@ -103,6 +103,22 @@ def test_stratified_split_is_the_per_client_loop_on_random_partitions(trial):
             assert np.array_equal(train.client_indices(c), ref_train[c]), (max_size, num_classes, fraction, c)
 
 
+def test_stratified_split_mixes_both_ways_at_population_scale():
+    """3,000 small clients (drawn together, vectorised) and two of 4,000 samples (each with its own Generator): the
+    split is still the per-client loop's."""
+    rng = np.random.default_rng(9)
+    sizes = np.r_[rng.integers(1, 13, 3000), 4000, 4000]
+    rng.shuffle(sizes)
+    total = int(sizes.sum())
+    labels = rng.integers(0, 5, total)
+    partition = Partition.from_client_lists(np.split(rng.permutation(total), np.cumsum(sizes)[:-1]), labels=labels)
+    train, held = split_partition_eval(partition, 0.3, [2, 0xE5A1])
+    ref_train, ref_held = _reference_split(partition, 0.3, 2, labels)
+    assert np.array_equal(held.indices, np.concatenate(ref_held))
+    assert np.array_equal(train.indices, np.concatenate(ref_train))
+    assert np.array_equal(held.sizes(), [r.size for r in ref_held])
+
+
 @pytest.mark.parametrize("pass_cost_us", [0.0, 1e18])
 def test_stratified_held_both_ways_are_the_per_client_loop(pass_cost_us):
     """Both ways _stratified_held draws — every client through the vectorised PCG64 streams and Fisher-Yates swaps
