@@ -11,7 +11,8 @@ uniformly, so client sizes are 1 + Binomial — about 1 + Poisson(samples/client
 
 and reports the partition's array bytes (CSR ``indices`` + ``offsets`` + ``client_names``) and the RSS it costs
 (current RSS delta from ``/proc/self/statm`` and peak RSS delta from ``getrusage``). Repeated ``--repeats`` times,
-median reported.
+median reported. With ``--labels K`` the dataset also has ``targets`` (int64, drawn uniformly from ``0 .. K-1``,
+seeded by ``--seed``), so the ``eval_fraction`` split is stratified by label.
 
 Example::
 
@@ -50,13 +51,15 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def make_dataset(num_samples: int, num_clients: int, seed: int) -> TensorDataset:
+def make_dataset(num_samples: int, num_clients: int, seed: int, num_labels: int = 0) -> TensorDataset:
     rng = np.random.default_rng(seed)
     ids = np.concatenate([np.arange(num_clients, dtype=np.int64),
                           rng.integers(0, num_clients, num_samples - num_clients, dtype=np.int64)])
     rng.shuffle(ids)
     dataset = TensorDataset(torch.zeros(num_samples, 1, dtype=torch.uint8))
     dataset.client_id = torch.from_numpy(ids)
+    if num_labels:  # labels of the samples: the eval_fraction split is then stratified
+        dataset.targets = torch.from_numpy(np.random.default_rng([seed, 0x1AB]).integers(0, num_labels, num_samples))
     return dataset
 
 
@@ -77,16 +80,18 @@ def _per_call(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def population_steps(scales: list[int], per_client: int, cohort: int, rounds: int, seed: int) -> None:
+def population_steps(scales: list[int], per_client: int, cohort: int, rounds: int, seed: int,
+                     num_labels: int = 0) -> None:
     """Time every population-wide step of ``FederatedDataModule`` at each population size (see the module doc)."""
     torch.set_num_threads(1)
-    print(f"load average before: {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
-    print("| clients | samples | setup() | setup(), eval_fraction=0.2 (RSS kept) | eval_client_ids | "
+    print(f"load average before: {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}; "
+          f"{f'{num_labels} labels (stratified split)' if num_labels else 'no labels'}")
+    print("| clients | samples | setup() | setup(), eval_fraction=0.2 (RSS kept; CPU time) | eval_client_ids | "
           "select_eval_clients(10) | fixed_size cohort | poisson cohort | poisson cohort, poisson_draws='binomial' | "
           "sweep cohort: first round / others |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in scales:
-        dataset = make_dataset(n * per_client, n, seed)
+        dataset = make_dataset(n * per_client, n, seed, num_labels)
 
         def module(**kwargs):
             return FederatedDataModule(dataset, partitioner=NaturalIdPartitioner(), clients_per_round=cohort, seed=0,
@@ -101,9 +106,9 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
         gc.collect()
         before = rss_mib()
         dm = module(eval_fraction=0.2, eval_clients_per_round=10)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         dm.setup()
-        eval_s = time.perf_counter() - start
+        eval_s, eval_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         eval_rss = rss_mib() - before
         ids_s = _per_call(lambda i: dm.eval_client_ids(), rounds)
         select_s = _per_call(dm.select_eval_clients, rounds)
@@ -123,8 +128,8 @@ def population_steps(scales: list[int], per_client: int, cohort: int, rounds: in
         del dm
         gc.collect()
         ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731
-        print(f"| {n:,} | {n * per_client:,} | {plain_s:.2f} s | {eval_s:.2f} s (+{eval_rss:.0f} MiB) | {ms(ids_s)} | "
-              f"{ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(binomial_s)} | {ms(sweep_first_s)} / "
+        print(f"| {n:,} | {n * per_client:,} | {plain_s:.2f} s | {eval_s:.2f} s (+{eval_rss:.0f} MiB; CPU "
+              f"{eval_cpu:.2f} s) | {ms(ids_s)} | {ms(select_s)} | {ms(fixed_s)} | {ms(poisson_s)} | {ms(binomial_s)} | {ms(sweep_first_s)} / "
               f"{ms(sweep_s)} |", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
@@ -140,10 +145,15 @@ def main(argv=None) -> None:
     p.add_argument("--scales", default=None,
                    help="comma-separated population sizes: time every population-wide step at each (see the doc)")
     p.add_argument("--samples-per-client", type=int, default=10, help="with --scales: mean samples per client (10)")
+    p.add_argument("--labels", type=int, default=0,
+                   help="K >= 1: give the samples labels drawn from 0..K-1 (seeded), so the eval_fraction split is "
+                        "stratified (default 0: no labels)")
     args = p.parse_args(argv)
+    if args.labels < 0:
+        p.error(f"--labels must be 0 (no labels) or a number of classes >= 1, got {args.labels}")
     if args.scales:
         population_steps([int(v) for v in args.scales.split(",")], args.samples_per_client, args.cohort,
-                         args.rounds, args.seed)
+                         args.rounds, args.seed, args.labels)
         return
     if args.clients < 1 or args.samples < args.clients:
         p.error("need 1 <= --clients <= --samples")
@@ -152,7 +162,7 @@ def main(argv=None) -> None:
 
     base_rss, base_peak = rss_mib(), peak_rss_mib()
     start = time.perf_counter()
-    dataset = make_dataset(args.samples, args.clients, args.seed)
+    dataset = make_dataset(args.samples, args.clients, args.seed, args.labels)
     build_s = time.perf_counter() - start
     data_rss, data_peak = rss_mib(), peak_rss_mib()
     print(f"dataset: {args.samples:,} samples, {args.clients:,} ids (built in {build_s:.2f} s; "

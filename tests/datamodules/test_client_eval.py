@@ -1,5 +1,5 @@
 """The held-out per-client evaluation split, vectorised over the population: the same split as one seeded generator
-per client (#40 item 5)."""
+per client (#40 item 5; stratified by label, #50 item 7)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,83 @@ def test_split_partition_eval_equals_one_generator_per_client(stratified, fracti
     assert np.array_equal(train.client_names, partition.client_names)
     assert (train.labels is None) == (not stratified)
     assert held.sizes()[sizes == 1].sum() == 0 and (train.sizes() >= 1).all()
+
+
+def _random_labelled_partition(rng, max_size, num_classes, num_clients=None):
+    """A shuffled partition of 1..``max_size`` samples a client with labels in ``0 .. num_classes-1`` (uniform or
+    skewed), plus its ``k`` per client as split_partition_eval computes it."""
+    num_clients = int(rng.integers(1, 40)) if num_clients is None else num_clients
+    sizes = rng.integers(1, max_size + 1, num_clients)
+    total = int(sizes.sum())
+    if rng.random() < 0.5:
+        labels = rng.integers(0, num_classes, total)
+    else:  # skewed: a few classes hold most samples
+        labels = np.minimum(rng.geometric(0.35, total) - 1, num_classes - 1)
+    lists = np.split(rng.permutation(total), np.cumsum(sizes)[:-1])
+    return Partition.from_client_lists(lists, labels=labels), labels
+
+
+# fractions in (0, 1), edges included: ⌊f·n⌋ = 0 (clipped to 1), ⌊f·n⌋ ≥ n − 1 (clipped to n − 1), f·n exact
+_FRACTIONS = [1e-9, 0.01, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.7, 0.99, 1 - 1e-9]
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_stratified_split_is_the_per_client_loop_on_random_partitions(trial):
+    """Issue #50.7: the vectorised stratified split equals one default_rng([seed, 0xE5A1, c]) per client running
+    the per-client loop (_reference_split), held-out and kept indices of every client, on random partitions:
+    clients of 1 sample to a few thousand, 1 to 150 classes, fractions from 1e-9 to 1 - 1e-9."""
+    rng = np.random.default_rng(500 + trial)
+    for max_size, num_classes in [(1, 3), (2, 2), (6, 1), (30, 4), (30, 150), (400, 10), (3000, 40), (200, 150)]:
+        partition, labels = _random_labelled_partition(rng, max_size, num_classes)
+        fraction = float(rng.choice(_FRACTIONS + [rng.random()]))
+        seed = int(rng.integers(0, 2**40))
+        train, held = split_partition_eval(partition, fraction, [seed, 0xE5A1])
+        ref_train, ref_held = _reference_split(partition, fraction, seed, labels)
+        for c in range(partition.num_clients):
+            assert np.array_equal(held.client_indices(c), ref_held[c]), (max_size, num_classes, fraction, c)
+            assert np.array_equal(train.client_indices(c), ref_train[c]), (max_size, num_classes, fraction, c)
+
+
+def test_stratified_split_mixes_both_ways_at_population_scale():
+    """3,000 small clients (drawn together, vectorised) and two of 4,000 samples (each with its own Generator): the
+    split is still the per-client loop's."""
+    rng = np.random.default_rng(9)
+    sizes = np.r_[rng.integers(1, 13, 3000), 4000, 4000]
+    rng.shuffle(sizes)
+    total = int(sizes.sum())
+    labels = rng.integers(0, 5, total)
+    partition = Partition.from_client_lists(np.split(rng.permutation(total), np.cumsum(sizes)[:-1]), labels=labels)
+    train, held = split_partition_eval(partition, 0.3, [2, 0xE5A1])
+    ref_train, ref_held = _reference_split(partition, 0.3, 2, labels)
+    assert np.array_equal(held.indices, np.concatenate(ref_held))
+    assert np.array_equal(train.indices, np.concatenate(ref_train))
+    assert np.array_equal(held.sizes(), [r.size for r in ref_held])
+
+
+@pytest.mark.parametrize("pass_cost_us", [0.0, 1e18])
+def test_stratified_held_both_ways_are_the_per_client_loop(pass_cost_us):
+    """Both ways _stratified_held draws — every client through the vectorised PCG64 streams and Fisher-Yates swaps
+    (pass cost 0), every client through a re-pointed Generator (pass cost 1e18 µs) — hold out what the per-client loop
+    does, on partitions with one-sample clients, one-class clients, clients whose classes all have one sample, and
+    huge label values (the lexsort fallback of the (client, label) sort)."""
+    from lightning_fed.datamodules.client_eval import _stratified_held
+
+    rng = np.random.default_rng(77)
+    cases = [_random_labelled_partition(rng, s, c) for s, c in [(1, 2), (3, 3), (12, 1), (25, 6), (300, 60), (80, 40)]]
+    partition = Partition.from_client_lists([[0, 1], [2, 3, 4], [5], [6, 7, 8, 9]], labels=[4, 9, 0, 0, 1, 2**61, 5,
+                                                                                            5, 5, 2**61])
+    cases.append((partition, partition.labels))
+    for partition, labels in cases:
+        for fraction in (1e-9, 0.3, 0.5, 1 - 1e-9):
+            sizes = partition.sizes()
+            k = np.array([0 if n < 2 else min(max(math.floor(fraction * n + 1e-9), 1), n - 1) for n in sizes.tolist()])
+            _, ref_held = _reference_split(partition, fraction, 11, labels)
+            expected = np.zeros(partition.indices.size, dtype=bool)
+            for c in range(partition.num_clients):
+                start = partition.offsets[c]
+                expected[start:start + sizes[c]] = np.isin(partition.client_indices(c), ref_held[c])
+            got = _stratified_held(partition, k, [11, 0xE5A1], pass_cost_us=pass_cost_us)
+            assert np.array_equal(got, expected), (sizes.max(), fraction)
 
 
 def test_split_client_eval_is_the_per_client_split():
