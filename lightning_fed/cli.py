@@ -756,7 +756,9 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
     Recognised: an unknown class (``--server_optimizer FedYogy``; the closest subclasses of the option's type, e.g.
     the registered server optimizers), an unknown ``init_args`` name (``--server_optimizer.lrr``; the class's
     arguments), an unknown option (``--trainer.max_epoch``, or a config key; the parser's options), and a value of
-    the wrong type (``--trainer.max_epochs abc: expected int or null.``).
+    the wrong type (``--trainer.max_epochs abc: expected int or null.``; for an ``Optional``/``Union`` option of a
+    class, ``FashionMNISTDataModule(eval_fraction='abc'): expected float or null (--data.eval_fraction).``,
+    :func:`_nested_union_error`).
 
     >>> print(readable_parse_error('Parser key "server_optimizer":\\n'
     ...                            '  - Expected a path but FedYogy either not accessible or invalid\\n'
@@ -805,6 +807,9 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
                         f"({prefix[:-1]} NAME {prefix}{wrong} ..., or class_path in a config).")
             return (f"{prefix}{wrong}: {name} has no argument {wrong!r}."
                     + _did_you_mean(wrong, _init_arg_names(class_path) if class_path else [], prefix))
+    nested = _nested_union_error(lines)
+    if nested is not None:
+        return nested
     key = re.match(r'Parser key "([^"]+)":', message)
     given = re.search(r"^\s*Given value: (.*)$", message, re.M)
     errors = [ln.strip()[2:] for ln in lines if ln.strip().startswith("- ")]
@@ -822,6 +827,99 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
         keys = [o[2:] for o in options]
         return f"{match.group(1)} (in a config): no such setting." + _did_you_mean(match.group(1), keys)
     return None
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets (``"Sequence[int], <class 'x'>"`` -> two parts)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[(<":
+            depth += 1
+        elif ch in "])>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _type_words(subtype: str) -> str:
+    """A type as jsonargparse prints it in ``Subtypes: [...]``, as a person reads it: ``<class 'float'>`` -> float,
+    ``<class 'NoneType'>`` -> null, ``typing.Sequence[int]`` -> a list of int, a class -> a <Name> (a class name, or
+    class_path and init_args)."""
+    match = re.fullmatch(r"<class '([\w.]+)'>", subtype)
+    if match:
+        name = match.group(1)
+        if name == "NoneType":
+            return "null"
+        if "." not in name:
+            return name
+        return f"a {name.rsplit('.', 1)[-1]} (a class name, or class_path and init_args)"
+    subtype = subtype.replace("typing.", "").replace("collections.abc.", "")
+    match = re.fullmatch(r"(?:Sequence|List|list|Tuple|tuple|Iterable)\[(.+?)(?:, \.\.\.)?\]", subtype)
+    if match:
+        return f"a list of {_type_words(match.group(1))}"
+    return subtype
+
+
+def _nested_union_error(lines: list[str]) -> Optional[str]:
+    """The one-line message for a value of the wrong type given to an ``Optional``/``Union`` option of a class
+    (``--data.eval_fraction abc``): jsonargparse's nested "Does not validate against any of the Union subtypes"
+    report under ``Problem with given class_path 'C'`` becomes ``C(name='abc'): expected float or null
+    (--data.eval_fraction).`` (the innermost such report); ``None`` when ``lines`` hold none.
+
+    >>> report = '''Parser key "data":
+    ...   Does not validate against any of the Union subtypes
+    ...   Errors:
+    ...     - Problem with given class_path 'lightning_fed.datamodules.MNISTDataModule':
+    ...         Parser key "eval_fraction":
+    ...           Does not validate against any of the Union subtypes
+    ...           Subtypes: [<class 'float'>, <class 'NoneType'>]
+    ...           Errors:
+    ...             - Expected a <class 'float'>
+    ...             - Expected a <class 'NoneType'>
+    ...           Given value type: <class 'str'>
+    ...           Given value: abc
+    ...     - Expected a <class 'NoneType'>
+    ...   Given value type: <class 'jsonargparse._util.NestedArg'>'''
+    >>> print(_nested_union_error(report.splitlines()))
+    MNISTDataModule(eval_fraction='abc'): expected float or null (--data.eval_fraction).
+    """
+    best = None
+    for i, line in enumerate(lines):
+        if i == 0 or "Does not validate against any of the Union subtypes" not in line:
+            continue
+        head = re.match(r'^\s*(?:- )?Parser key "([^"]+)":', lines[i - 1])
+        if head is None:
+            continue
+        indent = len(line) - len(line.lstrip())
+        own = []
+        for follow in lines[i + 1:]:
+            depth = len(follow) - len(follow.lstrip())
+            if follow.strip() and depth < indent:
+                break
+            if depth == indent:
+                own.append(follow.strip())
+        subtypes = next((ln[len("Subtypes: "):] for ln in own if ln.startswith("Subtypes: [")), None)
+        given = next((ln[len("Given value: "):] for ln in own if ln.startswith("Given value: ")), None)
+        given_type = next((ln for ln in own if ln.startswith("Given value type: ")), "")
+        if subtypes is None or given is None or "NestedArg" in given_type:
+            continue
+        class_path = None
+        for prev in reversed(lines[:i - 1]):
+            found = re.search(r"Problem with given class_path '([^']+)'", prev)
+            if found and len(prev) - len(prev.lstrip()) < indent:
+                class_path = found.group(1)
+                break
+        if class_path is None or (best is not None and indent <= best[0]):
+            continue
+        value = repr(given) if given_type.endswith("<class 'str'>") else given
+        kinds = [_type_words(t) for t in _split_top_level(subtypes[1:-1])]
+        option = "--" + ".".join(_key_path(lines, i))
+        best = (indent, f"{class_path.rsplit('.', 1)[-1]}({head.group(1)}={value}): expected "
+                        f"{' or '.join(dict.fromkeys(kinds))} ({option}).")
+    return None if best is None else best[1]
 
 
 def _parsers(parser: Any) -> list[Any]:
