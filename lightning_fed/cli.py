@@ -199,6 +199,67 @@ class _SwapFromDefaults(ActionTypeHint):
         return super().__call__(*args, **kwargs)
 
 
+#: Largest config (file or string) ``lightning-fed`` reads, in bytes: a config is a few KiB; anything past this is
+#: refused before it is read (``error: Config 'x.yaml' is 9.0 MiB; the limit is 8 MiB ...``).
+MAX_CONFIG_BYTES = 8 * 2**20
+
+#: Most YAML nodes a config's aliases (``*name``) may add when expanded: a few shared settings add tens; a
+#: "billion laughs" alias bomb (10 lines, each alias list naming the previous one 9 times) adds ~10⁹ and is refused
+#: before it is expanded.
+MAX_ALIAS_EXPANSION = 100_000
+
+
+def config_size_problem(content: str, source: str) -> Optional[str]:
+    """Why ``lightning-fed`` refuses the config text ``content`` (from ``source``, e.g. ``"Config 'a.yaml'"``), or
+    ``None``: more than :data:`MAX_CONFIG_BYTES` bytes, or YAML aliases that expand to more than
+    :data:`MAX_ALIAS_EXPANSION` extra nodes (counted on the composed node graph, where an alias is shared, so the
+    count costs the size of the file, not of the expansion). Text that is not YAML is left to the parser.
+
+    >>> bomb = "a: &a [x, x]\\n" + "".join(f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\\n"
+    ...                                    for p, n in zip("abcdefghi", "bcdefghij"))
+    >>> print(config_size_problem(bomb, "Config 'bomb.yaml'"))
+    Config 'bomb.yaml': its YAML aliases expand to more than 100000 nodes (the limit, MAX_ALIAS_EXPANSION); refusing to expand them.
+    >>> config_size_problem("a: &lr 0.1\\nb: *lr\\n", "The config") is None
+    True
+    """
+    size = len(content.encode("utf-8", errors="replace"))
+    if size > MAX_CONFIG_BYTES:
+        return (f"{source} is {size / 2**20:.1f} MiB; the limit is {MAX_CONFIG_BYTES / 2**20:g} MiB "
+                "(MAX_CONFIG_BYTES): a config holds settings, not data.")
+    if "*" not in content:  # no alias
+        return None
+    try:
+        root = yaml.compose(content, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None  # the parser reports it (or it is JSON/Jsonnet that YAML does not read)
+    if root is None:
+        return None
+    expanded: dict[int, int] = {}
+    distinct: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:  # the expanded size of each node (memoised: a shared node is counted once per use, not walked)
+        node, children_done = stack.pop()
+        if id(node) in expanded:
+            continue
+        distinct.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            expanded[id(node)] = 1
+            continue
+        if children_done:
+            expanded[id(node)] = 1 + sum(expanded[id(c)] for c in children)
+            if expanded[id(node)] - len(distinct) > MAX_ALIAS_EXPANSION:
+                return (f"{source}: its YAML aliases expand to more than {MAX_ALIAS_EXPANSION} nodes (the limit, "
+                        "MAX_ALIAS_EXPANSION); refusing to expand them.")
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in expanded)
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ help text
 _ROLE_RE = re.compile(r":(?:[\w-]+:)+`(~?)([^`<]*?)\s*(?:<([^>`]+)>)?`")
 _ABBREVIATIONS = {"e.g", "i.e", "al", "cf", "vs", "etc", "Alg", "Sec", "Eq", "Fig", "App", "Tab", "No", "approx", "resp"}
@@ -311,15 +372,36 @@ class FederatedArgumentParser(LightningArgumentParser):
         return super()._create_group_if_requested(obj, nested_key, as_group, doc_group, *args, **kwargs)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Namespace:
+        """jsonargparse's, after the config's bounds (:func:`config_size_problem`: its size checked before it is
+        read, its YAML aliases before they are expanded), which exit like a bad argument naming the file."""
+        source = f"Config {str(path)!r}"
         try:
-            with open(getattr(path, "absolute", None) or str(path), encoding="utf-8") as fh:
-                self._forget_swapped(fh.read())
-        except OSError:
-            pass  # jsonargparse reports an unreadable config
-        return self._move(super().parse_path(path, *args, **kwargs), f"Config {str(path)!r}")
+            file_name = getattr(path, "absolute", None) or str(path)
+            size = os.path.getsize(file_name)
+            if size > MAX_CONFIG_BYTES:
+                self.error(f"{source} is {size / 2**20:.1f} MiB; the limit is {MAX_CONFIG_BYTES / 2**20:g} MiB "
+                           "(MAX_CONFIG_BYTES): a config holds settings, not data.")
+            with open(file_name, encoding="utf-8") as fh:
+                content = fh.read()
+        except (OSError, UnicodeDecodeError):
+            content = None  # jsonargparse reports an unreadable config
+        if content is not None:
+            problem = config_size_problem(content, source)
+            if problem is not None:
+                self.error(problem)
+            self._forget_swapped(content)
+        self._checked_content = content
+        try:
+            return self._move(super().parse_path(path, *args, **kwargs), source)
+        finally:
+            self._checked_content = None
 
     def parse_string(self, content: str, *args: Any, **kwargs: Any) -> Namespace:
-        self._forget_swapped(content)
+        if content != getattr(self, "_checked_content", None):  # not the file parse_path read and checked
+            problem = config_size_problem(content, "The config")
+            if problem is not None:
+                self.error(problem)
+            self._forget_swapped(content)
         return self._move(super().parse_string(content, *args, **kwargs), "The config")
 
     @staticmethod

@@ -297,3 +297,61 @@ def test_a_wrong_type_for_an_optional_option_on_the_command_line(capsys):
     error = _error_lines(_fail(["--data.eval_fraction", "abc"], capsys))
     assert error[0] == "error: FashionMNISTDataModule(eval_fraction='abc'): expected float or null (--data.eval_fraction)."
     assert len(error) == 2 and "--verbose" in error[1]
+
+
+# ------------------------------------------------------------------------------------------------ bounded configs
+def _alias_bomb(levels: int) -> str:
+    """The "billion laughs" YAML: level 0 a list of 9 strings, each next level a list of 9 aliases of the previous
+    (9**levels strings when expanded, in levels lines)."""
+    lines = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}]" for k in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_49_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path, capsys):
+    """Before: the 10-line bomb (9**9 ≈ 3.9e8 strings expanded) made `lightning-fed fit --config bomb.yaml` grow
+    until a MemoryError (6 GB in 85 s here). Now refused in one line naming the file and the limit; the 10-line
+    bomb's check is quick (the composed graph shares each alias: ~100 nodes walked)."""
+    import time
+
+    from lightning_fed.cli import MAX_ALIAS_EXPANSION, config_size_problem
+
+    bomb = _alias_bomb(10)
+    assert len(bomb.splitlines()) == 10
+    start = time.perf_counter()
+    problem = config_size_problem(bomb, "Config 'bomb.yaml'")
+    assert time.perf_counter() - start < 1.0
+    assert problem == (f"Config 'bomb.yaml': its YAML aliases expand to more than {MAX_ALIAS_EXPANSION} nodes (the "
+                       "limit, MAX_ALIAS_EXPANSION); refusing to expand them.")
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(7))  # 9**7 ≈ 4.8e6 strings: enough for the limit, small enough to fail fast before
+    error = _error_lines(_fail(["--config", str(path)], capsys))
+    assert error[0] == f"error: Config {str(path)!r}: its YAML aliases expand to more than 100000 nodes (the limit, " \
+                       "MAX_ALIAS_EXPANSION); refusing to expand them." and len(error) == 2
+
+
+def test_49_a_config_larger_than_the_limit_is_refused_naming_the_file(tmp_path, capsys):
+    from lightning_fed.cli import MAX_CONFIG_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_text("trainer:\n  max_epochs: 1\n" + "# padding\n" * (MAX_CONFIG_BYTES // 10 + 1))
+    size_mib = path.stat().st_size / 2**20
+    error = _error_lines(_fail(["--config", str(path)], capsys))
+    assert error[0] == (f"error: Config {str(path)!r} is {size_mib:.1f} MiB; the limit is 8 MiB (MAX_CONFIG_BYTES): a "
+                        "config holds settings, not data.") and len(error) == 2
+
+
+def test_49_aliases_for_shared_settings_still_work(tmp_path):
+    """A config that shares a value through an anchor (a few nodes added) is read as before."""
+    import warnings
+
+    from lightning_fed.cli import FederatedCLI
+
+    extra = tmp_path / "shared.yaml"
+    extra.write_text("data:\n  init_args:\n    batch_size: &bs 16\n    eval_batch_size: *bs\n")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+        cli = FederatedCLI(args=["--config", str(FMNIST_FEDYOGI), "--config", str(extra),
+                                 "--trainer.logger", "false"], run=False)
+    assert (cli.datamodule.batch_size, cli.datamodule.eval_batch_size) == (16, 16)
+
