@@ -566,9 +566,42 @@ class FederatedCLI(LightningCLI):
                 f"FedYogi --{SERVER_OPTIMIZER_KEY}.lr 0.01`), which keeps the other callbacks."
             )
         move_client_halves(self.config)  # `--server_optimizer.client ...` given on the command line
+        self._check_config_callables(parser, prefix)
         self._check_ckpt_path(parser, prefix)
         if subcommand == "predict":
             self._check_predict_source(parser, prefix)
+
+    def _check_config_callables(self, parser: LightningArgumentParser, prefix: str) -> None:
+        """Refuse a ``LocalParts`` (or subclass) ``predicate`` in the config that is not a registered name
+        (:data:`~lightning_fed.client.personal.PARTS_PREDICATES`): a config must not name an arbitrary importable
+        function, or a ``class_path`` of a callable class, to be called (or instantiated) at fit start."""
+        from lightning_fed.client.personal import PARTS_PREDICATES, LocalParts
+
+        def walk(value: Any, key: str) -> None:
+            if isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    walk(item, f"{key}[{i}]")
+                return
+            if not isinstance(value, (Namespace, dict)):
+                return
+            class_path = value.get("class_path")
+            init_args = value.get("init_args")
+            cls = _import_class(class_path) if isinstance(class_path, str) else None
+            if cls is not None and issubclass(cls, LocalParts) and isinstance(init_args, (Namespace, dict)):
+                predicate = init_args.get("predicate")
+                if predicate is not None and not (isinstance(predicate, str) and predicate in PARTS_PREDICATES):
+                    shown = predicate.get("class_path", predicate) if isinstance(predicate, (Namespace, dict)) \
+                        else predicate
+                    parser.error(
+                        f"{key}.init_args.predicate {shown}: {cls.__name__}'s predicate from a config must be a "
+                        f"registered name, one of {sorted(PARTS_PREDICATES)} (register others in Python with "
+                        "lightning_fed.client.personal.register_parts_predicate, or pass a callable from Python)."
+                    )
+            items = value.items() if isinstance(value, dict) else vars(value).items()
+            for name, item in items:
+                walk(item, f"{key}.{name}" if key else name)
+
+        walk(self.config.get(prefix.rstrip(".")) if prefix else self.config, "")
 
     def _check_ckpt_path(self, parser: LightningArgumentParser, prefix: str) -> None:
         """Refuse a ``--ckpt_path`` that names a local file or folder that does not exist, before any logger folder

@@ -355,3 +355,33 @@ def test_49_aliases_for_shared_settings_still_work(tmp_path):
                                  "--trainer.logger", "false"], run=False)
     assert (cli.datamodule.batch_size, cli.datamodule.eval_batch_size) == (16, 16)
 
+
+# ------------------------------------------------------------------------------------------------ callables in configs
+def _local_parts_config(tmp_path, predicate: str):
+    path = tmp_path / "parts.yaml"
+    path.write_text("trainer:\n  client_algorithms:\n    - class_path: lightning_fed.client.personal.LocalParts\n"
+                    f"      init_args:\n        predicate: {predicate}\n")
+    return path
+
+
+def test_49_a_config_may_name_only_a_registered_local_parts_predicate(tmp_path, capsys):
+    """Before: `predicate: os.system` was imported by jsonargparse and handed to LocalParts, to be called at fit
+    start with every parameter's name: any importable function could be named. Now refused at parse time naming
+    the argument and the registered names; a registered name is instantiated as its function."""
+    import warnings
+
+    from lightning_fed.cli import FederatedCLI
+    from lightning_fed.client.personal import bias_tensors
+
+    error = _error_lines(_fail(["--config", str(_local_parts_config(tmp_path, "os.system"))], capsys))
+    assert error[0] == ("error: trainer.client_algorithms[0].init_args.predicate os.system: LocalParts's predicate "
+                        "from a config must be a registered name, one of ['bias_tensors', 'vector_tensors'] "
+                        "(register others in Python with lightning_fed.client.personal.register_parts_predicate, or "
+                        "pass a callable from Python).") and len(error) == 2
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+        cli = FederatedCLI(args=["--config", str(FMNIST_FEDYOGI), "--config",
+                                 str(_local_parts_config(tmp_path, "bias_tensors")), "--trainer.logger", "false"],
+                           run=False)
+    (half,) = cli.trainer.client_algorithms
+    assert type(half).__name__ == "LocalParts" and half.predicate is bias_tensors
