@@ -644,6 +644,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
         #: The federated parameters' names of the checkpoint resumed in this fit (``True``: every parameter, a record
         #: without :data:`FEDERATED_KEY`), until :meth:`resolve_federated` reads it at fit start; ``None``: no resume.
         self.resumed_federated: Any = None
+        #: The checkpoint being resumed (:meth:`resume_start`), named in the errors.
+        self._resume_path: Optional[str] = None
 
     def dump_checkpoint(self, weights_only: Optional[bool] = None) -> dict:
         checkpoint = super().dump_checkpoint(weights_only)
@@ -715,12 +717,61 @@ class FederatedCheckpointConnector(CheckpointConnector):
         if self.trainer.state.fn == TrainerFn.FITTING:
             self.privacy_history = []
             self.resumed_federated = None
+        self._resume_path = None if checkpoint_path is None else str(checkpoint_path)
         super().resume_start(checkpoint_path, weights_only=weights_only)
         if self._loaded_checkpoint:  # one table upgrades every older format, before the callbacks are restored
             migrate_checkpoint(self._loaded_checkpoint, None if checkpoint_path is None else str(checkpoint_path),
                                client_halves=[a.state_key for a in _run_client_halves(self.trainer)])
         if self._loaded_checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
             self._check_resume(str(checkpoint_path))
+
+    def restore_optimizers(self) -> None:
+        """Lightning's restore of the client optimizers' state, after :meth:`check_optimizer_layout` (our message,
+        naming the parameter groups of the checkpoint and of ``configure_optimizers``, before torch's)."""
+        if self._loaded_checkpoint:
+            self.check_optimizer_layout(self._resume_path)
+        super().restore_optimizers()
+
+    def check_optimizer_layout(self, path: Optional[str]) -> None:
+        """Refuse a resume whose saved optimizer state does not fit the optimizers the module's
+        ``configure_optimizers`` returns now: another number of optimizers (Lightning would pair them up to the
+        shorter list and drop the rest silently), or another number of parameter groups or of parameters in a group
+        (torch's ``load_state_dict`` raises "loaded state dict has a different number of parameter groups", naming
+        neither side). Optimizer states without ``param_groups`` (sharded strategies' own formats) are not checked.
+
+        Raises:
+            ValueError: naming the checkpoint, the optimizer and the parameter groups' sizes (parameter tensors per
+                group) on both sides, e.g. ``optimizer 0 (SGD): the checkpoint has 1 parameter group(s) of [4]
+                parameter tensor(s), configure_optimizers now gives 2 of [2, 2]``.
+        """
+        saved = (self._loaded_checkpoint or {}).get("optimizer_states")
+        optimizers = list(getattr(self.trainer.strategy, "optimizers", None) or [])
+        if not isinstance(saved, (list, tuple)):
+            return
+        where = f"from {path}" if path else "from the checkpoint"
+        fix = ("The client optimizers' state belongs to the parameter groups of the run that wrote the checkpoint: "
+               "give configure_optimizers the same groups (the same parameters in each, in the same order), or "
+               "start a new run.")
+        if len(saved) != len(optimizers):
+            raise ValueError(
+                f"Cannot resume {where}: the checkpoint holds the state of {len(saved)} optimizer(s), the module's "
+                f"configure_optimizers now gives {len(optimizers)}. {fix}"
+            )
+        problems = []
+        for i, (optimizer, state) in enumerate(zip(optimizers, saved)):
+            groups = state.get("param_groups") if isinstance(state, dict) else None
+            if not isinstance(groups, (list, tuple)) or not all(isinstance(g, dict) and "params" in g for g in groups):
+                continue
+            old = [len(g["params"]) for g in groups]
+            new = [len(g["params"]) for g in optimizer.param_groups]
+            if old != new:
+                problems.append(
+                    f"optimizer {i} ({type(optimizer).__name__}): the checkpoint has {len(old)} parameter group(s) of "
+                    f"{old} parameter tensor(s), configure_optimizers now gives {len(new)} of {new}"
+                )
+        if problems:
+            raise ValueError(f"Cannot resume {where}: the optimizers' parameter groups differ: "
+                             f"{'; '.join(problems)}. {fix}")
 
     def _restore_modules_and_callbacks(self, checkpoint_path: Optional[PATH] = None,
                                        weights_only: Optional[bool] = None) -> None:

@@ -199,6 +199,67 @@ class _SwapFromDefaults(ActionTypeHint):
         return super().__call__(*args, **kwargs)
 
 
+#: Largest config (file or string) ``lightning-fed`` reads, in bytes: a config is a few KiB; anything past this is
+#: refused before it is read (``error: Config 'x.yaml' is 9.0 MiB; the limit is 8 MiB ...``).
+MAX_CONFIG_BYTES = 8 * 2**20
+
+#: Most YAML nodes a config's aliases (``*name``) may add when expanded: a few shared settings add tens; a
+#: "billion laughs" alias bomb (10 lines, each alias list naming the previous one 9 times) adds ~10⁹ and is refused
+#: before it is expanded.
+MAX_ALIAS_EXPANSION = 100_000
+
+
+def config_size_problem(content: str, source: str) -> Optional[str]:
+    """Why ``lightning-fed`` refuses the config text ``content`` (from ``source``, e.g. ``"Config 'a.yaml'"``), or
+    ``None``: more than :data:`MAX_CONFIG_BYTES` bytes, or YAML aliases that expand to more than
+    :data:`MAX_ALIAS_EXPANSION` extra nodes (counted on the composed node graph, where an alias is shared, so the
+    count costs the size of the file, not of the expansion). Text that is not YAML is left to the parser.
+
+    >>> bomb = "a: &a [x, x]\\n" + "".join(f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\\n"
+    ...                                    for p, n in zip("abcdefghi", "bcdefghij"))
+    >>> print(config_size_problem(bomb, "Config 'bomb.yaml'"))
+    Config 'bomb.yaml': its YAML aliases expand to more than 100000 nodes (the limit, MAX_ALIAS_EXPANSION); refusing to expand them.
+    >>> config_size_problem("a: &lr 0.1\\nb: *lr\\n", "The config") is None
+    True
+    """
+    size = len(content.encode("utf-8", errors="replace"))
+    if size > MAX_CONFIG_BYTES:
+        return (f"{source} is {size / 2**20:.1f} MiB; the limit is {MAX_CONFIG_BYTES / 2**20:g} MiB "
+                "(MAX_CONFIG_BYTES): a config holds settings, not data.")
+    if "*" not in content:  # no alias
+        return None
+    try:
+        root = yaml.compose(content, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None  # the parser reports it (or it is JSON/Jsonnet that YAML does not read)
+    if root is None:
+        return None
+    expanded: dict[int, int] = {}
+    distinct: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:  # the expanded size of each node (memoised: a shared node is counted once per use, not walked)
+        node, children_done = stack.pop()
+        if id(node) in expanded:
+            continue
+        distinct.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            expanded[id(node)] = 1
+            continue
+        if children_done:
+            expanded[id(node)] = 1 + sum(expanded[id(c)] for c in children)
+            if expanded[id(node)] - len(distinct) > MAX_ALIAS_EXPANSION:
+                return (f"{source}: its YAML aliases expand to more than {MAX_ALIAS_EXPANSION} nodes (the limit, "
+                        "MAX_ALIAS_EXPANSION); refusing to expand them.")
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in expanded)
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ help text
 _ROLE_RE = re.compile(r":(?:[\w-]+:)+`(~?)([^`<]*?)\s*(?:<([^>`]+)>)?`")
 _ABBREVIATIONS = {"e.g", "i.e", "al", "cf", "vs", "etc", "Alg", "Sec", "Eq", "Fig", "App", "Tab", "No", "approx", "resp"}
@@ -311,15 +372,36 @@ class FederatedArgumentParser(LightningArgumentParser):
         return super()._create_group_if_requested(obj, nested_key, as_group, doc_group, *args, **kwargs)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Namespace:
+        """jsonargparse's, after the config's bounds (:func:`config_size_problem`: its size checked before it is
+        read, its YAML aliases before they are expanded), which exit like a bad argument naming the file."""
+        source = f"Config {str(path)!r}"
         try:
-            with open(getattr(path, "absolute", None) or str(path), encoding="utf-8") as fh:
-                self._forget_swapped(fh.read())
-        except OSError:
-            pass  # jsonargparse reports an unreadable config
-        return self._move(super().parse_path(path, *args, **kwargs), f"Config {str(path)!r}")
+            file_name = getattr(path, "absolute", None) or str(path)
+            size = os.path.getsize(file_name)
+            if size > MAX_CONFIG_BYTES:
+                self.error(f"{source} is {size / 2**20:.1f} MiB; the limit is {MAX_CONFIG_BYTES / 2**20:g} MiB "
+                           "(MAX_CONFIG_BYTES): a config holds settings, not data.")
+            with open(file_name, encoding="utf-8") as fh:
+                content = fh.read()
+        except (OSError, UnicodeDecodeError):
+            content = None  # jsonargparse reports an unreadable config
+        if content is not None:
+            problem = config_size_problem(content, source)
+            if problem is not None:
+                self.error(problem)
+            self._forget_swapped(content)
+        self._checked_content = content
+        try:
+            return self._move(super().parse_path(path, *args, **kwargs), source)
+        finally:
+            self._checked_content = None
 
     def parse_string(self, content: str, *args: Any, **kwargs: Any) -> Namespace:
-        self._forget_swapped(content)
+        if content != getattr(self, "_checked_content", None):  # not the file parse_path read and checked
+            problem = config_size_problem(content, "The config")
+            if problem is not None:
+                self.error(problem)
+            self._forget_swapped(content)
         return self._move(super().parse_string(content, *args, **kwargs), "The config")
 
     @staticmethod
@@ -489,9 +571,42 @@ class FederatedCLI(LightningCLI):
                 f"FedYogi --{SERVER_OPTIMIZER_KEY}.lr 0.01`), which keeps the other callbacks."
             )
         move_client_halves(self.config)  # `--server_optimizer.client ...` given on the command line
+        self._check_config_callables(parser, prefix)
         self._check_ckpt_path(parser, prefix)
         if subcommand == "predict":
             self._check_predict_source(parser, prefix)
+
+    def _check_config_callables(self, parser: LightningArgumentParser, prefix: str) -> None:
+        """Refuse a ``LocalParts`` (or subclass) ``predicate`` in the config that is not a registered name
+        (:data:`~lightning_fed.client.personal.PARTS_PREDICATES`): a config must not name an arbitrary importable
+        function, or a ``class_path`` of a callable class, to be called (or instantiated) at fit start."""
+        from lightning_fed.client.personal import PARTS_PREDICATES, LocalParts
+
+        def walk(value: Any, key: str) -> None:
+            if isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    walk(item, f"{key}[{i}]")
+                return
+            if not isinstance(value, (Namespace, dict)):
+                return
+            class_path = value.get("class_path")
+            init_args = value.get("init_args")
+            cls = _import_class(class_path) if isinstance(class_path, str) else None
+            if cls is not None and issubclass(cls, LocalParts) and isinstance(init_args, (Namespace, dict)):
+                predicate = init_args.get("predicate")
+                if predicate is not None and not (isinstance(predicate, str) and predicate in PARTS_PREDICATES):
+                    shown = predicate.get("class_path", predicate) if isinstance(predicate, (Namespace, dict)) \
+                        else predicate
+                    parser.error(
+                        f"{key}.init_args.predicate {shown}: {cls.__name__}'s predicate from a config must be a "
+                        f"registered name, one of {sorted(PARTS_PREDICATES)} (register others in Python with "
+                        "lightning_fed.client.personal.register_parts_predicate, or pass a callable from Python)."
+                    )
+            items = value.items() if isinstance(value, dict) else vars(value).items()
+            for name, item in items:
+                walk(item, f"{key}.{name}" if key else name)
+
+        walk(self.config.get(prefix.rstrip(".")) if prefix else self.config, "")
 
     def _check_ckpt_path(self, parser: LightningArgumentParser, prefix: str) -> None:
         """Refuse a ``--ckpt_path`` that names a local file or folder that does not exist, before any logger folder
@@ -761,7 +876,9 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
     Recognised: an unknown class (``--server_optimizer FedYogy``; the closest subclasses of the option's type, e.g.
     the registered server optimizers), an unknown ``init_args`` name (``--server_optimizer.lrr``; the class's
     arguments), an unknown option (``--trainer.max_epoch``, or a config key; the parser's options), and a value of
-    the wrong type (``--trainer.max_epochs abc: expected int or null.``).
+    the wrong type (``--trainer.max_epochs abc: expected int or null.``; for an ``Optional``/``Union`` option of a
+    class, ``FashionMNISTDataModule(eval_fraction='abc'): expected float or null (--data.eval_fraction).``,
+    :func:`_nested_union_error`).
 
     >>> print(readable_parse_error('Parser key "server_optimizer":\\n'
     ...                            '  - Expected a path but FedYogy either not accessible or invalid\\n'
@@ -810,6 +927,9 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
                         f"({prefix[:-1]} NAME {prefix}{wrong} ..., or class_path in a config).")
             return (f"{prefix}{wrong}: {name} has no argument {wrong!r}."
                     + _did_you_mean(wrong, _init_arg_names(class_path) if class_path else [], prefix))
+    nested = _nested_union_error(lines)
+    if nested is not None:
+        return nested
     key = re.match(r'Parser key "([^"]+)":', message)
     given = re.search(r"^\s*Given value: (.*)$", message, re.M)
     errors = [ln.strip()[2:] for ln in lines if ln.strip().startswith("- ")]
@@ -827,6 +947,99 @@ def readable_parse_error(message: str, parser: Any = None) -> Optional[str]:
         keys = [o[2:] for o in options]
         return f"{match.group(1)} (in a config): no such setting." + _did_you_mean(match.group(1), keys)
     return None
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets (``"Sequence[int], <class 'x'>"`` -> two parts)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[(<":
+            depth += 1
+        elif ch in "])>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _type_words(subtype: str) -> str:
+    """A type as jsonargparse prints it in ``Subtypes: [...]``, as a person reads it: ``<class 'float'>`` -> float,
+    ``<class 'NoneType'>`` -> null, ``typing.Sequence[int]`` -> a list of int, a class -> a <Name> (a class name, or
+    class_path and init_args)."""
+    match = re.fullmatch(r"<class '([\w.]+)'>", subtype)
+    if match:
+        name = match.group(1)
+        if name == "NoneType":
+            return "null"
+        if "." not in name:
+            return name
+        return f"a {name.rsplit('.', 1)[-1]} (a class name, or class_path and init_args)"
+    subtype = subtype.replace("typing.", "").replace("collections.abc.", "")
+    match = re.fullmatch(r"(?:Sequence|List|list|Tuple|tuple|Iterable)\[(.+?)(?:, \.\.\.)?\]", subtype)
+    if match:
+        return f"a list of {_type_words(match.group(1))}"
+    return subtype
+
+
+def _nested_union_error(lines: list[str]) -> Optional[str]:
+    """The one-line message for a value of the wrong type given to an ``Optional``/``Union`` option of a class
+    (``--data.eval_fraction abc``): jsonargparse's nested "Does not validate against any of the Union subtypes"
+    report under ``Problem with given class_path 'C'`` becomes ``C(name='abc'): expected float or null
+    (--data.eval_fraction).`` (the innermost such report); ``None`` when ``lines`` hold none.
+
+    >>> report = '''Parser key "data":
+    ...   Does not validate against any of the Union subtypes
+    ...   Errors:
+    ...     - Problem with given class_path 'lightning_fed.datamodules.MNISTDataModule':
+    ...         Parser key "eval_fraction":
+    ...           Does not validate against any of the Union subtypes
+    ...           Subtypes: [<class 'float'>, <class 'NoneType'>]
+    ...           Errors:
+    ...             - Expected a <class 'float'>
+    ...             - Expected a <class 'NoneType'>
+    ...           Given value type: <class 'str'>
+    ...           Given value: abc
+    ...     - Expected a <class 'NoneType'>
+    ...   Given value type: <class 'jsonargparse._util.NestedArg'>'''
+    >>> print(_nested_union_error(report.splitlines()))
+    MNISTDataModule(eval_fraction='abc'): expected float or null (--data.eval_fraction).
+    """
+    best = None
+    for i, line in enumerate(lines):
+        if i == 0 or "Does not validate against any of the Union subtypes" not in line:
+            continue
+        head = re.match(r'^\s*(?:- )?Parser key "([^"]+)":', lines[i - 1])
+        if head is None:
+            continue
+        indent = len(line) - len(line.lstrip())
+        own = []
+        for follow in lines[i + 1:]:
+            depth = len(follow) - len(follow.lstrip())
+            if follow.strip() and depth < indent:
+                break
+            if depth == indent:
+                own.append(follow.strip())
+        subtypes = next((ln[len("Subtypes: "):] for ln in own if ln.startswith("Subtypes: [")), None)
+        given = next((ln[len("Given value: "):] for ln in own if ln.startswith("Given value: ")), None)
+        given_type = next((ln for ln in own if ln.startswith("Given value type: ")), "")
+        if subtypes is None or given is None or "NestedArg" in given_type:
+            continue
+        class_path = None
+        for prev in reversed(lines[:i - 1]):
+            found = re.search(r"Problem with given class_path '([^']+)'", prev)
+            if found and len(prev) - len(prev.lstrip()) < indent:
+                class_path = found.group(1)
+                break
+        if class_path is None or (best is not None and indent <= best[0]):
+            continue
+        value = repr(given) if given_type.endswith("<class 'str'>") else given
+        kinds = [_type_words(t) for t in _split_top_level(subtypes[1:-1])]
+        option = "--" + ".".join(_key_path(lines, i))
+        best = (indent, f"{class_path.rsplit('.', 1)[-1]}({head.group(1)}={value}): expected "
+                        f"{' or '.join(dict.fromkeys(kinds))} ({option}).")
+    return None if best is None else best[1]
 
 
 def _parsers(parser: Any) -> list[Any]:

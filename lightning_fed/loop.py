@@ -23,7 +23,7 @@ from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRunner
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
-from lightning_fed.client.update import ClientUpdate, DeltaNorms
+from lightning_fed.client.update import ClientUpdate, DeltaNorms, overflow_safe_norms
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -584,11 +584,15 @@ class FederatedFitLoop(pl_private.FitLoop):
 
     @staticmethod
     def _finite_updates(updates: list[ClientUpdate], delta_norms: Optional[dict[int, DeltaNorms]] = None) -> list[bool]:
-        """Whether each update's delta and floating buffers are all finite (a sum of norms is finite iff every entry
-        is), read on the host in one copy for the round where every update sits on one device (one host sync a
-        round, not one a client). With ``delta_norms`` (a dict), the per-tensor norms of each update's delta are
-        kept there for the round's gradient diversity (:meth:`ServerOptimizer.gradient_diversity`'s
-        ``delta_norms``), so each Δ_i is read once for both."""
+        """Whether each update's delta and floating buffers are all finite, read on the host in one copy for the
+        round where every update sits on one device (one host sync a round, not one a client). A finite sum of the
+        tensors' norms means every entry is finite; a sum that is not finite can also come from finite entries whose
+        squares overflow (a float32 Δ_i with entries ~4e19): those updates alone are checked entry by entry
+        (``torch.isfinite``, read in one more copy, only in such a round), so only a true NaN or ±inf drops one.
+        With ``delta_norms`` (a dict), the per-tensor norms of each update's delta are kept there for the round's
+        gradient diversity (:meth:`ServerOptimizer.gradient_diversity`'s ``delta_norms``), so each Δ_i is read once
+        for both; for a finite Δ_i whose norms overflowed, its :func:`~lightning_fed.client.update.overflow_safe_norms`
+        (float64)."""
         flags = []
         for u in updates:
             norms = torch._foreach_norm(u.delta) if u.delta else []
@@ -602,8 +606,22 @@ class FederatedFitLoop(pl_private.FitLoop):
         present = [f for f in flags if f is not None]
         if len({f.device for f in present}) == 1:
             values = iter(torch.stack(present).tolist())
-            return [True if f is None else next(values) for f in flags]
-        return [True if f is None else bool(f) for f in flags]
+            out = [True if f is None else next(values) for f in flags]
+        else:
+            out = [True if f is None else bool(f) for f in flags]
+        suspect = [i for i, finite in enumerate(out) if not finite]
+        if suspect:  # a norm that is not finite: a NaN/inf entry, or squares that overflowed (rare: one more copy)
+            checks = [torch.stack([torch.isfinite(t).all() for t in [*updates[i].delta, *updates[i].buffers]
+                                   if t.is_floating_point()]).all()
+                      for i in suspect]
+            exact = torch.stack(checks).tolist() if len({c.device for c in checks}) == 1 else [bool(c) for c in checks]
+            for i, finite in zip(suspect, exact):
+                if finite:
+                    out[i] = True
+                    if delta_norms is not None:
+                        delta_norms[id(updates[i])] = DeltaNorms.of(updates[i].delta,
+                                                                    overflow_safe_norms(updates[i].delta))
+        return out
 
     def _keep_finite(self, update: ClientUpdate, finite: bool) -> bool:
         """``finite`` (from :meth:`_finite_updates`), also requiring a finite loss where the client reported one;

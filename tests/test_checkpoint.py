@@ -713,3 +713,38 @@ def test_an_older_checkpoint_whose_state_covers_every_parameter_is_cut_to_the_fe
     assert [t.shape for t in moments] == [torch.Size([1, 6]), torch.Size([1])]
     resumed, _ = _fit_frozen(tmp_path, tmp_path / "c", max_epochs=3, ckpt_path=str(tmp_path / "a" / "last.ckpt"))
     assert all(torch.equal(a, b) for a, b in zip(migrated.parameters(), resumed.parameters()))
+
+
+# ------------------------------------------------------------------ the optimizers' parameter groups on resume (#49)
+class _TwoGroups(SmallClassifier):
+    """The first layer's two tensors in one group, the last layer's two in another (lr 0.01)."""
+
+    def configure_optimizers(self):
+        return torch.optim.SGD([{"params": self.net[0].parameters()},
+                                {"params": self.net[3].parameters(), "lr": 0.01}], lr=self.hparams.lr)
+
+
+class _LastLayerOnly(SmallClassifier):
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.net[3].parameters(), lr=self.hparams.lr)
+
+
+@pytest.mark.parametrize("module, now", [(_TwoGroups, "2 of [2, 2]"), (_LastLayerOnly, "1 of [2]")],
+                         ids=["two_groups", "fewer_parameters"])
+def test_49_other_optimizer_parameter_groups_are_named_before_torchs_error(tmp_path, two_rounds, module, now):
+    """Before: torch's "loaded state dict has a different number of parameter groups" (or "... a parameter group
+    that doesn't match the size of optimizer's group"), naming neither the checkpoint nor the groups. The
+    checkpoint's SmallClassifier has one SGD group of its 4 parameter tensors (two Linear layers' weight and
+    bias)."""
+    saved = torch.load(two_rounds, weights_only=False)["optimizer_states"]
+    assert [[len(g["params"]) for g in s["param_groups"]] for s in saved] == [[4]]
+    torch.manual_seed(0)
+    server = FedAdam(lr=0.02)
+    trainer = _trainer(tmp_path, [server], max_epochs=3)
+    with pytest.raises(ValueError) as info:
+        trainer.fit(module(dropout=0.0), datamodule=_dm(), ckpt_path=str(two_rounds))
+    message = str(info.value)
+    assert message.startswith(f"Cannot resume from {two_rounds}: the optimizers' parameter groups differ: optimizer 0 "
+                              f"(SGD): the checkpoint has 1 parameter group(s) of [4] parameter tensor(s), "
+                              f"configure_optimizers now gives {now}."), message
+    assert server.num_steps == 2  # the checkpoint's two rounds: refused before round 2 ran

@@ -634,3 +634,33 @@ def test_49_batchnorm_trains_when_no_batch_holds_one_sample_or_the_layer_is_in_e
         trainer.fit(model, datamodule=dm)
         assert trainer.global_step == steps
         assert trainer.callback_metrics["round_clients"] == 4  # every client reported back
+
+
+def test_49_a_finite_update_whose_float32_norm_overflows_is_kept():
+    """Before: Δ_i with float32 entries 4e19 was dropped as non-finite: its norm √(4·(4e19)²) = 8e19 squares past
+    float32's 3.4e38 (the sum of squares is inf). Only a true NaN/inf drops an update; the kept norms of such a Δ_i
+    are float64 (8e19 and √2·4e19, by hand), those of an ordinary Δ_i stay the float32 `_foreach_norm` ones."""
+    from lightning_fed.client import ClientUpdate
+    from lightning_fed.loop import FederatedFitLoop
+
+    def update(cid, delta, buffers=()):
+        return ClientUpdate(client_id=cid, delta=delta, num_samples=1, num_steps=1, loss=0.0, buffers=list(buffers))
+
+    big = [torch.full((4,), 4e19), torch.tensor([4e19, -4e19])]
+    assert not torch.isfinite(torch.stack(torch._foreach_norm(big)).sum())  # the overflow the check used to see
+    ordinary = [torch.tensor([3.0, 4.0])]
+    updates = [
+        update(0, big),
+        update(1, ordinary),
+        update(2, [torch.full((4,), 4e19), torch.tensor([float("nan"), 1.0])]),  # overflow and a true NaN
+        update(3, ordinary, [torch.full((3,), 3e38)]),  # a finite buffer whose norm overflows
+        update(4, ordinary, [torch.tensor([float("inf")])]),
+        update(5, [torch.tensor([3e38]), torch.tensor([3e38])]),  # finite norms, their float32 sum overflows
+    ]
+    kept: dict = {}
+    assert FederatedFitLoop._finite_updates(updates, kept) == [True, True, False, True, False, True]
+    assert kept[id(updates[0])].norms.dtype == torch.float64
+    v = float(np.float32(4e19))  # the float32 entry, exactly
+    assert kept[id(updates[0])].norms.tolist() == pytest.approx([2.0 * v, np.sqrt(2.0) * v], rel=1e-15)
+    assert kept[id(updates[1])].norms.dtype == torch.float32 and kept[id(updates[1])].norms.tolist() == [5.0]
+    assert kept[id(updates[5])].norms.tolist() == pytest.approx([float(np.float32(3e38))] * 2, rel=1e-15)

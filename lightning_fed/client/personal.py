@@ -6,7 +6,8 @@ Collins et al., ICML 2021). :class:`LocalParts` is that split as a :class:`~ligh
 
 * **which parts** — by name (``names=["head"]``: the parameters and buffers ``head.*``; a full name selects one
   tensor), by module type (``types=[nn.BatchNorm2d]``: every parameter and buffer of such submodules) or by a
-  predicate over ``(name, tensor)`` (Python only); a tensor is kept when any of the three selects it. The selection
+  predicate over ``(name, tensor)`` (any callable from Python; from a config a registered name,
+  :data:`PARTS_PREDICATES`); a tensor is kept when any of the three selects it. The selection
   is made once, at fit start (:meth:`LocalParts.setup`), and a selection that matches nothing is refused there.
 * **per-client state sized by what it keeps** — one flat vector per client: the kept parameters, then the kept
   buffers, in ``module.named_parameters()`` / ``module.named_buffers()`` order (integer buffers such as BatchNorm's
@@ -24,14 +25,15 @@ model is the global model with its own state's values in the kept parts (:meth:`
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
 from lightning_fed.client.algorithm import ClientAlgorithm
 
-__all__ = ["LocalParts", "check_disjoint_local_parts", "personal_step", "select_parts"]
+__all__ = ["LocalParts", "PARTS_PREDICATES", "check_disjoint_local_parts", "personal_step", "register_parts_predicate",
+           "select_parts"]
 
 
 def personal_step(module: Any, batch: Any, batch_idx: int = 0) -> Optional[Tensor]:
@@ -164,6 +166,73 @@ def check_disjoint_local_parts(algorithms: Sequence[Any], module: nn.Module) -> 
                 )
 
 
+def bias_tensors(name: str, tensor: Tensor) -> bool:
+    """A registered :class:`LocalParts` predicate (``"bias_tensors"``): the biases (names ending in ``bias``)."""
+    return name.rsplit(".", 1)[-1] == "bias"
+
+
+def vector_tensors(name: str, tensor: Tensor) -> bool:
+    """A registered :class:`LocalParts` predicate (``"vector_tensors"``): tensors of at most one dimension (biases,
+    normalisation layers' scales and running statistics)."""
+    return tensor.ndim <= 1
+
+
+#: The predicates a config may name as ``LocalParts(predicate=...)`` (``predicate: bias_tensors``): name -> function.
+#: A config can name only these (any other name, or a ``class_path``, is refused: YAML must not pick an arbitrary
+#: importable function to call at fit start); Python callers may pass any callable. Add your own with
+#: :func:`register_parts_predicate`.
+PARTS_PREDICATES: dict[str, Callable[[str, Tensor], bool]] = {"bias_tensors": bias_tensors,
+                                                              "vector_tensors": vector_tensors}
+
+
+def register_parts_predicate(name: str, predicate: Callable[[str, Tensor], bool]) -> Callable[[str, Tensor], bool]:
+    """Make ``predicate`` nameable from configs as ``LocalParts(predicate=name)`` (see :data:`PARTS_PREDICATES`).
+    Returns ``predicate``.
+
+    Raises:
+        TypeError: ``name`` not a non-empty str, or ``predicate`` not callable.
+        ValueError: ``name`` already names another function.
+
+    Example::
+
+        >>> def head_only(name, tensor):
+        ...     return name.startswith("head.")
+        >>> _ = register_parts_predicate("head_only", head_only)
+        >>> LocalParts(predicate="head_only").predicate is head_only
+        True
+        >>> del PARTS_PREDICATES["head_only"]
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"`name` must be a non-empty str, got {name!r}.")
+    if not callable(predicate):
+        raise TypeError(f"`predicate` must be callable as predicate(name, tensor) -> bool, got {predicate!r}.")
+    if PARTS_PREDICATES.get(name, predicate) is not predicate:
+        raise ValueError(f"A LocalParts predicate is already registered as {name!r}: {PARTS_PREDICATES[name]!r}.")
+    PARTS_PREDICATES[name] = predicate
+    return predicate
+
+
+def resolve_parts_predicate(predicate: Any) -> Optional[Callable[[str, Tensor], bool]]:
+    """``predicate`` as :class:`LocalParts` takes it: ``None``; a registered name (:data:`PARTS_PREDICATES`) as its
+    function; any other callable as it is (Python callers).
+
+    Raises:
+        ValueError: a str that names no registered predicate, naming the allowed ones.
+        TypeError: anything else that is not callable.
+    """
+    if predicate is None or (callable(predicate) and not isinstance(predicate, str)):
+        return predicate
+    if isinstance(predicate, str):
+        if predicate in PARTS_PREDICATES:
+            return PARTS_PREDICATES[predicate]
+        raise ValueError(
+            f"`predicate` {predicate!r} is not a registered LocalParts predicate; a config may name only "
+            f"{sorted(PARTS_PREDICATES)} (register others in Python with "
+            "lightning_fed.client.personal.register_parts_predicate, or pass a callable from Python)."
+        )
+    raise TypeError(f"`predicate` must be callable as predicate(name, tensor) -> bool, got {predicate!r}.")
+
+
 class LocalParts(ClientAlgorithm):
     """A client half that keeps the selected parts of the model local to each client; the rest is averaged
     (see the module doc). FedBN, FedPer and FedRep are subclasses that fix the selection.
@@ -171,10 +240,13 @@ class LocalParts(ClientAlgorithm):
     Args:
         names: Tensor or submodule names kept local (default none).
         types: Module classes whose parameters and buffers are kept local (default none).
-        predicate: ``predicate(name, tensor) -> bool`` (Python only; default none).
+        predicate: ``predicate(name, tensor) -> bool`` (default none): from Python any callable; from a config
+            only a registered name (:data:`PARTS_PREDICATES`: ``bias_tensors``, ``vector_tensors`` and those added
+            with :func:`register_parts_predicate`), so YAML cannot pick an arbitrary importable function.
 
     Raises:
         TypeError: ``names`` not a list of strings, ``types`` not a list of classes, ``predicate`` not callable.
+        ValueError: ``predicate`` a name that is not registered (naming the registered ones).
         ValueError: at fit start, a selection that matches no parameter or buffer of the model; a tensor that
             another personal half of the run keeps too (:func:`check_disjoint_local_parts`).
 
@@ -189,15 +261,14 @@ class LocalParts(ClientAlgorithm):
     """
 
     def __init__(self, names: Optional[Sequence[str]] = None, types: Optional[Sequence[type]] = None,
-                 predicate: Optional[Callable[[str, Tensor], bool]] = None) -> None:
+                 predicate: Optional[Union[str, Callable[[str, Tensor], bool]]] = None) -> None:
         names = [] if names is None else ([names] if isinstance(names, str) else list(names))
         if not all(isinstance(n, str) for n in names):
             raise TypeError(f"`names` must be a list of tensor or submodule names (str), got {names!r}.")
         types = [] if types is None else ([types] if isinstance(types, type) else list(types))
         if not all(isinstance(t, type) for t in types):
             raise TypeError(f"`types` must be a list of module classes (e.g. torch.nn.BatchNorm2d), got {types!r}.")
-        if predicate is not None and not callable(predicate):
-            raise TypeError(f"`predicate` must be callable as predicate(name, tensor) -> bool, got {predicate!r}.")
+        predicate = resolve_parts_predicate(predicate)
         self.names, self.types, self.predicate = names, types, predicate
         self._params: list[int] = []
         self._buffers: list[int] = []

@@ -66,7 +66,8 @@ class DeltaNorms(NamedTuple):
     the round's other readers of the same norms (the gradient diversity), with what they were computed from.
 
     Attributes:
-        norms: ``torch.stack(torch._foreach_norm(delta))``: shape ``[len(delta)]``, the deltas' dtype and device.
+        norms: ``torch.stack(torch._foreach_norm(delta))``: shape ``[len(delta)]``, the deltas' dtype and device
+            (for a finite Δ_i whose norms overflow that dtype: :func:`overflow_safe_norms`, float64).
         delta: The list of tensors they are the norms of (compared by identity).
         versions: Each tensor's ``_version`` then: an in-place change since makes :meth:`for_delta` refuse them.
 
@@ -96,6 +97,38 @@ class DeltaNorms(NamedTuple):
         if delta is not self.delta or any(t._version != v for t, v in zip(delta, self.versions)):
             return None
         return self.norms
+
+
+def overflow_safe_norms(tensors: Sequence[Tensor]) -> Tensor:
+    """Per-tensor L2 norms that do not overflow where the sum of squares would: ‖t‖₂ = s·‖t/s‖₂ with s = max|t|,
+    in float64. Used for a Δ_i whose plain norms (in its own dtype) are not finite although every entry is (a
+    float32 update with entries ~4e19: 4e19² overflows float32); the kept :class:`DeltaNorms` of such an update
+    are these.
+
+    Args:
+        tensors: floating tensors, any shapes, one device.
+
+    Returns:
+        shape ``[len(tensors)]``, float64, on the tensors' device (``0`` for an empty or all-zero tensor; ``nan`` /
+        ``inf`` where a tensor holds one).
+
+    Example: 4e19 squared overflows float32; √2·4e19 does not::
+
+        >>> big = torch.full((2,), 4e19)
+        >>> torch.stack(torch._foreach_norm([big])).tolist(), f"{overflow_safe_norms([big]).item():.6e}"
+        ([inf], '5.656854e+19')
+        >>> overflow_safe_norms([torch.tensor([3.0, 4.0]), torch.zeros(0), torch.zeros(2)]).tolist()
+        [5.0, 0.0, 0.0]
+    """
+    out = []
+    for t in tensors:
+        t = t.detach().to(torch.float64)
+        if t.numel() == 0:
+            out.append(torch.zeros((), dtype=torch.float64, device=t.device))
+            continue
+        scale = t.abs().amax().clamp_min(torch.finfo(torch.float64).tiny)
+        out.append(scale * torch.linalg.vector_norm(t / scale))
+    return torch.stack(out)
 
 
 def parameter_client_lrs(

@@ -29,9 +29,33 @@ HF_TENSOR_LIMIT_BYTES = 2 * 1024**3
 _NOT_A_TENSOR = object()  # a column the torch format gives as something else than one tensor (text, ragged rows)
 
 
+def hf_datasets() -> Any:
+    """The Hugging Face ``datasets`` package when it is imported, else ``None`` (it is never imported here: a Hugging
+    Face dataset implies the library is already imported).
+
+    Told by identity, not by name: a module imported as ``datasets`` counts only when it is a package whose
+    ``Dataset`` is Hugging Face's (defined in ``datasets.arrow_dataset``), so a user's own ``datasets.py`` that
+    shadows it on ``sys.path`` is not taken for it (every data module, on tensors too, asked it for Hugging Face's
+    classes and failed with an ``AttributeError``).
+
+    Example::
+
+        >>> import datasets
+        >>> hf_datasets() is datasets
+        True
+    """
+    module = sys.modules.get("datasets")
+    dataset_class = getattr(module, "Dataset", None)
+    if (module is None or getattr(module, "__path__", None) is None or not isinstance(dataset_class, type)
+            or dataset_class.__module__ != "datasets.arrow_dataset"):
+        return None
+    return module
+
+
 def is_hf_dataset(dataset: Any) -> bool:
     """Whether ``dataset`` is a Hugging Face ``datasets.Dataset`` (without importing ``datasets``: a Hugging Face
-    dataset implies the library is already imported).
+    dataset implies the library is already imported; a module named ``datasets`` that is not Hugging Face's is not
+    asked, see :func:`hf_datasets`).
 
     Example::
 
@@ -39,7 +63,7 @@ def is_hf_dataset(dataset: Any) -> bool:
         >>> is_hf_dataset(datasets.Dataset.from_dict({"x": [1]})), is_hf_dataset([1])
         (True, False)
     """
-    datasets = sys.modules.get("datasets")
+    datasets = hf_datasets()
     return datasets is not None and isinstance(dataset, datasets.Dataset)
 
 

@@ -4,7 +4,6 @@ evaluation are the others."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
@@ -21,6 +20,7 @@ from lightning_fed.datamodules.huggingface import (
     dict_batch_hint,
     formatted_columns,
     image_column_problem,
+    hf_datasets,
     is_hf_dataset,
     ragged_column,
     read_column,
@@ -292,7 +292,7 @@ def _check_map_style(name: str, dataset: Any) -> None:
     """
     if dataset is None:
         return
-    datasets = sys.modules.get("datasets")
+    datasets = hf_datasets()
     if datasets is not None and isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         raise TypeError(
             f"`{name}` is a Hugging Face {type(dataset).__name__} with splits {sorted(dataset)}; select one split, "

@@ -114,3 +114,32 @@ def test_overlapping_kept_parts_are_refused_at_fit_start_before_any_client_train
                                          r"\['net.1.bias'\], types=\[\], predicate=None\) both keep net.1.bias local"):
         trainer.fit(TwoLayer(), datamodule=dm)
     assert Trained.batches == 0 and trainer.current_epoch == 0
+
+
+def test_49_a_predicate_by_name_is_looked_up_in_the_registry_only():
+    """From a config, `predicate` is a registered name (`bias_tensors`: names ending in bias); any other name — e.g.
+    the importable `os.system`, which jsonargparse would import and fit start call — is refused, naming the allowed
+    ones; registering a function makes its name usable; Python callers still pass any callable."""
+    from lightning_fed.client.personal import PARTS_PREDICATES, bias_tensors, register_parts_predicate
+
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
+    # parameters: 0.weight, 0.bias, 1.weight, 1.bias, 2.weight, 2.bias -> the biases are 1, 3, 5
+    assert LocalParts(predicate="bias_tensors").predicate is bias_tensors
+    assert select_parts(net, predicate=LocalParts(predicate="bias_tensors").predicate) == ([1, 3, 5], [])
+    # vector_tensors: ndim <= 1 -> every bias, BN's weight, and BN's 3 buffers (running mean/var, batches tracked)
+    assert select_parts(net, predicate=LocalParts(predicate="vector_tensors").predicate) == ([1, 2, 3, 5], [0, 1, 2])
+    with pytest.raises(ValueError, match=r"`predicate` 'os.system' is not a registered LocalParts predicate; a config "
+                                         r"may name only \['bias_tensors', 'vector_tensors'\]"):
+        LocalParts(predicate="os.system")
+
+    def first_layer(name, tensor):
+        return name.startswith("0.")
+
+    try:
+        register_parts_predicate("first_layer", first_layer)
+        assert select_parts(net, predicate=LocalParts(predicate="first_layer").predicate) == ([0, 1], [])
+        with pytest.raises(ValueError, match="already registered as 'first_layer'"):
+            register_parts_predicate("first_layer", bias_tensors)
+    finally:
+        PARTS_PREDICATES.pop("first_layer", None)
+    assert LocalParts(predicate=first_layer).predicate is first_layer  # Python: any callable
