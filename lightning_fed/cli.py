@@ -20,6 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.errors import DataNotFoundError
 from lightning_fed.trainer import FederatedTrainer
 
 #: TensorBoard under ./runs unless the config or command line names another logger. ``default_hp_metric`` is off:
@@ -802,6 +803,18 @@ def instantiation_error_message(err: BaseException) -> str:
     return f"error: {head}: {text}\n  (the full traceback: run again with {_VERBOSE_HINT})"
 
 
+def data_not_found_message(err: BaseException) -> str:
+    """The lines ``lightning-fed`` prints for a task's data that is not there
+    (:class:`~lightning_fed.errors.DataNotFoundError`: its message says what is missing and how to get it), instead of
+    the traceback: ``error: <message>`` and how to see the traceback (exit status 2).
+
+    >>> print(data_not_found_message(DataNotFoundError("Fashion-MNIST not found: data/FashionMNIST/raw lacks [...].")))
+    error: Fashion-MNIST not found: data/FashionMNIST/raw lacks [...].
+      (the full traceback: run again with --verbose or LIGHTNING_FED_VERBOSE=1)
+    """
+    return f"error: {str(err).strip() or type(err).__name__}\n  (the full traceback: run again with {_VERBOSE_HINT})"
+
+
 _CLASS_PATH_RE = re.compile(r"(?:<class '|\[|, )([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)")
 
 
@@ -1157,7 +1170,8 @@ def main(args: Optional[Any] = None) -> None:
     ``--verbose`` anywhere on the command line (removed before parsing; ``validate``/``test``'s own
     ``--verbose true|false`` stays) or ``LIGHTNING_FED_VERBOSE=1``: the full parser message with the usage, or the
     exception itself with its traceback (exit status 1). An error raised by the run itself (after instantiation) is
-    never shortened.
+    never shortened, except a task's data that is not there (:class:`~lightning_fed.errors.DataNotFoundError`):
+    ``error: <message>`` (:func:`data_not_found_message`), exit status 2, the traceback with ``--verbose``.
     """
     argv = sys.argv[1:] if args is None else args
     given_verbose = False
@@ -1182,6 +1196,9 @@ def main(args: Optional[Any] = None) -> None:
             warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
             FederatedCLI(args=args)
     except Exception as err:
+        if not verbose() and isinstance(err, DataNotFoundError):
+            print(data_not_found_message(err), file=sys.stderr)
+            raise SystemExit(EXIT_BAD_ARGUMENT) from None
         if verbose() or not getattr(err, _INSTANTIATION_ERROR, False):
             raise
         print(instantiation_error_message(err), file=sys.stderr)

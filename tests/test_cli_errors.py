@@ -385,3 +385,44 @@ def test_49_a_config_may_name_only_a_registered_local_parts_predicate(tmp_path, 
                            run=False)
     (half,) = cli.trainer.client_algorithms
     assert type(half).__name__ == "LocalParts" and half.predicate is bias_tensors
+
+
+# ------------------------------------------------------------------------------------------------ missing data
+def _no_data_args(tmp_path) -> list[str]:
+    """Fashion-MNIST from an empty data folder, no Debian copy, no download."""
+    (tmp_path / "no_debian").mkdir()
+    return ["--data.data_dir", str(tmp_path / "data"), "--data.debian_dir", str(tmp_path / "no_debian"),
+            "--data.download", "false", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+
+
+@pytest.mark.parametrize("command", ["fit", "partition"])
+def test_missing_task_data_is_one_error_line_saying_how_to_get_it(command, tmp_path, capsys):
+    """Before: a 22-line traceback (exit status 1) before the message saying what to do. Now `error: <message>`,
+    one line on how to see the traceback, exit status 2."""
+    from lightning_fed.datamodules.tasks.fashion_mnist import DEBIAN_FASHION_MNIST_DIR
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--config", str(FMNIST_FEDYOGI), *_no_data_args(tmp_path)])
+    assert exit_info.value.code == EXIT_BAD_ARGUMENT == 2
+    text = capsys.readouterr().err
+    error = _error_lines(text.splitlines())
+    missing = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte"]
+    assert error[0] == (
+        f"error: Fashion-MNIST not found: {tmp_path / 'data' / 'FashionMNIST' / 'raw'} lacks {missing}, and "
+        f"debian_dir={str(tmp_path / 'no_debian')!r} does not hold the four *-ubyte.gz files. Get it offline with "
+        f"`apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu; installs the IDX .gz files into "
+        f"{DEBIAN_FASHION_MNIST_DIR}), point `debian_dir` at a folder "
+        "holding {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz, or pass download=True to let torchvision "
+        "download it (needs internet)."
+    ), error
+    assert len(error) == 2 and "--verbose" in error[1] and VERBOSE_ENV in error[1]
+    assert "Traceback" not in text
+
+
+def test_missing_task_data_with_verbose_raises_with_its_traceback(tmp_path):
+    from lightning_fed.errors import DataNotFoundError
+
+    with pytest.raises(DataNotFoundError, match="Fashion-MNIST not found") as info:
+        main(["fit", "--verbose", "--config", str(FMNIST_FEDYOGI), *_no_data_args(tmp_path)])
+    assert isinstance(info.value, FileNotFoundError) and info.value.__traceback__ is not None
