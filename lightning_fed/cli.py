@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.errors import DataNotFoundError
 from lightning_fed.trainer import FederatedTrainer
+from lightning_fed.vectorized import VectorizedExecutor  # noqa: F401 - a --trainer.client_executor class by short name
 
 #: TensorBoard under ./runs unless the config or command line names another logger. ``default_hp_metric`` is off:
 #: Lightning's placeholder ``hp_metric`` session would be the first one in the run and hide the federated
@@ -518,6 +519,11 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", FederatedArgumentParser)
+        argv = sys.argv[1:] if args is None else args
+        self._help_of = _help_subcommand(argv)
+        if self._help_of is not None:
+            # `lightning-fed fit --help`: only that subcommand's parser is built (each takes about a second)
+            self.subcommands = lambda: {self._help_of: LightningCLI.subcommands()[self._help_of]}  # type: ignore
         super().__init__(args=args, **kwargs)
 
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
@@ -534,6 +540,8 @@ class FederatedCLI(LightningCLI):
         for choice in parser._subcommands_action._choices_actions:  # `lightning-fed --help`'s list
             if summaries.get(choice.dest):
                 choice.help = summaries[choice.dest]
+        if self._help_of is not None:
+            return  # `lightning-fed fit --help`: no listing of the others
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
         parser._subcommands_action.add_subcommand("partition", listing, help=summary)
@@ -676,6 +684,17 @@ class FederatedCLI(LightningCLI):
         trainer_config["callbacks"] = [server, *callbacks]
         extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
         return self._instantiate_trainer(trainer_config, extra)
+
+
+def _help_subcommand(argv: Any) -> Optional[str]:
+    """The subcommand whose help ``argv`` asks for (``fit --help``, ``validate -h ...``), else ``None``.
+
+    >>> _help_subcommand(["fit", "--config", "c.yaml", "--help"]), _help_subcommand(["fit", "--config", "c.yaml"])
+    ('fit', None)
+    """
+    if not isinstance(argv, (list, tuple)) or not argv or argv[0] not in _SUBCOMMANDS:
+        return None
+    return argv[0] if {"-h", "--help"} & set(argv) else None
 
 
 def run_summary(trainer: Any) -> str:
