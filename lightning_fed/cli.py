@@ -686,7 +686,9 @@ def run_summary(trainer: Any) -> str:
     at step 9.
 
     Lines: ``Trained N round(s) (rounds 0..N-1 ...)``; ``last validation (round t): val_acc 0.454, ...`` (the
-    ``val_*`` values of ``trainer.callback_metrics``, 4 significant digits); one per logger
+    ``val_*`` values of ``trainer.callback_metrics``, 4 significant digits); with federated evaluation, ``last
+    federated evaluation, weighted over clients: fed_personal_val_acc 0.61, fed_val_acc 0.45, ...`` (the
+    ``fed_*/weighted`` values, ``fed_personal_*`` included, by name, 4 significant digits); one per logger
     (TensorBoard: the run's folder and the ``tensorboard --logdir`` command; CSV: ``metrics.csv`` and
     ``hparams.yaml``; another logger: its ``log_dir``), or ``no logger``; the saved ``config.yaml`` when there is
     one; one per ModelCheckpoint (its folder, the best checkpoint with its monitored score, the last one).
@@ -699,6 +701,11 @@ def run_summary(trainer: Any) -> str:
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
     if val:
         lines.append(f"  last validation (round {rounds - 1}): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(val.items())))
+    fed = {k[: -len("/weighted")]: float(v) for k, v in trainer.callback_metrics.items()
+           if k.startswith("fed_") and k.endswith("/weighted")}
+    if fed:
+        lines.append("  last federated evaluation, weighted over clients: "
+                     + ", ".join(f"{k} {v:.4g}" for k, v in sorted(fed.items())))
     config_dirs = []
     for logger in trainer.loggers:
         log_dir = getattr(logger, "log_dir", None) or logger.save_dir

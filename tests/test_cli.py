@@ -492,6 +492,35 @@ def test_fit_ends_saying_where_logs_metrics_and_checkpoints_are(tmp_path, monkey
     assert (Path(log_dir) / "config.yaml").is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()
 
 
+def test_50_fit_summary_prints_the_federated_evaluation(tmp_path, monkeypatch, caplog):
+    """Issue #50 item 3: the end-of-fit summary omitted fed_*. With federated evaluation it prints the weighted means
+    over clients of the global model (fed_*) and of the personal models (fed_personal_*, here the global model:
+    FedAdam has no personal model), by name; the numbers are Σ n_i m_i / Σ n_i of the clients' rows in eval_csv
+    (NumPy, 4 significant digits)."""
+    import csv
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    config = _mnist_config(tmp_path)
+    with caplog.at_level(logging.INFO):
+        FederatedCLI(args=["fit", "--config", str(config), "--trainer.max_epochs", "2",
+                           "--data.eval_clients_per_round", "all", "--data.eval_fraction", "0.25",
+                           "--data.eval_csv", str(tmp_path / "clients.csv")])
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trained ")]
+    (line,) = [s for s in summary.splitlines() if "federated evaluation" in s]
+    head, values = line.split(": ", 1)
+    assert head == "  last federated evaluation, weighted over clients"
+    printed = [v.split(" ") for v in values.split(", ")]
+    assert [name for name, _ in printed] == ["fed_personal_val_acc", "fed_personal_val_loss", "fed_val_acc",
+                                             "fed_val_loss"]
+    with open(tmp_path / "clients.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["round"] == "1"]
+    n = np.array([float(r["samples"]) for r in rows])
+    for name, value in printed:
+        column = np.array([float(r[name.replace("fed_personal_", "").replace("fed_", "")]) for r in rows])
+        assert float(value) == pytest.approx((n * column).sum() / n.sum(), rel=1e-3), name
+
+
 def test_43_on_nonfinite_server_step_is_a_trainer_argument(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = FederatedCLI(args=["--config", str(FEDAWARE), "--trainer.on_nonfinite_server_step", "restore"], run=False)

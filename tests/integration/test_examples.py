@@ -158,6 +158,40 @@ def test_example_runs_one_round_on_generated_data(config, tmp_path, monkeypatch)
     metrics = trainer.callback_metrics
     assert metrics.get("round_clients") == 2, sorted(metrics)
     assert torch.isfinite(metrics["round_train_loss"]) and torch.isfinite(metrics["val_loss"])
+    if config in PERSONALISED_EXAMPLES:  # issue #50 item 3: a personalised example evaluates its personal models
+        assert torch.isfinite(metrics["fed_personal_val_acc/weighted"]), sorted(metrics)
+
+
+def _personalised(cfg: dict) -> bool:
+    """Whether an example's method gives clients personal models (FedBN, FedPer, FedRep, Ditto or a subclass)."""
+    import importlib
+
+    from lightning_fed.callbacks import Ditto, FedBN, FedPer, FedRep
+
+    for callback in cfg["trainer"]["callbacks"]:
+        module, name = callback["class_path"].rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name)
+        if isinstance(cls, type) and issubclass(cls, (FedBN, FedPer, FedRep, Ditto)):
+            return True
+    return False
+
+
+PERSONALISED_EXAMPLES = [p for p in EXAMPLES if _personalised(yaml.safe_load(p.read_text()))]
+
+
+def test_personalised_examples_evaluate_personal_models():
+    """Issue #50 item 3: the FedRep, Ditto, FedPer and CIFAR FedBN examples set no federated evaluation, so their
+    personal models were never measured. Every example of a personalised method (FedBN, FedPer, FedRep, Ditto) sets
+    ``eval_clients_per_round`` and ``eval_fraction`` (the Fashion-MNIST / CIFAR data have no per-client test split),
+    and its header says where the personal metric goes."""
+    names = {p.stem for p in PERSONALISED_EXAMPLES}
+    assert {"fashion_mnist_dirichlet_fedrep", "fashion_mnist_dirichlet_ditto", "fashion_mnist_dirichlet_fedper",
+            "cifar10_dirichlet_fedbn", "fashion_mnist_dirichlet_fedbn"} <= names
+    for path in PERSONALISED_EXAMPLES:
+        text = path.read_text()
+        data = yaml.safe_load(text)["data"]["init_args"]
+        assert data.get("eval_clients_per_round") == "all" and data.get("eval_fraction") == 0.2, path.name
+        assert "fed_personal_" in text, path.name
 
 
 def test_lora_example_header_states_the_model_it_builds():
