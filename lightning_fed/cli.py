@@ -197,8 +197,8 @@ def _flow(init_args: dict[str, Any]) -> str:
 
 
 #: How a refused swap is given on purpose: ``null`` first drops the configured server optimizer whole.
-_NULL_FIRST = (" (`--server_optimizer null` drops the configured server optimizer, its client half with it; a config "
-               "read after it names the new one)")
+_NULL_FIRST = (" (`--server_optimizer null` drops the configured server optimizer, its client half with it; with "
+               "configs, read one that gives `server_optimizer: null` before the new one)")
 
 
 def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
@@ -224,7 +224,7 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
         >>> swap_client_halves(Namespace(class_path="lightning_fed.callbacks.SCAFFOLD"), "FedYogi", "a swap")
         Traceback (most recent call last):
         ...
-        ValueError: a swap would drop SCAFFOLD's client half (ScaffoldClient: the control-variate correction c − c_i of every local step), which runs only with its server half (ScaffoldControl). Keep SCAFFOLD under FedYogi by giving both halves: --server_optimizer null --server_optimizer FedYogi --server_optimizer.weighting uniform --server_optimizer.aggregators '[{class_path: lightning_fed.algorithms.ScaffoldControl}]' --trainer.client_algorithms '[{class_path: lightning_fed.algorithms.ScaffoldClient}]' (a config: examples/fashion_mnist_hybrid_plus_scaffold_fedyogi.yaml); or run FedYogi without SCAFFOLD: --server_optimizer null --server_optimizer FedYogi. (`--server_optimizer null` drops the configured server optimizer, its client half with it; a config read after it names the new one)
+        ValueError: a swap would drop SCAFFOLD's client half (ScaffoldClient: the control-variate correction c − c_i of every local step), which runs only with its server half (ScaffoldControl). Keep SCAFFOLD under FedYogi by giving both halves: --server_optimizer null --server_optimizer FedYogi --server_optimizer.weighting uniform --server_optimizer.aggregators '[{class_path: lightning_fed.algorithms.ScaffoldControl}]' --trainer.client_algorithms '[{class_path: lightning_fed.algorithms.ScaffoldClient}]' (a config: examples/fashion_mnist_hybrid_plus_scaffold_fedyogi.yaml); or run FedYogi without SCAFFOLD: --server_optimizer null --server_optimizer FedYogi. (`--server_optimizer null` drops the configured server optimizer, its client half with it; with configs, read one that gives `server_optimizer: null` before the new one)
     """
     from lightning_fed.callbacks import SCAFFOLD, Ditto, FedBN, FedDyn, FedNova, FedPer, FedProx, FedRep
     from lightning_fed.callbacks.fedlamb import LocalAdaptiveServer
