@@ -524,7 +524,11 @@ class FederatedCLI(LightningCLI):
     it leaves ``trainer.callbacks`` (checkpoints, ...) alone. A different class starts from its own defaults
     (``--server_optimizer FedAvg`` on a FedYogi config gives FedAvg's η = 1, not FedYogi's 0.01), on the command line
     and in a later ``--config`` alike; settings given after it (``--server_optimizer.lr 0.5``, or ``init_args`` in the
-    config that names it) apply, and naming the configured class again keeps its settings. Check with
+    config that names it) apply, and naming the configured class again keeps its settings. A ready-made method's
+    own client half outlives the swap (:func:`swap_client_halves`): FedProx's, FedBN's, FedPer's, FedRep's and
+    Ditto's are carried into ``trainer.client_algorithms``; a swap away from SCAFFOLD, FedDyn, FedNova's proximal
+    solver or Fed-LAMB (halves that need their server halves) is refused, and ``--server_optimizer null`` first drops
+    the configured method whole. Check with
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
@@ -541,7 +545,8 @@ class FederatedCLI(LightningCLI):
 
     Raises:
         SystemExit: (a parser error, exit code 2) a misspelt class or option name, a server optimizer given both as
-            ``server_optimizer`` and in ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, or
+            ``server_optimizer`` and in ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, a swap
+            that would strand a client half needing its server half (:func:`swap_client_halves`), or
             ``predict`` without a ``predict_dataloader`` on the data module or the model.
 
     Example: parse and instantiate without running (``run=False``; nothing is read or written)::
