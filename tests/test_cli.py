@@ -172,6 +172,108 @@ def test_41_the_fedprox_clients_run_under_the_swapped_server_optimizer(tmp_path)
     assert not all(torch.equal(a, b) for a, b in zip(weights[0], weights[2]))  # the proximal term was applied
 
 
+#: #50.1: a tiny run whose server optimizer is given the old way (trainer.callbacks) or as `server_optimizer`.
+_MNIST = ["--model", "lightning_fed.models.MNISTMLP", "--data", "lightning_fed.datamodules.MNISTDataModule",
+          "--data.partitioner", "IIDPartitioner", "--data.partitioner.num_clients", "10", "--trainer.logger", "false",
+          "--trainer.enable_progress_bar", "false"]
+
+
+def _swap_args(server: str, swap: str, tmp_path, halves: str = "") -> list[str]:
+    """The config giving ``server`` (a YAML flow mapping), then ``swap``: ``--server_optimizer NAME`` or, where it
+    ends in ``.yaml``-less text with a colon, a second config with that text."""
+    first = tmp_path / "first.yaml"
+    first.write_text(f"seed_everything: 0\ntrainer: {{callbacks: [{server}]{halves}}}\n")
+    if ":" in swap:
+        (tmp_path / "second.yaml").write_text(swap + "\n")
+        return ["--config", str(first), "--config", str(tmp_path / "second.yaml"), *_MNIST]
+    return ["--config", str(first), *_MNIST, "--server_optimizer", swap]
+
+
+_CB = "lightning_fed.callbacks."
+
+
+@pytest.mark.parametrize("swap", ["FedYogi", f"server_optimizer: {{class_path: {_CB}FedYogi}}"],
+                         ids=["command_line", "second_config"])
+@pytest.mark.parametrize("server, expected", [
+    (f"{{class_path: {_CB}FedProx, init_args: {{mu: 0.25}}}}", "[FedProxClient(mu=0.25)]"),
+    (f"{{class_path: {_CB}FedBN}}", "[FedBNClient()]"),
+    (f"{{class_path: {_CB}FedPer, init_args: {{head: [net.2]}}}}", "[FedPerClient(head=['net.2'])]"),
+    (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2], head_steps: 3}}}}",
+     "[FedRepClient(head=['net.2'], head_steps=3)]"),
+    (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto"])
+def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
+    """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
+    `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.
+    A pure client half (FedProx's, the personalised ones) is carried into `trainer.client_algorithms`."""
+    monkeypatch.chdir(tmp_path)
+    args = _swap_args(server, swap, tmp_path)
+    cli = FederatedCLI(args=args, run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi
+    assert cli.trainer.server_optimizer.lr == 0.01  # FedYogi's own defaults (#32), not FedProx's lr 1
+    assert repr(cli.trainer.client_algorithms) == expected
+    printed = _print_config(["fit", *args], capsys)
+    assert [h["class_path"].rsplit(".", 1)[1] for h in printed["trainer"]["client_algorithms"]] == [
+        expected[1:].split("(")[0]]
+
+
+def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monkeypatch):
+    """The method's own half ran before the run's other halves: it stays first; the others keep their order."""
+    monkeypatch.chdir(tmp_path)
+    halves = ", client_algorithms: [{class_path: lightning_fed.algorithms.FedBNClient}]"
+    args = _swap_args(f"{{class_path: {_CB}FedProx, init_args: {{mu: 0.5}}}}", "FedAdam", tmp_path, halves)
+    cli = FederatedCLI(args=args, run=False)
+    assert repr(cli.trainer.client_algorithms) == "[FedProxClient(mu=0.5), FedBNClient()]"
+    assert type(cli.trainer.server_optimizer) is FedAdam
+    # naming the configured class again is no swap: FedProx keeps its own half, nothing is added
+    cli = FederatedCLI(args=_swap_args(f"{{class_path: {_CB}FedProx, init_args: {{mu: 0.5}}}}", "FedProx",
+                                       tmp_path, halves), run=False)
+    assert repr(cli.trainer.server_optimizer.server_client_algorithms) == "[FedProxClient(mu=0.5)]"
+    assert repr(cli.trainer.client_algorithms) == "[FedBNClient()]"
+
+
+@pytest.mark.parametrize("server, stage, half", [
+    (f"{{class_path: {_CB}SCAFFOLD}}", "ScaffoldControl()", "[ScaffoldClient()]"),
+    (f"{{class_path: {_CB}FedDyn, init_args: {{alpha: 0.1}}}}", "FedDynCorrection(alpha=0.1)",
+     "[FedDynClient(alpha=0.1)]"),
+    (f"{{class_path: {_CB}FedNova, init_args: {{local_solver: proximal, mu: 0.2}}}}",
+     "FedNovaAveraging(local_solver='proximal', momentum=0.0, mu=0.2)", "[FedProxClient(mu=0.2)]"),
+    (f"{{class_path: {_CB}FedLAMB}}", None, None),
+], ids=["SCAFFOLD", "FedDyn", "FedNova_proximal", "FedLAMB"])
+@pytest.mark.parametrize("swap", ["FedYogi", f"server_optimizer: {{class_path: {_CB}FedYogi}}"],
+                         ids=["command_line", "second_config"])
+def test_50_a_swap_that_would_strand_a_coupled_client_half_is_refused(server, stage, half, swap, tmp_path,
+                                                                      monkeypatch, capsys):
+    """#50.1: a client half that needs its server half (SCAFFOLD's control variates, FedDyn, FedNova's proximal
+    solver, Fed-LAMB) is not carried alone: the swap is refused, exit status 2, with the composition that keeps the
+    method under the new server rule, which parses to both halves, and the way to drop it whole."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    name = server.split(_CB)[1].split("}")[0].split(",")[0]
+    err = _parse_error(_swap_args(server, swap, tmp_path), capsys)
+    assert f"would drop {name}'s client half" in err and "--server_optimizer null --server_optimizer FedYogi" in err
+    first = ["--config", str(tmp_path / "first.yaml"), *_MNIST]
+    # dropping the method whole, on purpose
+    cli = FederatedCLI(args=[*first, "--server_optimizer", "null", "--server_optimizer", "FedYogi"], run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi and not cli.trainer.client_algorithms
+    if stage is None:
+        return
+    composed = shlex.split(re.search(r"giving both halves: (.*?)(?: \(a config: [^)]*\))?; or run", err).group(1))
+    cli = FederatedCLI(args=[*first, *composed], run=False)
+    server = cli.trainer.server_optimizer
+    assert type(server) is FedYogi and [repr(a) for a in server.aggregators] == [stage]
+    assert repr(cli.trainer.client_algorithms) == half
+
+
+def test_50_a_fednova_without_a_client_half_swaps(tmp_path, monkeypatch):
+    """FedNova's plain and momentum solvers have no client half of their own: nothing to keep, the swap goes on."""
+    monkeypatch.chdir(tmp_path)
+    cli = FederatedCLI(args=_swap_args(f"{{class_path: {_CB}FedNova, init_args: {{local_solver: momentum, "
+                                       "momentum: 0.9}}", "FedYogi", tmp_path), run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi and not cli.trainer.client_algorithms
+
+
 def test_server_optimizer_settings_apply_to_an_old_style_config(tmp_path, monkeypatch):
     """`--server_optimizer.lr` changes the server optimizer a config gives in trainer.callbacks (today the
     equivalent `--trainer.callbacks.lr` would hit ModelCheckpoint, the last callback)."""
