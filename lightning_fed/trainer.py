@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import re
 import warnings
 from typing import Any, Optional, Union
 
@@ -477,10 +480,14 @@ class FederatedTrainer(L.Trainer):
         """
         from lightning_fed.tensorboard import continue_version, new_log_dirs, remove_unused_log_dirs
 
-        continue_version(self, ckpt_path)  # a checkpoint inside .../version_N/: log into that version again
+        continued = continue_version(self, ckpt_path)  # a checkpoint inside .../version_N/: log into it again
         created = new_log_dirs(self)
         try:
-            return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+            with warnings.catch_warnings() if continued else contextlib.nullcontext():
+                for folder in continued:  # resuming there: its checkpoints folder is expected not to be empty
+                    warnings.filterwarnings("ignore", message=f"Checkpoint directory .*{re.escape(os.path.basename(folder))}"
+                                            f"{re.escape(os.sep)}checkpoints exists and is not empty")
+                return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
         except BaseException:
             if created and getattr(self.fit_loop, "_rounds_run", 0) == 0:
                 remove_unused_log_dirs(created)
