@@ -547,3 +547,23 @@ def test_50_a_stopped_cli_run_says_the_cli_resume_command_which_continues_its_ve
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trained ")]
     assert summary.splitlines()[0] == ("Trained 2 round(s) in this process (rounds 1..2), 3 in total (the TensorBoard "
                                        "step and the progress bar count rounds from 0).")
+
+
+def test_50_the_summary_of_a_resumed_fit_counts_this_processs_rounds_apart(tmp_path):
+    """Resumed from the end of round 1 (2 rounds done) with max_epochs=5: this process trained rounds 2..4."""
+    from helpers import SmallClassifier, classification_dataset, quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.cli import run_summary
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    train = classification_dataset(n=40)
+    dm = FederatedDataModule(train, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2, batch_size=20)
+    first = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    first.fit(SmallClassifier(), datamodule=dm)
+    first.save_checkpoint(tmp_path / "r2.ckpt")
+    resumed = FederatedTrainer(max_epochs=5, **quiet_trainer_kwargs(tmp_path))
+    resumed.fit(SmallClassifier(), datamodule=dm, ckpt_path=str(tmp_path / "r2.ckpt"))
+    assert run_summary(resumed).splitlines()[0] == (
+        "Trained 3 round(s) in this process (rounds 2..4), 5 in total (the TensorBoard step and the progress bar "
+        "count rounds from 0).")
+    assert run_summary(first).splitlines()[0].startswith("Trained 2 round(s) (rounds 0..1;")
