@@ -125,7 +125,8 @@ class FederatedFitLoop(pl_private.FitLoop):
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
     ``time.sleep`` included): the round's local work is discarded, the module gets back the global model x_t and
     the loop's progress goes back to the end of the previous round (the server optimizer has not been touched:
-    aggregation had not happened), a checkpoint is written (:attr:`stop_checkpoint_path`) and the run ends with
+    aggregation had not happened), a checkpoint is written (:attr:`stop_checkpoint_path`: by default in the run's
+    own ``version_N/checkpoints/``), the message says how to resume (:meth:`resume_hint`) and the run ends with
     :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (SIGTERM; exit status 1 in a script) or
     ``KeyboardInterrupt`` (SIGINT; Lightning exits with status 1). ``trainer.fit(..., ckpt_path=that path)``
     resumes exactly (same weights as an uninterrupted run). A SIGTERM that arrives after the round's aggregation
