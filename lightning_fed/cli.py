@@ -819,7 +819,8 @@ def run_summary(trainer: Any) -> str:
     Alg. 1, ``trainer.current_epoch``); "N rounds trained" is the count, so validation "after 10 rounds" is logged
     at step 9.
 
-    Lines: ``Trained N round(s) (rounds 0..N-1 ...)``; ``last validation (round t): val_acc 0.454, ...`` (the
+    Lines: ``Trained N round(s) (rounds 0..N-1 ...)`` (resumed from a checkpoint of round k: ``Trained N-k round(s)
+    in this process (rounds k..N-1), N in total ...``); ``last validation (round t): val_acc 0.454, ...`` (the
     ``val_*`` values of ``trainer.callback_metrics``, 4 significant digits); with federated evaluation, ``last
     federated evaluation, weighted over clients: fed_personal_val_acc 0.61, fed_val_acc 0.45, ...`` (the
     ``fed_*/weighted`` values, ``fed_personal_*`` included, by name, 4 significant digits); one per logger
@@ -830,8 +831,14 @@ def run_summary(trainer: Any) -> str:
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     rounds = int(trainer.current_epoch)
-    last = f"rounds 0..{rounds - 1}" if rounds else "no round"
-    lines = [f"Trained {rounds} round(s) ({last}; the TensorBoard step and the progress bar count rounds from 0)."]
+    first = min(int(getattr(trainer.fit_loop, "first_round", 0)), rounds)
+    if first:  # resumed: this process trained rounds first..rounds-1
+        done = f"rounds {first}..{rounds - 1}" if rounds > first else "no round"
+        lines = [f"Trained {rounds - first} round(s) in this process ({done}), {rounds} in total (the TensorBoard "
+                 "step and the progress bar count rounds from 0)."]
+    else:
+        last = f"rounds 0..{rounds - 1}" if rounds else "no round"
+        lines = [f"Trained {rounds} round(s) ({last}; the TensorBoard step and the progress bar count rounds from 0)."]
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
     if val:
         lines.append(f"  last validation (round {rounds - 1}): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(val.items())))

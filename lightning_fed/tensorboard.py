@@ -349,6 +349,94 @@ def new_log_dirs(trainer: Any) -> list[str]:
     return out
 
 
+def _version_folder(ckpt_path: Any) -> Optional[tuple[str, int]]:
+    """The nearest ancestor folder of the local file ``ckpt_path`` named ``version_N``, and N; ``None`` if none."""
+    import re
+
+    if not isinstance(ckpt_path, (str, os.PathLike)) or not os.path.isfile(ckpt_path):
+        return None
+    folder = os.path.dirname(os.path.abspath(ckpt_path))
+    while os.path.dirname(folder) != folder:
+        match = re.fullmatch(r"version_(\d+)", os.path.basename(folder))
+        if match:
+            return folder, int(match.group(1))
+        folder = os.path.dirname(folder)
+    return None
+
+
+def continue_version(trainer: Any, ckpt_path: Any) -> list[str]:
+    """Make a resumed fit log into the version folder of the checkpoint it resumes from.
+
+    When ``ckpt_path`` is a file inside ``<save_dir>/<name>/version_N/`` (e.g. the stop checkpoint
+    ``runs/lightning_logs/version_3/checkpoints/last.ckpt``), each TensorBoard and CSV logger of ``trainer`` whose
+    ``save_dir/name`` is that ``<save_dir>/<name>`` and whose version is not fixed gets ``version=N``, as if built
+    with ``TensorBoardLogger(version=N)`` / ``CSVLogger(version=N)``: the resumed rounds continue the same curves
+    (TensorBoard adds an event file; a CSV logger's ``metrics.csv`` is kept and appended to, where Lightning's
+    ``CSVLogger`` would delete it). A logger that cannot continue it (another ``save_dir``/``name``, or a version
+    given) logs into its own folder, with a warning saying where and why. Called by :meth:`FederatedTrainer.fit`
+    before the loggers' folders are fixed; nothing happens for a checkpoint outside a ``version_N`` folder.
+
+    Returns:
+        The log folders continued.
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from lightning.pytorch.loggers import CSVLogger
+        >>> from lightning_fed import FederatedTrainer
+        >>> root = tempfile.mkdtemp()
+        >>> ckpt = os.path.join(root, "lightning_logs", "version_3", "checkpoints", "last.ckpt")
+        >>> os.makedirs(os.path.dirname(ckpt)); open(ckpt, "wb").close()
+        >>> trainer = FederatedTrainer(logger=CSVLogger(root), enable_progress_bar=False)
+        >>> [os.path.relpath(d, root) for d in continue_version(trainer, ckpt)], trainer.logger.version
+        (['lightning_logs/version_3'], 3)
+    """
+    found = _version_folder(ckpt_path)
+    if found is None:
+        return []
+    folder, version = found
+    continued = []
+    for logger in [*_tensorboard_loggers(trainer), *_csv_loggers(trainer)]:
+        root = os.path.realpath(str(logger.root_dir))
+        why = None
+        if root != os.path.realpath(os.path.dirname(folder)):
+            why = f"its save_dir/name is {logger.root_dir}, not {os.path.dirname(folder)}"
+        elif logger._version is not None and logger._version != version:
+            why = f"its version is fixed to {logger._version!r}"
+        if why is not None:
+            rank_zero_warn(f"Resuming from {ckpt_path}, written in the log folder {folder}: the {type(logger).__name__} "
+                           f"logs into {logger.log_dir} instead, because {why}. Give the logger "
+                           f"save_dir/name of that folder (and no version) to continue its curves there.")
+            continue
+        logger._version = version
+        if getattr(logger, "_experiment", None) is None:
+            _keep_csv_metrics(logger)
+        continued.append(folder)
+    return continued
+
+
+def _keep_csv_metrics(logger: Any) -> None:
+    """Open a CSV logger's writer on an existing version folder keeping its ``metrics.csv`` (Lightning's writer
+    deletes it) and its columns, so that the resumed rounds' rows are appended."""
+    import csv
+    import warnings
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    if not isinstance(logger, CSVLogger):
+        return
+    path = os.path.join(logger.log_dir, "metrics.csv")
+    kept = open(path, newline="").read() if os.path.isfile(path) else None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
+        writer = logger.experiment
+    if kept is not None:
+        with open(path, "w", newline="") as file:
+            file.write(kept)
+        header = next(csv.reader([kept.splitlines()[0]])) if kept.strip() else []
+        writer.metrics_keys = sorted(header)
+
+
 def remove_unused_log_dirs(paths: list[str]) -> list[str]:
     """Remove the folders among ``paths`` (from :func:`new_log_dirs`: created by this fit) that hold nothing but
     what the set-up of a failed fit writes: TensorBoard event files, ``hparams.yaml``, ``config.yaml`` (no

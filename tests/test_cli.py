@@ -638,3 +638,63 @@ def test_42_the_client_state_store_is_a_server_optimizer_argument(tmp_path, monk
     assert (server.client_state_store, server.client_state_dir) == ("disk", str(tmp_path / "cs"))
     with pytest.raises(ValueError, match=r"`client_state_store` must be one of \('memory', 'disk'\), got 'ssd'"):
         FederatedCLI(args=args + ["--server_optimizer.client_state_store", "ssd"], run=False)
+
+
+class StopsInRound1(MNISTMLP):
+    """MNISTMLP that sends itself SIGTERM in round 1's first local step while LF_TEST_SIGTERM is set."""
+
+    def training_step(self, batch, batch_idx):
+        import os
+        import signal
+
+        if self.trainer.current_epoch == 1 and os.environ.pop("LF_TEST_SIGTERM", None):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+def test_50_a_stopped_cli_run_says_the_cli_resume_command_which_continues_its_version(tmp_path, monkeypatch, caplog):
+    """Issue #50 item 5: without a ModelCheckpoint of its own, a `lightning-fed fit` stopped by SIGTERM in round 1
+    writes its checkpoint into its version folder and names the CLI command; that command logs into the same
+    version and its summary counts the 2 rounds of this process apart from the 3 in total."""
+    import logging
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(_mnist_config(tmp_path).read_text())
+    cfg["trainer"].update(max_epochs=3, callbacks=cfg["trainer"]["callbacks"][:1])  # no ModelCheckpoint given
+    cfg["model"]["class_path"] = f"{__name__}.StopsInRound1"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("LF_TEST_SIGTERM", "1")
+    with pytest.raises(SIGTERMException) as stop:
+        FederatedCLI(args=["fit", "--config", "run.yaml"])
+    version = Path("runs", "lightning_logs", "version_0")
+    command = f"lightning-fed fit --config {version / 'config.yaml'} --ckpt_path {version / 'checkpoints' / 'last.ckpt'}"
+    assert f"(resume with {command})" in str(stop.value)
+    assert not (tmp_path / "last.ckpt").exists()
+    with caplog.at_level(logging.INFO):
+        cli = FederatedCLI(args=command.split()[1:])
+    assert cli.trainer.logger.version == 0 and sorted(p.name for p in version.parent.iterdir()) == ["version_0"]
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trained ")]
+    assert summary.splitlines()[0] == ("Trained 2 round(s) in this process (rounds 1..2), 3 in total (the TensorBoard "
+                                       "step and the progress bar count rounds from 0).")
+
+
+def test_50_the_summary_of_a_resumed_fit_counts_this_processs_rounds_apart(tmp_path):
+    """Resumed from the end of round 1 (2 rounds done) with max_epochs=5: this process trained rounds 2..4."""
+    from helpers import SmallClassifier, classification_dataset, quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.cli import run_summary
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    train = classification_dataset(n=40)
+    dm = FederatedDataModule(train, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2, batch_size=20)
+    first = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    first.fit(SmallClassifier(), datamodule=dm)
+    first.save_checkpoint(tmp_path / "r2.ckpt")
+    resumed = FederatedTrainer(max_epochs=5, **quiet_trainer_kwargs(tmp_path))
+    resumed.fit(SmallClassifier(), datamodule=dm, ckpt_path=str(tmp_path / "r2.ckpt"))
+    assert run_summary(resumed).splitlines()[0] == (
+        "Trained 3 round(s) in this process (rounds 2..4), 5 in total (the TensorBoard step and the progress bar "
+        "count rounds from 0).")
+    assert run_summary(first).splitlines()[0].startswith("Trained 2 round(s) (rounds 0..1;")

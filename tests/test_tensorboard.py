@@ -580,3 +580,34 @@ def test_50_client_half_settings_are_hparams_columns(tmp_path):
     assert {k: v for k, v in written.items() if k.startswith("client_algorithms")} == {
         "client_algorithms": "FedRep, FedProx", "client_algorithms/FedRep/head": "['net.3']",
         "client_algorithms/FedRep/head_steps": 3, "client_algorithms/FedProx/mu": 0.5}
+
+
+# ------------------------------------------------------------------- issue #50 item 5: a resume continues its version
+@pytest.mark.parametrize("kind", ["tensorboard", "csv"])
+def test_50_resuming_from_a_checkpoint_of_version_0_logs_into_version_0(tmp_path, kind):
+    """A fit resumed from Lightning's default checkpoint in ``lightning_logs/version_0/checkpoints/`` logs into
+    version_0 again (no version_1); a CSV logger's ``metrics.csv`` keeps rounds 0..1 and gets round 2 appended."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    def logger():
+        return TensorBoardLogger(str(tmp_path), default_hp_metric=False) if kind == "tensorboard" else CSVLogger(str(tmp_path))
+
+    train = classification_dataset(n=60)
+    dm = FederatedDataModule(train, partitioner=DirichletPartitioner(num_clients=4, alpha=1.0), clients_per_round=2,
+                             batch_size=16)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"enable_checkpointing": True}
+    FederatedTrainer(max_epochs=2, **(kwargs | {"logger": logger()})).fit(SmallClassifier(), datamodule=dm)
+    version_0 = tmp_path / "lightning_logs" / "version_0"
+    (ckpt,) = (version_0 / "checkpoints").iterdir()
+    trainer = FederatedTrainer(max_epochs=3, **(kwargs | {"logger": logger()}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # neither "exists and is not empty" nor "will be deleted"
+        trainer.fit(SmallClassifier(), datamodule=dm, ckpt_path=str(ckpt))
+    assert trainer.logger.version == 0 and os.listdir(tmp_path / "lightning_logs") == ["version_0"]
+    if kind == "csv":
+        import csv
+
+        rows = list(csv.DictReader(open(version_0 / "metrics.csv")))
+        assert [int(r["step"]) for r in rows if r.get("round_clients")] == [0, 1, 2]
+    else:
+        assert len(glob.glob(str(version_0 / "events.out.tfevents.*"))) == 2
