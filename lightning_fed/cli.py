@@ -184,20 +184,137 @@ def _class_path_of(value: Any) -> Optional[str]:
     return class_path if _is_server_optimizer({"class_path": class_path}) else None
 
 
+_ALGORITHMS = "lightning_fed.algorithms."
+
+
+def _half(name: str, **init_args: Any) -> Namespace:
+    """A client half as the parser holds it in ``trainer.client_algorithms``."""
+    return Namespace(class_path=_ALGORITHMS + name, **({"init_args": Namespace(**init_args)} if init_args else {}))
+
+
+def _flow(init_args: dict[str, Any]) -> str:
+    """``{a: 1, b: x}``: init_args as one line of YAML for a command line."""
+    return "{" + ", ".join(f"{k}: {yaml.safe_dump(v, default_flow_style=True).strip().removesuffix(chr(10) + '...')}"
+                           for k, v in init_args.items()) + "}"
+
+
+#: How a refused swap is given on purpose: ``null`` first drops the configured server optimizer whole.
+_NULL_FIRST = (" (`--server_optimizer null` drops the configured server optimizer, its client half with it; with "
+               "configs, read one that gives `server_optimizer: null` before the new one)")
+
+
+def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
+    """The client halves a ready-made server optimizer ``old`` (its parsed ``class_path``/``init_args``) brings itself,
+    which a swap to another class ``new`` (short name) must keep: they are a part of the run the user did not change
+    (issue #50). A pure client half — FedProx's proximal term, the personalised halves of FedBN, FedPer, FedRep and
+    Ditto — is returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
+
+    A client half that runs only with its own server half (SCAFFOLD's control variates, FedDyn, FedNova's proximal
+    solver, Fed-LAMB/Fed-AMS) is not carried alone: the swap is refused, naming the composition that keeps the
+    method under ``new`` and the way to drop it whole (``--server_optimizer null`` first). ``how`` names the swap in
+    that message (``"`--server_optimizer FedYogi`"``).
+
+    Raises:
+        ValueError: ``old`` is a method whose client half needs its server half.
+
+    Example::
+
+        >>> old = Namespace(class_path="lightning_fed.callbacks.fedprox.FedProx",
+        ...                 init_args=Namespace(mu=0.01, lr=1.0, weighting="num_samples"))
+        >>> swap_client_halves(old, "FedYogi", "`--server_optimizer FedYogi`")
+        [Namespace(class_path='lightning_fed.algorithms.FedProxClient', init_args=Namespace(mu=0.01))]
+        >>> swap_client_halves(Namespace(class_path="lightning_fed.callbacks.SCAFFOLD"), "FedYogi", "a swap")
+        Traceback (most recent call last):
+        ...
+        ValueError: a swap would drop SCAFFOLD's client half (ScaffoldClient: the control-variate correction c − c_i of every local step), which runs only with its server half (ScaffoldControl). Keep SCAFFOLD under FedYogi by giving both halves: --server_optimizer null --server_optimizer FedYogi --server_optimizer.weighting uniform --server_optimizer.aggregators '[{class_path: lightning_fed.algorithms.ScaffoldControl}]' --trainer.client_algorithms '[{class_path: lightning_fed.algorithms.ScaffoldClient}]' (a config: examples/fashion_mnist_hybrid_plus_scaffold_fedyogi.yaml); or run FedYogi without SCAFFOLD: --server_optimizer null --server_optimizer FedYogi. (`--server_optimizer null` drops the configured server optimizer, its client half with it; with configs, read one that gives `server_optimizer: null` before the new one)
+    """
+    from lightning_fed.callbacks import SCAFFOLD, Ditto, FedBN, FedDyn, FedNova, FedPer, FedProx, FedRep
+    from lightning_fed.callbacks.fedlamb import LocalAdaptiveServer
+
+    cls = _import_class(old.get("class_path") or "") if isinstance(old, (Namespace, dict)) else None
+    if cls is None:
+        return []
+    args = old.get("init_args") or Namespace()
+    args = args if isinstance(args, (Namespace, dict)) else Namespace()
+    name = cls.__name__
+    if issubclass(cls, FedProx):
+        return [_half("FedProxClient", mu=args.get("mu"))]
+    if issubclass(cls, FedBN):
+        return [_half("FedBNClient")]
+    if issubclass(cls, FedPer):
+        return [_half("FedPerClient", head=args.get("head"))]
+    if issubclass(cls, FedRep):
+        return [_half("FedRepClient", head=args.get("head"), head_steps=args.get("head_steps", 10))]
+    if issubclass(cls, Ditto):
+        return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"))]
+
+    def compose(server: dict[str, Any], stage: str, stage_args: dict, client: str, client_args: dict,
+                what: str, example: str = "") -> str:
+        options = "".join(f" --server_optimizer.{k} {v}" for k, v in server.items())
+        stage_cfg = f"{{class_path: {_ALGORITHMS}{stage}" + (f", init_args: {_flow(stage_args)}" if stage_args else "")
+        client_cfg = f"{{class_path: {_ALGORITHMS}{client}" + (f", init_args: {_flow(client_args)}" if client_args
+                                                               else "")
+        return (f"{how} would drop {name}'s client half ({client}: {what}), which runs only with its server half "
+                f"({stage}). Keep {name} under {new} by giving both halves: --server_optimizer null "
+                f"--server_optimizer {new}{options} "
+                f"--server_optimizer.aggregators '[{stage_cfg}}}]' --trainer.client_algorithms '[{client_cfg}}}]'"
+                f"{f' (a config: {example})' if example else ''}; or run {new} without {name}: "
+                f"--server_optimizer null --server_optimizer {new}.{_NULL_FIRST}")
+
+    if issubclass(cls, SCAFFOLD):
+        raise ValueError(compose({"weighting": "uniform"}, "ScaffoldControl", {}, "ScaffoldClient", {},
+                                 "the control-variate correction c − c_i of every local step",
+                                 "examples/fashion_mnist_hybrid_plus_scaffold_fedyogi.yaml"))
+    if issubclass(cls, FedDyn):
+        alpha = args.get("alpha", 0.01)
+        raise ValueError(compose({"weighting": "uniform"}, "FedDynCorrection", {"alpha": alpha}, "FedDynClient",
+                                 {"alpha": alpha}, "the dynamic regulariser and its g_k"))
+    if issubclass(cls, FedNova) and args.get("local_solver") == "proximal":
+        mu = args.get("mu", 0.0)
+        raise ValueError(compose({}, "FedNovaAveraging", {"local_solver": "proximal", "mu": mu}, "FedProxClient",
+                                 {"mu": mu}, "the proximal term FedNova's normalisation counts on"))
+    if issubclass(cls, LocalAdaptiveServer):
+        raise ValueError(
+            f"{how} would drop {name}'s client half (LocalAdaptiveClient: the client optimizer it installs and seeds "
+            f"with the server's second moments), which runs only with its own server half (MaxSecondMoment) and no "
+            f"other server rule. Keep {name}, or run {new} without it: --server_optimizer null --server_optimizer "
+            f"{new}.{_NULL_FIRST}")
+    return []
+
+
+def _carry_client_halves(cfg: Namespace, key: str, halves: list[Namespace]) -> None:
+    """Put ``halves`` first in ``cfg[key]`` (``trainer.client_algorithms``), before the halves already there: the
+    order they ran in (a method's own halves run before the others)."""
+    if not halves:
+        return
+    existing = cfg.get(key)
+    existing = [] if existing is None else list(existing) if isinstance(existing, list) else [existing]
+    cfg[key] = [*halves, *existing]
+
+
 class _SwapFromDefaults(ActionTypeHint):
     """The ``server_optimizer`` argument's action: giving another class (``--server_optimizer FedAvg`` on a FedAdam
     config) starts from that class's defaults instead of jsonargparse's rule of keeping the settings with the same
     names (which would silently give FedAvg FedAdam's ``lr: 0.01``). Settings given after it
-    (``--server_optimizer.lr 0.5``) apply; the same class keeps the configured settings."""
+    (``--server_optimizer.lr 0.5``) apply; the same class keeps the configured settings. The client half of a
+    ready-made method it replaces (FedProx's proximal term) is carried into ``trainer.client_algorithms``, or the
+    swap refused where that half needs its server half (:func:`swap_client_halves`)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 4:
             _, cfg, value, option = args
             if option in self.option_strings:  # the class itself, not `--server_optimizer.lr`
-                new, old = _class_path_of(value), cfg.get(self.dest)
-                old = old.get("class_path") if isinstance(old, Namespace) else None
+                new, old_server = _class_path_of(value), cfg.get(self.dest)
+                old = old_server.get("class_path") if isinstance(old_server, Namespace) else None
                 if new is not None and old is not None and new != old:
+                    short = new.rpartition(".")[2]
+                    try:
+                        halves = swap_client_halves(old_server, short, f"`--{self.dest} {short}`")
+                    except ValueError as err:
+                        args[0].error(str(err))
+                        raise  # pragma: no cover - error() exits or raises
                     cfg[self.dest] = None
+                    _carry_client_halves(cfg, CLIENT_HALVES_KEY, halves)
         return super().__call__(*args, **kwargs)
 
 
@@ -391,7 +508,7 @@ class FederatedArgumentParser(LightningArgumentParser):
             problem = config_size_problem(content, source)
             if problem is not None:
                 self.error(problem)
-            self._forget_swapped(content)
+            self._swap(content, source)
         self._checked_content = content
         try:
             return self._move(super().parse_path(path, *args, **kwargs), source)
@@ -403,14 +520,23 @@ class FederatedArgumentParser(LightningArgumentParser):
             problem = config_size_problem(content, "The config")
             if problem is not None:
                 self.error(problem)
-            self._forget_swapped(content)
+            self._swap(content, "The config")
         return self._move(super().parse_string(content, *args, **kwargs), "The config")
 
+    def _swap(self, content: str, source: str) -> None:
+        try:
+            self._forget_swapped(content, source)
+        except ValueError as err:  # a method whose client half needs its server half (swap_client_halves)
+            self.error(str(err))
+            raise  # pragma: no cover - error() exits or raises unless the parser was told otherwise
+
     @staticmethod
-    def _forget_swapped(content: str) -> None:
+    def _forget_swapped(content: str, source: str = "The config") -> None:
         """A config read after another (``--config a.yaml --config b.yaml``) that names a different server optimizer
         class starts it from that class's defaults: the earlier server optimizer is dropped from the config being
-        built before jsonargparse would carry its same-named settings over (see :class:`_SwapFromDefaults`)."""
+        built before jsonargparse would carry its same-named settings over (see :class:`_SwapFromDefaults`); the
+        client half of a ready-made method it replaces is carried into ``trainer.client_algorithms``, or the swap
+        refused (:func:`swap_client_halves`, ``ValueError`` naming ``source``)."""
         previous = previous_config.get()
         if not isinstance(previous, Namespace):
             return
@@ -427,10 +553,13 @@ class FederatedArgumentParser(LightningArgumentParser):
             if isinstance(trainer, dict) and isinstance(trainer.get("callbacks"), list):
                 named += trainer["callbacks"]
             new = next((c for c in map(_class_path_of, named) if c is not None), None)
-            old = previous.get(prefix + SERVER_OPTIMIZER_KEY)
-            old = old.get("class_path") if isinstance(old, Namespace) else None
+            old_server = previous.get(prefix + SERVER_OPTIMIZER_KEY)
+            old = old_server.get("class_path") if isinstance(old_server, Namespace) else None
             if new is not None and old is not None and new != old:
+                short = new.rpartition(".")[2]
+                halves = swap_client_halves(old_server, short, f"{source} (server optimizer {short})")
                 previous[prefix + SERVER_OPTIMIZER_KEY] = None
+                _carry_client_halves(previous, prefix + CLIENT_HALVES_KEY, halves)
 
     def parse_object(self, obj: Any, *args: Any, **kwargs: Any) -> Namespace:
         return self._move(super().parse_object(obj, *args, **kwargs), "The config")
@@ -477,7 +606,11 @@ class FederatedCLI(LightningCLI):
     it leaves ``trainer.callbacks`` (checkpoints, ...) alone. A different class starts from its own defaults
     (``--server_optimizer FedAvg`` on a FedYogi config gives FedAvg's η = 1, not FedYogi's 0.01), on the command line
     and in a later ``--config`` alike; settings given after it (``--server_optimizer.lr 0.5``, or ``init_args`` in the
-    config that names it) apply, and naming the configured class again keeps its settings. Check with
+    config that names it) apply, and naming the configured class again keeps its settings. A ready-made method's
+    own client half outlives the swap (:func:`swap_client_halves`): FedProx's, FedBN's, FedPer's, FedRep's and
+    Ditto's are carried into ``trainer.client_algorithms``; a swap away from SCAFFOLD, FedDyn, FedNova's proximal
+    solver or Fed-LAMB (halves that need their server halves) is refused, and ``--server_optimizer null`` first drops
+    the configured method whole. Check with
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
@@ -494,7 +627,8 @@ class FederatedCLI(LightningCLI):
 
     Raises:
         SystemExit: (a parser error, exit code 2) a misspelt class or option name, a server optimizer given both as
-            ``server_optimizer`` and in ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, or
+            ``server_optimizer`` and in ``trainer.callbacks``, two server optimizers in ``trainer.callbacks``, a swap
+            that would strand a client half needing its server half (:func:`swap_client_halves`), or
             ``predict`` without a ``predict_dataloader`` on the data module or the model.
 
     Example: parse and instantiate without running (``run=False``; nothing is read or written)::
@@ -705,8 +839,11 @@ def run_summary(trainer: Any) -> str:
     Alg. 1, ``trainer.current_epoch``); "N rounds trained" is the count, so validation "after 10 rounds" is logged
     at step 9.
 
-    Lines: ``Trained N round(s) (rounds 0..N-1 ...)``; ``last validation (round t): val_acc 0.454, ...`` (the
-    ``val_*`` values of ``trainer.callback_metrics``, 4 significant digits); one per logger
+    Lines: ``Trained N round(s) (rounds 0..N-1 ...)`` (resumed from a checkpoint of round k: ``Trained N-k round(s)
+    in this process (rounds k..N-1), N in total ...``); ``last validation (round t): val_acc 0.454, ...`` (the
+    ``val_*`` values of ``trainer.callback_metrics``, 4 significant digits); with federated evaluation, ``last
+    federated evaluation, weighted over clients: fed_personal_val_acc 0.61, fed_val_acc 0.45, ...`` (the
+    ``fed_*/weighted`` values, ``fed_personal_*`` included, by name, 4 significant digits); one per logger
     (TensorBoard: the run's folder and the ``tensorboard --logdir`` command; CSV: ``metrics.csv`` and
     ``hparams.yaml``; another logger: its ``log_dir``), or ``no logger``; the saved ``config.yaml`` when there is
     one; one per ModelCheckpoint (its folder, the best checkpoint with its monitored score, the last one).
@@ -714,11 +851,22 @@ def run_summary(trainer: Any) -> str:
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     rounds = int(trainer.current_epoch)
-    last = f"rounds 0..{rounds - 1}" if rounds else "no round"
-    lines = [f"Trained {rounds} round(s) ({last}; the TensorBoard step and the progress bar count rounds from 0)."]
+    first = min(int(getattr(trainer.fit_loop, "first_round", 0)), rounds)
+    if first:  # resumed: this process trained rounds first..rounds-1
+        done = f"rounds {first}..{rounds - 1}" if rounds > first else "no round"
+        lines = [f"Trained {rounds - first} round(s) in this process ({done}), {rounds} in total (the TensorBoard "
+                 "step and the progress bar count rounds from 0)."]
+    else:
+        last = f"rounds 0..{rounds - 1}" if rounds else "no round"
+        lines = [f"Trained {rounds} round(s) ({last}; the TensorBoard step and the progress bar count rounds from 0)."]
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
     if val:
         lines.append(f"  last validation (round {rounds - 1}): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(val.items())))
+    fed = {k[: -len("/weighted")]: float(v) for k, v in trainer.callback_metrics.items()
+           if k.startswith("fed_") and k.endswith("/weighted")}
+    if fed:
+        lines.append("  last federated evaluation, weighted over clients: "
+                     + ", ".join(f"{k} {v:.4g}" for k, v in sorted(fed.items())))
     config_dirs = []
     for logger in trainer.loggers:
         log_dir = getattr(logger, "log_dir", None) or logger.save_dir

@@ -35,7 +35,11 @@ With a personalised method — client halves that keep parts of the model local
 (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) — each evaluation client is also evaluated
 with its personal model, the global model with its own state in the kept parts (:func:`personal_models`; a client
 never trained has the global model), into ``fed_personal_m/...`` (the same statistics), and the global model is
-restored bit for bit.
+restored bit for bit. One tag family for every method: without a personalised method each client's personal model
+is the global model, so ``fed_personal_m/<stat>`` is logged too, equal to ``fed_m/<stat>``
+(:meth:`ClientEvaluation.logged_statistics`), and ``fed_personal_val_acc/weighted`` compares FedAvg with Ditto in one
+column. A personalised method in a fit without federated evaluation (``eval_clients_per_round`` ``None``) warns at
+fit start, naming ``eval_clients_per_round`` and ``eval_fraction``.
 
 With ``eval_csv`` every federated evaluation appends one row per client (``round, client_id, samples`` then the
 metrics, ``personalized_m`` for personalised ones, ``personal_m`` for personal models) to that CSV file. The path is checked at fit / validate start (a
@@ -173,6 +177,27 @@ class ClientEvaluation:
             for name, values in table.items():
                 for stat, value in federated_statistics(values, self.samples, lower_is_better(name)).items():
                     out[f"{prefix}{name}/{stat}"] = value
+        return out
+
+    def logged_statistics(self) -> dict[str, float]:
+        """What :class:`FederatedEvaluation` logs: :meth:`statistics` and, when no personalised method gave the
+        clients personal models (:attr:`personal` empty), ``fed_personal_<m>/<stat>`` equal to ``fed_<m>/<stat>``:
+        without one, each client's personal model *is* the global model. So every method with federated evaluation
+        logs the ``fed_personal_`` family, and one tag (``fed_personal_val_acc/weighted``) compares FedAvg, FedAdam,
+        ... with FedBN, FedPer, FedRep and Ditto in TensorBoard's HParams table. Only the scalars are shared: the
+        histograms and ``eval_csv``'s ``personal_<m>`` columns stay those of personalised methods.
+
+        >>> ev = ClientEvaluation(round=0, client_ids=np.array([0, 1]), samples=np.array([1, 3]),
+        ...                       metrics={"val_acc": np.array([0.2, 0.6])})
+        >>> stats = ev.logged_statistics()
+        >>> round(stats["fed_personal_val_acc/weighted"], 4), round(stats["fed_val_acc/weighted"], 4)  # (0.2 + 1.8) / 4
+        (0.5, 0.5)
+        """
+        out = self.statistics()
+        if not self.personal:
+            for name in self.metrics:
+                for stat in FED_STATISTICS:
+                    out[f"fed_personal_{name}/{stat}"] = out[f"fed_{name}/{stat}"]
         return out
 
     def tables(self) -> list[tuple[str, dict[str, np.ndarray]]]:
@@ -547,20 +572,29 @@ def evaluate_clients(
     return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped, table(orows))
 
 
+def personal_halves(trainer: Any) -> list[Any]:
+    """The run's client halves that give each client a personal model — those that keep parts of the model local
+    (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a personal model (Ditto),
+    i.e. that define ``personal_model(module, row)`` — from the server optimizer's halves and
+    ``FederatedTrainer(client_algorithms=...)``, each once; ``[]`` without a server optimizer or such a half."""
+    server = next((cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states")), None)
+    if server is None:
+        return []
+    halves = [a for a in [*server.client_algorithms, *(getattr(trainer, "client_algorithms", None) or [])]
+              if callable(getattr(a, "personal_model", None))]
+    return list({id(a): a for a in halves}.values())
+
+
 def personal_models(trainer: Any) -> Optional[Any]:
     """``personal(module, client_id)`` for :func:`evaluate_clients` when the run has client halves that keep parts
     of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a
-    personal model (Ditto), i.e. that define ``personal_model(module, row)``, else ``None``:
-    each such half loads the client's row of its table (stored with the server optimizer) into the kept parts; a
-    client without a row keeps the global model's values (its personal model is the global model)."""
-    server = next((cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states")), None)
-    if server is None:
-        return None
-    halves = [a for a in [*server.client_algorithms, *(getattr(trainer, "client_algorithms", None) or [])]
-              if callable(getattr(a, "personal_model", None))]
-    halves = list({id(a): a for a in halves}.values())
+    personal model (Ditto), i.e. that define ``personal_model(module, row)`` (:func:`personal_halves`), else
+    ``None``: each such half loads the client's row of its table (stored with the server optimizer) into the kept
+    parts; a client without a row keeps the global model's values (its personal model is the global model)."""
+    halves = personal_halves(trainer)
     if not halves:
         return None
+    server = next(cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states"))
 
     def personal(module: Any, client_id: int) -> None:
         for half in halves:
@@ -658,7 +692,25 @@ class FederatedEvaluation(Callback):
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._check_settings(trainer, pl_module)
+        self._warn_unevaluated_personal_models(trainer)
         self._resuming = trainer.ckpt_path is not None
+
+    @staticmethod
+    def _warn_unevaluated_personal_models(trainer: Any) -> None:
+        """At fit start: a personalised method (:func:`personal_halves`: FedBN, FedPer, FedRep, Ditto, ``LocalParts``)
+        without federated evaluation trains personal models that nothing measures (``val_*`` is the global model's,
+        which for FedPer / FedRep holds the initial head): warn, naming the setting to add."""
+        halves = personal_halves(trainer)
+        if not halves or getattr(trainer.datamodule, "eval_clients_per_round", None) is not None:
+            return
+        names = ", ".join(type(h).__name__ for h in halves)
+        _lightning_warn(
+            f"The client half(s) {names} give each client a personal model, but federated evaluation is off (the data "
+            "module's `eval_clients_per_round` is None): no `fed_personal_*` metric will be logged, and `val_*` "
+            "measures the global model only. Set `eval_clients_per_round` (e.g. 'all'; CLI "
+            "`--data.eval_clients_per_round all`) and, on a task without a per-client test split, `eval_fraction` "
+            "(e.g. 0.2: each client's held-out share; `--data.eval_fraction 0.2`)."
+        )
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """On a resumed fit (loops restored), keep ``eval_csv``'s rows of the rounds before the resumed round and
@@ -732,7 +784,7 @@ class FederatedEvaluation(Callback):
             )
         with _lightning.hook_name(pl_module, "on_validation_epoch_end"):
             if result.client_ids.size:
-                for name, value in result.statistics().items():
+                for name, value in result.logged_statistics().items():
                     pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
             pl_module.log("fed_eval_clients", float(result.client_ids.size), on_step=False, on_epoch=True,
                           batch_size=1)

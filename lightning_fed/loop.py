@@ -125,7 +125,8 @@ class FederatedFitLoop(pl_private.FitLoop):
     Stop signals: while the cohort trains, SIGTERM and SIGINT stop the round at once (a client hung in
     ``time.sleep`` included): the round's local work is discarded, the module gets back the global model x_t and
     the loop's progress goes back to the end of the previous round (the server optimizer has not been touched:
-    aggregation had not happened), a checkpoint is written (:attr:`stop_checkpoint_path`) and the run ends with
+    aggregation had not happened), a checkpoint is written (:attr:`stop_checkpoint_path`: by default in the run's
+    own ``version_N/checkpoints/``), the message says how to resume (:meth:`resume_hint`) and the run ends with
     :class:`~lightning.pytorch.utilities.exceptions.SIGTERMException` (SIGTERM; exit status 1 in a script) or
     ``KeyboardInterrupt`` (SIGINT; Lightning exits with status 1). ``trainer.fit(..., ckpt_path=that path)``
     resumes exactly (same weights as an uninterrupted run). A SIGTERM that arrives after the round's aggregation
@@ -292,6 +293,9 @@ class FederatedFitLoop(pl_private.FitLoop):
             check_local_work()
         check_single_sample_batchnorm(module, self.datamodule)
         self._rounds_run = self._rounds_with_updates = 0
+        #: The round this process started at (> 0 when resumed from a checkpoint): ``run_summary`` counts the rounds
+        #: this process trained apart from the run's total.
+        self.first_round = int(self.trainer.current_epoch)
         self._rounds_without_updates = {}
         self._restored_in_a_row, self._rounds_restored = [], 0
         runner.client_record = ClientRecord()
@@ -536,7 +540,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
             path = self._save_stop_checkpoint() if trainer.world_size == 1 else None
-            where = f"; checkpoint written to {path}" if path else ""
+            where = f"; checkpoint written to {path} (resume with {self.resume_hint(path)})" if path else ""
             raise SIGTERMException(f"Stopped by SIGTERM after round {round_idx}{where}.")
 
     # ------------------------------------------------------------------ the client runner's settings and round state
@@ -716,15 +720,36 @@ class FederatedFitLoop(pl_private.FitLoop):
     def stop_checkpoint_path(self) -> str:
         """Where a stop signal's checkpoint goes: the trainer's :class:`ModelCheckpoint`'s "last" file
         (``<dirpath>/last.ckpt``, so ``ckpt_path="last"`` finds it; a ``save_last="link"`` symlink is replaced by
-        a file), else ``<default_root_dir>/last.ckpt`` (also when the only ModelCheckpoint is the one Lightning adds
-        by default: the documented place, not ``<log_dir or default_root_dir>/checkpoints/``)."""
+        a file); else, with a logger, the run's own folder, where Lightning's default ModelCheckpoint writes:
+        ``<save_dir>/<name>/version_N/checkpoints/last.ckpt`` of the first logger (so the runs of a sweep started in
+        one folder never overwrite each other's); without a logger ``<default_root_dir>/last.ckpt``."""
         trainer = self.trainer
         callback = trainer.checkpoint_callback
         given = getattr(trainer, "_model_checkpoint_given", True)
         if given and isinstance(callback, ModelCheckpoint) and callback.dirpath is not None:
             metrics = {"epoch": torch.tensor(trainer.current_epoch), "step": torch.tensor(trainer.global_step)}
             return callback.format_checkpoint_name(metrics, callback.CHECKPOINT_NAME_LAST)
+        if trainer.loggers:  # as Lightning resolves its default ModelCheckpoint's dirpath
+            logger = trainer.loggers[0]
+            version = logger.version
+            version = version if isinstance(version, str) else f"version_{version}"
+            save_dir = logger.save_dir or trainer.default_root_dir
+            return os.path.join(save_dir, str(logger.name), version, "checkpoints", "last.ckpt")
         return os.path.join(trainer.default_root_dir, "last.ckpt")
+
+    def resume_hint(self, path: str) -> str:
+        """How to resume from the stop checkpoint ``path``: under ``lightning-fed fit`` (a Lightning
+        ``SaveConfigCallback`` among the callbacks) ``lightning-fed fit --config <the run's saved config.yaml>
+        --ckpt_path <path>``; otherwise ``trainer.fit(..., ckpt_path=<path>)``."""
+        from lightning.pytorch.cli import SaveConfigCallback
+
+        trainer = self.trainer
+        for callback in trainer.callbacks:
+            if isinstance(callback, SaveConfigCallback):
+                config = os.path.join(trainer.log_dir or trainer.default_root_dir, callback.config_filename)
+                if os.path.isfile(config):
+                    return f"lightning-fed fit --config {config} --ckpt_path {path}"
+        return f"trainer.fit(..., ckpt_path={path!r})"
 
     def _save_stop_checkpoint(self) -> str:
         """Write the trainer's checkpoint (taken between rounds) to :attr:`stop_checkpoint_path`; returns it."""
@@ -756,7 +781,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         name = signal.Signals(signum).name
         message = (
             f"Round {round_idx} stopped by {name}: its local work was discarded and the global model reset to the "
-            f"round's start; checkpoint written to {path} (resume with trainer.fit(..., ckpt_path={path!r}))."
+            f"round's start; checkpoint written to {path} (resume with {self.resume_hint(path)})."
         )
         log.warning(message)  # logging, not a warning: shown even where warnings are filtered
         if signum == getattr(signal, "SIGINT", None):

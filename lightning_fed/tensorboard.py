@@ -26,8 +26,18 @@ one of those shown): a hyper-parameter that only another run has (a FedAdam run'
 to a FedAvg run) has no column then, nor a scalar first logged later in the run; and the columns are in name order
 (the five above ticked), not "the settings that differ first" (TensorBoard computes that only without a summary).
 
-The Custom Scalars layout is written at fit start and again whenever a new validation metric is first logged: one
-chart per validation metric (``val_loss`` and ``val_acc`` on separate axes), TensorBoard using the latest layout.
+With federated evaluation, the metric columns after the validation metrics are ``fed_personal_<m>/weighted`` and
+``fed_<m>/weighted`` (then their ``/worst10``) for each validation metric ``m``, marked as validation metrics: every
+method logs ``fed_personal_*`` (the global model is the personal model of a method without one, see
+:mod:`lightning_fed.evaluation`), so one column compares FedAvg with Ditto. The client halves' own settings are
+hyper-parameter columns (``client_algorithms/Ditto/lam``, ``client_algorithms/FedRep/head_steps``,
+:func:`client_half_settings`).
+
+The Custom Scalars layout is written at fit start and again whenever a new validation or federated-evaluation
+metric is first logged: one chart per validation metric (``val_loss`` and ``val_acc`` on separate axes), and one
+category per federated-evaluation family logged (``fed_``, ``fed_personal_``, ``fed_personalized_``) with a chart
+per validation metric holding its weighted mean and its worst 10 % of clients (:func:`custom_scalars_layout`);
+TensorBoard uses the latest layout.
 
 matplotlib is imported only when a figure is drawn, rendered with its Agg canvas (no display, no global backend
 switch).
@@ -47,6 +57,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from lightning_fed.server.checks import find_server_optimizer, is_server_optimizer
 
 __all__ = [
+    "client_half_settings",
     "client_size_figure",
     "custom_scalars_layout",
     "experiment_summary",
@@ -170,6 +181,8 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
 
     - ``server_optimizer``, ``server_optimizer/*``: the ServerOpt (Reddi et al. 2021, Alg. 1, l. 11) and its
       server learning rate η, β₁, β₂, τ, weighting, ...;
+    - ``client_algorithms``, ``client_algorithms/<half>/*``: the run's client halves and their own settings
+      (:func:`client_half_settings`, e.g. ``client_algorithms/Ditto/lam``; none without a half);
     - ``partitioner``, ``partitioner/*``, ``num_clients`` (N of the computed partition);
     - ``clients_per_round`` (cohort size C), ``local_work``, ``local_work/*`` (local epochs E or steps, batch size
       B), then the data module's settings as its parts report them (``FederatedDataModule.settings()``:
@@ -203,6 +216,8 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
         ", ".join(f"{k}={_plain(v)}" for k, v in _settings(local_work).items()) if local_work is not None else "None"
     )
     out.update(flatten_settings("server_optimizer", server))
+    halves = [*(getattr(server, "client_algorithms", None) or []), *(getattr(trainer, "client_algorithms", None) or [])]
+    out.update(client_half_settings(list({id(h): h for h in halves}.values())))
     if getattr(dm, "partitioner", None) is not None:
         out.update(flatten_settings("partitioner", dm.partitioner))
     out["num_clients"] = int(dm.partition.num_clients)
@@ -224,6 +239,35 @@ def federated_hparams(trainer: Any) -> dict[str, Any]:
         out["model"] = type(module).__name__
         hparams = dict(getattr(module, "hparams_initial", {}) or {})
         out.update(flatten_settings("model", {k: v for k, v in hparams.items() if not k.startswith("_")}))
+    return out
+
+
+def client_half_settings(halves: Any) -> dict[str, Any]:
+    """The HParams columns of a run's client halves (``lightning_fed.algorithms``: FedProx's, SCAFFOLD's, FedBN's,
+    FedPer's, FedRep's, Ditto's, ``LocalParts``, ...): ``client_algorithms`` (their names, comma-separated) and
+    ``client_algorithms/<name>/<arg>`` for each half's own settings (its ``settings()``: the ``__init__`` arguments,
+    e.g. Ditto's λ as ``client_algorithms/Ditto/lam``, FedRep's τ_h as ``client_algorithms/FedRep/head_steps``), so
+    the table compares methods on what they are for; ``{}`` without a half. ``<name>`` is the class name without
+    a trailing ``Client`` (``DittoClient`` → ``Ditto``), ``_2``, ``_3``, ... appended to a name taken already.
+
+    >>> from lightning_fed.algorithms import DittoClient, FedRepClient
+    >>> client_half_settings([FedRepClient(head=["head"], head_steps=5), DittoClient(lam=0.5)])
+    {'client_algorithms': 'FedRep, Ditto', 'client_algorithms/FedRep/head': "['head']", 'client_algorithms/FedRep/head_steps': 5, 'client_algorithms/Ditto/lam': 0.5, 'client_algorithms/Ditto/lr': 'None'}
+    """
+    out: dict[str, Any] = {}
+    names: list[str] = []
+    for half in halves:
+        base = type(half).__name__
+        base = base[: -len("Client")] if base.endswith("Client") and base != "Client" else base
+        name, k = base, 1
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        names.append(name)
+        settings = half.settings() if callable(getattr(half, "settings", None)) else {}
+        out.update({f"client_algorithms/{name}/{key}": _plain(value) for key, value in settings.items()})
+    if names:
+        out = {"client_algorithms": ", ".join(names), **out}
     return out
 
 
@@ -303,6 +347,94 @@ def new_log_dirs(trainer: Any) -> list[str]:
             out.append(path)
             path = os.path.dirname(path)
     return out
+
+
+def _version_folder(ckpt_path: Any) -> Optional[tuple[str, int]]:
+    """The nearest ancestor folder of the local file ``ckpt_path`` named ``version_N``, and N; ``None`` if none."""
+    import re
+
+    if not isinstance(ckpt_path, (str, os.PathLike)) or not os.path.isfile(ckpt_path):
+        return None
+    folder = os.path.dirname(os.path.abspath(ckpt_path))
+    while os.path.dirname(folder) != folder:
+        match = re.fullmatch(r"version_(\d+)", os.path.basename(folder))
+        if match:
+            return folder, int(match.group(1))
+        folder = os.path.dirname(folder)
+    return None
+
+
+def continue_version(trainer: Any, ckpt_path: Any) -> list[str]:
+    """Make a resumed fit log into the version folder of the checkpoint it resumes from.
+
+    When ``ckpt_path`` is a file inside ``<save_dir>/<name>/version_N/`` (e.g. the stop checkpoint
+    ``runs/lightning_logs/version_3/checkpoints/last.ckpt``), each TensorBoard and CSV logger of ``trainer`` whose
+    ``save_dir/name`` is that ``<save_dir>/<name>`` and whose version is not fixed gets ``version=N``, as if built
+    with ``TensorBoardLogger(version=N)`` / ``CSVLogger(version=N)``: the resumed rounds continue the same curves
+    (TensorBoard adds an event file; a CSV logger's ``metrics.csv`` is kept and appended to, where Lightning's
+    ``CSVLogger`` would delete it). A logger that cannot continue it (another ``save_dir``/``name``, or a version
+    given) logs into its own folder, with a warning saying where and why. Called by :meth:`FederatedTrainer.fit`
+    before the loggers' folders are fixed; nothing happens for a checkpoint outside a ``version_N`` folder.
+
+    Returns:
+        The log folders continued.
+
+    Example::
+
+        >>> import os, tempfile
+        >>> from lightning.pytorch.loggers import CSVLogger
+        >>> from lightning_fed import FederatedTrainer
+        >>> root = tempfile.mkdtemp()
+        >>> ckpt = os.path.join(root, "lightning_logs", "version_3", "checkpoints", "last.ckpt")
+        >>> os.makedirs(os.path.dirname(ckpt)); open(ckpt, "wb").close()
+        >>> trainer = FederatedTrainer(logger=CSVLogger(root), enable_progress_bar=False)
+        >>> [os.path.relpath(d, root) for d in continue_version(trainer, ckpt)], trainer.logger.version
+        (['lightning_logs/version_3'], 3)
+    """
+    found = _version_folder(ckpt_path)
+    if found is None:
+        return []
+    folder, version = found
+    continued = []
+    for logger in [*_tensorboard_loggers(trainer), *_csv_loggers(trainer)]:
+        root = os.path.realpath(str(logger.root_dir))
+        why = None
+        if root != os.path.realpath(os.path.dirname(folder)):
+            why = f"its save_dir/name is {logger.root_dir}, not {os.path.dirname(folder)}"
+        elif logger._version is not None and logger._version != version:
+            why = f"its version is fixed to {logger._version!r}"
+        if why is not None:
+            rank_zero_warn(f"Resuming from {ckpt_path}, written in the log folder {folder}: the {type(logger).__name__} "
+                           f"logs into {logger.log_dir} instead, because {why}. Give the logger "
+                           f"save_dir/name of that folder (and no version) to continue its curves there.")
+            continue
+        logger._version = version
+        if getattr(logger, "_experiment", None) is None:
+            _keep_csv_metrics(logger)
+        continued.append(folder)
+    return continued
+
+
+def _keep_csv_metrics(logger: Any) -> None:
+    """Open a CSV logger's writer on an existing version folder keeping its ``metrics.csv`` (Lightning's writer
+    deletes it) and its columns, so that the resumed rounds' rows are appended."""
+    import csv
+    import warnings
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    if not isinstance(logger, CSVLogger):
+        return
+    path = os.path.join(logger.log_dir, "metrics.csv")
+    kept = open(path, newline="").read() if os.path.isfile(path) else None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
+        writer = logger.experiment
+    if kept is not None:
+        with open(path, "w", newline="") as file:
+            file.write(kept)
+        header = next(csv.reader([kept.splitlines()[0]])) if kept.strip() else []
+        writer.metrics_keys = sorted(header)
 
 
 def remove_unused_log_dirs(paths: list[str]) -> list[str]:
@@ -410,15 +542,44 @@ def _is_validation_metric(name: str) -> bool:
     return name.startswith("val_")
 
 
+def _federated_family(name: str) -> Optional[tuple[str, str, str]]:
+    """``(prefix, metric, statistic)`` of a federated-evaluation scalar (``fed_personal_val_acc/weighted`` →
+    ``("fed_personal_", "val_acc", "weighted")``), ``None`` for any other tag."""
+    if "/" not in name:
+        return None
+    head, stat = name.rsplit("/", 1)
+    for prefix in ("fed_personalized_", "fed_personal_", "fed_"):  # longest first
+        if head.startswith(prefix):
+            return prefix, head[len(prefix):], stat
+    return None
+
+
+#: The federated-evaluation metric columns that follow the validation metrics, in this order (prefix, statistic):
+#: personal models first (every method logs them, the column that compares methods), then the global model on the
+#: clients, weighted, then the worst 10 % of clients.
+_LEADING_FEDERATED = (("fed_personal_", "weighted"), ("fed_", "weighted"), ("fed_personal_", "worst10"),
+                      ("fed_", "worst10"), ("fed_personalized_", "weighted"), ("fed_personalized_", "worst10"))
+
+
 def metric_columns(names: Any) -> list[str]:
     """The HParams tab's metric columns for the logged scalar ``names``: the validation metrics (``val_*``) first,
-    then the others, each by name; Lightning's ``epoch`` scalar (the step again) is left out.
+    then, for federated evaluation, ``fed_personal_<m>/weighted``, ``fed_<m>/weighted``, ``fed_personal_<m>/worst10``,
+    ``fed_<m>/worst10``, ``fed_personalized_<m>/weighted`` and ``/worst10`` for each validation metric ``m`` (each
+    group by name), then the others, each by name; Lightning's ``epoch`` scalar (the step again) is left out.
 
     >>> metric_columns(["round_train_loss", "val_loss", "epoch", "round_time_s", "val_acc"])
     ['val_acc', 'val_loss', 'round_time_s', 'round_train_loss']
+    >>> metric_columns(["fed_val_acc/p10", "fed_val_acc/worst10", "fed_personal_val_acc/weighted", "val_acc",
+    ...                 "fed_val_acc/weighted", "fed_eval_clients"])
+    ['val_acc', 'fed_personal_val_acc/weighted', 'fed_val_acc/weighted', 'fed_val_acc/worst10', 'fed_eval_clients', 'fed_val_acc/p10']
     """
     names = sorted(set(names) - {"epoch"})
-    return [n for n in names if _is_validation_metric(n)] + [n for n in names if not _is_validation_metric(n)]
+    out = [n for n in names if _is_validation_metric(n)]
+    for prefix, stat in _LEADING_FEDERATED:
+        out += [n for n in names if (family := _federated_family(n)) is not None and family[0] == prefix
+                and family[2] == stat and _is_validation_metric(family[1])]
+    chosen = set(out)
+    return out + [n for n in names if n not in chosen]
 
 
 def experiment_summary(params: dict[str, Any], metrics: Any) -> Any:
@@ -445,7 +606,9 @@ def experiment_summary(params: dict[str, Any], metrics: Any) -> Any:
     hparam_infos = [api_pb2.HParamInfo(name=k, type=dtype(v)) for k, v in params.items()]
     metric_infos = [
         api_pb2.MetricInfo(name=api_pb2.MetricName(tag=name), dataset_type=(
-            api_pb2.DATASET_VALIDATION if _is_validation_metric(name) else api_pb2.DATASET_UNKNOWN))
+            api_pb2.DATASET_VALIDATION if _is_validation_metric(name) or (
+                (family := _federated_family(name)) is not None and _is_validation_metric(family[1]))
+            else api_pb2.DATASET_UNKNOWN))
         for name in metric_columns(metrics)
     ]
     experiment = api_pb2.Experiment(hparam_infos=hparam_infos, metric_infos=metric_infos, time_created_secs=time.time())
@@ -478,11 +641,11 @@ def _watch_metrics(logger: Any, params: dict[str, Any]) -> None:
         log_metrics(metrics, step)
         new = [name for name in metrics if name not in seen]
         seen.update(dict.fromkeys(new))
-        if any(_is_validation_metric(name) for name in new):
+        if any(_is_validation_metric(name) or _federated_family(name) for name in new):
             if state["validation_step"] is None:
                 state["validation_step"] = step if step is not None else 0
             validation = [name for name in metric_columns(seen) if _is_validation_metric(name)]
-            logger.experiment.add_custom_scalars(custom_scalars_layout(validation))
+            logger.experiment.add_custom_scalars(custom_scalars_layout(validation, seen))
 
     def summarising_finalize(status: str) -> None:
         write_summary()
@@ -491,26 +654,55 @@ def _watch_metrics(logger: Any, params: dict[str, Any]) -> None:
     logger.log_metrics, logger.finalize = watching_log_metrics, summarising_finalize
 
 
-def custom_scalars_layout(validation_metrics: Any = ()) -> dict[str, dict[str, list]]:
+#: The federated-evaluation tag families with a Custom Scalars category each: (prefix, category title, chart suffix).
+FEDERATED_FAMILIES = (
+    ("fed_", "Federated evaluation (global model on clients)", "global model on clients"),
+    ("fed_personal_", "Personal models (fed_personal_*)", "personal models"),
+    ("fed_personalized_", "Fine-tuned global model (fed_personalized_*)", "fine-tuned"),
+)
+
+
+def custom_scalars_layout(validation_metrics: Any = (), logged: Any = ()) -> dict[str, dict[str, list]]:
     """The *Custom Scalars* tab of a federated run: ``{category: {chart title: ["Multiline", [tag regexes]]}}``
     (``SummaryWriter.add_custom_scalars``' format; a regex is matched against the start of a tag).
 
     Category ``"Federated training"`` (open): one chart per validation metric of the global model (``val_acc``,
     ``val_loss``, ...: each on its own axis, an accuracy of 0.4 is not drawn flat next to a loss of 2), the round's
     training loss (``round_train_loss``), the pseudo-gradient norm ‖Δ_t‖ (``round_pseudo_grad_norm``) and the
-    gradient diversity (``round_gradient_diversity``); category ``"Round cost and clients"``: ``round_time_s``,
+    gradient diversity (``round_gradient_diversity``). Then, for each federated-evaluation family of
+    :data:`FEDERATED_FAMILIES` with a tag among ``logged`` — ``fed_`` (the global model on the clients' own data),
+    ``fed_personal_`` (each client's personal model; every method logs it, see :mod:`lightning_fed.evaluation`),
+    ``fed_personalized_`` (fine-tuned, ``eval_local_steps``) — a category with one chart per validation metric ``m``
+    holding two curves: ``<prefix>m/weighted`` (the sample-weighted mean over clients) and ``<prefix>m/worst10``
+    (the mean of the worst 10 % of clients). Last, category ``"Round cost and clients"``: ``round_time_s``,
     ``round_local_steps`` and the client counts.
 
     Args:
         validation_metrics: the names of the validation metrics logged so far (none at fit start; the layout is
             written again when one is first logged).
+        logged: every scalar tag logged so far (default none: no federated-evaluation category).
 
     >>> list(custom_scalars_layout(["val_acc", "val_loss"])["Federated training"])
     ['val_acc (global model)', 'val_loss (global model)', 'round_train_loss', 'pseudo-gradient norm ‖Δ_t‖', 'gradient diversity']
+    >>> layout = custom_scalars_layout(["val_acc"], ["val_acc", "fed_val_acc/weighted", "fed_personal_val_acc/weighted"])
+    >>> list(layout)
+    ['Federated training', 'Federated evaluation (global model on clients)', 'Personal models (fed_personal_*)', 'Round cost and clients']
+    >>> layout["Personal models (fed_personal_*)"]
+    {'val_acc (personal models): weighted, worst 10 %': ['Multiline', ['fed_personal_val_acc/weighted$', 'fed_personal_val_acc/worst10$']]}
     """
     import re
 
     validation = {f"{name} (global model)": ["Multiline", [re.escape(name) + "$"]] for name in validation_metrics}
+    logged = set(logged)
+    federated = {}
+    for prefix, title, what in FEDERATED_FAMILIES:
+        charts = {
+            f"{name} ({what}): weighted, worst 10 %": [
+                "Multiline", [re.escape(f"{prefix}{name}/{stat}") + "$" for stat in ("weighted", "worst10")]]
+            for name in validation_metrics if f"{prefix}{name}/weighted" in logged
+        }
+        if charts:
+            federated[title] = charts
     return {
         "Federated training": {
             **validation,
@@ -518,6 +710,7 @@ def custom_scalars_layout(validation_metrics: Any = ()) -> dict[str, dict[str, l
             "pseudo-gradient norm ‖Δ_t‖": ["Multiline", [r"round_pseudo_grad_norm$"]],
             "gradient diversity": ["Multiline", [r"round_gradient_diversity$"]],
         },
+        **federated,
         "Round cost and clients": {
             "round_time_s": ["Multiline", [r"round_time_s$"]],
             "round_local_steps": ["Multiline", [r"round_local_steps$"]],

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import re
 import warnings
 from typing import Any, Optional, Union
 
@@ -189,8 +192,10 @@ class FederatedTrainer(L.Trainer):
     SIGTERM and SIGINT (``timeout``, SLURM, Kubernetes, Ctrl-C) stop a round at once, even with a hung client: the
     round's local work is discarded, a checkpoint of the state at the round's start is written to the
     ModelCheckpoint's ``dirpath/last.ckpt`` (without a ModelCheckpoint in ``callbacks``, Lightning's default one
-    included: ``default_root_dir/last.ckpt``) and the run ends with exit status 1; ``fit(..., ckpt_path=...)`` on
-    it resumes exactly. See :class:`~lightning_fed.FederatedFitLoop`.
+    included: the run's own folder, ``<save_dir>/<name>/version_N/checkpoints/last.ckpt`` of the first logger, or
+    ``default_root_dir/last.ckpt`` without a logger) and the run ends with exit status 1; ``fit(..., ckpt_path=...)``
+    on it resumes exactly, in the same version folder (the message gives the command; under ``lightning-fed fit``:
+    ``lightning-fed fit --config <the run's config.yaml> --ckpt_path <path>``). See :class:`~lightning_fed.FederatedFitLoop`.
 
     Raises:
         ValueError: more than one :class:`~lightning_fed.callbacks.ServerOptimizer` in ``callbacks``, an
@@ -474,6 +479,9 @@ class FederatedTrainer(L.Trainer):
     ) -> None:
         """Train the global model, one round per epoch: :meth:`lightning.Trainer.fit` (the same arguments).
 
+        Resuming from a checkpoint inside a logger's ``version_N`` folder (e.g. the stop checkpoint
+        ``runs/lightning_logs/version_3/checkpoints/last.ckpt``) logs into that ``version_N`` again
+        (:func:`lightning_fed.tensorboard.continue_version`; a warning says where and why not when a logger cannot).
         When it raises before its first round finished, the log folders it created and left holding only set-up
         files are removed (no empty ``version_N`` per failed attempt;
         :func:`lightning_fed.tensorboard.remove_unused_log_dirs`).
@@ -486,11 +494,16 @@ class FederatedTrainer(L.Trainer):
             ckpt_path: Checkpoint to resume from ("last", "hpc", or a path), as in Lightning.
             weights_only: Passed to ``torch.load`` when resuming, as in Lightning.
         """
-        from lightning_fed.tensorboard import new_log_dirs, remove_unused_log_dirs
+        from lightning_fed.tensorboard import continue_version, new_log_dirs, remove_unused_log_dirs
 
+        continued = continue_version(self, ckpt_path)  # a checkpoint inside .../version_N/: log into it again
         created = new_log_dirs(self)
         try:
-            return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+            with warnings.catch_warnings() if continued else contextlib.nullcontext():
+                for folder in continued:  # resuming there: its checkpoints folder is expected not to be empty
+                    warnings.filterwarnings("ignore", message=f"Checkpoint directory .*{re.escape(os.path.basename(folder))}"
+                                            f"{re.escape(os.sep)}checkpoints exists and is not empty")
+                return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
         except BaseException as err:
             if created and getattr(self.fit_loop, "_rounds_run", 0) == 0:
                 remove_unused_log_dirs(created)

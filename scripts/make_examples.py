@@ -36,6 +36,7 @@ END = "<!-- END GENERATED -->"
 CB = "lightning_fed.callbacks"
 DM = "lightning_fed.datamodules"
 MD = "lightning_fed.models"
+ALG = "lightning_fed.algorithms"
 
 
 class Flow(dict):
@@ -81,12 +82,16 @@ class Config:
     data: dict[str, Any]
     val_every: int = 20
     readme_row: list[str] = field(default_factory=list)
+    #: The run's client halves (``trainer.client_algorithms``), which a swap of the server optimizer keeps.
+    client_algorithms: list[dict[str, Any]] = field(default_factory=list)
 
     def to_yaml(self) -> str:
+        trainer = {"max_epochs": self.rounds, "check_val_every_n_epoch": self.val_every, "callbacks": [self.server]}
+        if self.client_algorithms:
+            trainer["client_algorithms"] = list(self.client_algorithms)
         body = {
             "seed_everything": 0,
-            "trainer": {"max_epochs": self.rounds, "check_val_every_n_epoch": self.val_every,
-                        "callbacks": [self.server]},
+            "trainer": trainer,
             "model": self.model,
             "data": self.data,
         }
@@ -338,12 +343,18 @@ FEDAWARE_METHODS = {
     "fedavg": (cls(f"{CB}.FedAvg", lr=1.0), "FedAvg, eta = 1 (App. C.1)"),
     "fedavgm": (cls(f"{CB}.FedAvgM", lr=1.0, momentum=0.9),
                 "FedAvgM, eta = 1, momentum 0.9 from the grid {0.7, 0.9, 0.97, 0.997} (App. C.1; choice not reported)"),
-    "fedprox": (cls(f"{CB}.fedprox.FedProx", mu=0.01, lr=1.0),
-                "FedProx, eta = 1, mu = 0.01 from the grid {0.01, 0.1, 1, 10} (App. C.1; choice not reported)"),
+    "fedprox": (cls(f"{CB}.FedAvg", lr=1.0),
+                "FedProx, eta = 1, mu = 0.01 from the grid {0.01, 0.1, 1, 10} (App. C.1; choice not reported); "
+                "composed as FedAvg with the client half FedProxClient(mu) in trainer.client_algorithms, which "
+                "--server_optimizer X keeps (the same numbers as FedProx(mu, lr))"),
     "scaffold": (cls(f"{CB}.scaffold.SCAFFOLD", lr=1.0), "SCAFFOLD (option II control variates), eta_g = 1"),
     "fedyogi": (cls(f"{CB}.FedYogi", lr=0.01, beta1=0.9, beta2=0.99, tau=0.0001),
                 "FedYogi, eta = 10^-2, beta1 = 0.9, beta2 = 0.99, tau = 1e-4 (App. C.1)"),
 }
+
+
+#: The client halves of a FEDAWARE_METHODS entry (trainer.client_algorithms): FedProx's proximal term.
+FEDAWARE_CLIENTS = {"fedprox": [cls(f"{ALG}.FedProxClient", mu=0.01)]}
 
 
 def fedaware_configs() -> list[Config]:
@@ -368,7 +379,8 @@ def fedaware_configs() -> list[Config]:
             model = cls(f"{MD}.FedAwareCNN", in_channels=3, image_size=32, num_classes=10, lr=0.01, arch="toy")
             data = cls(f"{DM}.CIFAR10DataModule", **init)
             out.append(Config(f"cifar10_{s}_{m}", header, 500, server, model, data, 10,
-                              [f"`cifar10_{s}_{m}.yaml`", s, m_text.split(",")[0], f"{reported}"]))
+                              [f"`cifar10_{s}_{m}.yaml`", s, m_text.split(",")[0], f"{reported}"],
+                              FEDAWARE_CLIENTS.get(m, [])))
     return out
 
 

@@ -172,6 +172,108 @@ def test_41_the_fedprox_clients_run_under_the_swapped_server_optimizer(tmp_path)
     assert not all(torch.equal(a, b) for a, b in zip(weights[0], weights[2]))  # the proximal term was applied
 
 
+#: #50.1: a tiny run whose server optimizer is given the old way (trainer.callbacks) or as `server_optimizer`.
+_MNIST = ["--model", "lightning_fed.models.MNISTMLP", "--data", "lightning_fed.datamodules.MNISTDataModule",
+          "--data.partitioner", "IIDPartitioner", "--data.partitioner.num_clients", "10", "--trainer.logger", "false",
+          "--trainer.enable_progress_bar", "false"]
+
+
+def _swap_args(server: str, swap: str, tmp_path, halves: str = "") -> list[str]:
+    """The config giving ``server`` (a YAML flow mapping), then ``swap``: ``--server_optimizer NAME`` or, where it
+    ends in ``.yaml``-less text with a colon, a second config with that text."""
+    first = tmp_path / "first.yaml"
+    first.write_text(f"seed_everything: 0\ntrainer: {{callbacks: [{server}]{halves}}}\n")
+    if ":" in swap:
+        (tmp_path / "second.yaml").write_text(swap + "\n")
+        return ["--config", str(first), "--config", str(tmp_path / "second.yaml"), *_MNIST]
+    return ["--config", str(first), *_MNIST, "--server_optimizer", swap]
+
+
+_CB = "lightning_fed.callbacks."
+
+
+@pytest.mark.parametrize("swap", ["FedYogi", f"server_optimizer: {{class_path: {_CB}FedYogi}}"],
+                         ids=["command_line", "second_config"])
+@pytest.mark.parametrize("server, expected", [
+    (f"{{class_path: {_CB}FedProx, init_args: {{mu: 0.25}}}}", "[FedProxClient(mu=0.25)]"),
+    (f"{{class_path: {_CB}FedBN}}", "[FedBNClient()]"),
+    (f"{{class_path: {_CB}FedPer, init_args: {{head: [net.2]}}}}", "[FedPerClient(head=['net.2'])]"),
+    (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2], head_steps: 3}}}}",
+     "[FedRepClient(head=['net.2'], head_steps=3)]"),
+    (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto"])
+def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
+    """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
+    `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.
+    A pure client half (FedProx's, the personalised ones) is carried into `trainer.client_algorithms`."""
+    monkeypatch.chdir(tmp_path)
+    args = _swap_args(server, swap, tmp_path)
+    cli = FederatedCLI(args=args, run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi
+    assert cli.trainer.server_optimizer.lr == 0.01  # FedYogi's own defaults (#32), not FedProx's lr 1
+    assert repr(cli.trainer.client_algorithms) == expected
+    printed = _print_config(["fit", *args], capsys)
+    assert [h["class_path"].rsplit(".", 1)[1] for h in printed["trainer"]["client_algorithms"]] == [
+        expected[1:].split("(")[0]]
+
+
+def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monkeypatch):
+    """The method's own half ran before the run's other halves: it stays first; the others keep their order."""
+    monkeypatch.chdir(tmp_path)
+    halves = ", client_algorithms: [{class_path: lightning_fed.algorithms.FedBNClient}]"
+    args = _swap_args(f"{{class_path: {_CB}FedProx, init_args: {{mu: 0.5}}}}", "FedAdam", tmp_path, halves)
+    cli = FederatedCLI(args=args, run=False)
+    assert repr(cli.trainer.client_algorithms) == "[FedProxClient(mu=0.5), FedBNClient()]"
+    assert type(cli.trainer.server_optimizer) is FedAdam
+    # naming the configured class again is no swap: FedProx keeps its own half, nothing is added
+    cli = FederatedCLI(args=_swap_args(f"{{class_path: {_CB}FedProx, init_args: {{mu: 0.5}}}}", "FedProx",
+                                       tmp_path, halves), run=False)
+    assert repr(cli.trainer.server_optimizer.server_client_algorithms) == "[FedProxClient(mu=0.5)]"
+    assert repr(cli.trainer.client_algorithms) == "[FedBNClient()]"
+
+
+@pytest.mark.parametrize("server, stage, half", [
+    (f"{{class_path: {_CB}SCAFFOLD}}", "ScaffoldControl()", "[ScaffoldClient()]"),
+    (f"{{class_path: {_CB}FedDyn, init_args: {{alpha: 0.1}}}}", "FedDynCorrection(alpha=0.1)",
+     "[FedDynClient(alpha=0.1)]"),
+    (f"{{class_path: {_CB}FedNova, init_args: {{local_solver: proximal, mu: 0.2}}}}",
+     "FedNovaAveraging(local_solver='proximal', momentum=0.0, mu=0.2)", "[FedProxClient(mu=0.2)]"),
+    (f"{{class_path: {_CB}FedLAMB}}", None, None),
+], ids=["SCAFFOLD", "FedDyn", "FedNova_proximal", "FedLAMB"])
+@pytest.mark.parametrize("swap", ["FedYogi", f"server_optimizer: {{class_path: {_CB}FedYogi}}"],
+                         ids=["command_line", "second_config"])
+def test_50_a_swap_that_would_strand_a_coupled_client_half_is_refused(server, stage, half, swap, tmp_path,
+                                                                      monkeypatch, capsys):
+    """#50.1: a client half that needs its server half (SCAFFOLD's control variates, FedDyn, FedNova's proximal
+    solver, Fed-LAMB) is not carried alone: the swap is refused, exit status 2, with the composition that keeps the
+    method under the new server rule, which parses to both halves, and the way to drop it whole."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    name = server.split(_CB)[1].split("}")[0].split(",")[0]
+    err = _parse_error(_swap_args(server, swap, tmp_path), capsys)
+    assert f"would drop {name}'s client half" in err and "--server_optimizer null --server_optimizer FedYogi" in err
+    first = ["--config", str(tmp_path / "first.yaml"), *_MNIST]
+    # dropping the method whole, on purpose
+    cli = FederatedCLI(args=[*first, "--server_optimizer", "null", "--server_optimizer", "FedYogi"], run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi and not cli.trainer.client_algorithms
+    if stage is None:
+        return
+    composed = shlex.split(re.search(r"giving both halves: (.*?)(?: \(a config: [^)]*\))?; or run", err).group(1))
+    cli = FederatedCLI(args=[*first, *composed], run=False)
+    server = cli.trainer.server_optimizer
+    assert type(server) is FedYogi and [repr(a) for a in server.aggregators] == [stage]
+    assert repr(cli.trainer.client_algorithms) == half
+
+
+def test_50_a_fednova_without_a_client_half_swaps(tmp_path, monkeypatch):
+    """FedNova's plain and momentum solvers have no client half of their own: nothing to keep, the swap goes on."""
+    monkeypatch.chdir(tmp_path)
+    cli = FederatedCLI(args=_swap_args(f"{{class_path: {_CB}FedNova, init_args: {{local_solver: momentum, "
+                                       "momentum: 0.9}}", "FedYogi", tmp_path), run=False)
+    assert type(cli.trainer.server_optimizer) is FedYogi and not cli.trainer.client_algorithms
+
+
 def test_server_optimizer_settings_apply_to_an_old_style_config(tmp_path, monkeypatch):
     """`--server_optimizer.lr` changes the server optimizer a config gives in trainer.callbacks (today the
     equivalent `--trainer.callbacks.lr` would hit ModelCheckpoint, the last callback)."""
@@ -492,6 +594,35 @@ def test_fit_ends_saying_where_logs_metrics_and_checkpoints_are(tmp_path, monkey
     assert (Path(log_dir) / "config.yaml").is_file() and (tmp_path / "ckpt" / "last.ckpt").is_file()
 
 
+def test_50_fit_summary_prints_the_federated_evaluation(tmp_path, monkeypatch, caplog):
+    """Issue #50 item 3: the end-of-fit summary omitted fed_*. With federated evaluation it prints the weighted means
+    over clients of the global model (fed_*) and of the personal models (fed_personal_*, here the global model:
+    FedAdam has no personal model), by name; the numbers are Σ n_i m_i / Σ n_i of the clients' rows in eval_csv
+    (NumPy, 4 significant digits)."""
+    import csv
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    config = _mnist_config(tmp_path)
+    with caplog.at_level(logging.INFO):
+        FederatedCLI(args=["fit", "--config", str(config), "--trainer.max_epochs", "2",
+                           "--data.eval_clients_per_round", "all", "--data.eval_fraction", "0.25",
+                           "--data.eval_csv", str(tmp_path / "clients.csv")])
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trained ")]
+    (line,) = [s for s in summary.splitlines() if "federated evaluation" in s]
+    head, values = line.split(": ", 1)
+    assert head == "  last federated evaluation, weighted over clients"
+    printed = [v.split(" ") for v in values.split(", ")]
+    assert [name for name, _ in printed] == ["fed_personal_val_acc", "fed_personal_val_loss", "fed_val_acc",
+                                             "fed_val_loss"]
+    with open(tmp_path / "clients.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["round"] == "1"]
+    n = np.array([float(r["samples"]) for r in rows])
+    for name, value in printed:
+        column = np.array([float(r[name.replace("fed_personal_", "").replace("fed_", "")]) for r in rows])
+        assert float(value) == pytest.approx((n * column).sum() / n.sum(), rel=1e-3), name
+
+
 def test_43_on_nonfinite_server_step_is_a_trainer_argument(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = FederatedCLI(args=["--config", str(FEDAWARE), "--trainer.on_nonfinite_server_step", "restore"], run=False)
@@ -507,3 +638,63 @@ def test_42_the_client_state_store_is_a_server_optimizer_argument(tmp_path, monk
     assert (server.client_state_store, server.client_state_dir) == ("disk", str(tmp_path / "cs"))
     with pytest.raises(ValueError, match=r"`client_state_store` must be one of \('memory', 'disk'\), got 'ssd'"):
         FederatedCLI(args=args + ["--server_optimizer.client_state_store", "ssd"], run=False)
+
+
+class StopsInRound1(MNISTMLP):
+    """MNISTMLP that sends itself SIGTERM in round 1's first local step while LF_TEST_SIGTERM is set."""
+
+    def training_step(self, batch, batch_idx):
+        import os
+        import signal
+
+        if self.trainer.current_epoch == 1 and os.environ.pop("LF_TEST_SIGTERM", None):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+def test_50_a_stopped_cli_run_says_the_cli_resume_command_which_continues_its_version(tmp_path, monkeypatch, caplog):
+    """Issue #50 item 5: without a ModelCheckpoint of its own, a `lightning-fed fit` stopped by SIGTERM in round 1
+    writes its checkpoint into its version folder and names the CLI command; that command logs into the same
+    version and its summary counts the 2 rounds of this process apart from the 3 in total."""
+    import logging
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load(_mnist_config(tmp_path).read_text())
+    cfg["trainer"].update(max_epochs=3, callbacks=cfg["trainer"]["callbacks"][:1])  # no ModelCheckpoint given
+    cfg["model"]["class_path"] = f"{__name__}.StopsInRound1"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("LF_TEST_SIGTERM", "1")
+    with pytest.raises(SIGTERMException) as stop:
+        FederatedCLI(args=["fit", "--config", "run.yaml"])
+    version = Path("runs", "lightning_logs", "version_0")
+    command = f"lightning-fed fit --config {version / 'config.yaml'} --ckpt_path {version / 'checkpoints' / 'last.ckpt'}"
+    assert f"(resume with {command})" in str(stop.value)
+    assert not (tmp_path / "last.ckpt").exists()
+    with caplog.at_level(logging.INFO):
+        cli = FederatedCLI(args=command.split()[1:])
+    assert cli.trainer.logger.version == 0 and sorted(p.name for p in version.parent.iterdir()) == ["version_0"]
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trained ")]
+    assert summary.splitlines()[0] == ("Trained 2 round(s) in this process (rounds 1..2), 3 in total (the TensorBoard "
+                                       "step and the progress bar count rounds from 0).")
+
+
+def test_50_the_summary_of_a_resumed_fit_counts_this_processs_rounds_apart(tmp_path):
+    """Resumed from the end of round 1 (2 rounds done) with max_epochs=5: this process trained rounds 2..4."""
+    from helpers import SmallClassifier, classification_dataset, quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.cli import run_summary
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    train = classification_dataset(n=40)
+    dm = FederatedDataModule(train, partitioner=IIDPartitioner(num_clients=2), clients_per_round=2, batch_size=20)
+    first = FederatedTrainer(max_epochs=2, **quiet_trainer_kwargs(tmp_path))
+    first.fit(SmallClassifier(), datamodule=dm)
+    first.save_checkpoint(tmp_path / "r2.ckpt")
+    resumed = FederatedTrainer(max_epochs=5, **quiet_trainer_kwargs(tmp_path))
+    resumed.fit(SmallClassifier(), datamodule=dm, ckpt_path=str(tmp_path / "r2.ckpt"))
+    assert run_summary(resumed).splitlines()[0] == (
+        "Trained 3 round(s) in this process (rounds 2..4), 5 in total (the TensorBoard step and the progress bar "
+        "count rounds from 0).")
+    assert run_summary(first).splitlines()[0].startswith("Trained 2 round(s) (rounds 0..1;")

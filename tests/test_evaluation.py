@@ -543,3 +543,71 @@ def test_41_personal_evaluation_uses_each_clients_own_kept_parts(tmp_path):
         rows = list(csv.reader(f))
     assert rows[0][-1] == "personal_val_loss" and float(rows[-1][-1]) == pytest.approx(personal[-1], rel=1e-12)
     assert torch.equal(model.linear.bias, torch.tensor([b], dtype=torch.float64))  # the global model restored
+
+
+# ------------------------------------------------------------------------------------------------ #50.3 personal metrics
+def _clients_mse(dm, x, y, w, b):
+    return np.array([np.mean((x[idx] @ w + b - y[idx]) ** 2) for idx in map(dm.client_eval_indices, range(6))])
+
+
+def test_50_every_method_logs_fed_personal_equal_to_the_global_model(tmp_path):
+    """Issue #50 item 3, one tag family every method shares: FedAvg (no personal model: each client's personal model
+    is the global model) logs fed_personal_<m>/<stat> too, equal to fed_<m>/<stat>, both the NumPy statistics of the
+    clients' MSE of the final global model; eval_csv gets no personal_ columns (only the scalars are shared)."""
+    from lightning_fed.callbacks import FedAvg
+
+    path = tmp_path / "clients.csv"
+    dm, x, y = _regression_dm(eval_clients_per_round="all", eval_csv=str(path))
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg()], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    glob = _clients_mse(dm, x, y, model.linear.weight.detach().numpy().reshape(-1), float(model.linear.bias.detach()))
+    n = np.array([len(dm.client_eval_indices(c)) for c in range(6)])
+    expected = {"weighted": (n * glob).sum() / n.sum(), "mean": glob.mean(), "p10": np.percentile(glob, 10),
+                "p50": np.percentile(glob, 50), "p90": np.percentile(glob, 90), "worst10": glob.max()}
+    m = trainer.callback_metrics
+    for stat, value in expected.items():  # logged as float32
+        assert float(m[f"fed_personal_val_loss/{stat}"]) == pytest.approx(value, rel=1e-6), stat
+        assert float(m[f"fed_personal_val_loss/{stat}"]) == float(m[f"fed_val_loss/{stat}"]), stat
+    assert not _fed_callback(trainer).last.personal
+    with open(path) as f:
+        assert next(csv.reader(f)) == ["round", "client_id", "samples", "val_loss"]
+
+
+@pytest.mark.parametrize("method", ["Ditto", "FedPer", "LocalParts"])
+def test_50_personalised_method_without_federated_evaluation_warns_at_fit_start(tmp_path, method):
+    """Issue #50 item 3: a personalised half (one that keeps parts local or has a personal model) in a fit without
+    federated evaluation warns at fit start, before any client trains, naming the settings to add."""
+    import warnings
+
+    from lightning_fed.callbacks import Ditto, FedAvg, FedPer
+    from lightning_fed.client.personal import LocalParts
+
+    server = {"Ditto": Ditto(lam=0.1), "FedPer": FedPer(head=["linear.bias"]), "LocalParts": FedAvg()}[method]
+    halves = [LocalParts(names=["linear.bias"])] if method == "LocalParts" else None
+    dm, _, _ = _regression_dm()
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[server], client_algorithms=halves,
+                               **quiet_trainer_kwargs(tmp_path))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*give each client a personal model")
+        with pytest.raises(UserWarning) as caught:
+            trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
+    message = str(caught.value)
+    assert "`eval_clients_per_round`" in message and "`eval_fraction`" in message and "fed_personal_" in message
+    assert {"Ditto": "DittoClient", "FedPer": "FedPerClient", "LocalParts": "LocalParts"}[method] in message
+    assert trainer.current_epoch == 0 and all(not len(t.ids()) for t in server.client_algorithm_states.values())
+
+
+def test_50_no_warning_with_federated_evaluation_or_without_a_personal_half(tmp_path):
+    import warnings
+
+    from lightning_fed.callbacks import Ditto, FedAvg
+
+    for server, evaluation in ((Ditto(lam=0.1), {"eval_clients_per_round": 2}), (FedAvg(), {})):
+        dm, _, _ = _regression_dm(**evaluation)
+        trainer = FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
+        assert not [w for w in seen if "personal model" in str(w.message)]

@@ -470,3 +470,45 @@ def test_sigterm_with_lightnings_default_model_checkpoint_writes_default_root_di
     assert (root / "last.ckpt").is_file() and not (root / "checkpoints" / "last.ckpt").exists()
     checkpoint = torch.load(root / "last.ckpt", weights_only=True)
     assert checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == 1
+
+
+# ------------------------------------------------------------------------- issue #50 item 5: sweeps that resume
+def test_50_stop_checkpoints_of_a_sweep_go_to_each_runs_version_folder_and_resume_there(tmp_path):
+    """Two runs started in one folder, each stopped by SIGTERM in round 1: each stop checkpoint lies in its own
+    logger's version folder (no shared ``last.ckpt`` to overwrite); resuming run 0 logs into version_0 again, its
+    ``metrics.csv`` holding rounds 0, 1, 2 once each."""
+    dm, *_ = _data(val=True)
+    kwargs = quiet_trainer_kwargs(tmp_path)
+    paths = []
+    for run in range(2):
+        logger = CSVLogger(str(tmp_path))
+        trainer = FederatedTrainer(max_epochs=3, **(kwargs | {"logger": logger}))
+        with pytest.raises(SIGTERMException) as stop:
+            trainer.fit(SignalsItself("in_round", lr=LR), datamodule=dm)
+        path = tmp_path / "lightning_logs" / f"version_{run}" / "checkpoints" / "last.ckpt"
+        assert f"resume with trainer.fit(..., ckpt_path='{path}')" in str(stop.value)
+        paths.append(path)
+    assert not (tmp_path / "last.ckpt").exists()
+    for path in paths:
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == 1
+    logger = CSVLogger(str(tmp_path))
+    trainer = FederatedTrainer(max_epochs=3, **(kwargs | {"logger": logger}))
+    trainer.fit(LinearRegression(lr=LR), datamodule=dm, ckpt_path=str(paths[0]))
+    assert logger.version == 0 and sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0", "version_1"]
+    rows = list(csv.DictReader(open(tmp_path / "lightning_logs" / "version_0" / "metrics.csv")))
+    assert [int(r["step"]) for r in rows if r.get("round_clients")] == [0, 1, 2]
+    assert trainer.fit_loop.first_round == 1
+
+
+def test_50_a_logger_elsewhere_does_not_continue_the_version_and_says_why(tmp_path):
+    dm, *_ = _data(val=True)
+    kwargs = quiet_trainer_kwargs(tmp_path)
+    trainer = FederatedTrainer(max_epochs=2, **(kwargs | {"logger": CSVLogger(str(tmp_path / "a"))}))
+    with pytest.raises(SIGTERMException):
+        trainer.fit(SignalsItself("in_round", lr=LR), datamodule=dm)
+    path = tmp_path / "a" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    logger = CSVLogger(str(tmp_path / "b"))
+    with pytest.warns(UserWarning, match=r"logs into .*b/lightning_logs/version_0 instead, because its save_dir/name"):
+        FederatedTrainer(max_epochs=2, **(kwargs | {"logger": logger})).fit(
+            LinearRegression(lr=LR), datamodule=dm, ckpt_path=str(path))

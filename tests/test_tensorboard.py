@@ -477,3 +477,137 @@ def test_csv_metrics_have_one_row_per_round_with_the_logged_values(tmp_path):
         assert sorted(logged) == [0, 1, 2], name
         for row in rows:
             assert float(row[name]) == pytest.approx(logged[int(row["step"])], rel=1e-6), name
+
+
+# ------------------------------------------------------------------------------------------------ #50.3 personal metrics
+def _fit_evaluated(tmp_path, name, server, rounds=2):
+    """_fit_with_accuracy's run with federated evaluation on every client (20 % of each client's share held out)."""
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3),
+                             clients_per_round=3, batch_size=16, local_epochs=1, seed=7,
+                             eval_clients_per_round="all", eval_fraction=0.2)
+    logger = TensorBoardLogger(str(tmp_path), name=name, version=0, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": rounds, "callbacks": [server]}
+    torch.manual_seed(0)
+    trainer = FederatedTrainer(**kwargs)
+    trainer.fit(_WithAccuracy(in_features=5, num_classes=3, lr=0.05), datamodule=dm)
+    return trainer, logger
+
+
+def test_50_custom_scalars_group_federated_and_personal_evaluation(tmp_path):
+    """Issue #50 item 3: Custom Scalars had no chart for fed_* or fed_personal_*. TensorBoard's own Custom Scalars
+    backend (the run's latest layout) now shows, after "Federated training", a category for the global model on the
+    clients (fed_*) and one for the personal models (fed_personal_*), one chart per validation metric whose two
+    regexes match exactly its weighted mean and its worst 10 %."""
+    import json
+    import re
+
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+
+    from lightning_fed.callbacks import FedPer
+
+    _, logger = _fit_evaluated(tmp_path, "fedper", FedPer(head=["net.3"]))
+    logdir = str(tmp_path)
+    mux = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(logdir)
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, logdir)
+    plugin = custom_scalars_plugin.CustomScalarsPlugin(
+        base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider))
+    layout = plugin.layout_impl(context.RequestContext(), "")
+    layout = json.loads(layout) if isinstance(layout, str) else layout
+    titles = [c["title"] for c in layout["category"]]
+    assert titles == ["Federated training", "Federated evaluation (global model on clients)",
+                      "Personal models (fed_personal_*)", "Round cost and clients"]
+    scalars = set(_events(logger.log_dir).Tags()["scalars"])
+    for category, prefix in zip(layout["category"][1:3], ("fed_", "fed_personal_")):
+        charts = category["chart"]
+        assert [c["title"].split(" ")[0] for c in charts] == ["val_acc", "val_loss"]
+        for chart, metric in zip(charts, ("val_acc", "val_loss")):
+            matched = sorted(t for t in scalars if any(re.match(r, t) for r in chart["multiline"]["tag"]))
+            assert matched == [f"{prefix}{metric}/weighted", f"{prefix}{metric}/worst10"]
+
+
+def test_50_hparams_compare_methods_on_personal_metrics_and_their_settings(tmp_path):
+    """Issue #50 item 3: HParams had no fed_personal_* columns and no method settings. TensorBoard's own HParams
+    backend on a FedAvg and a Ditto run (both with federated evaluation): the metric columns after val_* are
+    fed_personal_*/weighted, then fed_*/weighted (marked validation), and both rows have a fed_personal_val_acc/weighted
+    value (FedAvg's equal to its fed_val_acc/weighted); Ditto's session holds its client half's settings."""
+    from tensorboard.plugins.hparams import api_pb2, list_session_groups
+
+    from lightning_fed.callbacks import Ditto
+
+    _fit_evaluated(tmp_path, "a_fedavg", FedAvg())
+    _, ditto_logger = _fit_evaluated(tmp_path, "b_ditto", Ditto(lam=0.25))
+    experiment, ctx, request = _hparams_experiment(str(tmp_path))
+    metrics = [m.name.tag for m in experiment.metric_infos]
+    assert metrics[:6] == ["val_acc", "val_loss", "fed_personal_val_acc/weighted", "fed_personal_val_loss/weighted",
+                           "fed_val_acc/weighted", "fed_val_loss/weighted"]
+    assert [m.dataset_type for m in experiment.metric_infos[:6]] == [api_pb2.DATASET_VALIDATION] * 6
+    handler = list_session_groups.Handler(request, ctx, "", api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=10, allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS,
+                                                        api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING]))
+    groups = {g.hparams["server_optimizer"].string_value: g for g in handler.run().session_groups}
+    assert set(groups) == {"FedAvg", "Ditto"}
+    for group in groups.values():
+        assert "fed_personal_val_acc/weighted" in {v.name.tag for v in group.metric_values}
+    fedavg = {v.name.tag: v.value for v in groups["FedAvg"].metric_values}
+    assert fedavg["fed_personal_val_acc/weighted"] == fedavg["fed_val_acc/weighted"]
+    written = _session_hparams(_events(ditto_logger.log_dir))
+    assert written["client_algorithms"] == "Ditto"
+    assert written["client_algorithms/Ditto/lam"] == pytest.approx(0.25)
+    assert written["client_algorithms/Ditto/lr"] == "None"
+
+
+def test_50_client_half_settings_are_hparams_columns(tmp_path):
+    """Each client half's own settings (its init args), whether the method's or FederatedTrainer(client_algorithms=)'s,
+    are HParams settings ``client_algorithms/<name>/<arg>`` in the run's session."""
+    from lightning_fed.algorithms import FedProxClient
+    from lightning_fed.callbacks import FedRep
+
+    train, val = classification_dataset(n=120, classes=3, n_val=30, seed=0)
+    dm = FederatedDataModule(train, val, partitioner=DirichletPartitioner(num_clients=6, alpha=0.5, seed=3),
+                             clients_per_round=3, batch_size=16, local_epochs=1, seed=7, eval_clients_per_round=2,
+                             eval_fraction=0.2)
+    logger = TensorBoardLogger(str(tmp_path), name="fedrep", version=0, default_hp_metric=False)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"logger": logger, "max_epochs": 1,
+                                               "callbacks": [FedRep(head=["net.3"], head_steps=3)],
+                                               "client_algorithms": [FedProxClient(mu=0.5)]}
+    FederatedTrainer(**kwargs).fit(SmallClassifier(in_features=5, num_classes=3, lr=0.05), datamodule=dm)
+    written = _session_hparams(_events(logger.log_dir))
+    assert {k: v for k, v in written.items() if k.startswith("client_algorithms")} == {
+        "client_algorithms": "FedRep, FedProx", "client_algorithms/FedRep/head": "['net.3']",
+        "client_algorithms/FedRep/head_steps": 3, "client_algorithms/FedProx/mu": 0.5}
+
+
+# ------------------------------------------------------------------- issue #50 item 5: a resume continues its version
+@pytest.mark.parametrize("kind", ["tensorboard", "csv"])
+def test_50_resuming_from_a_checkpoint_of_version_0_logs_into_version_0(tmp_path, kind):
+    """A fit resumed from Lightning's default checkpoint in ``lightning_logs/version_0/checkpoints/`` logs into
+    version_0 again (no version_1); a CSV logger's ``metrics.csv`` keeps rounds 0..1 and gets round 2 appended."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    def logger():
+        return TensorBoardLogger(str(tmp_path), default_hp_metric=False) if kind == "tensorboard" else CSVLogger(str(tmp_path))
+
+    train = classification_dataset(n=60)
+    dm = FederatedDataModule(train, partitioner=DirichletPartitioner(num_clients=4, alpha=1.0), clients_per_round=2,
+                             batch_size=16)
+    kwargs = quiet_trainer_kwargs(tmp_path) | {"enable_checkpointing": True}
+    FederatedTrainer(max_epochs=2, **(kwargs | {"logger": logger()})).fit(SmallClassifier(), datamodule=dm)
+    version_0 = tmp_path / "lightning_logs" / "version_0"
+    (ckpt,) = (version_0 / "checkpoints").iterdir()
+    trainer = FederatedTrainer(max_epochs=3, **(kwargs | {"logger": logger()}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # neither "exists and is not empty" nor "will be deleted"
+        trainer.fit(SmallClassifier(), datamodule=dm, ckpt_path=str(ckpt))
+    assert trainer.logger.version == 0 and os.listdir(tmp_path / "lightning_logs") == ["version_0"]
+    if kind == "csv":
+        import csv
+
+        rows = list(csv.DictReader(open(version_0 / "metrics.csv")))
+        assert [int(r["step"]) for r in rows if r.get("round_clients")] == [0, 1, 2]
+    else:
+        assert len(glob.glob(str(version_0 / "events.out.tfevents.*"))) == 2

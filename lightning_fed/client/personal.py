@@ -150,15 +150,11 @@ def check_disjoint_local_parts(algorithms: Sequence[Any], module: nn.Module) -> 
         ...
         ValueError: Client halves LocalParts(names=['1'], types=[], predicate=None) and LocalParts(names=['1.bias'], types=[], predicate=None) both keep 1.bias local; each tensor must be kept by one personal half only (otherwise the second half puts the first's client values back into the global model, which then averages them). Drop it from one half's selection.
     """
-    halves = [a for a in algorithms if isinstance(a, LocalParts) and a.selected]
-    pnames = [n for n, _ in module.named_parameters()]
-    bnames = [n for n, _ in module.named_buffers()]
-    for i, a in enumerate(halves):
-        for b in halves[i + 1:]:
-            params = sorted(set(a._params) & set(b._params))
-            buffers = sorted(set(a._buffers) & set(b._buffers))
-            if params or buffers:
-                both = [pnames[k] for k in params] + [bnames[k] for k in buffers]
+    halves = [(a, a.kept_names(module)) for a in algorithms if isinstance(a, LocalParts) and a.selected]
+    for i, (a, kept) in enumerate(halves):
+        for b, other in halves[i + 1:]:
+            both = [name for name in kept if name in set(other)]  # parameters, then buffers, in module order
+            if both:
                 raise ValueError(
                     f"Client halves {a!r} and {b!r} both keep {', '.join(both)} local; each tensor must be kept by "
                     "one personal half only (otherwise the second half puts the first's client values back into "
