@@ -20,7 +20,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.errors import DataNotFoundError
 from lightning_fed.trainer import FederatedTrainer
+from lightning_fed.vectorized import VectorizedExecutor  # noqa: F401 - a --trainer.client_executor class by short name
 
 #: TensorBoard under ./runs unless the config or command line names another logger. ``default_hp_metric`` is off:
 #: Lightning's placeholder ``hp_metric`` session would be the first one in the run and hide the federated
@@ -651,6 +653,11 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", FederatedArgumentParser)
+        argv = sys.argv[1:] if args is None else args
+        self._help_of = _help_subcommand(argv)
+        if self._help_of is not None:
+            # `lightning-fed fit --help`: only that subcommand's parser is built (each takes about a second)
+            self.subcommands = lambda: {self._help_of: LightningCLI.subcommands()[self._help_of]}  # type: ignore
         super().__init__(args=args, **kwargs)
 
     def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
@@ -667,6 +674,8 @@ class FederatedCLI(LightningCLI):
         for choice in parser._subcommands_action._choices_actions:  # `lightning-fed --help`'s list
             if summaries.get(choice.dest):
                 choice.help = summaries[choice.dest]
+        if self._help_of is not None:
+            return  # `lightning-fed fit --help`: no listing of the others
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
         parser._subcommands_action.add_subcommand("partition", listing, help=summary)
@@ -811,6 +820,17 @@ class FederatedCLI(LightningCLI):
         return self._instantiate_trainer(trainer_config, extra)
 
 
+def _help_subcommand(argv: Any) -> Optional[str]:
+    """The subcommand whose help ``argv`` asks for (``fit --help``, ``validate -h ...``), else ``None``.
+
+    >>> _help_subcommand(["fit", "--config", "c.yaml", "--help"]), _help_subcommand(["fit", "--config", "c.yaml"])
+    ('fit', None)
+    """
+    if not isinstance(argv, (list, tuple)) or not argv or argv[0] not in _SUBCOMMANDS:
+        return None
+    return argv[0] if {"-h", "--help"} & set(argv) else None
+
+
 def run_summary(trainer: Any) -> str:
     """The closing lines of ``lightning-fed fit``: how many rounds were trained, the last validation metrics, and
     where the run's outputs are.
@@ -948,6 +968,18 @@ def instantiation_error_message(err: BaseException) -> str:
                     given[name] = extra[name]
         head = f"{type(obj).__name__}({', '.join(f'{k}={v!r}' for k, v in given.items())})"
     return f"error: {head}: {text}\n  (the full traceback: run again with {_VERBOSE_HINT})"
+
+
+def data_not_found_message(err: BaseException) -> str:
+    """The lines ``lightning-fed`` prints for a task's data that is not there
+    (:class:`~lightning_fed.errors.DataNotFoundError`: its message says what is missing and how to get it), instead of
+    the traceback: ``error: <message>`` and how to see the traceback (exit status 2).
+
+    >>> print(data_not_found_message(DataNotFoundError("Fashion-MNIST not found: data/FashionMNIST/raw lacks [...].")))
+    error: Fashion-MNIST not found: data/FashionMNIST/raw lacks [...].
+      (the full traceback: run again with --verbose or LIGHTNING_FED_VERBOSE=1)
+    """
+    return f"error: {str(err).strip() or type(err).__name__}\n  (the full traceback: run again with {_VERBOSE_HINT})"
 
 
 _CLASS_PATH_RE = re.compile(r"(?:<class '|\[|, )([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)")
@@ -1305,7 +1337,8 @@ def main(args: Optional[Any] = None) -> None:
     ``--verbose`` anywhere on the command line (removed before parsing; ``validate``/``test``'s own
     ``--verbose true|false`` stays) or ``LIGHTNING_FED_VERBOSE=1``: the full parser message with the usage, or the
     exception itself with its traceback (exit status 1). An error raised by the run itself (after instantiation) is
-    never shortened.
+    never shortened, except a task's data that is not there (:class:`~lightning_fed.errors.DataNotFoundError`):
+    ``error: <message>`` (:func:`data_not_found_message`), exit status 2, the traceback with ``--verbose``.
     """
     argv = sys.argv[1:] if args is None else args
     given_verbose = False
@@ -1330,6 +1363,9 @@ def main(args: Optional[Any] = None) -> None:
             warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
             FederatedCLI(args=args)
     except Exception as err:
+        if not verbose() and isinstance(err, DataNotFoundError):
+            print(data_not_found_message(err), file=sys.stderr)
+            raise SystemExit(EXIT_BAD_ARGUMENT) from None
         if verbose() or not getattr(err, _INSTANTIATION_ERROR, False):
             raise
         print(instantiation_error_message(err), file=sys.stderr)

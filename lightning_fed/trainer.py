@@ -442,10 +442,26 @@ class FederatedTrainer(L.Trainer):
         created = new_log_dirs(self)
         try:
             return run(*args)
-        except BaseException:
+        except BaseException as err:
             if created and not self.logged_metrics:
                 remove_unused_log_dirs(created)
+            self._add_batch_hint(err)
             raise
+
+    def _add_batch_hint(self, error: BaseException) -> None:
+        """Add the data module's hint for a dict batch read as a tuple (:meth:`FederatedDataModule.batch_hint
+        <lightning_fed.datamodules.FederatedDataModule.batch_hint>`) to ``error`` as a note, naming the step that
+        raised it: the validation a fit starts with (the sanity check), validation, federated evaluation, testing.
+        A client's failure has the note already (the client runner adds it)."""
+        if not isinstance(error, Exception) or any(
+            str(note).startswith(_BATCH_HINT_NOTE) for note in getattr(error, "__notes__", ())
+        ):
+            return
+        step = _failing_step(error)
+        hint = getattr(self.datamodule, "batch_hint", None)
+        hint = hint(error, step) if step is not None and callable(hint) else None
+        if hint:
+            error.add_note(f"Hint: {hint}.")
 
     @property
     def server_optimizer(self) -> ServerOptimizer:
@@ -488,9 +504,10 @@ class FederatedTrainer(L.Trainer):
                     warnings.filterwarnings("ignore", message=f"Checkpoint directory .*{re.escape(os.path.basename(folder))}"
                                             f"{re.escape(os.sep)}checkpoints exists and is not empty")
                 return super().fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
-        except BaseException:
+        except BaseException as err:
             if created and getattr(self.fit_loop, "_rounds_run", 0) == 0:
                 remove_unused_log_dirs(created)
+            self._add_batch_hint(err)
             raise
 
     def save_checkpoint(
@@ -509,6 +526,25 @@ class FederatedTrainer(L.Trainer):
                 "(ModelCheckpoint(every_n_epochs=...), or from on_train_epoch_end)."
             )
         super().save_checkpoint(filepath, weights_only=weights_only, storage_options=storage_options)
+
+
+#: How the hint for a dict batch read as a tuple starts, as a note on the error (client runner and trainer alike).
+_BATCH_HINT_NOTE = "Hint: batches of the Hugging Face "
+
+#: The LightningModule steps whose batches come from the data module's datasets.
+_STEPS = ("training_step", "validation_step", "test_step")
+
+
+def _failing_step(error: BaseException) -> Optional[str]:
+    """The name of the LightningModule step (:data:`_STEPS`) in whose call ``error`` was raised: the outermost such
+    frame of its traceback whose ``self`` is a LightningModule; ``None`` if none."""
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in _STEPS and isinstance(frame.f_locals.get("self"), LightningModule):
+            return frame.f_code.co_name
+        tb = tb.tb_next
+    return None
 
 
 #: Lightning's warning for a validation loader of length 0. ``FederatedDataModule.val_dataloader`` returns ``[]``

@@ -193,6 +193,44 @@ def test_the_subcommand_list_is_plain_text(capsys):
     assert ":meth:" not in out
 
 
+def test_subcommand_help_builds_only_its_own_parser_and_imports_no_report(tmp_path):
+    """`lightning-fed fit --help` took 7 s on a quiet machine (#50): Lightning built the parsers of all four
+    subcommands (about a second each under load) and the CLI imported `lightning_fed.report` for the subcommand
+    list. Now only `fit`'s parser is built and the report module is not imported; the help still lists the
+    options and the known classes. Checked in a fresh interpreter (sys.modules of this one holds everything)."""
+    import json
+    import subprocess
+    import sys
+
+    code = """
+import contextlib, io, json, sys
+from lightning.pytorch.cli import LightningCLI
+built = []
+prepare = LightningCLI._prepare_subcommand_parser
+def spy(self, klass, subcommand, **kwargs):
+    built.append(subcommand)
+    return prepare(self, klass, subcommand, **kwargs)
+LightningCLI._prepare_subcommand_parser = spy
+from lightning_fed.cli import main
+out = io.StringIO()
+try:
+    with contextlib.redirect_stdout(out):
+        main(["fit", "--help"])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"built": built, "code": code, "report": "lightning_fed.report" in sys.modules,
+                  "help": out.getvalue()}))
+"""
+    root = Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["code"] in (0, None) and result["built"] == ["fit"] and result["report"] is False
+    assert "--server_optimizer" in result["help"] and "lightning_fed.VectorizedExecutor" in result["help"]
+    assert "lightning_fed.datamodules.FashionMNISTDataModule" in result["help"]
+
+
 # ------------------------------------------------------------------------------------------------ Optional options
 def _wrong_value(annotation) -> "str | None":
     """A command-line value no member of the ``Optional``/``Union`` type ``annotation`` takes, by Python's rules
@@ -385,3 +423,44 @@ def test_49_a_config_may_name_only_a_registered_local_parts_predicate(tmp_path, 
                            run=False)
     (half,) = cli.trainer.client_algorithms
     assert type(half).__name__ == "LocalParts" and half.predicate is bias_tensors
+
+
+# ------------------------------------------------------------------------------------------------ missing data
+def _no_data_args(tmp_path) -> list[str]:
+    """Fashion-MNIST from an empty data folder, no Debian copy, no download."""
+    (tmp_path / "no_debian").mkdir()
+    return ["--data.data_dir", str(tmp_path / "data"), "--data.debian_dir", str(tmp_path / "no_debian"),
+            "--data.download", "false", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+
+
+@pytest.mark.parametrize("command", ["fit", "partition"])
+def test_missing_task_data_is_one_error_line_saying_how_to_get_it(command, tmp_path, capsys):
+    """Before: a 22-line traceback (exit status 1) before the message saying what to do. Now `error: <message>`,
+    one line on how to see the traceback, exit status 2."""
+    from lightning_fed.datamodules.tasks.fashion_mnist import DEBIAN_FASHION_MNIST_DIR
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--config", str(FMNIST_FEDYOGI), *_no_data_args(tmp_path)])
+    assert exit_info.value.code == EXIT_BAD_ARGUMENT == 2
+    text = capsys.readouterr().err
+    error = _error_lines(text.splitlines())
+    missing = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte"]
+    assert error[0] == (
+        f"error: Fashion-MNIST not found: {tmp_path / 'data' / 'FashionMNIST' / 'raw'} lacks {missing}, and "
+        f"debian_dir={str(tmp_path / 'no_debian')!r} does not hold the four *-ubyte.gz files. Get it offline with "
+        f"`apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu; installs the IDX .gz files into "
+        f"{DEBIAN_FASHION_MNIST_DIR}), point `debian_dir` at a folder "
+        "holding {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz, or pass download=True to let torchvision "
+        "download it (needs internet)."
+    ), error
+    assert len(error) == 2 and "--verbose" in error[1] and VERBOSE_ENV in error[1]
+    assert "Traceback" not in text
+
+
+def test_missing_task_data_with_verbose_raises_with_its_traceback(tmp_path):
+    from lightning_fed.errors import DataNotFoundError
+
+    with pytest.raises(DataNotFoundError, match="Fashion-MNIST not found") as info:
+        main(["fit", "--verbose", "--config", str(FMNIST_FEDYOGI), *_no_data_args(tmp_path)])
+    assert isinstance(info.value, FileNotFoundError) and info.value.__traceback__ is not None

@@ -158,7 +158,8 @@ class FederatedDataModule(L.LightningDataModule):
             centralized, validation and test loaders over Hugging Face datasets); the other columns are left out.
             Default ``None``: dict batches. Without it, a client failing as if it had read a dict batch as a tuple
             (``TypeError: … must be Tensor, not str`` from ``x, y = batch``) is reported with a hint naming the
-            columns (:meth:`batch_hint`).
+            columns (:meth:`batch_hint`); a ``validation_step`` (the sanity check included) or ``test_step``
+            failing so gets it as a note on its error.
         poisson_draws: How a ``cohort_sampling="poisson"`` cohort is drawn: ``"per_client"`` (default; N uniforms
             a round) or ``"binomial"`` (K ~ Binomial(N, q), then K distinct clients uniformly: the same law, so the
             same privacy analysis, in O(K) a round for populations of millions; other cohorts than
@@ -585,11 +586,13 @@ class FederatedDataModule(L.LightningDataModule):
         for a Hugging Face dataset; else ``None``)."""
         return self.data_source.collate_fn(dataset)
 
-    def batch_hint(self, error: BaseException) -> Optional[str]:
-        """A hint for a client whose local work raised ``error`` by reading this module's dict batches as tuples,
+    def batch_hint(self, error: BaseException, step: str = "training_step") -> Optional[str]:
+        """A hint for a ``step`` of the module (default ``training_step``, a client's local work;
+        ``validation_step``, ``test_step``) that raised ``error`` by reading this module's dict batches as tuples,
         naming the columns (:meth:`DataSource.batch_hint <lightning_fed.datamodules.source.DataSource.batch_hint>`);
-        ``None`` otherwise. The client runner adds it to the client's failure."""
-        return self.data_source.batch_hint(error)
+        ``None`` otherwise. The client runner adds it to the client's failure, the trainer to an error of
+        validation (the sanity check included) or testing."""
+        return self.data_source.batch_hint(error, step)
 
     # ------------------------------------------------------------------ Lightning loaders
     def train_dataloader(self) -> DataLoader:

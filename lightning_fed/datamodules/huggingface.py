@@ -849,10 +849,13 @@ class ColumnTuples:
         return tuple(batch[name] for name in self.columns)
 
 
-def dict_batch_hint(error: BaseException, columns: Sequence[str]) -> Optional[str]:
-    """A hint for a ``training_step`` that read a dict batch of ``columns`` as a tuple (``x, y = batch`` gives the
-    column *names*: ``TypeError: linear(): argument 'input' … must be Tensor, not str``; ``batch[0]``: ``KeyError:
-    0``; another number of columns: ``ValueError: … values to unpack``), or ``None`` for other errors.
+def dict_batch_hint(error: BaseException, columns: Sequence[str], dataset: str = "train_dataset",
+                    step: str = "training_step") -> Optional[str]:
+    """A hint for a ``step`` (default ``training_step``; ``validation_step``, ``test_step``) that read a dict batch
+    of ``columns`` of the Hugging Face ``dataset`` (its data module argument's name, default ``train_dataset``) as a
+    tuple (``x, y = batch`` gives the column *names*: ``TypeError: linear(): argument 'input' … must be Tensor, not
+    str``, ``AttributeError: 'str' object has no attribute 'dtype'``; ``batch[0]``: ``KeyError: 0``; another number
+    of columns: ``ValueError: … values to unpack``), or ``None`` for other errors.
 
     Example::
 
@@ -873,7 +876,7 @@ def dict_batch_hint(error: BaseException, columns: Sequence[str]) -> Optional[st
         return None
     names = tuple(columns)
     return (
-        f"batches of the Hugging Face train_dataset are dicts of columns {list(names)}, not tuples: index them by "
-        f"name in training_step (batch[{names[0]!r}]), or pass batch_columns={names[:2]!r} to the data module for "
+        f"batches of the Hugging Face {dataset} are dicts of columns {list(names)}, not tuples: index them by "
+        f"name in {step} (batch[{names[0]!r}]), or pass batch_columns={names[:2]!r} to the data module for "
         "tuples of those columns in that order"
     )

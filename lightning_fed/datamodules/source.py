@@ -29,6 +29,9 @@ from lightning_fed.datamodules.huggingface import (
 #: The dataset attributes of :class:`DataSource`, as its error messages name them.
 SPLITS = ("train_dataset", "val_dataset", "test_dataset")
 
+#: The dataset whose batches each step of a LightningModule reads (:meth:`DataSource.batch_hint`).
+_STEP_DATASETS = {"training_step": "train_dataset", "validation_step": "val_dataset", "test_step": "test_dataset"}
+
 
 class DataSource:
     """The training, validation and test datasets, and how they are read: labels and natural ids without decoding
@@ -260,13 +263,19 @@ class DataSource:
         (the default collation)."""
         return ColumnTuples(self.batch_columns) if self.batch_columns is not None and is_hf_dataset(dataset) else None
 
-    def batch_hint(self, error: BaseException) -> Optional[str]:
-        """A hint for local work that raised ``error`` by reading dict batches of a Hugging Face ``train_dataset``
-        (without ``batch_columns``) as tuples, naming the columns
-        (:func:`~lightning_fed.datamodules.huggingface.dict_batch_hint`); ``None`` otherwise."""
-        if self.batch_columns is not None or not is_hf_dataset(self.train_dataset):
+    def batch_hint(self, error: BaseException, step: str = "training_step") -> Optional[str]:
+        """A hint for a ``step`` of the module (default ``training_step``: local work; ``validation_step``,
+        ``test_step``) that raised ``error`` by reading dict batches of a Hugging Face dataset (without
+        ``batch_columns``) as tuples, naming the columns (:func:`~lightning_fed.datamodules.huggingface.dict_batch_hint`);
+        ``None`` otherwise. The dataset: ``train_dataset`` for training, ``val_dataset`` for validation (else
+        ``train_dataset``, where the clients' held-out evaluation data comes from), ``test_dataset`` for testing."""
+        name = _STEP_DATASETS.get(step, "train_dataset")
+        if step == "validation_step" and not is_hf_dataset(self.val_dataset):
+            name = "train_dataset"
+        dataset = getattr(self, name)
+        if self.batch_columns is not None or not is_hf_dataset(dataset):
             return None
-        return dict_batch_hint(error, formatted_columns(self.train_dataset))
+        return dict_batch_hint(error, formatted_columns(dataset), name, step)
 
     def __repr__(self) -> str:
         kinds = ", ".join(f"{name}={type(getattr(self, name)).__name__}" for name in SPLITS)

@@ -524,6 +524,74 @@ def test_the_vectorized_executor_gives_the_dict_batch_hint_too(tmp_path):
     assert re.match("Hint: " + hint, raised.value.__notes__[-1])
 
 
+class _TupleEvaluation:
+    """Trains on dict batches by name; its validation_step and test_step read the batch as an (x, y) tuple (or fail
+    otherwise, ``other_error``), the way a user's first run without ``batch_columns`` fails."""
+
+    @staticmethod
+    def make(other_error: bool = False):
+        import lightning as L
+
+        class Regression(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(3, 1)
+
+            def training_step(self, batch, batch_idx):
+                return torch.nn.functional.mse_loss(self.linear(batch["x"]).squeeze(-1), batch["y"])
+
+            def validation_step(self, batch, batch_idx):
+                if other_error:
+                    raise ValueError("nan loss")
+                x, y = batch
+                self.log("val_loss", torch.nn.functional.mse_loss(self.linear(x.float() if x.dtype else x).squeeze(-1), y))
+
+            def test_step(self, batch, batch_idx):
+                x, y = batch
+                return x.dtype
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Regression()
+
+
+def test_a_validation_or_test_step_reading_dict_batches_as_tuples_gets_the_hint_too(tmp_path):
+    """The first failure of an HF user without batch_columns is the sanity-check validation (before any client
+    trains): `AttributeError: 'str' object has no attribute 'dtype'` gets the hint as a note, naming the dataset
+    the step read and the step; so do validation on the clients' held-out data, `trainer.validate` and
+    `trainer.test`. Another error of the step gets none."""
+    from helpers import quiet_trainer_kwargs
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+    def run(method, other_error=False, sanity=2, **data):
+        dm = FederatedDataModule(_regression_hf().remove_columns("user"), batch_size=5, clients_per_round=2,
+                                 partitioner=IIDPartitioner(num_clients=4, seed=0), **data)
+        kwargs = {**quiet_trainer_kwargs(tmp_path), "num_sanity_val_steps": sanity}
+        trainer = FederatedTrainer(max_epochs=1, **kwargs)
+        with pytest.raises(Exception) as raised:
+            getattr(trainer, method)(_TupleEvaluation.make(other_error), datamodule=dm)
+        return raised.value
+
+    def hint(dataset, step):
+        return (f"Hint: batches of the Hugging Face {dataset} are dicts of columns ['x', 'y'], not tuples: index "
+                f"them by name in {step} (batch['x']), or pass batch_columns=('x', 'y') to the data module for "
+                "tuples of those columns in that order.")
+
+    error = run("fit", val_dataset=_regression_hf(10).remove_columns("user"))  # the sanity check
+    assert isinstance(error, AttributeError) and str(error) == "'str' object has no attribute 'dtype'"
+    assert error.__notes__ == [hint("val_dataset", "validation_step")]
+    error = run("fit", sanity=0, eval_fraction=0.25)  # validation after round 0, on the clients' held-out data
+    assert isinstance(error, AttributeError) and error.__notes__ == [hint("train_dataset", "validation_step")]
+    error = run("validate", val_dataset=_regression_hf(10).remove_columns("user"))
+    assert isinstance(error, AttributeError) and error.__notes__ == [hint("val_dataset", "validation_step")]
+    error = run("test", test_dataset=_regression_hf(10).remove_columns("user"))
+    assert isinstance(error, AttributeError) and error.__notes__ == [hint("test_dataset", "test_step")]
+    error = run("fit", other_error=True, val_dataset=_regression_hf(10).remove_columns("user"))
+    assert isinstance(error, ValueError) and not getattr(error, "__notes__", None)
+
+
 def test_the_hint_is_given_for_the_tuple_reading_patterns_only():
     from lightning_fed.datamodules.huggingface import dict_batch_hint
 

@@ -22,6 +22,7 @@ from lightning_fed.atomic_io import atomic_write
 from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partition import Partitioner
 from lightning_fed.datamodules.tasks.pip_archive import copy_bounded
+from lightning_fed.errors import DataNotFoundError
 
 __all__ = ["IDXImageDataModule", "IDXImageTensorDataset", "raw_file_names", "check_idx_file", "IDXFormatError"]
 
@@ -241,7 +242,7 @@ class IDXImageDataModule(FederatedDataModule):
             if self.supports_debian
             else ""
         )
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"{self.display_name} not found: {self.raw_folder} lacks {missing}{debian}. {self.install_hint}"
         )
 

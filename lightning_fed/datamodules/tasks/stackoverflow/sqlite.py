@@ -16,6 +16,7 @@ from lightning_fed.atomic_io import atomic_write
 from lightning_fed.datamodules._args import check_int as _check_int
 from lightning_fed.datamodules.tasks.pip_archive import copy_bounded
 from lightning_fed.datamodules.tasks.stackoverflow.proto import _example_texts
+from lightning_fed.errors import DataNotFoundError
 
 
 #: Where TFF downloads the dataset (``tff.simulation.datasets.stackoverflow.load_data``).
@@ -64,7 +65,7 @@ def _open_db(path: str | os.PathLike, split: Optional[str] = None) -> sqlite3.Co
     if split is not None and split not in SPLITS:
         raise ValueError(f"`split` must be one of {SPLITS}, got {split!r}.")
     if not Path(path).is_file():
-        raise FileNotFoundError(f"Stack Overflow SQLite file {str(path)!r} does not exist.")
+        raise DataNotFoundError(f"Stack Overflow SQLite file {str(path)!r} does not exist.")
     # The path is data, not URI syntax: as_uri() percent-escapes '#', '?', '%' (a folder "run#1" would otherwise cut
     # the URI at '#', dropping "?mode=ro" and making SQLite create a file "run" outside the data folder).
     return sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
