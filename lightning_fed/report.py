@@ -86,9 +86,11 @@ def is_seed_key(key: str) -> bool:
     """Whether the setting ``key`` is a seed: its last part (split at ``.`` and ``/``) is ``seed``, starts with
     ``seed_`` or ends with ``_seed``.
 
-    >>> [k for k in ("seed_everything", "data.init_args.seed", "partitioner/seed", "global_seed",
-    ...              "model.init_args.init_seed", "model.init_args.lr", "seeds") if is_seed_key(k)]
-    ['seed_everything', 'data.init_args.seed', 'partitioner/seed', 'global_seed', 'model.init_args.init_seed']
+    Example::
+
+        >>> [k for k in ("seed_everything", "data.init_args.seed", "partitioner/seed", "global_seed",
+        ...              "model.init_args.init_seed", "model.init_args.lr", "seeds") if is_seed_key(k)]
+        ['seed_everything', 'data.init_args.seed', 'partitioner/seed', 'global_seed', 'model.init_args.init_seed']
     """
     return bool(_SEED_RE.search(re.split(r"[./]", key)[-1]))
 
