@@ -276,7 +276,7 @@ def write_report(out: Path, columns: Sequence[str], rows: list[dict], table: str
 
 
 def omp_env() -> str:
-    """The OpenMP settings the process started with (they apply from torch's import on; see the README: on a busy
+    """The OpenMP settings the process started with (they apply from torch's import on; see benchmarks/README.md: on a busy
     machine OpenMP's default spin-waiting makes every 2-thread run many times slower, OMP_WAIT_POLICY=passive not)."""
     return " ".join(f"{k}={os.environ.get(k, 'unset')}" for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY"))
 

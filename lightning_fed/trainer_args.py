@@ -2,8 +2,8 @@
 
 One Lightning epoch is one communication round. Every ``Trainer`` argument either keeps its meaning with that
 reading (``max_epochs`` counts rounds, ``check_val_every_n_epoch`` validates the global model every n rounds, ...)
-or is refused by :func:`check_trainer_arguments` with an error naming it. The README's table "Trainer arguments
-in federated training" lists the ones whose meaning changes; this module is the single place that enforces it.
+or is refused by :func:`check_trainer_arguments` with an error naming it. The guide's table "Trainer arguments
+in federated training" (docs/guide/your-own-lightningmodule-federated.md) lists the ones whose meaning changes; this module is the single place that enforces it.
 """
 
 from __future__ import annotations

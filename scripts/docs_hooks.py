@@ -1,109 +1,57 @@
-"""MkDocs hooks for the API reference site (``mkdocs.yml``; built by ``scripts/build_docs.sh``).
+"""MkDocs hooks for the documentation site (``mkdocs.yml``; built by ``scripts/build_docs.sh``).
 
-The guide pages are the README itself, split at build time so that the site never drifts from it: the text before
-the first ``##`` heading and the first two ``##`` sections form the home page (``index.md``), every other ``##``
-section becomes one page under ``guide/``, except the sections of :data:`MERGED_SECTIONS`, which open a
-hand-written page of ``docs/`` of the same title (at its ``<!-- README: title -->`` line). The API reference pages
-are generated too (:data:`API_PAGES`). Links are rewritten for the split: ``#anchor`` links point to the page
-that holds the heading, ``docs/…`` links and images to the docs folder, and links to other files of the repository
-(which are not part of the site) become plain text naming the file.
+The home page is the README itself (generated as ``index.md`` at build time, so the site's home never drifts from
+it); the guide pages are the hand-written files of ``docs/guide/`` and ``docs/*.md``, listed in ``mkdocs.yml``'s
+``nav``. Every page is written to read well on GitHub too, so its links are relative to its own file in the
+repository; :func:`rewrite_links` makes them links of the site: a link to another page or image of ``docs/`` becomes
+relative to the built page, a link to the README goes to the home page, and a link to any other file of the
+repository (which is not part of the site: ``benchmarks/README.md``, a test) becomes plain text naming the file. The
+API reference pages are generated too (:data:`API_PAGES`).
 """
 
 from __future__ import annotations
 
+import os
 import re
-import unicodedata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HOME_SECTIONS = 2  # ``##`` sections of the README shown on the home page after its introduction
-#: README sections shown at the top of a hand-written page of docs/ (its ``<!-- README: title -->`` line), not as
-#: guide pages of their own: title -> page.
-MERGED_SECTIONS = {"Write your own algorithm": "write-your-own-algorithm.md"}
-_HEADING = re.compile(r"^(#{1,6}) +(.*?) *$")
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def _slug(title: str) -> str:
-    """GitHub's heading anchor: lower case, punctuation dropped (letters, digits, ``-``, ``_`` and spaces kept),
-    spaces to ``-``; Python-Markdown's ``toc`` gives the same for this README's ASCII headings."""
-    title = re.sub(r"`", "", title).strip().lower()
-    kept = "".join(ch for ch in title if ch in " -_" or unicodedata.category(ch)[0] in "LN")
-    return kept.replace(" ", "-")
+def rewrite_links(markdown: str, source: str, page: str) -> str:
+    """``markdown`` (the text of the repository file ``source``, e.g. ``"README.md"`` or ``"docs/guide/x.md"``)
+    with its relative links made links of the site page ``page`` (e.g. ``"index.md"``, ``"guide/x.md"``); code
+    blocks are left as they are, absolute URLs and ``#anchor`` links too (MkDocs checks the anchors)."""
+    here = os.path.dirname(source)
 
-
-def _split_readme(text: str) -> list[tuple[str, str, str]]:
-    """``[(path, title, markdown)]`` pages of the README (see the module doc); code blocks are never split."""
-    sections: list[list[str]] = [[]]
-    fence = False
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            fence = not fence
-        if not fence and line.startswith("## "):
-            sections.append([])
-        sections[-1].append(line)
-    intro, body = sections[0], sections[1:]
-    home = "\n".join(intro + [ln for sec in body[:HOME_SECTIONS] for ln in sec])
-    pages = [("index.md", "Home", home)]
-    for sec in body[HOME_SECTIONS:]:
-        title = sec[0][3:].strip()
-        # the section's heading becomes the page's title; its ### subsections become ##
-        lines = [ln[1:] if ln.startswith("###") else ln for ln in sec[1:]]
-        if title in MERGED_SECTIONS:
-            path = MERGED_SECTIONS[title]
-            page = (ROOT / "docs" / path).read_text(encoding="utf-8")
-            marker = f"<!-- README: {title} -->"
-            if marker not in page:
-                raise ValueError(f"docs/{path} has no line {marker!r} for the README's section {title!r}")
-            pages.append((path, title, page.replace(marker, "\n".join(lines).strip("\n"))))
-            continue
-        pages.append((f"guide/{re.sub('-+', '-', _slug(title))}.md", title, "\n".join(["# " + title] + lines)))
-    return pages
-
-
-def _rewrite_links(pages: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    anchors: dict[str, tuple[str, bool]] = {}  # slug -> (page, is the page's title)
-    for path, _, md in pages:
-        fence = False
-        for line in md.splitlines():
-            if line.lstrip().startswith("```"):
-                fence = not fence
-            m = None if fence else _HEADING.match(line)
-            if m:
-                anchors[_slug(m.group(2))] = (path, len(m.group(1)) == 1 and path != "index.md")
-    docs = ROOT / "docs"
-
-    def fix(page: str, m: re.Match) -> str:
+    def fix(m: re.Match) -> str:
         bang, text, target = m.groups()
-        depth = page.count("/")
-        up = "../" * depth
-        if re.match(r"^[a-z]+:", target):
-            return m.group(0)  # an absolute URL
-        if target.startswith("#"):
-            where = anchors.get(target[1:])
-            if where is None:
-                return m.group(0)  # left for MkDocs' anchor check to report
-            dest, is_title = where
-            href = ("" if dest == page else up + dest) + ("" if is_title else target)
-            return f"{bang}[{text}]({href or target})"
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            return m.group(0)
         path, _, frag = target.partition("#")
-        if (docs / Path(page).parent / path).is_file():
-            return m.group(0)  # a page or file of the site, relative to this page
-        if path.startswith("docs/") and (docs / path[5:]).exists():
-            return f"{bang}[{text}]({up}{path[5:]}{'#' + frag if frag else ''})"
-        # another file of the repository: not on the site; name it
-        return text if text.strip("`") == path else f"{text} (`{path}`)"
+        repo = os.path.normpath(os.path.join(here, path)).replace(os.sep, "/")
+        if repo == "README.md":
+            site = "index.md"
+        elif repo.startswith("docs/") and (ROOT / repo).is_file():
+            site = repo[len("docs/"):]
+        else:  # another file or folder of the repository: not on the site; name it
+            return text if text.strip("`") == path else f"{text} (`{repo}`)"
+        href = os.path.relpath(site, os.path.dirname(page) or ".").replace(os.sep, "/")
+        return f"{bang}[{text}]({href}{'#' + frag if frag else ''})"
 
-    out = []
-    for path, title, md in pages:
-        chunks = re.split(r"(```.*?```)", md, flags=re.S)  # never rewrite inside code blocks
-        md = "".join(c if c.startswith("```") else _LINK.sub(lambda m: fix(path, m), c) for c in chunks)
-        out.append((path, title, md))
-    return out
+    chunks = re.split(r"(```.*?```)", markdown, flags=re.S)  # never rewrite inside code blocks
+    return "".join(c if c.startswith("```") else _LINK.sub(fix, c) for c in chunks)
+
+
+def _home() -> tuple[str, str, str]:
+    """The home page: the README, its links made the site's."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return ("index.md", "Home", rewrite_links(readme, "README.md", "index.md"))
 
 
 def _pages() -> list[tuple[str, str, str]]:
-    return _rewrite_links(_split_readme((ROOT / "README.md").read_text(encoding="utf-8"))) + _api_pages()
+    return [_home()] + _api_pages()
 
 
 #: The API reference: (page, package, what the page says first). Every public module of ``lightning_fed`` is on
@@ -203,17 +151,8 @@ def _api_pages() -> list[tuple[str, str, str]]:
     return pages
 
 
-def on_config(config, **kwargs):
-    """The navigation: home, the README's sections, then the hand-written pages and the API reference."""
-    pages = _rewrite_links(_split_readme((ROOT / "README.md").read_text(encoding="utf-8")))
-    nav = list(config["nav"] or [])
-    guide = [{title: path} for path, title, _ in pages[1:] if title not in MERGED_SECTIONS]
-    config["nav"] = [{"Home": "index.md"}, {"Guide": guide}] + [item for item in nav if item != {"Home": "index.md"}]
-    return config
-
-
 def on_files(files, config, **kwargs):
-    """Add the README's and the API reference's pages as generated files."""
+    """Add the home page (the README) and the API reference's pages as generated files."""
     from mkdocs.structure.files import File  # here, so that the page builders above import without MkDocs
 
     for path, _, md in _pages():
@@ -221,6 +160,11 @@ def on_files(files, config, **kwargs):
             files.remove(files.get_file_from_path(path))
         files.append(File.generated(config, path, content=md))
     return files
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    """Every page's links made the site's (:func:`rewrite_links`), each read from its file in ``docs/``."""
+    return rewrite_links(markdown, "docs/" + page.file.src_uri, page.file.src_uri)
 
 
 class _Refs(__import__("html.parser").parser.HTMLParser):

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 # glibc malloc: keep freed large blocks in the heap rather than mapping fresh memory at every step (faster on CPU, the
-# same numbers; README "Speed"); values already in the environment win
+# same numbers; docs/guide/speed-benchmarks.md); values already in the environment win
 export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-1073741824}" MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-4294967296}"
 # one torch thread unless the environment says otherwise: the LSTM's small steps gain little from a second thread
 # (16 s vs 15 s for the first round on an idle 2-core machine) and lose 10-30x when other work shares the cores

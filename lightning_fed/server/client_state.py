@@ -610,7 +610,7 @@ def collect_garbage(directory: str) -> list[str]:
     store directory — a checkpoint copied or renamed by hand (``cp last.ckpt backup.ckpt``) keeps its rows. Each file
     is read once (weights-only, memory-mapped); a ``.ckpt`` that cannot be read stops the deletions (with a warning)
     while it is there. Only versions this process superseded or saw released are candidates: rows a killed process
-    wrote after its last checkpoint stay (the retention, documented in the README).
+    wrote after its last checkpoint stay (the retention, documented in docs/guide/reliability-what-is-guaranteed.md).
 
     Example: a row written twice; the first version, which nothing references, goes::
 

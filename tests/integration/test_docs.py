@@ -1,5 +1,6 @@
 """The documentation site's pages (mkdocs.yml, scripts/docs_hooks.py; built strictly by scripts/build_docs.sh in CI):
-the "Write your own algorithm" page runs as written, and the README's guide pages keep every section and link."""
+the README's opening screen, the pages' links, every snippet run, the "Write your own algorithm" and "Write your own
+task" pages as written."""
 
 from __future__ import annotations
 
@@ -18,14 +19,13 @@ def _hooks():
 
 
 def test_write_your_own_algorithm_page_runs(tmp_path, monkeypatch):
-    """Every ``python`` block of the page's own part, in order, in one namespace; the blocks' asserts are the
-    checks (the hand-written momentum rule equals FedAvgM bit for bit, top-k uploads change at most 5 coordinates,
-    the proximal term shrinks the clients' drift, the per-client participation counts equal the data module's
-    cohorts). The README's section at its top is run by tests/integration/test_readme.py."""
+    """Every ``python`` block of the page, in order, in one namespace; the blocks' asserts are the checks (the
+    hand-written momentum rule equals FedAvgM bit for bit, top-k uploads change at most 5 coordinates, the proximal
+    term shrinks the clients' drift, the per-client participation counts equal the data module's cohorts). What the
+    two blocks opening the page do is checked by tests/integration/test_readme.py."""
     page = (ROOT / "docs" / "write-your-own-algorithm.md").read_text(encoding="utf-8")
-    assert "<!-- README: Write your own algorithm -->" in page
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    assert len(blocks) >= 5  # more as the page grows (#41: client halves given to the trainer)
+    assert len(blocks) >= 7  # more as the page grows (#41: client halves given to the trainer)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "write_your_own_algorithm"}
     for block in blocks:
@@ -52,56 +52,114 @@ def test_write_your_own_task_page_runs(tmp_path, monkeypatch):
     assert "Write your own task: write-your-own-task.md" in nav
 
 
-def test_readme_section_opens_its_page():
-    """The README's "Write your own algorithm" section is the top of the docs page of that title (not a guide page
-    of its own), with its link to the architecture page made relative to the site."""
-    hooks = _hooks()
-    pages = hooks._rewrite_links(hooks._split_readme((ROOT / "README.md").read_text(encoding="utf-8")))
-    page = dict((p, md) for p, _, md in pages)["write-your-own-algorithm.md"]
-    assert "<!-- README:" not in page and "class LocalWeightDecay(ClientAlgorithm)" in page
-    assert page.index("class LocalWeightDecay") < page.index("## In more depth")
-    assert "](architecture.md)" in page and "](docs/architecture.md)" not in page
-    assert not any(p.startswith("guide/write-your-own") for p, _, _ in pages)
+def _headings(text: str) -> set[str]:
+    """GitHub's anchors of the headings of a markdown text (code blocks skipped)."""
+    import unicodedata
+
+    out, fence = set(), False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        m = None if fence else re.match(r"^#{1,6} +(.*?) *$", line)
+        if m:
+            title = re.sub(r"`", "", m.group(1)).strip().lower()
+            out.add("".join(ch for ch in title if ch in " -_" or unicodedata.category(ch)[0] in "LN").replace(" ", "-"))
+    return out
 
 
-def test_readme_split_into_guide_pages():
-    """The home page holds the README's introduction; each other ``##`` section is one page, titled by it; no
-    line of the README is lost; ``#anchor`` links point to the page holding the heading; repository files that
-    are not on the site become plain text naming them."""
-    hooks = _hooks()
+def _markdown_files() -> list[Path]:
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
+
+
+def test_readme_opening_screen_and_length():
+    """#57: the README's first 50 lines hold the pitch, the two commands, the quick start and the picture; the whole
+    README is no longer than 250 lines (the details live on the guide pages)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    pages = hooks._rewrite_links(hooks._split_readme(readme))
-    paths = [p for p, _, _ in pages]
-    assert paths[0] == "index.md" and len(paths) == len(set(paths))
-    titles = [line[3:].strip() for line in readme.splitlines() if line.startswith("## ")]
-    assert [t for _, t, _ in pages[1:]] == titles[hooks.HOME_SECTIONS:]
-    assert set(hooks.MERGED_SECTIONS) <= set(titles)
-    text = "\n".join(md for _, _, md in pages)
-    for title in titles:
-        assert title in text
-    links = re.findall(r"\]\(([^)\s]+)\)", text)
-    for target in links:
-        assert not target.startswith("docs/"), target  # docs/ files are the site's own
-        assert target.startswith(("http", "#", "../", "guide/")) or (ROOT / "docs" / target.split("#")[0]).exists(), target
-    main_job = dict((t, p) for p, t, _ in pages)["The main job, measured"]
-    assert f"]({main_job})" in text  # README's (#the-main-job-measured) from the home page
+    lines = readme.splitlines()
+    assert len(lines) <= 250, len(lines)
+    top = "\n".join(lines[:50])
+    assert "bash scripts/train_shakespeare.sh" in top and "bash scripts/test.sh" in top
+    assert re.search(r"```python\n.*trainer\.fit\(model, datamodule=data\)\n```", top, re.S)
+    picture = re.search(r"!\[[^\]]+\]\(([^)]+\.png)\)", top)
+    assert picture and (ROOT / picture.group(1)).is_file()
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text() or "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_split_rewrites_links_by_hand():
+def test_every_guide_page_is_in_the_nav_and_every_link_resolves():
+    """Every page of docs/ is in mkdocs.yml's nav; every relative link of the README and of the pages names a file
+    of the repository (relative to the page, as GitHub reads it) and, with a ``#fragment``, a heading of it."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in (ROOT / "docs").rglob("*.md"):
+        assert f": {page.relative_to(ROOT / 'docs').as_posix()}" in nav, page
+    bad = []
+    for md in _markdown_files():
+        text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, frag = target.partition("#")
+            dest = (md.parent / path).resolve() if path else md
+            if not dest.exists():
+                bad.append(f"{md.relative_to(ROOT)}: {target} (no such file)")
+            elif frag and dest.suffix == ".md" and frag not in _headings(dest.read_text(encoding="utf-8")):
+                bad.append(f"{md.relative_to(ROOT)}: {target} (no such heading)")
+    assert not bad, "\n".join(bad)
+
+
+def test_rewrite_links_by_hand():
+    """Links relative to a repository file become links of the site page: docs pages and images relative to the
+    built page, the README the home page, anchors and URLs as they are, other repository files plain text."""
     hooks = _hooks()
-    readme = "# t\nintro [a](#two) and [f](lightning_fed/loop.py)\n## One\nx\n## Two\n### Sub\n```\n## not a heading\n```\n" \
-             "[up](#one) [s](#sub) ![img](docs/architecture.md)\n## Three\n[x](#sub)\n"
-    hooks.HOME_SECTIONS, saved = 1, hooks.HOME_SECTIONS
-    try:
-        pages = hooks._rewrite_links(hooks._split_readme(readme))
-    finally:
-        hooks.HOME_SECTIONS = saved
-    assert [(p, t) for p, t, _ in pages] == [("index.md", "Home"), ("guide/two.md", "Two"), ("guide/three.md", "Three")]
-    home, two, three = (md for _, _, md in pages)
-    assert "[a](guide/two.md)" in home and "f (`lightning_fed/loop.py`)" in home
-    assert two.splitlines()[:2] == ["# Two", "## Sub"] and "## not a heading" in two
-    assert "[up](../index.md#one)" in two and "[s](#sub)" in two and "![img](../architecture.md)" in two
-    assert "[x](../guide/two.md#sub)" in three
+    readme = ("[g](docs/guide/partitions.md#dirichlet) ![p](docs/images/reddi_shakespeare.png) [a](#two) "
+              "[f](lightning_fed/loop.py) [`benchmarks/README.md`](benchmarks/README.md) [u](https://x.org/a.md) "
+              "[d](docs/guide/)\n```\n[c](lightning_fed/loop.py)\n```\n")
+    home = hooks.rewrite_links(readme, "README.md", "index.md")
+    assert "[g](guide/partitions.md#dirichlet)" in home and "![p](images/reddi_shakespeare.png)" in home
+    assert "[a](#two)" in home and "f (`lightning_fed/loop.py`)" in home and " `benchmarks/README.md` " in home
+    assert "[u](https://x.org/a.md)" in home and "d (`docs/guide`)" in home
+    assert "[c](lightning_fed/loop.py)" in home  # code blocks untouched
+    page = "[h](../../README.md#quick-start) [o](partitions.md) [r](../architecture.md) [t](../../tests/test_loop.py)"
+    out = hooks.rewrite_links(page, "docs/guide/x.md", "guide/x.md")
+    assert out == "[h](../index.md#quick-start) [o](partitions.md) [r](../architecture.md) t (`tests/test_loop.py`)"
+
+
+#: Every ``python`` block of the README and the docs pages, by file: the test that runs it. A new block fails
+#: :func:`test_every_python_snippet_is_run` until it is given a runner here.
+SNIPPET_RUNNERS = {
+    "README.md": ["tests/integration/test_readme.py::test_readme_snippet_runs"],
+    "docs/guide/your-own-lightningmodule-federated.md":
+        ["tests/integration/test_readme.py::test_hugging_face_dict_batches_snippet_runs"],
+    "docs/write-your-own-algorithm.md": ["tests/integration/test_docs.py::test_write_your_own_algorithm_page_runs",
+                                         "tests/integration/test_readme.py::test_write_your_own_algorithm_snippets_run"],
+    "docs/write-your-own-task.md": ["tests/integration/test_docs.py::test_write_your_own_task_page_runs"],
+}
+
+
+def test_every_python_snippet_is_run():
+    """#57: every file with a ``python`` block has a runner in :data:`SNIPPET_RUNNERS` that exists and reads that
+    file (each runner runs every block of its file, or the one block its file has)."""
+    with_blocks = {md.relative_to(ROOT).as_posix(): len(re.findall(r"```python\n", md.read_text(encoding="utf-8")))
+                   for md in _markdown_files()}
+    with_blocks = {k: n for k, n in with_blocks.items() if n}
+    assert set(with_blocks) == set(SNIPPET_RUNNERS), set(with_blocks) ^ set(SNIPPET_RUNNERS)
+    for md, runners in SNIPPET_RUNNERS.items():
+        for runner in runners:
+            file, name = runner.split("::")
+            source = (ROOT / file).read_text(encoding="utf-8")
+            assert f"def {name}(" in source and Path(md).name in source, (md, runner)
+    assert with_blocks["README.md"] == 1 and with_blocks["docs/guide/your-own-lightningmodule-federated.md"] == 1
+
+
+def test_readme_figure_is_the_committed_runs():
+    """The README's picture is drawn from the five committed Reddi Shakespeare runs: the figure each legend entry
+    gives (the mean validation accuracy over rounds 1,401–1,500) equals the one examples/README.md's table reports,
+    and the paper's figures are Table 1's."""
+    fig = load_script("scripts/make_readme_figure.py")
+    examples = (ROOT / "examples" / "README.md").read_text(encoding="utf-8")
+    for optimizer, paper in fig.PAPER.items():
+        m = re.search(rf"- {optimizer}: ([\d.]+) %, against the paper's ([\d.]+) %", examples)
+        assert m, optimizer
+        assert f"{fig.last_100_mean(optimizer):.1f}" == m.group(1) and float(m.group(2)) == paper
 
 
 def test_sphinx_roles_become_checked_cross_references(tmp_path):

@@ -1,4 +1,5 @@
-"""The README's snippet runs as written (small module and data in place of MyLitClassifier and a real dataset)."""
+"""The README's quick start and the snippets of the pages it sends to run as written (small module and data in place
+of MyLitClassifier and a real dataset)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import lightning as L
 from helpers import SmallClassifier, classification_dataset
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+#: The guide page that took the README's Lightning details (#57) and the page that opens on its algorithm section.
+LIGHTNING_PAGE = README.parent / "docs" / "guide" / "your-own-lightningmodule-federated.md"
+ALGORITHM_PAGE = README.parent / "docs" / "write-your-own-algorithm.md"
 
 
 def _snippet() -> str:
@@ -53,7 +57,7 @@ def test_readme_snippet_with_federated_evaluation(tmp_path, monkeypatch):
 
 
 def test_write_your_own_algorithm_snippets_run(tmp_path):
-    """The two snippets of "Write your own algorithm" run as written, train, and do what they say: the client half
+    """The two snippets opening docs/write-your-own-algorithm.md run as written, train, and do what they say: the client half
     adds λ·w to every gradient, the rule moves x_t by η·sign(Δ_t)."""
     import numpy as np
     import torch
@@ -63,12 +67,12 @@ def test_write_your_own_algorithm_snippets_run(tmp_path):
     from lightning_fed import FederatedTrainer
     from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
-    section = README.read_text().split("## Write your own algorithm", 1)[1].split("\n## ", 1)[0]
+    section = ALGORITHM_PAGE.read_text().split("# Write your own algorithm", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, "docs/write-your-own-algorithm.md", "exec"), namespace)
     x, y = regression_data(n=20, d=3)
     runs = {}
     for name, server in (("signsgd", namespace["server"]),
@@ -88,10 +92,10 @@ def test_write_your_own_algorithm_snippets_run(tmp_path):
 
 
 def test_hugging_face_dict_batches_snippet_runs(tmp_path, monkeypatch):
-    """The "Hugging Face datasets: dict batches" snippet runs as written: a module written for (x, y) tuples trains
+    """The "Hugging Face datasets: dict batches" snippet (docs/guide/your-own-lightningmodule-federated.md) runs as written: a module written for (x, y) tuples trains
     on a Hugging Face dataset with ``batch_columns``, labels for the Dirichlet partition from its "label" column."""
-    text = README.read_text()
-    section = text[text.index("### Hugging Face datasets: dict batches"):]
+    text = LIGHTNING_PAGE.read_text()
+    section = text[text.index("## Hugging Face datasets: dict batches"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert 'batch_columns=("image", "label")' in code and "FederatedTrainer(max_epochs=500)" in code
     code = code.replace("FederatedTrainer(max_epochs=500)", "FederatedTrainer(max_epochs=2, logger=False, "
@@ -100,6 +104,6 @@ def test_hugging_face_dict_batches_snippet_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {"MyLitClassifier": lambda: SmallClassifier(num_classes=10),
                  "x_train": train.tensors[0], "y_train": train.tensors[1]}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/guide/your-own-lightningmodule-federated.md", "exec"), namespace)
     trainer = namespace["trainer"]
     assert trainer.current_epoch == 2 and trainer.callback_metrics["round_train_loss"].isfinite()
