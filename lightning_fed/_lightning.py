@@ -82,6 +82,9 @@ INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("_EvaluationLoop", "_results"),
     ("_LoggerConnector", "_current_fx"),
     ("_AutomaticOptimization", "optim_progress.optimizer.zero_grad"),
+    ("TensorBoardLogger", "_version"),
+    ("CSVLogger", "_version"),
+    ("CSVLogger", "_experiment"),
 )
 
 
@@ -465,3 +468,19 @@ def model_checkpoint_saves_on_train_epoch_end(callback: Any) -> Any:
 
 def set_model_checkpoint_saves_on_train_epoch_end(callback: Any, value: bool) -> None:
     callback._save_on_train_epoch_end = value
+
+
+def logger_version(logger: Any) -> Any:
+    """The version a TensorBoard/CSV logger was given or has taken (``None`` until its first use picks the next free
+    one): its private ``_version`` (the public ``version`` property would pick it)."""
+    return logger._version
+
+
+def set_logger_version(logger: Any, version: int) -> None:
+    """Make a TensorBoard/CSV logger log into ``version_<version>`` (a resume continuing its run's folder)."""
+    logger._version = version
+
+
+def logger_experiment_started(logger: Any) -> bool:
+    """Whether a logger has already created its writer (its private ``_experiment``)."""
+    return getattr(logger, "_experiment", None) is not None

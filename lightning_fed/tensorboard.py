@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
+from lightning_fed import _lightning as pl_private
 from lightning_fed.server.checks import find_server_optimizer, is_server_optimizer
 
 __all__ = [
@@ -401,15 +402,15 @@ def continue_version(trainer: Any, ckpt_path: Any) -> list[str]:
         why = None
         if root != os.path.realpath(os.path.dirname(folder)):
             why = f"its save_dir/name is {logger.root_dir}, not {os.path.dirname(folder)}"
-        elif logger._version is not None and logger._version != version:
-            why = f"its version is fixed to {logger._version!r}"
+        elif pl_private.logger_version(logger) not in (None, version):
+            why = f"its version is fixed to {pl_private.logger_version(logger)!r}"
         if why is not None:
             rank_zero_warn(f"Resuming from {ckpt_path}, written in the log folder {folder}: the {type(logger).__name__} "
                            f"logs into {logger.log_dir} instead, because {why}. Give the logger "
                            f"save_dir/name of that folder (and no version) to continue its curves there.")
             continue
-        logger._version = version
-        if getattr(logger, "_experiment", None) is None:
+        pl_private.set_logger_version(logger, version)
+        if not pl_private.logger_experiment_started(logger):
             _keep_csv_metrics(logger)
         continued.append(folder)
     return continued

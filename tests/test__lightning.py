@@ -9,6 +9,7 @@ import lightning
 import lightning.pytorch.trainer.call as lightning_call
 import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.trainer.connectors.logger_connector.result import _Metadata, _ResultMetric
 
 from lightning_fed import FederatedTrainer
@@ -48,6 +49,8 @@ def _owners(tmp_path):
         "ModelCheckpoint": ModelCheckpoint(dirpath=tmp_path),
         "_ResultMetric": metric,
         "_EvaluationLoop": trainer.validate_loop,
+        "TensorBoardLogger": TensorBoardLogger(tmp_path),
+        "CSVLogger": CSVLogger(tmp_path),
     }
 
 
