@@ -503,8 +503,11 @@ METHOD_NAMES["fedmgda"] = "FedMGDA+"
 def method_name(run: Run) -> str:
     method = run.labels["method"]
     name = METHOD_NAMES.get(method, method)
-    mus = [c.get("init_args", {}).get("mu") for c in run.config.get("trainer", {}).get("callbacks", [])
-           if isinstance(c, dict) and c.get("class_path", "").endswith("FedProx")]
+    trainer = run.config.get("trainer", {})
+    # μ of the ready-made FedProx callback, or of the FedProxClient half of the composed form (#50)
+    mus = [c.get("init_args", {}).get("mu")
+           for c in [*trainer.get("callbacks", []), *(trainer.get("client_algorithms") or [])]
+           if isinstance(c, dict) and c.get("class_path", "").endswith(("FedProx", "FedProxClient"))]
     return f"{name} (μ = {mus[0]:g})" if method == "fedprox" and mus and mus[0] is not None else name
 
 
