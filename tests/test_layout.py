@@ -15,6 +15,7 @@ PACKAGES_AS_ONE_UNIT = {"datamodules/tasks/shakespeare", "datamodules/tasks/stac
 
 # Source modules without a mirrored test module, each with the place that covers it.
 COVERED_ELSEWHERE = {
+    "errors.py": "tests/test_cli_errors.py (a task's missing data: one error line, exit 2; the traceback with --verbose)",
     "callbacks/dp.py": "tests/server/aggregators/test_dp.py (DPFedAvg/DPFedAdam fits, ε logging, target ε stop)",
     "server/privacy.py": "tests/server/aggregators/test_dp.py (ε equals dp-accounting's own answer)",
     "server/checks.py": "argument checks, exercised by every rule's and optimizer's bad-argument tests",

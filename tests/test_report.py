@@ -88,8 +88,8 @@ def test_each_runs_final_and_best_value_and_round_are_read_from_its_logs(runs):
     # default: every validation metric logged (metrics.csv's val_* and fed_val_* columns), val_* first
     columns = list(rows[0][0])
     assert result.metrics == sorted(c for c in columns if c.startswith("val_")) + sorted(
-        c for c in columns if c.startswith("fed_val_"))
-    assert len(result.metrics) == 2 + 2 * 6
+        c for c in columns if c.startswith(("fed_val_", "fed_personal_val_")))
+    assert len(result.metrics) == 2 + 2 * 6 * 2  # fed_personal_* too: every method logs it (#50 item 3)
     for run, (version, _, _) in zip(result.runs, RUNS):
         for metric in METRICS:
             minimize = "loss" in metric
@@ -263,7 +263,7 @@ def test_bad_folders_and_metrics_are_refused_in_one_line(runs, tmp_path, capsys)
     err = _error([str(tb), "--metrics", "val_acc", "val_accuracy"], capsys)
     assert len(err.splitlines()) == 1
     assert err.startswith("error: --metrics val_accuracy: no run logged it. Did you mean val_acc")
-    assert "The runs logged: epoch, fed_clients_dropped, fed_eval_clients, fed_val_acc/mean," in err
+    assert "The runs logged: epoch, fed_clients_dropped, fed_eval_clients, fed_personal_val_acc/mean," in err
     assert "round_train_loss" in err and "val_loss" in err
 
 
