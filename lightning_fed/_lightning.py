@@ -376,12 +376,18 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
     ``_computed = None``, ``_update_count += 1``) with ``v`` the number as ``log`` makes
     it a tensor (the default dtype, the module's device), without ``log``'s per-call checks and ``_ResultMetric.to``.
 
-    Returns ``False``, having done nothing, when any of that does not hold; the caller then calls ``module.log``.
+    The first such call of the hook (the connector's current hook is another one, e.g. each round's first round
+    metric) first does what ``log`` does then: ``results.reset(metrics=False, fx=hook)`` where the connector says
+    tensors are to be reset (:meth:`should_reset_tensors`), and afterwards makes the hook the connector's current one.
+
+    Returns ``False``, having done nothing, when any of that does not hold (or under ``Trainer(barebones=True)``,
+    where ``log`` logs nothing); the caller then calls ``module.log``.
     """
     trainer = module._trainer
     fx = module._current_fx_name
-    if trainer is None or fx is None or trainer._logger_connector._current_fx != fx:
+    if trainer is None or fx is None or trainer.barebones:
         return False
+    connector = trainer._logger_connector
     results = trainer._results
     if results is None or results.dataloader_idx is not None:
         return False
@@ -395,9 +401,13 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
         or meta.on_step or meta.on_epoch is not True or not meta.is_mean_reduction or meta.enable_graph
         or meta.add_dataloader_idx is not True or meta.dataloader_idx is not None or meta.metric_attribute is not None
         or meta.sync.should or meta.sync.rank_zero_only
-        or metric.value.device != device or metric.cumulated_batch_size.device != device
     ):
         return False
+    first = connector._current_fx != fx
+    if first and connector.should_reset_tensors(fx):  # as LightningModule.log does before its first value
+        results.reset(metrics=False, fx=fx)
+    if metric.value.device != device or metric.cumulated_batch_size.device != device:
+        return False  # (after a reset, module.log's own reset of the same tensors changes nothing)
     v = torch.tensor(value, device=device, dtype=_symbol(_RESULT, "_get_default_dtype")())
     metric.value = metric.value + v * 1
     metric.cumulated_batch_size = metric.cumulated_batch_size + 1
@@ -406,6 +416,8 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
     # "compute ... called before the update method" once per round metric and could return a stale cached value
     metric._computed = None
     metric._update_count += 1
+    if first:
+        connector._current_fx = fx
     return True
 
 
