@@ -354,6 +354,32 @@ def start_logged_batch(trainer: Any, results: Any, batch: Any) -> None:
     results.dataloader_idx = None
 
 
+def start_hook_value(trainer: Any, results: Any, metric: Any, fx: str) -> bool:
+    """What ``LightningModule.log`` and ``_ResultCollection.log`` do around the update of ``metric`` (a tensor
+    ``_ResultMetric`` of ``results``, logged from hook ``fx``) when the logger connector last logged from another hook
+    or ``metric`` was reset since: where the connector says tensors are to be reset (``should_reset_tensors(fx)``),
+    ``results.reset(metrics=False, fx=fx)``; the hook made the connector's current one; and the update's own
+    bookkeeping (``has_reset = False``, torchmetrics' ``_computed = None``, ``_update_count += 1``). The caller then
+    updates the metric's value as ``_ResultMetric.update`` would.
+
+    Returns ``False``, having done nothing, when the connector last logged from another hook but would not reset (a
+    hook switch within a loop), or under ``Trainer(barebones=True)`` (``log`` logs nothing): the caller calls
+    ``log``.
+    """
+    connector = trainer._logger_connector
+    if trainer.barebones:
+        return False
+    if connector._current_fx != fx:
+        if not connector.should_reset_tensors(fx):
+            return False
+        results.reset(metrics=False, fx=fx)
+        connector._current_fx = fx
+    metric.has_reset = False
+    metric._computed = None
+    metric._update_count += 1
+    return True
+
+
 def clear_logged_batch(results: Any) -> None:
     """Drop the results' reference to the current batch and its batch size (what ``on_batch_end`` does last)."""
     results.batch = None
