@@ -33,6 +33,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.optim.adam import adam as functional_adam
+from torch.optim.sgd import sgd as functional_sgd
 from torch.utils._pytree import tree_map
 from torch.utils.data import TensorDataset, default_collate
 
@@ -694,60 +696,30 @@ class VectorizedExecutor(ClientExecutor):
         k: int,
         active: int,
     ) -> None:
-        """One client-optimizer step on the active rows (``params`` are ``[active, ...]`` views), as torch.optim."""
-        if h["maximize"]:
-            grads = torch._foreach_neg(grads)
+        """One client-optimizer step on the active rows (``params`` are ``[active, ...]`` views): torch's functional
+        ``torch.optim.sgd.sgd`` / ``torch.optim.adam.adam`` with ``foreach=True`` on the stacked tensors, the
+        optimizer state (``state[name][j]``, ``[C', *shape]``, created at step ``k = 0``) sliced to the same rows."""
         if h["kind"] == "sgd":
-            if h["weight_decay"] != 0:
-                grads = torch._foreach_add(grads, params, alpha=h["weight_decay"])
-            if h["momentum"] != 0:
-                bufs = state.setdefault("momentum_buffer", {})
-                if k == 0:
-                    for j, g in zip(js, grads):
-                        bufs[j] = g.detach().clone()
-                    current = [bufs[j] for j in js]
-                else:
-                    current = [bufs[j][:active] for j in js]
-                    torch._foreach_mul_(current, h["momentum"])
-                    torch._foreach_add_(current, grads, alpha=1 - h["dampening"])
-                if h["nesterov"]:
-                    grads = torch._foreach_add(grads, current, alpha=h["momentum"])
-                else:
-                    grads = current
-            torch._foreach_add_(params, grads, alpha=-h["lr"])
+            bufs = state.setdefault("momentum_buffer", {}) if h["momentum"] != 0 else {}
+            momentum_buffers = [bufs[j][:active] if k else None for j in js] if h["momentum"] != 0 else []
+            functional_sgd(
+                params, grads, momentum_buffers, foreach=True, weight_decay=h["weight_decay"],
+                momentum=h["momentum"], lr=h["lr"], dampening=h["dampening"], nesterov=h["nesterov"],
+                maximize=h["maximize"],
+            )
+            if not k:  # torch created the buffers (the first gradients): keep them for the next steps
+                bufs.update(zip(js, momentum_buffers))
             return
-        # Adam / AdamW (torch.optim.adam._single_tensor_adam)
-        step = k + 1
-        exp_avg = state.setdefault("exp_avg", {})
-        exp_avg_sq = state.setdefault("exp_avg_sq", {})
+        names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if h["amsgrad"] else ())
+        moments = [state.setdefault(name, {}) for name in names]
         if k == 0:
-            for j, p in zip(js, params):
-                exp_avg[j] = torch.zeros_like(p)
-                exp_avg_sq[j] = torch.zeros_like(p)
-        m = [exp_avg[j][:active] for j in js]
-        v = [exp_avg_sq[j][:active] for j in js]
-        if h["weight_decay"] != 0:
-            if h["decoupled"]:
-                torch._foreach_mul_(params, 1 - h["lr"] * h["weight_decay"])
-            else:
-                grads = torch._foreach_add(grads, params, alpha=h["weight_decay"])
-        torch._foreach_lerp_(m, grads, 1 - h["beta1"])
-        torch._foreach_mul_(v, h["beta2"])
-        torch._foreach_addcmul_(v, grads, grads, value=1 - h["beta2"])
-        bias_correction1 = 1 - h["beta1"] ** step
-        bias_correction2 = 1 - h["beta2"] ** step
-        step_size = h["lr"] / bias_correction1
-        bias_correction2_sqrt = bias_correction2**0.5
-        if h["amsgrad"]:
-            vmax = state.setdefault("max_exp_avg_sq", {})
-            if k == 0:
-                for j, p in zip(js, params):
-                    vmax[j] = torch.zeros_like(p)
-            current = [vmax[j][:active] for j in js]
-            torch._foreach_maximum_(current, v)
-            denom = torch._foreach_sqrt(current)
-        else:
-            denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, bias_correction2_sqrt)
-        torch._foreach_add_(denom, h["eps"])
-        torch._foreach_addcdiv_(params, m, denom, value=-step_size)
+            for moment in moments:
+                moment.update((j, torch.zeros_like(p)) for j, p in zip(js, params))
+        # every active row has taken k steps: torch increments these to k + 1 (float64: exact integers)
+        steps = [torch.tensor(float(k), dtype=torch.float64) for _ in js]
+        sliced = [[moment[j][:active] for j in js] for moment in moments]
+        functional_adam(
+            params, grads, sliced[0], sliced[1], sliced[2] if h["amsgrad"] else [], steps, foreach=True,
+            decoupled_weight_decay=h["decoupled"], amsgrad=h["amsgrad"], beta1=h["beta1"], beta2=h["beta2"],
+            lr=h["lr"], weight_decay=h["weight_decay"], eps=h["eps"], maximize=h["maximize"],
+        )
