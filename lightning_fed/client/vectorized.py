@@ -716,14 +716,15 @@ class VectorizedExecutor(ClientExecutor):
             return
         names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if h["amsgrad"] else ())
         moments = [state.setdefault(name, {}) for name in names]
+        steps = state.setdefault("step", {})  # every active row has taken k steps: torch increments these to k + 1
         if k == 0:
             for moment in moments:
                 moment.update((j, torch.zeros_like(p)) for j, p in zip(js, params))
-        # every active row has taken k steps: torch increments these to k + 1 (float64: exact integers)
-        steps = [torch.tensor(float(k), dtype=torch.float64) for _ in js]
+            steps.update((j, torch.zeros((), dtype=torch.float64)) for j in js)  # float64: exact step counts
         sliced = [[moment[j][:active] for j in js] for moment in moments]
         functional_adam(
-            params, grads, sliced[0], sliced[1], sliced[2] if h["amsgrad"] else [], steps, foreach=True,
+            params, grads, sliced[0], sliced[1], sliced[2] if h["amsgrad"] else [], [steps[j] for j in js],
+            foreach=True,
             decoupled_weight_decay=h["decoupled"], amsgrad=h["amsgrad"], beta1=h["beta1"], beta2=h["beta2"],
             lr=h["lr"], weight_decay=h["weight_decay"], eps=h["eps"], maximize=h["maximize"],
         )
