@@ -21,7 +21,6 @@ from lightning_fed.server.client_state import (
     ClientStateTable,
     check_client_state_store,
     collect_garbage,
-    nonfinite_disk_rows,
 )
 from lightning_fed.server.aggregators.base import (
     ClientDeltas,
@@ -38,6 +37,8 @@ from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, t
 from lightning_fed.server.rules.base import Rule, move_state, state_from_dict, state_to_dict
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
 from lightning_fed.server.rules.sgd import SGD
+from lightning_fed import migrations
+from lightning_fed.migrations import clone_state, restore_tables, saved_stage_state
 
 from lightning_fed.server.checks import WEIGHTINGS as _WEIGHTINGS
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
@@ -420,7 +421,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
                 num_clients = self._round_info.num_clients if self._round_info is not None else 0
             states = chain_states(self.aggregators, params, num_clients)
             if self._saved_aggregator_state is not None:
-                states = tuple(type(s0)(**_restore_tables(saved)) for s0, saved in zip(states, self._saved_aggregator_state))
+                states = tuple(type(s0)(**restore_tables(saved)) for s0, saved in zip(states, self._saved_aggregator_state))
                 self._saved_aggregator_state = None
             self.aggregator_state = states
         return self.aggregator_state
@@ -444,7 +445,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         if self.aggregator_state is not None:
             return self.aggregator_state[index]._asdict()
         if self._saved_aggregator_state is not None and index < len(self._saved_aggregator_state):
-            return _restore_tables(self._saved_aggregator_state[index])
+            return restore_tables(self._saved_aggregator_state[index])
         return None
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -809,75 +810,20 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     # ------------------------------------------------------------------ state integrity (issue #43)
     def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
-        """``(label, value)`` of every tensor and every NaN float of the server optimizer's state (±inf is a legitimate
-        value of a scalar field, e.g. AdaptiveStepSize's θ = ∞ before its second round), for the non-finite checks
-        (:func:`~lightning_fed.guards.nonfinite_values`); labels are ``"<Class> state '<path>'"`` with the path in
-        :meth:`state_dict`'s layout, plus ``" for parameter '<name>'"`` for a per-parameter list.
-
-        Args:
-            param_names: The global model's federated parameters' names, in ``module.parameters()`` order.
-            saved: ``False`` (default): the live state a server step changes — the rule's state, the aggregator
-                chain's stage states and, of the per-client tables, the rows of the clients of the last server step
-                (:attr:`round_report`; labelled ``"... row of client <id>"``) — checked after every server step;
-                ``True``: everything :meth:`state_dict` holds, whole per-client tables included (checked once, when
-                loaded from a checkpoint).
-
-        Example::
-
-            >>> import torch
-            >>> from lightning_fed.callbacks import FedAdam
-            >>> server = FedAdam(lr=0.1)
-            >>> server.server_update([torch.zeros(2)], [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)]) and None
-            >>> [label for label, _ in server.state_items(["w"])]
-            ["FedAdam state 'state.exp_avg' for parameter 'w'", "FedAdam state 'state.exp_avg_sq' for parameter 'w'"]
-        """
-        items: list[tuple[str, Any]] = []
-        prefix = f"{type(self).__name__} state"
-        if saved:
-            _state_items(items, prefix, self.state_dict(), (), param_names, None)
-            return items
-        rows = _RowsOf(self.round_report.client_ids if self.round_report is not None else [])
-        if self._rule_state is not None:
-            _state_items(items, prefix, self._rule_state._asdict(), ("state",), param_names, rows)
-        for i, stage_state in enumerate(self.aggregator_state or ()):
-            _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, rows)
-        for key, table in self.client_algorithm_states.items():
-            _state_items(items, prefix, table, ("client_algorithms", key), param_names, rows)
-        if self.client_state is not None:
-            _state_items(items, prefix, self.client_state, ("client_state",), param_names, rows)
-        return items
+        """:func:`lightning_fed.migrations.state_items` of this server optimizer: ``(label, value)`` of its state for
+        the non-finite checks."""
+        return migrations.state_items(self, param_names, saved)
 
     def required_state(self, num_params: int) -> list[str]:
-        """The entries (dotted paths in :meth:`state_dict`'s layout) a saved state must hold for a resume after at
-        least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
-        ``aggregators`` with a chain, and ``aggregators.<i>.<field>`` for each stage's ``required_fields`` (SCAFFOLD's
-        c and c_i table, FedAWARE's momenta); ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
-        A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
-        whose state lacks one (it would go on from a fresh state silently).
-
-        Args:
-            num_params: d, the model's number of parameter entries (for the client algorithms' ``state_dim``).
-
-        Example::
-
-            >>> from lightning_fed.callbacks import FedAdam, FedAvg
-            >>> FedAdam().required_state(10), FedAvg().required_state(10)
-            (['num_steps', 'state.exp_avg', 'state.exp_avg_sq'], ['num_steps'])
-        """
-        state_type = self.server_rule.State
-        required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
-        if self.aggregators is not None:
-            required.append("aggregators")
-            required += [f"aggregators.{i}.{f}" for i, s in enumerate(self.aggregators) for f in s.required_fields]
-        required += [f"client_algorithms.{a.state_key}" for a in self.client_algorithms if int(a.state_dim(num_params)) > 0]
-        return required
+        """:func:`lightning_fed.migrations.required_state`: the entries a resume after a server step needs."""
+        return migrations.required_state(self, num_params)
 
     def snapshot_state(self) -> dict[str, Any]:
         """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned but the rows of the
         lazily filled per-client tables, which are never written in place and are shared; an on-disk table's state is
         its manifest), for :meth:`restore_state`: taken before each server step under
         ``on_nonfinite_server_step="restore"``."""
-        return _clone(self.state_dict())
+        return clone_state(self.state_dict())
 
     def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
         """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from a checkpoint
@@ -897,7 +843,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             (1, True)
         """
         loaded = self.loaded_client_state
-        self.load_state_dict(_clone(snapshot))
+        self.load_state_dict(clone_state(snapshot))
         self.loaded_client_state = loaded
         if self._saved_aggregator_state is not None and self.aggregators is not None:
             self.aggregator_state = None
@@ -917,7 +863,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         tensors, scalars = state_to_dict(self._rule_state, self.server_rule.State)
         out = {"num_steps": self.num_steps, "state": tensors, **scalars}
         if self.aggregator_state is not None:
-            out["aggregators"] = [_cpu(s._asdict()) for s in self.aggregator_state]
+            out["aggregators"] = [saved_stage_state(s._asdict()) for s in self.aggregator_state]
         table = self.client_state
         if table is not None and not any(v is table for st in (self.aggregator_state or ()) for v in st):
             out["client_state"] = table.state_dict()  # a stage's table is saved once, with its stage's state
@@ -939,83 +885,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.loaded_client_state = bool(self.client_algorithm_states)
 
     def select_federated(self, positions: Sequence[int], sizes: Sequence[int]) -> list[str]:
-        """Cut a state loaded from a checkpoint that covers every parameter of the model down to the federated ones
-        (a resume of a run saved before only the federated parameters were: its frozen parameters' entries were
-        never used). Per-parameter lists of the rule's and the stages' states keep the entries at ``positions``;
-        per-client tables of one number per model entry keep those entries' columns. Exact: every kept number is
-        the saved one.
-
-        Args:
-            positions: The federated parameters' positions in ``module.parameters()``.
-            sizes: ``numel`` of every parameter of the model (``module.parameters()`` order).
-
-        Returns:
-            The paths of the state that were cut (e.g. ``["state.exp_avg", "client_algorithms.FedDynClient"]``).
-
-        Raises:
-            ValueError: a state that cannot be cut exactly (a dense per-client table, FedAWARE's, whose Gram matrix
-                covers every entry), naming it.
-
-        Example::
-
-            >>> import torch
-            >>> from lightning_fed.callbacks import FedAdam
-            >>> server = FedAdam(lr=0.1)
-            >>> update = ClientUpdate(0, [torch.ones(2), torch.zeros(3)], 1, 1, 0.0)
-            >>> _ = server.server_update([torch.zeros(2), torch.zeros(3)], [update])
-            >>> server.select_federated([0], [2, 3]), [t.shape for t in server.state["exp_avg"]]
-            (['state.exp_avg', 'state.exp_avg_sq'], [torch.Size([2])])
-        """
-        positions, sizes = [int(i) for i in positions], [int(n) for n in sizes]
-        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-        columns = torch.cat([torch.arange(offsets[i], offsets[i] + sizes[i]) for i in positions]) if positions \
-            else torch.zeros(0, dtype=torch.long)
-        total, cut = sum(sizes), []
-
-        def per_parameter(value: Any) -> bool:
-            return (isinstance(value, (list, tuple)) and len(value) == len(sizes) and len(sizes) > 0
-                    and all(isinstance(v, Tensor) and v.numel() == n for v, n in zip(value, sizes)))
-
-        def table(value: ClientStateTable, path: str) -> ClientStateTable:
-            if value.dim != total:
-                return value
-            if value.dense:
-                raise ValueError(
-                    f"Cannot resume {type(self).__name__}'s state {path!r} for the federated parameters only: it is a "
-                    f"dense per-client table over all {total} entries of the model (FedAWARE's momenta, whose Gram "
-                    "matrix covers every entry), saved before frozen parameters were left out. Start a new run, or "
-                    "resume with every parameter trained."
-                )
-            out = ClientStateTable(value.num_clients, int(columns.numel()), dtype=value.dtype)
-            for i in value.ids():
-                out.put(i, value.get(i)[columns])
-            cut.append(path)
-            return out
-
-        def walk(value: Any, path: str) -> Any:
-            if per_parameter(value):
-                cut.append(path)
-                return [value[i] for i in positions]
-            if isinstance(value, ClientStateTable):
-                return table(value, path)
-            if isinstance(value, dict):
-                if set(value) == {_TABLE_KEY}:
-                    restored = table(ClientStateTable.from_state_dict(value[_TABLE_KEY]), path)
-                    return {_TABLE_KEY: restored.state_dict()}
-                return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-            return value
-
-        if self._rule_state is not None:
-            fields = self._rule_state._asdict()
-            self._rule_state = type(self._rule_state)(**{k: walk(v, f"state.{k}") for k, v in fields.items()})
-        if self._saved_aggregator_state is not None:
-            self._saved_aggregator_state = [walk(st, f"aggregators.{i}")
-                                            for i, st in enumerate(self._saved_aggregator_state)]
-        if self.client_state is not None:
-            self.client_state = table(self.client_state, "client_state")
-        self.client_algorithm_states = {key: table(t, f"client_algorithms.{key}")
-                                        for key, t in self.client_algorithm_states.items()}
-        return cut
+        """:func:`lightning_fed.migrations.select_federated`: a loaded all-parameter state cut to the federated ones."""
+        return migrations.select_federated(self, positions, sizes)
 
     def extra_repr(self) -> str:
         return f"lr={self.lr}, weighting={self.weighting!r}"
@@ -1035,82 +906,3 @@ def _where(algorithm: ClientAlgorithm, server: ServerOptimizer) -> str:
         return f"`client[{next(i for i, a in enumerate(own) if a is algorithm)}]` of {type(server).__name__}"
     given = [a for a in server.client_algorithms if not any(a is b for b in own)]
     return f"`client_algorithms[{next((j for j, a in enumerate(given) if a is algorithm), 0)}]` of the trainer"
-
-
-class _RowsOf:
-    """The client ids whose rows of the per-client tables :func:`_state_items` lists (each table once)."""
-
-    def __init__(self, ids: Sequence[int]) -> None:
-        self.ids = [int(i) for i in ids]
-        self.seen: set[int] = set()
-
-
-def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names: Sequence[str],
-                 tables: Optional[_RowsOf]) -> None:
-    """Append ``(label, value)`` for the tensors and NaN floats inside ``value`` (see ``ServerOptimizer.state_items``);
-    a :class:`ClientStateTable` contributes the rows of ``tables.ids`` (state dicts of tables: every row)."""
-    label = f"{prefix} {'.'.join(path)!r}"
-    if isinstance(value, Tensor):
-        items.append((label, value))
-    elif isinstance(value, float):
-        if math.isnan(value):  # ±inf is a value of scalar state (AdaptiveStepSize's θ before round 2, S = ∞)
-            items.append((label, value))
-    elif isinstance(value, ClientStateTable):
-        if tables is not None and id(value) not in tables.seen:
-            tables.seen.add(id(value))
-            items.extend((f"{label} row of client {i}", value.get(i)) for i in tables.ids
-                         if 0 <= i < value.num_clients and i in value)
-    elif hasattr(value, "_asdict"):
-        _state_items(items, prefix, value._asdict(), path, param_names, tables)
-    elif isinstance(value, dict):
-        # an on-disk table's state dict: its rows recorded non-finite when written, read from their files (only those)
-        items.extend((f"{label} row of client {i}", row) for i, row in nonfinite_disk_rows(value))
-        for key, v in value.items():
-            _state_items(items, prefix, v, path + (str(key),), param_names, tables)
-    elif isinstance(value, (list, tuple)):
-        if value and len(value) == len(param_names) and all(isinstance(v, Tensor) for v in value):
-            items.extend((f"{label} for parameter {name!r}", v) for name, v in zip(param_names, value))
-        else:
-            for i, v in enumerate(value):
-                _state_items(items, prefix, v, path + (str(i),), param_names, tables)
-
-
-def _clone(value: Any) -> Any:
-    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt) — except the rows of a lazily
-    filled client-state table's state dict (``dense`` false, ``"rows"`` a dict): a row is never written in place
-    (:meth:`ClientStateTable.put` stores a new tensor), so a snapshot shares them instead of doubling the table."""
-    if isinstance(value, Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        if value.get("dense") is False and isinstance(value.get("rows"), dict) and "num_clients" in value:
-            return {k: (dict(v) if k == "rows" else _clone(v)) for k, v in value.items()}
-        return {k: _clone(v) for k, v in value.items()}
-    if hasattr(value, "_asdict"):
-        return type(value)(**{k: _clone(v) for k, v in value._asdict().items()})
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone(v) for v in value)
-    return value
-
-
-_TABLE_KEY = "client_state_table"  # a ClientStateTable inside a stage's state, saved as its (weights-only) state dict
-
-
-def _restore_tables(value: Any) -> Any:
-    """A stage state saved by :func:`_cpu` back to live values (its client-state tables re-made)."""
-    if isinstance(value, dict):
-        if set(value) == {_TABLE_KEY}:
-            return ClientStateTable.from_state_dict(value[_TABLE_KEY])
-        return {k: _restore_tables(v) for k, v in value.items()}
-    return value
-
-
-def _cpu(value: Any) -> Any:
-    if isinstance(value, ClientStateTable):
-        return {_TABLE_KEY: value.state_dict()}
-    if isinstance(value, Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
