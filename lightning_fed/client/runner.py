@@ -47,6 +47,7 @@ from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.checkpoint import MidRoundCheckpointError
+from lightning_fed.client.states import ClientStates
 from lightning_fed.server.client_state import ClientStateStoreError, MissingClientStateError
 from lightning.pytorch.callbacks import Callback
 
@@ -294,6 +295,8 @@ class ClientContext:
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
         params: The module's federated parameters themselves (the tensors the client trains in place), aligned with
             ``global_params``; empty in a context made outside the federated loop (then ``module.parameters()``).
+        client_states: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`, the runner's;
+            ``None`` outside the loop): a half's row through :meth:`client_state`.
 
     Example: made by :meth:`ClientRunner.context`; read-only::
 
@@ -316,6 +319,13 @@ class ClientContext:
     client_lrs: list[float] = field(default_factory=list)
     client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
     params: list[Tensor] = field(default_factory=list, compare=False, repr=False)
+    client_states: Optional[Any] = field(default=None, compare=False, repr=False)
+
+    def client_state(self, key: str, states: Any = None) -> Optional[Tensor]:
+        """This client's row of the run's per-client table ``key`` (a client half's ``state_key``), from
+        :attr:`client_states` (else ``states``, for a context made by hand); ``None`` when never written."""
+        registry = self.client_states if self.client_states is not None else states
+        return registry.row(key, self.client_id) if registry is not None else None
 
     def parameters(self, module: Any) -> list[Tensor]:
         """The tensors ``global_params`` is aligned with: :attr:`params`, or ``module.parameters()`` in a context
@@ -431,6 +441,9 @@ class ClientRunner:
         #: called by :meth:`start_client`, at every local step (:class:`ClientAlgorithmSteps`) and by
         #: :meth:`finish_client`.
         self.client_halves = ClientHalves()
+        #: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`): the client halves' rows,
+        #: read when a client starts (its :class:`ClientContext`), written when its update reaches the server.
+        self.client_states = ClientStates()
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -469,7 +482,7 @@ class ClientRunner:
         if resolve is not None:
             resolve(server_optimizer, self._param_names, [n for n, _ in named], [p.numel() for _, p in named])
         self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
-                                 getattr(datamodule, "num_clients", None), module, self._params)
+                                 getattr(datamodule, "num_clients", None), module, self._params, self.client_states)
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves
@@ -585,7 +598,7 @@ class ClientRunner:
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
-            params=self._params,
+            params=self._params, client_states=self.client_states,
         )
 
     # ------------------------------------------------------------------ one client
