@@ -161,17 +161,18 @@ class ClientHalves:
     def __init__(self) -> None:
         #: The run's client halves, in the order they run (set by :meth:`setup`).
         self.algorithms: list[ClientAlgorithm] = []
-        #: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`; set by :meth:`setup`).
-        self.states: Any = None
+        #: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`), owned with the halves by
+        #: the client runner: each client's rows reach it through its ``ClientContext.client_states``.
+        self.states = ClientStates()
         self._context: Any = None  # the ClientContext of the client in local work (None between clients)
 
     def setup(self, server: Any, given: Optional[list[ClientAlgorithm]], num_clients: Optional[int],
-              module: Any, params: Optional[list[Tensor]] = None, states: Any = None) -> None:
+              module: Any, params: Optional[list[Tensor]] = None) -> None:
         """At fit start, before round 0 trains: gather the halves (see the class doc), run their ``check`` and
-        ``setup(module)``, and make (or check, after a checkpoint was loaded) their per-client tables in ``states``,
-        the run's :class:`~lightning_fed.client.states.ClientStates` (the client runner's; default: a new one), which
-        the server optimizer binds (:meth:`~lightning_fed.callbacks.ServerOptimizer.bind_client_algorithms`: it
-        hands over what it loaded and saves it with its state).
+        ``setup(module)``, and make (or check, after a checkpoint was loaded) their per-client tables in
+        :attr:`states`, the run's, which the server optimizer binds
+        (:meth:`~lightning_fed.callbacks.ServerOptimizer.bind_client_algorithms`: it hands over what it loaded and
+        saves it with its state).
         ``params``: the federated parameters (the client runner's; default ``module.parameters()``): a half's
         ``state_dim`` is asked for their number of entries.
 
@@ -183,7 +184,7 @@ class ClientHalves:
                 new value).
         """
         algorithms = [*server.server_client_algorithms, *check_client_algorithms(given)]
-        self.algorithms, self.states = algorithms, states if states is not None else ClientStates()
+        self.algorithms = algorithms
         server.bind_client_algorithms(algorithms, self.states)
         for algorithm in algorithms:
             algorithm.check(server)
@@ -213,8 +214,9 @@ class ClientHalves:
         if not self.algorithms:
             return
         self._context = context
+        states = getattr(context, "client_states", None) or self.states  # (a context made by hand: the halves')
         for algorithm in self.algorithms:
-            algorithm.start(module, context, context.client_state(algorithm.state_key, self.states))
+            algorithm.start(module, context, states.row(algorithm.state_key, context.client_id))
 
     def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
         """At every local step, before the client optimizer steps (no-op outside a client's local work)."""

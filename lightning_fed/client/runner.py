@@ -47,7 +47,6 @@ from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.checkpoint import MidRoundCheckpointError
-from lightning_fed.client.states import ClientStates
 from lightning_fed.server.client_state import ClientStateStoreError, MissingClientStateError
 from lightning.pytorch.callbacks import Callback
 
@@ -295,8 +294,7 @@ class ClientContext:
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
         params: The module's federated parameters themselves (the tensors the client trains in place), aligned with
             ``global_params``; empty in a context made outside the federated loop (then ``module.parameters()``).
-        client_states: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`, the runner's;
-            ``None`` outside the loop): a half's row through :meth:`client_state`.
+        client_states: The run's per-client state, the client halves' rows (a ``ClientStates``; ``None`` outside).
 
     Example: made by :meth:`ClientRunner.context`; read-only::
 
@@ -320,12 +318,6 @@ class ClientContext:
     client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
     params: list[Tensor] = field(default_factory=list, compare=False, repr=False)
     client_states: Optional[Any] = field(default=None, compare=False, repr=False)
-
-    def client_state(self, key: str, states: Any = None) -> Optional[Tensor]:
-        """This client's row of the run's per-client table ``key`` (a client half's ``state_key``), from
-        :attr:`client_states` (else ``states``, for a context made by hand); ``None`` when never written."""
-        registry = self.client_states if self.client_states is not None else states
-        return registry.row(key, self.client_id) if registry is not None else None
 
     def parameters(self, module: Any) -> list[Tensor]:
         """The tensors ``global_params`` is aligned with: :attr:`params`, or ``module.parameters()`` in a context
@@ -437,13 +429,8 @@ class ClientRunner:
         self._lean: Optional[LeanLocalStep] = None
         self._lean_blocker: Optional[str] = None
         self._client_context: Optional[ClientContext] = None  # the current client's, made once in start_client
-        #: The run's client halves (:class:`~lightning_fed.client.algorithm.ClientHalves`): set up in :meth:`setup`,
-        #: called by :meth:`start_client`, at every local step (:class:`ClientAlgorithmSteps`) and by
-        #: :meth:`finish_client`.
+        #: The run's client halves with their per-client ``states`` (:class:`~lightning_fed.client.algorithm.ClientHalves`).
         self.client_halves = ClientHalves()
-        #: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`): the client halves' rows,
-        #: read when a client starts (its :class:`ClientContext`), written when its update reaches the server.
-        self.client_states = ClientStates()
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -482,7 +469,7 @@ class ClientRunner:
         if resolve is not None:
             resolve(server_optimizer, self._param_names, [n for n, _ in named], [p.numel() for _, p in named])
         self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
-                                 getattr(datamodule, "num_clients", None), module, self._params, self.client_states)
+                                 getattr(datamodule, "num_clients", None), module, self._params)
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves
@@ -598,7 +585,7 @@ class ClientRunner:
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
-            params=self._params, client_states=self.client_states,
+            params=self._params, client_states=self.client_halves.states,
         )
 
     # ------------------------------------------------------------------ one client

@@ -1,10 +1,10 @@
 """The run's per-client state: one :class:`~lightning_fed.server.client_state.ClientStateTable` per client half that
-keeps state, by the half's ``state_key``, owned by the client runner (:attr:`ClientRunner.client_states
-<lightning_fed.client.runner.ClientRunner.client_states>`).
+keeps state, by the half's ``state_key``, owned by the client runner with the run's client halves
+(:attr:`ClientHalves.states <lightning_fed.client.algorithm.ClientHalves.states>`).
 
-The runner reads a client's rows when it starts (:meth:`ClientStates.row`, through its
-:class:`~lightning_fed.client.runner.ClientContext`) and the server step writes the rows that arrived with the
-round's updates (:meth:`ClientStates.receive`). The server optimizer saves the registry with its own state (the
+A client's rows are read when it starts (:meth:`ClientStates.row`, through its
+:class:`~lightning_fed.client.runner.ClientContext`'s ``client_states``) and the server step writes the rows that
+arrived with the round's updates (:meth:`ClientStates.receive`). The server optimizer saves the registry with its own state (the
 checkpoint's ``"client_algorithms"``) and binds the run's registry at fit start, handing over what it loaded.
 """
 

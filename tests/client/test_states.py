@@ -9,6 +9,7 @@ import torch
 from lightning_fed import ClientUpdate
 from lightning_fed.algorithms import FedDynClient
 from lightning_fed.callbacks import FedAvg
+from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.client.runner import ClientContext, ClientRunner
 from lightning_fed.client.states import ClientStates
 
@@ -23,10 +24,18 @@ def test_rows_are_written_when_updates_arrive_and_read_through_the_client_contex
     states.receive([_update(1, torch.tensor([0.5, -1.5])), _update(3, torch.tensor([2.0, 4.0]))], [half])
     table = states.tables["FedDynClient"]
     assert (table.num_clients, table.dim, table.dtype, table.ids()) == (4, 2, torch.float64, [1, 3])
-    context = ClientContext(3, 0, [torch.zeros(2)], [], 0.1, client_states=states)
-    assert context.client_state("FedDynClient").tolist() == [2.0, 4.0]
-    assert ClientContext(0, 0, [torch.zeros(2)], [], 0.1, client_states=states).client_state("FedDynClient") is None
-    assert ClientContext(3, 0, [torch.zeros(2)], [], 0.1).client_state("FedDynClient") is None  # no registry
+    runner, seen = ClientRunner(), []
+
+    class Recorder(ClientAlgorithm):  # a half that keeps what start hands it, reading FedDyn's rows
+        state_key = "FedDynClient"
+
+        def start(self, module, context, state):
+            seen.append(None if state is None else state.tolist())
+
+    runner.client_halves.algorithms = [Recorder()]
+    for client_id in (3, 0):  # the runner's own registry is empty: the rows come through the context's
+        runner.client_halves.start(None, ClientContext(client_id, 0, [torch.zeros(2)], [], 0.1, client_states=states))
+    assert seen == [[2.0, 4.0], None]
 
 
 def test_a_row_of_the_wrong_size_is_refused_naming_the_half_the_client_and_both_sizes():
@@ -53,15 +62,16 @@ def test_a_loaded_registry_is_checked_against_the_run_then_stale_tables_dropped(
 
 def test_the_runner_owns_the_registry_and_the_server_optimizer_hands_over_what_it_loaded():
     runner, half = ClientRunner(), FedDynClient(alpha=0.1)
+    run_states = runner.client_halves.states
     saved = ClientStates()
     saved.setup([half], {"FedDynClient": 2}, num_clients=3, dtype=torch.float32)
     saved.tables["FedDynClient"].put(2, torch.tensor([7.0, 8.0]))
     server = FedAvg()
     server.load_state_dict({"num_steps": 1, "state": {}, "client_algorithms": saved.state_dict()})
-    assert server.client_states is not runner.client_states and server.loaded_client_state
-    server.bind_client_algorithms([half], runner.client_states)
-    assert server.client_states is runner.client_states and runner.client_states.loaded
-    assert runner.client_states.row("FedDynClient", 2).tolist() == [7.0, 8.0]
-    runner.client_states.tables["FedDynClient"].put(0, torch.tensor([1.0, 1.0]))  # the run writes a row ...
+    assert server.client_states is not run_states and server.loaded_client_state
+    server.bind_client_algorithms([half], run_states)
+    assert server.client_states is run_states and run_states.loaded
+    assert run_states.row("FedDynClient", 2).tolist() == [7.0, 8.0]
+    run_states.tables["FedDynClient"].put(0, torch.tensor([1.0, 1.0]))  # the run writes a row ...
     rows = server.state_dict()["client_algorithms"]["FedDynClient"]["rows"]  # ... and the checkpoint holds it
     assert sorted(rows) == [0, 2] and rows[0].tolist() == [1.0, 1.0]
