@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
-import inspect
 from typing import Any, Optional, Sequence
 
 import torch
@@ -20,70 +18,12 @@ from lightning_fed.migrations import clone_state
 from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
 from lightning_fed.server.aggregators.base import RoundInfo, Stage
 from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, trained_parameters
+from lightning_fed.server.arguments import REMOVED_OVERRIDES, _ArgumentsCheckedByName, check_arguments  # noqa: F401
 from lightning_fed.server.composer import ServerComposer, ServerRound
 from lightning_fed.server.rules.base import Rule, state_to_dict
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
-
-
-def check_arguments(cls: type, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-    """Refuse ``cls(*args, **kwargs)`` before any ``__init__`` runs when the arguments do not fit ``cls.__init__``,
-    with an error naming ``cls`` (not the base class whose ``__init__`` it inherits) and, for a misspelt keyword, the
-    closest valid one (:func:`difflib.get_close_matches`).
-
-    Raises:
-        TypeError: an unknown keyword, too many positional arguments, a missing required one, a repeated one.
-
-    Example::
-
-        >>> from lightning_fed.callbacks import FedAdam
-        >>> check_arguments(FedAdam, (), {"lr": 0.1})
-        >>> FedAdam(lrr=0.1)
-        Traceback (most recent call last):
-        ...
-        TypeError: FedAdam got an unexpected keyword argument 'lrr'; did you mean 'lr'? (FedAdam's arguments: lr, beta1, beta2, tau, initial_accumulator, bias_correction, weighting, convention, aggregators, client)
-    """
-    signature = inspect.signature(cls.__init__)
-    try:
-        signature.bind(None, *args, **kwargs)
-        return
-    except TypeError as error:
-        problem = str(error)
-    params = list(signature.parameters.values())[1:]
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    valid = f"({cls.__name__}'s arguments: {', '.join(names)})"
-    unknown = [k for k in kwargs if k not in names]
-    if unknown and not any(p.kind == p.VAR_KEYWORD for p in params):
-        close = difflib.get_close_matches(unknown[0], names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
-        raise TypeError(f"{cls.__name__} got an unexpected keyword argument {unknown[0]!r}{hint} {valid}") from None
-    raise TypeError(f"{cls.__name__}: {problem} {valid}") from None
-
-
-#: Methods a subclass may no longer define, and what to write instead: the server optimizer does not call them (or
-#: not on every path), so an override would be silently ignored; it is refused when the subclass is defined.
-REMOVED_OVERRIDES = {
-    "step": "the update is a server rule (lightning_fed.server.rules.Rule, `ServerOptimizer(rule=...)`)",
-    "init_state": "the update's state is the rule's typed state (Rule.init) or an aggregator stage's (Stage.init_state)",
-    "aggregate": "an aggregation is an aggregator chain (`aggregators=[...]` of lightning_fed.server.aggregators.Stage)",
-    "client_delta": "a change of each client's contribution is a 'transform' Stage (Stage.client_delta) in `aggregators`",
-    "client_weight_counts": "a change of the clients' weights is a 'transform' Stage (Stage.client_counts) in `aggregators`",
-}
-
-
-class _ArgumentsCheckedByName:
-    """Checks a server optimizer's arguments against ``cls.__init__`` before it is built, so a wrong one is named with
-    the class the user wrote (``FedAdam(lrr=0.1)`` would otherwise be a ``TypeError`` of
-    ``AdaptiveServerOptimizer.__init__``). A base class of its own, not ``ServerOptimizer.__new__``: jsonargparse reads
-    the signature of a class that defines ``__new__`` itself from that ``__new__`` (``*args, **kwargs``), which would
-    hide ``ServerOptimizer``'s own arguments from the CLI and YAML."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """Raises: TypeError naming ``cls``, the argument, the closest valid keyword and the valid ones."""
-        if args or kwargs:
-            check_arguments(cls, args, kwargs)
-        return super().__new__(cls)
 
 
 def _delegated(name: str) -> Any:
@@ -372,32 +312,11 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
                            delta_norms: Optional[dict[int, DeltaNorms]] = None) -> float:
-        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
-        ``round_gradient_diversity``.
-
-        Source: Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
-        Maximization* (FedAWARE, ICML 2024), Definition 3.1, Eq. 3 — the **square root** of the ratio, so D ≥ 1
-        (Jensen) and D = 1 exactly when all g_i are equal (the IID case); Fig. 3 and Fig. 5 plot this D. Here
-        λ are the round's aggregation weights (:meth:`client_weights`), g_i the clients' contributions
-        (:meth:`client_delta`) and Σ_i λ_i g_i the pseudo-gradient; norms are over all parameters together,
-        accumulated in float64. Under a chain that adds DP noise (:attr:`privatises`) the pseudo-gradient released
-        is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
-        ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
-        the clients' updates — a diagnostic of the trusted server, not covered by ε. Likewise under a reducer whose
-        Δ_t is not the clients' weighted mean (a stage with ``shifts_mean = True``: FedDyn's mean − h/α, FedNova's
-        normalised average, FedAWARE's and FedMGDA+'s min-norm directions), so the value is the same metric of the
-        raw updates for every method (issue #34).
-
-        Args:
-            updates: The round's client updates.
-            pseudo_gradient: The round's Δ_t (used as Σ_i λ_i g_i unless the chain privatises or shifts the mean).
-            delta_norms: Optional ``{id(update): DeltaNorms}``: per-tensor norms of Δ_i already computed this round
-                (the loop's finiteness check), used where g_i is that very Δ_i, unchanged; the same numbers as
-                computing them here.
-
-        Returns:
-            D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
-        """
+        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round (Zeng et al. 2024, Def. 3.1,
+        Eq. 3), logged as ``round_gradient_diversity``: :meth:`ServerComposer.gradient_diversity
+        <lightning_fed.server.composer.ServerComposer.gradient_diversity>`, the denominator of the raw updates under a
+        chain that adds DP noise (:attr:`privatises`). ``delta_norms``: ``{id(update): DeltaNorms}`` already computed
+        this round (the loop's finiteness check). Returns D (a float; ``nan`` when the pseudo-gradient is zero)."""
         return self.composer.gradient_diversity(updates, pseudo_gradient, self.privatises, delta_norms)
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:

@@ -280,9 +280,33 @@ class ServerComposer:
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor], raw_mean: bool,
                            delta_norms: Optional[dict[int, DeltaNorms]] = None) -> float:
-        """D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) (Zeng et al. 2024, Def. 3.1, Eq. 3), see
-        :meth:`ServerOptimizer.gradient_diversity <lightning_fed.callbacks.ServerOptimizer.gradient_diversity>`;
-        ``raw_mean``: the denominator is the weighted mean of the g_i, not ``pseudo_gradient`` (a DP chain)."""
+        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round, logged as
+        ``round_gradient_diversity``.
+
+        Source: Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
+        Maximization* (FedAWARE, ICML 2024), Definition 3.1, Eq. 3 — the **square root** of the ratio, so D ≥ 1
+        (Jensen) and D = 1 exactly when all g_i are equal (the IID case); Fig. 3 and Fig. 5 plot this D. Here
+        λ are the round's aggregation weights (:meth:`client_weights`), g_i the clients' contributions
+        (:meth:`client_delta`) and Σ_i λ_i g_i the pseudo-gradient; norms are over all parameters together,
+        accumulated in float64. Under a chain that adds DP noise (``raw_mean``: the server optimizer's ``privatises``)
+        the pseudo-gradient released is clipped, noised and divided by the expected cohort size, not Σ_i λ_i g_i: there the denominator is
+        ‖Σ_i λ_i g_i‖² of the same raw (unclipped, noise-free) g_i and λ_i, so D ≥ 1 (Cauchy–Schwarz) describes
+        the clients' updates — a diagnostic of the trusted server, not covered by ε. Likewise under a reducer whose
+        Δ_t is not the clients' weighted mean (a stage with ``shifts_mean = True``: FedDyn's mean − h/α, FedNova's
+        normalised average, FedAWARE's and FedMGDA+'s min-norm directions), so the value is the same metric of the
+        raw updates for every method (issue #34).
+
+        Args:
+            updates: The round's client updates.
+            pseudo_gradient: The round's Δ_t (used as Σ_i λ_i g_i unless ``raw_mean`` or the chain shifts the mean).
+            raw_mean: The denominator is ‖Σ_i λ_i g_i‖² of the raw g_i, not ``pseudo_gradient`` (a DP chain).
+            delta_norms: Optional ``{id(update): DeltaNorms}``: per-tensor norms of Δ_i already computed this round
+                (the loop's finiteness check), used where g_i is that very Δ_i, unchanged; the same numbers as
+                computing them here.
+
+        Returns:
+            D as a Python float (dimensionless); ``nan`` when the pseudo-gradient is zero.
+        """
         weights = self.round_weights(updates)
         deltas = [self.client_delta(u) for u in updates]
 
