@@ -471,7 +471,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         if not bad:
             self._restored_in_a_row = []
             return
-        self._nonfinite_server_step(rnd.idx, bad)
+        self._nonfinite_server_step(rnd.idx, bad, rnd.step)
         rnd.num_restored, rnd.step, rnd.restored = len(updates), None, True
         for update in updates:
             self._round_log.discard(update.client_id)
@@ -654,7 +654,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             )
         return [u for i, u in enumerate(updates) if i not in outliers]
 
-    def _nonfinite_server_step(self, round_idx: int, bad: list[tuple[str, int, int]]) -> None:
+    def _nonfinite_server_step(self, round_idx: int, bad: list[tuple[str, int, int]], step: Any) -> None:
         """Round ``round_idx``'s server step made ``bad`` non-finite: raise, or (``"restore"``) put back x_t, the
         global buffers and the server optimizer's state from before the step, with a warning.
 
@@ -673,7 +673,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             torch._foreach_copy_(self._params, runner.global_params)
             if self._buffers:
                 torch._foreach_copy_(self._buffers, runner.global_buffers)
-        self.server_optimizer.undo_round_step(self._params)
+        self.server_optimizer.undo_round_step(self._params, step)
         self._rounds_restored += 1
         self._restored_in_a_row.append((round_idx, what))
         n = self.max_consecutive_restores

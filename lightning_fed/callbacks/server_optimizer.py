@@ -348,29 +348,30 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def round_step(self, params: list[Tensor], updates: list[ClientUpdate], snapshot: bool = False,
                    delta_norms: Optional[dict[int, DeltaNorms]] = None) -> Optional[ServerRound]:
         """The federated loop's server step: ``None`` when the server does not step (no update, and not a server that
-        releases empty rounds, DP's); else, after a snapshot of the state (:meth:`snapshot_state`, kept for
+        releases empty rounds, DP's); else, after a snapshot of the state (:meth:`snapshot_state`, for
         :meth:`undo_round_step`) when ``snapshot``, :meth:`server_update` and the round's
         :class:`~lightning_fed.server.composer.ServerRound` (weights of :attr:`round_report`, the
-        :meth:`gradient_diversity` with ``delta_norms``, whether buffers are released: not under :attr:`privatises`)."""
+        :meth:`gradient_diversity` with ``delta_norms``, whether buffers are released: not under :attr:`privatises`;
+        the snapshot, held by the round, not by the server optimizer)."""
         if not updates and not getattr(self, "releases_empty_rounds", False):
             return None
-        self._round_snapshot = self.snapshot_state() if snapshot else None
+        before = self.snapshot_state() if snapshot else None
         pseudo_gradient = self.server_update(params, updates)
         weights = self.round_weights(updates) if updates else torch.zeros(0, dtype=torch.float64)
         diversity = (lambda: self.gradient_diversity(updates, pseudo_gradient, delta_norms)) if updates else \
             (lambda: float("nan"))
-        return ServerRound(pseudo_gradient, weights, diversity, not self.privatises)
+        return ServerRound(pseudo_gradient, weights, diversity, not self.privatises, before)
 
-    def undo_round_step(self, params: list[Tensor]) -> None:
-        """Back to the state before the last :meth:`round_step` taken with ``snapshot`` (:meth:`restore_state`).
+    def undo_round_step(self, params: list[Tensor], step: ServerRound) -> None:
+        """Back to the state from before ``step`` (a :meth:`round_step` taken with ``snapshot``;
+        :meth:`restore_state`).
 
         Raises:
-            RuntimeError: no such snapshot.
+            RuntimeError: ``step`` holds no snapshot.
         """
-        snapshot, self._round_snapshot = getattr(self, "_round_snapshot", None), None
-        if snapshot is None:
-            raise RuntimeError("undo_round_step: the last round_step kept no snapshot (snapshot=False).")
-        self.restore_state(snapshot, params)
+        if step.snapshot is None:
+            raise RuntimeError("undo_round_step: this round_step kept no snapshot (snapshot=False).")
+        self.restore_state(step.snapshot, params)
 
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
         """Called first by :meth:`server_update`, before any state changes: a subclass raises here when the round

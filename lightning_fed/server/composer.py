@@ -43,12 +43,15 @@ class ServerRound(NamedTuple):
         weights: The clients' aggregation weights w (float64 ``[K]``, summing to 1; ``[0]`` in a round without any).
         gradient_diversity: D of the round, computed when called (NaN without clients).
         releases_buffers: Whether the clients' buffers may be averaged into the global ones (not under DP noise).
+        snapshot: The server optimizer's state from before the step (``ServerOptimizer.snapshot_state``) when asked
+            for, else ``None``: what ``ServerOptimizer.undo_round_step`` goes back to.
     """
 
     pseudo_gradient: list[Tensor]
     weights: Tensor
     gradient_diversity: Callable[[], float]
     releases_buffers: bool
+    snapshot: Optional[dict[str, Any]] = None
 
 
 class ServerComposer:

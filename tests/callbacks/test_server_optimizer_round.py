@@ -33,10 +33,10 @@ def test_undo_round_step_puts_back_the_state_from_before_the_step():
     server, params = FedAdam(lr=0.1), [torch.zeros(2)]
     server.round_step(params, _updates())
     before = {k: [t.clone() for t in v] for k, v in server.state.items()}
-    server.round_step(params, _updates(), snapshot=True)
+    step = server.round_step(params, _updates(), snapshot=True)
     assert server.num_steps == 2
-    server.undo_round_step(params)
+    server.undo_round_step(params, step)
     assert server.num_steps == 1 and server.round_report is None
     assert all(torch.equal(a, b) for k in before for a, b in zip(server.state[k], before[k]))
-    with pytest.raises(RuntimeError, match=r"undo_round_step: the last round_step kept no snapshot"):
-        server.undo_round_step(params)
+    with pytest.raises(RuntimeError, match=r"undo_round_step: this round_step kept no snapshot"):
+        server.undo_round_step(params, server.round_step(params, _updates()))
