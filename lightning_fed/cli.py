@@ -1271,7 +1271,7 @@ def partition_command(args: list[str]) -> dict[str, Any]:
                         help="clients printed and plotted (the first N, default 30)")
     ns, rest = parser.parse_known_args(args)
     if ns.max_clients < 1:
-        parser.error(f"--max_clients must be an int >= 1, got {ns.max_clients}")
+        parser.error(f"--max_clients must be an integer >= 1, got {ns.max_clients}")
     cli_args = [a for path in ns.config for a in ("--config", path)] + rest
     import logging
     import warnings

@@ -28,8 +28,9 @@ def test_required_symbol_exists(module, path):
     obj = importlib.import_module(module)
     for part in path.split("."):
         assert hasattr(obj, part), (
-            f"jsonargparse {jsonargparse.__version__} lacks {module}.{path}, a private name lightning_fed._jsonargparse "
-            f"uses (supported: jsonargparse{_jsonargparse.SUPPORTED_JSONARGPARSE}); update _jsonargparse.py."
+            f"jsonargparse {jsonargparse.__version__} lacks {module}.{path}, a private name "
+            f"lightning_fed._jsonargparse uses (supported: jsonargparse{_jsonargparse.SUPPORTED_JSONARGPARSE}); "
+            "update _jsonargparse.py."
         )
         obj = getattr(obj, part)
 
