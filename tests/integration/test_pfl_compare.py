@@ -170,6 +170,7 @@ def test_the_pfl_worker_refuses_to_run_with_lightnings_variable(pfl_compare, cap
         pfl_worker.main([])
 
 
+@pytest.mark.slow  # two fresh processes importing torch and pfl: ~10 s quiet, 30-90 s under load
 def test_pfl_in_its_own_process_does_the_plain_loops_work_where_it_is_installed(pfl_compare, tmp_path):
     if not PFL_PYTHON.exists():
         pytest.skip("no benchmarks/.venv-pfl (bash benchmarks/setup_pfl_env.sh; not a dependency, not in CI)")
