@@ -618,7 +618,9 @@ class FederatedCLI(LightningCLI):
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
-    shows it there).
+    shows it there). A class named by its path from before a move
+    (``lightning_fed.datamodules.cifar.CIFAR10DataModule``, :mod:`lightning_fed._moved`), in a config or on the
+    command line, is read as its path now with a ``FutureWarning`` (:func:`read_new_paths`) until 0.3.0.
 
     ``lightning-fed predict`` runs ``Trainer.predict`` (the global model's ``predict_step``, after ``--ckpt_path``
     restores it) on the data module's ``predict_dataloader``; without one it stops before loading data.

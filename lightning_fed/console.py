@@ -94,8 +94,10 @@ def help_key(subcommand: str, prog: str, width: int, package: Path = _PACKAGE,
     that shapes the text (see the module's docstring).
 
     >>> a = help_key("fit", "lightning-fed", 100, dependencies=())
-    >>> a == help_key("fit", "lightning-fed", 100, dependencies=()), a == help_key("fit", "lightning-fed", 99, dependencies=())
-    (True, False)
+    >>> a == help_key("fit", "lightning-fed", 100, dependencies=())
+    True
+    >>> a == help_key("fit", "lightning-fed", 99, dependencies=())  # another width
+    False
     """
     from lightning_fed import __version__
 

@@ -53,9 +53,10 @@ def test_new_paths_rewrites_whole_dotted_names_only():
             "kept: [my.lightning_fed.datamodules.iid.X, lightning_fed.datamodules.iid, "
             "lightning_fed.datamodules.iidx.X, lightning_fed.server.aggregators.fedaware.FedAWAREMinNormX]\n")
     new, replaced = _moved.new_paths(text)
-    assert new == text.replace("lightning_fed.datamodules.shakespeare.", "lightning_fed.datamodules.tasks.shakespeare.") \
-        .replace("lightning_fed.server.aggregators.fedaware.FedAWAREMinNorm\n",
-                 "lightning_fed.algorithms.fedaware.FedAWAREMinNorm\n")
+    expected = text.replace("lightning_fed.datamodules.shakespeare.", "lightning_fed.datamodules.tasks.shakespeare.")
+    expected = expected.replace("stage: lightning_fed.server.aggregators.fedaware.FedAWAREMinNorm\n",
+                                "stage: lightning_fed.algorithms.fedaware.FedAWAREMinNorm\n")
+    assert new == expected
     assert replaced == [
         ("lightning_fed.datamodules.shakespeare.datamodule.ShakespeareDataModule",
          "lightning_fed.datamodules.tasks.shakespeare.datamodule.ShakespeareDataModule"),

@@ -85,7 +85,8 @@ def test_an_old_path_imported_again_gives_the_same_classes(monkeypatch):
     import lightning_fed.datamodules.cifar as again
 
     assert PREPROCESSING_VERSION is dm.tasks.shakespeare.cache.PREPROCESSING_VERSION
-    assert again.CIFAR10DataModule is dm.CIFAR10DataModule and dm.cifar is again
+    with pytest.warns(DeprecationWarning, match="`lightning_fed.datamodules.cifar` moved to"):
+        assert again.CIFAR10DataModule is dm.CIFAR10DataModule and dm.cifar is again
 
 
 def test_names_an_old_path_lacks_raise_without_a_warning(recwarn):
@@ -128,7 +129,8 @@ def test_importing_the_package_imports_no_old_path_and_an_old_path_warns_once():
 
 
 def test_the_package_using_an_old_path_does_not_warn(recwarn):
-    exec("from lightning_fed.datamodules.dirichlet import DirichletPartitioner", inside := {"__name__": "lightning_fed.x"})
+    inside = {"__name__": "lightning_fed.x"}  # code of the package itself
+    exec("from lightning_fed.datamodules.dirichlet import DirichletPartitioner", inside)
     assert inside["DirichletPartitioner"] is dm.DirichletPartitioner and not _moved_warnings(recwarn.list)
 
 
@@ -204,7 +206,7 @@ def test_a_config_with_old_class_paths_builds_the_same_data_module(name, tmp_pat
 
 def test_print_config_of_an_old_config_succeeds(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(SystemExit) as info, pytest.warns(FutureWarning, match="an old path removed in"):
         FederatedCLI(args=["fit", "--config", str(_old_config(tmp_path, "cifar100_fedavg.yaml")), "--print_config"])
     assert info.value.code == 0
     printed = capsys.readouterr().out
@@ -216,15 +218,21 @@ def test_python_m_under_the_old_package_path_runs_the_shakespeare_statistics():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "--data-dir" in out.stdout
-    assert "`lightning_fed.datamodules.shakespeare` moved to `lightning_fed.datamodules.tasks.shakespeare`" in out.stderr
+    assert ("`lightning_fed.datamodules.shakespeare` moved to `lightning_fed.datamodules.tasks.shakespeare`"
+            in out.stderr)
 
 
 def test_an_old_class_path_on_the_command_line_is_read_as_the_new_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.warns(FutureWarning, match="The command line names `lightning_fed.datamodules.mnist.MNISTDataModule`"
-                                           ".*read as `lightning_fed.datamodules.tasks.mnist.MNISTDataModule`"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         cli = FederatedCLI(args=["--model", "lightning_fed.models.MNISTMLP",
                                  "--data", "lightning_fed.datamodules.mnist.MNISTDataModule",
                                  "--data.partitioner", "lightning_fed.datamodules.iid.IIDPartitioner",
                                  "--data.partitioner.num_clients", "10", "--trainer.logger", "false"], run=False)
     assert type(cli.datamodule) is dm.MNISTDataModule and type(cli.datamodule.partitioner) is dm.IIDPartitioner
+    said = [str(w.message) for w in caught if w.category is FutureWarning and "old path" in str(w.message)]
+    assert said == [f"The command line names `lightning_fed.datamodules.{old}`, an old path removed in lightning_fed "
+                    f"0.3.0: read as `lightning_fed.datamodules.{new}`; write that instead."
+                    for old, new in (("mnist.MNISTDataModule", "tasks.mnist.MNISTDataModule"),
+                                     ("iid.IIDPartitioner", "partitioners.iid.IIDPartitioner"))]
