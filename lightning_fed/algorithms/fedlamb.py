@@ -92,7 +92,7 @@ class LocalAMSGrad(Optimizer):
         >>> FedLAMBClient([theta], phi_min=2.0, phi_max=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `phi_max` (1.0) must be >= `phi_min` (2.0).
+        lightning_fed.checks.ArgumentError: `phi_max` (1.0) must be >= `phi_min` (2.0).
     """
 
     #: Whether the step is normalised per parameter tensor (Fed-LAMB) or not (Fed-AMS).

@@ -37,7 +37,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numbers
 import traceback
 
 import torch
@@ -46,6 +45,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
+from lightning_fed.checks import check_consecutive_limit
 from lightning_fed.checkpoint import MidRoundCheckpointError
 from lightning_fed.server.client_state import ClientStateStoreError, MissingClientStateError
 from lightning.pytorch.callbacks import Callback
@@ -72,8 +72,8 @@ def check_max_consecutive_client_failures(value: Any, on_client_failure: str = "
     the first failure, so neither takes a value (returns ``None``).
 
     Raises:
-        ValueError: anything but ``None`` or an int >= 1 (booleans included), or a value with another
-            ``on_client_failure`` than ``"skip"``, naming both arguments and the allowed values.
+        ArgumentError (a ValueError): anything but ``None`` or an integer >= 1 (booleans included), or a value
+            with another ``on_client_failure`` than ``"skip"``, naming both arguments and the allowed values.
 
     Example::
 
@@ -84,20 +84,13 @@ def check_max_consecutive_client_failures(value: Any, on_client_failure: str = "
         >>> check_max_consecutive_client_failures(2, "skip_all")
         Traceback (most recent call last):
         ...
-        ValueError: `max_consecutive_client_failures`=2 applies only with on_client_failure='skip' (of ('skip', 'raise', 'skip_all')): 'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.
+        lightning_fed.checks.ArgumentError: `max_consecutive_client_failures`=2 applies only with on_client_failure='skip' (of ('skip', 'raise', 'skip_all')): 'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.
     """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-        raise ValueError(f"`max_consecutive_client_failures` must be None "
-                         f"({DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES}) or an int >= 1, got {value!r}.")
-    if on_client_failure != "skip":
-        if value is not None:
-            raise ValueError(
-                f"`max_consecutive_client_failures`={value!r} applies only with on_client_failure='skip' (of "
-                f"{FAILURE_POLICIES}): 'skip_all' never stops for a failing client, 'raise' stops at its first "
-                "failure. Leave it None."
-            )
-        return None
-    return DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES if value is None else int(value)
+    return check_consecutive_limit(
+        "max_consecutive_client_failures", value, default=DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES,
+        policy_name="on_client_failure", policy=on_client_failure, active="skip", policies=FAILURE_POLICIES,
+        why="'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.",
+    )
 
 
 def error_notes(error: BaseException) -> list[str]:
