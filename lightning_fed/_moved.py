@@ -13,8 +13,8 @@ Configs and command lines that name a class by an old path are read through :fun
 (:class:`~lightning_fed.cli.FederatedArgumentParser`, a :class:`FutureWarning` naming the new path), and a
 checkpoint's run record by :mod:`lightning_fed.checkpoint` (silently: a stored record, the same classes).
 
-This module imports nothing but the standard library: the shims and :mod:`lightning_fed.console` import it
-without the rest of the package.
+A shim is not the module now: its names are the same objects, but an attribute set on it (``monkeypatch.setattr``)
+does not reach the module -- set it on the module now. This module imports nothing but the standard library.
 """
 
 from __future__ import annotations
