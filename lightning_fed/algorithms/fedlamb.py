@@ -481,7 +481,7 @@ class LocalAdaptiveClient(ClientAlgorithm):
                 f"{self!r} (Fed-LAMB's client half) needs exactly one MaxSecondMoment (its server half) in "
                 f"{type(server).__name__}'s `aggregators`; use FedLAMB or FedAMS."
             )
-        self._server, self._stage_index = server, stages[0]
+        self._server, self._stage_index = getattr(server, "composer", server), stages[0]  # the chain's state holder
 
     def moments(self, params: list[Tensor]) -> "MaxSecondMoment.State":
         """v̂_r and m̄_r on ``params``' device (created as v̂_0 in the server optimizer's chain state the first time):

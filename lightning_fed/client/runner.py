@@ -287,6 +287,7 @@ class ClientContext:
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
         params: The module's federated parameters themselves (the tensors the client trains in place), aligned with
             ``global_params``; empty in a context made outside the federated loop (then ``module.parameters()``).
+        client_states: The run's per-client state, the client halves' rows (a ``ClientStates``; ``None`` outside).
 
     Example: made by :meth:`ClientRunner.context`; read-only::
 
@@ -309,6 +310,7 @@ class ClientContext:
     client_lrs: list[float] = field(default_factory=list)
     client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
     params: list[Tensor] = field(default_factory=list, compare=False, repr=False)
+    client_states: Optional[Any] = field(default=None, compare=False, repr=False)
 
     def parameters(self, module: Any) -> list[Tensor]:
         """The tensors ``global_params`` is aligned with: :attr:`params`, or ``module.parameters()`` in a context
@@ -420,9 +422,7 @@ class ClientRunner:
         self._lean: Optional[LeanLocalStep] = None
         self._lean_blocker: Optional[str] = None
         self._client_context: Optional[ClientContext] = None  # the current client's, made once in start_client
-        #: The run's client halves (:class:`~lightning_fed.client.algorithm.ClientHalves`): set up in :meth:`setup`,
-        #: called by :meth:`start_client`, at every local step (:class:`ClientAlgorithmSteps`) and by
-        #: :meth:`finish_client`.
+        #: The run's client halves with their per-client ``states`` (:class:`~lightning_fed.client.algorithm.ClientHalves`).
         self.client_halves = ClientHalves()
 
     # ------------------------------------------------------------------ set-up (the loop)
@@ -578,7 +578,7 @@ class ClientRunner:
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
-            params=self._params,
+            params=self._params, client_states=self.client_halves.states,
         )
 
     # ------------------------------------------------------------------ one client
