@@ -88,6 +88,9 @@ def make_data(kind: str, variant: str, samples: int, data_dir: Optional[str] = N
 
 def save_images(samples: int, data_dir: str) -> None:
     """Write the ``image`` dataset to ``data_dir`` with ``save_to_disk`` (the ``image-disk`` kind's files)."""
+    import datasets
+
+    datasets.disable_progress_bars()
     make_data("image", "hf", samples).save_to_disk(data_dir)
 
 

@@ -389,7 +389,7 @@ def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) ->
     try:
         table = dataset.with_format("arrow", columns=[name]).map(
             _decode_images, batched=True, fn_kwargs=kwargs, features=features, remove_columns=dataset.column_names,
-            desc=f"Decoding Image column {name!r} once (datasets' cache)").with_format("arrow")[:]
+            desc=f"Decoding the images of column {name!r}").with_format("arrow")[:]
     except _DifferentImages:
         return None
     pixels, at = np.empty((len(dataset), *shape), dtype=dtype), 0
