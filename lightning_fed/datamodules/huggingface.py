@@ -278,13 +278,13 @@ def _plan_column(dataset: Any, name: str, chunked: Any, n: int) -> Any:
     import datasets
 
     feature = dataset.features.get(name)
-    array = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(feature, datasets.Image):
         if not feature.decode:
             return _NOT_A_TENSOR  # dicts of bytes and path
-        if array.null_count:
+        if chunked.null_count:
             return _plan_formatted(dataset, name)
-        return _plan_images(dataset, name, feature, array, n)
+        return _plan_images(dataset, name, feature, chunked, n)
+    array = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(array.type, pa.ExtensionType):  # Array2D ... Array5D: nested lists underneath
         array = array.storage
     leaf = array.type
@@ -335,7 +335,8 @@ _DECODED_IMAGES_VERSION = 1
 
 def _decode_images(batch: Any, feature: Any, shape: tuple[int, ...], dtype: str, token: Any, versions: Any) -> dict:
     """``Dataset.map`` function (batched, ``"arrow"`` format, one ``Image`` column): each image decoded by the
-    feature's ``decode_example`` (PIL), as the torch formatter does, into ``pixels [B, *shape]`` of ``dtype``, and
+    feature's ``decode_example`` (PIL), as the torch formatter does, into ``pixels [B, prod(shape)]`` of ``dtype``
+    (each image ``[C, H, W]``, flattened), and
     ``decoded [B]`` (bool). An image ``decode_example`` cannot decode is left as zeros with ``decoded`` False (its
     error is raised again when a batch holds it); one of another shape or dtype raises :class:`_DifferentImages`."""
     column = batch.column(0).combine_chunks()
@@ -349,7 +350,7 @@ def _decode_images(batch: Any, feature: Any, shape: tuple[int, ...], dtype: str,
         if image.shape != tuple(shape) or image.dtype != pixels.dtype:
             raise _DifferentImages()
         pixels[i], decoded[i] = image, True
-    return {"pixels": pixels, "decoded": decoded}
+    return {"pixels": pixels.reshape(len(payloads), -1), "decoded": decoded}
 
 
 def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) -> Optional[tuple[np.ndarray, Any]]:
@@ -385,16 +386,17 @@ def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) ->
     versions = (_DECODED_IMAGES_VERSION, datasets.__version__, PIL.__version__)
     kwargs = {"feature": dataset.features[name], "shape": shape, "dtype": dtype.str, "versions": versions,
               "token": getattr(dataset, "_token_per_repo_id", None)}
-    features = datasets.Features({"pixels": datasets.Array3D(shape, dtype.name), "decoded": datasets.Value("bool")})
+    features = datasets.Features({"pixels": datasets.List(datasets.Value(dtype.name), length=math.prod(shape)),
+                                  "decoded": datasets.Value("bool")})  # pixels: fixed_size_list, read without checks
     try:
         table = dataset.with_format("arrow", columns=[name]).map(
             _decode_images, batched=True, fn_kwargs=kwargs, features=features, remove_columns=dataset.column_names,
-            desc=f"Decoding the images of column {name!r}").with_format("arrow")[:]
+            desc=f"Decoding the images of column {name!r}").data  # a new dataset: its rows, in order
     except _DifferentImages:
         return None
     pixels, at = np.empty((len(dataset), *shape), dtype=dtype), 0
     for chunk in table.column("pixels").chunks:  # each a view of the cache file's buffer, copied once
-        values = fixed_shape_values(chunk.storage if hasattr(chunk, "storage") else chunk)
+        values = fixed_shape_values(chunk)
         flat = values[0].to_numpy(zero_copy_only=False) if values is not None else np.empty(0, dtype=dtype)
         if flat.size != len(chunk) * math.prod(shape):
             return None
@@ -462,8 +464,7 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
     or dtype. Rows ``decode_example`` could not decode raise its error when a batch holds them
     (:class:`_FailedImages`)."""
     token = getattr(dataset, "_token_per_repo_id", None)
-    binary, paths = array.field("bytes"), array.field("path")
-    first = _image_array(feature, {"bytes": binary[0].as_py(), "path": paths[0].as_py()}, token)
+    first = _image_array(feature, array[0].as_py(), token)  # {"bytes", "path"}
     try:
         torch.from_numpy(np.zeros(0, dtype=first.dtype))
     except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
@@ -478,7 +479,7 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
         if decoded.false_count == 0:
             return out
         failed = np.flatnonzero(~np.asarray(decoded.to_numpy(zero_copy_only=False))).tolist()
-        values = {i: {"bytes": binary[i].as_py(), "path": paths[i].as_py()} for i in failed}
+        values = {i: array[i].as_py() for i in failed}
         return _FailedImages(name, out, values, lambda value: _image_array(feature, value, token))
 
     return n * first.size * first.itemsize, convert
