@@ -8,17 +8,19 @@ import importlib
 import os
 import re
 import sys
+import warnings
 from contextvars import ContextVar
 from typing import Any, Optional
 
 import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
-from jsonargparse._actions import previous_config
-from jsonargparse._typehints import ActionTypeHint, resolve_class_path_by_name
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from lightning_fed._jsonargparse import (ActionTypeHint, previous_config, resolve_class_path_by_name,
+                                        subcommands_action)
+from lightning_fed._moved import REMOVED_IN, new_paths
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.errors import DataNotFoundError
 from lightning_fed.trainer import FederatedTrainer
@@ -509,7 +511,7 @@ class FederatedArgumentParser(LightningArgumentParser):
             if problem is not None:
                 self.error(problem)
             self._swap(content, source)
-        self._checked_content = content
+        self._checked_content, self._checked_source = content, source
         try:
             return self._move(super().parse_path(path, *args, **kwargs), source)
         finally:
@@ -521,11 +523,13 @@ class FederatedArgumentParser(LightningArgumentParser):
             if problem is not None:
                 self.error(problem)
             self._swap(content, "The config")
+        checked = content == getattr(self, "_checked_content", None)
+        content = read_new_paths(content, self._checked_source if checked else "The config")
         return self._move(super().parse_string(content, *args, **kwargs), "The config")
 
     def _swap(self, content: str, source: str) -> None:
         try:
-            self._forget_swapped(content, source)
+            self._forget_swapped(new_paths(content)[0], source)
         except ValueError as err:  # a method whose client half needs its server half (swap_client_halves)
             self.error(str(err))
             raise  # pragma: no cover - error() exits or raises unless the parser was told otherwise
@@ -537,7 +541,7 @@ class FederatedArgumentParser(LightningArgumentParser):
         built before jsonargparse would carry its same-named settings over (see :class:`_SwapFromDefaults`); the
         client half of a ready-made method it replaces is carried into ``trainer.client_algorithms``, or the swap
         refused (:func:`swap_client_halves`, ``ValueError`` naming ``source``)."""
-        previous = previous_config.get()
+        previous = previous_config()
         if not isinstance(previous, Namespace):
             return
         try:
@@ -569,13 +573,11 @@ class FederatedArgumentParser(LightningArgumentParser):
         misspelt class or option name names the closest known ones (:func:`readable_parse_error`). With
         ``--verbose`` (or ``LIGHTNING_FED_VERBOSE=1``), or when this parser raises instead of exiting, jsonargparse's
         own handling (usage and the full message)."""
-        from jsonargparse._common import debug_mode_active
+        from lightning_fed._jsonargparse import debug_mode_active, report_error
 
         if verbose() or not self.exit_on_error or debug_mode_active():
             return super().error(message, ex)
-        self._logger.error(message)
-        if callable(self._error_handler):
-            self._error_handler(self, message)
+        report_error(self, message)
         parser = getattr(ex, "subcommand_parser", None) or self
         readable = readable_parse_error(message, parser)
         prog = parser.prog.replace(" [options]", "")
@@ -614,7 +616,9 @@ class FederatedCLI(LightningCLI):
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
-    shows it there).
+    shows it there). A class named by its path from before a move
+    (``lightning_fed.datamodules.cifar.CIFAR10DataModule``, :mod:`lightning_fed._moved`), in a config or on the
+    command line, is read as its path now with a ``FutureWarning`` (:func:`read_new_paths`) until 0.3.0.
 
     ``lightning-fed predict`` runs ``Trainer.predict`` (the global model's ``predict_step``, after ``--ckpt_path``
     restores it) on the data module's ``predict_dataloader``; without one it stops before loading data.
@@ -671,19 +675,19 @@ class FederatedCLI(LightningCLI):
             if summaries[name]:
                 kwargs[name] = {"description": summaries[name], **kwargs.get(name, {})}
         super()._add_subcommands(parser, **kwargs)
-        for choice in parser._subcommands_action._choices_actions:  # `lightning-fed --help`'s list
+        for choice in subcommands_action(parser)._choices_actions:  # `lightning-fed --help`'s list
             if summaries.get(choice.dest):
                 choice.help = summaries[choice.dest]
         if self._help_of is not None:
             return  # `lightning-fed fit --help`: no listing of the others
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
-        parser._subcommands_action.add_subcommand("partition", listing, help=summary)
+        subcommands_action(parser).add_subcommand("partition", listing, help=summary)
         from lightning_fed.report import REPORT_USAGE
 
         summary = "Final and best metrics of finished runs, mean ± std over seeds, CSV and curves (from their logs)."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {REPORT_USAGE}", add_help=False)
-        parser._subcommands_action.add_subcommand("report", listing, help=summary)
+        subcommands_action(parser).add_subcommand("report", listing, help=summary)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_subclass_arguments(
@@ -699,7 +703,14 @@ class FederatedCLI(LightningCLI):
                 action.__class__ = _SwapFromDefaults
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        argv = sys.argv[1:] if args is None else args
+        if isinstance(argv, (list, tuple)) and any(isinstance(a, str) and new_paths(a)[1] for a in argv):
+            argv = [read_new_paths(a, "The command line") if isinstance(a, str) else a for a in argv]
+            with warnings.catch_warnings():  # sys.argv's arguments, old paths read as the new ones: not a mix-up
+                warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+                super().parse_arguments(parser, argv)
+        else:
+            super().parse_arguments(parser, args)
         # what command-line arguments added after the configs were read: e.g. `--trainer.callbacks+ FedYogi`
         subcommand = self.config.get("subcommand")
         prefix = f"{subcommand}." if subcommand else ""
@@ -818,6 +829,26 @@ class FederatedCLI(LightningCLI):
         trainer_config["callbacks"] = [server, *callbacks]
         extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
         return self._instantiate_trainer(trainer_config, extra)
+
+
+def read_new_paths(text: str, source: str) -> str:
+    """``text`` (a config, a command-line argument) with every class named by an old path
+    (:func:`lightning_fed._moved.new_paths`: ``lightning_fed.datamodules.cifar.CIFAR10DataModule``) named by its path
+    now, and a ``FutureWarning`` for each naming ``source``, the new path and the version that removes the old one.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     read_new_paths("class_path: lightning_fed.datamodules.iid.IIDPartitioner", "Config 'a.yaml'")
+    'class_path: lightning_fed.datamodules.partitioners.iid.IIDPartitioner'
+    >>> print(caught[0].message)
+    Config 'a.yaml' names `lightning_fed.datamodules.iid.IIDPartitioner`, an old path removed in lightning_fed 0.3.0: read as `lightning_fed.datamodules.partitioners.iid.IIDPartitioner`; write that instead.
+    """
+    text, replaced = new_paths(text)
+    for old, new in replaced:
+        warnings.warn(f"{source} names `{old}`, an old path removed in lightning_fed {REMOVED_IN}: read as `{new}`; "
+                      "write that instead.", FutureWarning, stacklevel=2)
+    return text
 
 
 def _help_subcommand(argv: Any) -> Optional[str]:
@@ -997,7 +1028,7 @@ def _import_class(class_path: str) -> Optional[type]:
 def _known_class_names(bases: list[type]) -> list[str]:
     """Short names of the classes a ``class_path`` of type ``bases`` accepts (what jsonargparse resolves a short
     name against), with the project's callbacks, data modules and models imported."""
-    from jsonargparse._typehints import get_all_subclass_paths
+    from lightning_fed._jsonargparse import subclass_paths
 
     for module in ("lightning_fed.callbacks", "lightning_fed.datamodules", "lightning_fed.models"):
         try:
@@ -1007,7 +1038,7 @@ def _known_class_names(bases: list[type]) -> list[str]:
     names: dict[str, None] = {}
     for base in bases:
         try:
-            paths = get_all_subclass_paths(base)
+            paths = subclass_paths(base)
         except Exception:  # pragma: no cover - jsonargparse's helper refused a type: no suggestion
             continue
         names.update((path.rsplit(".", 1)[1], None) for path in paths)
@@ -1020,9 +1051,9 @@ def _init_arg_names(class_path: str) -> list[str]:
     if cls is None:
         return []
     try:
-        from jsonargparse._parameter_resolvers import get_signature_parameters
+        from lightning_fed._jsonargparse import init_parameter_names
 
-        return [p.name for p in get_signature_parameters(cls)]
+        return init_parameter_names(cls)
     except Exception:  # pragma: no cover - fall back to the plain signature
         import inspect
 
@@ -1227,7 +1258,7 @@ def _parsers(parser: Any) -> list[Any]:
     if parser is None:
         return []
     out = [parser]
-    action = getattr(parser, "_subcommands_action", None)
+    action = subcommands_action(parser)
     if action is not None:
         out += list(getattr(action, "_name_parser_map", {}).values())
     return out
@@ -1273,7 +1304,7 @@ def partition_command(args: list[str]) -> dict[str, Any]:
                         help="clients printed and plotted (the first N, default 30)")
     ns, rest = parser.parse_known_args(args)
     if ns.max_clients < 1:
-        parser.error(f"--max_clients must be an int >= 1, got {ns.max_clients}")
+        parser.error(f"--max_clients must be an integer >= 1, got {ns.max_clients}")
     cli_args = [a for path in ns.config for a in ("--config", path)] + rest
     import logging
     import warnings

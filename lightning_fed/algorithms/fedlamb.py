@@ -92,7 +92,7 @@ class LocalAMSGrad(Optimizer):
         >>> FedLAMBClient([theta], phi_min=2.0, phi_max=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `phi_max` (1.0) must be >= `phi_min` (2.0).
+        lightning_fed.checks.ArgumentError: `phi_max` (1.0) must be >= `phi_min` (2.0).
     """
 
     #: Whether the step is normalised per parameter tensor (Fed-LAMB) or not (Fed-AMS).
@@ -481,7 +481,7 @@ class LocalAdaptiveClient(ClientAlgorithm):
                 f"{self!r} (Fed-LAMB's client half) needs exactly one MaxSecondMoment (its server half) in "
                 f"{type(server).__name__}'s `aggregators`; use FedLAMB or FedAMS."
             )
-        self._server, self._stage_index = server, stages[0]
+        self._server, self._stage_index = getattr(server, "composer", server), stages[0]  # the chain's state holder
 
     def moments(self, params: list[Tensor]) -> "MaxSecondMoment.State":
         """v̂_r and m̄_r on ``params``' device (created as v̂_0 in the server optimizer's chain state the first time):

@@ -75,7 +75,7 @@ class FedDyn(FedAvg):
         >>> FedDyn(alpha=0)
         Traceback (most recent call last):
         ...
-        ValueError: `alpha` must be a finite number > 0, got 0.
+        lightning_fed.checks.ArgumentError: `alpha` must be a finite number > 0, got 0.
     """
 
     def __init__(self, alpha: float = 0.01, lr: float = 1.0, client: Optional[list[ClientAlgorithm]] = None,

@@ -103,11 +103,11 @@ class LocalAdaptiveServer(ServerOptimizer):
         >>> FedAMS(first_moment="keep")
         Traceback (most recent call last):
         ...
-        ValueError: `first_moment` must be one of ('reset', 'average'), got 'keep'.
+        lightning_fed.checks.ArgumentError: `first_moment` must be one of ('reset', 'average'), got 'keep'.
         >>> FedAMS(beta2=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `beta2` must be a number in [0, 1), got 1.0.
+        lightning_fed.checks.ArgumentError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
     #: The client optimizer class the callback installs.
