@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -367,7 +369,9 @@ def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) ->
     feature, and the versions of ``datasets``, PIL and this decoding), so a changed dataset (another
     ``save_to_disk``, a ``map``, ``filter`` or ``select``) gets a column of its own. An in-memory dataset
     (``Dataset.from_dict``) has no files: its images are decoded in memory at every call. With
-    ``datasets.disable_caching()`` nothing is reused.
+    ``datasets.disable_caching()`` nothing is reused. Where the column cannot be written next to the dataset's files
+    (a read-only folder, a full disk: ``OSError``) the images are decoded in memory, with a ``UserWarning`` naming
+    the folder.
 
     Example::
 
@@ -388,10 +392,18 @@ def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) ->
               "token": getattr(dataset, "_token_per_repo_id", None)}
     features = datasets.Features({"pixels": datasets.List(datasets.Value(dtype.name), length=math.prod(shape)),
                                   "decoded": datasets.Value("bool")})  # pixels: fixed_size_list, read without checks
+    source = dataset.with_format("arrow", columns=[name])
+    map_kwargs = {"batched": True, "fn_kwargs": kwargs, "features": features, "remove_columns": dataset.column_names,
+                  "desc": f"Decoding the images of column {name!r}"}
     try:
-        table = dataset.with_format("arrow", columns=[name]).map(
-            _decode_images, batched=True, fn_kwargs=kwargs, features=features, remove_columns=dataset.column_names,
-            desc=f"Decoding the images of column {name!r}").data  # a new dataset: its rows, in order
+        try:
+            table = source.map(_decode_images, **map_kwargs).data  # a new dataset: its rows, in order
+        except OSError as error:  # the dataset's folder cannot be written (read-only, full): decoded in memory
+            folders = sorted({str(Path(f["filename"]).parent) for f in dataset.cache_files})
+            warnings.warn(f"The images of column {name!r} are decoded in memory, at every run: `datasets` could not "
+                          f"write the decoded column next to the dataset's files in {', '.join(folders)} ({error}).",
+                          stacklevel=2)
+            table = source.map(_decode_images, keep_in_memory=True, **map_kwargs).data
     except _DifferentImages:
         return None
     pixels, at = np.empty((len(dataset), *shape), dtype=dtype), 0

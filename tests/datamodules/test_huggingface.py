@@ -196,6 +196,29 @@ def test_images_are_decoded_by_datasets_once_into_its_cache_next_to_the_dataset_
     assert len(list(where.glob("cache-*.arrow"))) == 2
 
 
+def test_a_dataset_in_a_read_only_folder_has_its_images_decoded_in_memory_with_a_warning(tmp_path, monkeypatch):
+    """A dataset saved where the decoded column cannot be written (a read-only mount, e.g. a shared data folder):
+    ``map`` cannot write its cache file, so the images are decoded in memory, the same pixels as PIL's, with a
+    warning naming the folder; nothing is written there."""
+    import subprocess
+
+    from helpers import tmpfs
+
+    ds = _kind("Image RGB")
+    expected = _pil_pixels(ds.with_format("arrow")[:].column("image").to_pylist())
+    with tmpfs(tmp_path / "shared", "size=4m") as shared:
+        ds.save_to_disk(str(shared / "ds"))
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(shared)], capture_output=True, text=True)
+        if remounted.returncode != 0:
+            pytest.skip(f"needs `mount -o remount,ro`: {remounted.stderr.strip()}")
+        with pytest.warns(UserWarning, match=re.escape(f"could not write the decoded column next to the dataset's "
+                                                       f"files in {shared / 'ds'}")):
+            columns = HFTensorColumns.from_dataset(datasets.load_from_disk(str(shared / "ds")).with_format("torch"))
+        assert torch.equal(columns.columns["image"], expected)
+        assert not list((shared / "ds").glob("cache-*.arrow"))
+        del columns
+
+
 def test_an_in_memory_dataset_s_images_are_decoded_in_memory_by_datasets_at_each_conversion(tmp_path, monkeypatch):
     """A dataset without files (``Dataset.from_dict``): every image by decode_example, each time; nothing written
     to datasets' cache directory."""
