@@ -15,7 +15,6 @@ from lightning_fed.server.min_norm import MinNormReport, MinNormResult
 from lightning_fed.server.rules.sgd import SGD
 
 
-
 def _stage_attribute(name: str, doc: str) -> property:
     """A FedAWARE attribute that is the min-norm stage's (one source of truth)."""
     return property(lambda self: getattr(self.min_norm, name), lambda self, v: setattr(self.min_norm, name, v), doc=doc)
@@ -197,6 +196,11 @@ class FedAWARE(ServerOptimizer):
         ValueError: `alpha` must lie in [0, 1) with alpha_convention='paper' (weight of the old momentum), got 1.0.
     """
 
+    state_key_fields = ("lr", "alpha", "alpha_convention", "normalize", "projection", "weighting")
+    repr_fields = ("lr", "weighting", "alpha", "alpha_convention", "normalize", "fedavg_warmup", "projection", "solver",
+                   "warmup_rounds", "pairing")
+    repr_hidden = {"warmup_rounds": None, "pairing": "client_id"}
+
     def __init__(
         self,
         lr: float = 1.0,
@@ -287,20 +291,3 @@ class FedAWARE(ServerOptimizer):
         than ``warmup_rounds`` server steps have been taken)."""
         states = self.aggregator_state
         return self.min_norm.warming_up(None if states is None else states[0], self.num_steps)
-
-    # ------------------------------------------------------------------ checkpointing
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(
-            lr=self.lr, alpha=self.alpha, alpha_convention=self.alpha_convention, normalize=self.normalize,
-            projection=self.projection, weighting=self.weighting,
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"{super().extra_repr()}, alpha={self.alpha}, alpha_convention={self.alpha_convention!r}, "
-            f"normalize={self.normalize}, fedavg_warmup={self.fedavg_warmup}, projection={self.projection}, "
-            f"solver={self.solver!r}"
-            + (f", warmup_rounds={self.warmup_rounds}" if self.warmup_rounds is not None else "")
-            + (f", pairing={self.pairing!r}" if self.pairing != "client_id" else "")
-        )

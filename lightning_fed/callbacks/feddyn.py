@@ -78,16 +78,12 @@ class FedDyn(FedAvg):
         ValueError: `alpha` must be a finite number > 0, got 0.
     """
 
+    state_key_fields = ("lr", "alpha")
+    repr_fields = ("alpha", "lr")
+
     def __init__(self, alpha: float = 0.01, lr: float = 1.0, client: Optional[list[ClientAlgorithm]] = None,
                  client_state_store: str = "memory", client_state_dir: Optional[str] = None) -> None:
         self.alpha = check_positive("alpha", alpha)
         super().__init__(lr=lr, weighting="uniform", aggregators=[FedDynCorrection(self.alpha)], client=client,
                          client_state_store=client_state_store, client_state_dir=client_state_dir)
         self._own_client = [FedDynClient(self.alpha)]  # the client half (lightning_fed.algorithms.feddyn)
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, alpha=self.alpha)
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, lr={self.lr}"

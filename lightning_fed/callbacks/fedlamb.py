@@ -3,7 +3,6 @@ adaptive local optimizers on the clients, model averaging and max-averaged secon
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import torch
@@ -21,7 +20,7 @@ from lightning_fed.algorithms.fedlamb import (
     check_in_range,
     check_phi_bounds,
 )
-from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_positive, check_unit_interval
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer, check_positive, check_unit_interval, none_if_infinite
 from lightning_fed.server.rules.sgd import SGD
 
 #: Accepted values of ``first_moment``: m restarts at 0 every round, or the server broadcasts the clients' mean m.
@@ -110,6 +109,10 @@ class LocalAdaptiveServer(ServerOptimizer):
         ValueError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
+    state_key_fields = ("lr", "client_lr", "beta1", "beta2", "eps", "weight_decay", "first_moment", "weighting")
+    repr_fields = ("lr", "weighting", "client_lr", "beta1", "beta2", "eps", "weight_decay", "bias_correction",
+                   "ratio_denominator", "first_moment", "initial_second_moment")
+
     #: The client optimizer class the callback installs.
     client_optimizer_class: type[LocalAMSGrad] = LocalAMSGrad
 
@@ -190,20 +193,6 @@ class LocalAdaptiveServer(ServerOptimizer):
         return self._own_client[0].install_optimizer(trainer, self)
 
     # ------------------------------------------------------------------ bookkeeping
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(
-            lr=self.lr, client_lr=self.client_lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps,
-            weight_decay=self.weight_decay, first_moment=self.first_moment, weighting=self.weighting,
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"{super().extra_repr()}, client_lr={self.client_lr}, beta1={self.beta1}, beta2={self.beta2}, "
-            f"eps={self.eps}, weight_decay={self.weight_decay}, bias_correction={self.bias_correction!r}, "
-            f"ratio_denominator={self.ratio_denominator!r}, first_moment={self.first_moment!r}, "
-            f"initial_second_moment={self.initial_second_moment}"
-        )
 
 
 class FedLAMB(LocalAdaptiveServer):
@@ -262,6 +251,9 @@ class FedLAMB(LocalAdaptiveServer):
         True
     """
 
+    repr_fields = LocalAdaptiveServer.repr_fields + ("phi_min", "phi_max")
+    repr_formats = {"phi_max": none_if_infinite}
+
     client_optimizer_class = FedLAMBClient
 
     def __init__(
@@ -289,12 +281,8 @@ class FedLAMB(LocalAdaptiveServer):
 
     def client_optimizer_kwargs(self) -> dict[str, Any]:
         kwargs = super().client_optimizer_kwargs()
-        kwargs.update(phi_min=self.phi_min, phi_max=None if math.isinf(self.phi_max) else self.phi_max)
+        kwargs.update(phi_min=self.phi_min, phi_max=none_if_infinite(self.phi_max))
         return kwargs
-
-    def extra_repr(self) -> str:
-        phi_max = None if math.isinf(self.phi_max) else self.phi_max
-        return f"{super().extra_repr()}, phi_min={self.phi_min}, phi_max={phi_max}"
 
 
 class FedAMS(LocalAdaptiveServer):

@@ -75,6 +75,9 @@ class FedMGDAPlus(ServerOptimizer):
         ServerOptimizer(lr=1.0, weighting='num_samples')
     """
 
+    state_key_fields = ("lr", "epsilon", "normalize", "weighting")
+    repr_fields = ("lr", "weighting", "epsilon", "normalize")
+
     def __init__(
         self,
         lr: float = 1.0,
@@ -104,11 +107,3 @@ class FedMGDAPlus(ServerOptimizer):
         :attr:`round_report`'s)."""
         report = self.stage_report(self.min_norm)
         return None if report is None else report.weights
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, epsilon=self.epsilon, normalize=self.normalize,
-                                        weighting=self.weighting)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, epsilon={self.epsilon}, normalize={self.normalize}"

@@ -80,6 +80,8 @@ class FedNova(ServerOptimizer):
         ValueError: `mu`=0.1 is FedProx's proximal coefficient of local_solver='proximal', but local_solver='sgd'; use local_solver='proximal', mu=0.1.
     """
 
+    state_key_fields = repr_fields = ("lr", "weighting", "local_solver", "momentum", "mu")
+
     def __init__(
         self, lr: float = 1.0, weighting: str = "num_samples", local_solver: str = "sgd", momentum: float = 0.0,
         mu: float = 0.0, client: Optional[list[ClientAlgorithm]] = None,
@@ -91,11 +93,3 @@ class FedNova(ServerOptimizer):
             self._own_client = [FedProxClient(stage.mu)]  # FedProx's client half (lightning_fed.algorithms.fedprox)
 
     # ------------------------------------------------------------------ bookkeeping
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, weighting=self.weighting, local_solver=self.local_solver,
-                                        momentum=self.momentum, mu=self.mu)
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, local_solver={self.local_solver!r}, momentum={self.momentum}, "
-                f"mu={self.mu}")

@@ -34,14 +34,13 @@ class FedPer(FedAvg):
         [FedPerClient(head=['net.2'])]
     """
 
+    repr_fields = ("head", "lr", "weighting")
+
     def __init__(self, head: Sequence[str], lr: float = 1.0, weighting: str = "num_samples",
                  aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [FedPerClient(head)]
         self.head = list(self._own_client[0].head)
-
-    def extra_repr(self) -> str:
-        return f"head={self.head!r}, {super().extra_repr()}"
 
 
 class FedRep(FedAvg):
@@ -63,14 +62,13 @@ class FedRep(FedAvg):
         [FedRepClient(head=['net.2'], head_steps=3)]
     """
 
+    repr_fields = ("head", "head_steps", "lr", "weighting")
+
     def __init__(self, head: Sequence[str], head_steps: int = 10, lr: float = 1.0, weighting: str = "uniform",
                  aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [FedRepClient(head, head_steps)]
         self.head, self.head_steps = list(self._own_client[0].head), head_steps
-
-    def extra_repr(self) -> str:
-        return f"head={self.head!r}, head_steps={self.head_steps}, {super().extra_repr()}"
 
 
 class Ditto(FedAvg):
@@ -91,12 +89,11 @@ class Ditto(FedAvg):
         [DittoClient(lam=0.5, lr=None)]
     """
 
+    repr_fields = ("lam", "personal_lr", "lr", "weighting")
+
     def __init__(self, lam: float = 0.1, personal_lr: Optional[float] = None, lr: float = 1.0,
                  weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
                  client: Optional[list[ClientAlgorithm]] = None) -> None:
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [DittoClient(lam, personal_lr)]
         self.lam, self.personal_lr = self._own_client[0].lam, personal_lr
-
-    def extra_repr(self) -> str:
-        return f"lam={self.lam}, personal_lr={self.personal_lr}, {super().extra_repr()}"

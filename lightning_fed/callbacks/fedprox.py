@@ -79,15 +79,12 @@ class FedProx(FedAvg):
         (1.0, 1.4, 1.4)
     """
 
+    state_key_fields = ("lr", "mu", "weighting")
+    repr_fields = ("mu", "lr", "weighting")
+
     def __init__(self, mu: float, lr: float = 1.0, weighting: str = "num_samples") -> None:
         super().__init__(lr=lr, weighting=weighting)
         self.mu = check_non_negative("mu", mu)
         self._own_client = [FedProxClient(self.mu)]  # the client half (lightning_fed.algorithms.fedprox)
 
     # ------------------------------------------------------------------ bookkeeping
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, mu=self.mu, weighting=self.weighting)
-
-    def extra_repr(self) -> str:
-        return f"mu={self.mu}, {super().extra_repr()}"

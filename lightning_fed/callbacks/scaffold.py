@@ -166,9 +166,3 @@ class SCAFFOLD(ServerOptimizer):
             RuntimeError: before the first round (no c yet).
         """
         return self.control_stage.client_control(self, client_id)
-
-    # ------------------------------------------------------------------ checkpointing
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, weighting=self.weighting)
-

@@ -180,6 +180,17 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     #: Marks server optimizers for the modules below the callbacks (:func:`~lightning_fed.server.checks.is_server_optimizer`).
     is_server_optimizer = True
+    #: The attributes that name this server optimizer's state in a checkpoint (:attr:`state_key`, Lightning's
+    #: ``"<class>{'lr': 1.0, ...}"``), in order; ``"key=path"`` reads the dotted attribute ``path`` (a stage's:
+    #: ``"alpha=min_norm.alpha"``). A subclass lists its own; the strings are in checkpoints, so never reorder them.
+    state_key_fields: tuple[str, ...] = ("lr", "weighting")
+    #: The attributes :meth:`extra_repr` shows, in order (``"key=path"`` as in :attr:`state_key_fields`); a string
+    #: value is shown quoted (its ``repr``), any other as ``str``.
+    repr_fields: tuple[str, ...] = ("lr", "weighting")
+    #: Fields of :attr:`repr_fields` left out of the repr while they hold the value given here (e.g. ``None``).
+    repr_hidden: dict[str, Any] = {}
+    #: Fields of :attr:`repr_fields` shown through a function of their value (``{"phi_max": none_if_infinite}``).
+    repr_formats: dict[str, Any] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a subclass that defines a method of :data:`REMOVED_OVERRIDES` (it would be silently ignored).
@@ -908,7 +919,19 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, weighting=self.weighting)
+        """Lightning's key of this callback's state: the class name and :attr:`state_key_fields`' values."""
+        return self._generate_state_key(**dict(self._fields(self.state_key_fields)))
+
+    def _fields(self, specs: Sequence[str]) -> list[tuple[str, Any]]:
+        """``(key, value)`` of each ``"key"`` or ``"key=dotted.path"`` of ``specs``, read from this object."""
+        out = []
+        for spec in specs:
+            key, _, path = spec.partition("=")
+            value: Any = self
+            for part in (path or key).split("."):
+                value = getattr(value, part)
+            out.append((key, value))
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
@@ -1018,13 +1041,28 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return cut
 
     def extra_repr(self) -> str:
-        return f"lr={self.lr}, weighting={self.weighting!r}"
+        """``key=value`` of :attr:`repr_fields` (strings quoted), but those :attr:`repr_hidden` hides."""
+        hidden, formats = self.repr_hidden, self.repr_formats
+        shown = [(key, formats[key](value) if key in formats else value) for key, value in self._fields(self.repr_fields)
+                 if not (key in hidden and value == hidden[key])]
+        return ", ".join(f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}" for key, value in shown)
 
     def _client_repr(self) -> str:
         return f", client={self.client!r}" if self.client else ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
+
+
+def none_if_infinite(value: float) -> Optional[float]:
+    """``None`` for ±∞ (an unset bound, as the constructor takes it), else ``value``: a :attr:`ServerOptimizer.repr_formats` entry.
+
+    Example::
+
+        >>> none_if_infinite(math.inf), none_if_infinite(2.0)
+        (None, 2.0)
+    """
+    return None if math.isinf(value) else value
 
 
 def _where(algorithm: ClientAlgorithm, server: ServerOptimizer) -> str:

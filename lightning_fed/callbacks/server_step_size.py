@@ -164,6 +164,8 @@ class AdaptiveServerStepSize(ServerOptimizer):
         0.25 0.4
     """
 
+    repr_fields = ("lr", "weighting", "eta", "theta")
+
     def __init__(self, lr: float = 1e-6, weighting: str = "uniform") -> None:
         super().__init__(weighting=weighting, aggregators=_normalized_chain(), rule=AdaptiveStepSize(lr))
 
@@ -192,9 +194,6 @@ class AdaptiveServerStepSize(ServerOptimizer):
         """Log ``server_lr`` (the round's η_t) with the round as the step."""
         if self.eta is not None:
             pl_module.log("server_lr", self.eta, on_step=False, on_epoch=True, batch_size=1)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, eta={self.eta}, theta={self.theta}"
 
 
 class NormalizedFedAvgM(FedAvgM):
