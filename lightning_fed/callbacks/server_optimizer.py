@@ -7,6 +7,7 @@ import difflib
 import inspect
 import math
 import os
+import warnings
 from typing import Any, Optional, Sequence
 
 import torch
@@ -139,7 +140,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         weighting: ``"num_samples"`` (default) or ``"uniform"``.
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
-        client: Client algorithms every client runs (default ``None``).
+        client: Client algorithms every client runs (default ``None``). Deprecated (a ``DeprecationWarning``;
+            removed in 0.3.0): give them as ``FederatedTrainer(client_algorithms=[...])`` (YAML/CLI:
+            ``trainer.client_algorithms``), which keeps them when the server optimizer is swapped.
         client_state_store: Where the per-client tables (SCAFFOLD's c_i, FedDyn's g_k, any client half's state) keep
             their rows: ``"memory"`` (default: CPU tensors, every row in every checkpoint) or ``"disk"`` (one file
             per client row, RAM holds none; checkpoints reference the rows by version instead of copying them; see
@@ -250,6 +253,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         #: The client algorithms given as ``client`` (``None``: none), run by every client of every round
         #: (:mod:`lightning_fed.client.algorithm`).
         self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
+        if client is not None:
+            warn_client_deprecated(self)
         #: Client halves a ready-made method brings itself (FedProx's :class:`FedProxClient`), run before ``client``.
         self._own_client: list[ClientAlgorithm] = []
         #: The chain a ready-made method fixes as its own (SCAFFOLD's ``[ScaffoldControl]``), ``None`` otherwise: a
@@ -1052,6 +1057,24 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
+
+
+#: The release that drops ``ServerOptimizer(client=...)`` (deprecated for ``FederatedTrainer(client_algorithms=...)``).
+CLIENT_REMOVED_IN = "0.3.0"
+
+
+def warn_client_deprecated(server: Any) -> None:
+    """Warn (``DeprecationWarning``, at the line that built ``server``) that ``client=[...]`` of a server optimizer
+    is deprecated: the kept way is ``FederatedTrainer(client_algorithms=[...])``, removal in :data:`CLIENT_REMOVED_IN`."""
+    level, frame = 3, inspect.currentframe().f_back.f_back  # the caller of ServerOptimizer.__init__
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is server:
+        level, frame = level + 1, frame.f_back  # a subclass's __init__ passing `client` on: point past it
+    name = type(server).__name__
+    warnings.warn(
+        f"`{name}(client=[...])` is deprecated and will be removed in lightning_fed {CLIENT_REMOVED_IN}: give the "
+        "client halves to the trainer instead, `FederatedTrainer(client_algorithms=[...])` (YAML/CLI: "
+        "`trainer.client_algorithms`), which also keeps them when the server optimizer is swapped.",
+        DeprecationWarning, stacklevel=level)
 
 
 def none_if_infinite(value: float) -> Optional[float]:

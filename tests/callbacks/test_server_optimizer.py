@@ -399,3 +399,24 @@ def test_a_subclass_state_key_and_repr_come_from_its_field_tables():
     assert repr(Damped(0.25)) == "Damped(damping=0.25, lr=1.0, weighting='num_samples', mode='fast')"
     assert repr(Damped(note="x")).endswith("mode='fast', note='x')")
     assert ServerOptimizer.state_key_fields == ServerOptimizer.repr_fields == ("lr", "weighting")
+
+
+def test_client_halves_given_to_the_server_optimizer_warn_naming_the_kept_way_and_the_removal(recwarn):
+    import warnings
+
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.algorithms import FedProxClient
+    from lightning_fed.callbacks import FedBN, ServerOptimizer
+
+    for make in (lambda: FedAvg(client=[FedProxClient(0.1)]), lambda: FedBN(client=[FedProxClient(0.1)]),
+                 lambda: ServerOptimizer(client=[])):
+        with pytest.warns(DeprecationWarning, match=r"FederatedTrainer\(client_algorithms=\[\.\.\.\]\).*") as caught:
+            make()
+        assert "removed in lightning_fed 0.3.0" in str(caught[0].message)
+        assert caught[0].filename == __file__  # the user's line, not the subclass's super().__init__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        FedBN(), FedAvg()  # a ready-made name's own half is no deprecated client=
+        trainer = FederatedTrainer(callbacks=[FedAvg()], client_algorithms=[FedProxClient(0.1)], logger=False,
+                                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert [type(a).__name__ for a in trainer.client_algorithms] == ["FedProxClient"]
