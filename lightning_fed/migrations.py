@@ -66,6 +66,7 @@ MOVED_CLASSES = {
         ("fedmgda", "fedmgda", "FedMGDAPlus"), ("fedaware", "fedaware", "FedAWARE"), ("scaffold", "scaffold", "SCAFFOLD"),
         ("fedlamb", "fedlamb", "LocalAdaptiveServer"), ("fedlamb", "fedlamb", "FedLAMB"), ("fedlamb", "fedlamb", "FedAMS"),
         ("fedper", "fedper", "FedPer"), ("fedper", "fedrep", "FedRep"), ("fedper", "ditto", "Ditto"),
+        ("fedbn", "fedbn", "FedBN"),
     )
 }
 

@@ -13,7 +13,6 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
-from lightning_fed.callbacks.fedbn import FedBN
 from lightning_fed.callbacks.fedyogi import FedYogi
 from lightning_fed.callbacks.progress import FederatedProgressBar
 from lightning_fed.callbacks.robust import FedMedian, FedTrimmedAvg, Krum
@@ -29,14 +28,26 @@ from lightning_fed.callbacks.server_step_size import (
     normalized_direction,
 )
 
-#: The names above that live in a module of :mod:`lightning_fed.algorithms` (name -> module), imported on first use
-#: (PEP 562 ``__getattr__``): a method's module builds on the server optimizers of this package, so this package
-#: cannot import it while it loads.
+#: Names of this package that live in their method's module of :mod:`lightning_fed.algorithms` (name -> module; a
+#: new method's ready-made name is one line here), imported on first use (PEP 562 ``__getattr__``): a method's module
+#: builds on the server optimizers of this package, so this package cannot import it while it loads.
 METHOD_NAMES = {
-    "AMSGradClient": "fedlamb", "Ditto": "ditto", "FedAMS": "fedlamb", "FedAWARE": "fedaware",
-    "FedDyn": "feddyn", "FedLAMB": "fedlamb", "FedLAMBClient": "fedlamb", "FedMGDAPlus": "fedmgda", "FedNova": "fednova",
-    "FedPer": "fedper", "FedProx": "fedprox", "FedRep": "fedrep", "LocalAMSGrad": "fedlamb",
-    "LocalAdaptiveServer": "fedlamb", "SCAFFOLD": "scaffold",
+    "Ditto": "ditto",
+    "FedAWARE": "fedaware",
+    "FedBN": "fedbn",
+    "FedDyn": "feddyn",
+    "AMSGradClient": "fedlamb",
+    "FedAMS": "fedlamb",
+    "FedLAMB": "fedlamb",
+    "FedLAMBClient": "fedlamb",
+    "LocalAMSGrad": "fedlamb",
+    "LocalAdaptiveServer": "fedlamb",
+    "FedMGDAPlus": "fedmgda",
+    "FedNova": "fednova",
+    "FedPer": "fedper",
+    "FedProx": "fedprox",
+    "FedRep": "fedrep",
+    "SCAFFOLD": "scaffold",
 }
 
 
@@ -59,11 +70,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "AMSGradClient",
     "AdaptiveServerOptimizer",
     "AdaptiveServerStepSize",
     "DPFedAdagrad",
-    "Ditto",
     "DPFedAdam",
     "DPFedAvg",
     "DPFedYogi",
@@ -71,34 +80,21 @@ __all__ = [
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
-    "FedAMS",
-    "FedAWARE",
     "FedAvgM",
-    "FedBN",
-    "FedDyn",
-    "FedLAMB",
-    "FedLAMBClient",
-    "FedMGDAPlus",
     "FedMedian",
-    "FedNova",
-    "FedPer",
-    "FedProx",
-    "FedRep",
     "FedTrimmedAvg",
     "FedYogi",
     "FederatedProgressBar",
     "Krum",
-    "LocalAMSGrad",
-    "LocalAdaptiveServer",
     "NormalizedFedAdagrad",
     "NormalizedFedAdam",
     "NormalizedFedAvgM",
     "NormalizedFedYogi",
-    "SCAFFOLD",
     "ServerLAMB",
     "ServerOptimizer",
     "ServerStepSize",
     "normalized_direction",
+    *sorted(METHOD_NAMES),
 ]
 
 import lightning_fed.algorithms  # noqa: E402,F401  (defines the names of METHOD_NAMES: the CLI lists every server optimizer)
