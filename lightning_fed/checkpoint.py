@@ -45,7 +45,9 @@ from lightning_fed._lightning import (
 from lightning_fed.atomic_io import atomic_write
 from lightning_fed.datamodules import MOVED_MODULES
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
-from lightning_fed.migrations import CHECKPOINT_FORMAT, MOVED_CLASSES, RECORD_KEY, migrate_checkpoint
+from lightning_fed.migrations import CHECKPOINT_FORMAT, MOVED_CLASSES, RECORD_KEY, migrate_checkpoint, required_state
+from lightning_fed.migrations import select_federated
+from lightning_fed.migrations import state_items
 from lightning_fed.server.checks import is_server_optimizer
 from lightning_fed.server.client_state import (
     checkpoint_removed,
@@ -587,9 +589,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
 
     Before any client trains (and before the loggers write), a resume is also refused (``ValueError`` naming the
     file) when the record is malformed (:func:`~lightning_fed.migrations.check_record`), when the checkpoint lacks
-    the server optimizer's state or a part of it the run needs
-    (:meth:`~lightning_fed.callbacks.ServerOptimizer.required_state`), or when the loaded global model or
-    server-optimizer state holds a NaN or ±inf (:meth:`check_loaded_state`, naming the tensors).
+    the server optimizer's state or a part of it the run needs (:func:`~lightning_fed.migrations.required_state`),
+    or when the loaded global model or server-optimizer state holds a NaN or ±inf (:meth:`check_loaded_state`, naming the tensors).
 
     Args:
         trainer: The trainer.
@@ -675,7 +676,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
           per-client tables belong to that set);
         * a checkpoint without the list (every parameter was federated: an older version, or a run without frozen
           parameters) resumed with frozen parameters: its server-optimizer state is cut down to F's entries
-          (:meth:`ServerOptimizer.select_federated <lightning_fed.callbacks.ServerOptimizer.select_federated>`, exact),
+          (:func:`~lightning_fed.migrations.select_federated`, exact),
           with a warning naming the parameters left out.
 
         Args:
@@ -707,7 +708,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
         if server is None:
             return
         positions = [all_names.index(n) for n in names]
-        cut = server.select_federated(positions, sizes)
+        cut = select_federated(server, positions, sizes)
         frozen = [n for n in all_names if n not in set(names)]
         if cut:
             rank_zero_warn(
@@ -786,7 +787,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
 
     def check_loaded_state(self, path: str) -> None:
         """Refuse a resume whose global model (parameters, floating buffers) or server-optimizer state
-        (:meth:`~lightning_fed.callbacks.ServerOptimizer.state_items` with ``saved=True``, per-client tables
+        (:func:`~lightning_fed.migrations.state_items` with ``saved=True``, per-client tables
         included) holds a NaN or ±inf: every client would start from it, and every update would be dropped as
         non-finite, or the first server step would spread it into the model.
 
@@ -805,7 +806,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
         items += [(f"global model buffer {n!r}", b) for n, b in module.named_buffers() if b.is_floating_point()]
         server = _server_optimizer(self.trainer)
         if server is not None:
-            items += server.state_items(names, saved=True)
+            items += state_items(server, names, saved=True)
         bad = nonfinite_values(items)
         if bad:
             raise ValueError(
@@ -880,8 +881,8 @@ class FederatedCheckpointConnector(CheckpointConnector):
 
     def _check_server_state_present(self, record: dict[str, Any], server: Any, path: str) -> None:
         """Refuse a checkpoint whose record names a server optimizer but that holds no state for it, or a state
-        without an entry the server optimizer needs after a server step (:meth:`ServerOptimizer.required_state`):
-        Lightning would skip the missing state silently and the run go on from a fresh one (step count 0, FedAdam's
+        without an entry the server optimizer needs after a server step
+        (:func:`~lightning_fed.migrations.required_state`): Lightning would skip the missing state silently and the run go on from a fresh one (step count 0, FedAdam's
         moments at their start, SCAFFOLD's c_i at zero)."""
         if record.get("server_optimizer_state_key") is None:
             return
@@ -898,7 +899,7 @@ class FederatedCheckpointConnector(CheckpointConnector):
         num_params = sum(p.numel() for p in module.parameters()) if module is not None else 0
         server.bind_client_algorithms(_run_client_halves(self.trainer))  # the trainer's halves' state is needed too
         steps = state.get("num_steps")
-        missing = [key for key in server.required_state(num_params) if not _has_path(state, key)]
+        missing = [key for key in required_state(server, num_params) if not _has_path(state, key)]
         if "num_steps" not in missing and not (isinstance(steps, numbers.Integral) and int(steps) > 0):
             return  # saved before the first server step: nothing else exists yet
         if missing:

@@ -13,12 +13,12 @@ from typing import Any, Optional
 
 import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
-from jsonargparse._actions import previous_config
-from jsonargparse._typehints import ActionTypeHint, resolve_class_path_by_name
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from lightning_fed._jsonargparse import (ActionTypeHint, previous_config, resolve_class_path_by_name,
+                                        subcommands_action)
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.errors import DataNotFoundError
 from lightning_fed.trainer import FederatedTrainer
@@ -537,7 +537,7 @@ class FederatedArgumentParser(LightningArgumentParser):
         built before jsonargparse would carry its same-named settings over (see :class:`_SwapFromDefaults`); the
         client half of a ready-made method it replaces is carried into ``trainer.client_algorithms``, or the swap
         refused (:func:`swap_client_halves`, ``ValueError`` naming ``source``)."""
-        previous = previous_config.get()
+        previous = previous_config()
         if not isinstance(previous, Namespace):
             return
         try:
@@ -569,13 +569,11 @@ class FederatedArgumentParser(LightningArgumentParser):
         misspelt class or option name names the closest known ones (:func:`readable_parse_error`). With
         ``--verbose`` (or ``LIGHTNING_FED_VERBOSE=1``), or when this parser raises instead of exiting, jsonargparse's
         own handling (usage and the full message)."""
-        from jsonargparse._common import debug_mode_active
+        from lightning_fed._jsonargparse import debug_mode_active, report_error
 
         if verbose() or not self.exit_on_error or debug_mode_active():
             return super().error(message, ex)
-        self._logger.error(message)
-        if callable(self._error_handler):
-            self._error_handler(self, message)
+        report_error(self, message)
         parser = getattr(ex, "subcommand_parser", None) or self
         readable = readable_parse_error(message, parser)
         prog = parser.prog.replace(" [options]", "")
@@ -671,19 +669,19 @@ class FederatedCLI(LightningCLI):
             if summaries[name]:
                 kwargs[name] = {"description": summaries[name], **kwargs.get(name, {})}
         super()._add_subcommands(parser, **kwargs)
-        for choice in parser._subcommands_action._choices_actions:  # `lightning-fed --help`'s list
+        for choice in subcommands_action(parser)._choices_actions:  # `lightning-fed --help`'s list
             if summaries.get(choice.dest):
                 choice.help = summaries[choice.dest]
         if self._help_of is not None:
             return  # `lightning-fed fit --help`: no listing of the others
         summary = "Compute and print a data module's partition (client sizes, label counts) without training."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {PARTITION_USAGE}", add_help=False)
-        parser._subcommands_action.add_subcommand("partition", listing, help=summary)
+        subcommands_action(parser).add_subcommand("partition", listing, help=summary)
         from lightning_fed.report import REPORT_USAGE
 
         summary = "Final and best metrics of finished runs, mean ± std over seeds, CSV and curves (from their logs)."
         listing = FederatedArgumentParser(description=f"{summary} Usage: {REPORT_USAGE}", add_help=False)
-        parser._subcommands_action.add_subcommand("report", listing, help=summary)
+        subcommands_action(parser).add_subcommand("report", listing, help=summary)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_subclass_arguments(
@@ -997,7 +995,7 @@ def _import_class(class_path: str) -> Optional[type]:
 def _known_class_names(bases: list[type]) -> list[str]:
     """Short names of the classes a ``class_path`` of type ``bases`` accepts (what jsonargparse resolves a short
     name against), with the project's callbacks, data modules and models imported."""
-    from jsonargparse._typehints import get_all_subclass_paths
+    from lightning_fed._jsonargparse import subclass_paths
 
     for module in ("lightning_fed.callbacks", "lightning_fed.datamodules", "lightning_fed.models"):
         try:
@@ -1007,7 +1005,7 @@ def _known_class_names(bases: list[type]) -> list[str]:
     names: dict[str, None] = {}
     for base in bases:
         try:
-            paths = get_all_subclass_paths(base)
+            paths = subclass_paths(base)
         except Exception:  # pragma: no cover - jsonargparse's helper refused a type: no suggestion
             continue
         names.update((path.rsplit(".", 1)[1], None) for path in paths)
@@ -1020,9 +1018,9 @@ def _init_arg_names(class_path: str) -> list[str]:
     if cls is None:
         return []
     try:
-        from jsonargparse._parameter_resolvers import get_signature_parameters
+        from lightning_fed._jsonargparse import init_parameter_names
 
-        return [p.name for p in get_signature_parameters(cls)]
+        return init_parameter_names(cls)
     except Exception:  # pragma: no cover - fall back to the plain signature
         import inspect
 
@@ -1227,7 +1225,7 @@ def _parsers(parser: Any) -> list[Any]:
     if parser is None:
         return []
     out = [parser]
-    action = getattr(parser, "_subcommands_action", None)
+    action = subcommands_action(parser)
     if action is not None:
         out += list(getattr(action, "_name_parser_map", {}).values())
     return out
@@ -1273,7 +1271,7 @@ def partition_command(args: list[str]) -> dict[str, Any]:
                         help="clients printed and plotted (the first N, default 30)")
     ns, rest = parser.parse_known_args(args)
     if ns.max_clients < 1:
-        parser.error(f"--max_clients must be an int >= 1, got {ns.max_clients}")
+        parser.error(f"--max_clients must be an integer >= 1, got {ns.max_clients}")
     cli_args = [a for path in ns.config for a in ("--config", path)] + rest
     import logging
     import warnings

@@ -9,6 +9,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 
 from lightning_fed._lightning import sync_module_states
+from lightning_fed.checks import check_positive_int
 from lightning_fed.client.distributed import assign_clients, gather_updates
 from lightning_fed.client.host_exchange import close_host_exchanges
 
@@ -60,8 +61,7 @@ class FederatedDDPStrategy(DDPStrategy):
     strategy_name = "federated_ddp"
 
     def __init__(self, *args: Any, processes_per_device: int = 1, shared_memory: bool = True, **kwargs: Any) -> None:
-        if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
-            raise ValueError(f"`processes_per_device` must be an integer >= 1, got {processes_per_device!r}.")
+        check_positive_int("processes_per_device", processes_per_device)
         if not isinstance(shared_memory, bool):
             raise ValueError(f"`shared_memory` must be True or False, got {shared_memory!r}.")
         #: Whether ranks on one host exchange round updates through ``/dev/shm`` (:func:`gather_updates`).

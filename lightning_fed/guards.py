@@ -12,6 +12,8 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
+from lightning_fed.checks import check_choice, check_consecutive_limit
+
 
 def check_max_update_norm_ratio(value: Any) -> Optional[float]:
     """Validate ``max_update_norm_ratio``: ``None`` (guard off) or a finite number k > 1.
@@ -121,11 +123,9 @@ def check_on_nonfinite_server_step(value: Any) -> str:
         >>> check_on_nonfinite_server_step("skip")
         Traceback (most recent call last):
         ...
-        ValueError: `on_nonfinite_server_step` must be one of ('raise', 'restore'), got 'skip'.
+        lightning_fed.checks.ArgumentError: `on_nonfinite_server_step` must be one of ('raise', 'restore'), got 'skip'.
     """
-    if not isinstance(value, str) or value not in NONFINITE_SERVER_STEP_POLICIES:
-        raise ValueError(f"`on_nonfinite_server_step` must be one of {NONFINITE_SERVER_STEP_POLICIES}, got {value!r}.")
-    return value
+    return check_choice("on_nonfinite_server_step", value, NONFINITE_SERVER_STEP_POLICIES)
 
 
 #: ``max_consecutive_restores`` under ``on_nonfinite_server_step="restore"`` when it is not given.
@@ -140,8 +140,9 @@ def check_max_consecutive_restores(value: Any, on_nonfinite_server_step: str = "
     stops the run, so it takes no value (returns ``None``).
 
     Raises:
-        ValueError: anything but ``None`` or an int >= 1 (booleans included), or a value with
-            ``on_nonfinite_server_step="raise"``, naming both arguments.
+        ArgumentError (a ValueError): anything but ``None`` or an integer >= 1 (booleans included), or a value with
+            ``on_nonfinite_server_step="raise"``, naming both arguments
+            (:func:`~lightning_fed.checks.check_consecutive_limit`).
 
     Example::
 
@@ -152,20 +153,15 @@ def check_max_consecutive_restores(value: Any, on_nonfinite_server_step: str = "
         >>> check_max_consecutive_restores(0)
         Traceback (most recent call last):
         ...
-        ValueError: `max_consecutive_restores` must be None (3) or an int >= 1, got 0.
+        lightning_fed.checks.ArgumentError: `max_consecutive_restores` must be an integer >= 1 or None (3), got 0.
     """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-        raise ValueError(f"`max_consecutive_restores` must be None ({DEFAULT_MAX_CONSECUTIVE_RESTORES}) or an int "
-                         f">= 1, got {value!r}.")
-    if on_nonfinite_server_step != "restore":
-        if value is not None:
-            raise ValueError(
-                f"`max_consecutive_restores`={value!r} applies only with on_nonfinite_server_step='restore'; with "
-                f"{on_nonfinite_server_step!r} the first non-finite server step stops the run. Leave it None or set "
-                "on_nonfinite_server_step='restore'."
-            )
-        return None
-    return DEFAULT_MAX_CONSECUTIVE_RESTORES if value is None else int(value)
+    return check_consecutive_limit(
+        "max_consecutive_restores", value, default=DEFAULT_MAX_CONSECUTIVE_RESTORES,
+        policy_name="on_nonfinite_server_step", policy=on_nonfinite_server_step, active="restore",
+        policies=NONFINITE_SERVER_STEP_POLICIES,
+        why=f"with {on_nonfinite_server_step!r} the first non-finite server step stops the run. Leave it None or set "
+            "on_nonfinite_server_step='restore'.",
+    )
 
 
 def _finite_flags(tensors: Sequence[Tensor]) -> list[bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import os
@@ -23,7 +24,7 @@ from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRunner
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
-from lightning_fed.client.update import ClientUpdate, DeltaNorms, overflow_safe_norms
+from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -36,6 +37,7 @@ from lightning_fed.guards import (
     update_norm,
     warn_if_guard_inactive,
 )
+from lightning_fed.migrations import state_items
 from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
 
 log = logging.getLogger(__name__)
@@ -378,17 +380,27 @@ class FederatedFitLoop(pl_private.FitLoop):
         self.epoch_progress.increment_started()
 
     def advance(self) -> None:
-        """Runs one communication round: cohort, local work, server update."""
-        trainer = self.trainer
-        round_idx = trainer.current_epoch
-        pl_private.set_batches_that_stepped(self.epoch_loop, round_idx)
-        start = time.perf_counter()
-        runner = self.client_runner
-        runner.start_round(round_idx)
-        selection = self.datamodule.select_cohort(round_idx)
+        """Runs one communication round: select the cohort, run its clients, filter their updates, the server step,
+        the round's report."""
+        rnd = _Round(self.trainer.current_epoch, time.perf_counter())
+        self._start_round(rnd)
+        self._run_clients(rnd)
+        self._filter_updates(rnd)
+        self._server_step(rnd)
+        self._report_round(rnd)
+
+    def _start_round(self, rnd: "_Round") -> None:
+        """The round's cohort (``rnd.selection``); the client runner, the round log and the failures reset."""
+        pl_private.set_batches_that_stepped(self.epoch_loop, rnd.idx)
+        self.client_runner.start_round(rnd.idx)
+        rnd.selection = self.datamodule.select_cohort(rnd.idx)
         self.round_failures = []
         self._round_log.start_round()
         self._round_start_state = copy.deepcopy(self.epoch_loop.state_dict())
+
+    def _run_clients(self, rnd: "_Round") -> None:
+        """The executor runs the cohort (a stop signal ends the run at once); ``rnd.updates`` and the failures."""
+        trainer, runner = self.trainer, self.client_runner
         single = trainer.world_size == 1
         self.in_round = True
         try:
@@ -396,17 +408,23 @@ class FederatedFitLoop(pl_private.FitLoop):
                 if single and trainer.received_sigterm:  # arrived between the previous round's end and here
                     raise RoundInterrupted(signal.SIGTERM)
                 with trainer.profiler.profile("run_federated_round"):
-                    result = self.executor.run_round(runner, selection.cohort, round_idx)
+                    result = self.executor.run_round(runner, rnd.selection.cohort, rnd.idx)
         except RoundInterrupted as interrupt:
-            self._stop_round(round_idx, interrupt.signum)
-        updates, failures = _round_result(self.executor, result)
-        runner.stop_if_all_failed_alike(len(updates), failures, round_idx)  # a deterministic error: stop now
+            self._stop_round(rnd.idx, interrupt.signum)
+        rnd.updates, failures = _round_result(self.executor, result)
+        runner.stop_if_all_failed_alike(len(rnd.updates), failures, rnd.idx)  # a deterministic error: stop now
         for failure in failures:
             if getattr(failure, "error", None) is not None:
                 failure.error = None  # the exception holds the client's frames (its batch, its local model)
         self.round_failures = list(failures)
-        delta_norms: dict[int, DeltaNorms] = {}
-        updates = [u for u, finite in zip(updates, self._finite_updates(updates, delta_norms))
+        rnd.num_failures = len(failures)
+
+    def _filter_updates(self, rnd: "_Round") -> None:
+        """Drop non-finite updates and norm outliers (recorded as failures), record each sampled client's round, and
+        skip the round when too few reported for the aggregator (e.g. Krum's K > 2f + 2: its K reports counted as
+        dropped)."""
+        runner, updates = self.client_runner, rnd.updates
+        updates = [u for u, finite in zip(updates, self._finite_updates(updates, rnd.delta_norms))
                    if self._keep_finite(u, finite)]
         outliers: set[int] = set()
         if self.max_update_norm_ratio is not None:
@@ -416,92 +434,98 @@ class FederatedFitLoop(pl_private.FitLoop):
             updates = kept
         # each sampled client's run of failing rounds (an outlier trained: it does not extend it); n in a row stop
         runner.client_record.end_round(
-            round_idx, selection.cohort, [u.client_id for u in updates], self.round_failures,
-            [not (f[0] in outliers and i >= len(failures)) for i, f in enumerate(self.round_failures)])
-        runner.stop_if_failed_repeatedly(round_idx)
-        # Too few reports for the aggregator (e.g. Krum's K > 2f + 2): the round is skipped like one where nobody
-        # reported, its K reports counted as dropped.
-        too_few = self.server_optimizer.aggregation_requirement(len(updates)) if updates else None
-        num_too_few = len(updates) if too_few is not None else 0
-        if too_few is not None:
+            rnd.idx, rnd.selection.cohort, [u.client_id for u in updates], self.round_failures,
+            [not (f[0] in outliers and i >= rnd.num_failures) for i, f in enumerate(self.round_failures)])
+        runner.stop_if_failed_repeatedly(rnd.idx)
+        rnd.too_few = self.server_optimizer.aggregation_requirement(len(updates)) if updates else None
+        if rnd.too_few is not None:
+            rnd.num_too_few = len(updates)
             for update in updates:
                 self._round_log.discard(update.client_id)
             updates = []
         self._rounds_run += 1
         self._rounds_with_updates += bool(updates)
         if not updates:
-            why = ("too_few" if too_few is not None else "failed" if len(selection.cohort) else
-                   "unavailable" if selection.unavailable else "empty")
+            why = ("too_few" if rnd.too_few is not None else "failed" if len(rnd.selection.cohort) else
+                   "unavailable" if rnd.selection.unavailable else "empty")
             self._rounds_without_updates[why] = self._rounds_without_updates.get(why, 0) + 1
-        pseudo_gradient: Optional[list[Tensor]] = None
-        steps = bool(updates) or getattr(self.server_optimizer, "releases_empty_rounds", False)  # DP, Poisson cohorts
-        snapshot = self.server_optimizer.snapshot_state() if steps and self.on_nonfinite_server_step == "restore" \
-            else None
+        rnd.updates = updates
+
+    def _server_step(self, rnd: "_Round") -> None:
+        """x_{t+1} from the server optimizer (``rnd.step``; ``None`` when it does not step) and the buffers; then the
+        check of the global model and the server state: a non-finite step raises or is undone
+        (``on_nonfinite_server_step``), the round then counting as one without updates."""
+        runner, server, updates = self.client_runner, self.server_optimizer, rnd.updates
         with torch.no_grad():
             torch._foreach_copy_(self._params, runner.global_params)
+            rnd.step = server.round_step(self._params, updates, snapshot=self.on_nonfinite_server_step == "restore",
+                                         delta_norms=rnd.delta_norms)
             if updates:
-                pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
-                self._average_buffers(updates)
-            else:
-                if steps:
-                    pseudo_gradient = self.server_optimizer.server_update(self._params, updates)
-                if self._buffers:
-                    torch._foreach_copy_(self._buffers, runner.global_buffers)
+                self._average_buffers(updates, rnd.step)
+            elif self._buffers:
+                torch._foreach_copy_(self._buffers, runner.global_buffers)
         self.in_round = False
-        num_restored, restored = 0, False
-        if pseudo_gradient is not None:
-            bad = nonfinite_values(self._global_state_items())
-            if bad:
-                self._nonfinite_server_step(round_idx, bad, snapshot)
-                num_restored, pseudo_gradient, restored = len(updates), None, True
-                for update in updates:
-                    self._round_log.discard(update.client_id)
-                self._rounds_with_updates -= bool(updates)
-                if updates:  # counted apart in the end-of-run message
-                    self._rounds_without_updates["restored"] = self._rounds_without_updates.get("restored", 0) + 1
-                updates = []
-            else:
-                self._restored_in_a_row = []
-        nan = float("nan")
+        if rnd.step is None:
+            return
+        bad = nonfinite_values(self._model_items + state_items(server, self._param_names))
+        if not bad:
+            self._restored_in_a_row = []
+            return
+        self._nonfinite_server_step(rnd.idx, bad, rnd.step)
+        rnd.num_restored, rnd.step, rnd.restored = len(updates), None, True
+        for update in updates:
+            self._round_log.discard(update.client_id)
+        self._rounds_with_updates -= bool(updates)
+        if updates:  # counted apart in the end-of-run message
+            self._rounds_without_updates["restored"] = self._rounds_without_updates.get("restored", 0) + 1
+        rnd.updates = []
+
+    def _report_round(self, rnd: "_Round") -> None:
+        """The round's metrics (:attr:`round_metrics`), the warning of a round without a step, the round log."""
+        updates, step, nan = rnd.updates, rnd.step, float("nan")
         self.round_metrics = {
             "round_train_loss": nan,
             "round_pseudo_grad_norm": nan,
             "round_gradient_diversity": nan,
-            "round_time_s": time.perf_counter() - start,
+            "round_time_s": time.perf_counter() - rnd.start,
             "round_local_steps": float(sum(u.num_steps for u in updates)),
             "round_clients": float(len(updates)),
-            "round_clients_dropped": float(len(self.round_failures) + num_too_few + num_restored),
-            "round_clients_unavailable": float(selection.unavailable),
+            "round_clients_dropped": float(len(self.round_failures) + rnd.num_too_few + rnd.num_restored),
+            "round_clients_unavailable": float(rnd.selection.unavailable),
         }
         weights: dict[int, float] = {}
-        if pseudo_gradient is not None and not updates:
-            norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()
+        if step is not None:
+            norms = torch.stack(torch._foreach_norm(step.pseudo_gradient)).double()
             self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
-            rank_zero_warn(f"Round {round_idx}: no client reported back; the server stepped with the DP noise alone "
+        if step is not None and updates:
+            weights = {u.client_id: float(w) for u, w in zip(updates, step.weights.tolist())}
+            self.round_metrics["round_train_loss"] = self._round_train_loss(updates, step.weights, rnd.idx)
+            self.round_metrics["round_gradient_diversity"] = step.gradient_diversity()
+        else:
+            self._warn_round_without_update(rnd)
+        self._round_log.end_round(pl_private.results(self.trainer), weights)
+        pl_private.log_round_step_values(self.trainer)  # the round's step values into callback/progress-bar metrics
+
+    def _warn_round_without_update(self, rnd: "_Round") -> None:
+        """The warning of a round in which no client update was applied: a DP step on noise alone, too few reports
+        for the aggregator, or no report at all (a restored round was warned about by
+        :meth:`_nonfinite_server_step`)."""
+        if rnd.step is not None:
+            rank_zero_warn(f"Round {rnd.idx}: no client reported back; the server stepped with the DP noise alone "
                            "(Poisson cohorts: every round releases a noised update).")
-        elif pseudo_gradient is not None:
-            weights_t = self.server_optimizer.round_weights(updates)  # the round report's, computed once
-            weights = {u.client_id: float(w) for u, w in zip(updates, weights_t.tolist())}
-            self.round_metrics["round_train_loss"] = self._round_train_loss(updates, weights_t, round_idx)
-            norms = torch.stack(torch._foreach_norm(pseudo_gradient)).double()
-            self.round_metrics["round_pseudo_grad_norm"] = float(torch.linalg.vector_norm(norms))
-            self.round_metrics["round_gradient_diversity"] = self.server_optimizer.gradient_diversity(
-                updates, pseudo_gradient, delta_norms=delta_norms
-            )
-        elif restored:
+        elif rnd.restored:
             pass  # warned by _nonfinite_server_step
-        elif too_few is not None:
+        elif rnd.too_few is not None:
             rank_zero_warn(
-                f"Round {round_idx}: {num_too_few} clients reported back, too few for the aggregator: {too_few} The "
-                "round is skipped: the global model and the server optimizer's state are unchanged, and the "
-                f"{num_too_few} reports are counted in round_clients_dropped."
+                f"Round {rnd.idx}: {rnd.num_too_few} clients reported back, too few for the aggregator: {rnd.too_few} "
+                "The round is skipped: the global model and the server optimizer's state are unchanged, and the "
+                f"{rnd.num_too_few} reports are counted in round_clients_dropped."
             )
         else:
-            why = (f"all {len(selection.cohort)} sampled clients failed or were dropped" if len(selection.cohort) else
-                   "every sampled client dropped out" if selection.unavailable else "no client was sampled")
-            rank_zero_warn(f"Round {round_idx}: no client reported back ({why}); the global model is unchanged.")
-        self._round_log.end_round(pl_private.results(trainer), weights)
-        pl_private.log_round_step_values(trainer)  # the round's step values into callback/progress-bar metrics
+            cohort = rnd.selection.cohort
+            why = (f"all {len(cohort)} sampled clients failed or were dropped" if len(cohort) else
+                   "every sampled client dropped out" if rnd.selection.unavailable else "no client was sampled")
+            rank_zero_warn(f"Round {rnd.idx}: no client reported back ({why}); the global model is unchanged.")
 
     def on_advance_end(self) -> None:
         trainer = self.trainer
@@ -586,46 +610,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         """
         self.round_failures.append(self.client_runner.report_failure(client_id, reason))
 
-    @staticmethod
-    def _finite_updates(updates: list[ClientUpdate], delta_norms: Optional[dict[int, DeltaNorms]] = None) -> list[bool]:
-        """Whether each update's delta and floating buffers are all finite, read on the host in one copy for the
-        round where every update sits on one device (one host sync a round, not one a client). A finite sum of the
-        tensors' norms means every entry is finite; a sum that is not finite can also come from finite entries whose
-        squares overflow (a float32 Δ_i with entries ~4e19): those updates alone are checked entry by entry
-        (``torch.isfinite``, read in one more copy, only in such a round), so only a true NaN or ±inf drops one.
-        With ``delta_norms`` (a dict), the per-tensor norms of each update's delta are kept there for the round's
-        gradient diversity (:meth:`ServerOptimizer.gradient_diversity`'s ``delta_norms``), so each Δ_i is read once
-        for both; for a finite Δ_i whose norms overflowed, its :func:`~lightning_fed.client.update.overflow_safe_norms`
-        (float64)."""
-        flags = []
-        for u in updates:
-            norms = torch._foreach_norm(u.delta) if u.delta else []
-            stacked = torch.stack(norms) if norms else None
-            if delta_norms is not None and stacked is not None:
-                delta_norms[id(u)] = DeltaNorms.of(u.delta, stacked)
-            floating = [b for b in u.buffers if b.is_floating_point()]
-            if floating:  # Δ_i's norms and the buffers' in one sum, as they always were
-                stacked = torch.stack(list(norms) + list(torch._foreach_norm(floating)))
-            flags.append(torch.isfinite(stacked.sum()) if stacked is not None else None)
-        present = [f for f in flags if f is not None]
-        if len({f.device for f in present}) == 1:
-            values = iter(torch.stack(present).tolist())
-            out = [True if f is None else next(values) for f in flags]
-        else:
-            out = [True if f is None else bool(f) for f in flags]
-        suspect = [i for i, finite in enumerate(out) if not finite]
-        if suspect:  # a norm that is not finite: a NaN/inf entry, or squares that overflowed (rare: one more copy)
-            checks = [torch.stack([torch.isfinite(t).all() for t in [*updates[i].delta, *updates[i].buffers]
-                                   if t.is_floating_point()]).all()
-                      for i in suspect]
-            exact = torch.stack(checks).tolist() if len({c.device for c in checks}) == 1 else [bool(c) for c in checks]
-            for i, finite in zip(suspect, exact):
-                if finite:
-                    out[i] = True
-                    if delta_norms is not None:
-                        delta_norms[id(updates[i])] = DeltaNorms.of(updates[i].delta,
-                                                                    overflow_safe_norms(updates[i].delta))
-        return out
+    _finite_updates = staticmethod(finite_updates)  # (:func:`~lightning_fed.client.update.finite_updates`)
 
     def _keep_finite(self, update: ClientUpdate, finite: bool) -> bool:
         """``finite`` (from :meth:`_finite_updates`), also requiring a finite loss where the client reported one;
@@ -669,12 +654,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             )
         return [u for i, u in enumerate(updates) if i not in outliers]
 
-    def _global_state_items(self) -> list[tuple[str, Any]]:
-        """``(label, tensor)`` of the global model (parameters, floating buffers) and ``(label, value)`` of the server
-        optimizer's live state (:meth:`ServerOptimizer.state_items`), for the check after a server step."""
-        return self._model_items + self.server_optimizer.state_items(self._param_names)
-
-    def _nonfinite_server_step(self, round_idx: int, bad: list[tuple[str, int, int]], snapshot: Any) -> None:
+    def _nonfinite_server_step(self, round_idx: int, bad: list[tuple[str, int, int]], step: Any) -> None:
         """Round ``round_idx``'s server step made ``bad`` non-finite: raise, or (``"restore"``) put back x_t, the
         global buffers and the server optimizer's state from before the step, with a warning.
 
@@ -682,7 +662,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             RuntimeError: under ``on_nonfinite_server_step="raise"``.
         """
         what = describe_nonfinite(bad)
-        if snapshot is None:
+        if self.on_nonfinite_server_step != "restore":
             raise RuntimeError(
                 f"Round {round_idx}: the server step made the global model or the server optimizer's state non-finite: "
                 f"{what}. Stopping (FederatedTrainer(on_nonfinite_server_step='restore') would restore the round's "
@@ -693,7 +673,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             torch._foreach_copy_(self._params, runner.global_params)
             if self._buffers:
                 torch._foreach_copy_(self._buffers, runner.global_buffers)
-        self.server_optimizer.restore_state(snapshot, self._params)
+        self.server_optimizer.undo_round_step(self._params, step)
         self._rounds_restored += 1
         self._restored_in_a_row.append((round_idx, what))
         n = self.max_consecutive_restores
@@ -789,13 +769,15 @@ class FederatedFitLoop(pl_private.FitLoop):
         raise SIGTERMException(message) from None
 
     # ------------------------------------------------------------------ internals
-    def _average_buffers(self, updates: list[ClientUpdate]) -> None:
+    def _average_buffers(self, updates: list[ClientUpdate], step: Any) -> None:
+        """The buffers x_{t+1}: the clients' weighted mean (``step.weights``; integer buffers their maximum), or their
+        global values when the server step releases no buffers (a chain that adds DP noise)."""
         if not self._buffers:
             return
-        if getattr(self.server_optimizer, "privatises", False):  # DP: the clients' buffers are not released
+        if not step.releases_buffers:  # DP: the clients' buffers are not released
             self._keep_global_buffers(updates)
             return
-        weights = self.server_optimizer.client_weights(updates).tolist()
+        weights = step.weights.tolist()
         for i, buf in enumerate(self._buffers):
             values = [u.buffers[i] for u in updates]
             if buf.is_floating_point():
@@ -895,3 +877,19 @@ def _round_result(executor: Any, result: Any) -> tuple[list[ClientUpdate], list[
         f"{type(executor).__name__}.run_round must return (updates, failures): a list of ClientUpdate and a list of "
         f"(client id, reason) from ClientRunner.report_failure; got {type(result).__name__}."
     )
+
+
+@dataclasses.dataclass
+class _Round:
+    """One round of :meth:`FederatedFitLoop.advance`, as its steps fill it in."""
+    idx: int
+    start: float  # time.perf_counter() at the round's start
+    selection: Any = None  # the data module's CohortSelection
+    updates: list[ClientUpdate] = dataclasses.field(default_factory=list)
+    num_failures: int = 0  # the executor's failures (then the filters' follow in round_failures)
+    delta_norms: dict[int, DeltaNorms] = dataclasses.field(default_factory=dict)
+    too_few: Optional[str] = None  # why the aggregator cannot aggregate this round's K reports
+    num_too_few: int = 0
+    step: Any = None  # the server optimizer's ServerRound, None without a (kept) server step
+    restored: bool = False
+    num_restored: int = 0

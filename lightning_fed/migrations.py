@@ -40,14 +40,19 @@ migrated: the record comparison reads a missing key as the value such a checkpoi
 
 from __future__ import annotations
 
+import math
 import numbers
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
-from lightning_fed.server.client_state import ClientStateTable
+import torch
+from torch import Tensor
+
+from lightning_fed.server.client_state import ClientStateTable, nonfinite_disk_rows
 
 __all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "MOVED_CLASSES", "check_record", "checkpoint_format", "compose_fedaware_state",
            "compose_fedlamb_state", "compose_scaffold_state", "migrate_checkpoint",
-           "name_client_states", "upgrade_server_state"]
+           "name_client_states", "upgrade_server_state", "TABLE_KEY", "clone_state", "required_state",
+           "restore_tables", "saved_stage_state", "select_federated", "state_items"]
 
 #: The format of the lightning_fed record this version writes.
 CHECKPOINT_FORMAT = 5
@@ -345,3 +350,235 @@ def migrate_checkpoint(checkpoint: dict[str, Any], path: Optional[str] = None,
     if isinstance(checkpoint.get(RECORD_KEY), dict):
         checkpoint[RECORD_KEY]["format"] = CHECKPOINT_FORMAT
     return found
+
+
+# ---------------------------------------------------------------------- the server optimizer's saved layout
+# What a checkpoint holds of a server optimizer and how it is read back: a stage state's tables saved as state dicts,
+# the entries a resume needs, the cut of an all-parameter state to the federated ones, and every value the
+# non-finite checks read (the loop after each server step, the checkpoint connector on load).
+
+#: A :class:`ClientStateTable` inside a stage's state is saved as ``{TABLE_KEY: <its (weights-only) state dict>}``.
+TABLE_KEY = "client_state_table"
+
+
+def saved_stage_state(value: Any) -> Any:
+    """``value`` (a stage state's fields) as saved: tensors detached on the CPU, tables as ``{TABLE_KEY: state}``."""
+    if isinstance(value, ClientStateTable):
+        return {TABLE_KEY: value.state_dict()}
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: saved_stage_state(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(saved_stage_state(v) for v in value)
+    return value
+
+
+def restore_tables(value: Any) -> Any:
+    """A stage state saved by :func:`saved_stage_state` back to live values (its client-state tables re-made)."""
+    if isinstance(value, dict):
+        if set(value) == {TABLE_KEY}:
+            return ClientStateTable.from_state_dict(value[TABLE_KEY])
+        return {k: restore_tables(v) for k, v in value.items()}
+    return value
+
+
+def clone_state(value: Any) -> Any:
+    """``value`` with every tensor cloned (dicts, lists, tuples and NamedTuples rebuilt) — except the rows of a lazily
+    filled client-state table's state dict (``dense`` false, ``"rows"`` a dict): a row is never written in place
+    (:meth:`ClientStateTable.put` stores a new tensor), so a snapshot shares them instead of doubling the table."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        if value.get("dense") is False and isinstance(value.get("rows"), dict) and "num_clients" in value:
+            return {k: (dict(v) if k == "rows" else clone_state(v)) for k, v in value.items()}
+        return {k: clone_state(v) for k, v in value.items()}
+    if hasattr(value, "_asdict"):
+        return type(value)(**{k: clone_state(v) for k, v in value._asdict().items()})
+    if isinstance(value, (list, tuple)):
+        return type(value)(clone_state(v) for v in value)
+    return value
+
+
+class _RowsOf:
+    """The client ids whose rows of the per-client tables :func:`_state_items` lists (each table once)."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = [int(i) for i in ids]
+        self.seen: set[int] = set()
+
+
+def _state_items(items: list, prefix: str, value: Any, path: tuple, param_names: Sequence[str],
+                 tables: Optional[_RowsOf]) -> None:
+    """Append ``(label, value)`` for the tensors and NaN floats inside ``value`` (see :func:`state_items`);
+    a :class:`ClientStateTable` contributes the rows of ``tables.ids`` (state dicts of tables: every row)."""
+    label = f"{prefix} {'.'.join(path)!r}"
+    if isinstance(value, Tensor):
+        items.append((label, value))
+    elif isinstance(value, float):
+        if math.isnan(value):  # ±inf is a value of scalar state (AdaptiveStepSize's θ before round 2, S = ∞)
+            items.append((label, value))
+    elif isinstance(value, ClientStateTable):
+        if tables is not None and id(value) not in tables.seen:
+            tables.seen.add(id(value))
+            items.extend((f"{label} row of client {i}", value.get(i)) for i in tables.ids
+                         if 0 <= i < value.num_clients and i in value)
+    elif hasattr(value, "_asdict"):
+        _state_items(items, prefix, value._asdict(), path, param_names, tables)
+    elif isinstance(value, dict):
+        # an on-disk table's state dict: its rows recorded non-finite when written, read from their files (only those)
+        items.extend((f"{label} row of client {i}", row) for i, row in nonfinite_disk_rows(value))
+        for key, v in value.items():
+            _state_items(items, prefix, v, path + (str(key),), param_names, tables)
+    elif isinstance(value, (list, tuple)):
+        if value and len(value) == len(param_names) and all(isinstance(v, Tensor) for v in value):
+            items.extend((f"{label} for parameter {name!r}", v) for name, v in zip(param_names, value))
+        else:
+            for i, v in enumerate(value):
+                _state_items(items, prefix, v, path + (str(i),), param_names, tables)
+
+
+def state_items(server: Any, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
+    """``(label, value)`` of every tensor and every NaN float of ``server``'s state (a server optimizer; ±inf is a legitimate
+    value of a scalar field, e.g. AdaptiveStepSize's θ = ∞ before its second round), for the non-finite checks
+    (:func:`~lightning_fed.guards.nonfinite_values`); labels are ``"<Class> state '<path>'"`` with the path in
+    :meth:`ServerOptimizer.state_dict <lightning_fed.callbacks.ServerOptimizer.state_dict>`'s layout, plus ``" for parameter '<name>'"`` for a per-parameter list.
+
+    Args:
+        param_names: The global model's federated parameters' names, in ``module.parameters()`` order.
+        saved: ``False`` (default): the live state a server step changes — the rule's state, the aggregator
+            chain's stage states and, of the per-client tables, the rows of the clients of the last server step
+            (``server.round_report``; labelled ``"... row of client <id>"``) — checked after every server step;
+            ``True``: everything ``server.state_dict()`` holds, whole per-client tables included (checked once, when
+            loaded from a checkpoint).
+
+    Example::
+
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAdam
+        >>> server = FedAdam(lr=0.1)
+        >>> server.server_update([torch.zeros(2)], [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)]) and None
+        >>> [label for label, _ in state_items(server, ["w"])]
+        ["FedAdam state 'state.exp_avg' for parameter 'w'", "FedAdam state 'state.exp_avg_sq' for parameter 'w'"]
+    """
+    items: list[tuple[str, Any]] = []
+    prefix = f"{type(server).__name__} state"
+    if saved:
+        _state_items(items, prefix, server.state_dict(), (), param_names, None)
+        return items
+    rows = _RowsOf(server.round_report.client_ids if server.round_report is not None else [])
+    if server._rule_state is not None:
+        _state_items(items, prefix, server._rule_state._asdict(), ("state",), param_names, rows)
+    for i, stage_state in enumerate(server.aggregator_state or ()):
+        _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, rows)
+    for key, table in server.client_algorithm_states.items():
+        _state_items(items, prefix, table, ("client_algorithms", key), param_names, rows)
+    if server.client_state is not None:
+        _state_items(items, prefix, server.client_state, ("client_state",), param_names, rows)
+    return items
+
+
+def required_state(server: Any, num_params: int) -> list[str]:
+    """The entries (dotted paths in :meth:`ServerOptimizer.state_dict <lightning_fed.callbacks.ServerOptimizer.state_dict>`'s layout) a saved state must hold for a resume after at
+    least one server step (``num_steps`` > 0): ``num_steps``; the rule's tensor fields (``state.exp_avg``, ...);
+    ``aggregators`` with a chain, and ``aggregators.<i>.<field>`` for each stage's ``required_fields`` (SCAFFOLD's
+    c and c_i table, FedAWARE's momenta); ``client_algorithms.<state_key>`` for each client half of the run that keeps per-client state.
+    A subclass with its own :meth:`state_dict` layout names its own. The checkpoint connector refuses a resume
+    whose state lacks one (it would go on from a fresh state silently).
+
+    Args:
+        num_params: d, the model's number of parameter entries (for the client algorithms' ``state_dim``).
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAdam, FedAvg
+        >>> required_state(FedAdam(), 10), required_state(FedAvg(), 10)
+        (['num_steps', 'state.exp_avg', 'state.exp_avg_sq'], ['num_steps'])
+    """
+    state_type = server.server_rule.State
+    required = ["num_steps"] + [f"state.{f}" for f in state_type._fields if f not in state_type._field_defaults]
+    if server.aggregators is not None:
+        required.append("aggregators")
+        required += [f"aggregators.{i}.{f}" for i, s in enumerate(server.aggregators) for f in s.required_fields]
+    required += [f"client_algorithms.{a.state_key}" for a in server.client_algorithms if int(a.state_dim(num_params)) > 0]
+    return required
+
+
+def select_federated(server: Any, positions: Sequence[int], sizes: Sequence[int]) -> list[str]:
+    """Cut a state loaded from a checkpoint that covers every parameter of the model down to the federated ones
+    (a resume of a run saved before only the federated parameters were: its frozen parameters' entries were
+    never used). Per-parameter lists of the rule's and the stages' states keep the entries at ``positions``;
+    per-client tables of one number per model entry keep those entries' columns. Exact: every kept number is
+    the saved one.
+
+    Args:
+        positions: The federated parameters' positions in ``module.parameters()``.
+        sizes: ``numel`` of every parameter of the model (``module.parameters()`` order).
+
+    Returns:
+        The paths of the state that were cut (e.g. ``["state.exp_avg", "client_algorithms.FedDynClient"]``).
+
+    Raises:
+        ValueError: a state that cannot be cut exactly (a dense per-client table, FedAWARE's, whose Gram matrix
+            covers every entry), naming it.
+
+    Example::
+
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAdam
+        >>> server = FedAdam(lr=0.1)
+        >>> update = ClientUpdate(0, [torch.ones(2), torch.zeros(3)], 1, 1, 0.0)
+        >>> _ = server.server_update([torch.zeros(2), torch.zeros(3)], [update])
+        >>> select_federated(server, [0], [2, 3]), [t.shape for t in server.state["exp_avg"]]
+        (['state.exp_avg', 'state.exp_avg_sq'], [torch.Size([2])])
+    """
+    positions, sizes = [int(i) for i in positions], [int(n) for n in sizes]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    columns = torch.cat([torch.arange(offsets[i], offsets[i] + sizes[i]) for i in positions]) if positions \
+        else torch.zeros(0, dtype=torch.long)
+    total, cut = sum(sizes), []
+
+    def per_parameter(value: Any) -> bool:
+        return (isinstance(value, (list, tuple)) and len(value) == len(sizes) and len(sizes) > 0
+                and all(isinstance(v, Tensor) and v.numel() == n for v, n in zip(value, sizes)))
+
+    def table(value: ClientStateTable, path: str) -> ClientStateTable:
+        if value.dim != total:
+            return value
+        if value.dense:
+            raise ValueError(
+                f"Cannot resume {type(server).__name__}'s state {path!r} for the federated parameters only: it is a "
+                f"dense per-client table over all {total} entries of the model (FedAWARE's momenta, whose Gram "
+                "matrix covers every entry), saved before frozen parameters were left out. Start a new run, or "
+                "resume with every parameter trained."
+            )
+        out = ClientStateTable(value.num_clients, int(columns.numel()), dtype=value.dtype)
+        for i in value.ids():
+            out.put(i, value.get(i)[columns])
+        cut.append(path)
+        return out
+
+    def walk(value: Any, path: str) -> Any:
+        if per_parameter(value):
+            cut.append(path)
+            return [value[i] for i in positions]
+        if isinstance(value, ClientStateTable):
+            return table(value, path)
+        if isinstance(value, dict):
+            if set(value) == {TABLE_KEY}:
+                restored = table(ClientStateTable.from_state_dict(value[TABLE_KEY]), path)
+                return {TABLE_KEY: restored.state_dict()}
+            return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return value
+
+    if server._rule_state is not None:
+        fields = server._rule_state._asdict()
+        server._rule_state = type(server._rule_state)(**{k: walk(v, f"state.{k}") for k, v in fields.items()})
+    if server._saved_aggregator_state is not None:
+        server._saved_aggregator_state = [walk(st, f"aggregators.{i}")
+                                        for i, st in enumerate(server._saved_aggregator_state)]
+    if server.client_state is not None:
+        server.client_state = table(server.client_state, "client_state")
+    server.client_algorithm_states = {key: table(t, f"client_algorithms.{key}")
+                                    for key, t in server.client_algorithm_states.items()}
+    return cut

@@ -38,8 +38,8 @@ def _in_tmp(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, first_line", [
     (["--server_optimizer.lr", "-1"], "error: FedYogi(lr=-1.0): `lr` must be a finite number > 0, got -1.0."),
     (["--data.partitioner.num_clients", "0"],
-     "error: DirichletPartitioner(num_clients=0): `num_clients` must be an int >= 1, got 0"),
-    (["--data.partitioner.alpha", "-1"], "error: DirichletPartitioner(alpha=-1): `alpha` must be a finite float > 0"),
+     "error: DirichletPartitioner(num_clients=0): `num_clients` must be an integer >= 1, got 0."),
+    (["--data.partitioner.alpha", "-1"], "error: DirichletPartitioner(alpha=-1): `alpha` must be a finite number > 0"),
     (["--trainer.accelerator", "gpux"],
      "error: FederatedTrainer(accelerator='gpux'): You selected an invalid accelerator name"),
 ], ids=["server_lr", "num_clients", "dirichlet_alpha", "trainer_accelerator"])

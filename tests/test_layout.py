@@ -37,7 +37,6 @@ COVERED_ELSEWHERE = {
     "callbacks/fedadam.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2, parametrised over the three)",
     "callbacks/fedyogi.py": "tests/callbacks/test_server_optimizer.py (NumPy Alg. 2 and the sign branch)",
     "callbacks/fedavgm.py": "tests/callbacks/test_server_optimizer.py (NumPy FedAvgM and torch SGD momentum)",
-    "datamodules/_args.py": "the bad-argument tests of each task data module",
     "models/classifier.py": "the papers' classifiers' tests in tests/models/ (shared training body)",
 }
 

@@ -576,9 +576,9 @@ def test_49_a_run_of_restored_rounds_counts_them_apart_in_the_end_of_run_error(t
 
 
 @pytest.mark.parametrize("bad, policy, match", [
-    (0, "restore", r"`max_consecutive_restores` must be None \(3\) or an int >= 1, got 0"),
-    (True, "restore", r"`max_consecutive_restores` must be None \(3\) or an int >= 1, got True"),
-    (2.0, "restore", r"`max_consecutive_restores` must be None \(3\) or an int >= 1, got 2.0"),
+    (0, "restore", r"`max_consecutive_restores` must be an integer >= 1 or None \(3\), got 0"),
+    (True, "restore", r"`max_consecutive_restores` must be an integer >= 1 or None \(3\), got True"),
+    (2.0, "restore", r"`max_consecutive_restores` must be an integer >= 1 or None \(3\), got 2.0"),
     (2, "raise", r"`max_consecutive_restores`=2 applies only with on_nonfinite_server_step='restore'"),
 ])
 def test_49_max_consecutive_restores_is_checked(tmp_path, bad, policy, match):

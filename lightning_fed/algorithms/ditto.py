@@ -30,7 +30,7 @@ from torch import Tensor
 
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
 from lightning_fed.client.personal import personal_step
-from lightning_fed.server.checks import check_positive
+from lightning_fed.checks import check_non_negative, check_positive
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.server.aggregators.base import Stage
 
@@ -60,8 +60,6 @@ class DittoClient(ClientAlgorithm):
     """
 
     def __init__(self, lam: float = 0.1, lr: Optional[float] = None) -> None:
-        from lightning_fed.algorithms.fedprox import check_non_negative
-
         self.lam = check_non_negative("lam", lam)
         self.lr = None if lr is None else check_positive("lr", lr)
         self._state: Optional[Tensor] = None

@@ -16,6 +16,7 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
+from lightning_fed.checks import check_int
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean
 from lightning_fed.server.checks import WEIGHTINGS
 from lightning_fed.server.client_state import ClientStateTable
@@ -139,10 +140,7 @@ def check_options(
             "`max_state_bytes` must be 'auto', an integer >= 1 (bytes) or None (no limit), "
             f"got {max_state_bytes!r}."
         )
-    if warmup_rounds is not None and (
-        isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0
-    ):
-        raise ValueError(f"`warmup_rounds` must be an integer >= 0 or None, got {warmup_rounds!r}.")
+    check_int("warmup_rounds", warmup_rounds, 0, optional=True)
     if warmup_rounds is not None and fedavg_warmup is True:
         raise ValueError(
             "`warmup_rounds` and `fedavg_warmup=True` are two ways to set the FedAvg warm-up: give one "
@@ -170,10 +168,7 @@ def check_options(
     ):
         if not isinstance(flag, bool):
             raise ValueError(f"`{name}` must be a bool, got {flag!r}.")
-    if fw_max_iter is not None and (
-        isinstance(fw_max_iter, bool) or not isinstance(fw_max_iter, int) or fw_max_iter < 1
-    ):
-        raise ValueError(f"`fw_max_iter` must be an integer >= 1 or None, got {fw_max_iter!r}.")
+    check_int("fw_max_iter", fw_max_iter, 1, optional=True)
     if fw_tol is not None and (
         isinstance(fw_tol, bool) or not isinstance(fw_tol, (int, float)) or not math.isfinite(fw_tol) or fw_tol < 0
     ):
@@ -187,10 +182,7 @@ def check_options(
             f"{', '.join(f'`{n}`' for n in given)} only apply to solver='frank_wolfe', got solver={solver!r}: "
             "pass solver='frank_wolfe' or leave them at None."
         )
-    if num_clients is not None and (
-        isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1
-    ):
-        raise ValueError(f"`num_clients` must be a positive integer or None, got {num_clients!r}.")
+    check_int("num_clients", num_clients, 1, optional=True)
 
 
 class FedAWAREMinNorm(Stage):

@@ -345,7 +345,7 @@ class FedDyn(FedAvg):
         >>> FedDyn(alpha=0)
         Traceback (most recent call last):
         ...
-        ValueError: `alpha` must be a finite number > 0, got 0.
+        lightning_fed.checks.ArgumentError: `alpha` must be a finite number > 0, got 0.
     """
 
     state_key_fields = ("lr", "alpha")

@@ -94,7 +94,7 @@ class LocalAMSGrad(Optimizer):
         >>> FedLAMBClient([theta], phi_min=2.0, phi_max=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `phi_max` (1.0) must be >= `phi_min` (2.0).
+        lightning_fed.checks.ArgumentError: `phi_max` (1.0) must be >= `phi_min` (2.0).
     """
 
     #: Whether the step is normalised per parameter tensor (Fed-LAMB) or not (Fed-AMS).
@@ -483,7 +483,7 @@ class LocalAdaptiveClient(ClientAlgorithm):
                 f"{self!r} (Fed-LAMB's client half) needs exactly one MaxSecondMoment (its server half) in "
                 f"{type(server).__name__}'s `aggregators`; use FedLAMB or FedAMS."
             )
-        self._server, self._stage_index = server, stages[0]
+        self._server, self._stage_index = getattr(server, "composer", server), stages[0]  # the chain's state holder
 
     def moments(self, params: list[Tensor]) -> "MaxSecondMoment.State":
         """v̂_r and m̄_r on ``params``' device (created as v̂_0 in the server optimizer's chain state the first time):
@@ -633,11 +633,11 @@ class LocalAdaptiveServer(ServerOptimizer):
         >>> FedAMS(first_moment="keep")
         Traceback (most recent call last):
         ...
-        ValueError: `first_moment` must be one of ('reset', 'average'), got 'keep'.
+        lightning_fed.checks.ArgumentError: `first_moment` must be one of ('reset', 'average'), got 'keep'.
         >>> FedAMS(beta2=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `beta2` must be a number in [0, 1), got 1.0.
+        lightning_fed.checks.ArgumentError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
     state_key_fields = ("lr", "client_lr", "beta1", "beta2", "eps", "weight_decay", "first_moment", "weighting")

@@ -72,13 +72,13 @@ With plain SGD and equal τ_i FedNova is FedAvg exactly (‖a_i‖₁ = τ for a
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.checks import check_choice, check_non_negative, check_unit_interval
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, weighted_sum
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client import ClientUpdate
@@ -144,12 +144,6 @@ def a_norm(local_solver: str, num_steps: int, momentum: float = 0.0, alpha: floa
     return _geometric_sum(1.0 - a, tau)
 
 
-def _check_fraction(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
-    return float(value)
-
-
 class FedNovaAveraging(Stage):
     """FedNova's reducer: Δ_t = τ_eff·Σ_i p_i·Δ_i/‖a_i‖₁ with τ_eff = Σ_i p_i‖a_i‖₁ (Wang et al. 2020, Sec. 5; the
     generalized update of Sec. 4.1; derivations and the peers' conventions in the module docstring).
@@ -200,12 +194,9 @@ class FedNovaAveraging(Stage):
     shifts_mean = True
 
     def __init__(self, local_solver: str = "sgd", momentum: float = 0.0, mu: float = 0.0) -> None:
-        if local_solver not in LOCAL_SOLVERS:
-            raise ValueError(f"`local_solver` must be one of {LOCAL_SOLVERS}, got {local_solver!r}.")
-        momentum = _check_fraction("momentum", momentum)
-        if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not math.isfinite(mu) or mu < 0:
-            raise ValueError(f"`mu` must be a finite number >= 0, got {mu!r}.")
-        mu = float(mu)
+        check_choice("local_solver", local_solver, LOCAL_SOLVERS)
+        momentum = check_unit_interval("momentum", momentum)
+        mu = check_non_negative("mu", mu)
         if momentum != 0.0 and local_solver != "momentum":
             raise ValueError(
                 f"`momentum`={momentum} is the local momentum ρ of local_solver='momentum', but "

@@ -4,29 +4,17 @@ aggregates its clients (:class:`~lightning_fed.callbacks.FedProx` is FedAvg with
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
 
+from lightning_fed.checks import check_non_negative  # noqa: F401  (re-exported)
 from lightning_fed.client.algorithm import ClientAlgorithm, optimizer_param_indices, stepped_indices  # noqa: F401  (re-exported)
 from lightning_fed.callbacks.fedavg import FedAvg
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.client.runner import ClientContext
-
-
-def check_non_negative(name: str, value: Any) -> float:
-    """Return ``value`` as a float if it is a finite number >= 0.
-
-    Raises:
-        ValueError: naming ``name`` otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
-    return float(value)
 
 
 class FedProxClient(ClientAlgorithm):

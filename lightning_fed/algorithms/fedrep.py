@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence
 
 from torch import Tensor
 
+from lightning_fed.checks import check_int
 from lightning_fed.client.personal import LocalParts
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.client.algorithm import ClientAlgorithm
@@ -59,9 +60,7 @@ class FedRepClient(LocalParts):
         super().__init__(names=head)
         if not self.names:
             raise ValueError("`head` must name at least one submodule or tensor of the model (e.g. ['classifier']).")
-        if isinstance(head_steps, bool) or not isinstance(head_steps, int) or head_steps < 0:
-            raise ValueError(f"`head_steps` must be an integer >= 0, got {head_steps!r}.")
-        self.head, self.head_steps = list(self.names), head_steps
+        self.head, self.head_steps = list(self.names), check_int("head_steps", head_steps, 0)
         self._step = 0
         self._params_of: list[Tensor] = []
 

@@ -312,7 +312,7 @@ class ScaffoldClient(ClientAlgorithm):
     def check(self, server: Any) -> None:
         """:func:`check_scaffold`; then remember the server optimizer, whose chain state holds c and the c_i."""
         check_scaffold(server)
-        self._server = server
+        self._server = getattr(server, "composer", server)  # the server side's state (c, the c_i), not the callback
         self._stage_index = next(i for i, s in enumerate(server.aggregators) if isinstance(s, ScaffoldControl))
 
     def _stage(self) -> ScaffoldControl:

@@ -41,7 +41,7 @@ class FedAvg(ServerOptimizer):
         >>> FedAvg(lr=0)
         Traceback (most recent call last):
         ...
-        ValueError: `lr` must be a finite number > 0, got 0.
+        lightning_fed.checks.ArgumentError: `lr` must be a finite number > 0, got 0.
     """
 
     def __init__(

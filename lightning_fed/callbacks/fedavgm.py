@@ -49,7 +49,7 @@ class FedAvgM(ServerOptimizer):
         >>> FedAvgM(momentum=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `momentum` must be a number in [0, 1), got 1.0.
+        lightning_fed.checks.ArgumentError: `momentum` must be a number in [0, 1), got 1.0.
     """
 
     state_key_fields = ("lr", "momentum", "weighting")

@@ -62,7 +62,7 @@ class ServerLAMB(ServerOptimizer):
         >>> ServerLAMB(beta2=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `beta2` must be a number in [0, 1), got 1.0.
+        lightning_fed.checks.ArgumentError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
     state_key_fields = ("lr", "beta1", "beta2", "eps", "weight_decay", "weighting")

@@ -103,7 +103,7 @@ class ServerStepSize(ServerOptimizer):
         >>> ServerStepSize(lr=-1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `lr` must be a finite number > 0, got -1.0.
+        lightning_fed.checks.ArgumentError: `lr` must be a finite number > 0, got -1.0.
     """
 
     def __init__(self, lr: float, weighting: str = "uniform") -> None:

@@ -22,8 +22,9 @@ are listed:
 3. :meth:`ClientAlgorithm.finish` — the local work is over: return what the client sends the server besides Δ_i
    (``ClientUpdate.extras``) and its new per-client state (``None``: unchanged).
 
-Per-client state is one flat vector of :meth:`ClientAlgorithm.state_dim` numbers per client, stored with the server
-optimizer in a :class:`~lightning_fed.server.client_state.ClientStateTable` per algorithm, by its
+Per-client state is one flat vector of :meth:`ClientAlgorithm.state_dim` numbers per client, stored in the run's
+:class:`~lightning_fed.client.states.ClientStates` (a :class:`~lightning_fed.server.client_state.ClientStateTable` per
+algorithm, saved with the server optimizer's state), by its
 :attr:`ClientAlgorithm.state_key` (rows created at a client's
 first write, checkpointed with the server optimizer). The new state travels in the client's update, so under
 ``strategy="ddp"`` every rank writes the same rows.
@@ -39,7 +40,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_fed.server.client_state import ClientStateTable
+from lightning_fed.client.states import ClientStates
 
 
 
@@ -141,9 +142,10 @@ class ClientHalves:
     whose halves must come together, SCAFFOLD or FedDyn, is refused there, naming both), and the per-client state
     tables are made or checked.
 
-    Per-client state is kept by name (:attr:`ClientAlgorithm.state_key`) in the server optimizer's
-    ``client_algorithm_states`` (the server stores what clients keep, as in cross-device FL where clients are
-    stateless between rounds; it is checkpointed with the server optimizer's state). A table loaded from a checkpoint
+    Per-client state is kept by name (:attr:`ClientAlgorithm.state_key`) in the run's
+    :class:`~lightning_fed.client.states.ClientStates` (the client runner's; the server stores what clients keep, as in
+    cross-device FL where clients are stateless between rounds; it is checkpointed with the server optimizer's state),
+    each client's row handed to a half's ``start`` through its ``ClientContext``. A table loaded from a checkpoint
     whose population N or state size differs from this run's is refused here, before any client trains.
 
     Example::
@@ -159,14 +161,18 @@ class ClientHalves:
     def __init__(self) -> None:
         #: The run's client halves, in the order they run (set by :meth:`setup`).
         self.algorithms: list[ClientAlgorithm] = []
-        self.server: Any = None
+        #: The run's per-client state (:class:`~lightning_fed.client.states.ClientStates`), owned with the halves by
+        #: the client runner: each client's rows reach it through its ``ClientContext.client_states``.
+        self.states = ClientStates()
         self._context: Any = None  # the ClientContext of the client in local work (None between clients)
 
     def setup(self, server: Any, given: Optional[list[ClientAlgorithm]], num_clients: Optional[int],
               module: Any, params: Optional[list[Tensor]] = None) -> None:
         """At fit start, before round 0 trains: gather the halves (see the class doc), run their ``check`` and
-        ``setup(module)``, and make
-        (or check, after a checkpoint was loaded) their per-client tables in ``server.client_algorithm_states``.
+        ``setup(module)``, and make (or check, after a checkpoint was loaded) their per-client tables in
+        :attr:`states`, the run's, which the server optimizer binds
+        (:meth:`~lightning_fed.callbacks.ServerOptimizer.bind_client_algorithms`: it hands over what it loaded and
+        saves it with its state).
         ``params``: the federated parameters (the client runner's; default ``module.parameters()``): a half's
         ``state_dim`` is asked for their number of entries.
 
@@ -178,8 +184,8 @@ class ClientHalves:
                 new value).
         """
         algorithms = [*server.server_client_algorithms, *check_client_algorithms(given)]
-        self.algorithms, self.server = algorithms, server
-        server.bind_client_algorithms(algorithms)
+        self.algorithms = algorithms
+        server.bind_client_algorithms(algorithms, self.states)
         for algorithm in algorithms:
             algorithm.check(server)
             algorithm.setup(module)
@@ -199,38 +205,8 @@ class ClientHalves:
                         "each its own `state_key` (override the property) or drop one."
                     )
                 sizes[key] = size
-        tables = server.client_algorithm_states
-        loaded = server.loaded_client_state
-        stale = [k for k in tables if k not in sizes]
-        if stale and loaded:
-            from lightning.pytorch.utilities.rank_zero import rank_zero_warn
-
-            rank_zero_warn(f"The checkpoint holds per-client state of client half(s) {stale} that this run does not "
-                      f"have (its halves: {[a.state_key for a in algorithms]}); that state is dropped.")
-        for key in stale:
-            del tables[key]
-        if num_clients is None:
-            return
-        for key, size in sizes.items():
-            table = tables.get(key)
-            if table is not None and loaded and (table.num_clients != int(num_clients) or table.dim != size):
-                what = (f"the population changed from N = {table.num_clients} to N = {int(num_clients)} clients"
-                        if table.num_clients != int(num_clients) else
-                        f"its state size changed from {table.dim} to {size} numbers per client (another model?)")
-                raise ValueError(
-                    f"Cannot resume client half {key}: the checkpoint's per-client state was made for another run "
-                    f"({what}); each client's saved state belongs to that client of that partition, so it cannot "
-                    f"be carried over. Resume with the checkpoint's data module, or start a new run."
-                )
-            if table is None or table.num_clients != int(num_clients) or table.dim != size:
-                dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
-                make = getattr(server, "client_table", None)
-                tables[key] = make(key, int(num_clients), size, dtype) if make is not None else \
-                    ClientStateTable(int(num_clients), size, dtype=dtype)
-            else:  # a loaded table, moved to the run's store when it is in another (client_state_store)
-                spec = getattr(server, "client_state_store_spec", None)
-                tables[key] = spec.adopt(key, table) if spec is not None else table
-        server.loaded_client_state = False
+        dtype = params[0].dtype if params and params[0].is_floating_point() else torch.float32
+        self.states.setup(algorithms, sizes, num_clients, dtype)
 
     def start(self, module: Any, context: Any) -> None:
         """Client ``context.client_id`` starts from x_t: every half's :meth:`ClientAlgorithm.start` with its stored
@@ -238,11 +214,9 @@ class ClientHalves:
         if not self.algorithms:
             return
         self._context = context
-        tables = self.server.client_algorithm_states
+        states = getattr(context, "client_states", None) or self.states  # (a context made by hand: the halves')
         for algorithm in self.algorithms:
-            table = tables.get(algorithm.state_key)
-            state = table.get(context.client_id) if table is not None and context.client_id in table else None
-            algorithm.start(module, context, state)
+            algorithm.start(module, context, states.row(algorithm.state_key, context.client_id))
 
     def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
         """At every local step, before the client optimizer steps (no-op outside a client's local work)."""

@@ -37,7 +37,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numbers
 import traceback
 
 import torch
@@ -46,6 +45,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lightning_fed import _lightning as pl_private
+from lightning_fed.checks import check_consecutive_limit
 from lightning_fed.checkpoint import MidRoundCheckpointError
 from lightning_fed.server.client_state import ClientStateStoreError, MissingClientStateError
 from lightning.pytorch.callbacks import Callback
@@ -72,8 +72,8 @@ def check_max_consecutive_client_failures(value: Any, on_client_failure: str = "
     the first failure, so neither takes a value (returns ``None``).
 
     Raises:
-        ValueError: anything but ``None`` or an int >= 1 (booleans included), or a value with another
-            ``on_client_failure`` than ``"skip"``, naming both arguments and the allowed values.
+        ArgumentError (a ValueError): anything but ``None`` or an integer >= 1 (booleans included), or a value
+            with another ``on_client_failure`` than ``"skip"``, naming both arguments and the allowed values.
 
     Example::
 
@@ -84,20 +84,13 @@ def check_max_consecutive_client_failures(value: Any, on_client_failure: str = "
         >>> check_max_consecutive_client_failures(2, "skip_all")
         Traceback (most recent call last):
         ...
-        ValueError: `max_consecutive_client_failures`=2 applies only with on_client_failure='skip' (of ('skip', 'raise', 'skip_all')): 'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.
+        lightning_fed.checks.ArgumentError: `max_consecutive_client_failures`=2 applies only with on_client_failure='skip' (of ('skip', 'raise', 'skip_all')): 'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.
     """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-        raise ValueError(f"`max_consecutive_client_failures` must be None "
-                         f"({DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES}) or an int >= 1, got {value!r}.")
-    if on_client_failure != "skip":
-        if value is not None:
-            raise ValueError(
-                f"`max_consecutive_client_failures`={value!r} applies only with on_client_failure='skip' (of "
-                f"{FAILURE_POLICIES}): 'skip_all' never stops for a failing client, 'raise' stops at its first "
-                "failure. Leave it None."
-            )
-        return None
-    return DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES if value is None else int(value)
+    return check_consecutive_limit(
+        "max_consecutive_client_failures", value, default=DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES,
+        policy_name="on_client_failure", policy=on_client_failure, active="skip", policies=FAILURE_POLICIES,
+        why="'skip_all' never stops for a failing client, 'raise' stops at its first failure. Leave it None.",
+    )
 
 
 def error_notes(error: BaseException) -> list[str]:
@@ -294,6 +287,7 @@ class ClientContext:
             (:func:`~lightning_fed.client.update.parameter_client_lrs`).
         params: The module's federated parameters themselves (the tensors the client trains in place), aligned with
             ``global_params``; empty in a context made outside the federated loop (then ``module.parameters()``).
+        client_states: The run's per-client state, the client halves' rows (a ``ClientStates``; ``None`` outside).
 
     Example: made by :meth:`ClientRunner.context`; read-only::
 
@@ -316,6 +310,7 @@ class ClientContext:
     client_lrs: list[float] = field(default_factory=list)
     client_batches: Optional[Any] = field(default=None, compare=False, repr=False)
     params: list[Tensor] = field(default_factory=list, compare=False, repr=False)
+    client_states: Optional[Any] = field(default=None, compare=False, repr=False)
 
     def parameters(self, module: Any) -> list[Tensor]:
         """The tensors ``global_params`` is aligned with: :attr:`params`, or ``module.parameters()`` in a context
@@ -427,9 +422,7 @@ class ClientRunner:
         self._lean: Optional[LeanLocalStep] = None
         self._lean_blocker: Optional[str] = None
         self._client_context: Optional[ClientContext] = None  # the current client's, made once in start_client
-        #: The run's client halves (:class:`~lightning_fed.client.algorithm.ClientHalves`): set up in :meth:`setup`,
-        #: called by :meth:`start_client`, at every local step (:class:`ClientAlgorithmSteps`) and by
-        #: :meth:`finish_client`.
+        #: The run's client halves with their per-client ``states`` (:class:`~lightning_fed.client.algorithm.ClientHalves`).
         self.client_halves = ClientHalves()
 
     # ------------------------------------------------------------------ set-up (the loop)
@@ -585,7 +578,7 @@ class ClientRunner:
             client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
-            params=self._params,
+            params=self._params, client_states=self.client_halves.states,
         )
 
     # ------------------------------------------------------------------ one client

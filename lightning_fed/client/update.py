@@ -155,3 +155,52 @@ def parameter_client_lrs(
                 previous = lr_of.get(key)
                 lr_of[key] = lr if previous is None or previous == lr else math.nan
     return [lr_of.get(id(p), math.nan) for p in params]
+
+
+
+def finite_updates(updates: list[ClientUpdate], delta_norms: Optional[dict[int, DeltaNorms]] = None) -> list[bool]:
+    """Whether each update's delta and floating buffers are all finite, read on the host in one copy for the
+    round where every update sits on one device (one host sync a round, not one a client). A finite sum of the
+    tensors' norms means every entry is finite; a sum that is not finite can also come from finite entries whose
+    squares overflow (a float32 Δ_i with entries ~4e19): those updates alone are checked entry by entry
+    (``torch.isfinite``, read in one more copy, only in such a round), so only a true NaN or ±inf drops one.
+    With ``delta_norms`` (a dict), the per-tensor norms of each update's delta are kept there for the round's
+    gradient diversity (``ServerOptimizer.gradient_diversity``'s ``delta_norms``), so each Δ_i is read once
+    for both; for a finite Δ_i whose norms overflowed, its :func:`~lightning_fed.client.update.overflow_safe_norms`
+    (float64).
+    Example: a NaN in client 1's delta::
+
+        >>> from lightning_fed import ClientUpdate
+        >>> nan = torch.tensor([1.0, float("nan")])
+        >>> finite_updates([ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0), ClientUpdate(1, [nan], 1, 1, 0.0)])
+        [True, False]
+    """
+    flags = []
+    for u in updates:
+        norms = torch._foreach_norm(u.delta) if u.delta else []
+        stacked = torch.stack(norms) if norms else None
+        if delta_norms is not None and stacked is not None:
+            delta_norms[id(u)] = DeltaNorms.of(u.delta, stacked)
+        floating = [b for b in u.buffers if b.is_floating_point()]
+        if floating:  # Δ_i's norms and the buffers' in one sum, as they always were
+            stacked = torch.stack(list(norms) + list(torch._foreach_norm(floating)))
+        flags.append(torch.isfinite(stacked.sum()) if stacked is not None else None)
+    present = [f for f in flags if f is not None]
+    if len({f.device for f in present}) == 1:
+        values = iter(torch.stack(present).tolist())
+        out = [True if f is None else next(values) for f in flags]
+    else:
+        out = [True if f is None else bool(f) for f in flags]
+    suspect = [i for i, finite in enumerate(out) if not finite]
+    if suspect:  # a norm that is not finite: a NaN/inf entry, or squares that overflowed (rare: one more copy)
+        checks = [torch.stack([torch.isfinite(t).all() for t in [*updates[i].delta, *updates[i].buffers]
+                               if t.is_floating_point()]).all()
+                  for i in suspect]
+        exact = torch.stack(checks).tolist() if len({c.device for c in checks}) == 1 else [bool(c) for c in checks]
+        for i, finite in zip(suspect, exact):
+            if finite:
+                out[i] = True
+                if delta_norms is not None:
+                    delta_norms[id(updates[i])] = DeltaNorms.of(updates[i].delta,
+                                                                overflow_safe_norms(updates[i].delta))
+    return out

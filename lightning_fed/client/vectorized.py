@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import numbers
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
@@ -37,6 +36,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.data import TensorDataset, default_collate
 
 from lightning_fed import _lightning as pl_private
+from lightning_fed.checks import check_int
 from lightning_fed.client.algorithm import dispatch_only
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.cohort_lstm import cohort_lstm, uses_fused_rnn
@@ -331,10 +331,7 @@ class VectorizedExecutor(ClientExecutor):
         if on_unsupported not in _ON_UNSUPPORTED:
             raise ValueError(f"`on_unsupported` must be one of {_ON_UNSUPPORTED}, got {on_unsupported!r}.")
         self.on_unsupported = on_unsupported
-        if max_parallel is not None and (
-            isinstance(max_parallel, bool) or not isinstance(max_parallel, numbers.Integral) or max_parallel < 1
-        ):
-            raise ValueError(f"`max_parallel` must be a positive integer or None, got {max_parallel!r}.")
+        check_int("max_parallel", max_parallel, 1, optional=True)
         self.randomness = randomness
         self.max_parallel = None if max_parallel is None else int(max_parallel)
         self.sequential = SequentialExecutor()

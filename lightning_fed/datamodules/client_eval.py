@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Optional, Sequence, Union
 
 import numpy as np
 
+from lightning_fed.checks import check_int
 from lightning_fed.datamodules.partition import Partition
 
 # NumPy's SeedSequence constants (numpy/random/bit_generator.pyx) and PCG64's 128-bit LCG multiplier.
@@ -461,9 +462,7 @@ class ClientEvaluation:
         ):
             raise ValueError(f"`eval_fraction` must be None or a number in (0, 1), got {eval_fraction!r}.")
         self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
-        if isinstance(eval_local_steps, bool) or not isinstance(eval_local_steps, numbers.Integral) or eval_local_steps < 0:
-            raise ValueError(f"`eval_local_steps` must be an integer >= 0, got {eval_local_steps!r}.")
-        self.eval_local_steps = int(eval_local_steps)
+        self.eval_local_steps = check_int("eval_local_steps", eval_local_steps, 0)
         self.eval_csv = None if eval_csv is None else str(eval_csv)
         if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
             raise ValueError(

@@ -10,21 +10,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lightning_fed.checks import check_positive_int
+
 #: The cohort samplings of :class:`CohortSampler` (``cohort_sampling``).
 COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
 #: How a Poisson cohort is drawn (:class:`CohortSampler`'s ``poisson_draws``).
 POISSON_DRAWS = ("per_client", "binomial")
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """``value`` as an int >= 1.
-
-    Raises:
-        ValueError: naming ``name``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return int(value)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
+from lightning_fed.checks import check_int, check_positive_int as _check_positive_int
 from lightning_fed.datamodules.huggingface import HFTensorColumns, ragged_column  # noqa: F401  (re-exported)
 from lightning_fed.datamodules.client_eval import (  # noqa: F401  (check_eval_clients_per_round, split_client_eval: re-exported)
     ClientEvaluation,
@@ -20,7 +21,6 @@ from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
     COHORT_SAMPLINGS,
     CohortSampler,
     CohortSelection,
-    check_positive_int as _check_positive_int,
 )
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
@@ -228,10 +228,8 @@ class FederatedDataModule(L.LightningDataModule):
             raise TypeError(f"`local_work` must be a LocalWork policy, got {type(local_work).__name__}.")
         if data_order not in _DATA_ORDERS:
             raise ValueError(f"`data_order` must be one of {_DATA_ORDERS}, got {data_order!r}.")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral) or num_workers < 0:
-            raise ValueError(f"`num_workers` must be a non-negative integer, got {num_workers!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise ValueError(f"`seed` must be a non-negative integer, got {seed!r}.")
+        check_int("num_workers", num_workers, 0)
+        check_int("seed", seed, 0)
         #: The cohort of each round (:class:`~lightning_fed.datamodules.cohorts.CohortSampler`).
         self.cohorts = CohortSampler(clients_per_round, cohort_sampling, client_dropout, over_selection, int(seed),
                                      poisson_draws)

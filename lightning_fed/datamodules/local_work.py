@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_fed.checks import ArgumentError
+
 from .partition import _check_int, _check_seed
 
 __all__ = [
@@ -72,7 +74,7 @@ class ClientWork:
         >>> ClientWork(epochs=1, batch_size=0)
         Traceback (most recent call last):
         ...
-        ValueError: `batch_size` must be an int >= 1, got 0
+        lightning_fed.checks.ArgumentError: `batch_size` must be an integer >= 1, got 0.
     """
 
     epochs: int
@@ -185,17 +187,17 @@ def _check_range(name: str, value: Any, minimum: int, allow_none_high: bool) -> 
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         v = _check_int(name, value, minimum=minimum)
         return v, v
-    allowed = f"an int >= {minimum} or a pair (low, high) with {minimum} <= low <= high" + (
+    allowed = f"an integer >= {minimum} or a pair (low, high) with {minimum} <= low <= high" + (
         " (high=None: the client's dataset size)" if allow_none_high else ""
     )
     if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
-        raise TypeError(f"`{name}` must be {allowed}, got {value!r}")
+        raise ArgumentError(f"`{name}` must be {allowed}, got {value!r}.")
     low = _check_int(f"{name}[0]", value[0], minimum=minimum)
     if value[1] is None and allow_none_high:
         return low, None
     high = _check_int(f"{name}[1]", value[1], minimum=minimum)
     if low > high:
-        raise ValueError(f"`{name}` must be {allowed}, got low={low} > high={high}")
+        raise ArgumentError(f"`{name}` must be {allowed}, got low={low} > high={high}.")
     return low, high
 
 
@@ -271,7 +273,7 @@ class SampledLocalWork(LocalWork):
         >>> SampledLocalWork(epochs=(5, 2))
         Traceback (most recent call last):
         ...
-        ValueError: `epochs` must be an int >= 1 or a pair (low, high) with 1 <= low <= high, got low=5 > high=2
+        lightning_fed.checks.ArgumentError: `epochs` must be an integer >= 1 or a pair (low, high) with 1 <= low <= high, got low=5 > high=2.
     """
 
     def __init__(

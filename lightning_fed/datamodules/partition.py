@@ -19,28 +19,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lightning_fed.checks import check_int as _check_int  # noqa: F401  (the partitioners' and local_work's)
+
 __all__ = ["Partition", "Partitioner"]
 
 
 # --------------------------------------------------------------------------------------------------
 # Argument checks shared by the partitioners and the local-work policies (package-internal).
 # --------------------------------------------------------------------------------------------------
-def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
-    """Return ``value`` as a Python int, or raise naming ``name``.
-
-    Raises:
-        TypeError: ``value`` is not an integer (``bool`` and integral floats are rejected too).
-        ValueError: ``value < minimum``.
-    """
-    allowed = "an int" if minimum is None else f"an int >= {minimum}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be {allowed}, got {value!r} of type {type(value).__name__}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"`{name}` must be {allowed}, got {value}")
-    return value
-
-
 def _check_seed(seed: Any) -> int:
     """A seed is a non-negative int (what :class:`numpy.random.SeedSequence` accepts)."""
     return _check_int("seed", seed, minimum=0)
@@ -415,7 +401,7 @@ class Partitioner(abc.ABC):
         >>> EvenOdd().partition(0)
         Traceback (most recent call last):
         ...
-        ValueError: `num_samples` must be an int >= 1, got 0
+        lightning_fed.checks.ArgumentError: `num_samples` must be an integer >= 1, got 0.
     """
 
     requires: ClassVar[str] = "none"

@@ -51,6 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, Metric
 
+from lightning_fed.checks import check_positive, check_positive_int, check_unit_interval
+
 __all__ = ["ShakespeareLSTM", "MaskedTokenAccuracy", "masked_token_loss"]
 
 PAD_ID = 0  # == lightning_fed.datamodules.tasks.shakespeare.PAD_ID (kept local: models do not import data modules)
@@ -215,12 +217,9 @@ class ShakespeareLSTM(NextTokenModel):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
                             ("hidden_size", hidden_size), ("num_layers", num_layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-        if not (lr > 0):
-            raise ValueError(f"`lr` must be > 0, got {lr!r}.")
-        if not (0.0 <= momentum < 1.0):
-            raise ValueError(f"`momentum` must be in [0, 1), got {momentum!r}.")
+            check_positive_int(name, value)
+        check_positive("lr", lr)
+        check_unit_interval("momentum", momentum)
         self.save_hyperparameters()
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.lstm = nn.LSTM(embedding_dim, hidden_size, num_layers=num_layers, batch_first=True)

@@ -29,22 +29,16 @@ Client optimiser: plain SGD (Reddi et al.: ClientOpt = SGD with learning rate ``
 
 from __future__ import annotations
 
-import numbers
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lightning_fed.checks import check_int, check_positive
 from lightning_fed.models.classifier import Classifier
 
 __all__ = ["EMNISTCNN", "EMNISTAutoencoder"]
-
-
-def _check_lr(lr) -> float:
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
-        raise ValueError(f"`lr` must be a positive number, got {lr!r}.")
-    return float(lr)
 
 
 class EMNISTCNN(Classifier):
@@ -72,14 +66,13 @@ class EMNISTCNN(Classifier):
         >>> EMNISTCNN(num_classes=1)
         Traceback (most recent call last):
         ...
-        ValueError: `num_classes` must be an integer >= 2, got 1.
+        lightning_fed.checks.ArgumentError: `num_classes` must be an integer >= 2, got 1.
     """
 
     def __init__(self, num_classes: int = 62, lr: float = 10 ** -1.5) -> None:
         super().__init__()
-        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 2:
-            raise ValueError(f"`num_classes` must be an integer >= 2, got {num_classes!r}.")
-        _check_lr(lr)
+        check_int("num_classes", num_classes, 2)
+        check_positive("lr", lr)
         self.save_hyperparameters()
         self.net = nn.Sequential(
             nn.Conv2d(1, 32, kernel_size=3),
@@ -132,7 +125,7 @@ class EMNISTAutoencoder(L.LightningModule):
 
     def __init__(self, lr: float = 1.0) -> None:
         super().__init__()
-        _check_lr(lr)
+        check_positive("lr", lr)
         self.save_hyperparameters()
         layers: list[nn.Module] = []
         for i, (n_in, n_out) in enumerate(zip(self.WIDTHS[:-1], self.WIDTHS[1:])):

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import numbers
 import warnings
 from typing import Any, Optional, Sequence
 
 import torch
 
+from lightning_fed.checks import check_positive, check_unit_interval
 from lightning_fed.models.char_lstm import PAD_ID, NextTokenModel
 from lightning_fed.models.stackoverflow import _check_pos_int, _check_sgd
 
@@ -171,10 +171,8 @@ class LoRACausalLM(NextTokenModel):
         _check_sgd(lr, momentum)
         arch = {"n_layer": n_layer, "n_embd": n_embd, "n_head": n_head, "n_positions": n_positions}
         for name, value in (("dropout", dropout), ("lora_dropout", lora_dropout)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
-        if isinstance(lora_alpha, bool) or not isinstance(lora_alpha, numbers.Real) or not lora_alpha > 0:
-            raise ValueError(f"`lora_alpha` must be > 0, got {lora_alpha!r}.")
+            check_unit_interval(name, value)
+        check_positive("lora_alpha", lora_alpha)
         if attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(f"`attn_implementation` must be one of {ATTN_IMPLEMENTATIONS}, got "
                              f"{attn_implementation!r}.")

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lightning_fed.callbacks.server_optimizer import check_positive, check_unit_interval
-from lightning_fed.datamodules.federated import _check_positive_int
+from lightning_fed.checks import check_positive, check_unit_interval
+from lightning_fed.checks import check_positive_int as _check_positive_int
 from lightning_fed.models.classifier import Classifier
 
 __all__ = ["MNISTCNN", "MNISTMLP"]
@@ -57,7 +57,7 @@ class MNISTMLP(Classifier):
         >>> MNISTMLP(dropout=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `dropout` must be a number in [0, 1), got 1.0.
+        lightning_fed.checks.ArgumentError: `dropout` must be a number in [0, 1), got 1.0.
     """
 
     def __init__(

@@ -19,6 +19,7 @@ import functools
 import torch
 from torch import nn
 
+from lightning_fed.checks import ArgumentError, check_choice, check_positive, check_positive_int
 from lightning_fed.models.classifier import Classifier
 
 __all__ = ["ResNet18GN", "ResNet9"]
@@ -27,14 +28,12 @@ _NORMS = ("group", "batch")
 
 
 def _check(num_classes, lr, norm, num_groups) -> None:
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"`num_classes` must be an int >= 1, got {num_classes!r}")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
-        raise ValueError(f"`lr` must be a float > 0, got {lr!r}")
-    if norm not in _NORMS:
-        raise ValueError(f"`norm` must be one of {_NORMS}, got {norm!r}")
-    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1 or 64 % num_groups:
-        raise ValueError(f"`num_groups` must be an int >= 1 dividing 64 (e.g. 1, 2, 4, ..., 64), got {num_groups!r}")
+    check_positive_int("num_classes", num_classes)
+    check_positive("lr", lr)
+    check_choice("norm", norm, _NORMS)
+    if not isinstance(num_groups, int) or isinstance(num_groups, bool) or num_groups < 1 or 64 % num_groups:
+        raise ArgumentError(f"`num_groups` must be an integer >= 1 dividing 64 (e.g. 1, 2, 4, ..., 64), got "
+                            f"{num_groups!r}.")
 
 
 def _norm_factory(norm: str, num_groups: int):
@@ -63,8 +62,8 @@ class ResNet18GN(Classifier):
         labels ``y``: ``[B]`` long; :meth:`forward` returns logits ``[B, num_classes]``.
 
     Raises:
-        ValueError: ``num_classes`` not an int ≥ 1, ``lr`` ≤ 0, an unknown ``norm``, or ``num_groups`` not
-            dividing 64.
+        ArgumentError (a ValueError): ``num_classes`` not an int ≥ 1, ``lr`` not finite and > 0, an unknown
+            ``norm``, or ``num_groups`` not dividing 64.
 
     Example::
 
@@ -75,7 +74,7 @@ class ResNet18GN(Classifier):
         >>> ResNet18GN(num_groups=3)
         Traceback (most recent call last):
         ...
-        ValueError: `num_groups` must be an int >= 1 dividing 64 (e.g. 1, 2, 4, ..., 64), got 3
+        lightning_fed.checks.ArgumentError: `num_groups` must be an integer >= 1 dividing 64 (e.g. 1, 2, 4, ..., 64), got 3.
     """
 
     def __init__(self, num_classes: int = 10, lr: float = 0.1, num_groups: int = 2, norm: str = "group") -> None:

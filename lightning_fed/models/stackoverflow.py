@@ -31,7 +31,6 @@ Initialisation uses PyTorch's defaults (not Keras'). ``configure_optimizers`` re
 
 from __future__ import annotations
 
-import numbers
 
 import lightning as L
 import torch
@@ -39,22 +38,15 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, Metric
 
+from lightning_fed.checks import check_positive, check_positive_int as _check_pos_int, check_unit_interval
 from lightning_fed.models.char_lstm import NextTokenModel
 
 __all__ = ["StackOverflowNWP", "StackOverflowTagLR", "RecallAtK"]
 
 
-def _check_pos_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    return int(value)
-
-
 def _check_sgd(lr, momentum) -> None:
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
-        raise ValueError(f"`lr` must be > 0, got {lr!r}.")
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum < 1.0:
-        raise ValueError(f"`momentum` must be in [0, 1), got {momentum!r}.")
+    check_positive("lr", lr)
+    check_unit_interval("momentum", momentum)
 
 
 class RecallAtK(Metric):
@@ -169,7 +161,7 @@ class StackOverflowTagLR(L.LightningModule):
         >>> StackOverflowTagLR(momentum=1.0)
         Traceback (most recent call last):
         ...
-        ValueError: `momentum` must be in [0, 1), got 1.0.
+        lightning_fed.checks.ArgumentError: `momentum` must be a number in [0, 1), got 1.0.
     """
 
     def __init__(self, vocab_size: int = 10000, num_tags: int = 500, lr: float = 1.0, momentum: float = 0.0,

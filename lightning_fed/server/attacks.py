@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
+from lightning_fed.checks import check_int
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage
 
 __all__ = ["ATTACKS", "LabelFlip", "MaliciousClients", "choose_malicious_clients", "flip_client_labels"]
@@ -43,12 +44,6 @@ def _check_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
         raise ValueError(f"`fraction` must be a number in [0, 1], got {value!r}.")
     return float(value)
-
-
-def _check_seed(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"`seed` must be an integer >= 0, got {value!r}.")
-    return int(value)
 
 
 def num_malicious(fraction: float, num_clients: int) -> int:
@@ -73,10 +68,8 @@ def choose_malicious_clients(num_clients: int, fraction: float, seed: int = 0) -
         3
     """
     fraction = _check_fraction(fraction)
-    seed = _check_seed(seed)
-    if isinstance(num_clients, bool) or not isinstance(num_clients, numbers.Integral) or num_clients < 0:
-        raise ValueError(f"`num_clients` must be an integer >= 0, got {num_clients!r}.")
-    size = num_malicious(fraction, int(num_clients))
+    seed = check_int("seed", seed, 0)
+    size = num_malicious(fraction, check_int("num_clients", num_clients, 0))
     if fraction > 0 and size == 0:
         rank_zero_warn(
             f"choose_malicious_clients: `fraction`={fraction:g} of {int(num_clients)} clients is ⌊fraction·N⌋ = 0 "
@@ -160,7 +153,7 @@ class MaliciousClients(Stage):
                 raise ValueError(f"`scale` (the noise standard deviation) must be > 0 for attack='gaussian', got {scale!r}.")
             scale = float(scale)
         self.scale = scale
-        self.seed = _check_seed(seed)
+        self.seed = check_int("seed", seed, 0)
 
     def check_cohort(self, clients_per_round: int) -> None:
         """Warn (once, at fit start) when ``fraction`` > 0 gives ⌊fraction·C⌋ = 0 malicious clients for C =
@@ -259,10 +252,8 @@ class LabelFlip(Dataset):
     """
 
     def __init__(self, dataset: Any, indices: Sequence[int], num_classes: int) -> None:
-        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 2:
-            raise ValueError(f"`num_classes` must be an integer >= 2, got {num_classes!r}.")
+        self.num_classes = check_int("num_classes", num_classes, 2)
         self.dataset = dataset
-        self.num_classes = int(num_classes)
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(dataset)
         if idx.size and (idx.min() < 0 or idx.max() >= n):

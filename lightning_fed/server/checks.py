@@ -1,69 +1,27 @@
-"""Argument checks shared by the server optimizers, rules, aggregators and client optimizers.
-
-Every check returns the validated value (as a float or the given choice) and raises ``ValueError`` naming the
-argument, the allowed values and the value received.
+"""The server side's own argument checks (the client weighting, LAMB's trust-ratio bounds) and how the modules below
+the callbacks find the server optimizer. The generic checks (``check_positive``, ``check_unit_interval``,
+``check_in_range``, ``check_choice``) are :mod:`lightning_fed.checks`'s, importable from here too.
 
 Example::
 
     >>> check_positive("lr", 0.1), check_unit_interval("beta1", 0.9)
     (0.1, 0.9)
-    >>> check_choice("weighting", "mean", WEIGHTINGS)
+    >>> check_weighting("mean")
     Traceback (most recent call last):
     ...
-    ValueError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
+    lightning_fed.checks.ArgumentError: `weighting` must be one of ('num_samples', 'uniform'), got 'mean'.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
+
+from lightning_fed.checks import (ArgumentError, check_choice, check_in_range, check_positive,  # noqa: F401
+                                  check_unit_interval)
 
 #: The client weightings of the server's aggregation (``weighting=``).
 WEIGHTINGS = ("num_samples", "uniform")
-
-
-def check_positive(name: str, value: Any) -> float:
-    """Return ``value`` as a float if it is a finite number > 0.
-
-    Raises:
-        ValueError: naming ``name`` otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
-    return float(value)
-
-
-def check_unit_interval(name: str, value: Any) -> float:
-    """Return ``value`` as a float if it lies in [0, 1).
-
-    Raises:
-        ValueError: naming ``name`` otherwise.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
-    return float(value)
-
-
-def check_in_range(name: str, value: Any, *, low: float, low_open: bool, high: float = math.inf) -> float:
-    """``value`` as a float if it is a finite real number in (low, high) / [low, high), else ``ValueError``."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value < high
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low}, {high})"
-        raise ValueError(f"`{name}` must be a finite number in {interval}, got {value!r}.")
-    return float(value)
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices``.
-
-    Raises:
-        ValueError: naming ``name``, the value and the allowed choices otherwise.
-    """
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
-    return value
 
 
 def check_weighting(weighting: Any) -> str:
@@ -83,7 +41,7 @@ def check_phi_bounds(phi_min: Any, phi_max: Any) -> tuple[float, float]:
         return low, math.inf
     high = check_in_range("phi_max", phi_max, low=0.0, low_open=True)
     if high < low:
-        raise ValueError(f"`phi_max` ({high}) must be >= `phi_min` ({low}).")
+        raise ArgumentError(f"`phi_max` ({high}) must be >= `phi_min` ({low}).")
     return low, high
 
 

@@ -57,6 +57,8 @@ from typing import Any, Iterable, Optional
 import torch
 from torch import Tensor
 
+from lightning_fed.checks import check_positive_int
+
 __all__ = ["CLIENT_STATE_STORES", "ClientStateStore", "ClientStateStoreError", "ClientStateTable",
            "CorruptClientStateError", "MissingClientStateError", "check_client_state_store", "collect_garbage",
            "disk_manifests", "nonfinite_disk_rows", "resolve_manifest_directories", "table_folder"]
@@ -704,8 +706,7 @@ class ClientStateTable:
     def __init__(self, num_clients: int, dim: int, dtype: torch.dtype = torch.float32, dense: bool = False,
                  directory: Optional[str] = None, _allocate: bool = True) -> None:
         for name, value in (("num_clients", num_clients), ("dim", dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+            check_positive_int(name, value)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"`dtype` must be a floating torch.dtype, got {dtype!r}.")
         if not isinstance(dense, bool):

@@ -37,7 +37,6 @@ Everything runs in float64 NumPy on CPU: the Gram matrix is n × n with n the nu
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional, Union
@@ -45,6 +44,8 @@ from typing import Any, NamedTuple, Optional, Union
 import numpy as np
 import torch
 from torch import Tensor
+
+from lightning_fed.checks import check_int, check_non_negative, check_positive_int
 
 ArrayLike = Union[np.ndarray, Tensor]
 
@@ -143,12 +144,8 @@ def min_norm_pair(aa: float, ab: float, bb: float) -> tuple[float, float]:
 
 def _check_solver_args(tol: Any, max_iter: Any) -> None:
     """Raise ``ValueError`` naming ``tol`` (a finite number >= 0) or ``max_iter`` (an integer >= 1 or ``None``)."""
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
-    if max_iter is not None and (
-        isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1
-    ):
-        raise ValueError(f"`max_iter` must be an integer >= 1 or None, got {max_iter!r}.")
+    check_non_negative("tol", tol)
+    check_int("max_iter", max_iter, 1, optional=True)
 
 
 def _as_gram(gram: ArrayLike) -> np.ndarray:
@@ -202,10 +199,8 @@ def min_norm_frank_wolfe(
     Raises:
         ValueError: ``gram`` not a non-empty finite square matrix, ``max_iter`` < 1 or ``tol`` < 0.
     """
-    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise ValueError(f"`max_iter` must be an integer >= 1, got {max_iter!r}.")
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not np.isfinite(tol) or tol < 0:
-        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}.")
+    check_positive_int("max_iter", max_iter)
+    check_non_negative("tol", tol)
     g = _as_gram(gram)
     lam = _best_pair(g)
     if g.shape[0] <= 2:  # the pair's closed form is exact

@@ -36,6 +36,8 @@ import math
 import numbers
 from typing import Any
 
+from lightning_fed.checks import check_non_negative, check_positive_int
+
 SAMPLINGS = ("fixed_size", "poisson")
 ACCOUNTINGS = ("rdp", "pld")
 
@@ -92,12 +94,9 @@ class PrivacyAccountant:
 
     def __init__(self, noise_multiplier: float, num_clients: int, clients_per_round: int,
                  sampling: str = "fixed_size", accounting: str = "rdp") -> None:
-        if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real) \
-                or not math.isfinite(noise_multiplier) or noise_multiplier < 0:
-            raise ValueError(f"`noise_multiplier` must be a finite number >= 0, got {noise_multiplier!r}.")
+        check_non_negative("noise_multiplier", noise_multiplier)
         for name, value in (("num_clients", num_clients), ("clients_per_round", clients_per_round)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+            check_positive_int(name, value)
         if clients_per_round > num_clients:
             raise ValueError(f"`clients_per_round` ({clients_per_round}) must be <= `num_clients` ({num_clients}).")
         if sampling not in SAMPLINGS:

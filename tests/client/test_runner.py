@@ -476,8 +476,8 @@ def test_49_a_failing_round_between_successes_restarts_the_count():
 
 
 @pytest.mark.parametrize("bad, policy, match", [
-    (0, "skip", r"`max_consecutive_client_failures` must be None \(3\) or an int >= 1, got 0"),
-    (True, "skip", r"`max_consecutive_client_failures` must be None \(3\) or an int >= 1, got True"),
+    (0, "skip", r"`max_consecutive_client_failures` must be an integer >= 1 or None \(3\), got 0"),
+    (True, "skip", r"`max_consecutive_client_failures` must be an integer >= 1 or None \(3\), got True"),
     (2, "skip_all", r"`max_consecutive_client_failures`=2 applies only with on_client_failure='skip' \(of \('skip', "
                     r"'raise', 'skip_all'\)\)"),
     (2, "raise", r"`max_consecutive_client_failures`=2 applies only with on_client_failure='skip'"),

@@ -346,9 +346,9 @@ def test_gradient_clipping_falls_back(tmp_path):
     "kwargs, match",
     [
         ({"randomness": "same"}, r"`randomness` must be one of \('error', 'different'\), got 'same'"),
-        ({"max_parallel": 0}, r"`max_parallel` must be a positive integer or None, got 0"),
-        ({"max_parallel": 2.5}, r"`max_parallel` must be a positive integer or None, got 2.5"),
-        ({"max_parallel": True}, r"`max_parallel` must be a positive integer or None, got True"),
+        ({"max_parallel": 0}, r"`max_parallel` must be an integer >= 1 or None, got 0"),
+        ({"max_parallel": 2.5}, r"`max_parallel` must be an integer >= 1 or None, got 2.5"),
+        ({"max_parallel": True}, r"`max_parallel` must be an integer >= 1 or None, got True"),
     ],
 )
 def test_bad_arguments(kwargs, match):

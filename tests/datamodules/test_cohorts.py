@@ -20,7 +20,7 @@ def test_settings_report_and_repr():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"clients_per_round": 0}, "`clients_per_round` must be a positive integer"),
+    ({"clients_per_round": 0}, "`clients_per_round` must be an integer >= 1"),
     ({"client_dropout": 1.0}, r"`client_dropout` must be a probability in \[0, 1\)"),
     ({"over_selection": -1}, "`over_selection` must be a finite number >= 0"),
     ({"cohort_sampling": "uniform"}, "`cohort_sampling` must be one of"),

@@ -262,15 +262,15 @@ def test_shapes_parameter_counts_and_seeded_base():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(n_layer=0), "`n_layer` must be a positive int"),
+    (dict(n_layer=0), "`n_layer` must be an integer >= 1, got 0"),
     (dict(n_embd=18, n_head=4), "`n_embd` \\(18\\) must be divisible by `n_head` \\(4\\)"),
-    (dict(lora_r=0), "`lora_r` must be a positive int"),
-    (dict(lora_alpha=0), "`lora_alpha` must be > 0"),
-    (dict(lora_dropout=1.0), "`lora_dropout` must be in \\[0, 1\\)"),
-    (dict(dropout=-0.1), "`dropout` must be in \\[0, 1\\)"),
+    (dict(lora_r=0), "`lora_r` must be an integer >= 1, got 0"),
+    (dict(lora_alpha=0), "`lora_alpha` must be a finite number > 0, got 0"),
+    (dict(lora_dropout=1.0), "`lora_dropout` must be a number in \\[0, 1\\)"),
+    (dict(dropout=-0.1), "`dropout` must be a number in \\[0, 1\\)"),
     (dict(target_modules="c_attn"), "`target_modules` must be a non-empty list"),
     (dict(target_modules=[]), "`target_modules` must be a non-empty list"),
-    (dict(lr=0.0), "`lr` must be > 0"),
+    (dict(lr=0.0), "`lr` must be a finite number > 0, got 0.0"),
     (dict(pretrained="gpt2", n_layer=2), "`n_layer` cannot be combined with `pretrained`"),
     (dict(attn_implementation="flash"), "`attn_implementation` must be one of \\(None, 'sdpa', 'eager'\\)"),
 ])

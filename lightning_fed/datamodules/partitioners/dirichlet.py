@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_fed.checks import ArgumentError
+
 from ..partition import Partition, Partitioner, _check_int, _check_seed
 
 __all__ = ["DirichletPartitioner"]
@@ -179,23 +181,24 @@ class DirichletPartitioner(Partitioner):
 
 
 def _check_alpha(alpha: Any, name: str = "alpha") -> float | tuple[float, ...]:
-    """A finite float > 0, or a non-empty 1-D sequence of them (returned as a tuple of floats)."""
-    allowed = "a finite float > 0 or a non-empty sequence of finite floats > 0 (one per class)"
+    """A finite number > 0, or a non-empty 1-D sequence of them (returned as a tuple of floats); else
+    :class:`~lightning_fed.checks.ArgumentError` naming ``name``."""
+    allowed = "a finite number > 0 or a non-empty sequence of finite numbers > 0 (one per class)"
     if isinstance(alpha, (str, bytes, bool)) or alpha is None:
-        raise TypeError(f"`{name}` must be {allowed}, got {alpha!r} of type {type(alpha).__name__}")
+        raise ArgumentError(f"`{name}` must be {allowed}, got {alpha!r}.")
     if isinstance(alpha, numbers.Real):
         if not math.isfinite(float(alpha)) or float(alpha) <= 0:
-            raise ValueError(f"`{name}` must be {allowed}, got {alpha!r}")
+            raise ArgumentError(f"`{name}` must be {allowed}, got {alpha!r}.")
         return float(alpha)
     try:
         arr = np.asarray(alpha)
     except Exception as err:  # pragma: no cover - exotic inputs
-        raise TypeError(f"`{name}` must be {allowed}, got {alpha!r}") from err
+        raise ArgumentError(f"`{name}` must be {allowed}, got {alpha!r}.") from err
     if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iuf":
-        raise TypeError(f"`{name}` must be {allowed}, got {alpha!r}")
+        raise ArgumentError(f"`{name}` must be {allowed}, got {alpha!r}.")
     arr = arr.astype(np.float64)
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"`{name}` must be {allowed}, got {alpha!r}")
+        raise ArgumentError(f"`{name}` must be {allowed}, got {alpha!r}.")
     return tuple(float(a) for a in arr)
 
 

@@ -9,12 +9,11 @@ this is how TensorFlow Federated's ``tff.simulation.datasets.cifar100`` was buil
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+
+from lightning_fed.checks import check_positive
 
 from ..partition import Partition, Partitioner, _check_int, _check_seed
 
@@ -30,14 +29,6 @@ CIFAR100_COARSE_OF_FINE: tuple[int, ...] = (
     10, 3, 2, 12, 12, 16, 12, 1, 9, 19, 2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
     16, 19, 2, 4, 6, 19, 5, 5, 8, 19, 18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
 )  # fmt: skip
-
-
-def _check_concentration(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be a finite float > 0, got {value!r} of type {type(value).__name__}")
-    if not math.isfinite(float(value)) or float(value) <= 0:
-        raise ValueError(f"`{name}` must be a finite float > 0, got {value!r}")
-    return float(value)
 
 
 def _draw(rng: np.random.Generator, weights: np.ndarray, cdf: np.ndarray) -> int:
@@ -117,8 +108,8 @@ class PachinkoPartitioner(Partitioner):
     ) -> None:
         self.num_clients = _check_int("num_clients", num_clients, minimum=1)
         self.samples_per_client = _check_int("samples_per_client", samples_per_client, minimum=1)
-        self.alpha = _check_concentration("alpha", alpha)
-        self.beta = _check_concentration("beta", beta)
+        self.alpha = check_positive("alpha", alpha)
+        self.beta = check_positive("beta", beta)
         if coarse_of_fine is None:
             coarse_of_fine = CIFAR100_COARSE_OF_FINE
         cof = np.asarray(coarse_of_fine)

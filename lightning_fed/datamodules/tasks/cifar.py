@@ -197,7 +197,7 @@ class CIFARTensorDataset(Dataset):
             raise ValueError(f"`targets` must be a LongTensor [{images.shape[0]}], got {targets.dtype} {tuple(targets.shape)}")
         h, w = images.shape[2], images.shape[3]
         if isinstance(crop_size, bool) or not isinstance(crop_size, numbers.Integral) or not 1 <= crop_size <= min(h, w):
-            raise ValueError(f"`crop_size` must be an int in [1, {min(h, w)}], got {crop_size!r}")
+            raise ValueError(f"`crop_size` must be an integer in [1, {min(h, w)}], got {crop_size!r}")
         self.images = images
         self.targets = targets
         self.coarse_targets = coarse_targets
@@ -280,7 +280,7 @@ class _CIFARDataModule(FederatedDataModule):
             if not isinstance(value, bool):
                 raise ValueError(f"`{name}` must be True or False, got {value!r}")
         if isinstance(crop_size, bool) or not isinstance(crop_size, numbers.Integral) or not 1 <= crop_size <= 32:
-            raise ValueError(f"`crop_size` must be an int in [1, 32] (24 in Reddi et al.; 32 = no crop), got {crop_size!r}")
+            raise ValueError(f"`crop_size` must be an integer in [1, 32] (24 in Reddi et al.; 32 = no crop), got {crop_size!r}")
         self.data_dir = str(data_dir)
         self.download = download
         self.check_md5 = check_md5

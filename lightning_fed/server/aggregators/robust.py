@@ -33,6 +33,7 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
+from lightning_fed.checks import check_int
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, accumulation_dtype, weighted_sum
 
 __all__ = ["CoordinateMedian", "Krum", "NormBoundedMean", "TrimmedMean"]
@@ -234,8 +235,7 @@ class Krum(Stage):
 
     def __init__(self, num_malicious_clients: int = 0, num_clients_to_keep: int = 1) -> None:
         for name, value in (("num_malicious_clients", num_malicious_clients), ("num_clients_to_keep", num_clients_to_keep)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
+            check_int(name, value, 0)
         self.num_malicious_clients = int(num_malicious_clients)
         self.num_clients_to_keep = int(num_clients_to_keep)
 

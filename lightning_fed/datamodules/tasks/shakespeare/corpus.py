@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lightning_fed.datamodules._args import check_fraction as _check_fraction
-from lightning_fed.datamodules._args import check_int as _check_int
+from lightning_fed.checks import check_fraction as _check_fraction
+from lightning_fed.checks import check_int as _check_int
 from lightning_fed.datamodules.tasks.shakespeare.vocabulary import (
     CHUNK_LENGTH,
     OOV_ID,

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import numpy as np
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from lightning_fed.datamodules._args import check_fraction as _check_fraction
-from lightning_fed.datamodules._args import check_int as _check_int
+from lightning_fed.checks import check_fraction as _check_fraction
+from lightning_fed.checks import check_int as _check_int
 from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partitioners.natural_id import NaturalIdPartitioner
 from lightning_fed.datamodules.tasks.shakespeare.archives import _ARCHIVES, SOURCES, fetch_archive

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from lightning_fed.datamodules._args import check_int as _check_int
+from lightning_fed.checks import check_int as _check_int
 from lightning_fed.datamodules.federated import FederatedDataModule, refuse_options
 from lightning_fed.datamodules.partition import Partition
 from lightning_fed.datamodules.partitioners.natural_id import NaturalIdPartitioner
@@ -334,7 +334,7 @@ class StackOverflowNWPDataModule(_StackOverflowDataModule):
         >>> StackOverflowNWPDataModule(vocab_size=0)
         Traceback (most recent call last):
         ...
-        ValueError: `vocab_size` must be an integer >= 1, got 0.
+        lightning_fed.checks.ArgumentError: `vocab_size` must be an integer >= 1, got 0.
     """
 
     _task = "nwp"
@@ -400,7 +400,7 @@ class StackOverflowTagDataModule(_StackOverflowDataModule):
         >>> StackOverflowTagDataModule(num_tags=0)
         Traceback (most recent call last):
         ...
-        ValueError: `num_tags` must be an integer >= 1, got 0.
+        lightning_fed.checks.ArgumentError: `num_tags` must be an integer >= 1, got 0.
     """
 
     _task = "tag"

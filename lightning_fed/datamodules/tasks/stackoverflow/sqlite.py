@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from lightning_fed.atomic_io import atomic_write
-from lightning_fed.datamodules._args import check_int as _check_int
+from lightning_fed.checks import check_int as _check_int
 from lightning_fed.datamodules.tasks.pip_archive import copy_bounded
 from lightning_fed.datamodules.tasks.stackoverflow.proto import _example_texts
 from lightning_fed.errors import DataNotFoundError
