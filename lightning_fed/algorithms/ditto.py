@@ -17,7 +17,7 @@ step per batch with :func:`~lightning_fed.client.personal.personal_step` — the
 local steps. v_k is the client's per-client state (one vector of the model's size); a client sampled for the first
 time starts v_k from w^t (the authors' code starts every v_k from w^0; w^t keeps a resumed run equal to the
 uninterrupted one without storing w^0). Buffers (BatchNorm statistics) are the global model's during the personal
-steps and are put back afterwards. l. 10 is any server rule; :class:`~lightning_fed.callbacks.Ditto` is FedAvg with
+steps and are put back afterwards. l. 10 is any server rule; :class:`~lightning_fed.algorithms.ditto.Ditto` is FedAvg with
 the uniform mean of l. 10. The personal model of client k (for ``fed_personal_<m>``) is v_k.
 """
 

@@ -1,7 +1,7 @@
 """FedAWARE's server half: per-client server momenta aggregated with min-norm (gradient-diversity-maximising)
 weights (Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity Maximization*,
 ICML 2024, Algorithm 1, l. 10-11), with the checks of its options. FedAWARE has no client half: composed with the
-SGD rule the stage is :class:`~lightning_fed.callbacks.FedAWARE`, which only fixes that composition and its defaults.
+SGD rule the stage is :class:`~lightning_fed.algorithms.fedaware.FedAWARE`, which only fixes that composition and its defaults.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class FedAWAREMinNorm(Stage):
     before they are built. Clients with a zero momentum are
     left out of the min-norm problem (λ_i = 0). With ``fedavg_warmup`` the stage returns the weighted mean of the
     round's deltas (by ``ClientDeltas.counts``) until all N clients have been seen; the momenta are updated all
-    the same. The options are those of :class:`~lightning_fed.callbacks.FedAWARE`, checked here
+    the same. The options are those of :class:`~lightning_fed.algorithms.fedaware.FedAWARE`, checked here
     (:func:`check_options`).
 
     Diagnostics of the round are :meth:`apply`'s third result, a :class:`~lightning_fed.server.min_norm.MinNormReport`
@@ -210,7 +210,7 @@ class FedAWAREMinNorm(Stage):
 
     Args:
         alpha, alpha_convention, normalize, fedavg_warmup, projection, solver, fw_max_iter, fw_tol, fw_away_steps,
-            warmup_rounds, pairing: as :class:`~lightning_fed.callbacks.FedAWARE`; ``fw_*`` left at ``None`` mean
+            warmup_rounds, pairing: as :class:`~lightning_fed.algorithms.fedaware.FedAWARE`; ``fw_*`` left at ``None`` mean
             1000, 1e-5 and ``False`` (:attr:`fw_max_iter`, :attr:`fw_tol`, :attr:`fw_away_steps` hold the values).
         weighting: ``"num_samples"`` or ``"uniform"``: the weights of the ``projection`` average.
         num_clients: N (``None``: must be set before the first round; FedAWARE reads it from the data module).
@@ -598,7 +598,7 @@ class FedAWARE(ServerOptimizer):
     Maximization*, ICML 2024, Algorithm 1).
 
     A composition: ``ServerOptimizer(aggregators=[FedAWAREMinNorm(...)], rule=SGD(lr))`` — the reducer
-    :class:`~lightning_fed.server.aggregators.FedAWAREMinNorm` (momenta, min-norm weights, Δ_t = −d_t) followed by
+    :class:`~lightning_fed.algorithms.fedaware.FedAWAREMinNorm` (momenta, min-norm weights, Δ_t = −d_t) followed by
     the server SGD rule x_{t+1} = x_t + η·Δ_t (:attr:`min_norm` is the stage; its state, in
     :attr:`aggregator_state`, holds the momentum table).
 
@@ -776,7 +776,7 @@ class FedAWARE(ServerOptimizer):
         max_state_bytes: Union[int, str, None] = "auto",
     ) -> None:
         lr = check_positive("lr", lr)
-        #: The reducer stage (:class:`~lightning_fed.server.aggregators.FedAWAREMinNorm`): momenta and min-norm λ.
+        #: The reducer stage (:class:`~lightning_fed.algorithms.fedaware.FedAWAREMinNorm`): momenta and min-norm λ.
         self.min_norm = FedAWAREMinNorm(
             alpha=alpha, normalize=normalize, alpha_convention=alpha_convention, fedavg_warmup=fedavg_warmup,
             projection=projection, solver=solver, fw_max_iter=fw_max_iter, fw_tol=fw_tol, fw_away_steps=fw_away_steps,

@@ -1,7 +1,7 @@
 """FedDyn (Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021, Algorithm 1) as one unit:
 the client half :class:`FedDynClient` (the dynamic regulariser, with the client's stored gradient ∇L_k(θ_k^{t−1})
 as its per-client state) and the server half :class:`FedDynCorrection` (the reducer that keeps h and subtracts
-h/α from the mean of the clients' updates). :class:`~lightning_fed.callbacks.FedDyn` is the two under server SGD
+h/α from the mean of the clients' updates). :class:`~lightning_fed.algorithms.feddyn.FedDyn` is the two under server SGD
 with η = 1, the paper's method.
 
 Algorithm 1, with P_t the round's cohort, N (the paper's m) all clients, θ^{t−1} the global model sent out::
@@ -147,7 +147,7 @@ class FedDynClient(ClientAlgorithm):
     outside P_t in Alg. 1).
 
     Must be paired with :class:`FedDynCorrection` of the same α in the server optimizer's ``aggregators`` and
-    ``weighting="uniform"`` (:func:`check_feddyn`, at fit start); :class:`~lightning_fed.callbacks.FedDyn` does both.
+    ``weighting="uniform"`` (:func:`check_feddyn`, at fit start); :class:`~lightning_fed.algorithms.feddyn.FedDyn` does both.
 
     Args:
         alpha: α (> 0, default 0.01). Acar et al. search α ∈ {0.1, 0.01, 0.001} (Sec. 5 / App.).

@@ -2,8 +2,8 @@
 as one unit: the client optimizers (local AMSGrad moments, with (Fed-LAMB) or without (Fed-AMS) a layerwise trust
 ratio, l. 7-13), the client half :class:`LocalAdaptiveClient` (seeds each client's optimizer with the broadcast
 moments, l. 5-6, and sends its second moment back, l. 14) and the server half :class:`MaxSecondMoment` (model
-averaging and the max-averaged second moment, l. 16). :class:`~lightning_fed.callbacks.FedLAMB` and
-:class:`~lightning_fed.callbacks.FedAMS` are the three together under server SGD.
+averaging and the max-averaged second moment, l. 16). :class:`~lightning_fed.algorithms.fedlamb.FedLAMB` and
+:class:`~lightning_fed.algorithms.fedlamb.FedAMS` are the three together under server SGD.
 
 The client optimizers are ordinary ``torch.optim.Optimizer`` s; they work without the federated server too. Inside
 federated training the server callbacks install them in place of the module's own optimizer.
@@ -448,8 +448,8 @@ def install_client_optimizer(trainer: Any, optimizer_class: type, client_lr: Opt
 
 class LocalAdaptiveClient(ClientAlgorithm):
     """The client half of Fed-LAMB / Fed-AMS (Karimi et al., Alg. 1, l. 5-6 and 14): each client of round r starts
-    its local optimizer (a :class:`LocalAMSGrad`, installed by :class:`~lightning_fed.callbacks.FedLAMB` /
-    :class:`~lightning_fed.callbacks.FedAMS` at fit start) from the broadcast moments — local step 0,
+    its local optimizer (a :class:`LocalAMSGrad`, installed by :class:`~lightning_fed.algorithms.fedlamb.FedLAMB` /
+    :class:`~lightning_fed.algorithms.fedlamb.FedAMS` at fit start) from the broadcast moments — local step 0,
     v⁰ = v̂⁰ = v̂_r and m⁰ = 0 (or m̄_r under ``first_moment="average"``) — and, when its local work is over, sends
     its uncorrected second moment v_i^T (``extras["exp_avg_sq"]``; ``extras["exp_avg"]`` = m_i^T too when the
     server averages m), one tensor per parameter. A parameter the client never stepped reports the broadcast values.
@@ -500,7 +500,7 @@ class LocalAdaptiveClient(ClientAlgorithm):
     @staticmethod
     def install_optimizer(trainer: Any, server: Any) -> "LocalAMSGrad":
         """:func:`install_client_optimizer` with ``server``'s ``client_optimizer_class``, ``client_lr`` and
-        ``client_optimizer_kwargs()`` (:class:`~lightning_fed.callbacks.FedLAMB`'s, :class:`~lightning_fed.callbacks.FedAMS`'s).
+        ``client_optimizer_kwargs()`` (:class:`~lightning_fed.algorithms.fedlamb.FedLAMB`'s, :class:`~lightning_fed.algorithms.fedlamb.FedAMS`'s).
 
         Raises:
             ValueError: as :func:`install_client_optimizer`.
@@ -574,7 +574,7 @@ class LocalAdaptiveServer(ServerOptimizer):
     :class:`~lightning_fed.algorithms.fedlamb.LocalAdaptiveClient`, ``ClientUpdate.extras``).
 
     **Server** (Alg. 1, l. 16): a composition ``ServerOptimizer(aggregators=[MaxSecondMoment(...)], rule=SGD(lr))``
-    — the reducer :class:`~lightning_fed.server.aggregators.MaxSecondMoment` (:attr:`moment_stage`, whose state
+    — the reducer :class:`~lightning_fed.algorithms.fedlamb.MaxSecondMoment` (:attr:`moment_stage`, whose state
     holds v̂ and m̄) and the server SGD rule — with w_i the aggregation weights (1/|S| by default, the paper's plain mean)::
 
         θ̄_{r+1} = θ̄_r + η·Σ_i w_i·(θ_i^T − θ̄_r)       (η = ``lr`` = 1: model averaging, as the paper)
@@ -661,7 +661,7 @@ class LocalAdaptiveServer(ServerOptimizer):
         lr: float = 1.0,
         weighting: str = "uniform",
     ) -> None:
-        #: The reducer stage (:class:`~lightning_fed.server.aggregators.MaxSecondMoment`): Δ, v̂ and m̄.
+        #: The reducer stage (:class:`~lightning_fed.algorithms.fedlamb.MaxSecondMoment`): Δ, v̂ and m̄.
         self.moment_stage = MaxSecondMoment(owner=type(self).__name__)
         super().__init__(weighting=weighting, aggregators=[self.moment_stage], rule=SGD(lr))
         #: The client half: installs the client optimizer at fit start, seeds it, sends v_i^T back.

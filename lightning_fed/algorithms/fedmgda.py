@@ -278,7 +278,7 @@ def min_norm_box(
 class FedMGDAMinNorm(Stage):
     """FedMGDA+'s reducer (Hu et al. 2022, Alg. 1): Δ_t = Σ_i λ*_i·Δ_i/‖Δ_i‖ with λ* the min-norm weights over the
     ε-constrained simplex around λ₀ (the module doc). No state. Composed with the SGD rule it is
-    :class:`~lightning_fed.callbacks.FedMGDAPlus`; under another rule, ``ServerOptimizer(rule=...,
+    :class:`~lightning_fed.algorithms.fedmgda.FedMGDAPlus`; under another rule, ``ServerOptimizer(rule=...,
     aggregators=[FedMGDAMinNorm(...)])``.
 
     λ₀ is ``ClientDeltas.counts`` normalised over the clients in the λ-step (those with a nonzero update and a

@@ -15,7 +15,7 @@ w_i by p_i::
     x_{t+1} − x_t = −γ·τ_eff·Σ_i p_i d_i = τ_eff·Σ_i p_i·Δ_i/‖a_i‖₁
 
 In this framework's sign convention the pseudo-gradient (a model change) is Δ_t = τ_eff·Σ_i p_i·Δ_i/‖a_i‖₁ and the
-server rule applies it: :class:`~lightning_fed.callbacks.FedNova` is ``SGD(lr=η)``, x_{t+1} = x_t + η·Δ_t (η = 1: the
+server rule applies it: :class:`~lightning_fed.algorithms.fednova.FedNova` is ``SGD(lr=η)``, x_{t+1} = x_t + η·Δ_t (η = 1: the
 paper's update); under any other rule (e.g. FedAdam's) Δ_t is what that rule receives.
 
 ‖a_i‖₁ in closed form (τ = τ_i = ``ClientUpdate.num_steps``, the local optimizer steps the client actually took; the

@@ -14,7 +14,7 @@ Here the local epochs are the client's local work of a round and the server step
 layers: :class:`FedPerClient` is a :class:`~lightning_fed.client.personal.LocalParts` keeping the head (by name) local,
 so the clients' updates are 0 there and only W_B is aggregated. Base and head are trained jointly at every local
 step (unlike FedRep, :mod:`lightning_fed.algorithms.fedrep`). The paper weights the mean by the clients' sizes, as
-:class:`~lightning_fed.callbacks.FedPer`'s default ``weighting="num_samples"``. A client never sampled before starts
+:class:`~lightning_fed.algorithms.fedper.FedPer`'s default ``weighting="num_samples"``. A client never sampled before starts
 from the initial head (the global model's, which the server never changes).
 """
 

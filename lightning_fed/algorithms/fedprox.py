@@ -1,6 +1,6 @@
 """FedProx's client half (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Alg. 2): the
 proximal term μ/2‖w − w_t‖² added to the client's objective. FedProx has no server half: any server optimizer
-aggregates its clients (:class:`~lightning_fed.callbacks.FedProx` is FedAvg with this client half)."""
+aggregates its clients (:class:`~lightning_fed.algorithms.fedprox.FedProx` is FedAvg with this client half)."""
 
 from __future__ import annotations
 

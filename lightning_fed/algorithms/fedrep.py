@@ -17,7 +17,7 @@ dropped (``grad = None``) before the client optimizer steps, so it skips them �
 body (the head's gradients dropped). It is a :class:`~lightning_fed.client.personal.LocalParts` keeping the head
 local, so only the body is aggregated, by any server rule (e.g. FedRep's body under FedAdam). The authors train the
 head for 10 local epochs and the body for 1 to 5 (Sec. 5); with ``local_epochs = e_h + e_b`` and n batches per
-epoch, ``head_steps = e_h·n``. l. 14's mean is uniform, :class:`~lightning_fed.callbacks.FedRep`'s default
+epoch, ``head_steps = e_h·n``. l. 14's mean is uniform, :class:`~lightning_fed.algorithms.fedrep.FedRep`'s default
 ``weighting="uniform"``. A client never sampled before starts from the initial head (the global model's, which the
 server never changes).
 """

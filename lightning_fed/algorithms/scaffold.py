@@ -1,7 +1,7 @@
 """SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020,
 Algorithm 1 with option II) as one unit: the client half :class:`ScaffoldClient` (the drift correction c − c_i of
 l. 10 and Δc_i of l. 12-13) and the server half :class:`ScaffoldControl` (the reducer of l. 16-17, whose typed state
-holds c and the c_i). :class:`~lightning_fed.callbacks.SCAFFOLD` is the two under server SGD (η_g), the paper's
+holds c and the c_i). :class:`~lightning_fed.algorithms.scaffold.SCAFFOLD` is the two under server SGD (η_g), the paper's
 method; the halves go with any server rule, e.g. SCAFFOLD's clients and control variates under FedYogi::
 
     FedYogi(lr=0.01, weighting="uniform", aggregators=[ScaffoldControl()], client=[ScaffoldClient()])
@@ -484,7 +484,7 @@ class SCAFFOLD(ServerOptimizer):
 
     def __init__(self, lr: float = 1.0, weighting: str = "uniform", client_state_store: str = "memory",
                  client_state_dir: Optional[str] = None) -> None:
-        #: The reducer stage (:class:`~lightning_fed.server.aggregators.ScaffoldControl`): Δx, c and the c_i.
+        #: The reducer stage (:class:`~lightning_fed.algorithms.scaffold.ScaffoldControl`): Δx, c and the c_i.
         self.control_stage = ScaffoldControl()
         super().__init__(weighting=weighting, aggregators=[self.control_stage], rule=SGD(lr),
                          client_state_store=client_state_store, client_state_dir=client_state_dir)
