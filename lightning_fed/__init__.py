@@ -11,6 +11,15 @@ with eager imports.
 """
 
 #: ``{public name: the module that defines it}``, imported on first use.
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the same names, read statically by type checkers and the API reference (griffe)
+    from lightning_fed.client import ClientUpdate
+    from lightning_fed.executor import ClientExecutor, SequentialExecutor
+    from lightning_fed.loop import FederatedFitLoop
+    from lightning_fed.trainer import FederatedTrainer
+    from lightning_fed.vectorized import VectorizedExecutor
+
 _LAZY = {
     "ClientExecutor": "lightning_fed.executor",
     "ClientUpdate": "lightning_fed.client",

@@ -543,7 +543,7 @@ def _moved_module_paths(value: Any) -> Any:
     """``value`` (a run record read from a checkpoint, or one of its values) with every class named by its module
     path from before the data modules' sub-folders (``lightning_fed.datamodules.dirichlet.DirichletPartitioner``)
     named by its path now (``lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner``,
-    :func:`lightning_fed._moved.new_paths`, no warning): the same class, so a checkpoint written before the move
+    ``lightning_fed._moved.new_paths``, no warning): the same class, so a checkpoint written before the move
     resumes without a difference; so is a ready-made server optimizer named by its path in ``callbacks/`` before it
     moved into ``algorithms/`` (:data:`~lightning_fed.migrations.MOVED_CLASSES`). Other values are returned unchanged."""
     if isinstance(value, str):

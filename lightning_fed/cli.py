@@ -617,7 +617,7 @@ class FederatedCLI(LightningCLI):
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
     shows it there). A class named by its path from before a move
-    (``lightning_fed.datamodules.cifar.CIFAR10DataModule``, :mod:`lightning_fed._moved`), in a config or on the
+    (``lightning_fed.datamodules.cifar.CIFAR10DataModule``, ``lightning_fed._moved``), in a config or on the
     command line, is read as its path now with a ``FutureWarning`` (:func:`read_new_paths`) until 0.3.0.
 
     ``lightning-fed predict`` runs ``Trainer.predict`` (the global model's ``predict_step``, after ``--ckpt_path``
@@ -833,7 +833,7 @@ class FederatedCLI(LightningCLI):
 
 def read_new_paths(text: str, source: str) -> str:
     """``text`` (a config, a command-line argument) with every class named by an old path
-    (:func:`lightning_fed._moved.new_paths`: ``lightning_fed.datamodules.cifar.CIFAR10DataModule``) named by its path
+    (``lightning_fed._moved.new_paths``: ``lightning_fed.datamodules.cifar.CIFAR10DataModule``) named by its path
     now, and a ``FutureWarning`` for each naming ``source``, the new path and the version that removes the old one.
 
     >>> import warnings

@@ -116,7 +116,10 @@ def _members_first(module: str, first: list[str]) -> list[str]:
 
 
 def _public_modules(package: str) -> list[str]:
-    """Dotted names of ``package`` and its public modules (depth first, packages before their modules)."""
+    """Dotted names of ``package`` and its public modules (depth first, packages before their modules); not the old
+    module paths, shims until their removal (``lightning_fed._moved.MOVED_MODULES``)."""
+    from lightning_fed._moved import MOVED_MODULES
+
     path = ROOT.joinpath(*package.split("."))
     if not path.is_dir():
         return [package]
@@ -124,9 +127,9 @@ def _public_modules(package: str) -> list[str]:
     for child in sorted(path.iterdir()):
         if child.name.startswith("_"):
             continue
-        if child.suffix == ".py":
+        if child.suffix == ".py" and f"{package}.{child.stem}" not in MOVED_MODULES:
             names.append(f"{package}.{child.stem}")
-        elif child.is_dir() and (child / "__init__.py").exists():
+        elif child.is_dir() and (child / "__init__.py").exists() and f"{package}.{child.name}" not in MOVED_MODULES:
             names += _public_modules(f"{package}.{child.name}")
     return names
 

@@ -7,8 +7,8 @@ module; the tasks' data modules in :mod:`lightning_fed.datamodules.tasks`. Every
 (``lightning_fed.datamodules.DirichletPartitioner``, ``lightning_fed.datamodules.CIFAR10DataModule``).
 
 The modules' paths from before that layout (``lightning_fed.datamodules.cifar``, ``...dirichlet``,
-``...stackoverflow.datamodule``, ...) are shim modules until 0.3.0 (:data:`MOVED_MODULES`, the table of
-:mod:`lightning_fed._moved`): each hands out the names of its module now with a ``DeprecationWarning`` naming the new
+``...stackoverflow.datamodule``, ...) are shim modules until 0.3.0 (``MOVED_MODULES``, the table of
+``lightning_fed._moved``): each hands out the names of its module now with a ``DeprecationWarning`` naming the new
 path, so imports and pickles that name an old path keep working; the CLI reads a config's old ``class_path`` as the
 new one (with a ``FutureWarning``), and a checkpoint's run record is read through the same table. Importing this
 package imports no old path.
@@ -59,7 +59,7 @@ def __getattr__(name: str) -> _Any:
     """An old module path's shim as an attribute (``lightning_fed.datamodules.cifar``), imported on first use.
 
     Raises:
-        AttributeError: ``name`` is neither a name of this package nor an old module of :data:`MOVED_MODULES`.
+        AttributeError: ``name`` is neither a name of this package nor an old module of ``MOVED_MODULES``.
     """
     if f"{__name__}.{name}" in MOVED_MODULES:
         return _importlib.import_module(f"{__name__}.{name}")

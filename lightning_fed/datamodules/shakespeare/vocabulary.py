@@ -1,5 +1,5 @@
 """Old path of :mod:`lightning_fed.datamodules.tasks.shakespeare.vocabulary`, removed in 0.3.0: its names, with a
-``DeprecationWarning`` naming the new path (:mod:`lightning_fed._moved`)."""
+``DeprecationWarning`` naming the new path (``lightning_fed._moved``)."""
 
 from lightning_fed._moved import moved_module as _moved_module
 

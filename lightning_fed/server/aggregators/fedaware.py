@@ -1,5 +1,5 @@
 """Old home of FedAWARE's server half, now :mod:`lightning_fed.algorithms.fedaware` (removed in 0.3.0): the names
-still import from here, with a ``DeprecationWarning`` naming the new path (:func:`lightning_fed._moved.moved_names`;
+still import from here, with a ``DeprecationWarning`` naming the new path (``lightning_fed._moved.moved_names``;
 ``from lightning_fed.server.aggregators import FedAWAREMinNorm`` keeps working without one).
 
 Example:
