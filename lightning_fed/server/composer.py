@@ -45,6 +45,13 @@ class ServerRound(NamedTuple):
         releases_buffers: Whether the clients' buffers may be averaged into the global ones (not under DP noise).
         snapshot: The server optimizer's state from before the step (``ServerOptimizer.snapshot_state``) when asked
             for, else ``None``: what ``ServerOptimizer.undo_round_step`` goes back to.
+
+    Example: clients of 1 and 2 samples weighted by size, D computed only when the report asks for it::
+
+        >>> step = ServerRound([torch.tensor([3.0, 2.0])], torch.tensor([1.0, 2.0], dtype=torch.float64) / 3,
+        ...                    lambda: 1.25, releases_buffers=True)
+        >>> float(step.weights.sum()), step.gradient_diversity(), step.snapshot is None
+        (1.0, 1.25, True)
     """
 
     pseudo_gradient: list[Tensor]
