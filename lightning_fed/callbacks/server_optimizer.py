@@ -13,14 +13,18 @@ from lightning_fed import migrations
 from lightning_fed.client import ClientUpdate
 from lightning_fed.client.update import DeltaNorms
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
-from lightning_fed.client.states import ClientStates, resolve_store
+from lightning_fed.client.states import ClientStates, resolve_store, where_given
 from lightning_fed.migrations import clone_state
-from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
+from lightning_fed.server.client_state import (ClientStateStore, ClientStateTable, check_client_state_store,
+                                               collect_tables_garbage)
 from lightning_fed.server.aggregators.base import RoundInfo, Stage
-from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, trained_parameters
-from lightning_fed.server.arguments import REMOVED_OVERRIDES, _ArgumentsCheckedByName, check_arguments  # noqa: F401
+from lightning_fed.server.aggregators.dp import adds_noise, check_dp_chain, check_private_fit, trained_parameters
+from lightning_fed.server.arguments import REMOVED_OVERRIDES, check_arguments  # noqa: F401  (re-exported)
+from lightning_fed.server.arguments import _ArgumentsCheckedByName, check_removed_overrides, check_rule_lr
 from lightning_fed.server.composer import ServerComposer, ServerRound
-from lightning_fed.server.rules.base import Rule, state_to_dict
+from lightning_fed.server.fit_checks import (check_cohort, check_federated_trainer, check_own_chain, frozen_positions,
+                                             local_parameter_ids)
+from lightning_fed.server.rules.base import Rule
 from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
@@ -49,49 +53,25 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
     round's client updates into the next global model, and carries the client halves of the algorithms it runs.
 
-    A server optimizer is a composition, not a subclass hierarchy (optax's ``chain``, pfl-research's split of the
-    central optimizer from the client algorithm):
-
-    1. **aggregators** (:mod:`lightning_fed.server.aggregators`, optional): a chain of stages over typed states —
-       client transforms → one reducer → delta transforms (robust reducers, DP clipping and noise, SCAFFOLD's and
-       FedAWARE's server halves) — that replaces the default weighted mean Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
-       (``weighting="num_samples"``, the example-weighted average of Reddi et al. 2021, Sec. 4 / Alg. 5) or
-       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10);
-    2. **rule** (:mod:`lightning_fed.server.rules`): the update x_{t+1} = ServerOpt(x_t, Δ_t) over its own typed
-       state (SGD — FedAvg's rule, the default —, Momentum, Adagrad/Adam/Yogi, LAMB, AdaptiveStepSize);
-    3. **client** (:mod:`lightning_fed.client.algorithm`, optional): client halves every client runs
-       (:class:`~lightning_fed.algorithms.FedProxClient`, ...). They are run by the client runner
-       (:class:`~lightning_fed.client.algorithm.ClientHalves`), after the method's own, before
-       ``FederatedTrainer(client_algorithms=...)`` — the place for halves that should outlive a swap of the server
-       optimizer. Their per-client state is stored here by name (:attr:`client_algorithm_states`) and checkpointed.
-
-    The ready-made names (:class:`FedAvg`, :class:`FedAdam`, :class:`FedProx`, DP and robust variants, ...) fix some
-    of these parts; ``ServerOptimizer(rule=..., aggregators=..., client=...)`` builds any other combination, in YAML
-    too. After every round the federated loop calls :meth:`server_update`; Lightning checkpoints the state
-    (:meth:`state_dict`). Exactly one server optimizer may be given to a :class:`~lightning_fed.FederatedTrainer`;
-    none means :class:`FedAvg` with η = 1. Under a plain :class:`lightning.Trainer` it is refused at fit start.
-
-    Writing a new method: a server-side rule is a :class:`~lightning_fed.server.rules.Rule` (``init`` / ``update``
-    over a NamedTuple state), a server-side aggregation a :class:`~lightning_fed.server.aggregators.Stage`, a
-    client-side change a :class:`~lightning_fed.client.ClientAlgorithm`; one module of :mod:`lightning_fed.algorithms`
-    holds an algorithm's halves (SCAFFOLD's, Fed-LAMB's, FedProx's, FedDyn's, ...). This is the only way: a subclass
-    fixes parts and defaults, it does not override the update, the aggregation or the client channel.
+    A composition, not a subclass hierarchy (docs/guide/server-optimizers.md, "How a server optimizer is composed"):
+    an optional aggregator chain (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean
+    Δ_t = Σ_i w_i Δ_i, a rule x_{t+1} = ServerOpt(x_t, Δ_t) (:mod:`lightning_fed.server.rules`) and optional client
+    halves (:mod:`lightning_fed.client.algorithm`), held by a :class:`~lightning_fed.server.composer.ServerComposer`.
+    The ready-made names (:class:`FedAvg`, :class:`FedAdam`, ...) fix parts and defaults only. After every round the
+    federated loop calls :meth:`round_step`; Lightning checkpoints :meth:`state_dict`. At most one per
+    :class:`~lightning_fed.FederatedTrainer` (none: :class:`FedAvg`, η = 1); refused under a plain
+    :class:`lightning.Trainer` at fit start.
 
     Args:
         lr: Server learning rate η (> 0; default 1.0, or the rule's).
-        weighting: ``"num_samples"`` (default) or ``"uniform"``.
+        weighting: ``"num_samples"`` (default: w_i ∝ |D_i|, Reddi et al. 2021, Alg. 5) or ``"uniform"`` (w_i = 1/|S|).
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
         client: Client algorithms every client runs (default ``None``).
-        client_state_store: Where the per-client tables (SCAFFOLD's c_i, FedDyn's g_k, any client half's state) keep
-            their rows: ``"memory"`` (default: CPU tensors, every row in every checkpoint) or ``"disk"`` (one file
-            per client row, RAM holds none; checkpoints reference the rows by version instead of copying them; see
-            :mod:`lightning_fed.server.client_state`). Not a setting of the experiment (results are the same bit for
-            bit): a resume may change it, the loaded rows are moved to the run's store. FedAWARE's dense momenta stay
-            in memory (``"disk"`` is refused for it at fit start).
-        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``);
-            each table in its own sub-directory. A resumed run keeps writing to the directory its checkpoint
-            references.
+        client_state_store: Where the per-client tables (SCAFFOLD's c_i, a client half's state) keep their rows:
+            ``"memory"`` (default) or ``"disk"`` (one file per client row; :mod:`lightning_fed.server.client_state`).
+            Same results bit for bit: a resume may change it.
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``,
@@ -133,19 +113,11 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     aggregator_state = _composed("aggregator_state", "The chain's typed states (one per stage), ``None`` until made.")
     _rule_state = _composed("rule_state", "The rule's typed state, ``None`` before the first step.")
     _saved_aggregator_state = _composed("saved_aggregator_state", "The chain's states as loaded, until re-made.")
-    _round_info = _composed("round_info", "The current round's RoundInfo.")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse a subclass that defines a method of :data:`REMOVED_OVERRIDES` (it would be silently ignored).
-
-        Raises:
-            TypeError: naming the method and what to write instead.
-        """
+        """Raises: TypeError for a method of :data:`~lightning_fed.server.arguments.REMOVED_OVERRIDES` defined."""
         super().__init_subclass__(**kwargs)
-        for name, instead in REMOVED_OVERRIDES.items():
-            if name in vars(cls):
-                raise TypeError(f"{cls.__name__} defines `{name}`, which a server optimizer no longer lets a subclass "
-                                f"override (it would be ignored): {instead}.")
+        check_removed_overrides(cls)
 
     def __init__(
         self,
@@ -160,16 +132,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         #: Where the per-client tables keep their rows (``"memory"`` or ``"disk"``) and the disk store's directory.
         self.client_state_store, self.client_state_dir = check_client_state_store(client_state_store, client_state_dir)
         self._store = ClientStateStore(self.client_state_store, self.client_state_dir)
-        if rule is not None:
-            if not isinstance(rule, Rule):
-                raise TypeError(f"`rule` must be a server rule (lightning_fed.server.rules.Rule), got {type(rule).__name__}.")
-            if lr is not None and check_positive("lr", lr) != rule.lr:
-                raise ValueError(
-                    f"`lr`={lr!r} disagrees with the rule's learning rate {rule.lr!r}; give the server learning rate "
-                    "on the rule (e.g. `rule: {class_path: Adam, init_args: {lr: 0.01}}`) and leave `lr` unset."
-                )
-            lr = rule.lr
-        self.lr = check_positive("lr", 1.0 if lr is None else lr)
+        self.lr = check_rule_lr(lr, rule)
         #: Weighting, aggregator chain and rule, with their states (:class:`~lightning_fed.server.composer.ServerComposer`).
         self.composer = ServerComposer(weighting, aggregators, SGD(self.lr) if rule is None else rule)
         #: A per-client table (:class:`~lightning_fed.server.client_state.ClientStateTable`) of the server optimizer's
@@ -226,33 +189,12 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         lambda self: self.client_states.loaded, lambda self, v: setattr(self.client_states, "loaded", v),
         doc="Whether :attr:`client_algorithm_states` came from a checkpoint not yet checked against the run.")
 
-    @property
-    def state(self) -> dict[str, list[Tensor]]:
-        """The optimizer state: name -> list of tensors aligned with the federated parameters (``module.parameters()``
-        when none is frozen; the client runner's ``params``) (``{}`` before the
-        first round): a view of the tensor fields of :attr:`server_rule`'s typed state (the tensors themselves, so
-        in-place changes persist); assigning a dict sets those fields."""
-        if self._rule_state is None:
-            return {}
-        defaults = type(self._rule_state)._field_defaults
-        return {k: v for k, v in self._rule_state._asdict().items() if k not in defaults}
-
-    @state.setter
-    def state(self, value: dict[str, list[Tensor]]) -> None:
-        state_type = self.server_rule.State
-        if not value:
-            self._rule_state = None
-            return
-        _, scalars = state_to_dict(self._rule_state, state_type)
-        self._rule_state = state_type(**{**scalars, **value})
-
-    @property
-    def rule_state(self) -> Optional[Any]:
-        """The typed state (a ``NamedTuple``) of :attr:`server_rule`; ``None`` before the first round."""
-        return self._rule_state
+    state = _composed("state", "The rule state's tensors by name, aligned with the federated parameters "
+                      "(:attr:`ServerComposer.state <lightning_fed.server.composer.ServerComposer.state>`).")
+    rule_state = _composed("rule_state", "The typed state (a ``NamedTuple``) of :attr:`server_rule`; ``None`` before "
+                           "the first round.")
 
     # ------------------------------------------------------------------ aggregation: the composer's
-    client_weight_counts = _delegated("client_weight_counts")
     client_weights = _delegated("client_weights")
     round_weights = _delegated("round_weights")
     client_delta = _delegated("client_delta")
@@ -263,8 +205,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     aggregation_requirement = _delegated("aggregation_requirement")
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain, and run
-        every stage's ``check_round_start`` before the round's clients train.
+        """Run every stage's ``check_round_start``, record the round's
+        :class:`~lightning_fed.server.aggregators.RoundInfo`; under a chain that adds DP noise, which parameters it
+        leaves out; with the ``"disk"`` store, delete the row versions nothing references any more.
 
         Raises:
             ValueError: from a stage's :meth:`~lightning_fed.server.aggregators.Stage.check_round_start`.
@@ -273,16 +216,17 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             check_round_start(trainer, pl_module, self)
         dm = trainer.datamodule
         if dm is not None and hasattr(dm, "select_cohort"):
-            self._round_info = RoundInfo(
+            self.composer.round_info = RoundInfo(
                 int(trainer.current_epoch), int(getattr(dm, "seed", 0)), int(dm.num_clients), int(dm.clients_per_round)
             )
         self._stepped = False
         self.round_report = None
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
-            self._local_ids = self.local_parameter_ids(pl_module)
-        if self.client_state_store == "disk":
-            self.collect_client_state_garbage()
+            self._local_ids = local_parameter_ids(list(pl_module.parameters()), self.client_algorithms)
+        if self.client_state_store == "disk":  # the on-disk row versions nothing references any more
+            collect_tables_garbage([*self.client_algorithm_states.values(), self.client_state,
+                                    *(v for state in self.aggregator_state or () for v in state)])
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Log every stage's :meth:`~lightning_fed.server.aggregators.Stage.round_metrics` of the round's report
@@ -293,21 +237,14 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             for name, value in metrics.items():
                 pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
 
-    def local_parameter_ids(self, pl_module: Any) -> set[int]:
-        """``id()`` of the parameters of ``pl_module`` that the run's client halves keep on the clients
-        (:meth:`ClientAlgorithm.local_parameters <lightning_fed.client.algorithm.ClientAlgorithm.local_parameters>`:
-        the personal parts of FedBN, FedPer, FedRep, :class:`~lightning_fed.client.personal.LocalParts`), once they
-        are set up; empty before. Read at every round's start under a chain that adds DP noise."""
-        params = list(pl_module.parameters())
-        return {id(params[i]) for half in self.client_algorithms for i in half.local_parameters() if i < len(params)}
-
     @property
     def privatises(self) -> bool:
         """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
         Then only what ε covers is released: buffers stay at their global value (the loop does not average the
         clients' buffers), parameters not trained by the clients (``requires_grad=False`` or in no client optimizer)
-        and the personal parts client halves keep local (:meth:`local_parameter_ids`) are neither clipped, noised
-        nor stepped, and fit refuses running statistics and ``max_update_norm_ratio``."""
+        and the personal parts client halves keep local are neither clipped, noised nor stepped
+        (:func:`~lightning_fed.server.fit_checks.frozen_positions`), and fit refuses running statistics and
+        ``max_update_norm_ratio``."""
         return adds_noise(self.aggregators)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
@@ -320,26 +257,29 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return self.composer.gradient_diversity(updates, pseudo_gradient, self.privatises, delta_norms)
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t.
+        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t. First
+        :meth:`validate_round`, then the client halves' new per-client states that arrived with ``updates`` are
+        written (:meth:`ClientStates.receive <lightning_fed.client.states.ClientStates.receive>`; a client dropped
+        from the round keeps its old state).
 
         Under a chain that adds DP noise (:attr:`privatises`) the parameters the clients do not train
         (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) and those the
-        client halves keep local (:meth:`local_parameter_ids`: FedPer's head, FedBN's norm layers, ...) are left out
-        of the chain (not in the clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit.
+        client halves keep local (FedPer's head, FedBN's norm layers, ...) are left out of the chain (not in the
+        clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit
+        (:func:`~lightning_fed.server.fit_checks.frozen_positions`).
 
         Raises:
-            ValueError: under such a chain, no parameter trained.
+            ValueError: under such a chain, no parameter trained; a client half whose ``finish`` returned a state of
+                another size than its ``state_dim`` (naming the half, the client, the expected and the actual size).
         """
         self.validate_round(params, updates)
-        self.receive_client_states(updates)
+        own, run = self.server_client_algorithms, self.client_algorithms
+        self.client_states.receive(updates, run, lambda half: where_given(half, own, run, type(self).__name__))
         frozen: list[int] = []
         if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
             trained = self._trained if self._trained is not None and len(self._trained) == len(params) \
                 else trained_parameters(params)
-            frozen = [i for i, t in enumerate(trained) if not t or id(params[i]) in self._local_ids]
-            if len(frozen) == len(params):
-                raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained and shared (all "
-                                 "frozen or kept local by a client half).")
+            frozen = frozen_positions(type(self).__name__, params, trained, self._local_ids)
         pseudo_gradient = self.composer.update(params, updates, frozen)
         self._stepped = True
         return pseudo_gradient
@@ -397,17 +337,6 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         (client → server), after the client halves' extras. Default: nothing (``{}``)."""
         return {}
 
-    def receive_client_states(self, updates: list[ClientUpdate]) -> None:
-        """Write the client algorithms' new per-client states that arrived with ``updates`` into their tables
-        (called by :meth:`server_update` first; a client dropped from the round keeps its old state).
-
-        Raises:
-            ValueError: a client half whose ``finish`` returned a state of another size than its ``state_dim``
-                (a stateless half, ``state_dim`` 0, must return ``None``), naming the half, the client, the expected
-                and the actual size.
-        """
-        self.client_states.receive(updates, self.client_algorithms, lambda algorithm: _where(algorithm, self))
-
     # ------------------------------------------------------------------ trainer check
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Every stage's :meth:`~lightning_fed.server.aggregators.Stage.check_setup` (e.g. FedAWARE reads N from the
@@ -421,8 +350,6 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         for check_setup in self.composer.stage_hooks("check_setup"):
             check_setup(trainer, pl_module, self)
         if stage == "fit":
-            from lightning_fed.server.aggregators.dp import check_dp_chain
-
             check_dp_chain(self)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
@@ -467,73 +394,30 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self.client_states.store = self._store
         return self._store
 
-    def client_tables(self) -> list[ClientStateTable]:
-        """Every live per-client table: the client halves', the stages' and :attr:`client_state`."""
-        tables = list(self.client_algorithm_states.values())
-        for state in self.aggregator_state or ():
-            tables += [v for v in state if isinstance(v, ClientStateTable)]
-        if self.client_state is not None:
-            tables.append(self.client_state)
-        unique = {id(t): t for t in tables}
-        return list(unique.values())
-
-    def collect_client_state_garbage(self) -> None:
-        """Delete the on-disk row versions nothing references any more
-        (:func:`~lightning_fed.server.client_state.collect_garbage`); called at every round start."""
-        for directory in {t.directory for t in self.client_tables() if t.directory is not None}:
-            collect_garbage(directory)
-
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
-
-        Also runs every aggregator stage's ``check_cohort(clients_per_round)`` (e.g. Krum refuses
-        ``clients_per_round`` ≤ 2f + 2; TrimmedMean warns when it would trim nothing).
-
-        A ready-made method that fixes its chain (:attr:`_own_aggregators`, e.g. SCAFFOLD's ``[ScaffoldControl]``)
-        refuses a replaced :attr:`aggregators` first.
+        """The fit-start checks before round 0, in order: a ready-made method's own chain kept
+        (:func:`~lightning_fed.server.fit_checks.check_own_chain`), a federated trainer
+        (:func:`~lightning_fed.server.fit_checks.check_federated_trainer`), under a chain that adds DP noise
+        :func:`~lightning_fed.server.aggregators.dp.check_private_fit`, the stages' ``check_cohort``
+        (:func:`~lightning_fed.server.fit_checks.check_cohort`) and ``check_fit`` (FedDyn's server half without its
+        client half; FedNova's reducer with clients that do not run its declared local solver).
 
         Raises:
             RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
-            ValueError: a ready-made method's own chain replaced; under a chain that adds DP noise (:attr:`privatises`), what
-                :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
-                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort`` or ``check_fit``
-                (e.g. FedDyn's server half without its client half; FedNova's reducer with clients that do not run
-                its declared local solver).
+            ValueError: a ready-made method's own chain replaced; what ``check_private_fit`` refuses (running
+                statistics, ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort`` or
+                ``check_fit``.
         """
-        own = self._own_aggregators
-        if own is not None and not (self.aggregators is not None and len(self.aggregators) == len(own)
-                                    and all(a is b for a, b in zip(self.aggregators, own))):
-            raise ValueError(
-                f"{type(self).__name__} aggregates in its own way (its aggregator chain is "
-                f"[{', '.join(type(s).__name__ for s in own)}]), so another `aggregators` chain cannot be used; use "
-                "them with a server optimizer that takes the default aggregation."
-            )
-        if getattr(trainer.fit_loop, "client_runner", None) is None:  # not lightning_fed's FederatedFitLoop
-            raise RuntimeError(
-                f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
-                f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "
-                "the server optimizer from `callbacks` for a centralized baseline."
-            )
+        check_own_chain(type(self).__name__, self._own_aggregators, self.aggregators)
+        check_federated_trainer(type(self).__name__, trainer)
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
-        cohort = getattr(trainer.datamodule, "clients_per_round", None)
-        for check in self.composer.stage_hooks("check_cohort") if cohort is not None else ():
-            check(int(cohort))  # refuse (or warn about) the chain's settings for this cohort size before round 0
-        # a server half that needs its client half (FedDyn), or a stage that depends on the local solver (FedNova)
+        check_cohort(self.composer.stage_hooks("check_cohort"), trainer.datamodule)
         for check_fit in self.composer.stage_hooks("check_fit"):
             check_fit(trainer, pl_module, self)
 
     # ------------------------------------------------------------------ state integrity (issue #43)
-    def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
-        """:func:`lightning_fed.migrations.state_items` of this server optimizer: ``(label, value)`` of its state for
-        the non-finite checks."""
-        return migrations.state_items(self, param_names, saved)
-
-    def required_state(self, num_params: int) -> list[str]:
-        """:func:`lightning_fed.migrations.required_state`: the entries a resume after a server step needs."""
-        return migrations.required_state(self, num_params)
-
     def snapshot_state(self) -> dict[str, Any]:
         """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned but the rows of the
         lazily filled per-client tables, which are never written in place and are shared; an on-disk table's state is
@@ -603,12 +487,3 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
 
-
-def _where(algorithm: ClientAlgorithm, server: ServerOptimizer) -> str:
-    """Where ``algorithm`` was given: ``"`client[i]` of FedAvg"`` (the server optimizer's own and ``client``, as
-    one list) or ``"`client_algorithms[j]` of the trainer"``."""
-    own = server.server_client_algorithms
-    if any(a is algorithm for a in own):
-        return f"`client[{next(i for i, a in enumerate(own) if a is algorithm)}]` of {type(server).__name__}"
-    given = [a for a in server.client_algorithms if not any(a is b for b in own)]
-    return f"`client_algorithms[{next((j for j, a in enumerate(given) if a is algorithm), 0)}]` of the trainer"
