@@ -10,11 +10,9 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed import migrations
-from lightning_fed.client import ClientUpdate
-from lightning_fed.client.update import DeltaNorms
+from lightning_fed.client.update import ClientUpdate, DeltaNorms
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
 from lightning_fed.client.states import ClientStates, resolve_store, where_given
-from lightning_fed.migrations import clone_state
 from lightning_fed.server.client_state import (ClientStateStore, ClientStateTable, check_client_state_store,
                                                collect_tables_garbage)
 from lightning_fed.server.aggregators.base import RoundInfo, Stage
@@ -24,43 +22,36 @@ from lightning_fed.server.arguments import _ArgumentsCheckedByName, check_remove
 from lightning_fed.server.composer import ServerComposer, ServerRound
 from lightning_fed.server.fit_checks import (check_cohort, check_federated_trainer, check_own_chain, frozen_positions,
                                              local_parameter_ids)
-from lightning_fed.server.rules.base import Rule
-from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
+from lightning_fed.server.rules.base import Rule, zeros_like_all  # noqa: F401  (zeros_like_all re-exported)
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
 
 
 def _delegated(name: str) -> Any:
-    """A method of the server optimizer that is its composer's :class:`ServerComposer` method ``name`` (its
-    signature; its doc's first paragraph, the composer holding the examples)."""
+    """A method that is the composer's (:class:`ServerComposer`) ``name``: its signature, its doc's first paragraph."""
     composed = getattr(ServerComposer, name)
-
-    @functools.wraps(composed)
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.composer, name)(*args, **kwargs)
-
-    method.__doc__ = (composed.__doc__ or "").split("\n\n")[0] + f" (:meth:`ServerComposer.{name} " \
-        f"<lightning_fed.server.composer.ServerComposer.{name}>`)"
+    method = functools.wraps(composed)(lambda self, *args, **kwargs: getattr(self.composer, name)(*args, **kwargs))
+    method.__doc__ = (composed.__doc__ or "").split("\n\n")[0] + \
+        f" (:meth:`ServerComposer.{name} <lightning_fed.server.composer.ServerComposer.{name}>`)"
     return method
 
 
-def _composed(name: str, doc: str) -> property:
-    """An attribute of the server optimizer that is its composer's (one source of truth)."""
-    return property(lambda self: getattr(self.composer, name), lambda self, v: setattr(self.composer, name, v), doc=doc)
+def _composed(name: str, doc: str, holder: str = "composer") -> property:
+    """An attribute of the server optimizer that is its ``holder``'s (one source of truth)."""
+    return property(lambda self: getattr(getattr(self, holder), name),
+                    lambda self, v: setattr(getattr(self, holder), name, v), doc=doc)
 
 
 class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
     round's client updates into the next global model, and carries the client halves of the algorithms it runs.
 
-    A composition, not a subclass hierarchy (docs/guide/server-optimizers.md, "How a server optimizer is composed"):
-    an optional aggregator chain (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean
-    Δ_t = Σ_i w_i Δ_i, a rule x_{t+1} = ServerOpt(x_t, Δ_t) (:mod:`lightning_fed.server.rules`) and optional client
-    halves (:mod:`lightning_fed.client.algorithm`), held by a :class:`~lightning_fed.server.composer.ServerComposer`.
-    The ready-made names (:class:`FedAvg`, :class:`FedAdam`, ...) fix parts and defaults only. After every round the
-    federated loop calls :meth:`round_step`; Lightning checkpoints :meth:`state_dict`. At most one per
-    :class:`~lightning_fed.FederatedTrainer` (none: :class:`FedAvg`, η = 1); refused under a plain
-    :class:`lightning.Trainer` at fit start.
+    A composition (docs/guide/server-optimizers.md, "How a server optimizer is composed"): an aggregator chain
+    (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean Δ_t = Σ_i w_i Δ_i and a rule
+    x_{t+1} = ServerOpt(x_t, Δ_t) (:mod:`lightning_fed.server.rules`), held by a
+    :class:`~lightning_fed.server.composer.ServerComposer`, and client halves (:mod:`lightning_fed.client.algorithm`).
+    Ready-made names (:class:`FedAvg`, ...) fix parts and defaults only. One per
+    :class:`~lightning_fed.FederatedTrainer` (none: :class:`FedAvg`, η = 1); the loop calls :meth:`round_step`.
 
     Args:
         lr: Server learning rate η (> 0; default 1.0, or the rule's).
@@ -68,31 +59,26 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
         client: Client algorithms every client runs (default ``None``).
-        client_state_store: Where the per-client tables (SCAFFOLD's c_i, a client half's state) keep their rows:
-            ``"memory"`` (default) or ``"disk"`` (one file per client row; :mod:`lightning_fed.server.client_state`).
-            Same results bit for bit: a resume may change it.
+        client_state_store: Where per-client tables (SCAFFOLD's c_i, ...) keep their rows: ``"memory"`` (default) or
+            ``"disk"`` (one file per row, :mod:`lightning_fed.server.client_state`; same results, may change on resume).
         client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``,
             ``client_state_store`` not one of ``("memory", "disk")``, ``client_state_dir`` without ``"disk"``;
-            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses (and
-            ``client_state_store="disk"`` with a stage that needs its table in memory, FedAWARE's).
+            at fit start, what the checks of :meth:`setup`, :meth:`on_fit_start` and :meth:`on_train_start` refuse.
         TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
             :class:`~lightning_fed.client.ClientAlgorithm`.
+        RuntimeError: at fit start, under a plain :class:`lightning.Trainer`.
 
-    Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (here with
-    :class:`FedAvg`, the simplest subclass)::
+    Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (:class:`FedAvg`)::
 
         >>> import torch
-        >>> from lightning_fed import ClientUpdate
         >>> from lightning_fed.callbacks import FedAvg
         >>> updates = [ClientUpdate(client_id=0, delta=[torch.tensor([1.0, 0.0])], num_samples=1, num_steps=1, loss=0.0),
         ...            ClientUpdate(client_id=1, delta=[torch.tensor([4.0, 3.0])], num_samples=2, num_steps=1, loss=0.0)]
-        >>> FedAvg().client_weights(updates)
-        tensor([0.3333, 0.6667], dtype=torch.float64)
-        >>> FedAvg().aggregate(updates)  # (1·[1, 0] + 2·[4, 3]) / 3
-        [tensor([3., 2.])]
+        >>> FedAvg().client_weights(updates), FedAvg().aggregate(updates)  # (1·[1, 0] + 2·[4, 3]) / 3
+        (tensor([0.3333, 0.6667], dtype=torch.float64), [tensor([3., 2.])])
         >>> FedAvg(weighting="uniform").aggregate(updates)  # ([1, 0] + [4, 3]) / 2
         [tensor([2.5000, 1.5000])]
         >>> FedAvg(weighting="mean")
@@ -103,6 +89,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     #: Marks server optimizers for the modules below the callbacks (:func:`~lightning_fed.server.checks.is_server_optimizer`).
     is_server_optimizer = True
+    #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
+    unrecorded_settings = ("client_state_store", "client_state_dir")
 
     weighting = _composed("weighting", "``\"num_samples\"`` or ``\"uniform\"``.")
     aggregators = _composed("aggregators", "The aggregator chain replacing the weighted mean, or ``None``.")
@@ -111,88 +99,79 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     round_report = _composed("round_report", "The last round's :class:`~lightning_fed.server.aggregators.RoundReport` "
                              "(client weights, stage reports); ``None`` before it and from the start of each round.")
     aggregator_state = _composed("aggregator_state", "The chain's typed states (one per stage), ``None`` until made.")
-    _rule_state = _composed("rule_state", "The rule's typed state, ``None`` before the first step.")
+    rule_state = _composed("rule_state", "The rule's typed state (a ``NamedTuple``), ``None`` before the first step.")
+    _rule_state = rule_state
     _saved_aggregator_state = _composed("saved_aggregator_state", "The chain's states as loaded, until re-made.")
+    state = _composed("state", "The rule state's tensors by name, aligned with the federated parameters "
+                      "(:attr:`ServerComposer.state <lightning_fed.server.composer.ServerComposer.state>`).")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Raises: TypeError for a method of :data:`~lightning_fed.server.arguments.REMOVED_OVERRIDES` defined."""
         super().__init_subclass__(**kwargs)
         check_removed_overrides(cls)
 
-    def __init__(
-        self,
-        lr: Optional[float] = None,
-        weighting: str = "num_samples",
-        aggregators: Optional[list[Stage]] = None,
-        rule: Optional[Rule] = None,
-        client: Optional[list[ClientAlgorithm]] = None,
-        client_state_store: str = "memory",
-        client_state_dir: Optional[str] = None,
-    ) -> None:
-        #: Where the per-client tables keep their rows (``"memory"`` or ``"disk"``) and the disk store's directory.
+    def __init__(self, lr: Optional[float] = None, weighting: str = "num_samples",
+                 aggregators: Optional[list[Stage]] = None, rule: Optional[Rule] = None,
+                 client: Optional[list[ClientAlgorithm]] = None, client_state_store: str = "memory",
+                 client_state_dir: Optional[str] = None) -> None:
         self.client_state_store, self.client_state_dir = check_client_state_store(client_state_store, client_state_dir)
-        self._store = ClientStateStore(self.client_state_store, self.client_state_dir)
         self.lr = check_rule_lr(lr, rule)
         #: Weighting, aggregator chain and rule, with their states (:class:`~lightning_fed.server.composer.ServerComposer`).
         self.composer = ServerComposer(weighting, aggregators, SGD(self.lr) if rule is None else rule)
-        #: A per-client table (:class:`~lightning_fed.server.client_state.ClientStateTable`) of the server optimizer's
-        #: own, ``None`` otherwise; checkpointed under ``"client_state"``. FedAWARE's m_i and SCAFFOLD's c_i are their
-        #: stages' (this name reads them there) and are saved with the stage's state, under ``"aggregators"``.
+        #: A per-client table of the server optimizer's own (``None``: none), checkpointed under ``"client_state"``;
+        #: a stage's (FedAWARE's m_i, SCAFFOLD's c_i) is read there and saved with the stage, under ``"aggregators"``.
         self.client_state: Optional[ClientStateTable] = None
         self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
         self._local_ids: set[int] = set()  # under a noised chain: id() of the parameters client halves keep local
         self._stepped = False  # the server stepped in the current round
-        #: The client algorithms given as ``client`` (``None``: none), run by every client of every round
-        #: (:mod:`lightning_fed.client.algorithm`).
+        #: The client algorithms given as ``client`` (``None``: none), run by every client of every round.
         self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
-        #: Client halves a ready-made method brings itself (FedProx's :class:`FedProxClient`), run before ``client``.
-        self._own_client: list[ClientAlgorithm] = []
-        #: The chain a ready-made method fixes as its own (SCAFFOLD's ``[ScaffoldControl]``), ``None`` otherwise: a
-        #: replaced :attr:`aggregators` is refused at fit start (:meth:`on_train_start`).
-        self._own_aggregators: Optional[list[Stage]] = None
-        #: The per-client state of the client halves (:class:`~lightning_fed.client.states.ClientStates`): the run's,
-        #: bound at fit start (:meth:`bind_client_algorithms`), written when a client's update reaches the server,
-        #: checkpointed with this state; before a fit, this server optimizer's own (what a checkpoint loaded).
-        self.client_states = ClientStates(self._store)
+        self._own_client: list[ClientAlgorithm] = []  # halves a ready-made method brings (FedProx's), before `client`
+        self._own_aggregators: Optional[list[Stage]] = None  # the chain a ready-made method fixes (SCAFFOLD's)
+        #: The client halves' per-client state (:class:`~lightning_fed.client.states.ClientStates`), the run's once
+        #: bound at fit start (:meth:`bind_client_algorithms`).
+        self.client_states = ClientStates(ClientStateStore(self.client_state_store, self.client_state_dir))
         self._run_client_algorithms: Optional[list[ClientAlgorithm]] = None  # the run's halves, bound at fit start
 
+    # ------------------------------------------------------------------ client halves
     @property
     def server_client_algorithms(self) -> list[ClientAlgorithm]:
-        """The client halves given with this server optimizer: the method's own (FedProx's, FedDyn's, SCAFFOLD's),
-        then ``client``, in order. The client runner runs them, then ``FederatedTrainer(client_algorithms=...)``."""
+        """The client halves given with this server optimizer: the method's own (FedProx's, SCAFFOLD's), then
+        ``client``. The client runner runs them, then ``FederatedTrainer(client_algorithms=...)``."""
         return [*self._own_client, *(self.client or ())]
 
     @property
     def client_algorithms(self) -> list[ClientAlgorithm]:
-        """Every client half of the run: during a fit, the list the client runner runs (bound at fit start,
-        :meth:`bind_client_algorithms`), else :attr:`server_client_algorithms`. What fit-start checks of a method
-        whose halves must come together (:func:`~lightning_fed.algorithms.feddyn.check_feddyn`) read."""
+        """Every client half of the run: during a fit, the list the client runner runs (bound at fit start), else
+        :attr:`server_client_algorithms` (what checks of halves that must come together, FedDyn's, read)."""
         if self._run_client_algorithms is not None:
             return list(self._run_client_algorithms)
         return self.server_client_algorithms
 
     def bind_client_algorithms(self, algorithms: Optional[list[ClientAlgorithm]],
                                states: Optional[ClientStates] = None) -> None:
-        """Record the run's client halves (called by :meth:`ClientHalves.setup
-        <lightning_fed.client.algorithm.ClientHalves.setup>` at fit start; ``None``: forget them) and, given, the
-        run's per-client state: it takes over what this server optimizer holds (loaded from a checkpoint; the store)
-        and is what :attr:`client_algorithm_states` reads and the checkpoints save from then on."""
+        """Record the run's client halves (at fit start, by :class:`~lightning_fed.client.algorithm.ClientHalves`;
+        ``None``: forget them) and, given, the run's per-client state, which takes over what this one holds."""
         self._run_client_algorithms = None if algorithms is None else list(algorithms)
         if states is not None and states is not self.client_states:
             states.adopt(self.client_states)
             self.client_states = states
 
-    client_algorithm_states = property(
-        lambda self: self.client_states.tables, lambda self, v: setattr(self.client_states, "tables", v),
-        doc="The client halves' per-client tables by ``state_key`` (e.g. ``\"FedDynClient\"``), :attr:`client_states`'.")
-    loaded_client_state = property(
-        lambda self: self.client_states.loaded, lambda self, v: setattr(self.client_states, "loaded", v),
-        doc="Whether :attr:`client_algorithm_states` came from a checkpoint not yet checked against the run.")
+    client_algorithm_states = _composed("tables", "The client halves' per-client tables by ``state_key`` (e.g. "
+                                        "``\"FedDynClient\"``), :attr:`client_states`'.", "client_states")
+    loaded_client_state = _composed("loaded", "Whether :attr:`client_algorithm_states` came from a checkpoint not "
+                                    "yet checked against the run.", "client_states")
 
-    state = _composed("state", "The rule state's tensors by name, aligned with the federated parameters "
-                      "(:attr:`ServerComposer.state <lightning_fed.server.composer.ServerComposer.state>`).")
-    rule_state = _composed("rule_state", "The typed state (a ``NamedTuple``) of :attr:`server_rule`; ``None`` before "
-                           "the first round.")
+    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int,
+                         context: Any = None) -> None:
+        """Called by the client runner when a client starts from x_t, before its local steps (server → client;
+        ``context``: its :class:`~lightning_fed.client.runner.ClientContext`). Default: nothing."""
+
+    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int,
+                              context: Any = None) -> dict[str, Any]:
+        """Called by the client runner after a client's local steps; the result joins ``ClientUpdate.extras``
+        (client → server), after the client halves' extras. Default: nothing (``{}``)."""
+        return {}
 
     # ------------------------------------------------------------------ aggregation: the composer's
     client_weights = _delegated("client_weights")
@@ -204,73 +183,36 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     stage_report = _delegated("stage_report")
     aggregation_requirement = _delegated("aggregation_requirement")
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        """Run every stage's ``check_round_start``, record the round's
-        :class:`~lightning_fed.server.aggregators.RoundInfo`; under a chain that adds DP noise, which parameters it
-        leaves out; with the ``"disk"`` store, delete the row versions nothing references any more.
-
-        Raises:
-            ValueError: from a stage's :meth:`~lightning_fed.server.aggregators.Stage.check_round_start`.
-        """
-        for check_round_start in self.composer.stage_hooks("check_round_start"):
-            check_round_start(trainer, pl_module, self)
-        dm = trainer.datamodule
-        if dm is not None and hasattr(dm, "select_cohort"):
-            self.composer.round_info = RoundInfo(
-                int(trainer.current_epoch), int(getattr(dm, "seed", 0)), int(dm.num_clients), int(dm.clients_per_round)
-            )
-        self._stepped = False
-        self.round_report = None
-        if self.privatises:
-            self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
-            self._local_ids = local_parameter_ids(list(pl_module.parameters()), self.client_algorithms)
-        if self.client_state_store == "disk":  # the on-disk row versions nothing references any more
-            collect_tables_garbage([*self.client_algorithm_states.values(), self.client_state,
-                                    *(v for state in self.aggregator_state or () for v in state)])
-
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        """Log every stage's :meth:`~lightning_fed.server.aggregators.Stage.round_metrics` of the round's report
-        (e.g. FedAWARE's ``fedaware_support``); nothing in a round without a server step."""
-        for stage in self.aggregators or ():
-            round_metrics = getattr(stage, "round_metrics", None)
-            metrics = round_metrics(self.stage_report(stage)) if round_metrics is not None else {}
-            for name, value in metrics.items():
-                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
-
     @property
     def privatises(self) -> bool:
         """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
-        Then only what ε covers is released: buffers stay at their global value (the loop does not average the
-        clients' buffers), parameters not trained by the clients (``requires_grad=False`` or in no client optimizer)
-        and the personal parts client halves keep local are neither clipped, noised nor stepped
-        (:func:`~lightning_fed.server.fit_checks.frozen_positions`), and fit refuses running statistics and
-        ``max_update_norm_ratio``."""
+        Then only what ε covers is released: buffers keep their global value, parameters the clients do not train or
+        keep local are not stepped (:func:`~lightning_fed.server.fit_checks.frozen_positions`), and fit refuses
+        running statistics and ``max_update_norm_ratio``."""
         return adds_noise(self.aggregators)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
                            delta_norms: Optional[dict[int, DeltaNorms]] = None) -> float:
-        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round (Zeng et al. 2024, Def. 3.1,
-        Eq. 3), logged as ``round_gradient_diversity``: :meth:`ServerComposer.gradient_diversity
-        <lightning_fed.server.composer.ServerComposer.gradient_diversity>`, the denominator of the raw updates under a
-        chain that adds DP noise (:attr:`privatises`). ``delta_norms``: ``{id(update): DeltaNorms}`` already computed
-        this round (the loop's finiteness check). Returns D (a float; ``nan`` when the pseudo-gradient is zero)."""
+        """Gradient diversity D of the round (Zeng et al. 2024, Def. 3.1), logged as ``round_gradient_diversity``:
+        :meth:`ServerComposer.gradient_diversity <lightning_fed.server.composer.ServerComposer.gradient_diversity>`,
+        over the raw updates under :attr:`privatises`; ``delta_norms``: ``{id(update): DeltaNorms}`` of the round."""
         return self.composer.gradient_diversity(updates, pseudo_gradient, self.privatises, delta_norms)
+
+    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
+        """Called first by :meth:`server_update`, before any state changes: every stage's
+        :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (e.g. SCAFFOLD's checks of N, the client ids and
+        Δc_i, then c created or moved to ``params``' device), which raises when the round cannot be applied."""
+        for prepare_round in self.composer.stage_hooks("prepare_round"):
+            prepare_round(self, params, updates)
 
     def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
         """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t. First
-        :meth:`validate_round`, then the client halves' new per-client states that arrived with ``updates`` are
-        written (:meth:`ClientStates.receive <lightning_fed.client.states.ClientStates.receive>`; a client dropped
-        from the round keeps its old state).
-
-        Under a chain that adds DP noise (:attr:`privatises`) the parameters the clients do not train
-        (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) and those the
-        client halves keep local (FedPer's head, FedBN's norm layers, ...) are left out of the chain (not in the
-        clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit
-        (:func:`~lightning_fed.server.fit_checks.frozen_positions`).
+        :meth:`validate_round`, then the client halves' states that came with ``updates`` written
+        (:meth:`ClientStates.receive <lightning_fed.client.states.ClientStates.receive>`). Under :attr:`privatises`
+        the parameters the clients do not train (as of the round's start) or keep local get Δ_t = 0 and keep x_t.
 
         Raises:
-            ValueError: under such a chain, no parameter trained; a client half whose ``finish`` returned a state of
-                another size than its ``state_dim`` (naming the half, the client, the expected and the actual size).
+            ValueError: under such a chain, no parameter trained and shared; as ``ClientStates.receive``.
         """
         self.validate_round(params, updates)
         own, run = self.server_client_algorithms, self.client_algorithms
@@ -288,11 +230,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def round_step(self, params: list[Tensor], updates: list[ClientUpdate], snapshot: bool = False,
                    delta_norms: Optional[dict[int, DeltaNorms]] = None) -> Optional[ServerRound]:
         """The federated loop's server step: ``None`` when the server does not step (no update, and not a server that
-        releases empty rounds, DP's); else, after a snapshot of the state (:meth:`snapshot_state`, for
-        :meth:`undo_round_step`) when ``snapshot``, :meth:`server_update` and the round's
-        :class:`~lightning_fed.server.composer.ServerRound` (weights of :attr:`round_report`, the
-        :meth:`gradient_diversity` with ``delta_norms``, whether buffers are released: not under :attr:`privatises`;
-        the snapshot, held by the round, not by the server optimizer)."""
+        releases empty rounds, DP's); else :meth:`server_update` (after :meth:`snapshot_state` when ``snapshot``)
+        and the round's :class:`~lightning_fed.server.composer.ServerRound` (weights, :meth:`gradient_diversity`
+        with ``delta_norms``, buffers released unless :attr:`privatises`, the snapshot)."""
         if not updates and not getattr(self, "releases_empty_rounds", False):
             return None
         before = self.snapshot_state() if snapshot else None
@@ -303,83 +243,35 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return ServerRound(pseudo_gradient, weights, diversity, not self.privatises, before)
 
     def undo_round_step(self, params: list[Tensor], step: ServerRound) -> None:
-        """Back to the state from before ``step`` (a :meth:`round_step` taken with ``snapshot``;
-        :meth:`restore_state`).
-
-        Raises:
-            RuntimeError: ``step`` holds no snapshot.
-        """
+        """Back to the state from before ``step`` (a :meth:`round_step` taken with ``snapshot``; :meth:`restore_state`);
+        RuntimeError when ``step`` holds no snapshot."""
         if step.snapshot is None:
             raise RuntimeError("undo_round_step: this round_step kept no snapshot (snapshot=False).")
         self.restore_state(step.snapshot, params)
 
-    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Called first by :meth:`server_update`, before any state changes: a subclass raises here when the round
-        cannot be applied to ``params`` (e.g. FedAWARE: N unknown, a momentum table of another shape). Default: every
-        stage's :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (e.g. SCAFFOLD's checks of N, the client
-        ids and Δc_i, then c created or moved to ``params``' device)."""
-        for prepare_round in self.composer.stage_hooks("prepare_round"):
-            prepare_round(self, params, updates)
-
-    # ------------------------------------------------------------------ client channel
-    def configure_client(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
-    ) -> None:
-        """Called by the client runner after a client starts from x_t with a fresh optimizer, before its local steps
-        (server → client; ``context``: its :class:`~lightning_fed.client.runner.ClientContext`). Default: nothing.
-        The client halves are not run here: the client runner runs them itself
-        (:class:`~lightning_fed.client.algorithm.ClientHalves`)."""
-
-    def collect_client_extras(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
-    ) -> dict[str, Any]:
-        """Called by the client runner after a client's local steps; the result joins ``ClientUpdate.extras``
-        (client → server), after the client halves' extras. Default: nothing (``{}``)."""
-        return {}
-
-    # ------------------------------------------------------------------ trainer check
+    # ------------------------------------------------------------------ Lightning hooks: the checks before round 0
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """Every stage's :meth:`~lightning_fed.server.aggregators.Stage.check_setup` (e.g. FedAWARE reads N from the
-        data module); at fit start (before round 0): check a chain holding DP stages
-        (:func:`~lightning_fed.server.aggregators.dp.check_dp_chain`: ``DPMean`` needs ``weighting="uniform"``; a
-        hand-composed DP chain warns that ε is not accounted).
-
-        Raises:
-            ValueError: as a stage's ``check_setup``; ``DPMean`` in the chain with ``weighting="num_samples"``.
-        """
+        """Every stage's ``check_setup`` (FedAWARE reads N from the data module); at fit start, the DP chain's check
+        (:func:`~lightning_fed.server.aggregators.dp.check_dp_chain`). Raises ValueError as those (e.g. ``DPMean`` in
+        the chain with ``weighting="num_samples"``)."""
         for check_setup in self.composer.stage_hooks("check_setup"):
             check_setup(trainer, pl_module, self)
         if stage == "fit":
             check_dp_chain(self)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        """Resolve the client-state store (:meth:`resolve_client_state_store`) before round 0, then run the
-        :meth:`~lightning_fed.client.ClientAlgorithm.fit_start` of the client halves given with this server
-        optimizer (e.g. Fed-LAMB's installs its client optimizer).
-
-        Raises:
-            ValueError: as :meth:`resolve_client_state_store`, or a half's ``fit_start``.
-        """
+        """:meth:`resolve_client_state_store`, then the ``fit_start`` of the client halves given with this server
+        optimizer (Fed-LAMB's installs its client optimizer). Raises: as those."""
         self.resolve_client_state_store(trainer)
         for algorithm in self.server_client_algorithms:
             fit_start = getattr(algorithm, "fit_start", None)
             if fit_start is not None:
                 fit_start(trainer, self)
 
-    #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
-    unrecorded_settings = ("client_state_store", "client_state_dir")
-
     def resolve_client_state_store(self, trainer: Any = None) -> ClientStateStore:
-        """At fit start: the store's directory (``client_state_dir``, else ``<trainer.default_root_dir>/client_state``)
-        and the stages that make per-client tables told where; a stage whose table must be in memory
-        (``dense_client_state``, FedAWARE's) refuses ``"disk"``.
-
-        Raises:
-            ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument; or with more than
-                one process (``trainer.world_size`` > 1: every DDP rank would write its own copy of every row).
-            ClientStateStoreError: the ``"disk"`` store's directory cannot be created or written (read-only, no
-                permission, full), naming ``client_state_dir``, the directory and the file tried
-                (:meth:`ClientStateStore.check_writable <lightning_fed.server.client_state.ClientStateStore.check_writable>`).
+        """At fit start: the store per-client tables are made in, checked writable, and the stages told where
+        (:func:`~lightning_fed.client.states.resolve_store`, raising ValueError or ClientStateStoreError as it does:
+        ``"disk"`` for a stage whose table must be in memory, FedAWARE's, or under DDP; a directory not writable).
 
         Example::
 
@@ -389,24 +281,19 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             >>> server.resolve_client_state_store().kind, server.control_stage.client_state_store.kind
             ('disk', 'disk')
         """
-        self._store = resolve_store(type(self).__name__, self.client_state_store, self.client_state_dir, trainer,
-                                    list(self.aggregators or ()))
-        self.client_states.store = self._store
-        return self._store
+        store = resolve_store(type(self).__name__, self.client_state_store, self.client_state_dir, trainer,
+                              list(self.aggregators or ()))
+        self.client_states.store = store
+        return store
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """The fit-start checks before round 0, in order: a ready-made method's own chain kept
-        (:func:`~lightning_fed.server.fit_checks.check_own_chain`), a federated trainer
-        (:func:`~lightning_fed.server.fit_checks.check_federated_trainer`), under a chain that adds DP noise
-        :func:`~lightning_fed.server.aggregators.dp.check_private_fit`, the stages' ``check_cohort``
-        (:func:`~lightning_fed.server.fit_checks.check_cohort`) and ``check_fit`` (FedDyn's server half without its
-        client half; FedNova's reducer with clients that do not run its declared local solver).
+        """The fit-start checks, in order (:mod:`lightning_fed.server.fit_checks`): the method's own chain kept, a
+        federated trainer, under :attr:`privatises` :func:`~lightning_fed.server.aggregators.dp.check_private_fit`,
+        the stages' ``check_cohort`` and ``check_fit`` (e.g. FedDyn's server half without its client half).
 
         Raises:
-            RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
-            ValueError: a ready-made method's own chain replaced; what ``check_private_fit`` refuses (running
-                statistics, ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort`` or
-                ``check_fit``.
+            RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer`.
+            ValueError: as those checks.
         """
         check_own_chain(type(self).__name__, self._own_aggregators, self.aggregators)
         check_federated_trainer(type(self).__name__, trainer)
@@ -417,22 +304,47 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         for check_fit in self.composer.stage_hooks("check_fit"):
             check_fit(trainer, pl_module, self)
 
-    # ------------------------------------------------------------------ state integrity (issue #43)
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Every stage's ``check_round_start`` (raising ValueError as it does), the round's
+        :class:`~lightning_fed.server.aggregators.RoundInfo`; under :attr:`privatises`, which parameters are trained
+        and kept local (:func:`~lightning_fed.server.fit_checks.local_parameter_ids`); under ``"disk"``, the row
+        versions nothing references deleted (:func:`~lightning_fed.server.client_state.collect_tables_garbage`)."""
+        for check_round_start in self.composer.stage_hooks("check_round_start"):
+            check_round_start(trainer, pl_module, self)
+        dm = trainer.datamodule
+        if dm is not None and hasattr(dm, "select_cohort"):
+            self.composer.round_info = RoundInfo(int(trainer.current_epoch), int(getattr(dm, "seed", 0)),
+                                                 int(dm.num_clients), int(dm.clients_per_round))
+        self._stepped = False
+        self.round_report = None
+        if self.privatises:
+            self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+            self._local_ids = local_parameter_ids(list(pl_module.parameters()), self.client_algorithms)
+        if self.client_state_store == "disk":
+            collect_tables_garbage([*self.client_algorithm_states.values(), self.client_state,
+                                    *(v for state in self.aggregator_state or () for v in state)])
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """Log every stage's :meth:`~lightning_fed.server.aggregators.Stage.round_metrics` of the round's report
+        (e.g. FedAWARE's ``fedaware_support``); nothing in a round without a server step."""
+        for stage in self.aggregators or ():
+            round_metrics = getattr(stage, "round_metrics", None)
+            metrics = round_metrics(self.stage_report(stage)) if round_metrics is not None else {}
+            for name, value in metrics.items():
+                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
+
+    # ------------------------------------------------------------------ state and checkpointing
     def snapshot_state(self) -> dict[str, Any]:
-        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned but the rows of the
-        lazily filled per-client tables, which are never written in place and are shared; an on-disk table's state is
-        its manifest), for :meth:`restore_state`: taken before each server step under
-        ``on_nonfinite_server_step="restore"``."""
-        return clone_state(self.state_dict())
+        """A copy of :meth:`state_dict` (tensors cloned; the rows of the lazily filled per-client tables, never
+        written in place, shared; an on-disk table's manifest) for :meth:`restore_state`."""
+        return migrations.clone_state(self.state_dict())
 
     def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
-        """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from a checkpoint
-        holding it would: :meth:`load_state_dict`, then the aggregator chain's states re-made at once for
-        ``params`` (the global model's parameters), and no server step in the current round.
+        """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from it would:
+        :meth:`load_state_dict`, the chain's states re-made at once for ``params``, no server step in the round.
 
         Example: FedAdam's step count and moments back to before a step::
 
-            >>> import torch
             >>> from lightning_fed.callbacks import FedAdam
             >>> server, params = FedAdam(lr=0.1), [torch.zeros(2)]
             >>> _ = server.server_update(params, [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)])
@@ -443,7 +355,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             (1, True)
         """
         loaded = self.loaded_client_state
-        self.load_state_dict(clone_state(snapshot))
+        self.load_state_dict(migrations.clone_state(snapshot))
         self.loaded_client_state = loaded
         if self._saved_aggregator_state is not None and self.aggregators is not None:
             self.aggregator_state = None
@@ -451,15 +363,14 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self._stepped = False
         self.round_report = None
 
-    # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
         return self._generate_state_key(lr=self.lr, weighting=self.weighting)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
-        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table of
-        this server optimizer's own (not one that a stage's state holds: that is saved with the stage)."""
+        """:meth:`ServerComposer.state_dict <lightning_fed.server.composer.ServerComposer.state_dict>`, plus
+        ``"client_state"`` with a table of this server optimizer's own (a stage's is saved with the stage) and
+        ``"client_algorithms"`` with the client halves' tables."""
         out = self.composer.state_dict()
         table = self.client_state
         if table is not None and not any(v is table for st in (self.aggregator_state or ()) for v in st):
@@ -486,4 +397,3 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
-
