@@ -43,7 +43,7 @@ from lightning_fed._lightning import (
     set_model_checkpoint_saves_on_train_epoch_end,
 )
 from lightning_fed.atomic_io import atomic_write
-from lightning_fed.datamodules import MOVED_MODULES
+from lightning_fed._moved import new_paths
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
 from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint, required_state, select_federated
 from lightning_fed.migrations import state_items
@@ -542,21 +542,15 @@ def _moved_module_paths(value: Any) -> Any:
     """``value`` (a run record read from a checkpoint, or one of its values) with every class named by its module
     path from before the data modules' sub-folders (``lightning_fed.datamodules.dirichlet.DirichletPartitioner``)
     named by its path now (``lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner``,
-    :data:`~lightning_fed.datamodules.MOVED_MODULES`): the same class, so a checkpoint written before the move
+    :func:`lightning_fed._moved.new_paths`, no warning): the same class, so a checkpoint written before the move
     resumes without a difference. Other values are returned unchanged."""
     if isinstance(value, str):
-        return _MOVED_PATH.sub(lambda m: MOVED_MODULES[m.group(0)], value) if "lightning_fed.datamodules." in value \
-            else value
+        return new_paths(value)[0]
     if isinstance(value, list):
         return [_moved_module_paths(v) for v in value]
     if isinstance(value, dict):
         return {k: _moved_module_paths(v) for k, v in value.items()}
     return value
-
-
-#: An old module path of :data:`~lightning_fed.datamodules.MOVED_MODULES` followed by a name in it (longest first).
-_MOVED_PATH = re.compile(r"\b(?:" + "|".join(re.escape(old) for old in sorted(MOVED_MODULES, key=len, reverse=True))
-                         + r")(?=\.)")
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -8,6 +8,7 @@ import importlib
 import os
 import re
 import sys
+import warnings
 from contextvars import ContextVar
 from typing import Any, Optional
 
@@ -19,6 +20,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from lightning_fed._jsonargparse import (ActionTypeHint, previous_config, resolve_class_path_by_name,
                                         subcommands_action)
+from lightning_fed._moved import REMOVED_IN, new_paths
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.errors import DataNotFoundError
 from lightning_fed.trainer import FederatedTrainer
@@ -509,7 +511,7 @@ class FederatedArgumentParser(LightningArgumentParser):
             if problem is not None:
                 self.error(problem)
             self._swap(content, source)
-        self._checked_content = content
+        self._checked_content, self._checked_source = content, source
         try:
             return self._move(super().parse_path(path, *args, **kwargs), source)
         finally:
@@ -521,11 +523,13 @@ class FederatedArgumentParser(LightningArgumentParser):
             if problem is not None:
                 self.error(problem)
             self._swap(content, "The config")
+        checked = content == getattr(self, "_checked_content", None)
+        content = read_new_paths(content, self._checked_source if checked else "The config")
         return self._move(super().parse_string(content, *args, **kwargs), "The config")
 
     def _swap(self, content: str, source: str) -> None:
         try:
-            self._forget_swapped(content, source)
+            self._forget_swapped(new_paths(content)[0], source)
         except ValueError as err:  # a method whose client half needs its server half (swap_client_halves)
             self.error(str(err))
             raise  # pragma: no cover - error() exits or raises unless the parser was told otherwise
@@ -612,7 +616,9 @@ class FederatedCLI(LightningCLI):
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``
-    shows it there).
+    shows it there). A class named by its path from before a move
+    (``lightning_fed.datamodules.cifar.CIFAR10DataModule``, :mod:`lightning_fed._moved`), in a config or on the
+    command line, is read as its path now with a ``FutureWarning`` (:func:`read_new_paths`) until 0.3.0.
 
     ``lightning-fed predict`` runs ``Trainer.predict`` (the global model's ``predict_step``, after ``--ckpt_path``
     restores it) on the data module's ``predict_dataloader``; without one it stops before loading data.
@@ -697,7 +703,14 @@ class FederatedCLI(LightningCLI):
                 action.__class__ = _SwapFromDefaults
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        argv = sys.argv[1:] if args is None else args
+        if isinstance(argv, (list, tuple)) and any(isinstance(a, str) and new_paths(a)[1] for a in argv):
+            argv = [read_new_paths(a, "The command line") if isinstance(a, str) else a for a in argv]
+            with warnings.catch_warnings():  # sys.argv's arguments, old paths read as the new ones: not a mix-up
+                warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+                super().parse_arguments(parser, argv)
+        else:
+            super().parse_arguments(parser, args)
         # what command-line arguments added after the configs were read: e.g. `--trainer.callbacks+ FedYogi`
         subcommand = self.config.get("subcommand")
         prefix = f"{subcommand}." if subcommand else ""
@@ -816,6 +829,26 @@ class FederatedCLI(LightningCLI):
         trainer_config["callbacks"] = [server, *callbacks]
         extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
         return self._instantiate_trainer(trainer_config, extra)
+
+
+def read_new_paths(text: str, source: str) -> str:
+    """``text`` (a config, a command-line argument) with every class named by an old path
+    (:func:`lightning_fed._moved.new_paths`: ``lightning_fed.datamodules.cifar.CIFAR10DataModule``) named by its path
+    now, and a ``FutureWarning`` for each naming ``source``, the new path and the version that removes the old one.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     read_new_paths("class_path: lightning_fed.datamodules.iid.IIDPartitioner", "Config 'a.yaml'")
+    'class_path: lightning_fed.datamodules.partitioners.iid.IIDPartitioner'
+    >>> print(caught[0].message)
+    Config 'a.yaml' names `lightning_fed.datamodules.iid.IIDPartitioner`, an old path removed in lightning_fed 0.3.0: read as `lightning_fed.datamodules.partitioners.iid.IIDPartitioner`; write that instead.
+    """
+    text, replaced = new_paths(text)
+    for old, new in replaced:
+        warnings.warn(f"{source} names `{old}`, an old path removed in lightning_fed {REMOVED_IN}: read as `{new}`; "
+                      "write that instead.", FutureWarning, stacklevel=2)
+    return text
 
 
 def _help_subcommand(argv: Any) -> Optional[str]:

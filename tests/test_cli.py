@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from lightning_fed.callbacks import FedAdam, FedAvg, FedAWARE, FedYogi
 from lightning_fed.cli import FederatedCLI
 from lightning_fed.datamodules import MNISTDataModule, ShakespeareDataModule
-from lightning_fed.datamodules import shakespeare as shk
+from lightning_fed.datamodules.tasks import shakespeare as shk
 from lightning_fed.models import ShakespeareLSTM
 from lightning_fed.models.mnist import MNISTMLP
 from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lightning_fed.cli import FederatedCLI
-from lightning_fed.datamodules import shakespeare as shk
+from lightning_fed.datamodules.tasks import shakespeare as shk
 from lightning_fed.vectorized import VectorizedExecutor
 from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel
 from helpers import CLI_ARGS_UNDER_PYTEST

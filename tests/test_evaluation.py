@@ -235,7 +235,7 @@ def test_shakespeare_natural_eval_split_is_each_roles_test_part(tmp_path):
     from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel
 
     from lightning_fed.datamodules import ShakespeareDataModule
-    from lightning_fed.datamodules import shakespeare as shk
+    from lightning_fed.datamodules.tasks import shakespeare as shk
 
     data_dir = tmp_path / "data"
     plays = {

@@ -6,6 +6,10 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 (:class:`~lightning_fed.callbacks.FedProx` is FedAvg with :class:`FedProxClient`).
 """
 
+# First: its __init__ imports this package's server halves (scaffold, fedlamb, fedaware) as it ends, so a first
+# import of any lightning_fed.algorithms.<method> (nothing imported before: `import lightning_fed` is lazy) goes
+# through it and never meets a half-imported method module.
+import lightning_fed.server.aggregators  # noqa: F401, I001
 from lightning_fed.algorithms.ditto import DittoClient
 from lightning_fed.algorithms.fedbn import FedBNClient
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm

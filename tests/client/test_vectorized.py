@@ -146,6 +146,58 @@ def test_tiny_cnn_dict_output_and_chunks(tmp_path):
     torch.testing.assert_close(w_vec, w_seq, atol=1e-5, rtol=0)
 
 
+#: Client-optimizer options that the fits above do not reach (maximize, coupled Adam with AMSGrad, ...), each with
+#: two parameter groups of different learning rates.
+STEP_OPTIONS = {
+    "sgd_maximize_wd": (torch.optim.SGD, dict(lr=0.1, weight_decay=0.05, maximize=True)),
+    "sgd_nesterov_wd_maximize": (torch.optim.SGD, dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02,
+                                                       maximize=True)),
+    "sgd_momentum_dampening": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.3)),
+    "adam_amsgrad_maximize": (torch.optim.Adam, dict(lr=0.01, betas=(0.7, 0.9), amsgrad=True, weight_decay=0.05,
+                                                     maximize=True)),
+    "adam_decoupled": (torch.optim.Adam, dict(lr=0.02, eps=1e-3, weight_decay=0.1, decoupled_weight_decay=True)),
+    "adamw": (torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STEP_OPTIONS))
+def test_stacked_optimizer_step_is_torch_optims_step_row_by_row_bit_for_bit(name):
+    """Three clients taking 4, 3 and 1 local steps (a finished client keeps its row): each row of the stacked
+    update equals, bit for bit, a fresh ``torch.optim`` optimizer of that class stepped on that client alone."""
+    from lightning_fed.client.vectorized import _group_hparams
+
+    kind, options = STEP_OPTIONS[name]
+    g = torch.Generator().manual_seed(7)
+    shapes = [(5, 7), (13,), (3, 2)]  # odd sizes: vectorized kernels' remainders
+    steps = [4, 3, 1]
+    x0 = [torch.randn(len(steps), *s, generator=g) for s in shapes]
+    grads = [[torch.randn(len(steps), *s, generator=g) for s in shapes] for _ in range(max(steps))]
+
+    def groups(params):
+        return [{"params": params[:2]}, {"params": params[2:], "lr": options["lr"] / 2}]
+
+    expected = []
+    for row in range(len(steps)):
+        params = [torch.nn.Parameter(x[row].clone()) for x in x0]
+        optimizer = kind(groups(params), **options)
+        for k in range(steps[row]):
+            for p, grad in zip(params, grads[k]):
+                p.grad = grad[row].clone()
+            optimizer.step()
+        expected.append([p.detach() for p in params])
+
+    hparams = _group_hparams(kind(groups([torch.nn.Parameter(x[0].clone()) for x in x0]), **options))
+    stacked, state = [x.clone() for x in x0], {}
+    for k in range(max(steps)):
+        active = sum(s > k for s in steps)
+        for group, js in ((0, [0, 1]), (1, [2])):
+            VectorizedExecutor._optimizer_step(hparams[group], [stacked[j][:active] for j in js],
+                                               [grads[k][j][:active] for j in js], state, js, k, active)
+    for row, want in enumerate(expected):
+        for got, w in zip(stacked, want):
+            assert torch.equal(got[row], w), (row, (got[row] - w).abs().max())
+
+
 class ItemDataset(torch.utils.data.Dataset):
     """A map-style dataset with per-sample ``__getitem__`` only (collated by ``default_collate``)."""
 

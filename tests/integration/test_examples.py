@@ -65,7 +65,7 @@ def test_reddi_table1_is_complete():
 
 # ------------------------------------------------------------------------------------------------ data per module
 def _shakespeare(tmp_path: Path, init: dict) -> list[str]:
-    from lightning_fed.datamodules import shakespeare as shk
+    from lightning_fed.datamodules.tasks import shakespeare as shk
     from tests.datamodules.tasks.test_shakespeare import _speech_play, _write_wheel
 
     plays = {"tragedies/alpha": _speech_play({"KING": 6, "QUEEN": 4, "GHOST": 3}),

@@ -33,7 +33,7 @@ def test_forward_shapes_and_hparams():
 
 
 def test_ids_match_datamodule():
-    from lightning_fed.datamodules import shakespeare as shk
+    from lightning_fed.datamodules.tasks import shakespeare as shk
     from lightning_fed.models import char_lstm
 
     assert char_lstm.PAD_ID == shk.PAD_ID and ShakespeareLSTM().hparams.vocab_size == shk.VOCAB_SIZE

@@ -233,7 +233,7 @@ def test_default_vocabulary_is_the_shakespeare_tasks():
     """The defaults embed the Shakespeare task's ids (pad 0 masked, 90 ids) and hold its 80-token inputs."""
     import inspect
 
-    from lightning_fed.datamodules import shakespeare as shk
+    from lightning_fed.datamodules.tasks import shakespeare as shk
     from lightning_fed.models import lora_lm
 
     defaults = {k: p.default for k, p in inspect.signature(LoRACausalLM).parameters.items()}

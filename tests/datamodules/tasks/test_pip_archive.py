@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.datamodules import pip_archive
+from lightning_fed.datamodules.tasks import pip_archive
 from lightning_fed.datamodules.tasks.pip_archive import (
     ArchiveChecksumError,
     ArchiveTooLargeError,

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_fed.datamodules import pip_archive
-from lightning_fed.datamodules import shakespeare as shk
+from lightning_fed.datamodules.tasks import pip_archive
+from lightning_fed.datamodules.tasks import shakespeare as shk
 from lightning_fed.datamodules.tasks.shakespeare import datamodule as shk_datamodule
 from lightning_fed.datamodules.tasks.shakespeare import (
     BOS_ID,

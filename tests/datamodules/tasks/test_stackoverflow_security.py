@@ -8,7 +8,7 @@ import lzma
 import sqlite3
 from pathlib import Path
 import pytest
-from lightning_fed.datamodules import stackoverflow as so
+from lightning_fed.datamodules.tasks import stackoverflow as so
 from lightning_fed.datamodules.tasks.stackoverflow import sqlite as so_sqlite
 from tests.datamodules.tasks.test_stackoverflow import write_tff_sqlite
 

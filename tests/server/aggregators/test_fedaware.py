@@ -7,7 +7,14 @@ import importlib
 
 import pytest
 
+from lightning_fed import _moved
 from lightning_fed.algorithms import fedaware
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Each test sees each old path's first use (the warning comes once per process)."""
+    monkeypatch.setattr(_moved, "_warned", set())
 
 
 @pytest.mark.parametrize("name", ["FedAWAREMinNorm", "fedaware_state_bytes", "physical_memory_bytes",
