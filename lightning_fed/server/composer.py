@@ -45,6 +45,15 @@ class ServerRound(NamedTuple):
         releases_buffers: Whether the clients' buffers may be averaged into the global ones (not under DP noise).
         snapshot: The server optimizer's state from before the step (``ServerOptimizer.snapshot_state``) when asked
             for, else ``None``: what ``ServerOptimizer.undo_round_step`` goes back to.
+
+    Example: FedAvg's round of two clients with 1 and 3 samples; D = √(Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖²) = √(0.5/0.125)::
+
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> step = FedAvg().round_step([torch.zeros(2)], [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0),
+        ...                                                ClientUpdate(1, [torch.zeros(2)], 3, 1, 0.0)])
+        >>> step.pseudo_gradient, step.weights, step.gradient_diversity(), step.releases_buffers, step.snapshot
+        ([tensor([0.2500, 0.2500])], tensor([0.2500, 0.7500], dtype=torch.float64), 2.0, True, None)
     """
 
     pseudo_gradient: list[Tensor]
