@@ -51,7 +51,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     x_{t+1} = ServerOpt(x_t, Δ_t) (:mod:`lightning_fed.server.rules`), held by a
     :class:`~lightning_fed.server.composer.ServerComposer`, and client halves (:mod:`lightning_fed.client.algorithm`).
     Ready-made names (:class:`FedAvg`, ...) fix parts and defaults only. One per
-    :class:`~lightning_fed.FederatedTrainer` (none: :class:`FedAvg`, η = 1); the loop calls :meth:`round_step`.
+    :class:`~lightning_fed.trainer.FederatedTrainer` (none: :class:`FedAvg`, η = 1); the loop calls :meth:`round_step`.
 
     Args:
         lr: Server learning rate η (> 0; default 1.0, or the rule's).

@@ -45,7 +45,7 @@ def check_federated_trainer(owner: str, trainer: Any) -> None:
     :class:`lightning.Trainer` trains centrally and would silently ignore the server optimizer.
 
     Raises:
-        RuntimeError: naming ``owner``, the trainer's class and :class:`~lightning_fed.FederatedTrainer`.
+        RuntimeError: naming ``owner``, the trainer's class and :class:`~lightning_fed.trainer.FederatedTrainer`.
 
     Example::
 
