@@ -1,5 +1,5 @@
 """A short federated fit on a Hugging Face ``datasets.Dataset`` against the same fit on a ``TensorDataset`` holding the
-same data, set-up included (issue #40.4; per-round speed: #32).
+same data, set-up included (issue #40.4; per-round speed: #32; images decoded by ``datasets``: #52 3a).
 
 One kind of Hugging Face column per row of the report, each with a scalar label column (``label``, int64):
 
@@ -7,8 +7,11 @@ One kind of Hugging Face column per row of the report, each with a scalar label 
             (how a dataset made from NumPy arrays looks);
   array3d — the same images as an ``Array3D((1, 28, 28), "float32")`` feature;
   image   — the same images as uint8 pixels in an ``Image`` feature (PNG-encoded, as a dataset from the Hub or
-            ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``): each decoded once, when a client
-            batch first holds it.
+            ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``), in memory (``Dataset.from_dict``):
+            all decoded by ``datasets`` at the first client batch, in memory, in every run;
+  image-disk — the same ``Image`` dataset written once with ``save_to_disk`` (before the repeats, to a temporary
+            folder) and read with ``load_from_disk``: variant ``hf`` is a first run (the decoded column that
+            ``datasets`` caches next to the files removed before it), ``hf-cached`` a later run (reading it).
 
 Against ``tensor``: a ``TensorDataset(images, labels)`` of what the torch format gives for that kind (float32
 ``[n, 1, 28, 28]``, or uint8 for ``image``), same partition, cohorts, batches and model, so the weights are the same.
@@ -19,7 +22,9 @@ then hf, tensor, ... per kind: the order alternates). Reported, as medians over 
 columns to tensors, at the first client's batches; for ``image``, the decoding of round 0's clients' images: later
 rounds decode those of clients not sampled before), ``round`` (median of the later rounds), ``fit`` (the whole
 ``trainer.fit``: set-up + all rounds) and ``fit ×`` (the median over repeats of the Hugging Face fit over the
-TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), with the 1-minute load average (``os.getloadavg()``) before and after: the machine may be shared.
+TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), ``cpu`` (the process CPU time of
+``trainer.fit``, ``time.process_time``: less moved by other processes than wall time) and ``cpu ×`` (its paired ratio),
+with the 1-minute load average (``os.getloadavg()``) before and after: the machine may be shared.
 
 Workload: ``--samples`` (6,000) Fashion-MNIST-sized images (uniform random pixels, numpy seed 0), 10 classes,
 ``--clients`` (100) IID clients, ``--cohort`` (10) per round, 1 local epoch, batch ``--batch`` (20), ``--rounds``
@@ -45,13 +50,14 @@ import sys
 import time
 from typing import Optional, Sequence
 
-KINDS = ("nested", "array3d", "image")
-VARIANTS = ("tensor", "hf", "hf-arrow")
-FIELDS = ("build", "setup", "round0", "round", "fit")
+KINDS = ("nested", "array3d", "image", "image-disk")
+VARIANTS = ("tensor", "hf", "hf-cached", "hf-arrow")
+FIELDS = ("build", "setup", "round0", "round", "fit", "cpu")
 
 
-def make_data(kind: str, variant: str, samples: int):
-    """The training dataset of ``variant`` for ``kind`` (see the module docstring)."""
+def make_data(kind: str, variant: str, samples: int, data_dir: Optional[str] = None):
+    """The training dataset of ``variant`` for ``kind`` (see the module docstring; ``image-disk``: read from
+    ``data_dir``, where :func:`save_images` wrote it)."""
     import numpy as np
     import torch
     from torch.utils.data import TensorDataset
@@ -61,10 +67,12 @@ def make_data(kind: str, variant: str, samples: int):
     labels = rng.integers(0, 10, samples)
     images = (pixels / np.float32(255)).astype(np.float32)[:, None]  # [n, 1, 28, 28] float32
     if variant == "tensor":
-        x = torch.from_numpy(pixels[:, None].copy()) if kind == "image" else torch.from_numpy(images)
+        x = torch.from_numpy(pixels[:, None].copy()) if kind.startswith("image") else torch.from_numpy(images)
         return TensorDataset(x, torch.from_numpy(labels))
     import datasets
 
+    if kind == "image-disk":
+        return datasets.load_from_disk(data_dir)
     if kind == "nested":
         return datasets.Dataset.from_dict({"image": images, "label": labels})
     if kind == "array3d":
@@ -76,6 +84,31 @@ def make_data(kind: str, variant: str, samples: int):
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
     return datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels], "label": labels},
                                       features=features)
+
+
+def save_images(samples: int, data_dir: str) -> None:
+    """Write the ``image`` dataset to ``data_dir`` with ``save_to_disk`` (the ``image-disk`` kind's files)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    make_data("image", "hf", samples).save_to_disk(data_dir)
+
+
+def _prepare_cache(kind: str, variant: str, args: argparse.Namespace) -> None:
+    """``image-disk``: remove the decoded column ``datasets`` cached next to the files before a first run (``hf``,
+    ``hf-arrow``); make it, untimed, before a later run (``hf-cached``) when no run left one."""
+    import glob
+
+    if kind != "image-disk" or variant == "tensor":
+        return
+    cached = glob.glob(os.path.join(args.data_dir, "cache-*.arrow"))
+    if variant != "hf-cached":
+        for path in cached:
+            os.remove(path)
+    elif not cached:
+        from lightning_fed.datamodules.huggingface import HFTensorColumns
+
+        HFTensorColumns.from_dataset(make_data(kind, variant, args.samples, args.data_dir).with_format("torch"))
 
 
 def run_once(kind: str, variant: str, args: argparse.Namespace) -> dict:
@@ -90,6 +123,7 @@ def run_once(kind: str, variant: str, args: argparse.Namespace) -> dict:
     except ImportError:  # before #40.4 (to measure a commit before it with this script)
         from lightning_fed.datamodules import federated as limits
     torch.set_num_threads(1)
+    _prepare_cache(kind, variant, args)
     limit = limits.HF_TENSOR_LIMIT_BYTES
     if variant == "hf-arrow":
         limits.HF_TENSOR_LIMIT_BYTES = 0
@@ -109,7 +143,7 @@ def _fit(kind: str, variant: str, args: argparse.Namespace) -> dict:
     from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
     start = time.perf_counter()
-    data = make_data(kind, variant, args.samples)
+    data = make_data(kind, variant, args.samples, args.data_dir)
     build = time.perf_counter() - start
 
     class MLP(L.LightningModule):
@@ -143,19 +177,20 @@ def _fit(kind: str, variant: str, args: argparse.Namespace) -> dict:
                              clients_per_round=args.cohort, batch_size=args.batch, local_epochs=1)
     trainer = FederatedTrainer(max_epochs=args.rounds, logger=False, enable_checkpointing=False,
                                enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     trainer.fit(model, datamodule=dm)
-    fit = time.perf_counter() - start
+    fit, cpu = time.perf_counter() - start, time.process_time() - cpu
     rounds = [e - s for s, e in zip(clock.starts, clock.ends)]
     return {"build": build, "setup": clock.starts[0] - start, "round0": rounds[0],
-            "round": statistics.median(rounds[1:]) if len(rounds) > 1 else float("nan"), "fit": fit,
+            "round": statistics.median(rounds[1:]) if len(rounds) > 1 else float("nan"), "fit": fit, "cpu": cpu,
             "weights": float(sum(p.detach().double().sum() for p in model.parameters()))}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["tensor", "hf"])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["tensor", "hf", "hf-cached"],
+                        help="hf-cached: image-disk only (a later run, reading the decoded column datasets cached)")
     parser.add_argument("--samples", type=int, default=6000)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--cohort", type=int, default=10)
@@ -165,6 +200,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--in-process", action="store_true",
                         help="run every fit in this process (tests; set-up times then share warm imports)")
     parser.add_argument("--only", nargs=2, metavar=("KIND", "VARIANT"), help=argparse.SUPPRESS)  # internal
+    parser.add_argument("--data-dir", help=argparse.SUPPRESS)  # internal: image-disk's files
     args = parser.parse_args(argv)
     for name in ("samples", "clients", "cohort", "batch", "rounds", "repeats"):
         if getattr(args, name) < 1:
@@ -184,14 +220,35 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     if args.only:
         print(json.dumps(run_once(args.only[0], args.only[1], args)))
         return {}
+    if "image-disk" not in args.kinds:
+        return _compare(args)
+    import shutil
+    import tempfile
+
+    args.data_dir = tempfile.mkdtemp(prefix="hf_datasets_")
+    try:
+        save_images(args.samples, args.data_dir)
+        return _compare(args)
+    finally:
+        shutil.rmtree(args.data_dir, ignore_errors=True)
+
+
+def _variants(kind: str, args: argparse.Namespace) -> list:
+    """The variants run for ``kind``: ``hf-cached`` only for ``image-disk`` (the others have no files to cache)."""
+    return [v for v in args.variants if v != "hf-cached" or kind == "image-disk"]
+
+
+def _compare(args: argparse.Namespace) -> dict:
     passed = ["--samples", str(args.samples), "--clients", str(args.clients), "--cohort", str(args.cohort),
-              "--batch", str(args.batch), "--rounds", str(args.rounds)]
+              "--batch", str(args.batch), "--rounds", str(args.rounds)] + \
+        (["--data-dir", args.data_dir] if args.data_dir else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     load_before = os.getloadavg()
-    runs: dict = {kind: {variant: [] for variant in args.variants} for kind in args.kinds}
+    runs: dict = {kind: {variant: [] for variant in _variants(kind, args)} for kind in args.kinds}
     for repeat in range(args.repeats):
         for kind in args.kinds:
-            for variant in args.variants if repeat % 2 == 0 else args.variants[::-1]:  # order alternated
+            variants = _variants(kind, args)
+            for variant in variants if repeat % 2 == 0 else variants[::-1]:  # order alternated
                 if args.in_process:
                     result = run_once(kind, variant, args)
                 else:
@@ -204,21 +261,23 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
           f"{args.rounds} rounds, MLP 784-256-10, 1 thread, medians of {args.repeats} interleaved repeats; "
           f"load average (1/5/15 min) {'/'.join(f'{v:.2f}' for v in load_before)} before, "
           f"{'/'.join(f'{v:.2f}' for v in load_after)} after")
-    print(f"{'kind':8s} {'variant':9s} {'build s':>8s} {'set-up s':>9s} {'round 0 s':>10s} {'round s':>8s} "
-          f"{'fit s':>7s} {'fit x':>6s}  same weights")
+    print(f"{'kind':10s} {'variant':9s} {'build s':>8s} {'set-up s':>9s} {'round 0 s':>10s} {'round s':>8s} "
+          f"{'fit s':>7s} {'fit x':>6s} {'cpu s':>6s} {'cpu x':>6s}  same weights")
     report: dict = {}
     for kind in args.kinds:
         report[kind] = {}
         reference = runs[kind]["tensor"][0]["weights"]
-        for variant in args.variants:
+        for variant in _variants(kind, args):
             med = {f: statistics.median(r[f] for r in runs[kind][variant]) for f in FIELDS}
             report[kind][variant] = med
             # the median of the repeats' ratios: each repeat's two fits ran next to each other, at one load
             ratio = statistics.median(r["fit"] / t["fit"] for r, t in zip(runs[kind][variant], runs[kind]["tensor"]))
+            cpu_ratio = statistics.median(r["cpu"] / t["cpu"] for r, t in zip(runs[kind][variant],
+                                                                              runs[kind]["tensor"]))
             same = all(r["weights"] == reference for r in runs[kind][variant])
-            print(f"{kind:8s} {variant:9s} {med['build']:8.3f} {med['setup']:9.3f} {med['round0']:10.3f} "
-                  f"{med['round']:8.3f} {med['fit']:7.3f} {ratio:6.2f}  {same}")
-            med["fit_ratio"], med["same_weights"] = ratio, same
+            print(f"{kind:10s} {variant:9s} {med['build']:8.3f} {med['setup']:9.3f} {med['round0']:10.3f} "
+                  f"{med['round']:8.3f} {med['fit']:7.3f} {ratio:6.2f} {med['cpu']:6.3f} {cpu_ratio:6.2f}  {same}")
+            med["fit_ratio"], med["cpu_ratio"], med["same_weights"] = ratio, cpu_ratio, same
     return report
 
 

@@ -41,6 +41,9 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
      "_LoggerConnector.update_train_epoch_metrics"),
     ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.epoch_end_reached"),
     ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.on_epoch_end"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+     "_LoggerConnector.should_reset_tensors"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection.reset"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultMetric"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._get_cache"),
@@ -79,6 +82,7 @@ INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("_ResultMetric", "_forward_cache"),
     ("_ResultMetric", "_computed"),
     ("_ResultMetric", "_update_count"),
+    ("_ResultMetric", "has_reset"),
     ("_EvaluationLoop", "_results"),
     ("_LoggerConnector", "_current_fx"),
     ("_AutomaticOptimization", "optim_progress.optimizer.zero_grad"),
@@ -354,6 +358,32 @@ def start_logged_batch(trainer: Any, results: Any, batch: Any) -> None:
     results.dataloader_idx = None
 
 
+def start_hook_value(trainer: Any, results: Any, metric: Any, fx: str) -> bool:
+    """What ``LightningModule.log`` and ``_ResultCollection.log`` do around the update of ``metric`` (a tensor
+    ``_ResultMetric`` of ``results``, logged from hook ``fx``) when the logger connector last logged from another hook
+    or ``metric`` was reset since: where the connector says tensors are to be reset (``should_reset_tensors(fx)``),
+    ``results.reset(metrics=False, fx=fx)``; the hook made the connector's current one; and the update's own
+    bookkeeping (``has_reset = False``, torchmetrics' ``_computed = None``, ``_update_count += 1``). The caller then
+    updates the metric's value as ``_ResultMetric.update`` would.
+
+    Returns ``False``, having done nothing, when the connector last logged from another hook but would not reset (a
+    hook switch within a loop), or under ``Trainer(barebones=True)`` (``log`` logs nothing): the caller calls
+    ``log``.
+    """
+    connector = trainer._logger_connector
+    if trainer.barebones:
+        return False
+    if connector._current_fx != fx:
+        if not connector.should_reset_tensors(fx):
+            return False
+        results.reset(metrics=False, fx=fx)
+        connector._current_fx = fx
+    metric.has_reset = False
+    metric._computed = None
+    metric._update_count += 1
+    return True
+
+
 def clear_logged_batch(results: Any) -> None:
     """Drop the results' reference to the current batch and its batch size (what ``on_batch_end`` does last)."""
     results.batch = None
@@ -376,12 +406,18 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
     ``_computed = None``, ``_update_count += 1``) with ``v`` the number as ``log`` makes
     it a tensor (the default dtype, the module's device), without ``log``'s per-call checks and ``_ResultMetric.to``.
 
-    Returns ``False``, having done nothing, when any of that does not hold; the caller then calls ``module.log``.
+    The first such call of the hook (the connector's current hook is another one, e.g. each round's first round
+    metric) first does what ``log`` does then: ``results.reset(metrics=False, fx=hook)`` where the connector says
+    tensors are to be reset (:meth:`should_reset_tensors`), and afterwards makes the hook the connector's current one.
+
+    Returns ``False``, having done nothing, when any of that does not hold (or under ``Trainer(barebones=True)``,
+    where ``log`` logs nothing); the caller then calls ``module.log``.
     """
     trainer = module._trainer
     fx = module._current_fx_name
-    if trainer is None or fx is None or trainer._logger_connector._current_fx != fx:
+    if trainer is None or fx is None or trainer.barebones:
         return False
+    connector = trainer._logger_connector
     results = trainer._results
     if results is None or results.dataloader_idx is not None:
         return False
@@ -395,9 +431,13 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
         or meta.on_step or meta.on_epoch is not True or not meta.is_mean_reduction or meta.enable_graph
         or meta.add_dataloader_idx is not True or meta.dataloader_idx is not None or meta.metric_attribute is not None
         or meta.sync.should or meta.sync.rank_zero_only
-        or metric.value.device != device or metric.cumulated_batch_size.device != device
     ):
         return False
+    first = connector._current_fx != fx
+    if first and connector.should_reset_tensors(fx):  # as LightningModule.log does before its first value
+        results.reset(metrics=False, fx=fx)
+    if metric.value.device != device or metric.cumulated_batch_size.device != device:
+        return False  # (after a reset, module.log's own reset of the same tensors changes nothing)
     v = torch.tensor(value, device=device, dtype=_symbol(_RESULT, "_get_default_dtype")())
     metric.value = metric.value + v * 1
     metric.cumulated_batch_size = metric.cumulated_batch_size + 1
@@ -406,6 +446,8 @@ def log_epoch_mean_again(module: Any, name: str, value: float, prog_bar: bool) -
     # "compute ... called before the update method" once per round metric and could return a stale cached value
     metric._computed = None
     metric._update_count += 1
+    if first:
+        connector._current_fx = fx
     return True
 
 

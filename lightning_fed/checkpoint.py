@@ -45,7 +45,8 @@ from lightning_fed._lightning import (
 from lightning_fed.atomic_io import atomic_write
 from lightning_fed._moved import new_paths
 from lightning_fed.guards import describe_nonfinite, nonfinite_values
-from lightning_fed.migrations import CHECKPOINT_FORMAT, RECORD_KEY, migrate_checkpoint, required_state, select_federated
+from lightning_fed.migrations import CHECKPOINT_FORMAT, MOVED_CLASSES, RECORD_KEY, migrate_checkpoint, required_state
+from lightning_fed.migrations import select_federated
 from lightning_fed.migrations import state_items
 from lightning_fed.server.checks import is_server_optimizer
 from lightning_fed.server.client_state import (
@@ -543,8 +544,11 @@ def _moved_module_paths(value: Any) -> Any:
     path from before the data modules' sub-folders (``lightning_fed.datamodules.dirichlet.DirichletPartitioner``)
     named by its path now (``lightning_fed.datamodules.partitioners.dirichlet.DirichletPartitioner``,
     :func:`lightning_fed._moved.new_paths`, no warning): the same class, so a checkpoint written before the move
-    resumes without a difference. Other values are returned unchanged."""
+    resumes without a difference; so is a ready-made server optimizer named by its path in ``callbacks/`` before it
+    moved into ``algorithms/`` (:data:`~lightning_fed.migrations.MOVED_CLASSES`). Other values are returned unchanged."""
     if isinstance(value, str):
+        if value in MOVED_CLASSES:
+            return MOVED_CLASSES[value]
         return new_paths(value)[0]
     if isinstance(value, list):
         return [_moved_module_paths(v) for v in value]

@@ -49,7 +49,7 @@ from torch import Tensor
 
 from lightning_fed.server.client_state import ClientStateTable, nonfinite_disk_rows
 
-__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "check_record", "checkpoint_format", "compose_fedaware_state",
+__all__ = ["CHECKPOINT_FORMAT", "MIGRATIONS", "MOVED_CLASSES", "check_record", "checkpoint_format", "compose_fedaware_state",
            "compose_fedlamb_state", "compose_scaffold_state", "migrate_checkpoint",
            "name_client_states", "upgrade_server_state", "TABLE_KEY", "clone_state", "required_state",
            "restore_tables", "saved_stage_state", "select_federated", "state_items"]
@@ -59,6 +59,21 @@ CHECKPOINT_FORMAT = 5
 
 #: The key of lightning_fed's record in a Lightning checkpoint (``lightning_fed.checkpoint.CHECKPOINT_KEY``).
 RECORD_KEY = "lightning_fed"
+
+#: Ready-made server optimizers that moved from ``callbacks/`` into their method's module of ``algorithms/`` (issue
+#: #52): the class path a run record written before the move names -> the class path now. The same classes (the old
+#: modules re-export them), so such a checkpoint resumes without a difference (``lightning_fed.checkpoint`` reads its
+#: record through this table).
+MOVED_CLASSES = {
+    f"lightning_fed.callbacks.{old}.{name}": f"lightning_fed.algorithms.{new}.{name}"
+    for old, new, name in (
+        ("fedprox", "fedprox", "FedProx"), ("feddyn", "feddyn", "FedDyn"), ("fednova", "fednova", "FedNova"),
+        ("fedmgda", "fedmgda", "FedMGDAPlus"), ("fedaware", "fedaware", "FedAWARE"), ("scaffold", "scaffold", "SCAFFOLD"),
+        ("fedlamb", "fedlamb", "LocalAdaptiveServer"), ("fedlamb", "fedlamb", "FedLAMB"), ("fedlamb", "fedlamb", "FedAMS"),
+        ("fedper", "fedper", "FedPer"), ("fedper", "fedrep", "FedRep"), ("fedper", "ditto", "Ditto"),
+        ("fedbn", "fedbn", "FedBN"),
+    )
+}
 
 
 def upgrade_server_state(state: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+
 import lightning as L
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from lightning_fed.datamodules.partition import Partition
@@ -278,3 +283,37 @@ def assert_ready_made_name(cls, delegates=()):
     own = {name for name, value in vars(cls).items() if inspect.isfunction(value) and name != "__init__"}
     assert not own & _HOOKS, f"{cls.__name__} defines hooks {sorted(own & _HOOKS)}"
     assert own <= set(delegates), f"{cls.__name__} defines methods {sorted(own - set(delegates))}"
+
+
+@contextlib.contextmanager
+def tmpfs(path, options):
+    """A tmpfs mounted at ``path`` (skips the test where mounting is not permitted), unmounted at
+    the end."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        pytest.skip(f"needs a tmpfs mount (`mount -t tmpfs -o {options}`), not available here: {error}")
+    if done.returncode != 0:
+        pytest.skip(f"needs a tmpfs mount (`mount -t tmpfs -o {options}`), not permitted here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(path)], capture_output=True, timeout=30)  # a file still mapped
+
+
+@contextlib.contextmanager
+def read_only_dir(path):
+    """A directory that cannot be written: chmod 0o555 (ignored by root) or, as root, a read-only tmpfs."""
+    if os.geteuid() != 0:
+        path.mkdir(parents=True)
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    with tmpfs(path, "size=64k,ro") as mounted:
+        yield mounted

@@ -748,3 +748,23 @@ def test_49_other_optimizer_parameter_groups_are_named_before_torchs_error(tmp_p
                               f"(SGD): the checkpoint has 1 parameter group(s) of [4] parameter tensor(s), "
                               f"configure_optimizers now gives {now}."), message
     assert server.num_steps == 2  # the checkpoint's two rounds: refused before round 2 ran
+
+
+def test_52_a_record_naming_a_ready_made_server_optimizer_by_its_callbacks_path_resumes(tmp_path):
+    """#52: the ready-made names moved from ``callbacks/`` into their method's module of ``algorithms/``; a checkpoint
+    written before names FedProx by its old path. The same class: the run resumes to the weights of today's record."""
+    from lightning_fed.callbacks import FedProx
+    from lightning_fed.checkpoint import CHECKPOINT_KEY
+
+    _fit(tmp_path, tmp_path / "first", max_epochs=1, server=FedProx(mu=0.1))
+    ckpt = torch.load(tmp_path / "first" / "last.ckpt", weights_only=True)
+    record = ckpt[CHECKPOINT_KEY]["run_config"]
+    assert record["server_optimizer"] == "lightning_fed.algorithms.fedprox.FedProx"
+    record["server_optimizer"] = "lightning_fed.callbacks.fedprox.FedProx"  # as written before the move
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    resumed, _ = _fit(tmp_path, tmp_path / "resumed", max_epochs=2, server=FedProx(mu=0.1),
+                      ckpt_path=str(tmp_path / "old.ckpt"))
+    today, _ = _fit(tmp_path, tmp_path / "today", max_epochs=2, server=FedProx(mu=0.1),
+                    ckpt_path=str(tmp_path / "first" / "last.ckpt"))
+    for a, b in zip(resumed.parameters(), today.parameters(), strict=True):
+        assert torch.equal(a, b)

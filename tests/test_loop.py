@@ -323,9 +323,6 @@ def test_round_metric_fast_path_adds_as_log_and_declines_what_it_cannot_do(tmp_p
                 assert metric.value.dtype == torch.float32 and not metric.has_reset
                 assert not _lightning.log_epoch_mean_again(module, "not_logged_before", 1.0, prog_bar=False)
                 assert not _lightning.log_epoch_mean_again(module, "round_clients", 1.0, prog_bar=True)  # other args
-                trainer._logger_connector._current_fx = "validation_step"  # Lightning's log would reset values first
-                assert not _lightning.log_epoch_mean_again(module, "round_clients", 1.0, prog_bar=False)
-                trainer._logger_connector._current_fx = "on_train_epoch_end"
                 assert float(metric.value) == before + 3.0
                 metric.value, metric.cumulated_batch_size = metric.value - 3.0, metric.cumulated_batch_size - 1
             checked.append(True)
@@ -335,6 +332,55 @@ def test_round_metric_fast_path_adds_as_log_and_declines_what_it_cannot_do(tmp_p
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(), Check()], **quiet_trainer_kwargs(tmp_path))
     trainer.fit(SmallClassifier(), datamodule=dm)
     assert checked == [True]
+
+
+def test_round_metric_fast_path_does_what_log_does_at_a_hooks_first_value(tmp_path):
+    """Issue #51: the first round metric of a round (the logger connector's current hook is another one) takes the fast
+    path too, doing what LightningModule.log does there: the hook's tensor metrics reset, then the value added, then
+    the hook made the connector's current one. Compared with Lightning's own log from the same state; under
+    Trainer(barebones=True) (where log logs nothing) it declines."""
+    from lightning_fed import _lightning
+
+    outcomes = []
+
+    def state(trainer):
+        return {k: (float(m.value), float(m.cumulated_batch_size), m.has_reset, m._update_count, m._computed is None)
+                for k, m in trainer._results.items() if k.startswith("on_train_epoch_end.")}
+
+    class Compare(L.Callback):
+        def on_train_epoch_end(self, trainer, module):  # after the loop logged this round's metrics
+            metrics = {k: m for k, m in trainer._results.items() if k.startswith("on_train_epoch_end.")}
+            saved = {k: (m.value, m.cumulated_batch_size, m.has_reset, m._update_count, m._computed)
+                     for k, m in metrics.items()}
+            connector = trainer._logger_connector
+            after = []
+            for fast in (True, False):
+                for k, m in metrics.items():
+                    m.value, m.cumulated_batch_size, m.has_reset, m._update_count, m._computed = saved[k]
+                connector._current_fx = "validation_step"  # as after validation, or the round's training steps
+                with _lightning.hook_name(module, "on_train_epoch_end"):
+                    if fast:
+                        assert _lightning.log_epoch_mean_again(module, "round_clients", 3.0, prog_bar=False)
+                    else:
+                        module.log("round_clients", 3.0, on_step=False, on_epoch=True, batch_size=1)
+                after.append((state(trainer), connector._current_fx))
+            trainer.barebones = True  # (Trainer(barebones=True): log returns without logging)
+            with _lightning.hook_name(module, "on_train_epoch_end"):
+                after.append(_lightning.log_epoch_mean_again(module, "round_clients", 3.0, prog_bar=False))
+            trainer.barebones = False
+            outcomes.append(after)
+            for k, m in metrics.items():
+                m.value, m.cumulated_batch_size, m.has_reset, m._update_count, m._computed = saved[k]
+
+    train = classification_dataset(n=80)
+    dm = FederatedDataModule(train, partitioner=IIDPartitioner(num_clients=4), clients_per_round=2, batch_size=20)
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedAvg(), Compare()], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(SmallClassifier(), datamodule=dm)
+    (fast, lightning, barebones), = outcomes
+    assert fast == lightning and fast[1] == "on_train_epoch_end" and barebones is False
+    reset = fast[0]  # every round metric reset (0, 0), round_clients then holds the one value 3
+    assert reset.pop("on_train_epoch_end.round_clients")[:3] == (3.0, 1.0, False)
+    assert reset and all(v[:3] == (0.0, 0.0, True) for v in reset.values())
 
 
 def test_the_rounds_finiteness_check_reads_the_host_once_whatever_the_cohort():

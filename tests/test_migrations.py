@@ -220,3 +220,20 @@ def test_42_a_format_4_checkpoint_resumes_bit_for_bit_into_either_store(tmp_path
     assert b.store == store and a.ids() == b.ids()
     for i in a.ids():
         assert torch.equal(a.get(i), b.get(i))
+
+
+def test_every_moved_ready_made_name_is_the_same_class_at_its_old_path_and_in_callbacks():
+    """#52: the ready-made names moved from ``callbacks/`` into their method's module of ``algorithms/``; the old
+    module paths (imports, configs' ``class_path``s, run records through :data:`MOVED_CLASSES`) give the class now."""
+    import importlib
+
+    from lightning_fed import callbacks
+    from lightning_fed.migrations import MOVED_CLASSES
+
+    assert len(MOVED_CLASSES) == 13
+    for old, new in MOVED_CLASSES.items():
+        (old_module, name), (new_module, new_name) = old.rsplit(".", 1), new.rsplit(".", 1)
+        assert new_module.startswith("lightning_fed.algorithms.") and new_name == name
+        cls = getattr(importlib.import_module(new_module), name)
+        assert cls.__module__ == new_module
+        assert getattr(importlib.import_module(old_module), name) is cls is getattr(callbacks, name)

@@ -3,7 +3,7 @@ server half (an aggregator stage over a typed state) and the per-client state, i
 
 Give a client half to any server optimizer (``FedAdam(lr=0.01, client=[FedProxClient(mu=0.01)])``); the server
 half is a stage of its ``aggregators``. Ready-made pairings keep their names in :mod:`lightning_fed.callbacks`
-(:class:`~lightning_fed.callbacks.FedProx` is FedAvg with :class:`FedProxClient`).
+(:class:`~lightning_fed.algorithms.fedprox.FedProx` is FedAvg with :class:`FedProxClient`).
 """
 
 # First: its __init__ imports this package's server halves (scaffold, fedlamb, fedaware) as it ends, so a first

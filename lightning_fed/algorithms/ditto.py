@@ -17,7 +17,7 @@ step per batch with :func:`~lightning_fed.client.personal.personal_step` — the
 local steps. v_k is the client's per-client state (one vector of the model's size); a client sampled for the first
 time starts v_k from w^t (the authors' code starts every v_k from w^0; w^t keeps a resumed run equal to the
 uninterrupted one without storing w^0). Buffers (BatchNorm statistics) are the global model's during the personal
-steps and are put back afterwards. l. 10 is any server rule; :class:`~lightning_fed.callbacks.Ditto` is FedAvg with
+steps and are put back afterwards. l. 10 is any server rule; :class:`~lightning_fed.algorithms.ditto.Ditto` is FedAvg with
 the uniform mean of l. 10. The personal model of client k (for ``fed_personal_<m>``) is v_k.
 """
 
@@ -31,11 +31,13 @@ from torch import Tensor
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
 from lightning_fed.client.personal import personal_step
 from lightning_fed.checks import check_non_negative, check_positive
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.server.aggregators.base import Stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_fed.client.runner import ClientContext
 
-__all__ = ["DittoClient"]
+__all__ = ["Ditto", "DittoClient"]
 
 
 class DittoClient(ClientAlgorithm):
@@ -122,3 +124,31 @@ class DittoClient(ClientAlgorithm):
             with torch.no_grad():
                 for p, v in zip(params, unflat(state, params)):
                     p.copy_(v)
+
+
+class Ditto(FedAvg):
+    """Ditto (Li et al., ICML 2021, Alg. 1): FedAvg (the uniform mean of l. 10) whose clients also train a personal
+    model v_k towards the global one (see :mod:`lightning_fed.algorithms.ditto`).
+
+    Args:
+        lam: λ (≥ 0, default 0.1).
+        personal_lr: η of the personal steps (default ``None``: the client learning rate).
+        lr: Server learning rate (default 1.0).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 10) or ``"num_samples"``.
+        aggregators: As :class:`FedAvg`.
+        client: More client halves, run after Ditto's (default ``None``).
+
+    Example::
+
+        >>> Ditto(lam=0.5).client_algorithms
+        [DittoClient(lam=0.5, lr=None)]
+    """
+
+    repr_fields = ("lam", "personal_lr", "lr", "weighting")
+
+    def __init__(self, lam: float = 0.1, personal_lr: Optional[float] = None, lr: float = 1.0,
+                 weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
+                 client: Optional[list[ClientAlgorithm]] = None) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
+        self._own_client = [DittoClient(lam, personal_lr)]
+        self.lam, self.personal_lr = self._own_client[0].lam, personal_lr

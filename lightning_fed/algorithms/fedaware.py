@@ -1,7 +1,7 @@
 """FedAWARE's server half: per-client server momenta aggregated with min-norm (gradient-diversity-maximising)
 weights (Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity Maximization*,
 ICML 2024, Algorithm 1, l. 10-11), with the checks of its options. FedAWARE has no client half: composed with the
-SGD rule the stage is :class:`~lightning_fed.callbacks.FedAWARE`, which only fixes that composition and its defaults.
+SGD rule the stage is :class:`~lightning_fed.algorithms.fedaware.FedAWARE`, which only fixes that composition and its defaults.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage
 from lightning_fed.server.checks import WEIGHTINGS
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.min_norm import SOLVERS, MinNormReport, min_norm_active_set, min_norm_frank_wolfe
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.server.checks import check_positive
+from lightning_fed.server.min_norm import MinNormResult
+from lightning_fed.server.rules.sgd import SGD
 
-__all__ = ["FedAWAREMinNorm", "check_options", "fedaware_state_bytes", "physical_memory_bytes", "public_code_pairing"]
+__all__ = ["FedAWARE", "FedAWAREMinNorm", "check_options", "fedaware_state_bytes", "physical_memory_bytes", "public_code_pairing"]
 
 #: Allowed values of ``alpha_convention``.
 CONVENTIONS = ("paper", "code")
@@ -196,7 +200,7 @@ class FedAWAREMinNorm(Stage):
     before they are built. Clients with a zero momentum are
     left out of the min-norm problem (λ_i = 0). With ``fedavg_warmup`` the stage returns the weighted mean of the
     round's deltas (by ``ClientDeltas.counts``) until all N clients have been seen; the momenta are updated all
-    the same. The options are those of :class:`~lightning_fed.callbacks.FedAWARE`, checked here
+    the same. The options are those of :class:`~lightning_fed.algorithms.fedaware.FedAWARE`, checked here
     (:func:`check_options`).
 
     Diagnostics of the round are :meth:`apply`'s third result, a :class:`~lightning_fed.server.min_norm.MinNormReport`
@@ -206,7 +210,7 @@ class FedAWAREMinNorm(Stage):
 
     Args:
         alpha, alpha_convention, normalize, fedavg_warmup, projection, solver, fw_max_iter, fw_tol, fw_away_steps,
-            warmup_rounds, pairing: as :class:`~lightning_fed.callbacks.FedAWARE`; ``fw_*`` left at ``None`` mean
+            warmup_rounds, pairing: as :class:`~lightning_fed.algorithms.fedaware.FedAWARE`; ``fw_*`` left at ``None`` mean
             1000, 1e-5 and ``False`` (:attr:`fw_max_iter`, :attr:`fw_tol`, :attr:`fw_away_steps` hold the values).
         weighting: ``"num_samples"`` or ``"uniform"``: the weights of the ``projection`` average.
         num_clients: N (``None``: must be set before the first round; FedAWARE reads it from the data module).
@@ -565,3 +569,281 @@ class FedAWAREMinNorm(Stage):
                 delta.append(chunk.to(device=t.device, dtype=t.dtype))
                 offset += t.numel()
         return delta, state, report
+
+
+def _stage_attribute(name: str, doc: str) -> property:
+    """A FedAWARE attribute that is the min-norm stage's (one source of truth)."""
+    return property(lambda self: getattr(self.min_norm, name), lambda self, v: setattr(self.min_norm, name, v), doc=doc)
+
+
+def _state_field(name: str, doc: str) -> property:
+    """A FedAWARE attribute that is a field of the min-norm stage's state (``None`` before it exists)."""
+
+    def get(self):
+        fields = self.stage_state_fields(self.min_norm)  # the live state, or the one loaded before it is re-made
+        return None if fields is None else fields[name]
+
+    def set(self, value):
+        states = self.aggregator_state
+        if states is None and value is None:
+            return  # nothing to set (and a loaded state waits in the chain)
+        state = FedAWAREMinNorm.State() if states is None else states[0]
+        self.aggregator_state = (state.replace(**{name: value}),)
+
+    return property(get, set, doc=doc)
+
+
+class FedAWARE(ServerOptimizer):
+    """FedAWARE (Zeng et al., *Tackling Hybrid Heterogeneity on Federated Optimization via Gradient Diversity
+    Maximization*, ICML 2024, Algorithm 1).
+
+    A composition: ``ServerOptimizer(aggregators=[FedAWAREMinNorm(...)], rule=SGD(lr))`` — the reducer
+    :class:`~lightning_fed.algorithms.fedaware.FedAWAREMinNorm` (momenta, min-norm weights, Δ_t = −d_t) followed by
+    the server SGD rule x_{t+1} = x_t + η·Δ_t (:attr:`min_norm` is the stage; its state, in
+    :attr:`aggregator_state`, holds the momentum table).
+
+    The server keeps one momentum vector m_i ∈ R^d for **every** client i ∈ [N] (not only the cohort). In round t,
+    with g_i = x_t − x_i = −Δ_i the update of a sampled client (Alg. 1, l. 8)::
+
+        m_i ← α·m_i + (1−α)·g_i   if i ∈ S_t,   m_i unchanged otherwise        (l. 10; m_i = 0 before i is seen)
+        λ   = argmin_{λ ∈ simplex} ‖Σ_i λ_i v_i‖²,   v_i = m_i / ‖m_i‖  (or m_i)  (l. 11, Eq. 8)
+        d_t = Σ_i λ_i v_i
+        x_{t+1} = x_t − η·d_t                                                   (l. 12)
+
+    λ is the minimum-norm point of the convex hull of the v_i (the weights that maximise the surrogate gradient
+    diversity, Eq. 6-8). By default it is solved exactly on the Gram matrix
+    (``solver="active_set"``: :func:`~lightning_fed.server.min_norm.min_norm_active_set`, duality gap
+    ≤ 1e-9·max_i ‖v_i‖², i.e. ≤ 1e-9 on the unit momenta). ``solver="frank_wolfe"`` is the public code's
+    Frank–Wolfe with exact line search (:func:`~lightning_fed.server.min_norm.min_norm_frank_wolfe`, started at
+    the best pair, stopped when the L1 change of λ is below ``fw_tol`` or after ``fw_max_iter`` iterations), the
+    default before; it can stop at its cap well short of the optimum (plain Frank–Wolfe zig-zags when the optimum
+    is inside a face: with 6 clients the direction can stay ~4 % off after 1,000 iterations). Either solver emits
+    a :class:`~lightning_fed.server.min_norm.MinNormConvergenceWarning` when it stops short.
+
+    Options matching the authors' public code (github.com/dunzeng/FedAWARE), where it departs from the paper:
+
+    * ``normalize`` (default ``True``, as the code): solve for λ on the unit-normalised momenta and step along
+      their λ-combination (so ‖d_t‖ ≤ 1 and the step length is set by η). Default because the published results
+      were produced this way, and because without it the min-norm weights are driven by the momenta's *lengths*
+      rather than their directions: the shortest momentum (typically the client that did the least local work,
+      the very imbalance FedAWARE targets) dominates, and ‖d_t‖ collapses towards 0. ``normalize=False`` is
+      the paper's Alg. 1 as written.
+    * ``alpha_convention="code"``: m_i ← (1−α)·m_i + α·g_i (the code's α weighs the *new* update; the paper's
+      α = 0.5 is the same under both; the code's α = 0.3 for (Fashion-)MNIST is the paper's α = 0.7).
+    * ``fedavg_warmup`` (default ``False``, the paper: FedAWARE from round 1; ``True`` is the public code):
+      until every one of the N clients has been seen once, step with the ``weighting``-weighted FedAvg of the
+      round's updates (x_{t+1} = x_t + η·Σ w_i Δ_i); the momenta are updated during warm-up all the same.
+      The public code's cohorts first sweep every client once (``cohort_sampling="sweep_then_uniform"``), so
+      there the warm-up is the first ⌈N/C⌉−1 rounds (rounds 1–9 with 10 of 100 clients per round). Under uniform
+      cohorts (``"fixed_size"``) it lasts until the last client is first drawn, about 50 rounds for 10 of 100
+      (coupon collector: N·H_N/C).
+    * ``warmup_rounds`` (default ``None``: off): FedAvg, as under ``fedavg_warmup``, in the first
+      ``warmup_rounds`` rounds (round indices 0..warmup_rounds−1), whatever has been seen; the momenta are updated
+      all the same. Not with ``fedavg_warmup=True``. With ``cohort_sampling="sweep_then_uniform"`` (the public
+      code's start-up: ⌈N/C⌉ rounds that visit every client once) ``fedavg_warmup=True`` already ends exactly where
+      the public code's warm-up ends: FedAvg in the first ⌈N/C⌉−1 rounds (rounds 1–9 of 100 clients, 10 per
+      round), FedAWARE from the round that completes the sweep.
+    * ``pairing`` (default ``"client_id"``: each update goes into its own client's momentum slot, Alg. 1).
+      ``"public_code"`` reproduces a bug of the public code (github.com/dunzeng/FedAWARE at eb60efc, read, not
+      copied): it trains the cohort in increasing client id (``utils.py``, the samplers return
+      ``np.sort(sampled)``) but zips the updates with the client indices in the order ``np.random.choice`` drew
+      them (``sampler.last_sampled``; ``fedaware.py``, ``global_update``), so the k-th update in id order lands in
+      the slot of the k-th client *as drawn* — another client's slot, whenever the draw was not already sorted —
+      and the warm-up FedAvg's sample weights are permuted the same way
+      (:func:`~lightning_fed.algorithms.fedaware.public_code_pairing`). Under the federated loop the
+      round's updates arrive in the cohort's selection order, which plays the part of the draw order. Only to
+      regenerate the published curves and measure the difference: it is never the default and not the method.
+      Mixing several clients' updates in each slot lengthens the min-norm direction (about 3× in ‖d_t‖² on
+      Fashion-MNIST), hence the steps.
+    * ``projection`` (default ``False``): replace d_t by the projection of the ``weighting``-weighted average of
+      the (raw) momenta m̄ = Σ_i w_i m_i onto d_t, i.e. d_t ← (⟨m̄, d_t⟩ / ‖d_t‖²)·d_t: the FedAWARE direction
+      with the magnitude of the average update (the code's ``-projection``). A zero d_t gives a zero step.
+
+    Clients never seen yet (m_i = 0) — and any client whose momentum is exactly zero (e.g. it took no local
+    step on its first visit) — are left out of the min-norm problem: a zero vector in the hull would make the
+    min-norm point 0 and stop training; their λ_i is reported as 0. The public code instead waits, through
+    ``fedavg_warmup``, until no momentum is zero.
+
+    Memory: the momentum table (:attr:`client_state`, a dense
+    :class:`~lightning_fed.server.client_state.ClientStateTable`) is an ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
+    an ``[N, N]`` float64 Gram matrix kept up to date row by row (C·N·d multiply-adds per round for a cohort of
+    C), |D_i| (int64 ``[N]``) and the seen mask (bool ``[N]``)
+    (:func:`~lightning_fed.algorithms.fedaware.fedaware_state_bytes`). E.g. 100 clients × 582,026
+    parameters (the Fashion-MNIST CNN) × 4 B = 233 MB; 715 Shakespeare clients × 822,570 parameters × 4 B =
+    2.35 GB; 100,000 clients: a 74.5 GiB Gram matrix whatever the model. All of it is in :meth:`state_dict`, hence
+    in every checkpoint (a save copies the tables once more). Their sum is computed at fit start (in the stage's
+    :meth:`~lightning_fed.algorithms.FedAWAREMinNorm.check_fit`, before any client trains, from N and the module's parameters) and **refused** with a
+    ``ValueError`` naming N, d, each table's size and the limit when it exceeds ``max_state_bytes``, warned about
+    above half of it. The default ``"auto"`` is half the machine's physical memory (``os.sysconf``), so that the
+    tables and the copy a checkpoint save makes of them fit in RAM; a fixed default would refuse runs a large
+    server holds easily or let a small one fail at its first round. The min-norm solve also makes up to three
+    temporary float64 copies of the seen clients' Gram block a round, which the warning leaves room for.
+
+    N is read from ``trainer.datamodule.num_clients`` at set-up (the stage's ``check_setup``; the round's checks are
+    its ``prepare_round``, its metrics its ``round_metrics``: this class only fixes the parts); pass ``num_clients`` to use
+    :meth:`server_update` without a trainer (it must then agree with the data module).
+
+    After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
+    (the solver's :class:`~lightning_fed.server.min_norm.MinNormResult`) and, in the logged metrics,
+    ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
+    solver), ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²) and ``fedaware_weighted_diversity``
+    (:attr:`last_weighted_diversity`: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 6, with FedAWARE's λ and the vectors it was
+    solved on, so 1/‖d_t‖ under ``normalize``). ``round_gradient_diversity`` (:meth:`gradient_diversity`) is, as
+    for every server optimizer, the diversity of the round's raw client updates (Def. 3.1), warm-up or not.
+
+    Args:
+        lr: Server learning rate η (> 0; the paper uses 1).
+        alpha: Momentum coefficient α (paper convention: [0, 1), the weight of the old momentum; code convention:
+            (0, 1], the weight of the new update). Default 0.5 (the paper's value; the same in both conventions).
+        normalize: Normalise the momenta to unit L2 norm before solving (default ``True``, see above).
+        alpha_convention: ``"paper"`` (default) or ``"code"``.
+        fedavg_warmup: FedAvg until every client has been seen once (default ``False``, as the paper).
+        projection: Keep the magnitude of the average momentum (default ``False``).
+        fw_max_iter: Frank–Wolfe iteration cap (≥ 1; ``None``, the default, means 1000; the public code uses 250
+            in one version and 1000 in another). Only with ``solver="frank_wolfe"``.
+        fw_tol: Frank–Wolfe stops when the L1 change of λ is below this (≥ 0; ``None``, the default, means 1e-5 as
+            the code). Only with ``solver="frank_wolfe"``.
+        fw_away_steps: Use away-step Frank–Wolfe (``None``, the default, means ``False``: plain Frank–Wolfe). Only
+            with ``solver="frank_wolfe"``.
+        num_clients: N, when known up front (default ``None``: read from the data module).
+        weighting: Weights of the warm-up FedAvg and of the ``projection`` average: ``"num_samples"`` (default)
+            or ``"uniform"``.
+        solver: The min-norm solver: ``"active_set"`` (default, exact) or ``"frank_wolfe"`` (the public code's;
+            reproduces results of the earlier default with the ``fw_*`` options left at ``None``).
+        warmup_rounds: FedAvg in the first this many rounds (int ≥ 0, default ``None``: off; see above).
+        pairing: ``"client_id"`` (default, Alg. 1) or ``"public_code"`` (the public code's update-to-slot pairing,
+            a bug; see above).
+        max_state_bytes: The most bytes the per-client tables (momenta, Gram matrix, |D_i|, seen mask) may take:
+            ``"auto"`` (default: half the machine's physical memory; no limit where the platform does not report
+            it), an integer ≥ 1, or ``None`` (no limit). Checked at fit start (see Memory above); a warning above
+            half of it.
+
+    Raises:
+        ValueError: ``lr`` not a finite number > 0, ``alpha`` outside its convention's range, an unknown
+            ``alpha_convention``, ``weighting`` or ``solver``, ``fw_max_iter`` < 1, ``fw_tol`` negative or not
+            finite, an ``fw_*`` option given with ``solver="active_set"``,
+            ``num_clients`` not a positive integer, a non-boolean flag, ``warmup_rounds`` not an integer ≥ 0 or
+            given with ``fedavg_warmup=True``, an unknown ``pairing``, or ``max_state_bytes`` not ``"auto"``, an
+            integer ≥ 1 or ``None``. At fit start: the per-client tables would exceed ``max_state_bytes``. At run
+            time: no N known, client ids outside [0, N) or repeated within a round, or an N that disagrees with the
+            data module / a checkpoint.
+
+    Example: two clients with orthogonal updates of lengths 1 and 2 (g_0 = [1, 0], g_1 = [0, 2]); after round 1
+    m_i = (1 − α)·g_i. Normalised (the default), λ = (½, ½) and d_1 = ½·[1, 0] + ½·[0, 1]; on the raw momenta
+    (``normalize=False``, Alg. 1 as written) λ_i ∝ 1/‖m_i‖², so the shorter momentum gets λ_0 = 4/5::
+
+        >>> import torch
+        >>> from lightning_fed import ClientUpdate
+        >>> updates = [ClientUpdate(0, [torch.tensor([-1.0, 0.0], dtype=torch.float64)], 10, 1, 0.0),
+        ...            ClientUpdate(1, [torch.tensor([0.0, -2.0], dtype=torch.float64)], 10, 1, 0.0)]
+        >>> opt = FedAWARE(lr=1.0, num_clients=2)
+        >>> params = [torch.zeros(2, dtype=torch.float64)]
+        >>> _ = opt.server_update(params, updates)
+        >>> opt.last_weights, params  # x_1 = x_0 − η·d_1
+        (array([0.5, 0.5]), [tensor([-0.5000, -0.5000], dtype=torch.float64)])
+        >>> raw = FedAWARE(lr=1.0, num_clients=2, normalize=False)
+        >>> params = [torch.zeros(2, dtype=torch.float64)]
+        >>> _ = raw.server_update(params, updates)
+        >>> raw.last_weights.round(6), params  # d_1 = 0.8·[0.5, 0] + 0.2·[0, 1]
+        (array([0.8, 0.2]), [tensor([-0.4000, -0.2000], dtype=torch.float64)])
+        >>> FedAWARE(alpha=1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `alpha` must lie in [0, 1) with alpha_convention='paper' (weight of the old momentum), got 1.0.
+    """
+
+    state_key_fields = ("lr", "alpha", "alpha_convention", "normalize", "projection", "weighting")
+    repr_fields = ("lr", "weighting", "alpha", "alpha_convention", "normalize", "fedavg_warmup", "projection", "solver",
+                   "warmup_rounds", "pairing")
+    repr_hidden = {"warmup_rounds": None, "pairing": "client_id"}
+
+    def __init__(
+        self,
+        lr: float = 1.0,
+        alpha: float = 0.5,
+        normalize: bool = True,
+        alpha_convention: str = "paper",
+        fedavg_warmup: bool = False,
+        projection: bool = False,
+        fw_max_iter: Optional[int] = None,
+        fw_tol: Optional[float] = None,
+        fw_away_steps: Optional[bool] = None,
+        num_clients: Optional[int] = None,
+        weighting: str = "num_samples",
+        solver: str = "active_set",
+        warmup_rounds: Optional[int] = None,
+        pairing: str = "client_id",
+        max_state_bytes: Union[int, str, None] = "auto",
+    ) -> None:
+        lr = check_positive("lr", lr)
+        #: The reducer stage (:class:`~lightning_fed.algorithms.fedaware.FedAWAREMinNorm`): momenta and min-norm λ.
+        self.min_norm = FedAWAREMinNorm(
+            alpha=alpha, normalize=normalize, alpha_convention=alpha_convention, fedavg_warmup=fedavg_warmup,
+            projection=projection, solver=solver, fw_max_iter=fw_max_iter, fw_tol=fw_tol, fw_away_steps=fw_away_steps,
+            weighting=weighting, num_clients=num_clients, warmup_rounds=warmup_rounds, pairing=pairing,
+            max_state_bytes=max_state_bytes,
+        )
+        super().__init__(weighting=weighting, aggregators=[self.min_norm], rule=SGD(lr))
+        self._own_aggregators = [self.min_norm]  # its own chain: another one is refused at fit start
+
+    alpha = _stage_attribute("alpha", "Momentum coefficient α (float).")
+    normalize = _stage_attribute("normalize", "Solve on the unit-normalised momenta.")
+    alpha_convention = _stage_attribute("alpha_convention", "``\"paper\"`` or ``\"code\"``.")
+    fedavg_warmup = _stage_attribute("fedavg_warmup", "FedAvg until every client has been seen once.")
+    projection = _stage_attribute("projection", "Keep the magnitude of the average momentum.")
+    solver = _stage_attribute("solver", "The min-norm solver, ``\"active_set\"`` or ``\"frank_wolfe\"``.")
+    warmup_rounds = _stage_attribute("warmup_rounds", "FedAvg in rounds 0..warmup_rounds−1 (``None``: off).")
+    pairing = _stage_attribute("pairing", "``\"client_id\"`` (Alg. 1) or ``\"public_code\"`` (the public code's bug).")
+    fw_max_iter = _stage_attribute("fw_max_iter", "Frank–Wolfe iteration cap.")
+    fw_tol = _stage_attribute("fw_tol", "Frank–Wolfe L1 tolerance on λ.")
+    fw_away_steps = _stage_attribute("fw_away_steps", "Away-step Frank–Wolfe.")
+    num_clients = _stage_attribute("num_clients", "N, the number of clients (from the constructor or the data module).")
+    max_state_bytes = _stage_attribute(
+        "max_state_bytes", "The limit on the per-client tables: ``\"auto\"``, bytes, or ``None`` (no limit).")
+
+    def _min_norm_report(self) -> MinNormReport:
+        """The min-norm stage's report of the last round (:attr:`round_report`; all ``None`` without one)."""
+        return self.stage_report(self.min_norm) or MinNormReport(None, None, None)
+
+    @property
+    def last_weights(self) -> Optional[np.ndarray]:
+        """λ of the last round over all N clients (float64), ``None`` in a warm-up round (the round report's)."""
+        return self._min_norm_report().weights
+
+    @property
+    def last_solve(self) -> Optional[MinNormResult]:
+        """The last round's solver result (``None`` in a warm-up round or with no usable momentum)."""
+        return self._min_norm_report().solve
+
+    client_state = _state_field(
+        "table", "m_i: the dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (``None`` "
+        "until the first round), held in the min-norm stage's state.")
+    client_num_samples = _state_field("client_num_samples", "|D_i| as last reported by client i, int64 ``[N]``.")
+    gram = _state_field("gram", "⟨m_i, m_j⟩, float64 ``[N, N]``.")
+
+    @property
+    def momenta(self) -> Optional[Tensor]:
+        """m_i, ``[N, d]`` on CPU (``None`` until the first round): the dense :attr:`client_state` table's matrix."""
+        return None if self.client_state is None else self.client_state.matrix
+
+    @property
+    def seen(self) -> Optional[Tensor]:
+        """Whether client i has been seen, bool ``[N]`` (``None`` until the first round): the rows written in
+        :attr:`client_state`."""
+        return None if self.client_state is None else self.client_state.present
+
+    @property
+    def last_weighted_diversity(self) -> Optional[float]:
+        """FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root)
+        with its min-norm λ and the vectors v_i it was solved on (unit momenta under ``normalize``, so 1/‖d_t‖;
+        else the momenta); logged as ``fedaware_weighted_diversity``. ``None`` in a warm-up round, ``nan`` for a
+        zero combination. Not comparable with ``round_gradient_diversity`` (:meth:`gradient_diversity`): it
+        weighs momenta by the weights chosen to maximise it."""
+        return self._min_norm_report().diversity
+
+    @property
+    def warming_up(self) -> bool:
+        """Whether the next round would still be a FedAvg warm-up round (under ``warmup_rounds``: whether fewer
+        than ``warmup_rounds`` server steps have been taken)."""
+        states = self.aggregator_state
+        return self.min_norm.warming_up(None if states is None else states[0], self.num_steps)

@@ -14,17 +14,20 @@ Here the local epochs are the client's local work of a round and the server step
 layers: :class:`FedPerClient` is a :class:`~lightning_fed.client.personal.LocalParts` keeping the head (by name) local,
 so the clients' updates are 0 there and only W_B is aggregated. Base and head are trained jointly at every local
 step (unlike FedRep, :mod:`lightning_fed.algorithms.fedrep`). The paper weights the mean by the clients' sizes, as
-:class:`~lightning_fed.callbacks.FedPer`'s default ``weighting="num_samples"``. A client never sampled before starts
+:class:`~lightning_fed.algorithms.fedper.FedPer`'s default ``weighting="num_samples"``. A client never sampled before starts
 from the initial head (the global model's, which the server never changes).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from lightning_fed.client.personal import LocalParts
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.server.aggregators.base import Stage
 
-__all__ = ["FedPerClient"]
+__all__ = ["FedPer", "FedPerClient"]
 
 
 class FedPerClient(LocalParts):
@@ -56,3 +59,31 @@ class FedPerClient(LocalParts):
 
     def settings(self) -> dict[str, Any]:
         return {"head": self.head}
+
+
+class FedPer(FedAvg):
+    """FedPer (Arivazhagan et al. 2019, Alg. 1): FedAvg over the base layers; every client keeps the layers named in
+    ``head`` (see :mod:`lightning_fed.algorithms.fedper`).
+
+    Args:
+        head: Names of the personalisation layers (submodules or tensors), e.g. ``["classifier"]``.
+        lr: Server learning rate η (default 1.0).
+        weighting: ``"num_samples"`` (default, the paper's n_j/n) or ``"uniform"``.
+        aggregators: As :class:`FedAvg`.
+        client: More client halves, run after FedPer's (default ``None``).
+
+    Example::
+
+        >>> FedPer(head=["net.2"])
+        FedPer(head=['net.2'], lr=1.0, weighting='num_samples')
+        >>> FedPer(head=["net.2"]).client_algorithms
+        [FedPerClient(head=['net.2'])]
+    """
+
+    repr_fields = ("head", "lr", "weighting")
+
+    def __init__(self, head: Sequence[str], lr: float = 1.0, weighting: str = "num_samples",
+                 aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
+        self._own_client = [FedPerClient(head)]
+        self.head = list(self._own_client[0].head)

@@ -17,7 +17,7 @@ dropped (``grad = None``) before the client optimizer steps, so it skips them �
 body (the head's gradients dropped). It is a :class:`~lightning_fed.client.personal.LocalParts` keeping the head
 local, so only the body is aggregated, by any server rule (e.g. FedRep's body under FedAdam). The authors train the
 head for 10 local epochs and the body for 1 to 5 (Sec. 5); with ``local_epochs = e_h + e_b`` and n batches per
-epoch, ``head_steps = e_h·n``. l. 14's mean is uniform, :class:`~lightning_fed.callbacks.FedRep`'s default
+epoch, ``head_steps = e_h·n``. l. 14's mean is uniform, :class:`~lightning_fed.algorithms.fedrep.FedRep`'s default
 ``weighting="uniform"``. A client never sampled before starts from the initial head (the global model's, which the
 server never changes).
 """
@@ -30,8 +30,11 @@ from torch import Tensor
 
 from lightning_fed.checks import check_int
 from lightning_fed.client.personal import LocalParts
+from lightning_fed.callbacks.fedavg import FedAvg
+from lightning_fed.client.algorithm import ClientAlgorithm
+from lightning_fed.server.aggregators.base import Stage
 
-__all__ = ["FedRepClient"]
+__all__ = ["FedRep", "FedRepClient"]
 
 
 class FedRepClient(LocalParts):
@@ -77,3 +80,31 @@ class FedRepClient(LocalParts):
             if (i in head) != train_head:
                 p.grad = None
         self._step += 1
+
+
+class FedRep(FedAvg):
+    """FedRep (Collins et al., ICML 2021, Alg. 1): each client trains its own head for ``head_steps`` local steps
+    with the body fixed, then the body with the head fixed; the server averages the body (see
+    :mod:`lightning_fed.algorithms.fedrep`).
+
+    Args:
+        head: Names of the head (submodules or tensors), e.g. ``["classifier"]``.
+        head_steps: τ_h, local steps per round on the head (default 10).
+        lr: Server learning rate η (default 1.0).
+        weighting: ``"uniform"`` (default, Alg. 1, l. 14) or ``"num_samples"``.
+        aggregators: As :class:`FedAvg`.
+        client: More client halves, run after FedRep's (default ``None``).
+
+    Example::
+
+        >>> FedRep(head=["net.2"], head_steps=3).client_algorithms
+        [FedRepClient(head=['net.2'], head_steps=3)]
+    """
+
+    repr_fields = ("head", "head_steps", "lr", "weighting")
+
+    def __init__(self, head: Sequence[str], head_steps: int = 10, lr: float = 1.0, weighting: str = "uniform",
+                 aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
+        self._own_client = [FedRepClient(head, head_steps)]
+        self.head, self.head_steps = list(self._own_client[0].head), head_steps

@@ -1,4 +1,11 @@
-"""Server optimizers: callbacks that turn a round's client updates into the next global model."""
+"""Server optimizers: callbacks that turn a round's client updates into the next global model.
+
+The ready-made names of methods with halves of their own (FedProx, FedDyn, FedNova, FedMGDA+, FedAWARE, SCAFFOLD,
+Fed-LAMB/FedAMS, FedPer, FedRep, Ditto, FedBN) live in their method's module of :mod:`lightning_fed.algorithms`,
+beside their client and server halves (issue #52), and are importable from here too (:data:`METHOD_NAMES`).
+"""
+
+import importlib as _importlib
 
 from lightning_fed.callbacks.adaptive import AdaptiveServerOptimizer
 from lightning_fed.callbacks.dp import DifferentialPrivacy, DPFedAdagrad, DPFedAdam, DPFedAvg, DPFedYogi
@@ -6,19 +13,9 @@ from lightning_fed.callbacks.fedadagrad import FedAdagrad
 from lightning_fed.callbacks.fedadam import FedAdam
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.callbacks.fedavgm import FedAvgM
-from lightning_fed.callbacks.fedbn import FedBN
-from lightning_fed.callbacks.fedper import Ditto, FedPer, FedRep
-from lightning_fed.callbacks.feddyn import FedDyn
-from lightning_fed.callbacks.fedaware import FedAWARE
-from lightning_fed.callbacks.fednova import FedNova
-from lightning_fed.callbacks.fedmgda import FedMGDAPlus
-from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB, LocalAdaptiveServer
-from lightning_fed.algorithms.fedlamb import AMSGradClient, FedLAMBClient, LocalAMSGrad
 from lightning_fed.callbacks.fedyogi import FedYogi
-from lightning_fed.callbacks.fedprox import FedProx
 from lightning_fed.callbacks.progress import FederatedProgressBar
 from lightning_fed.callbacks.robust import FedMedian, FedTrimmedAvg, Krum
-from lightning_fed.callbacks.scaffold import SCAFFOLD
 from lightning_fed.callbacks.server_lamb import ServerLAMB
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.callbacks.server_step_size import (
@@ -31,12 +28,51 @@ from lightning_fed.callbacks.server_step_size import (
     normalized_direction,
 )
 
+#: Names of this package that live in their method's module of :mod:`lightning_fed.algorithms` (name -> module; a
+#: new method's ready-made name is one line here), imported on first use (PEP 562 ``__getattr__``): a method's module
+#: builds on the server optimizers of this package, so this package cannot import it while it loads.
+METHOD_NAMES = {
+    "Ditto": "ditto",
+    "FedAWARE": "fedaware",
+    "FedBN": "fedbn",
+    "FedDyn": "feddyn",
+    "AMSGradClient": "fedlamb",
+    "FedAMS": "fedlamb",
+    "FedLAMB": "fedlamb",
+    "FedLAMBClient": "fedlamb",
+    "LocalAMSGrad": "fedlamb",
+    "LocalAdaptiveServer": "fedlamb",
+    "FedMGDAPlus": "fedmgda",
+    "FedNova": "fednova",
+    "FedPer": "fedper",
+    "FedProx": "fedprox",
+    "FedRep": "fedrep",
+    "SCAFFOLD": "scaffold",
+}
+
+
+def __getattr__(name: str):
+    """A name of :data:`METHOD_NAMES`, from its method's module (``lightning_fed.callbacks.FedBN`` is
+    ``lightning_fed.algorithms.fedbn.FedBN``).
+
+    Raises:
+        AttributeError: any other name.
+    """
+    if name in METHOD_NAMES:
+        value = getattr(_importlib.import_module(f"lightning_fed.algorithms.{METHOD_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(METHOD_NAMES))
+
+
 __all__ = [
-    "AMSGradClient",
     "AdaptiveServerOptimizer",
     "AdaptiveServerStepSize",
     "DPFedAdagrad",
-    "Ditto",
     "DPFedAdam",
     "DPFedAvg",
     "DPFedYogi",
@@ -44,32 +80,21 @@ __all__ = [
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
-    "FedAMS",
-    "FedAWARE",
     "FedAvgM",
-    "FedBN",
-    "FedDyn",
-    "FedLAMB",
-    "FedLAMBClient",
-    "FedMGDAPlus",
     "FedMedian",
-    "FedNova",
-    "FedPer",
-    "FedProx",
-    "FedRep",
     "FedTrimmedAvg",
     "FedYogi",
     "FederatedProgressBar",
     "Krum",
-    "LocalAMSGrad",
-    "LocalAdaptiveServer",
     "NormalizedFedAdagrad",
     "NormalizedFedAdam",
     "NormalizedFedAvgM",
     "NormalizedFedYogi",
-    "SCAFFOLD",
     "ServerLAMB",
     "ServerOptimizer",
     "ServerStepSize",
     "normalized_direction",
+    *sorted(METHOD_NAMES),
 ]
+
+import lightning_fed.algorithms  # noqa: E402,F401  (defines the names of METHOD_NAMES: the CLI lists every server optimizer)

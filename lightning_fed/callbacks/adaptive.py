@@ -89,6 +89,9 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         ValueError: `convention` must be one of ('reddi', 'flower', 'tff'), got 'keras'.
     """
 
+    state_key_fields = ("lr", "beta1", "beta2", "tau", "weighting")
+    repr_fields = ("lr", "weighting", "beta1", "beta2", "tau", "initial_accumulator", "bias_correction", "convention")
+
     #: The second-moment rule of the subclass (``"adam"``, ``"yogi"`` or ``"adagrad"``), which picks the
     #: framework's formula under ``convention="flower"``/``"tff"``.
     rule: str = "adam"
@@ -130,16 +133,3 @@ class AdaptiveServerOptimizer(ServerOptimizer):
     def framework_step_size(self, k: int) -> float:
         """The step size η_k of round k (k = ``num_steps``, 1 in the first round) under ``"flower"``/``"tff"``."""
         return self.server_rule.framework_step_size(k)
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(
-            lr=self.lr, beta1=self.beta1, beta2=self.beta2, tau=self.tau, weighting=self.weighting
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"{super().extra_repr()}, beta1={self.beta1}, beta2={self.beta2}, tau={self.tau}, "
-            f"initial_accumulator={self.initial_accumulator}, bias_correction={self.bias_correction}, "
-            f"convention={self.convention!r}"
-        )

@@ -104,6 +104,16 @@ class DifferentialPrivacy:
 
     #: ε is accounted (and logged) by this server optimizer: its DP chain raises no "not accounted" warning.
     accounts_privacy = True
+    #: The DP settings a repr shows, after those of the server optimizer it is mixed into.
+    privacy_repr_fields = ("clip_norm", "noise_multiplier", "target_delta", "adaptive_clipping", "target_epsilon",
+                           "sampling", "accounting")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A server optimizer mixing this in shows its own :attr:`repr_fields` then :attr:`privacy_repr_fields`."""
+        super().__init_subclass__(**kwargs)
+        own = next((vars(b)["repr_fields"] for b in cls.__mro__[1:] if "repr_fields" in vars(b)), None)
+        if own is not None and "repr_fields" not in vars(cls) and own[-len(cls.privacy_repr_fields):] != cls.privacy_repr_fields:
+            cls.repr_fields = own + cls.privacy_repr_fields
 
     def setup_privacy(self, clip_norm: float, noise_multiplier: float, target_delta: float,
                       adaptive_clipping: bool = False, target_quantile: float = 0.5, clip_learning_rate: float = 0.2,
@@ -325,11 +335,6 @@ class DifferentialPrivacy:
         if self.accountant is not None and self._saved_privacy is not None:
             self.accountant.load_state_dict(self._saved_privacy)
             self._saved_privacy = None
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, "
-                f"target_delta={self.target_delta}, adaptive_clipping={self.adaptive_clipping}, "
-                f"target_epsilon={self.target_epsilon}, sampling={self.sampling!r}, accounting={self.accounting!r}")
 
 
 class DPFedAvg(DifferentialPrivacy, FedAvg):

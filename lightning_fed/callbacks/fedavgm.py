@@ -52,6 +52,9 @@ class FedAvgM(ServerOptimizer):
         lightning_fed.checks.ArgumentError: `momentum` must be a number in [0, 1), got 1.0.
     """
 
+    state_key_fields = ("lr", "momentum", "weighting")
+    repr_fields = ("lr", "weighting", "momentum")
+
     def __init__(
         self, lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_samples",
         aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None,
@@ -61,10 +64,3 @@ class FedAvgM(ServerOptimizer):
         rule = Momentum(lr=lr, momentum=momentum)
         super().__init__(weighting=weighting, aggregators=aggregators, rule=rule, client=client)
         self.momentum = rule.momentum
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, momentum=self.momentum, weighting=self.weighting)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, momentum={self.momentum}"

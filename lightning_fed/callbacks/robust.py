@@ -60,12 +60,11 @@ class FedMedian(FedAvg):
         [tensor([2.])]
     """
 
+    repr_fields = ("lr",)
+
     def __init__(self, lr: float = 1.0, client_transforms: Optional[Sequence[Stage]] = None) -> None:
         super().__init__(lr=lr, aggregators=_chain(client_transforms, CoordinateMedian()))
         self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
-
-    def extra_repr(self) -> str:
-        return f"lr={self.lr}"
 
 
 class FedTrimmedAvg(FedAvg):
@@ -95,6 +94,9 @@ class FedTrimmedAvg(FedAvg):
         [tensor([3.])]
     """
 
+    state_key_fields = ("lr", "beta")
+    repr_fields = ("beta", "lr")
+
     def __init__(
         self, beta: float = 0.2, lr: float = 1.0, client_transforms: Optional[Sequence[Stage]] = None
     ) -> None:
@@ -102,13 +104,6 @@ class FedTrimmedAvg(FedAvg):
         super().__init__(lr=lr, aggregators=_chain(client_transforms, reducer))
         self.beta = reducer.beta
         self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, beta=self.beta)
-
-    def extra_repr(self) -> str:
-        return f"beta={self.beta}, lr={self.lr}"
 
 
 class Krum(FedAvg):
@@ -146,6 +141,9 @@ class Krum(FedAvg):
         [tensor([1.])]
     """
 
+    state_key_fields = ("lr", "weighting", "num_malicious_clients", "num_clients_to_keep")
+    repr_fields = ("num_malicious_clients", "num_clients_to_keep", "lr", "weighting")
+
     def __init__(
         self,
         num_malicious_clients: int = 0,
@@ -159,14 +157,3 @@ class Krum(FedAvg):
         self.client_transforms = self.aggregators[:-1]  # in the checkpoint's run record
         self.num_malicious_clients = reducer.num_malicious_clients
         self.num_clients_to_keep = reducer.num_clients_to_keep
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(
-            lr=self.lr, weighting=self.weighting, num_malicious_clients=self.num_malicious_clients,
-            num_clients_to_keep=self.num_clients_to_keep,
-        )
-
-    def extra_repr(self) -> str:
-        return (f"num_malicious_clients={self.num_malicious_clients}, num_clients_to_keep={self.num_clients_to_keep}, "
-                f"{super().extra_repr()}")

@@ -3,10 +3,9 @@ client state."""
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
-from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.callbacks.server_optimizer import ServerOptimizer, none_if_infinite
 from lightning_fed.server.aggregators.base import Stage
 from lightning_fed.server.checks import check_positive, check_weighting
 from lightning_fed.server.rules.lamb import LAMB
@@ -66,6 +65,10 @@ class ServerLAMB(ServerOptimizer):
         lightning_fed.checks.ArgumentError: `beta2` must be a number in [0, 1), got 1.0.
     """
 
+    state_key_fields = ("lr", "beta1", "beta2", "eps", "weight_decay", "weighting")
+    repr_fields = ("lr", "weighting", "beta1", "beta2", "eps", "weight_decay", "bias_correction", "phi_min", "phi_max")
+    repr_formats = {"phi_max": none_if_infinite}
+
     def __init__(
         self,
         lr: float = 1e-2,
@@ -87,18 +90,3 @@ class ServerLAMB(ServerOptimizer):
         self.beta1, self.beta2, self.eps, self.weight_decay = rule.beta1, rule.beta2, rule.eps, rule.weight_decay
         self.bias_correction = rule.bias_correction
         self.phi_min, self.phi_max = rule.phi_min, rule.phi_max
-
-    @property
-    def state_key(self) -> str:
-        return self._generate_state_key(
-            lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps, weight_decay=self.weight_decay,
-            weighting=self.weighting,
-        )
-
-    def extra_repr(self) -> str:
-        phi_max = None if math.isinf(self.phi_max) else self.phi_max
-        return (
-            f"{super().extra_repr()}, beta1={self.beta1}, beta2={self.beta2}, eps={self.eps}, "
-            f"weight_decay={self.weight_decay}, bias_correction={self.bias_correction}, "
-            f"phi_min={self.phi_min}, phi_max={phi_max}"
-        )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import math
+import warnings
 from typing import Any, Optional, Sequence
 
 import torch
@@ -58,7 +61,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         weighting: ``"num_samples"`` (default: w_i ∝ |D_i|, Reddi et al. 2021, Alg. 5) or ``"uniform"`` (w_i = 1/|S|).
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
-        client: Client algorithms every client runs (default ``None``).
+        client: Client algorithms every client runs (default ``None``). Deprecated (``DeprecationWarning``; removed
+            in 0.3.0): give them as ``FederatedTrainer(client_algorithms=[...])`` (YAML/CLI: ``trainer.client_algorithms``).
         client_state_store: Where per-client tables (SCAFFOLD's c_i, ...) keep their rows: ``"memory"`` (default) or
             ``"disk"`` (one file per row, :mod:`lightning_fed.server.client_state`; same results, may change on resume).
         client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
@@ -91,6 +95,17 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     is_server_optimizer = True
     #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
     unrecorded_settings = ("client_state_store", "client_state_dir")
+    #: The attributes that name this server optimizer's state in a checkpoint (:attr:`state_key`, Lightning's
+    #: ``"<class>{'lr': 1.0, ...}"``), in order; ``"key=path"`` reads the dotted attribute ``path`` (a stage's:
+    #: ``"alpha=min_norm.alpha"``). A subclass lists its own; the strings are in checkpoints, so never reorder them.
+    state_key_fields: tuple[str, ...] = ("lr", "weighting")
+    #: The attributes :meth:`extra_repr` shows, in order (``"key=path"`` as in :attr:`state_key_fields`); a string
+    #: value is shown quoted (its ``repr``), any other as ``str``.
+    repr_fields: tuple[str, ...] = ("lr", "weighting")
+    #: Fields of :attr:`repr_fields` left out of the repr while they hold the value given here (e.g. ``None``).
+    repr_hidden: dict[str, Any] = {}
+    #: Fields of :attr:`repr_fields` shown through a function of their value (``{"phi_max": none_if_infinite}``).
+    repr_formats: dict[str, Any] = {}
 
     weighting = _composed("weighting", "``\"num_samples\"`` or ``\"uniform\"``.")
     aggregators = _composed("aggregators", "The aggregator chain replacing the weighted mean, or ``None``.")
@@ -126,6 +141,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self._stepped = False  # the server stepped in the current round
         #: The client algorithms given as ``client`` (``None``: none), run by every client of every round.
         self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
+        if client is not None:
+            warn_client_deprecated(self)
         self._own_client: list[ClientAlgorithm] = []  # halves a ready-made method brings (FedProx's), before `client`
         self._own_aggregators: Optional[list[Stage]] = None  # the chain a ready-made method fixes (SCAFFOLD's)
         #: The client halves' per-client state (:class:`~lightning_fed.client.states.ClientStates`), the run's once
@@ -365,7 +382,19 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(lr=self.lr, weighting=self.weighting)
+        """Lightning's key of this callback's state: the class name and :attr:`state_key_fields`' values."""
+        return self._generate_state_key(**dict(self._fields(self.state_key_fields)))
+
+    def _fields(self, specs: Sequence[str]) -> list[tuple[str, Any]]:
+        """``(key, value)`` of each ``"key"`` or ``"key=dotted.path"`` of ``specs``, read from this object."""
+        out = []
+        for spec in specs:
+            key, _, path = spec.partition("=")
+            value: Any = self
+            for part in (path or key).split("."):
+                value = getattr(value, part)
+            out.append((key, value))
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """:meth:`ServerComposer.state_dict <lightning_fed.server.composer.ServerComposer.state_dict>`, plus
@@ -390,10 +419,44 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return migrations.select_federated(self, positions, sizes)
 
     def extra_repr(self) -> str:
-        return f"lr={self.lr}, weighting={self.weighting!r}"
+        """``key=value`` of :attr:`repr_fields` (strings quoted), but those :attr:`repr_hidden` hides."""
+        hidden, formats = self.repr_hidden, self.repr_formats
+        shown = [(key, formats[key](value) if key in formats else value) for key, value in self._fields(self.repr_fields)
+                 if not (key in hidden and value == hidden[key])]
+        return ", ".join(f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}" for key, value in shown)
 
     def _client_repr(self) -> str:
         return f", client={self.client!r}" if self.client else ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
+
+
+#: The release that drops ``ServerOptimizer(client=...)`` (deprecated for ``FederatedTrainer(client_algorithms=...)``).
+CLIENT_REMOVED_IN = "0.3.0"
+
+
+def warn_client_deprecated(server: Any) -> None:
+    """Warn (``DeprecationWarning``, at the line that built ``server``) that ``client=[...]`` of a server optimizer
+    is deprecated: the kept way is ``FederatedTrainer(client_algorithms=[...])``, removal in :data:`CLIENT_REMOVED_IN`."""
+    level, frame = 3, inspect.currentframe().f_back.f_back  # the caller of ServerOptimizer.__init__
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is server:
+        level, frame = level + 1, frame.f_back  # a subclass's __init__ passing `client` on: point past it
+    name = type(server).__name__
+    warnings.warn(
+        f"`{name}(client=[...])` is deprecated and will be removed in lightning_fed {CLIENT_REMOVED_IN}: give the "
+        "client halves to the trainer instead, `FederatedTrainer(client_algorithms=[...])` (YAML/CLI: "
+        "`trainer.client_algorithms`), which also keeps them when the server optimizer is swapped.",
+        DeprecationWarning, stacklevel=level)
+
+
+def none_if_infinite(value: float) -> Optional[float]:
+    """``None`` for ±∞ (an unset bound, as the constructor takes it), else ``value``: a :attr:`ServerOptimizer.repr_formats` entry.
+
+    Example::
+
+        >>> none_if_infinite(math.inf), none_if_infinite(2.0)
+        (None, 2.0)
+    """
+    return None if math.isinf(value) else value
+

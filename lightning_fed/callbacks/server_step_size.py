@@ -164,6 +164,8 @@ class AdaptiveServerStepSize(ServerOptimizer):
         0.25 0.4
     """
 
+    repr_fields = ("lr", "weighting", "eta", "theta")
+
     def __init__(self, lr: float = 1e-6, weighting: str = "uniform") -> None:
         super().__init__(weighting=weighting, aggregators=_normalized_chain(), rule=AdaptiveStepSize(lr))
 
@@ -192,9 +194,6 @@ class AdaptiveServerStepSize(ServerOptimizer):
         """Log ``server_lr`` (the round's η_t) with the round as the step."""
         if self.eta is not None:
             pl_module.log("server_lr", self.eta, on_step=False, on_epoch=True, batch_size=1)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, eta={self.eta}, theta={self.theta}"
 
 
 class NormalizedFedAvgM(FedAvgM):
@@ -232,14 +231,10 @@ class NormalizedFedAvgM(FedAvgM):
         super().__init__(lr=lr, momentum=momentum, weighting=weighting, aggregators=_normalized_chain())
 
 
-class NormalizedFedAdam(FedAdam):
-    """:class:`~lightning_fed.callbacks.FedAdam` (Reddi et al. 2021, Alg. 2, l. 11, 14-15) on Nastya's normalised
-    direction: Δ_t is replaced by −g_t, the cohort mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
-
-    The paper's Sec. 7 / Fig. 2 (right) runs "Adam with stepsize 10^-2" on the per-pass direction of LeNet on
-    CIFAR-10; ``lr=1e-2`` is the default here (the other defaults are Reddi et al.'s: β₁ = 0.9, β₂ = 0.99,
-    τ = 1e-3, v_{−1} = τ², no bias correction; ``bias_correction=True`` gives torch.optim.Adam's correction,
-    ``convention="flower"``/``"tff"`` Flower's/TFF's formulas).
+class _NormalizedAdaptive:
+    """The one definition of :class:`NormalizedFedAdam` and :class:`NormalizedFedYogi`: the adaptive server optimizer
+    it is mixed into (Reddi et al. 2021, Alg. 2, l. 11, 13/14, 15) on Nastya's normalised direction: Δ_t is replaced
+    by −g_t, the cohort mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
 
     Args:
         lr: Server learning rate η (> 0, default 1e-2).
@@ -255,6 +250,34 @@ class NormalizedFedAdam(FedAdam):
     Raises:
         ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
             of :class:`ServerStepSize`.
+    """
+
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        initial_accumulator: Optional[float] = None,
+        bias_correction: bool = False,
+        weighting: str = "uniform",
+        convention: str = "reddi",
+    ) -> None:
+        super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
+                         bias_correction=bias_correction, weighting=weighting, convention=convention,
+                         aggregators=_normalized_chain())
+
+
+class NormalizedFedAdam(_NormalizedAdaptive, FedAdam):
+    """:class:`~lightning_fed.callbacks.FedAdam` (Reddi et al. 2021, Alg. 2, l. 11, 14-15) on Nastya's normalised
+    direction: Δ_t is replaced by −g_t, the cohort mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
+
+    The paper's Sec. 7 / Fig. 2 (right) runs "Adam with stepsize 10^-2" on the per-pass direction of LeNet on
+    CIFAR-10; ``lr=1e-2`` is the default here (the other defaults are Reddi et al.'s: β₁ = 0.9, β₂ = 0.99,
+    τ = 1e-3, v_{−1} = τ², no bias correction; ``bias_correction=True`` gives torch.optim.Adam's correction,
+    ``convention="flower"``/``"tff"`` Flower's/TFF's formulas). Arguments and errors: :class:`_NormalizedAdaptive`
+    (``lr``, ``beta1``, ``beta2``, ``tau``, ``initial_accumulator``, ``bias_correction``, ``weighting`` — default
+    ``"uniform"`` —, ``convention``).
 
     Example: the same step as :class:`~lightning_fed.callbacks.FedAdam` on Δ/(γ·n) = 0.5/(0.25·2) = 1::
 
@@ -269,40 +292,11 @@ class NormalizedFedAdam(FedAdam):
         (True, 0.0099005049)
     """
 
-    def __init__(
-        self,
-        lr: float = 1e-2,
-        beta1: float = 0.9,
-        beta2: float = 0.99,
-        tau: float = 1e-3,
-        initial_accumulator: Optional[float] = None,
-        bias_correction: bool = False,
-        weighting: str = "uniform",
-        convention: str = "reddi",
-    ) -> None:
-        super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting, convention=convention,
-                         aggregators=_normalized_chain())
 
-
-class NormalizedFedYogi(FedYogi):
+class NormalizedFedYogi(_NormalizedAdaptive, FedYogi):
     """:class:`~lightning_fed.callbacks.FedYogi` (Reddi et al. 2021, Alg. 2, l. 11, 13, 15) on Nastya's normalised
-    direction −g_t = mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9).
-
-    Args:
-        lr: Server learning rate η (> 0, default 1e-2).
-        beta1: β₁ in [0, 1) (default 0.9).
-        beta2: β₂ in [0, 1) (default 0.99).
-        tau: Adaptivity τ (> 0, default 1e-3).
-        initial_accumulator: v_{−1} ≥ 0 (default τ²).
-        bias_correction: torch-style bias correction on top of ``"reddi"`` (default ``False``).
-        weighting: ``"uniform"`` (default, Alg. 1, l. 9) or ``"num_samples"``.
-        convention: ``"reddi"`` (default), ``"flower"`` or ``"tff"`` (see
-            :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`).
-
-    Raises:
-        ValueError: as :class:`~lightning_fed.callbacks.AdaptiveServerOptimizer`; at a server update, the errors
-            of :class:`ServerStepSize`.
+    direction −g_t = mean of Δ_m/(γ·n_m) (Malinovsky et al., Alg. 1, l. 8-9). Arguments and errors as
+    :class:`NormalizedFedAdam` (one definition, :class:`_NormalizedAdaptive`).
 
     Example: the same step as :class:`~lightning_fed.callbacks.FedYogi` on Δ/(γ·n) = 0.5/(0.25·2) = 1::
 
@@ -316,21 +310,6 @@ class NormalizedFedYogi(FedYogi):
         >>> torch.equal(x[0], y[0]), round(x[0].item(), 10)
         (True, 0.0099005)
     """
-
-    def __init__(
-        self,
-        lr: float = 1e-2,
-        beta1: float = 0.9,
-        beta2: float = 0.99,
-        tau: float = 1e-3,
-        initial_accumulator: Optional[float] = None,
-        bias_correction: bool = False,
-        weighting: str = "uniform",
-        convention: str = "reddi",
-    ) -> None:
-        super().__init__(lr=lr, beta1=beta1, beta2=beta2, tau=tau, initial_accumulator=initial_accumulator,
-                         bias_correction=bias_correction, weighting=weighting, convention=convention,
-                         aggregators=_normalized_chain())
 
 
 class NormalizedFedAdagrad(FedAdagrad):

@@ -296,7 +296,7 @@ class LeanLocalStep:
         ('lean', 3.0, 30.0)
     """
 
-    def __init__(self, trainer: Any, epoch_loop: Any, round_log: Any) -> None:
+    def __init__(self, trainer: Any, epoch_loop: Any, round_log: Any, logged: Optional[dict] = None) -> None:
         self._trainer = trainer
         self._module = module = trainer.lightning_module
         self._epoch_loop = epoch_loop
@@ -312,7 +312,14 @@ class LeanLocalStep:
         self._collection: Any = pl_private.results(trainer)
         self._trackers = pl_private.lean_step_trackers(epoch_loop)
         self._attributes = vars(module)  # the module's instance attributes (where `log` is installed per step)
-        self._logged: dict[str, _Logged] = {}
+        # the names the fast `self.log` path handles: those of `logged` (the previous round's LeanLocalStep's
+        # :attr:`logged`) still registered in this result collection, so that each round's first step need not go
+        # through LightningModule.log to register them again
+        self._logged: dict[str, _Logged] = {
+            name: entry for name, entry in (logged or {}).items()
+            if entry.results is self._collection and self._collection is not None
+            and self._collection.get(entry.key) is entry.metric
+        }
         self._real_logged = False
         self._fast_logged = False
         self._touched: list[_Logged] = []  # entries with a step value in the current step
@@ -321,6 +328,12 @@ class LeanLocalStep:
                              and not dispatch_only(cb)]
         # the fast path stands in for LightningModule.log only: not for a module's own `log` (or a patched one)
         self.fast_log = type(module).log is LightningModule.log and "log" not in vars(module)
+
+    @property
+    def logged(self) -> dict:
+        """The names the fast ``self.log`` path handles (``{name: entry}``), for the next round's
+        ``LeanLocalStep(..., logged=...)``."""
+        return self._logged
 
     # ------------------------------------------------------------------ the step
     def _closure(self) -> Optional[Tensor]:
@@ -474,19 +487,22 @@ class LeanLocalStep:
         trainer = self._trainer
         if (
             entry is None or args or type(value) is not Tensor
-            or pl_private.current_hook(self._module) != _HOOK or pl_private.logging_hook(trainer) != _HOOK
-            or self._collection is not entry.results or entry.metric.has_reset
+            or pl_private.current_hook(self._module) != _HOOK or self._collection is not entry.results
         ):
             return self._real_log(name, value, *args, **kwargs)
         batch_size = kwargs.pop("batch_size", None)
+        metric = entry.metric
         if (
             kwargs != entry.kwargs or value.numel() != 1 or value.dtype not in _FLOATS or value.device != entry.device
             or (batch_size is not None and type(batch_size) is not int)
+            # the hook's first value since the connector logged from another hook (each round's first step), or
+            # this name's first since then: what log does first, done here (pl_private.start_hook_value)
+            or ((pl_private.logging_hook(trainer) != _HOOK or metric.has_reset)
+                and not pl_private.start_hook_value(trainer, entry.results, metric, _HOOK))
         ):
             if batch_size is not None:
                 kwargs["batch_size"] = batch_size
             return self._real_log(name, value, *args, **kwargs)
-        metric = entry.metric
         if entry.on_step and entry.pending is None and pl_private.metric_forward_cache(metric) is not None:
             if batch_size is not None:  # Lightning's log ran for this name earlier in this step: it continues
                 kwargs["batch_size"] = batch_size

@@ -517,7 +517,9 @@ class ClientRunner:
             lean_step_blocker(self.trainer, self.datamodule, self._step_callbacks) if self.allow_lean_step
             else "allow_lean_step=False"
         )
-        self._lean = LeanLocalStep(self.trainer, self._epoch_loop, self.round_log) if self._lean_blocker is None else None
+        logged = self._lean.logged if self._lean is not None else None  # (the names the fast self.log handles)
+        self._lean = (LeanLocalStep(self.trainer, self._epoch_loop, self.round_log, logged)
+                      if self._lean_blocker is None else None)
 
     @property
     def step_path(self) -> str:

@@ -5,18 +5,18 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 (``dataset.with_format("torch")[:]``) without its per-element recursion: a fixed-shape column of nested lists
 (``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
 ``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
-list sizes once they are checked to be uniform; an ``Image`` column is decoded once, image by image, into one
-preallocated array (by the feature's own decoder, PIL; a plain 8-bit PNG by PIL's PNG decoder without
-``Image.open``: the same samples), a column of plain PNGs of one shape image by image as client batches first hold
-them. Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes through the torch
-formatter as before.
+list sizes once they are checked to be uniform; an ``Image`` column is decoded once by ``datasets`` (``Dataset.map``
+with the feature's own decoder, PIL) into a column of its cache, which later runs reuse (:func:`decoded_images`),
+and read the same way. Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes
+through the torch formatter as before.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-import zlib
+import warnings
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -118,11 +118,12 @@ class HFTensorColumns:
     images). With ``tuple_columns`` it returns ``tuple(tensor[index] for each named column)`` instead. Memory: the
     formatted columns, once (``nbytes``; Fashion-MNIST's 60,000 × 784 float32 images and labels take 188 MB).
 
-    An ``Image`` column of plain PNGs of one shape (8-bit grey, RGB or RGBA, as ``datasets`` and most tools write
-    them; checked from the headers of all of them) is decoded image by image when ``get_batch`` first asks for it,
-    once, so a short fit decodes only the images of the clients it samples; reading such a column from ``columns``
-    decodes the rest. A corrupt image fails the batch holding it with the torch format's error (PIL's), noting the
-    column and row.
+    An ``Image`` column is decoded at the first ``get_batch``'s conversion by ``datasets``, every image by the
+    feature's ``decode_example`` (PIL, as the torch format does), into a column of ``datasets``' cache
+    (:func:`decoded_images`): a ``cache-<fingerprint>.arrow`` file next to the files of a dataset read from disk,
+    which later runs read instead of decoding again (a changed dataset has another fingerprint); an in-memory
+    dataset's images are decoded in memory, at each conversion. A corrupt image fails the batch holding it (and
+    reading its column from ``columns``) with the torch format's error (PIL's), noting the column and row.
 
     Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
     format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
@@ -144,10 +145,10 @@ class HFTensorColumns:
     """
 
     def __init__(self, columns: Mapping[str, Any], tuple_columns: Optional[Sequence[str]] = None) -> None:
-        self._tensors = {name: column.out if isinstance(column, _LazyPNGs) else column
+        self._tensors = {name: column.out if isinstance(column, _FailedImages) else column
                          for name, column in columns.items()}
-        self._lazy = [column for column in columns.values() if isinstance(column, _LazyPNGs)]
-        self.columns: Mapping[str, torch.Tensor] = _Columns(self._tensors, self._lazy)
+        self._failed = [column for column in columns.values() if isinstance(column, _FailedImages)]
+        self.columns: Mapping[str, torch.Tensor] = _Columns(self._tensors, self._failed)
         self.tuple_columns = None if tuple_columns is None else tuple(tuple_columns)
 
     def __len__(self) -> int:
@@ -161,8 +162,8 @@ class HFTensorColumns:
     def get_batch(self, index: torch.Tensor) -> Any:
         """``{column: tensor[index]}`` for a LongTensor ``index [B]`` (a tuple in ``tuple_columns``' order when
         that is set)."""
-        for lazy in self._lazy:
-            lazy.decode(index)
+        for failed in self._failed:
+            failed.decode(index)
         if self.tuple_columns is not None:
             return tuple(self._tensors[name][index] for name in self.tuple_columns)
         return {name: column[index] for name, column in self._tensors.items()}
@@ -279,13 +280,13 @@ def _plan_column(dataset: Any, name: str, chunked: Any, n: int) -> Any:
     import datasets
 
     feature = dataset.features.get(name)
-    array = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(feature, datasets.Image):
         if not feature.decode:
             return _NOT_A_TENSOR  # dicts of bytes and path
-        if array.null_count:
+        if chunked.null_count:
             return _plan_formatted(dataset, name)
-        return _plan_images(dataset, name, feature, array, n)
+        return _plan_images(dataset, name, feature, chunked, n)
+    array = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(array.type, pa.ExtensionType):  # Array2D ... Array5D: nested lists underneath
         array = array.storage
     leaf = array.type
@@ -325,235 +326,141 @@ def _image_array(feature: Any, value: dict, token: Any) -> np.ndarray:
     return (image[:, :, np.newaxis] if image.ndim == 2 else image).transpose((2, 0, 1))
 
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# the chunks of a PNG whose pixels PIL gives as stored (the torch format's values), as its PNG decoder gives them
-# from the image data: any other (tRNS transparency, PLTE, eXIf or text chunks that may carry an EXIF orientation
-# `decode_example` applies, acTL animation, ...) sends the image to `decode_example`
-_PNG_RAW_CHUNKS = frozenset({b"IHDR", b"IDAT", b"IEND", b"pHYs", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"sBIT", b"tIME"})
+class _DifferentImages(Exception):
+    """An image decoded to another shape or dtype than the first (the torch format gives a list of tensors)."""
 
 
-def _raw_png(data: Optional[bytes]) -> bool:
-    """Whether ``data`` is a PNG whose samples PIL gives as stored: 8 bits per sample, grey, RGB or RGBA (colour
-    types 0, 2, 6; not a palette), and only chunks of ``_PNG_RAW_CHUNKS`` (read from the chunk headers)."""
-    if data is None or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR" or data[24] != 8 or \
-            data[25] not in (0, 2, 6):
-        return False
-    position, size = 8, len(data)
-    while position + 8 <= size:
-        kind = data[position + 4 : position + 8]
-        if kind not in _PNG_RAW_CHUNKS:
-            return False
-        if kind == b"IEND":
-            return True
-        position += 12 + int.from_bytes(data[position : position + 4], "big")  # length, type, data, CRC
-    return False  # truncated: PIL's error
+#: Bumped when :func:`_decode_images` changes what it writes: part of the fingerprint of the decoded column, with the
+#: versions of ``datasets`` and PIL, so that a cache written by other code is not read.
+_DECODED_IMAGES_VERSION = 1
 
 
-# the lengths of the chunks of _PNG_RAW_CHUNKS that PIL reads without an error (sBIT: 1-4 bytes)
-_PNG_CHUNK_LENGTHS = {b"pHYs": (9,), b"gAMA": (4,), b"cHRM": (32,), b"sRGB": (1,), b"tIME": (7,), b"sBIT": (1, 2, 3, 4),
-                      b"IEND": (0,), b"IHDR": (13,)}
-_PNG_IEND_CHUNK = b"\0\0\0\0IEND\xaeB`\x82"
-_PNG_MODES = {0: "L", 2: "RGB", 6: "RGBA"}  # IHDR colour type -> PIL's mode and raw mode (8 bits per sample)
-_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}  # IHDR colour type -> samples per pixel
-
-
-def _png_image_data(data: bytes) -> Optional[bytes]:
-    """The image data (its IDAT chunks' data, joined) of a PNG that :func:`_raw_png` accepted, when ``Image.open``
-    reads its chunks without an error or a warning: not interlaced, of at most ``Image.MAX_IMAGE_PIXELS`` pixels,
-    every chunk's CRC right, IHDR first, the IDAT chunks one run, the other chunks of the lengths PIL reads (no
-    iCCP: PIL decompresses the profile); else ``None``."""
-    from PIL import Image
-
-    if data[26:29] != b"\0\0\0":  # compression, filter method, interlace
-        return None
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if not (width and height) or (Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS):
-        return None  # PIL's decompression bomb warning or error
-    crc32, size = zlib.crc32, len(data)
-    end = 45 + int.from_bytes(data[33:37], "big")
-    if data[37:41] == b"IDAT" and end + 12 <= size and data[end : end + 12] == _PNG_IEND_CHUNK:  # the usual layout
-        if crc32(data[12:29]) != int.from_bytes(data[29:33], "big") or \
-                crc32(data[37 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
-            return None
-        return data[41 : end - 4]
-    position, idat, state = 8, [], 0  # state: 0 before the IDAT run, 1 in it, 2 after it
-    while True:
-        if position + 12 > size:
-            return None
-        length = int.from_bytes(data[position : position + 4], "big")
-        end = position + 12 + length
-        kind = data[position + 4 : position + 8]
-        if end > size or crc32(data[position + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
-            return None
-        if kind == b"IDAT":
-            if state == 2:
-                return None
-            state = 1
-            idat.append(data[position + 8 : end - 4])
-        else:
-            state = 2 if state else 0
-            if (kind == b"IHDR") != (position == 8) or length not in _PNG_CHUNK_LENGTHS.get(kind, ()):
-                return None  # iCCP and unknown chunks too
-            if kind == b"IEND":
-                return b"".join(idat) if idat else None
-        position = end
-
-
-_PNG_GROUP = 256  # PNGs decoded by one call of PIL's decoder (at most; 256 × 224×224×3 images: 39 MB at once)
-
-
-def _png_samples(pngs: list, shape: tuple[int, int, int]) -> tuple[np.ndarray, list[int]]:
-    """Plain PNGs (:func:`_raw_png`) of ``shape`` ``(C, H, W)`` decoded together by PIL's PNG decoder, the one
-    ``Image.open`` runs once it has read the chunks (``Image.frombytes(..., "zip", rawmode)``): the image data of
-    each (:func:`_png_image_data`) inflated, then all of them, each after a row of zeros, as the rows of one image
-    to unfilter (a PNG's first row is unfiltered against a row of zeros: the same samples as alone), at a sixth
-    of the cost of ``Image.open`` per 28×28 image. Returns the samples ``[k, C, H, W]`` uint8 and the positions in
-    ``pngs`` of those ``k``; the others (chunks ``Image.open`` might not read as here, image data that is not one
-    zlib stream of the image's rows, an unknown filter type in the group) are left to ``decode_example``."""
-    from PIL import Image
-
-    channels, height, width = shape
-    row = 1 + width * channels  # the filter type, then the row's samples
-    size = height * row
-    pieces, done = [], []
-    for k, png in enumerate(pngs):
-        data = _png_image_data(png)
-        if data is None:
-            continue
-        stream = zlib.decompressobj()
+def _decode_images(batch: Any, feature: Any, shape: tuple[int, ...], dtype: str, token: Any, versions: Any) -> dict:
+    """``Dataset.map`` function (batched, ``"arrow"`` format, one ``Image`` column): each image decoded by the
+    feature's ``decode_example`` (PIL), as the torch formatter does, into ``pixels [B, prod(shape)]`` of ``dtype``
+    (each image ``[C, H, W]``, flattened), and
+    ``decoded [B]`` (bool). An image ``decode_example`` cannot decode is left as zeros with ``decoded`` False (its
+    error is raised again when a batch holds it); one of another shape or dtype raises :class:`_DifferentImages`."""
+    column = batch.column(0).combine_chunks()
+    payloads, paths = column.field("bytes").to_pylist(), column.field("path").to_pylist()
+    pixels, decoded = np.zeros((len(payloads), *shape), dtype=dtype), np.zeros(len(payloads), dtype=bool)
+    for i, (payload, path) in enumerate(zip(payloads, paths)):
         try:
-            rows = stream.decompress(data, size + 1)
-        except zlib.error:
+            image = _image_array(feature, {"bytes": payload, "path": path}, token)
+        except Exception:  # noqa: BLE001 (raised again, with its row, by the batch that holds it)
             continue
-        if len(rows) == size and stream.eof and not stream.unused_data:
-            pieces.append(rows)
-            done.append(k)
-    if not pieces:
-        return np.empty((0, *shape), dtype=np.uint8), []
-    mode, zeros = {1: "L", 3: "RGB", 4: "RGBA"}[channels], bytes(row)
+        if image.shape != tuple(shape) or image.dtype != pixels.dtype:
+            raise _DifferentImages()
+        pixels[i], decoded[i] = image, True
+    return {"pixels": pixels.reshape(len(payloads), -1), "decoded": decoded}
+
+
+def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) -> Optional[tuple[np.ndarray, Any]]:
+    """The ``Image`` column ``name`` of a Hugging Face ``datasets.Dataset`` decoded by ``datasets`` (the feature's
+    ``decode_example``, PIL: the torch format's values) into a column of ``datasets``' cache, once:
+    ``(pixels, decoded)``, ``pixels`` a NumPy array ``[len(dataset), *shape]`` of ``dtype`` (the images as
+    ``[C, H, W]``, rows in the dataset's order, a selection's too) and ``decoded`` a ``pyarrow`` bool array, False
+    for the rows ``decode_example`` could not decode (zeros in ``pixels``); ``None`` when an image decodes to
+    another shape or dtype.
+
+    The column is made by ``Dataset.map``: for a dataset read from files (``load_dataset``, ``load_from_disk``) it
+    is written as a ``cache-<fingerprint>.arrow`` file next to those files and read back, memory-mapped, by later
+    runs instead of decoding again; the fingerprint is ``datasets``' (of the dataset, ``shape``, ``dtype``, the
+    feature, and the versions of ``datasets``, PIL and this decoding), so a changed dataset (another
+    ``save_to_disk``, a ``map``, ``filter`` or ``select``) gets a column of its own. An in-memory dataset
+    (``Dataset.from_dict``) has no files: its images are decoded in memory at every call. With
+    ``datasets.disable_caching()`` nothing is reused. Where the column cannot be written next to the dataset's files
+    (a read-only folder, a full disk: ``OSError``) the images are decoded in memory, with a ``UserWarning`` naming
+    the folder.
+
+    Example::
+
+        >>> import datasets
+        >>> from PIL import Image
+        >>> ds = datasets.Dataset.from_dict({"image": [Image.new("L", (3, 2), 7)]},
+        ...                                 features=datasets.Features({"image": datasets.Image()}))
+        >>> pixels, decoded = decoded_images(ds, "image", (1, 2, 3), "uint8")
+        >>> pixels.shape, int(pixels[0, 0, 1, 2]), decoded.to_pylist()
+        ((1, 1, 2, 3), 7, [True])
+    """
+    import PIL
+    import datasets
+
+    shape, dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+    versions = (_DECODED_IMAGES_VERSION, datasets.__version__, PIL.__version__)
+    kwargs = {"feature": dataset.features[name], "shape": shape, "dtype": dtype.str, "versions": versions,
+              "token": getattr(dataset, "_token_per_repo_id", None)}
+    features = datasets.Features({"pixels": datasets.List(datasets.Value(dtype.name), length=math.prod(shape)),
+                                  "decoded": datasets.Value("bool")})  # pixels: fixed_size_list, read without checks
+    source = dataset.with_format("arrow", columns=[name])
+    map_kwargs = {"batched": True, "fn_kwargs": kwargs, "features": features, "remove_columns": dataset.column_names,
+                  "desc": f"Decoding the images of column {name!r}"}
     try:
-        image = Image.frombytes(mode, (width, len(pieces) * (height + 1)),
-                                zlib.compress(zeros + zeros.join(pieces), 0), "zip", mode)  # stored, not compressed
-    except (ValueError, OSError):  # a filter type out of range: each PNG by decode_example
-        return np.empty((0, *shape), dtype=np.uint8), []
-    samples = np.frombuffer(image.tobytes(), dtype=np.uint8).reshape(len(pieces), height + 1, width, channels)
-    return samples[:, 1:].transpose((0, 3, 1, 2)), done
-
-
-def _png_shape(data: bytes) -> tuple[int, int, int]:
-    """``(C, H, W)`` of a PNG whose header :func:`_raw_png` accepted, from its IHDR chunk."""
-    return _PNG_CHANNELS[data[25]], int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
-
-
-def _big_endian(data: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The 4-byte big-endian unsigned integers of ``data`` at the positions ``at`` (int64)."""
-    value = data[at].astype(np.int64)
-    for offset in (1, 2, 3):
-        value = (value << 8) | data[at + offset]
-    return value
-
-
-_RAW_CHUNK_CODES = np.array(sorted(int.from_bytes(k, "big") for k in _PNG_RAW_CHUNKS), dtype=np.int64)
-_IEND = int.from_bytes(b"IEND", "big")
-
-
-def _plain_pngs(binary: Any, header: bytes) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """``(starts, ends)`` of every value of the Arrow binary array ``binary`` in its data buffer when each is a PNG
-    that :func:`_raw_png` accepts with IHDR fields ``header`` (``data[16:26]``: width, height, bit depth, colour
-    type, compression) — the same checks, for all values at once (chunk by chunk, with NumPy) — else ``None``."""
-    import pyarrow as pa
-
-    if binary.null_count or not (pa.types.is_binary(binary.type) or pa.types.is_large_binary(binary.type)):
+        try:
+            table = source.map(_decode_images, **map_kwargs).data  # a new dataset: its rows, in order
+        except OSError as error:  # the dataset's folder cannot be written (read-only, full): decoded in memory
+            folders = sorted({str(Path(f["filename"]).parent) for f in dataset.cache_files})
+            warnings.warn(f"The images of column {name!r} are decoded in memory, at every run: `datasets` could not "
+                          f"write the decoded column next to the dataset's files in {', '.join(folders)} ({error}).",
+                          stacklevel=2)
+            table = source.map(_decode_images, keep_in_memory=True, **map_kwargs).data
+    except _DifferentImages:
         return None
-    _, offsets, values = binary.buffers()
-    kind = np.int64 if pa.types.is_large_binary(binary.type) else np.int32
-    offsets = np.frombuffer(offsets, dtype=kind)[binary.offset : binary.offset + len(binary) + 1].astype(np.int64)
-    data = np.frombuffer(values, dtype=np.uint8)
-    starts, ends = offsets[:-1], offsets[1:]
-    if (ends - starts).min() < 45:  # signature, IHDR (25 bytes), IEND (12)
-        return None
-    expected = _PNG_SIGNATURE + b"\0\0\0\x0dIHDR" + header  # bytes 0..25
-    if not all((data[starts + j] == value).all() for j, value in enumerate(expected)):  # (n values at a time)
-        return None
-    position, open_ = starts + 8, np.arange(len(starts))  # the next chunk of each PNG not at its IEND yet
-    while len(open_):
-        at = position[open_]
-        if (at + 8 > ends[open_]).any():
-            return None  # truncated
-        chunk = _big_endian(data, at + 4)
-        if not np.isin(chunk, _RAW_CHUNK_CODES).all():
-            return None  # a chunk that may change what PIL gives (see _PNG_RAW_CHUNKS)
-        open_ = open_[chunk != _IEND]
-        position[open_] += 12 + _big_endian(data, position[open_])
-    return starts, ends
+    pixels, at = np.empty((len(dataset), *shape), dtype=dtype), 0
+    for chunk in table.column("pixels").chunks:  # each a view of the cache file's buffer, copied once
+        values = fixed_shape_values(chunk)
+        flat = values[0].to_numpy(zero_copy_only=False) if values is not None else np.empty(0, dtype=dtype)
+        if flat.size != len(chunk) * math.prod(shape):
+            return None
+        pixels[at : at + len(chunk)] = flat.reshape(len(chunk), *shape)
+        at += len(chunk)
+    return pixels, table.column("decoded").combine_chunks()
 
 
-class _LazyPNGs:
-    """An ``Image`` column of plain PNGs of one shape (:func:`_plain_pngs`, checked for every image), each decoded
-    into its row of ``out`` ``[n, C, H, W]`` (uint8) when a batch first holds it: once, and only the rows that
-    batches read (a short fit samples a fraction of the clients). The PNGs are read from the column's Arrow buffer
-    (``binary``: its ``bytes``) and decoded together by :func:`_png_samples`, else by ``decode(png, row)`` (the
-    feature's ``decode_example``, as the torch format does)."""
+class _FailedImages:
+    """The rows of an ``Image`` column that ``decode_example`` could not decode when the column was decoded
+    (:func:`decoded_images`): each decoded again when a batch first holds it, raising the torch format's error
+    (``decode_example``'s, with a note naming the column and row); one that decodes then fills its row of ``out``."""
 
-    def __init__(self, name: str, binary: Any, starts: np.ndarray, ends: np.ndarray, shape: tuple[int, ...],
-                 decode: Any) -> None:
-        self.name, self._binary, self._decode = name, binary, decode
-        self._bytes = memoryview(binary.buffers()[2])
-        self._starts, self._ends = starts, ends
-        self.out = torch.empty((len(starts), *shape), dtype=torch.uint8)
-        self.done = np.zeros(len(starts), dtype=bool)
-        self.pending = len(starts)
+    def __init__(self, name: str, out: torch.Tensor, values: dict[int, dict], decode: Any) -> None:
+        self.name, self.out, self._values, self._decode = name, out, values, decode
+        self._rows = np.array(sorted(values), dtype=np.int64)
 
     def decode(self, index: Optional[torch.Tensor] = None) -> None:
-        """Decode the rows of ``index`` (all rows when ``None``) not decoded yet.
+        """Decode the failed rows of ``index`` (all when ``None``).
 
         Raises:
-            Exception: the torch format's error (``decode_example``'s) for an image it cannot decode, with a note
-                naming the column and row; ValueError for an image decoded to another shape than the others."""
-        if not self.pending:
+            Exception: the torch format's error for an image it cannot decode, with a note naming the column and
+                row; ValueError for an image decoded to another shape or dtype than the others."""
+        if not len(self._rows):
             return
-        if index is None:
-            rows = np.flatnonzero(~self.done)
-        else:
-            rows = np.asarray(index)
-            rows = rows[~self.done[rows]]
-            if not len(rows):
-                return
-            rows = np.unique(rows)
-        out, raw, shape = self.out.numpy(), self._bytes, tuple(self.out.shape[1:])
-        for at in range(0, len(rows), _PNG_GROUP):
-            group = rows[at : at + _PNG_GROUP]
-            pngs = [bytes(raw[a:b]) for a, b in zip(self._starts[group].tolist(), self._ends[group].tolist())]
-            group = group.tolist()
-            samples, done = _png_samples(pngs, shape)
-            if done:
-                out[[group[k] for k in done]] = samples
-            for k in sorted(set(range(len(group))) - set(done)):
-                try:
-                    image = self._decode(pngs[k], group[k])
-                except Exception as error:  # the torch format's error, naming the row
-                    if hasattr(error, "add_note"):
-                        error.add_note(f"Image column {self.name!r}, row {group[k]}.")
-                    raise
-                if image.shape != shape or image.dtype != np.uint8:
-                    raise ValueError(f"Image column {self.name!r}, row {group[k]}: decoded to {image.dtype} "
-                                     f"{list(image.shape)}, the other images to uint8 {list(shape)}.")
-                out[group[k]] = image
-        self.done[rows] = True
-        self.pending -= len(rows)
+        rows = self._rows if index is None else np.intersect1d(self._rows, np.asarray(index))
+        for row in rows.tolist():
+            try:
+                image = self._decode(self._values[row])
+            except Exception as error:  # the torch format's error, naming the row
+                if hasattr(error, "add_note"):
+                    error.add_note(f"Image column {self.name!r}, row {row}.")
+                raise
+            if tuple(image.shape) != tuple(self.out.shape[1:]) or torch.from_numpy(image).dtype != self.out.dtype:
+                raise ValueError(f"Image column {self.name!r}, row {row}: decoded to {image.dtype} "
+                                 f"{list(image.shape)}, the other images to {self.out.dtype} {list(self.out.shape[1:])}.")
+            self.out[row] = torch.from_numpy(image)
+            del self._values[row]
+            self._rows = self._rows[self._rows != row]
 
 
 class _Columns(Mapping):
-    """``HFTensorColumns.columns``: the column tensors by name, an ``Image`` column of :class:`_LazyPNGs`
-    decoded in full when it is read (names, ``len`` and ``in`` decode nothing)."""
+    """``HFTensorColumns.columns``: the column tensors by name; reading an ``Image`` column with rows that failed
+    to decode (:class:`_FailedImages`) decodes them again (raising their error); names, ``len`` and ``in`` do not."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor], lazy: list) -> None:
-        self._tensors, self._lazy = tensors, {column.name: column for column in lazy}
+    def __init__(self, tensors: dict[str, torch.Tensor], failed: list) -> None:
+        self._tensors, self._failed = tensors, {column.name: column for column in failed}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         tensor = self._tensors[name]
-        if name in self._lazy:
-            self._lazy[name].decode()
+        if name in self._failed:
+            self._failed[name].decode()
         return tensor
 
     def __iter__(self) -> Iterator[str]:
@@ -564,52 +471,30 @@ class _Columns(Mapping):
 
 
 def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:
-    """An ``Image`` column decoded once into one preallocated ``[n, C, H, W]`` array: each image by the decoder
-    the formatter uses (``decode_example``, PIL), plain 8-bit grey/RGB/RGBA PNGs (:func:`_raw_png`) by PIL's PNG
-    decoder without ``Image.open`` (:func:`_png_samples`: the same samples); ``_NOT_A_TENSOR`` when the images
-    differ in shape or dtype. When every image is a plain PNG of the first's shape (read from the headers), each
-    is decoded when a batch first holds it (:class:`_LazyPNGs`), else all at once here."""
+    """An ``Image`` column decoded once by ``datasets`` into its cache (:func:`decoded_images`, the shape and dtype
+    of its first image), then held as one ``[n, C, H, W]`` tensor; ``_NOT_A_TENSOR`` when the images differ in shape
+    or dtype. Rows ``decode_example`` could not decode raise its error when a batch holds them
+    (:class:`_FailedImages`)."""
     token = getattr(dataset, "_token_per_repo_id", None)
-    binary, paths = array.field("bytes"), array.field("path")
-    head = binary[0].as_py()
-    first = _image_array(feature, {"bytes": head, "path": paths[0].as_py()}, token)
+    first = _image_array(feature, array[0].as_py(), token)  # {"bytes", "path"}
     try:
         torch.from_numpy(np.zeros(0, dtype=first.dtype))
     except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
         return _plan_formatted(dataset, name)
-    nbytes = n * first.size * first.itemsize
-    plain = feature.mode is None and first.dtype == np.uint8  # (a mode: decode_example converts the images)
-    if plain and _raw_png(head) and _png_shape(head) == first.shape:
-        found = _plain_pngs(binary, head[16:26])
-        if found is not None:
-            decode = lambda data, i: _image_array(feature, {"bytes": data, "path": paths[i].as_py()}, token)  # noqa
-            return nbytes, lambda: _LazyPNGs(name, binary, *found, first.shape, decode)
 
     def convert() -> Any:
-        out = np.empty((n, *first.shape), dtype=first.dtype)
-        payloads = binary.to_pylist()
-        plain_rows = [i for i, data in enumerate(payloads) if plain and _raw_png(data) and
-                      _png_shape(data) == first.shape]
-        decoded = np.zeros(n, dtype=bool)
-        for at in range(0, len(plain_rows), _PNG_GROUP):
-            group = plain_rows[at : at + _PNG_GROUP]
-            samples, done = _png_samples([payloads[i] for i in group], first.shape)
-            if done:
-                out[[group[k] for k in done]] = samples
-                decoded[[group[k] for k in done]] = True
-        for i in np.flatnonzero(~decoded).tolist():
-            try:
-                image = _image_array(feature, {"bytes": payloads[i], "path": paths[i].as_py()}, token)
-            except Exception as error:  # the torch format's error, naming the row (as _LazyPNGs does)
-                if hasattr(error, "add_note"):
-                    error.add_note(f"Image column {name!r}, row {i}.")
-                raise
-            if image.shape != first.shape or image.dtype != first.dtype:
-                return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes
-            out[i] = image
-        return torch.from_numpy(out)
+        found = decoded_images(dataset, name, first.shape, first.dtype)
+        if found is None:
+            return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes or dtypes
+        pixels, decoded = found
+        out = torch.from_numpy(pixels)
+        if decoded.false_count == 0:
+            return out
+        failed = np.flatnonzero(~np.asarray(decoded.to_numpy(zero_copy_only=False))).tolist()
+        values = {i: array[i].as_py() for i in failed}
+        return _FailedImages(name, out, values, lambda value: _image_array(feature, value, token))
 
-    return nbytes, convert
+    return n * first.size * first.itemsize, convert
 
 
 def _has_ragged_level(level: Any) -> bool:
@@ -676,6 +561,7 @@ def ragged_column(dataset: Any) -> Optional[tuple[str, int, int, int, int]]:
     return None
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # IHDR colour type -> the channels of the decoded image without a feature mode (palette and 16-bit grey: 2-D, C = 1)
 _PNG_DECODED_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 
@@ -777,6 +663,14 @@ def _png_shapes(binary: Any, channels: bool) -> Optional[tuple[np.ndarray, np.nd
     for key, value in _PNG_DECODED_CHANNELS.items():
         lookup[key] = value
     return rows, np.stack([lookup[colour], height, width], axis=1)
+
+
+def _big_endian(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The 4-byte big-endian unsigned integers of ``data`` at the positions ``at`` (int64)."""
+    value = data[at].astype(np.int64)
+    for offset in (1, 2, 3):
+        value = (value << 8) | data[at + offset]
+    return value
 
 
 def formatted_columns(dataset: Any) -> list[str]:

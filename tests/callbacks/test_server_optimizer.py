@@ -258,3 +258,165 @@ def test_select_federated_refuses_a_dense_table_over_every_entry():
     server.load_state_dict({"num_steps": 1, "state": {}, "aggregators": saved})
     with pytest.raises(ValueError, match=r"state 'aggregators.0.table' .* dense per-client table over all 5 entries"):
         server.select_federated([1], [2, 3])
+
+
+# Today's state keys (in every checkpoint: Lightning matches a callback's saved state by it) and reprs of every
+# ready-made name, recorded before they were derived from the classes' field tables: old checkpoints keep resuming.
+STATE_KEYS_AND_REPRS = [
+    ('ServerOptimizer()',
+     "ServerOptimizer{'lr': 1.0, 'weighting': 'num_samples'}",
+     "ServerOptimizer(lr=1.0, weighting='num_samples')"),
+    ('FedAvg(lr=0.5, weighting="uniform")',
+     "FedAvg{'lr': 0.5, 'weighting': 'uniform'}",
+     "FedAvg(lr=0.5, weighting='uniform')"),
+    ('FedAvgM(lr=0.3, momentum=0.5)',
+     "FedAvgM{'lr': 0.3, 'momentum': 0.5, 'weighting': 'num_samples'}",
+     "FedAvgM(lr=0.3, weighting='num_samples', momentum=0.5)"),
+    ('FedAdam(lr=0.1)',
+     "FedAdam{'lr': 0.1, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.001, 'weighting': 'num_samples'}",
+     "FedAdam(lr=0.1, weighting='num_samples', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi')"),
+    ('FedYogi(convention="flower")',
+     "FedYogi{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.001, 'weighting': 'num_samples'}",
+     "FedYogi(lr=0.01, weighting='num_samples', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=0.0, bias_correction=False, convention='flower')"),
+    ('FedAdagrad(tau=0.01)',
+     "FedAdagrad{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.0, 'tau': 0.01, 'weighting': 'num_samples'}",
+     "FedAdagrad(lr=0.01, weighting='num_samples', beta1=0.9, beta2=0.0, tau=0.01, initial_accumulator=0.0001, bias_correction=False, convention='reddi')"),
+    ('AdaptiveServerOptimizer()',
+     "AdaptiveServerOptimizer{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.001, 'weighting': 'num_samples'}",
+     "AdaptiveServerOptimizer(lr=0.01, weighting='num_samples', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi')"),
+    ('FedProx(mu=0.01)',
+     "FedProx{'lr': 1.0, 'mu': 0.01, 'weighting': 'num_samples'}",
+     "FedProx(mu=0.01, lr=1.0, weighting='num_samples')"),
+    ('FedDyn(alpha=0.1)',
+     "FedDyn{'lr': 1.0, 'alpha': 0.1}",
+     'FedDyn(alpha=0.1, lr=1.0)'),
+    ('FedNova(local_solver="momentum", momentum=0.9)',
+     "FedNova{'lr': 1.0, 'weighting': 'num_samples', 'local_solver': 'momentum', 'momentum': 0.9, 'mu': 0.0}",
+     "FedNova(lr=1.0, weighting='num_samples', local_solver='momentum', momentum=0.9, mu=0.0)"),
+    ('FedMGDAPlus(epsilon=0.5, normalize=False)',
+     "FedMGDAPlus{'lr': 1.0, 'epsilon': 0.5, 'normalize': False, 'weighting': 'uniform'}",
+     "FedMGDAPlus(lr=1.0, weighting='uniform', epsilon=0.5, normalize=False)"),
+    ('FedAWARE()',
+     "FedAWARE{'lr': 1.0, 'alpha': 0.5, 'alpha_convention': 'paper', 'normalize': True, 'projection': False, 'weighting': 'num_samples'}",
+     "FedAWARE(lr=1.0, weighting='num_samples', alpha=0.5, alpha_convention='paper', normalize=True, fedavg_warmup=False, projection=False, solver='active_set')"),
+    ('FedAWARE(alpha=0.9, warmup_rounds=3, pairing="public_code", solver="frank_wolfe")',
+     "FedAWARE{'lr': 1.0, 'alpha': 0.9, 'alpha_convention': 'paper', 'normalize': True, 'projection': False, 'weighting': 'num_samples'}",
+     "FedAWARE(lr=1.0, weighting='num_samples', alpha=0.9, alpha_convention='paper', normalize=True, fedavg_warmup=False, projection=False, solver='frank_wolfe', warmup_rounds=3, pairing='public_code')"),
+    ('SCAFFOLD(lr=0.5)',
+     "SCAFFOLD{'lr': 0.5, 'weighting': 'uniform'}",
+     "SCAFFOLD(lr=0.5, weighting='uniform')"),
+    ('FedLAMB(phi_max=3.0)',
+     "FedLAMB{'lr': 1.0, 'client_lr': None, 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-08, 'weight_decay': 0.0, 'first_moment': 'reset', 'weighting': 'uniform'}",
+     "FedLAMB(lr=1.0, weighting='uniform', client_lr=None, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, bias_correction='both', ratio_denominator='amsgrad', first_moment='reset', initial_second_moment=1e-08, phi_min=0.0, phi_max=3.0)"),
+    ('FedAMS(client_lr=0.1)',
+     "FedAMS{'lr': 1.0, 'client_lr': 0.1, 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-08, 'weight_decay': 0.0, 'first_moment': 'reset', 'weighting': 'uniform'}",
+     "FedAMS(lr=1.0, weighting='uniform', client_lr=0.1, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, bias_correction='both', ratio_denominator='amsgrad', first_moment='reset', initial_second_moment=1e-08)"),
+    ('LocalAdaptiveServer()',
+     "LocalAdaptiveServer{'lr': 1.0, 'client_lr': None, 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-08, 'weight_decay': 0.0, 'first_moment': 'reset', 'weighting': 'uniform'}",
+     "LocalAdaptiveServer(lr=1.0, weighting='uniform', client_lr=None, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, bias_correction='both', ratio_denominator='amsgrad', first_moment='reset', initial_second_moment=1e-08)"),
+    ('ServerLAMB(phi_max=2.0)',
+     "ServerLAMB{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-06, 'weight_decay': 0.0, 'weighting': 'num_samples'}",
+     "ServerLAMB(lr=0.01, weighting='num_samples', beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.0, bias_correction=True, phi_min=0.0, phi_max=2.0)"),
+    ('ServerLAMB()',
+     "ServerLAMB{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-06, 'weight_decay': 0.0, 'weighting': 'num_samples'}",
+     "ServerLAMB(lr=0.01, weighting='num_samples', beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.0, bias_correction=True, phi_min=0.0, phi_max=None)"),
+    ('FedMedian(lr=0.5)',
+     "FedMedian{'lr': 0.5, 'weighting': 'num_samples'}",
+     'FedMedian(lr=0.5)'),
+    ('FedTrimmedAvg(beta=0.1)',
+     "FedTrimmedAvg{'lr': 1.0, 'beta': 0.1}",
+     'FedTrimmedAvg(beta=0.1, lr=1.0)'),
+    ('Krum(num_malicious_clients=1)',
+     "Krum{'lr': 1.0, 'weighting': 'num_samples', 'num_malicious_clients': 1, 'num_clients_to_keep': 0}",
+     "Krum(num_malicious_clients=1, num_clients_to_keep=0, lr=1.0, weighting='num_samples')"),
+    ('FedBN()',
+     "FedBN{'lr': 1.0, 'weighting': 'uniform'}",
+     "FedBN(lr=1.0, weighting='uniform')"),
+    ('FedPer(head=["net.2"])',
+     "FedPer{'lr': 1.0, 'weighting': 'num_samples'}",
+     "FedPer(head=['net.2'], lr=1.0, weighting='num_samples')"),
+    ('FedRep(head=["net.2"], head_steps=3)',
+     "FedRep{'lr': 1.0, 'weighting': 'uniform'}",
+     "FedRep(head=['net.2'], head_steps=3, lr=1.0, weighting='uniform')"),
+    ('Ditto(lam=0.5, personal_lr=0.01)',
+     "Ditto{'lr': 1.0, 'weighting': 'uniform'}",
+     "Ditto(lam=0.5, personal_lr=0.01, lr=1.0, weighting='uniform')"),
+    ('ServerStepSize(lr=0.5)',
+     "ServerStepSize{'lr': 0.5, 'weighting': 'uniform'}",
+     "ServerStepSize(lr=0.5, weighting='uniform')"),
+    ('AdaptiveServerStepSize()',
+     "AdaptiveServerStepSize{'lr': 1e-06, 'weighting': 'uniform'}",
+     "AdaptiveServerStepSize(lr=1e-06, weighting='uniform', eta=None, theta=inf)"),
+    ('NormalizedFedAvgM(lr=0.5)',
+     "NormalizedFedAvgM{'lr': 0.5, 'momentum': 0.9, 'weighting': 'uniform'}",
+     "NormalizedFedAvgM(lr=0.5, weighting='uniform', momentum=0.9)"),
+    ('NormalizedFedAdam()',
+     "NormalizedFedAdam{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.001, 'weighting': 'uniform'}",
+     "NormalizedFedAdam(lr=0.01, weighting='uniform', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi')"),
+    ('NormalizedFedYogi(tau=0.01)',
+     "NormalizedFedYogi{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.01, 'weighting': 'uniform'}",
+     "NormalizedFedYogi(lr=0.01, weighting='uniform', beta1=0.9, beta2=0.99, tau=0.01, initial_accumulator=0.0001, bias_correction=False, convention='reddi')"),
+    ('NormalizedFedAdagrad()',
+     "NormalizedFedAdagrad{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.0, 'tau': 0.001, 'weighting': 'uniform'}",
+     "NormalizedFedAdagrad(lr=0.01, weighting='uniform', beta1=0.9, beta2=0.0, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi')"),
+    ('DPFedAvg(clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-5)',
+     "DPFedAvg{'lr': 1.0, 'weighting': 'uniform'}",
+     "DPFedAvg(lr=1.0, weighting='uniform', clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-05, adaptive_clipping=False, target_epsilon=None, sampling='fixed_size', accounting='rdp')"),
+    ('DPFedAdam(clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-5, sampling="poisson")',
+     "DPFedAdam{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.001, 'weighting': 'uniform'}",
+     "DPFedAdam(lr=0.01, weighting='uniform', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi', clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-05, adaptive_clipping=False, target_epsilon=None, sampling='poisson', accounting='rdp')"),
+    ('DPFedYogi(clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-5)',
+     "DPFedYogi{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.99, 'tau': 0.001, 'weighting': 'uniform'}",
+     "DPFedYogi(lr=0.01, weighting='uniform', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi', clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-05, adaptive_clipping=False, target_epsilon=None, sampling='fixed_size', accounting='rdp')"),
+    ('DPFedAdagrad(clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-5)',
+     "DPFedAdagrad{'lr': 0.01, 'beta1': 0.9, 'beta2': 0.0, 'tau': 0.001, 'weighting': 'uniform'}",
+     "DPFedAdagrad(lr=0.01, weighting='uniform', beta1=0.9, beta2=0.0, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi', clip_norm=1.0, noise_multiplier=0.5, target_delta=1e-05, adaptive_clipping=False, target_epsilon=None, sampling='fixed_size', accounting='rdp')"),
+]
+
+
+@pytest.mark.parametrize(("made", "state_key", "shown"), STATE_KEYS_AND_REPRS, ids=[c[0].split("(")[0] + str(i) for i, c in enumerate(STATE_KEYS_AND_REPRS)])
+def test_derived_state_keys_and_reprs_equal_the_recorded_strings(made, state_key, shown):
+    import lightning_fed.callbacks as callbacks
+
+    server = eval(made, vars(callbacks))
+    assert server.state_key == state_key
+    assert repr(server) == shown
+
+
+def test_a_subclass_state_key_and_repr_come_from_its_field_tables():
+    from lightning_fed.callbacks import ServerOptimizer
+
+    class Damped(FedAvg):
+        state_key_fields = ("lr", "damping", "weighting")
+        repr_fields = ("damping", "lr", "weighting", "mode", "note")
+        repr_hidden = {"note": None}
+
+        def __init__(self, damping: float = 0.5, lr: float = 1.0, note=None) -> None:
+            super().__init__(lr=lr)
+            self.damping, self.mode, self.note = damping, "fast", note
+
+    assert Damped().state_key == Damped.__qualname__ + "{'lr': 1.0, 'damping': 0.5, 'weighting': 'num_samples'}"
+    assert repr(Damped(0.25)) == "Damped(damping=0.25, lr=1.0, weighting='num_samples', mode='fast')"
+    assert repr(Damped(note="x")).endswith("mode='fast', note='x')")
+    assert ServerOptimizer.state_key_fields == ServerOptimizer.repr_fields == ("lr", "weighting")
+
+
+def test_client_halves_given_to_the_server_optimizer_warn_naming_the_kept_way_and_the_removal(recwarn):
+    import warnings
+
+    from lightning_fed import FederatedTrainer
+    from lightning_fed.algorithms import FedProxClient
+    from lightning_fed.callbacks import FedBN, ServerOptimizer
+
+    for make in (lambda: FedAvg(client=[FedProxClient(0.1)]), lambda: FedBN(client=[FedProxClient(0.1)]),
+                 lambda: ServerOptimizer(client=[])):
+        with pytest.warns(DeprecationWarning, match=r"FederatedTrainer\(client_algorithms=\[\.\.\.\]\).*") as caught:
+            make()
+        assert "removed in lightning_fed 0.3.0" in str(caught[0].message)
+        assert caught[0].filename == __file__  # the user's line, not the subclass's super().__init__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        FedBN(), FedAvg()  # a ready-made name's own half is no deprecated client=
+        trainer = FederatedTrainer(callbacks=[FedAvg()], client_algorithms=[FedProxClient(0.1)], logger=False,
+                                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert [type(a).__name__ for a in trainer.client_algorithms] == ["FedProxClient"]

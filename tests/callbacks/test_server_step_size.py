@@ -405,3 +405,18 @@ def test_bad_lr(make, lr):
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_normalized_fedadam_and_fedyogi_share_one_definition():
+    import inspect
+
+    from lightning_fed.callbacks import FedAdam, FedYogi, NormalizedFedAdam, NormalizedFedYogi
+
+    assert NormalizedFedAdam.__init__ is NormalizedFedYogi.__init__
+    names = list(inspect.signature(NormalizedFedAdam.__init__).parameters)[1:]
+    assert names == ["lr", "beta1", "beta2", "tau", "initial_accumulator", "bias_correction", "weighting", "convention"]
+    for cls, base in ((NormalizedFedAdam, FedAdam), (NormalizedFedYogi, FedYogi)):
+        server = cls(lr=0.1, tau=0.01)  # the base's rule, the defaults' uniform weighting, the normalised chain
+        assert isinstance(server, base) and server.server_rule.update_second_moment.__self__.__class__ is type(base().server_rule)
+        assert (server.lr, server.tau, server.weighting) == (0.1, 0.01, "uniform")
+        assert [type(s).__name__ for s in server.aggregators] == ["NormalizedDirections", "WeightedMean"]

@@ -149,6 +149,30 @@ def test_lean_step_equals_lightnings_loop_bit_for_bit(logs):
         assert "train_loss" in lean_rec.rounds[-1][0] and "train_loss" in lean_rec.rounds[-1][1]
 
 
+def test_each_rounds_first_step_logs_through_the_fast_path_bit_for_bit(monkeypatch):
+    """Issue #51: the names the fast self.log path registered in round 0 stay registered, so later rounds' first
+    steps take the fast path too (doing what Lightning's log does at a hook's first value: the hook's reset), not
+    LightningModule.log; every round's metrics, the logger's rows and the weights equal Lightning's loop."""
+    calls = []
+    real_log = L.LightningModule.log
+
+    def counting_log(self, name, *args, **kwargs):
+        if self._current_fx_name == "training_step":
+            calls.append((self.trainer.current_epoch, name))
+        return real_log(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(L.LightningModule, "log", counting_log)
+    lean_model, full_model = MLP("step+epoch"), MLP("step+epoch")
+    lean, lean_rec, lean_log = fit(lean_model, lean=True, rounds=3)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert sorted(calls) == [(0, "loss_both"), (0, "loss_epoch_only"), (0, "train_loss")]  # round 0's first step
+    full, full_rec, full_log = fit(full_model, lean=False, rounds=3)
+    for a, b in zip(weights(lean_model), weights(full_model)):
+        assert torch.equal(a, b)
+    assert lean_rec.rounds == full_rec.rounds and lean_rec.after_client == full_rec.after_client
+    assert lean_log.rows == full_log.rows and len(lean_rec.rounds) == 3
+
+
 class SkipsOddSteps(MLP):
     """Returns None (no backward, no loss reported) at odd steps and a dict with an extra key at even ones."""
 

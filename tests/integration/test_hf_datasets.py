@@ -18,15 +18,15 @@ def hf_datasets():
 def test_a_tiny_run_reports_every_kind_with_the_same_weights(hf_datasets, capsys):
     report = hf_datasets.main(["--in-process", "--samples", "120", "--clients", "6", "--cohort", "2", "--rounds", "2",
                                "--repeats", "1", "--batch", "10"])
-    assert set(report) == {"nested", "array3d", "image"}
-    for kind, variants in report.items():
-        assert set(variants) == {"tensor", "hf"}
+    assert set(report) == {"nested", "array3d", "image", "image-disk"}
+    for kind, variants in report.items():  # image-disk: a first run and a later one (the decoded column cached)
+        assert set(variants) == ({"tensor", "hf", "hf-cached"} if kind == "image-disk" else {"tensor", "hf"})
         for variant, figures in variants.items():
             assert figures["same_weights"] is True, (kind, variant)
             assert all(figures[f] > 0 and math.isfinite(figures[f]) for f in hf_datasets.FIELDS), (kind, variant)
         assert variants["tensor"]["fit_ratio"] == 1.0
     out = capsys.readouterr().out
-    assert "load average" in out and "set-up s" in out and "fit x" in out
+    assert "load average" in out and "set-up s" in out and "fit x" in out and "cpu x" in out
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -161,7 +161,7 @@ import os  # noqa: E402
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import TensorDataset  # noqa: E402
 
-from helpers import LinearRegression, quiet_trainer_kwargs, regression_data  # noqa: E402
+from helpers import LinearRegression, quiet_trainer_kwargs, read_only_dir, regression_data, tmpfs  # noqa: E402
 from lightning_fed import FederatedTrainer  # noqa: E402
 from lightning_fed.callbacks import FedAvg, FedDyn, ServerOptimizer  # noqa: E402
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner  # noqa: E402
@@ -407,12 +407,10 @@ def test_42_a_memory_snapshot_shares_the_rows_and_restores_them():
 
 
 # ---------------------------------------------------------------------------------------------- issue #49
-import contextlib  # noqa: E402
 import re  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
@@ -632,40 +630,8 @@ def test_49_a_nonfinite_row_is_refused_at_resume_in_either_store(tmp_path, store
     assert trained.steps == 0
 
 
-@contextlib.contextmanager
-def _tmpfs(path, options):
-    """A tmpfs mounted at ``path`` (skips the test where mounting is not permitted)."""
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True,
-                              text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as error:
-        pytest.skip(f"needs a tmpfs mount (`mount -t tmpfs -o {options}`), not available here: {error}")
-    if done.returncode != 0:
-        pytest.skip(f"needs a tmpfs mount (`mount -t tmpfs -o {options}`), not permitted here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], capture_output=True, timeout=30)
-
-
-@contextlib.contextmanager
-def _read_only_dir(path):
-    """A directory that cannot be written: chmod 0o555 (ignored by root) or, as root, a read-only tmpfs."""
-    if os.geteuid() != 0:
-        path.mkdir(parents=True)
-        path.chmod(0o555)
-        try:
-            yield path
-        finally:
-            path.chmod(0o755)
-        return
-    with _tmpfs(path, "size=64k,ro") as mounted:
-        yield mounted
-
-
 def test_49_a_read_only_client_state_dir_is_refused_at_fit_start(tmp_path):
-    with _read_only_dir(tmp_path / "ro") as read_only:
+    with read_only_dir(tmp_path / "ro") as read_only:
         trained = _Trained()
         with pytest.raises(ClientStateStoreError, match=rf"`client_state_dir` '{read_only / 'cs'}' \(the on-disk "
                                                         rf"client-state store\) is not writable: creating "):
@@ -677,7 +643,7 @@ def test_49_a_read_only_client_state_dir_is_refused_at_fit_start(tmp_path):
 
 
 def test_49_a_full_disk_while_writing_a_row_names_the_file_and_the_store(tmp_path):
-    with _tmpfs(tmp_path / "small", "size=64k") as small:
+    with tmpfs(tmp_path / "small", "size=64k") as small:
         table = ClientStateTable(num_clients=2, dim=20_000, directory=str(small / "T"))  # a row: 80 kB > 64 kB
         with pytest.raises(ClientStateStoreError, match=rf"Cannot write the row of client 1 '{small}/T/rows/01/1-"
                                                         rf"[0-9a-f]{{16}}\.row' of the client-state store '{small}/T'"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lightning_fed import ClientUpdate
-from lightning_fed.callbacks.fedaware import FedAWARE
+from lightning_fed.algorithms.fedaware import FedAWARE
 from lightning_fed.server.min_norm import (
     SOLVERS,
     MinNormConvergenceWarning,

@@ -25,10 +25,31 @@ from lightning_fed.server.aggregators.dp import (
 )
 from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
-# SCAFFOLD's server half lives with its client half (lightning_fed.algorithms.scaffold); re-exported here
-from lightning_fed.algorithms.scaffold import ScaffoldControl, control_dtype  # noqa: E402
-from lightning_fed.algorithms.fedlamb import MaxSecondMoment  # noqa: E402  (Fed-LAMB's server half)
-from lightning_fed.algorithms.fedaware import FedAWAREMinNorm  # noqa: E402  (FedAWARE's server half)
+
+#: Server halves that live with their client half and ready-made name in a module of :mod:`lightning_fed.algorithms`
+#: (name -> module), re-exported here on first use (PEP 562): those modules build on the server optimizer, which
+#: imports this package, so it cannot import them while it loads.
+ALGORITHM_STAGES = {"ScaffoldControl": "scaffold", "control_dtype": "scaffold", "MaxSecondMoment": "fedlamb",
+                    "FedAWAREMinNorm": "fedaware"}
+
+
+def __getattr__(name: str):
+    """A name of :data:`ALGORITHM_STAGES`, from its method's module.
+
+    Raises:
+        AttributeError: any other name.
+    """
+    if name in ALGORITHM_STAGES:
+        import importlib
+
+        value = getattr(importlib.import_module(f"lightning_fed.algorithms.{ALGORITHM_STAGES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(ALGORITHM_STAGES))
 
 __all__ = [
     "AdaptiveClip",

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from helpers import quiet_trainer_kwargs, write_idx
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms.fedlamb import FedLAMBClient
-from lightning_fed.callbacks.fedlamb import FedLAMB
+from lightning_fed.algorithms.fedlamb import FedLAMB
 from lightning_fed.datamodules.partitioners.iid import IIDPartitioner
 from lightning_fed.datamodules.partitioners.pathological import PathologicalPartitioner
 from lightning_fed.datamodules.tasks.mnist import MNIST_MEAN, MNIST_STD, MNISTDataModule, MNISTTensorDataset

@@ -10,7 +10,7 @@ from torch.utils.data import TensorDataset
 
 from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, assert_ready_made_name, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
-from lightning_fed.callbacks.scaffold import SCAFFOLD
+from lightning_fed.algorithms.scaffold import SCAFFOLD
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
 
 

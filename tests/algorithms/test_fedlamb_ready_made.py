@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import TensorDataset
 from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
-from lightning_fed.callbacks.fedlamb import FedAMS, FedLAMB
+from lightning_fed.algorithms.fedlamb import FedAMS, FedLAMB
 from lightning_fed.algorithms.fedlamb import AMSGradClient, FedLAMBClient
 from lightning_fed.callbacks.server_lamb import ServerLAMB
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
@@ -401,7 +401,7 @@ def test_41_fedlamb_keeps_no_behaviour_in_callbacks(tmp_path):
     its stage's (MaxSecondMoment.prepare_round); FedLAMB, FedAMS and their base only fix parts and defaults (the
     optimizer class and its hyper-parameters). The install still happens at fit start, before round 0."""
     from helpers import assert_ready_made_name
-    from lightning_fed.callbacks.fedlamb import FedAMS, LocalAdaptiveServer
+    from lightning_fed.algorithms.fedlamb import FedAMS, LocalAdaptiveServer
 
     for cls in (LocalAdaptiveServer, FedLAMB, FedAMS):
         assert_ready_made_name(cls, delegates=("_stage_state", "client_optimizer_kwargs", "install_client_optimizer",

@@ -14,7 +14,7 @@ from helpers import (
     regression_data)
 from lightning_fed import FederatedTrainer
 from lightning_fed.callbacks import FedAvg
-from lightning_fed.callbacks.fedprox import FedProx
+from lightning_fed.algorithms.fedprox import FedProx
 from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner
 
 

@@ -14,7 +14,7 @@ from torch.utils.data import TensorDataset
 
 from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, quiet_trainer_kwargs, regression_data
 from lightning_fed import ClientUpdate, FederatedTrainer
-from lightning_fed.callbacks.fedaware import FedAWARE
+from lightning_fed.algorithms.fedaware import FedAWARE
 from lightning_fed.server.min_norm import (
     MinNormConvergenceWarning,
     min_norm_frank_wolfe,

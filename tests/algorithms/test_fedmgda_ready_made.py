@@ -49,7 +49,7 @@ def test_defaults_repr_and_run_record(tmp_path):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
     trainer.fit(LinearRegression(lr=0.05), datamodule=_dm())
     record = run_config(trainer)
-    assert record["server_optimizer"] == "lightning_fed.callbacks.fedmgda.FedMGDAPlus"
+    assert record["server_optimizer"] == "lightning_fed.algorithms.fedmgda.FedMGDAPlus"
     assert (record["server_optimizer.epsilon"], record["server_optimizer.normalize"],
             record["server_optimizer.weighting"]) == (1.0, True, "uniform")
 
