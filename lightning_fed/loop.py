@@ -112,7 +112,7 @@ class FederatedFitLoop(pl_private.FitLoop):
     warn_if_guard_inactive`).
 
     Non-finite server steps: after every server step the global model x_{t+1} (parameters and floating buffers) and
-    the server optimizer's state (:meth:`ServerOptimizer.state_items`: the rule's state, e.g. FedAdam's
+    the server optimizer's state (:func:`~lightning_fed.migrations.state_items`: the rule's state, e.g. FedAdam's
     ``exp_avg``/``exp_avg_sq``, the aggregator chain's, and the per-client-table rows of the round's clients) are
     checked for NaN/±inf, in one host sync a round. With ``on_nonfinite_server_step="raise"`` (the default) a non-finite value stops the run
     with a ``RuntimeError`` naming the round and the tensors (e.g. ``FedAdam state 'state.exp_avg_sq' for parameter

@@ -13,111 +13,76 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from lightning_fed import migrations
-from lightning_fed.client import ClientUpdate
-from lightning_fed.client.update import DeltaNorms
+from lightning_fed.client.update import ClientUpdate, DeltaNorms
 from lightning_fed.client.algorithm import ClientAlgorithm, check_client_algorithms
-from lightning_fed.client.states import ClientStates, resolve_store
-from lightning_fed.migrations import clone_state
-from lightning_fed.server.client_state import ClientStateStore, ClientStateTable, check_client_state_store, collect_garbage
+from lightning_fed.client.states import ClientStates, resolve_store, where_given
+from lightning_fed.server.client_state import (ClientStateStore, ClientStateTable, check_client_state_store,
+                                               collect_tables_garbage)
 from lightning_fed.server.aggregators.base import RoundInfo, Stage
-from lightning_fed.server.aggregators.dp import adds_noise, check_private_fit, trained_parameters
-from lightning_fed.server.arguments import REMOVED_OVERRIDES, _ArgumentsCheckedByName, check_arguments  # noqa: F401
+from lightning_fed.server.aggregators.dp import adds_noise, check_dp_chain, check_private_fit, trained_parameters
+from lightning_fed.server.arguments import REMOVED_OVERRIDES, check_arguments  # noqa: F401  (re-exported)
+from lightning_fed.server.arguments import _ArgumentsCheckedByName, check_removed_overrides, check_rule_lr
 from lightning_fed.server.composer import ServerComposer, ServerRound
-from lightning_fed.server.rules.base import Rule, state_to_dict
-from lightning_fed.server.rules.base import zeros_like_all  # noqa: F401  (re-exported)
+from lightning_fed.server.fit_checks import (check_cohort, check_federated_trainer, check_own_chain, frozen_positions,
+                                             local_parameter_ids)
+from lightning_fed.server.rules.base import Rule, zeros_like_all  # noqa: F401  (zeros_like_all re-exported)
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
 
 
 def _delegated(name: str) -> Any:
-    """A method of the server optimizer that is its composer's :class:`ServerComposer` method ``name`` (its
-    signature; its doc's first paragraph, the composer holding the examples)."""
+    """A method that is the composer's (:class:`ServerComposer`) ``name``: its signature, its doc's first paragraph."""
     composed = getattr(ServerComposer, name)
-
-    @functools.wraps(composed)
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.composer, name)(*args, **kwargs)
-
-    method.__doc__ = (composed.__doc__ or "").split("\n\n")[0] + f" (:meth:`ServerComposer.{name} " \
-        f"<lightning_fed.server.composer.ServerComposer.{name}>`)"
+    method = functools.wraps(composed)(lambda self, *args, **kwargs: getattr(self.composer, name)(*args, **kwargs))
+    method.__doc__ = (composed.__doc__ or "").split("\n\n")[0] + \
+        f" (:meth:`ServerComposer.{name} <lightning_fed.server.composer.ServerComposer.{name}>`)"
     return method
 
 
-def _composed(name: str, doc: str) -> property:
-    """An attribute of the server optimizer that is its composer's (one source of truth)."""
-    return property(lambda self: getattr(self.composer, name), lambda self, v: setattr(self.composer, name, v), doc=doc)
+def _composed(name: str, doc: str, holder: str = "composer") -> property:
+    """An attribute of the server optimizer that is its ``holder``'s (one source of truth)."""
+    return property(lambda self: getattr(getattr(self, holder), name),
+                    lambda self, v: setattr(getattr(self, holder), name, v), doc=doc)
 
 
 class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     """The server optimizer (ServerOpt of Reddi et al. 2021, Alg. 1, l. 10-11): one Lightning callback that turns a
     round's client updates into the next global model, and carries the client halves of the algorithms it runs.
 
-    A server optimizer is a composition, not a subclass hierarchy (optax's ``chain``, pfl-research's split of the
-    central optimizer from the client algorithm):
-
-    1. **aggregators** (:mod:`lightning_fed.server.aggregators`, optional): a chain of stages over typed states —
-       client transforms → one reducer → delta transforms (robust reducers, DP clipping and noise, SCAFFOLD's and
-       FedAWARE's server halves) — that replaces the default weighted mean Δ_t = Σ_i w_i Δ_i with w_i ∝ |D_i|
-       (``weighting="num_samples"``, the example-weighted average of Reddi et al. 2021, Sec. 4 / Alg. 5) or
-       w_i = 1/|S| (``weighting="uniform"``, Alg. 1, l. 10);
-    2. **rule** (:mod:`lightning_fed.server.rules`): the update x_{t+1} = ServerOpt(x_t, Δ_t) over its own typed
-       state (SGD — FedAvg's rule, the default —, Momentum, Adagrad/Adam/Yogi, LAMB, AdaptiveStepSize);
-    3. **client** (:mod:`lightning_fed.client.algorithm`, optional): client halves every client runs
-       (:class:`~lightning_fed.algorithms.FedProxClient`, ...). They are run by the client runner
-       (:class:`~lightning_fed.client.algorithm.ClientHalves`), after the method's own, before
-       ``FederatedTrainer(client_algorithms=...)`` — the place for halves that should outlive a swap of the server
-       optimizer. Their per-client state is stored here by name (:attr:`client_algorithm_states`) and checkpointed.
-
-    The ready-made names (:class:`FedAvg`, :class:`FedAdam`, :class:`FedProx`, DP and robust variants, ...) fix some
-    of these parts; ``ServerOptimizer(rule=..., aggregators=..., client=...)`` builds any other combination, in YAML
-    too. After every round the federated loop calls :meth:`server_update`; Lightning checkpoints the state
-    (:meth:`state_dict`). Exactly one server optimizer may be given to a :class:`~lightning_fed.FederatedTrainer`;
-    none means :class:`FedAvg` with η = 1. Under a plain :class:`lightning.Trainer` it is refused at fit start.
-
-    Writing a new method: a server-side rule is a :class:`~lightning_fed.server.rules.Rule` (``init`` / ``update``
-    over a NamedTuple state), a server-side aggregation a :class:`~lightning_fed.server.aggregators.Stage`, a
-    client-side change a :class:`~lightning_fed.client.ClientAlgorithm`; one module of :mod:`lightning_fed.algorithms`
-    holds an algorithm's halves (SCAFFOLD's, Fed-LAMB's, FedProx's, FedDyn's, ...). This is the only way: a subclass
-    fixes parts and defaults, it does not override the update, the aggregation or the client channel.
+    A composition (docs/guide/server-optimizers.md, "How a server optimizer is composed"): an aggregator chain
+    (:mod:`lightning_fed.server.aggregators`) in place of the weighted mean Δ_t = Σ_i w_i Δ_i and a rule
+    x_{t+1} = ServerOpt(x_t, Δ_t) (:mod:`lightning_fed.server.rules`), held by a
+    :class:`~lightning_fed.server.composer.ServerComposer`, and client halves (:mod:`lightning_fed.client.algorithm`).
+    Ready-made names (:class:`FedAvg`, ...) fix parts and defaults only. One per
+    :class:`~lightning_fed.trainer.FederatedTrainer` (none: :class:`FedAvg`, η = 1); the loop calls :meth:`round_step`.
 
     Args:
         lr: Server learning rate η (> 0; default 1.0, or the rule's).
-        weighting: ``"num_samples"`` (default) or ``"uniform"``.
+        weighting: ``"num_samples"`` (default: w_i ∝ |D_i|, Reddi et al. 2021, Alg. 5) or ``"uniform"`` (w_i = 1/|S|).
         aggregators: An aggregator chain in place of the weighted mean (default ``None``).
         rule: The server rule (default ``None``: SGD(lr), FedAvg's rule).
-        client: Client algorithms every client runs (default ``None``). Deprecated (a ``DeprecationWarning``;
-            removed in 0.3.0): give them as ``FederatedTrainer(client_algorithms=[...])`` (YAML/CLI:
-            ``trainer.client_algorithms``), which keeps them when the server optimizer is swapped.
-        client_state_store: Where the per-client tables (SCAFFOLD's c_i, FedDyn's g_k, any client half's state) keep
-            their rows: ``"memory"`` (default: CPU tensors, every row in every checkpoint) or ``"disk"`` (one file
-            per client row, RAM holds none; checkpoints reference the rows by version instead of copying them; see
-            :mod:`lightning_fed.server.client_state`). Not a setting of the experiment (results are the same bit for
-            bit): a resume may change it, the loaded rows are moved to the run's store. FedAWARE's dense momenta stay
-            in memory (``"disk"`` is refused for it at fit start).
-        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``);
-            each table in its own sub-directory. A resumed run keeps writing to the directory its checkpoint
-            references.
+        client: Client algorithms every client runs (default ``None``). Deprecated (``DeprecationWarning``; removed
+            in 0.3.0): give them as ``FederatedTrainer(client_algorithms=[...])`` (YAML/CLI: ``trainer.client_algorithms``).
+        client_state_store: Where per-client tables (SCAFFOLD's c_i, ...) keep their rows: ``"memory"`` (default) or
+            ``"disk"`` (one file per row, :mod:`lightning_fed.server.client_state`; same results, may change on resume).
+        client_state_dir: The ``"disk"`` store's directory (default ``None``: ``<default_root_dir>/client_state``).
 
     Raises:
         ValueError: ``lr`` not a finite number > 0, an unknown ``weighting``, ``lr`` disagreeing with ``rule.lr``,
             ``client_state_store`` not one of ``("memory", "disk")``, ``client_state_dir`` without ``"disk"``;
-            at fit start, what a client algorithm's ``check`` or a stage's ``check_fit`` refuses (and
-            ``client_state_store="disk"`` with a stage that needs its table in memory, FedAWARE's).
+            at fit start, what the checks of :meth:`setup`, :meth:`on_fit_start` and :meth:`on_train_start` refuse.
         TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`, a ``client`` entry not a
             :class:`~lightning_fed.client.ClientAlgorithm`.
+        RuntimeError: at fit start, under a plain :class:`lightning.Trainer`.
 
-    Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (here with
-    :class:`FedAvg`, the simplest subclass)::
+    Example: the pseudo-gradient of two clients with 1 and 2 samples is (1·Δ_0 + 2·Δ_1)/3 (:class:`FedAvg`)::
 
         >>> import torch
-        >>> from lightning_fed import ClientUpdate
         >>> from lightning_fed.callbacks import FedAvg
         >>> updates = [ClientUpdate(client_id=0, delta=[torch.tensor([1.0, 0.0])], num_samples=1, num_steps=1, loss=0.0),
         ...            ClientUpdate(client_id=1, delta=[torch.tensor([4.0, 3.0])], num_samples=2, num_steps=1, loss=0.0)]
-        >>> FedAvg().client_weights(updates)
-        tensor([0.3333, 0.6667], dtype=torch.float64)
-        >>> FedAvg().aggregate(updates)  # (1·[1, 0] + 2·[4, 3]) / 3
-        [tensor([3., 2.])]
+        >>> FedAvg().client_weights(updates), FedAvg().aggregate(updates)  # (1·[1, 0] + 2·[4, 3]) / 3
+        (tensor([0.3333, 0.6667], dtype=torch.float64), [tensor([3., 2.])])
         >>> FedAvg(weighting="uniform").aggregate(updates)  # ([1, 0] + [4, 3]) / 2
         [tensor([2.5000, 1.5000])]
         >>> FedAvg(weighting="mean")
@@ -128,6 +93,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     #: Marks server optimizers for the modules below the callbacks (:func:`~lightning_fed.server.checks.is_server_optimizer`).
     is_server_optimizer = True
+    #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
+    unrecorded_settings = ("client_state_store", "client_state_dir")
     #: The attributes that name this server optimizer's state in a checkpoint (:attr:`state_key`, Lightning's
     #: ``"<class>{'lr': 1.0, ...}"``), in order; ``"key=path"`` reads the dotted attribute ``path`` (a stage's:
     #: ``"alpha=min_norm.alpha"``). A subclass lists its own; the strings are in checkpoints, so never reorder them.
@@ -147,130 +114,83 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     round_report = _composed("round_report", "The last round's :class:`~lightning_fed.server.aggregators.RoundReport` "
                              "(client weights, stage reports); ``None`` before it and from the start of each round.")
     aggregator_state = _composed("aggregator_state", "The chain's typed states (one per stage), ``None`` until made.")
-    _rule_state = _composed("rule_state", "The rule's typed state, ``None`` before the first step.")
+    rule_state = _composed("rule_state", "The rule's typed state (a ``NamedTuple``), ``None`` before the first step.")
+    _rule_state = rule_state
     _saved_aggregator_state = _composed("saved_aggregator_state", "The chain's states as loaded, until re-made.")
-    _round_info = _composed("round_info", "The current round's RoundInfo.")
+    state = _composed("state", "The rule state's tensors by name, aligned with the federated parameters "
+                      "(:attr:`ServerComposer.state <lightning_fed.server.composer.ServerComposer.state>`).")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse a subclass that defines a method of :data:`REMOVED_OVERRIDES` (it would be silently ignored).
-
-        Raises:
-            TypeError: naming the method and what to write instead.
-        """
+        """Raises: TypeError for a method of :data:`~lightning_fed.server.arguments.REMOVED_OVERRIDES` defined."""
         super().__init_subclass__(**kwargs)
-        for name, instead in REMOVED_OVERRIDES.items():
-            if name in vars(cls):
-                raise TypeError(f"{cls.__name__} defines `{name}`, which a server optimizer no longer lets a subclass "
-                                f"override (it would be ignored): {instead}.")
+        check_removed_overrides(cls)
 
-    def __init__(
-        self,
-        lr: Optional[float] = None,
-        weighting: str = "num_samples",
-        aggregators: Optional[list[Stage]] = None,
-        rule: Optional[Rule] = None,
-        client: Optional[list[ClientAlgorithm]] = None,
-        client_state_store: str = "memory",
-        client_state_dir: Optional[str] = None,
-    ) -> None:
-        #: Where the per-client tables keep their rows (``"memory"`` or ``"disk"``) and the disk store's directory.
+    def __init__(self, lr: Optional[float] = None, weighting: str = "num_samples",
+                 aggregators: Optional[list[Stage]] = None, rule: Optional[Rule] = None,
+                 client: Optional[list[ClientAlgorithm]] = None, client_state_store: str = "memory",
+                 client_state_dir: Optional[str] = None) -> None:
         self.client_state_store, self.client_state_dir = check_client_state_store(client_state_store, client_state_dir)
-        self._store = ClientStateStore(self.client_state_store, self.client_state_dir)
-        if rule is not None:
-            if not isinstance(rule, Rule):
-                raise TypeError(f"`rule` must be a server rule (lightning_fed.server.rules.Rule), got {type(rule).__name__}.")
-            if lr is not None and check_positive("lr", lr) != rule.lr:
-                raise ValueError(
-                    f"`lr`={lr!r} disagrees with the rule's learning rate {rule.lr!r}; give the server learning rate "
-                    "on the rule (e.g. `rule: {class_path: Adam, init_args: {lr: 0.01}}`) and leave `lr` unset."
-                )
-            lr = rule.lr
-        self.lr = check_positive("lr", 1.0 if lr is None else lr)
+        self.lr = check_rule_lr(lr, rule)
         #: Weighting, aggregator chain and rule, with their states (:class:`~lightning_fed.server.composer.ServerComposer`).
         self.composer = ServerComposer(weighting, aggregators, SGD(self.lr) if rule is None else rule)
-        #: A per-client table (:class:`~lightning_fed.server.client_state.ClientStateTable`) of the server optimizer's
-        #: own, ``None`` otherwise; checkpointed under ``"client_state"``. FedAWARE's m_i and SCAFFOLD's c_i are their
-        #: stages' (this name reads them there) and are saved with the stage's state, under ``"aggregators"``.
+        #: A per-client table of the server optimizer's own (``None``: none), checkpointed under ``"client_state"``;
+        #: a stage's (FedAWARE's m_i, SCAFFOLD's c_i) is read there and saved with the stage, under ``"aggregators"``.
         self.client_state: Optional[ClientStateTable] = None
         self._trained: Optional[list[bool]] = None  # under a noised chain: the parameters the clients train
         self._local_ids: set[int] = set()  # under a noised chain: id() of the parameters client halves keep local
         self._stepped = False  # the server stepped in the current round
-        #: The client algorithms given as ``client`` (``None``: none), run by every client of every round
-        #: (:mod:`lightning_fed.client.algorithm`).
+        #: The client algorithms given as ``client`` (``None``: none), run by every client of every round.
         self.client: Optional[list[ClientAlgorithm]] = None if client is None else check_client_algorithms(client)
         if client is not None:
             warn_client_deprecated(self)
-        #: Client halves a ready-made method brings itself (FedProx's :class:`FedProxClient`), run before ``client``.
-        self._own_client: list[ClientAlgorithm] = []
-        #: The chain a ready-made method fixes as its own (SCAFFOLD's ``[ScaffoldControl]``), ``None`` otherwise: a
-        #: replaced :attr:`aggregators` is refused at fit start (:meth:`on_train_start`).
-        self._own_aggregators: Optional[list[Stage]] = None
-        #: The per-client state of the client halves (:class:`~lightning_fed.client.states.ClientStates`): the run's,
-        #: bound at fit start (:meth:`bind_client_algorithms`), written when a client's update reaches the server,
-        #: checkpointed with this state; before a fit, this server optimizer's own (what a checkpoint loaded).
-        self.client_states = ClientStates(self._store)
+        self._own_client: list[ClientAlgorithm] = []  # halves a ready-made method brings (FedProx's), before `client`
+        self._own_aggregators: Optional[list[Stage]] = None  # the chain a ready-made method fixes (SCAFFOLD's)
+        #: The client halves' per-client state (:class:`~lightning_fed.client.states.ClientStates`), the run's once
+        #: bound at fit start (:meth:`bind_client_algorithms`).
+        self.client_states = ClientStates(ClientStateStore(self.client_state_store, self.client_state_dir))
         self._run_client_algorithms: Optional[list[ClientAlgorithm]] = None  # the run's halves, bound at fit start
 
+    # ------------------------------------------------------------------ client halves
     @property
     def server_client_algorithms(self) -> list[ClientAlgorithm]:
-        """The client halves given with this server optimizer: the method's own (FedProx's, FedDyn's, SCAFFOLD's),
-        then ``client``, in order. The client runner runs them, then ``FederatedTrainer(client_algorithms=...)``."""
+        """The client halves given with this server optimizer: the method's own (FedProx's, SCAFFOLD's), then
+        ``client``. The client runner runs them, then ``FederatedTrainer(client_algorithms=...)``."""
         return [*self._own_client, *(self.client or ())]
 
     @property
     def client_algorithms(self) -> list[ClientAlgorithm]:
-        """Every client half of the run: during a fit, the list the client runner runs (bound at fit start,
-        :meth:`bind_client_algorithms`), else :attr:`server_client_algorithms`. What fit-start checks of a method
-        whose halves must come together (:func:`~lightning_fed.algorithms.feddyn.check_feddyn`) read."""
+        """Every client half of the run: during a fit, the list the client runner runs (bound at fit start), else
+        :attr:`server_client_algorithms` (what checks of halves that must come together, FedDyn's, read)."""
         if self._run_client_algorithms is not None:
             return list(self._run_client_algorithms)
         return self.server_client_algorithms
 
     def bind_client_algorithms(self, algorithms: Optional[list[ClientAlgorithm]],
                                states: Optional[ClientStates] = None) -> None:
-        """Record the run's client halves (called by :meth:`ClientHalves.setup
-        <lightning_fed.client.algorithm.ClientHalves.setup>` at fit start; ``None``: forget them) and, given, the
-        run's per-client state: it takes over what this server optimizer holds (loaded from a checkpoint; the store)
-        and is what :attr:`client_algorithm_states` reads and the checkpoints save from then on."""
+        """Record the run's client halves (at fit start, by :class:`~lightning_fed.client.algorithm.ClientHalves`;
+        ``None``: forget them) and, given, the run's per-client state, which takes over what this one holds."""
         self._run_client_algorithms = None if algorithms is None else list(algorithms)
         if states is not None and states is not self.client_states:
             states.adopt(self.client_states)
             self.client_states = states
 
-    client_algorithm_states = property(
-        lambda self: self.client_states.tables, lambda self, v: setattr(self.client_states, "tables", v),
-        doc="The client halves' per-client tables by ``state_key`` (e.g. ``\"FedDynClient\"``), :attr:`client_states`'.")
-    loaded_client_state = property(
-        lambda self: self.client_states.loaded, lambda self, v: setattr(self.client_states, "loaded", v),
-        doc="Whether :attr:`client_algorithm_states` came from a checkpoint not yet checked against the run.")
+    client_algorithm_states = _composed("tables", "The client halves' per-client tables by ``state_key`` (e.g. "
+                                        "``\"FedDynClient\"``), :attr:`client_states`'.", "client_states")
+    loaded_client_state = _composed("loaded", "Whether :attr:`client_algorithm_states` came from a checkpoint not "
+                                    "yet checked against the run.", "client_states")
 
-    @property
-    def state(self) -> dict[str, list[Tensor]]:
-        """The optimizer state: name -> list of tensors aligned with the federated parameters (``module.parameters()``
-        when none is frozen; the client runner's ``params``) (``{}`` before the
-        first round): a view of the tensor fields of :attr:`server_rule`'s typed state (the tensors themselves, so
-        in-place changes persist); assigning a dict sets those fields."""
-        if self._rule_state is None:
-            return {}
-        defaults = type(self._rule_state)._field_defaults
-        return {k: v for k, v in self._rule_state._asdict().items() if k not in defaults}
+    def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int,
+                         context: Any = None) -> None:
+        """Called by the client runner when a client starts from x_t, before its local steps (server → client;
+        ``context``: its :class:`~lightning_fed.client.runner.ClientContext`). Default: nothing."""
 
-    @state.setter
-    def state(self, value: dict[str, list[Tensor]]) -> None:
-        state_type = self.server_rule.State
-        if not value:
-            self._rule_state = None
-            return
-        _, scalars = state_to_dict(self._rule_state, state_type)
-        self._rule_state = state_type(**{**scalars, **value})
-
-    @property
-    def rule_state(self) -> Optional[Any]:
-        """The typed state (a ``NamedTuple``) of :attr:`server_rule`; ``None`` before the first round."""
-        return self._rule_state
+    def collect_client_extras(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int,
+                              context: Any = None) -> dict[str, Any]:
+        """Called by the client runner after a client's local steps; the result joins ``ClientUpdate.extras``
+        (client → server), after the client halves' extras. Default: nothing (``{}``)."""
+        return {}
 
     # ------------------------------------------------------------------ aggregation: the composer's
-    client_weight_counts = _delegated("client_weight_counts")
     client_weights = _delegated("client_weights")
     round_weights = _delegated("round_weights")
     client_delta = _delegated("client_delta")
@@ -280,84 +200,45 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     stage_report = _delegated("stage_report")
     aggregation_requirement = _delegated("aggregation_requirement")
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        """Record the round's :class:`~lightning_fed.server.aggregators.RoundInfo` for the aggregator chain, and run
-        every stage's ``check_round_start`` before the round's clients train.
-
-        Raises:
-            ValueError: from a stage's :meth:`~lightning_fed.server.aggregators.Stage.check_round_start`.
-        """
-        for check_round_start in self.composer.stage_hooks("check_round_start"):
-            check_round_start(trainer, pl_module, self)
-        dm = trainer.datamodule
-        if dm is not None and hasattr(dm, "select_cohort"):
-            self._round_info = RoundInfo(
-                int(trainer.current_epoch), int(getattr(dm, "seed", 0)), int(dm.num_clients), int(dm.clients_per_round)
-            )
-        self._stepped = False
-        self.round_report = None
-        if self.privatises:
-            self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
-            self._local_ids = self.local_parameter_ids(pl_module)
-        if self.client_state_store == "disk":
-            self.collect_client_state_garbage()
-
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        """Log every stage's :meth:`~lightning_fed.server.aggregators.Stage.round_metrics` of the round's report
-        (e.g. FedAWARE's ``fedaware_support``); nothing in a round without a server step."""
-        for stage in self.aggregators or ():
-            round_metrics = getattr(stage, "round_metrics", None)
-            metrics = round_metrics(self.stage_report(stage)) if round_metrics is not None else {}
-            for name, value in metrics.items():
-                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
-
-    def local_parameter_ids(self, pl_module: Any) -> set[int]:
-        """``id()`` of the parameters of ``pl_module`` that the run's client halves keep on the clients
-        (:meth:`ClientAlgorithm.local_parameters <lightning_fed.client.algorithm.ClientAlgorithm.local_parameters>`:
-        the personal parts of FedBN, FedPer, FedRep, :class:`~lightning_fed.client.personal.LocalParts`), once they
-        are set up; empty before. Read at every round's start under a chain that adds DP noise."""
-        params = list(pl_module.parameters())
-        return {id(params[i]) for half in self.client_algorithms for i in half.local_parameters() if i < len(params)}
-
     @property
     def privatises(self) -> bool:
         """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
-        Then only what ε covers is released: buffers stay at their global value (the loop does not average the
-        clients' buffers), parameters not trained by the clients (``requires_grad=False`` or in no client optimizer)
-        and the personal parts client halves keep local (:meth:`local_parameter_ids`) are neither clipped, noised
-        nor stepped, and fit refuses running statistics and ``max_update_norm_ratio``."""
+        Then only what ε covers is released: buffers keep their global value, parameters the clients do not train or
+        keep local are not stepped (:func:`~lightning_fed.server.fit_checks.frozen_positions`), and fit refuses
+        running statistics and ``max_update_norm_ratio``."""
         return adds_noise(self.aggregators)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
                            delta_norms: Optional[dict[int, DeltaNorms]] = None) -> float:
-        """Gradient diversity D = √( Σ_i λ_i‖g_i‖² / ‖Σ_i λ_i g_i‖² ) of the round (Zeng et al. 2024, Def. 3.1,
-        Eq. 3), logged as ``round_gradient_diversity``: :meth:`ServerComposer.gradient_diversity
-        <lightning_fed.server.composer.ServerComposer.gradient_diversity>`, the denominator of the raw updates under a
-        chain that adds DP noise (:attr:`privatises`). ``delta_norms``: ``{id(update): DeltaNorms}`` already computed
-        this round (the loop's finiteness check). Returns D (a float; ``nan`` when the pseudo-gradient is zero)."""
+        """Gradient diversity D of the round (Zeng et al. 2024, Def. 3.1), logged as ``round_gradient_diversity``:
+        :meth:`ServerComposer.gradient_diversity <lightning_fed.server.composer.ServerComposer.gradient_diversity>`,
+        over the raw updates under :attr:`privatises`; ``delta_norms``: ``{id(update): DeltaNorms}`` of the round."""
         return self.composer.gradient_diversity(updates, pseudo_gradient, self.privatises, delta_norms)
 
-    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
-        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t.
+    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
+        """Called first by :meth:`server_update`, before any state changes: every stage's
+        :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (e.g. SCAFFOLD's checks of N, the client ids and
+        Δc_i, then c created or moved to ``params``' device), which raises when the round cannot be applied."""
+        for prepare_round in self.composer.stage_hooks("prepare_round"):
+            prepare_round(self, params, updates)
 
-        Under a chain that adds DP noise (:attr:`privatises`) the parameters the clients do not train
-        (:func:`~lightning_fed.server.aggregators.dp.trained_parameters`, as of the round's start) and those the
-        client halves keep local (:meth:`local_parameter_ids`: FedPer's head, FedBN's norm layers, ...) are left out
-        of the chain (not in the clipped norm, not noised), get Δ_t = 0 and keep x_t bit for bit.
+    def server_update(self, params: list[Tensor], updates: list[ClientUpdate]) -> list[Tensor]:
+        """Aggregate ``updates`` and step ``params`` (holding x_t) in place to x_{t+1}; returns Δ_t. First
+        :meth:`validate_round`, then the client halves' states that came with ``updates`` written
+        (:meth:`ClientStates.receive <lightning_fed.client.states.ClientStates.receive>`). Under :attr:`privatises`
+        the parameters the clients do not train (as of the round's start) or keep local get Δ_t = 0 and keep x_t.
 
         Raises:
-            ValueError: under such a chain, no parameter trained.
+            ValueError: under such a chain, no parameter trained and shared; as ``ClientStates.receive``.
         """
         self.validate_round(params, updates)
-        self.receive_client_states(updates)
+        own, run = self.server_client_algorithms, self.client_algorithms
+        self.client_states.receive(updates, run, lambda half: where_given(half, own, run, type(self).__name__))
         frozen: list[int] = []
         if self.privatises:  # DP: clip and noise only what the clients train; the rest stays at x_t exactly
             trained = self._trained if self._trained is not None and len(self._trained) == len(params) \
                 else trained_parameters(params)
-            frozen = [i for i, t in enumerate(trained) if not t or id(params[i]) in self._local_ids]
-            if len(frozen) == len(params):
-                raise ValueError(f"{type(self).__name__} adds DP noise, but no parameter is trained and shared (all "
-                                 "frozen or kept local by a client half).")
+            frozen = frozen_positions(type(self).__name__, params, trained, self._local_ids)
         pseudo_gradient = self.composer.update(params, updates, frozen)
         self._stepped = True
         return pseudo_gradient
@@ -366,11 +247,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def round_step(self, params: list[Tensor], updates: list[ClientUpdate], snapshot: bool = False,
                    delta_norms: Optional[dict[int, DeltaNorms]] = None) -> Optional[ServerRound]:
         """The federated loop's server step: ``None`` when the server does not step (no update, and not a server that
-        releases empty rounds, DP's); else, after a snapshot of the state (:meth:`snapshot_state`, for
-        :meth:`undo_round_step`) when ``snapshot``, :meth:`server_update` and the round's
-        :class:`~lightning_fed.server.composer.ServerRound` (weights of :attr:`round_report`, the
-        :meth:`gradient_diversity` with ``delta_norms``, whether buffers are released: not under :attr:`privatises`;
-        the snapshot, held by the round, not by the server optimizer)."""
+        releases empty rounds, DP's); else :meth:`server_update` (after :meth:`snapshot_state` when ``snapshot``)
+        and the round's :class:`~lightning_fed.server.composer.ServerRound` (weights, :meth:`gradient_diversity`
+        with ``delta_norms``, buffers released unless :attr:`privatises`, the snapshot)."""
         if not updates and not getattr(self, "releases_empty_rounds", False):
             return None
         before = self.snapshot_state() if snapshot else None
@@ -381,96 +260,35 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return ServerRound(pseudo_gradient, weights, diversity, not self.privatises, before)
 
     def undo_round_step(self, params: list[Tensor], step: ServerRound) -> None:
-        """Back to the state from before ``step`` (a :meth:`round_step` taken with ``snapshot``;
-        :meth:`restore_state`).
-
-        Raises:
-            RuntimeError: ``step`` holds no snapshot.
-        """
+        """Back to the state from before ``step`` (a :meth:`round_step` taken with ``snapshot``; :meth:`restore_state`);
+        RuntimeError when ``step`` holds no snapshot."""
         if step.snapshot is None:
             raise RuntimeError("undo_round_step: this round_step kept no snapshot (snapshot=False).")
         self.restore_state(step.snapshot, params)
 
-    def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Called first by :meth:`server_update`, before any state changes: a subclass raises here when the round
-        cannot be applied to ``params`` (e.g. FedAWARE: N unknown, a momentum table of another shape). Default: every
-        stage's :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (e.g. SCAFFOLD's checks of N, the client
-        ids and Δc_i, then c created or moved to ``params``' device)."""
-        for prepare_round in self.composer.stage_hooks("prepare_round"):
-            prepare_round(self, params, updates)
-
-    # ------------------------------------------------------------------ client channel
-    def configure_client(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
-    ) -> None:
-        """Called by the client runner after a client starts from x_t with a fresh optimizer, before its local steps
-        (server → client; ``context``: its :class:`~lightning_fed.client.runner.ClientContext`). Default: nothing.
-        The client halves are not run here: the client runner runs them itself
-        (:class:`~lightning_fed.client.algorithm.ClientHalves`)."""
-
-    def collect_client_extras(
-        self, trainer: Any, pl_module: Any, client_id: int, round_idx: int, context: Any = None
-    ) -> dict[str, Any]:
-        """Called by the client runner after a client's local steps; the result joins ``ClientUpdate.extras``
-        (client → server), after the client halves' extras. Default: nothing (``{}``)."""
-        return {}
-
-    def receive_client_states(self, updates: list[ClientUpdate]) -> None:
-        """Write the client algorithms' new per-client states that arrived with ``updates`` into their tables
-        (called by :meth:`server_update` first; a client dropped from the round keeps its old state).
-
-        Raises:
-            ValueError: a client half whose ``finish`` returned a state of another size than its ``state_dim``
-                (a stateless half, ``state_dim`` 0, must return ``None``), naming the half, the client, the expected
-                and the actual size.
-        """
-        self.client_states.receive(updates, self.client_algorithms, lambda algorithm: _where(algorithm, self))
-
-    # ------------------------------------------------------------------ trainer check
+    # ------------------------------------------------------------------ Lightning hooks: the checks before round 0
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """Every stage's :meth:`~lightning_fed.server.aggregators.Stage.check_setup` (e.g. FedAWARE reads N from the
-        data module); at fit start (before round 0): check a chain holding DP stages
-        (:func:`~lightning_fed.server.aggregators.dp.check_dp_chain`: ``DPMean`` needs ``weighting="uniform"``; a
-        hand-composed DP chain warns that ε is not accounted).
-
-        Raises:
-            ValueError: as a stage's ``check_setup``; ``DPMean`` in the chain with ``weighting="num_samples"``.
-        """
+        """Every stage's ``check_setup`` (FedAWARE reads N from the data module); at fit start, the DP chain's check
+        (:func:`~lightning_fed.server.aggregators.dp.check_dp_chain`). Raises ValueError as those (e.g. ``DPMean`` in
+        the chain with ``weighting="num_samples"``)."""
         for check_setup in self.composer.stage_hooks("check_setup"):
             check_setup(trainer, pl_module, self)
         if stage == "fit":
-            from lightning_fed.server.aggregators.dp import check_dp_chain
-
             check_dp_chain(self)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        """Resolve the client-state store (:meth:`resolve_client_state_store`) before round 0, then run the
-        :meth:`~lightning_fed.client.ClientAlgorithm.fit_start` of the client halves given with this server
-        optimizer (e.g. Fed-LAMB's installs its client optimizer).
-
-        Raises:
-            ValueError: as :meth:`resolve_client_state_store`, or a half's ``fit_start``.
-        """
+        """:meth:`resolve_client_state_store`, then the ``fit_start`` of the client halves given with this server
+        optimizer (Fed-LAMB's installs its client optimizer). Raises: as those."""
         self.resolve_client_state_store(trainer)
         for algorithm in self.server_client_algorithms:
             fit_start = getattr(algorithm, "fit_start", None)
             if fit_start is not None:
                 fit_start(trainer, self)
 
-    #: Settings of ``__init__`` that do not change the experiment: not in the run record, free to change on resume.
-    unrecorded_settings = ("client_state_store", "client_state_dir")
-
     def resolve_client_state_store(self, trainer: Any = None) -> ClientStateStore:
-        """At fit start: the store's directory (``client_state_dir``, else ``<trainer.default_root_dir>/client_state``)
-        and the stages that make per-client tables told where; a stage whose table must be in memory
-        (``dense_client_state``, FedAWARE's) refuses ``"disk"``.
-
-        Raises:
-            ValueError: ``client_state_store="disk"`` with such a stage, naming it and the argument; or with more than
-                one process (``trainer.world_size`` > 1: every DDP rank would write its own copy of every row).
-            ClientStateStoreError: the ``"disk"`` store's directory cannot be created or written (read-only, no
-                permission, full), naming ``client_state_dir``, the directory and the file tried
-                (:meth:`ClientStateStore.check_writable <lightning_fed.server.client_state.ClientStateStore.check_writable>`).
+        """At fit start: the store per-client tables are made in, checked writable, and the stages told where
+        (:func:`~lightning_fed.client.states.resolve_store`, raising ValueError or ClientStateStoreError as it does:
+        ``"disk"`` for a stage whose table must be in memory, FedAWARE's, or under DDP; a directory not writable).
 
         Example::
 
@@ -480,93 +298,70 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             >>> server.resolve_client_state_store().kind, server.control_stage.client_state_store.kind
             ('disk', 'disk')
         """
-        self._store = resolve_store(type(self).__name__, self.client_state_store, self.client_state_dir, trainer,
-                                    list(self.aggregators or ()))
-        self.client_states.store = self._store
-        return self._store
-
-    def client_tables(self) -> list[ClientStateTable]:
-        """Every live per-client table: the client halves', the stages' and :attr:`client_state`."""
-        tables = list(self.client_algorithm_states.values())
-        for state in self.aggregator_state or ():
-            tables += [v for v in state if isinstance(v, ClientStateTable)]
-        if self.client_state is not None:
-            tables.append(self.client_state)
-        unique = {id(t): t for t in tables}
-        return list(unique.values())
-
-    def collect_client_state_garbage(self) -> None:
-        """Delete the on-disk row versions nothing references any more
-        (:func:`~lightning_fed.server.client_state.collect_garbage`); called at every round start."""
-        for directory in {t.directory for t in self.client_tables() if t.directory is not None}:
-            collect_garbage(directory)
+        store = resolve_store(type(self).__name__, self.client_state_store, self.client_state_dir, trainer,
+                              list(self.aggregators or ()))
+        self.client_states.store = store
+        return store
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        """Refuse a trainer without the federated loop: there the server optimizer would silently do nothing.
-
-        Also runs every aggregator stage's ``check_cohort(clients_per_round)`` (e.g. Krum refuses
-        ``clients_per_round`` ≤ 2f + 2; TrimmedMean warns when it would trim nothing).
-
-        A ready-made method that fixes its chain (:attr:`_own_aggregators`, e.g. SCAFFOLD's ``[ScaffoldControl]``)
-        refuses a replaced :attr:`aggregators` first.
+        """The fit-start checks, in order (:mod:`lightning_fed.server.fit_checks`): the method's own chain kept, a
+        federated trainer, under :attr:`privatises` :func:`~lightning_fed.server.aggregators.dp.check_private_fit`,
+        the stages' ``check_cohort`` and ``check_fit`` (e.g. FedDyn's server half without its client half).
 
         Raises:
-            RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer` (use :class:`~lightning_fed.FederatedTrainer`).
-            ValueError: a ready-made method's own chain replaced; under a chain that adds DP noise (:attr:`privatises`), what
-                :func:`~lightning_fed.server.aggregators.dp.check_private_fit` refuses (running statistics,
-                ``max_update_norm_ratio``, no trained parameter); as a stage's ``check_cohort`` or ``check_fit``
-                (e.g. FedDyn's server half without its client half; FedNova's reducer with clients that do not run
-                its declared local solver).
+            RuntimeError: ``trainer`` is a plain :class:`lightning.Trainer`.
+            ValueError: as those checks.
         """
-        own = self._own_aggregators
-        if own is not None and not (self.aggregators is not None and len(self.aggregators) == len(own)
-                                    and all(a is b for a, b in zip(self.aggregators, own))):
-            raise ValueError(
-                f"{type(self).__name__} aggregates in its own way (its aggregator chain is "
-                f"[{', '.join(type(s).__name__ for s in own)}]), so another `aggregators` chain cannot be used; use "
-                "them with a server optimizer that takes the default aggregation."
-            )
-        if getattr(trainer.fit_loop, "client_runner", None) is None:  # not lightning_fed's FederatedFitLoop
-            raise RuntimeError(
-                f"{type(self).__name__} is a server optimizer: it needs lightning_fed.FederatedTrainer, but "
-                f"{type(trainer).__name__} trains centrally and would ignore it. Use FederatedTrainer(...), or drop "
-                "the server optimizer from `callbacks` for a centralized baseline."
-            )
+        check_own_chain(type(self).__name__, self._own_aggregators, self.aggregators)
+        check_federated_trainer(type(self).__name__, trainer)
         if self.privatises:
             self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
             check_private_fit(self, trainer, pl_module, self._trained)
-        cohort = getattr(trainer.datamodule, "clients_per_round", None)
-        for check in self.composer.stage_hooks("check_cohort") if cohort is not None else ():
-            check(int(cohort))  # refuse (or warn about) the chain's settings for this cohort size before round 0
-        # a server half that needs its client half (FedDyn), or a stage that depends on the local solver (FedNova)
+        check_cohort(self.composer.stage_hooks("check_cohort"), trainer.datamodule)
         for check_fit in self.composer.stage_hooks("check_fit"):
             check_fit(trainer, pl_module, self)
 
-    # ------------------------------------------------------------------ state integrity (issue #43)
-    def state_items(self, param_names: Sequence[str], saved: bool = False) -> list[tuple[str, Any]]:
-        """:func:`lightning_fed.migrations.state_items` of this server optimizer: ``(label, value)`` of its state for
-        the non-finite checks."""
-        return migrations.state_items(self, param_names, saved)
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Every stage's ``check_round_start`` (raising ValueError as it does), the round's
+        :class:`~lightning_fed.server.aggregators.RoundInfo`; under :attr:`privatises`, which parameters are trained
+        and kept local (:func:`~lightning_fed.server.fit_checks.local_parameter_ids`); under ``"disk"``, the row
+        versions nothing references deleted (:func:`~lightning_fed.server.client_state.collect_tables_garbage`)."""
+        for check_round_start in self.composer.stage_hooks("check_round_start"):
+            check_round_start(trainer, pl_module, self)
+        dm = trainer.datamodule
+        if dm is not None and hasattr(dm, "select_cohort"):
+            self.composer.round_info = RoundInfo(int(trainer.current_epoch), int(getattr(dm, "seed", 0)),
+                                                 int(dm.num_clients), int(dm.clients_per_round))
+        self._stepped = False
+        self.round_report = None
+        if self.privatises:
+            self._trained = trained_parameters(list(pl_module.parameters()), trainer.optimizers)
+            self._local_ids = local_parameter_ids(list(pl_module.parameters()), self.client_algorithms)
+        if self.client_state_store == "disk":
+            collect_tables_garbage([*self.client_algorithm_states.values(), self.client_state,
+                                    *(v for state in self.aggregator_state or () for v in state)])
 
-    def required_state(self, num_params: int) -> list[str]:
-        """:func:`lightning_fed.migrations.required_state`: the entries a resume after a server step needs."""
-        return migrations.required_state(self, num_params)
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """Log every stage's :meth:`~lightning_fed.server.aggregators.Stage.round_metrics` of the round's report
+        (e.g. FedAWARE's ``fedaware_support``); nothing in a round without a server step."""
+        for stage in self.aggregators or ():
+            round_metrics = getattr(stage, "round_metrics", None)
+            metrics = round_metrics(self.stage_report(stage)) if round_metrics is not None else {}
+            for name, value in metrics.items():
+                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
 
+    # ------------------------------------------------------------------ state and checkpointing
     def snapshot_state(self) -> dict[str, Any]:
-        """A copy of the server optimizer's state (:meth:`state_dict`, every tensor cloned but the rows of the
-        lazily filled per-client tables, which are never written in place and are shared; an on-disk table's state is
-        its manifest), for :meth:`restore_state`: taken before each server step under
-        ``on_nonfinite_server_step="restore"``."""
-        return clone_state(self.state_dict())
+        """A copy of :meth:`state_dict` (tensors cloned; the rows of the lazily filled per-client tables, never
+        written in place, shared; an on-disk table's manifest) for :meth:`restore_state`."""
+        return migrations.clone_state(self.state_dict())
 
     def restore_state(self, snapshot: dict[str, Any], params: list[Tensor]) -> None:
-        """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from a checkpoint
-        holding it would: :meth:`load_state_dict`, then the aggregator chain's states re-made at once for
-        ``params`` (the global model's parameters), and no server step in the current round.
+        """Go back to ``snapshot`` (from :meth:`snapshot_state`) in the middle of a run, as a resume from it would:
+        :meth:`load_state_dict`, the chain's states re-made at once for ``params``, no server step in the round.
 
         Example: FedAdam's step count and moments back to before a step::
 
-            >>> import torch
             >>> from lightning_fed.callbacks import FedAdam
             >>> server, params = FedAdam(lr=0.1), [torch.zeros(2)]
             >>> _ = server.server_update(params, [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0)])
@@ -577,7 +372,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             (1, True)
         """
         loaded = self.loaded_client_state
-        self.load_state_dict(clone_state(snapshot))
+        self.load_state_dict(migrations.clone_state(snapshot))
         self.loaded_client_state = loaded
         if self._saved_aggregator_state is not None and self.aggregators is not None:
             self.aggregator_state = None
@@ -585,7 +380,6 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         self._stepped = False
         self.round_report = None
 
-    # ------------------------------------------------------------------ checkpointing
     @property
     def state_key(self) -> str:
         """Lightning's key of this callback's state: the class name and :attr:`state_key_fields`' values."""
@@ -603,9 +397,9 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"num_steps", "state": {field: [tensors]}}`` plus the rule state's scalar fields at the top level
-        (e.g. ``eta``, ``theta``), ``"aggregators"`` with a chain and ``"client_state"`` with a client-state table of
-        this server optimizer's own (not one that a stage's state holds: that is saved with the stage)."""
+        """:meth:`ServerComposer.state_dict <lightning_fed.server.composer.ServerComposer.state_dict>`, plus
+        ``"client_state"`` with a table of this server optimizer's own (a stage's is saved with the stage) and
+        ``"client_algorithms"`` with the client halves' tables."""
         out = self.composer.state_dict()
         table = self.client_state
         if table is not None and not any(v is table for st in (self.aggregator_state or ()) for v in st):
@@ -666,12 +460,3 @@ def none_if_infinite(value: float) -> Optional[float]:
     """
     return None if math.isinf(value) else value
 
-
-def _where(algorithm: ClientAlgorithm, server: ServerOptimizer) -> str:
-    """Where ``algorithm`` was given: ``"`client[i]` of FedAvg"`` (the server optimizer's own and ``client``, as
-    one list) or ``"`client_algorithms[j]` of the trainer"``."""
-    own = server.server_client_algorithms
-    if any(a is algorithm for a in own):
-        return f"`client[{next(i for i, a in enumerate(own) if a is algorithm)}]` of {type(server).__name__}"
-    given = [a for a in server.client_algorithms if not any(a is b for b in own)]
-    return f"`client_algorithms[{next((j for j, a in enumerate(given) if a is algorithm), 0)}]` of the trainer"

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lightning_fed.server.client_state import ClientStateStore, ClientStateTable
 
-__all__ = ["ClientStates", "resolve_store"]
+__all__ = ["ClientStates", "resolve_store", "where_given"]
 
 
 class ClientStates:
@@ -172,3 +172,21 @@ def resolve_store(owner: str, kind: str, directory: Optional[str], trainer: Any,
         if hasattr(stage, "client_state_store"):
             stage.client_state_store = store
     return store
+
+
+def where_given(algorithm: Any, own: list[Any], run: list[Any], owner: str) -> str:
+    """Where the client half ``algorithm`` was given, for errors: ``"`client[i]` of <owner>"`` when it is among
+    ``own`` (the server optimizer's halves: the method's own, then ``client``), else
+    ``"`client_algorithms[j]` of the trainer"``, ``j`` its position among the halves of ``run`` (the run's, in
+    order) that are not in ``own``.
+
+    Example::
+
+        >>> a, b, c = object(), object(), object()
+        >>> where_given(b, [a, b], [a, b, c], "FedAvg"), where_given(c, [a, b], [a, b, c], "FedAvg")
+        ('`client[1]` of FedAvg', '`client_algorithms[0]` of the trainer')
+    """
+    if any(a is algorithm for a in own):
+        return f"`client[{next(i for i, a in enumerate(own) if a is algorithm)}]` of {owner}"
+    given = [a for a in run if not any(a is b for b in own)]
+    return f"`client_algorithms[{next((j for j, a in enumerate(given) if a is algorithm), 0)}]` of the trainer"

@@ -1,6 +1,7 @@
 """A server optimizer's constructor arguments checked by the class the user wrote (``FedAdam(lrr=0.1)`` names
-``FedAdam`` and ``lr``, not the base class whose ``__init__`` it inherits), and the methods a subclass may no longer
-override (:class:`~lightning_fed.callbacks.ServerOptimizer` refuses them when the subclass is defined)."""
+``FedAdam`` and ``lr``, not the base class whose ``__init__`` it inherits), the methods a subclass may no longer
+override (:class:`~lightning_fed.callbacks.ServerOptimizer` refuses them when the subclass is defined), and the
+server learning rate given as ``lr`` or on the rule."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import difflib
 import inspect
 from typing import Any, Sequence
 
-__all__ = ["REMOVED_OVERRIDES", "check_arguments"]
+from lightning_fed.server.checks import check_positive
+from lightning_fed.server.rules.base import Rule
+
+__all__ = ["REMOVED_OVERRIDES", "check_arguments", "check_removed_overrides", "check_rule_lr"]
 
 
 def check_arguments(cls: type, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
@@ -54,6 +58,56 @@ REMOVED_OVERRIDES = {
     "client_delta": "a change of each client's contribution is a 'transform' Stage (Stage.client_delta) in `aggregators`",
     "client_weight_counts": "a change of the clients' weights is a 'transform' Stage (Stage.client_counts) in `aggregators`",
 }
+
+
+def check_removed_overrides(cls: type) -> None:
+    """Refuse a server optimizer class ``cls`` that defines a method of :data:`REMOVED_OVERRIDES` itself (run when
+    the subclass is defined, by ``ServerOptimizer.__init_subclass__``).
+
+    Raises:
+        TypeError: naming ``cls``, the method and what to write instead.
+
+    Example::
+
+        >>> check_removed_overrides(type("Mine", (), {"step": None}))
+        Traceback (most recent call last):
+        ...
+        TypeError: Mine defines `step`, which a server optimizer no longer lets a subclass override (it would be ignored): the update is a server rule (lightning_fed.server.rules.Rule, `ServerOptimizer(rule=...)`).
+    """
+    for name, instead in REMOVED_OVERRIDES.items():
+        if name in vars(cls):
+            raise TypeError(f"{cls.__name__} defines `{name}`, which a server optimizer no longer lets a subclass "
+                            f"override (it would be ignored): {instead}.")
+
+
+def check_rule_lr(lr: Any, rule: Any) -> Any:
+    """The server learning rate of ``ServerOptimizer(lr=..., rule=...)``: with a ``rule``, the rule's (``lr`` unset
+    or equal to it); without, ``lr`` (``None``: 1.0, the default). ``lr`` itself is checked finite and > 0.
+
+    Raises:
+        TypeError: ``rule`` not a :class:`~lightning_fed.server.rules.Rule`.
+        ValueError: ``lr`` not a finite number > 0, or disagreeing with ``rule.lr``, naming both.
+
+    Example::
+
+        >>> from lightning_fed.server.rules import Adam
+        >>> check_rule_lr(None, None), check_rule_lr(0.5, None), check_rule_lr(None, Adam(lr=0.01))
+        (1.0, 0.5, 0.01)
+        >>> check_rule_lr(0.1, Adam(lr=0.01))
+        Traceback (most recent call last):
+        ...
+        ValueError: `lr`=0.1 disagrees with the rule's learning rate 0.01; give the server learning rate on the rule (e.g. `rule: {class_path: Adam, init_args: {lr: 0.01}}`) and leave `lr` unset.
+    """
+    if rule is not None:
+        if not isinstance(rule, Rule):
+            raise TypeError(f"`rule` must be a server rule (lightning_fed.server.rules.Rule), got {type(rule).__name__}.")
+        if lr is not None and check_positive("lr", lr) != rule.lr:
+            raise ValueError(
+                f"`lr`={lr!r} disagrees with the rule's learning rate {rule.lr!r}; give the server learning rate "
+                "on the rule (e.g. `rule: {class_path: Adam, init_args: {lr: 0.01}}`) and leave `lr` unset."
+            )
+        lr = rule.lr
+    return check_positive("lr", 1.0 if lr is None else lr)
 
 
 class _ArgumentsCheckedByName:

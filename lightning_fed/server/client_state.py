@@ -61,7 +61,7 @@ from lightning_fed.checks import check_positive_int
 
 __all__ = ["CLIENT_STATE_STORES", "ClientStateStore", "ClientStateStoreError", "ClientStateTable",
            "CorruptClientStateError", "MissingClientStateError", "check_client_state_store", "collect_garbage",
-           "disk_manifests", "nonfinite_disk_rows", "resolve_manifest_directories", "table_folder"]
+           "collect_tables_garbage", "disk_manifests", "nonfinite_disk_rows", "resolve_manifest_directories", "table_folder"]
 
 #: The allowed values of ``client_state_store``: where a server optimizer keeps its per-client rows.
 CLIENT_STATE_STORES = ("memory", "disk")
@@ -645,6 +645,27 @@ def collect_garbage(directory: str) -> list[str]:
         removed.append(path)
     state.candidates = {c for c in doomed if c in copies}  # looked at again: deleted once no copy references them
     return removed
+
+
+def collect_tables_garbage(values: Iterable[Any]) -> None:
+    """:func:`collect_garbage` in the directory of every on-disk :class:`ClientStateTable` among ``values`` (each
+    directory once; other values, ``None`` and in-memory tables are skipped): what the server optimizer runs at every
+    round start under ``client_state_store="disk"``, over its client halves', its stages' and its own tables.
+
+    Example: the first version of a row written twice goes, an in-memory table and ``None`` are skipped::
+
+        >>> import glob, os, tempfile, torch
+        >>> table = ClientStateTable(num_clients=2, dim=2, directory=tempfile.mkdtemp())
+        >>> table.put(0, torch.ones(2)); table.put(0, torch.zeros(2))
+        >>> row_files = lambda: len(glob.glob(os.path.join(table.directory, "rows", "*", "*.row")))
+        >>> row_files()
+        2
+        >>> collect_tables_garbage([table, ClientStateTable(num_clients=2, dim=2), None, table])
+        >>> row_files(), torch.equal(table.get(0), torch.zeros(2))
+        (1, True)
+    """
+    for directory in {v.directory for v in values if isinstance(v, ClientStateTable) and v.directory is not None}:
+        collect_garbage(directory)
 
 
 # ---------------------------------------------------------------------------------------------- the table

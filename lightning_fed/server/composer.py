@@ -46,12 +46,14 @@ class ServerRound(NamedTuple):
         snapshot: The server optimizer's state from before the step (``ServerOptimizer.snapshot_state``) when asked
             for, else ``None``: what ``ServerOptimizer.undo_round_step`` goes back to.
 
-    Example: clients of 1 and 2 samples weighted by size, D computed only when the report asks for it::
+    Example: FedAvg's round of two clients with 1 and 3 samples; D = √(Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖²) = √(0.5/0.125)::
 
-        >>> step = ServerRound([torch.tensor([3.0, 2.0])], torch.tensor([1.0, 2.0], dtype=torch.float64) / 3,
-        ...                    lambda: 1.25, releases_buffers=True)
-        >>> float(step.weights.sum()), step.gradient_diversity(), step.snapshot is None
-        (1.0, 1.25, True)
+        >>> from lightning_fed import ClientUpdate
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> step = FedAvg().round_step([torch.zeros(2)], [ClientUpdate(0, [torch.ones(2)], 1, 1, 0.0),
+        ...                                                ClientUpdate(1, [torch.zeros(2)], 3, 1, 0.0)])
+        >>> step.pseudo_gradient, step.weights, step.gradient_diversity(), step.releases_buffers, step.snapshot
+        ([tensor([0.2500, 0.2500])], tensor([0.2500, 0.7500], dtype=torch.float64), 2.0, True, None)
     """
 
     pseudo_gradient: list[Tensor]
@@ -334,6 +336,34 @@ class ServerComposer:
         return math.sqrt(float((weights * sq_norms).sum()) / denom) if denom > 0 else float("nan")
 
     # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> dict[str, list[Tensor]]:
+        """The tensor fields of :attr:`rule_state` by name, each a list aligned with the federated parameters (the
+        tensors themselves, so in-place changes persist; ``{}`` before the first step); assigning a dict sets those
+        fields, the scalar ones kept (``{}``: no rule state).
+
+        Example: the heavy-ball buffer after one step from Δ = [1, 2] is the first gradient, −Δ::
+
+            >>> from lightning_fed import ClientUpdate
+            >>> from lightning_fed.server.rules import Momentum
+            >>> composer = ServerComposer("uniform", None, Momentum(lr=1.0, momentum=0.9))
+            >>> _ = composer.update([torch.zeros(2)], [ClientUpdate(0, [torch.tensor([1.0, 2.0])], 1, 1, 0.0)])
+            >>> composer.state
+            {'momentum_buffer': [tensor([-1., -2.])]}
+        """
+        if self.rule_state is None:
+            return {}
+        defaults = type(self.rule_state)._field_defaults
+        return {k: v for k, v in self.rule_state._asdict().items() if k not in defaults}
+
+    @state.setter
+    def state(self, value: dict[str, list[Tensor]]) -> None:
+        if not value:
+            self.rule_state = None
+            return
+        _, scalars = state_to_dict(self.rule_state, self.rule.State)
+        self.rule_state = self.rule.State(**{**scalars, **value})
+
     def state_dict(self) -> dict[str, Any]:
         """``{"num_steps", "state": {field: [tensors]}}``, the rule state's scalar fields at the top level and
         ``"aggregators"`` (each stage's state as saved) with a chain whose states exist."""

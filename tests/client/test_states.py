@@ -75,3 +75,15 @@ def test_the_runner_owns_the_registry_and_the_server_optimizer_hands_over_what_i
     run_states.tables["FedDynClient"].put(0, torch.tensor([1.0, 1.0]))  # the run writes a row ...
     rows = server.state_dict()["client_algorithms"]["FedDynClient"]["rows"]  # ... and the checkpoint holds it
     assert sorted(rows) == [0, 2] and rows[0].tolist() == [1.0, 1.0]
+
+
+def test_where_a_half_was_given_names_its_list_and_position():
+    """where_given (the server optimizer's error text for a half's wrong-size state): a half of the server
+    optimizer's own list by its ``client[i]``; any other by its position among the trainer's halves only."""
+    from lightning_fed.client.states import where_given
+
+    own_a, own_b, trainer_a, trainer_b = (FedDynClient(alpha=0.1) for _ in range(4))
+    run = [own_a, own_b, trainer_a, trainer_b]
+    assert where_given(own_b, [own_a, own_b], run, "SCAFFOLD") == "`client[1]` of SCAFFOLD"
+    assert where_given(trainer_b, [own_a, own_b], run, "SCAFFOLD") == "`client_algorithms[1]` of the trainer"
+    assert where_given(trainer_a, [], [trainer_a], "FedAvg") == "`client_algorithms[0]` of the trainer"

@@ -652,3 +652,28 @@ def test_49_a_full_disk_while_writing_a_row_names_the_file_and_the_store(tmp_pat
         assert error.value.errno == errno.ENOSPC
         assert [p.name for p in (small / "T" / "rows" / "01").iterdir()] == []  # no partial file left
         assert 1 not in table and table.ids() == []
+
+
+def test_52_collect_tables_garbage_visits_each_on_disk_table_once_and_skips_the_rest(tmp_path):
+    """The server optimizer's round-start garbage collection over its tables (client halves', stages', its own):
+    every superseded row version of each on-disk table goes, the live ones stay; in-memory tables and ``None``
+    are skipped; a table listed twice is collected once."""
+    import glob
+    import os
+
+    from lightning_fed.server.client_state import collect_tables_garbage
+
+    a = ClientStateTable(num_clients=3, dim=2, directory=str(tmp_path / "a"))
+    b = ClientStateTable(num_clients=3, dim=1, directory=str(tmp_path / "b"))
+    memory = ClientStateTable(num_clients=3, dim=2)
+    for value in (1.0, 2.0, 3.0):  # client 0 of a written three times, client 2 of b twice
+        a.put(0, torch.full((2,), value))
+    b.put(2, torch.ones(1)), b.put(2, torch.zeros(1)), memory.put(1, torch.ones(2))
+
+    def files(table):
+        return len(glob.glob(os.path.join(table.directory, "rows", "*", "*.row")))
+
+    assert (files(a), files(b)) == (3, 2)
+    collect_tables_garbage([a, None, memory, b, a])
+    assert (files(a), files(b)) == (1, 1)
+    assert a.get(0).tolist() == [3.0, 3.0] and b.get(2).tolist() == [0.0] and memory.get(1).tolist() == [1.0, 1.0]

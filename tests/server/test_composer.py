@@ -69,3 +69,26 @@ def test_init_makes_the_rule_state_for_the_shapes_of_params():
 def test_an_unknown_weighting_is_named_with_the_allowed_values():
     with pytest.raises(ValueError, match=r"`weighting` must be one of \('num_samples', 'uniform'\), got 'mean'"):
         ServerComposer("mean", None, SGD(1.0))
+
+
+def test_the_state_view_is_the_rule_states_tensors_and_assigning_keeps_its_scalars():
+    """ServerComposer.state (ServerOptimizer.state reads it): the tensor fields by name, the tensors themselves;
+    assigning sets them and keeps the scalar fields (AdaptiveStepSize's η, θ); ``{}`` drops the rule state."""
+    from lightning_fed.server.rules import AdaptiveStepSize
+
+    composer = ServerComposer("uniform", None, Momentum(lr=1.0, momentum=0.5))
+    assert composer.state == {}
+    composer.update([torch.zeros(2)], _updates([([1.0, 2.0],)], [1]))
+    assert list(composer.state) == ["momentum_buffer"] and composer.state["momentum_buffer"][0].tolist() == [-1.0, -2.0]
+    assert composer.state["momentum_buffer"][0] is composer.rule_state.momentum_buffer[0]  # a view, not a copy
+    composer.state = {"momentum_buffer": [torch.tensor([3.0, 4.0])]}
+    assert composer.rule_state.momentum_buffer[0].tolist() == [3.0, 4.0]
+    composer.state = {}
+    assert composer.rule_state is None and composer.state == {}
+    adaptive = ServerComposer("uniform", None, AdaptiveStepSize())
+    adaptive.update([torch.zeros(2)], _updates([([1.0, 2.0],)], [1]))
+    scalars = {k: v for k, v in adaptive.rule_state._asdict().items() if k not in adaptive.state}
+    assert scalars  # η and θ, not in the view
+    adaptive.state = {k: [torch.full_like(t, 7.0) for t in v] for k, v in adaptive.state.items()}
+    assert {k: v for k, v in adaptive.rule_state._asdict().items() if k in scalars} == scalars
+    assert all(t.tolist() == [7.0, 7.0] for v in adaptive.state.values() for t in v)

@@ -134,7 +134,7 @@ class Stage(abc.ABC):
 
     kind: str = "reduce"
     #: Fields of the state a saved checkpoint must hold (not ``None``) after a server step, for a resume
-    #: (``ServerOptimizer.required_state`` names them ``"aggregators.<i>.<field>"``); default none.
+    #: (``lightning_fed.migrations.required_state`` names them ``"aggregators.<i>.<field>"``); default none.
     required_fields: tuple = ()
 
     def init_state(self, params: list[Tensor], num_clients: int) -> NamedTuple:
