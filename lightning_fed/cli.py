@@ -66,20 +66,25 @@ def verbose() -> bool:
     return _verbose_flag.get() or os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _imported_class(class_path: Any) -> Any:
+    """The object ``class_path`` (``"module.Name"``) names, or ``None`` where it does not import."""
+    if not isinstance(class_path, str) or "." not in class_path:
+        return None
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError):
+        return None
+
+
 def _is_server_optimizer(callback: Any) -> bool:
     """Whether a parsed ``trainer.callbacks`` entry (an instance, or a ``class_path`` namespace/dict) is a
     :class:`ServerOptimizer`. A class path that does not import is not one (jsonargparse reports it)."""
     if isinstance(callback, ServerOptimizer):
         return True
     if isinstance(callback, (Namespace, dict)):
-        class_path = callback.get("class_path")
-        if isinstance(class_path, str) and "." in class_path:
-            module_name, _, name = class_path.rpartition(".")
-            try:
-                cls = getattr(importlib.import_module(module_name), name)
-            except (ImportError, AttributeError):
-                return False
-            return isinstance(cls, type) and issubclass(cls, ServerOptimizer)
+        cls = _imported_class(callback.get("class_path"))
+        return isinstance(cls, type) and issubclass(cls, ServerOptimizer)
     return False
 
 
@@ -308,7 +313,8 @@ class _SwapFromDefaults(ActionTypeHint):
             if option in self.option_strings:  # the class itself, not `--server_optimizer.lr`
                 new, old_server = _class_path_of(value), cfg.get(self.dest)
                 old = old_server.get("class_path") if isinstance(old_server, Namespace) else None
-                if new is not None and old is not None and new != old:
+                same = new == old or (_imported_class(new) is not None and _imported_class(new) is _imported_class(old))
+                if new is not None and old is not None and not same:  # one class by two paths is no swap
                     short = new.rpartition(".")[2]
                     try:
                         halves = swap_client_halves(old_server, short, f"`--{self.dest} {short}`")
