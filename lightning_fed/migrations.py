@@ -467,8 +467,8 @@ def state_items(server: Any, param_names: Sequence[str], saved: bool = False) ->
         _state_items(items, prefix, server.state_dict(), (), param_names, None)
         return items
     rows = _RowsOf(server.round_report.client_ids if server.round_report is not None else [])
-    if server._rule_state is not None:
-        _state_items(items, prefix, server._rule_state._asdict(), ("state",), param_names, rows)
+    if server.rule_state is not None:
+        _state_items(items, prefix, server.rule_state._asdict(), ("state",), param_names, rows)
     for i, stage_state in enumerate(server.aggregator_state or ()):
         _state_items(items, prefix, stage_state, ("aggregators", str(i)), param_names, rows)
     for key, table in server.client_algorithm_states.items():
@@ -571,9 +571,9 @@ def select_federated(server: Any, positions: Sequence[int], sizes: Sequence[int]
             return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
         return value
 
-    if server._rule_state is not None:
-        fields = server._rule_state._asdict()
-        server._rule_state = type(server._rule_state)(**{k: walk(v, f"state.{k}") for k, v in fields.items()})
+    if server.rule_state is not None:
+        fields = server.rule_state._asdict()
+        server.rule_state = type(server.rule_state)(**{k: walk(v, f"state.{k}") for k, v in fields.items()})
     if server._saved_aggregator_state is not None:
         server._saved_aggregator_state = [walk(st, f"aggregators.{i}")
                                         for i, st in enumerate(server._saved_aggregator_state)]

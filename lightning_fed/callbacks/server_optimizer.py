@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-import math
-import warnings
 from typing import Any, Optional, Sequence
 
 import torch
@@ -21,28 +17,15 @@ from lightning_fed.server.client_state import (ClientStateStore, ClientStateTabl
 from lightning_fed.server.aggregators.base import RoundInfo, Stage
 from lightning_fed.server.aggregators.dp import adds_noise, check_dp_chain, check_private_fit, trained_parameters
 from lightning_fed.server.arguments import REMOVED_OVERRIDES, check_arguments  # noqa: F401  (re-exported)
-from lightning_fed.server.arguments import _ArgumentsCheckedByName, check_removed_overrides, check_rule_lr
-from lightning_fed.server.composer import ServerComposer, ServerRound
+from lightning_fed.server.arguments import _ArgumentsCheckedByName, check_removed_overrides, check_rule_lr, fields_of
+from lightning_fed.server.arguments import (CLIENT_REMOVED_IN, none_if_infinite,  # noqa: F401  (re-exported)
+                                            warn_client_deprecated)
+from lightning_fed.server.composer import ServerComposer, ServerRound, composed_attribute, delegated_method
 from lightning_fed.server.fit_checks import (check_cohort, check_federated_trainer, check_own_chain, frozen_positions,
                                              local_parameter_ids)
 from lightning_fed.server.rules.base import Rule, zeros_like_all  # noqa: F401  (zeros_like_all re-exported)
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.server.checks import check_positive, check_unit_interval  # noqa: F401  (re-exported)
-
-
-def _delegated(name: str) -> Any:
-    """A method that is the composer's (:class:`ServerComposer`) ``name``: its signature, its doc's first paragraph."""
-    composed = getattr(ServerComposer, name)
-    method = functools.wraps(composed)(lambda self, *args, **kwargs: getattr(self.composer, name)(*args, **kwargs))
-    method.__doc__ = (composed.__doc__ or "").split("\n\n")[0] + \
-        f" (:meth:`ServerComposer.{name} <lightning_fed.server.composer.ServerComposer.{name}>`)"
-    return method
-
-
-def _composed(name: str, doc: str, holder: str = "composer") -> property:
-    """An attribute of the server optimizer that is its ``holder``'s (one source of truth)."""
-    return property(lambda self: getattr(getattr(self, holder), name),
-                    lambda self, v: setattr(getattr(self, holder), name, v), doc=doc)
 
 
 class ServerOptimizer(Callback, _ArgumentsCheckedByName):
@@ -107,17 +90,16 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     #: Fields of :attr:`repr_fields` shown through a function of their value (``{"phi_max": none_if_infinite}``).
     repr_formats: dict[str, Any] = {}
 
-    weighting = _composed("weighting", "``\"num_samples\"`` or ``\"uniform\"``.")
-    aggregators = _composed("aggregators", "The aggregator chain replacing the weighted mean, or ``None``.")
-    server_rule = _composed("rule", "The server rule (:mod:`lightning_fed.server.rules`; default SGD(lr)).")
-    num_steps = _composed("num_steps", "Number of server steps taken so far (t after the update of round t−1).")
-    round_report = _composed("round_report", "The last round's :class:`~lightning_fed.server.aggregators.RoundReport` "
+    weighting = composed_attribute("weighting", "``\"num_samples\"`` or ``\"uniform\"``.")
+    aggregators = composed_attribute("aggregators", "The aggregator chain replacing the weighted mean, or ``None``.")
+    server_rule = composed_attribute("rule", "The server rule (:mod:`lightning_fed.server.rules`; default SGD(lr)).")
+    num_steps = composed_attribute("num_steps", "Number of server steps taken so far (t after the update of round t−1).")
+    round_report = composed_attribute("round_report", "The last round's :class:`~lightning_fed.server.aggregators.RoundReport` "
                              "(client weights, stage reports); ``None`` before it and from the start of each round.")
-    aggregator_state = _composed("aggregator_state", "The chain's typed states (one per stage), ``None`` until made.")
-    rule_state = _composed("rule_state", "The rule's typed state (a ``NamedTuple``), ``None`` before the first step.")
-    _rule_state = rule_state
-    _saved_aggregator_state = _composed("saved_aggregator_state", "The chain's states as loaded, until re-made.")
-    state = _composed("state", "The rule state's tensors by name, aligned with the federated parameters "
+    aggregator_state = composed_attribute("aggregator_state", "The chain's typed states (one per stage), ``None`` until made.")
+    rule_state = composed_attribute("rule_state", "The rule's typed state (a ``NamedTuple``), ``None`` before the first step.")
+    _saved_aggregator_state = composed_attribute("saved_aggregator_state", "The chain's states as loaded, until re-made.")
+    state = composed_attribute("state", "The rule state's tensors by name, aligned with the federated parameters "
                       "(:attr:`ServerComposer.state <lightning_fed.server.composer.ServerComposer.state>`).")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -174,10 +156,10 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
             states.adopt(self.client_states)
             self.client_states = states
 
-    client_algorithm_states = _composed("tables", "The client halves' per-client tables by ``state_key`` (e.g. "
-                                        "``\"FedDynClient\"``), :attr:`client_states`'.", "client_states")
-    loaded_client_state = _composed("loaded", "Whether :attr:`client_algorithm_states` came from a checkpoint not "
-                                    "yet checked against the run.", "client_states")
+    client_algorithm_states = composed_attribute(
+        "tables", "The client halves' per-client tables by ``state_key`` (``\"FedDynClient\"``).", "client_states")
+    loaded_client_state = composed_attribute(
+        "loaded", "Whether :attr:`client_algorithm_states` came from a checkpoint not yet checked.", "client_states")
 
     def configure_client(self, trainer: Any, pl_module: Any, client_id: int, round_idx: int,
                          context: Any = None) -> None:
@@ -191,21 +173,19 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return {}
 
     # ------------------------------------------------------------------ aggregation: the composer's
-    client_weights = _delegated("client_weights")
-    round_weights = _delegated("round_weights")
-    client_delta = _delegated("client_delta")
-    aggregate = _delegated("aggregate")
-    chain_state = _delegated("chain_state")
-    stage_state_fields = _delegated("stage_state_fields")
-    stage_report = _delegated("stage_report")
-    aggregation_requirement = _delegated("aggregation_requirement")
+    client_weights = delegated_method("client_weights")
+    round_weights = delegated_method("round_weights")
+    client_delta = delegated_method("client_delta")
+    aggregate = delegated_method("aggregate")
+    chain_state = delegated_method("chain_state")
+    stage_state_fields = delegated_method("stage_state_fields")
+    stage_report = delegated_method("stage_report")
+    aggregation_requirement = delegated_method("aggregation_requirement")
 
     @property
     def privatises(self) -> bool:
-        """Whether the aggregator chain adds DP noise (:func:`~lightning_fed.server.aggregators.dp.adds_noise`, σ > 0).
-        Then only what ε covers is released: buffers keep their global value, parameters the clients do not train or
-        keep local are not stepped (:func:`~lightning_fed.server.fit_checks.frozen_positions`), and fit refuses
-        running statistics and ``max_update_norm_ratio``."""
+        """Whether the chain adds DP noise (σ > 0): then only what ε covers is released (buffers keep their global
+        value, untrained or local parameters are not stepped: :func:`~lightning_fed.server.fit_checks.frozen_positions`)."""
         return adds_noise(self.aggregators)
 
     def gradient_diversity(self, updates: list[ClientUpdate], pseudo_gradient: list[Tensor],
@@ -216,9 +196,8 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return self.composer.gradient_diversity(updates, pseudo_gradient, self.privatises, delta_norms)
 
     def validate_round(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
-        """Called first by :meth:`server_update`, before any state changes: every stage's
-        :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (e.g. SCAFFOLD's checks of N, the client ids and
-        Δc_i, then c created or moved to ``params``' device), which raises when the round cannot be applied."""
+        """Every stage's :meth:`~lightning_fed.server.aggregators.Stage.prepare_round` (SCAFFOLD's checks of N, ids,
+        Δc_i), first in :meth:`server_update`, before any state changes; raises when the round cannot be applied."""
         for prepare_round in self.composer.stage_hooks("prepare_round"):
             prepare_round(self, params, updates)
 
@@ -260,8 +239,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
         return ServerRound(pseudo_gradient, weights, diversity, not self.privatises, before)
 
     def undo_round_step(self, params: list[Tensor], step: ServerRound) -> None:
-        """Back to the state from before ``step`` (a :meth:`round_step` taken with ``snapshot``; :meth:`restore_state`);
-        RuntimeError when ``step`` holds no snapshot."""
+        """Back to the state before ``step`` (:meth:`round_step` with ``snapshot``); RuntimeError without one."""
         if step.snapshot is None:
             raise RuntimeError("undo_round_step: this round_step kept no snapshot (snapshot=False).")
         self.restore_state(step.snapshot, params)
@@ -383,18 +361,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     @property
     def state_key(self) -> str:
         """Lightning's key of this callback's state: the class name and :attr:`state_key_fields`' values."""
-        return self._generate_state_key(**dict(self._fields(self.state_key_fields)))
-
-    def _fields(self, specs: Sequence[str]) -> list[tuple[str, Any]]:
-        """``(key, value)`` of each ``"key"`` or ``"key=dotted.path"`` of ``specs``, read from this object."""
-        out = []
-        for spec in specs:
-            key, _, path = spec.partition("=")
-            value: Any = self
-            for part in (path or key).split("."):
-                value = getattr(value, part)
-            out.append((key, value))
-        return out
+        return self._generate_state_key(**dict(fields_of(self, self.state_key_fields)))
 
     def state_dict(self) -> dict[str, Any]:
         """:meth:`ServerComposer.state_dict <lightning_fed.server.composer.ServerComposer.state_dict>`, plus
@@ -421,7 +388,7 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
     def extra_repr(self) -> str:
         """``key=value`` of :attr:`repr_fields` (strings quoted), but those :attr:`repr_hidden` hides."""
         hidden, formats = self.repr_hidden, self.repr_formats
-        shown = [(key, formats[key](value) if key in formats else value) for key, value in self._fields(self.repr_fields)
+        shown = [(key, formats[key](value) if key in formats else value) for key, value in fields_of(self, self.repr_fields)
                  if not (key in hidden and value == hidden[key])]
         return ", ".join(f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}" for key, value in shown)
 
@@ -430,33 +397,3 @@ class ServerOptimizer(Callback, _ArgumentsCheckedByName):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()}{self._client_repr()})"
-
-
-#: The release that drops ``ServerOptimizer(client=...)`` (deprecated for ``FederatedTrainer(client_algorithms=...)``).
-CLIENT_REMOVED_IN = "0.3.0"
-
-
-def warn_client_deprecated(server: Any) -> None:
-    """Warn (``DeprecationWarning``, at the line that built ``server``) that ``client=[...]`` of a server optimizer
-    is deprecated: the kept way is ``FederatedTrainer(client_algorithms=[...])``, removal in :data:`CLIENT_REMOVED_IN`."""
-    level, frame = 3, inspect.currentframe().f_back.f_back  # the caller of ServerOptimizer.__init__
-    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is server:
-        level, frame = level + 1, frame.f_back  # a subclass's __init__ passing `client` on: point past it
-    name = type(server).__name__
-    warnings.warn(
-        f"`{name}(client=[...])` is deprecated and will be removed in lightning_fed {CLIENT_REMOVED_IN}: give the "
-        "client halves to the trainer instead, `FederatedTrainer(client_algorithms=[...])` (YAML/CLI: "
-        "`trainer.client_algorithms`), which also keeps them when the server optimizer is swapped.",
-        DeprecationWarning, stacklevel=level)
-
-
-def none_if_infinite(value: float) -> Optional[float]:
-    """``None`` for ±∞ (an unset bound, as the constructor takes it), else ``value``: a :attr:`ServerOptimizer.repr_formats` entry.
-
-    Example::
-
-        >>> none_if_infinite(math.inf), none_if_infinite(2.0)
-        (None, 2.0)
-    """
-    return None if math.isinf(value) else value
-

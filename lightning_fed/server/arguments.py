@@ -1,13 +1,16 @@
 """A server optimizer's constructor arguments checked by the class the user wrote (``FedAdam(lrr=0.1)`` names
 ``FedAdam`` and ``lr``, not the base class whose ``__init__`` it inherits), the methods a subclass may no longer
-override (:class:`~lightning_fed.callbacks.ServerOptimizer` refuses them when the subclass is defined), and the
-server learning rate given as ``lr`` or on the rule."""
+override (:class:`~lightning_fed.callbacks.ServerOptimizer` refuses them when the subclass is defined), the
+server learning rate given as ``lr`` or on the rule, the deprecated ``client=[...]``, and the settings a server
+optimizer's ``state_key`` and ``repr`` are derived from (:func:`fields_of`)."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Sequence
+import math
+import warnings
+from typing import Any, Optional, Sequence
 
 from lightning_fed.server.checks import check_positive
 from lightning_fed.server.rules.base import Rule
@@ -122,3 +125,56 @@ class _ArgumentsCheckedByName:
         if args or kwargs:
             check_arguments(cls, args, kwargs)
         return super().__new__(cls)
+
+def fields_of(obj: Any, specs: Sequence[str]) -> list[tuple[str, Any]]:
+    """``(key, value)`` of each ``"key"`` or ``"key=dotted.path"`` of ``specs``, read from ``obj``: what a server
+    optimizer's ``state_key_fields`` and ``repr_fields`` name.
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAdam
+        >>> server = FedAdam(lr=0.1)
+        >>> fields_of(server, server.state_key_fields)
+        [('lr', 0.1), ('beta1', 0.9), ('beta2', 0.99), ('tau', 0.001), ('weighting', 'num_samples')]
+        >>> from types import SimpleNamespace
+        >>> fields_of(SimpleNamespace(stage=SimpleNamespace(alpha=0.5)), ["alpha=stage.alpha"])
+        [('alpha', 0.5)]
+    """
+    out = []
+    for spec in specs:
+        key, _, path = spec.partition("=")
+        value: Any = obj
+        for part in (path or key).split("."):
+            value = getattr(value, part)
+        out.append((key, value))
+    return out
+
+
+#: The release that drops ``ServerOptimizer(client=...)`` (deprecated for ``FederatedTrainer(client_algorithms=...)``).
+CLIENT_REMOVED_IN = "0.3.0"
+
+
+def warn_client_deprecated(server: Any) -> None:
+    """Warn (``DeprecationWarning``, at the line that built ``server``) that ``client=[...]`` of a server optimizer
+    is deprecated: the kept way is ``FederatedTrainer(client_algorithms=[...])``, removal in :data:`CLIENT_REMOVED_IN`."""
+    level, frame = 3, inspect.currentframe().f_back.f_back  # the caller of ServerOptimizer.__init__
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is server:
+        level, frame = level + 1, frame.f_back  # a subclass's __init__ passing `client` on: point past it
+    name = type(server).__name__
+    warnings.warn(
+        f"`{name}(client=[...])` is deprecated and will be removed in lightning_fed {CLIENT_REMOVED_IN}: give the "
+        "client halves to the trainer instead, `FederatedTrainer(client_algorithms=[...])` (YAML/CLI: "
+        "`trainer.client_algorithms`), which also keeps them when the server optimizer is swapped.",
+        DeprecationWarning, stacklevel=level)
+
+
+def none_if_infinite(value: float) -> Optional[float]:
+    """``None`` for ±∞ (an unset bound, as the constructor takes it), else ``value``: a :attr:`ServerOptimizer.repr_formats` entry.
+
+    Example::
+
+        >>> none_if_infinite(math.inf), none_if_infinite(2.0)
+        (None, 2.0)
+    """
+    return None if math.isinf(value) else value
+

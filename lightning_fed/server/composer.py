@@ -10,6 +10,7 @@ the client halves and their per-client state, checkpointing).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
@@ -386,3 +387,36 @@ class ServerComposer:
 def _select(update: ClientUpdate, kept: list[int]) -> ClientUpdate:
     """``update`` with the deltas at ``kept`` only."""
     return dataclasses.replace(update, delta=[update.delta[i] for i in kept])
+
+
+def delegated_method(name: str) -> Any:
+    """A method of a class holding a ``composer`` that is the composer's (:class:`ServerComposer`) ``name``: its
+    signature, its doc's first paragraph (how :class:`~lightning_fed.callbacks.ServerOptimizer` hands work on).
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> import inspect
+        >>> inspect.signature(FedAvg.aggregate) == inspect.signature(ServerComposer.aggregate)
+        True
+    """
+    composed = getattr(ServerComposer, name)
+    method = functools.wraps(composed)(lambda self, *args, **kwargs: getattr(self.composer, name)(*args, **kwargs))
+    method.__doc__ = (composed.__doc__ or "").split("\n\n")[0] + \
+        f" (:meth:`ServerComposer.{name} <lightning_fed.server.composer.ServerComposer.{name}>`)"
+    return method
+
+
+def composed_attribute(name: str, doc: str, holder: str = "composer") -> property:
+    """An attribute of a class (the server optimizer) that is its ``holder``'s ``name`` (one source of truth).
+
+    Example::
+
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> server = FedAvg()
+        >>> server.weighting = "uniform"  # written through to the composer
+        >>> server.composer.weighting
+        'uniform'
+    """
+    return property(lambda self: getattr(getattr(self, holder), name),
+                    lambda self, v: setattr(getattr(self, holder), name, v), doc=doc)
