@@ -25,6 +25,7 @@ from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRu
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
+from lightning_fed.communication.bytes import CommunicationLedger
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -219,6 +220,8 @@ class FederatedFitLoop(pl_private.FitLoop):
         self._buffers: list[Tensor] = []
         self._partition_logged = False
         self._round_log = RoundLogAccumulator()
+        #: The run's bytes down and up, exact (:mod:`lightning_fed.communication.bytes`; logged as ``comm/*``).
+        self.communication = CommunicationLedger()
         self._rounds_run = 0
         self._rounds_with_updates = 0
         #: Rounds without an update, by why: "empty" (no client sampled), "unavailable" (every sampled client
@@ -304,6 +307,14 @@ class FederatedFitLoop(pl_private.FitLoop):
         warn_if_guard_inactive(self.max_update_norm_ratio, self.datamodule.clients_per_round)
         self._log_partition()
         super().on_run_start()
+
+    def on_save_checkpoint(self) -> dict:
+        """Lightning's fit-loop state and the run's byte totals (``"communication"``)."""
+        return {**super().on_save_checkpoint(), "communication": self.communication.state_dict()}
+
+    def on_load_checkpoint(self, state_dict: dict) -> None:
+        self.communication.load_state_dict(state_dict.get("communication", {}))  # (none before issue #56: 0)
+        super().on_load_checkpoint(state_dict)
 
     def on_run_end(self) -> Any:
         """Raises ``RuntimeError`` when rounds ran but no client ever reported back (the model is untrained), saying
@@ -412,6 +423,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         except RoundInterrupted as interrupt:
             self._stop_round(rnd.idx, interrupt.signum)
         rnd.updates, failures = _round_result(self.executor, result)
+        self.communication.record(runner, rnd.selection.cohort, rnd.updates)  # every report, before any is dropped
         runner.stop_if_all_failed_alike(len(rnd.updates), failures, rnd.idx)  # a deterministic error: stop now
         for failure in failures:
             if getattr(failure, "error", None) is not None:
@@ -492,6 +504,7 @@ class FederatedFitLoop(pl_private.FitLoop):
             "round_clients": float(len(updates)),
             "round_clients_dropped": float(len(self.round_failures) + rnd.num_too_few + rnd.num_restored),
             "round_clients_unavailable": float(rnd.selection.unavailable),
+            **self.communication.round_metrics(),
         }
         weights: dict[int, float] = {}
         if step is not None:

@@ -94,6 +94,17 @@ class ClientAlgorithm:
         """
         return []
 
+    def local_buffers(self) -> list[int]:
+        """After :meth:`setup`: the positions (in ``module.buffers()``) of the buffers this half keeps on the client
+        (not sent either way, :mod:`lightning_fed.communication.bytes`). Default: none (``[]``).
+
+        Example::
+
+            >>> ClientAlgorithm().local_buffers()
+            []
+        """
+        return []
+
     def fit_start(self, trainer: Any, server: Any) -> None:
         """At fit start, from the server optimizer's ``on_fit_start`` (before a checkpoint's optimizer state is
         restored and before the loop snapshots the hyper-parameters of round 0), for the halves given with

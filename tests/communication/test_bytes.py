@@ -1,0 +1,90 @@
+"""Bytes counted (issue #56 item 1): each round's bytes down (x_t over the federated parameters that travel, and the
+buffers) and up (each Δ_i as encoded, the buffers, the extras' tensors), against counts made by hand from the model's
+shapes and dtypes: a plain model, a frozen encoder (LoRA-style: only the trainable head travels), FedPer (the kept
+head travels neither way), SCAFFOLD (Δc_i travels up too), top-k encoding, and the totals across a resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from helpers import CHECKPOINT_DIR_REUSED, FrozenEncoder, LinearRegression, federated_fit, regression_data
+from lightning_fed.algorithms.fedper import FedPerClient
+from lightning_fed.callbacks import SCAFFOLD, FedAvg
+from lightning_fed.communication import Compression, TopK
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+
+ROUNDS, COHORT = 2, 3
+
+
+def datamodule(clients_per_round=COHORT, num_clients=6):
+    x, y = regression_data(n=36, d=3, seed=1)
+    return FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                               partitioner=IIDPartitioner(num_clients=num_clients, seed=0),
+                               clients_per_round=clients_per_round, batch_size=6)
+
+
+def comm(trainer):
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("comm/")}
+
+
+def expect(down_per_client, up_per_client, rounds=ROUNDS, cohort=COHORT):
+    return {"comm/bytes_down": cohort * down_per_client, "comm/bytes_up": cohort * up_per_client,
+            "comm/total_bytes_down": rounds * cohort * down_per_client,
+            "comm/total_bytes_up": rounds * cohort * up_per_client}
+
+
+def test_56_every_federated_parameter_travels_both_ways_raw(tmp_path):
+    # LinearRegression(3): weight [1, 3] + bias [1], float64: 4 × 8 = 32 bytes each way per client
+    trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), FedAvg(), ROUNDS)
+    assert comm(trainer) == expect(32, 32)
+    ledger = trainer.fit_loop.communication
+    assert ledger.total_bytes_up == 192 and len(ledger.round_bytes_up) == COHORT
+    assert set(ledger.round_bytes_up.values()) == {32} and sum(ledger.client_bytes_up.values()) == 192
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
+def test_56_a_frozen_encoder_does_not_travel(tmp_path):
+    # FrozenEncoder: encoder Linear(3, 6) frozen (24 entries, not sent); head Linear(6, 1) = 7 float64 entries: 56 bytes
+    trainer = federated_fit(tmp_path, FrozenEncoder(), datamodule(), FedAvg(), ROUNDS)
+    assert comm(trainer) == expect(56, 56)
+
+
+class TwoLayer(LinearRegression):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)).double()
+
+
+@pytest.mark.filterwarnings("ignore:The client half.s. FedPerClient give each client a personal model")
+def test_56_fedper_head_kept_on_the_client_travels_neither_way(tmp_path):
+    # body Linear(3, 2): 6 + 2 = 8 float64 entries = 64 bytes; the head Linear(2, 1) (3 entries) stays local
+    trainer = federated_fit(tmp_path, TwoLayer(), datamodule(), FedAvg(), ROUNDS,
+                            client_algorithms=[FedPerClient(head=["linear.1"])])
+    assert comm(trainer) == expect(64, 64)
+
+
+def test_56_scaffold_uploads_its_control_variate_delta_too(tmp_path):
+    # Δ_i (32 bytes) and Δc_i (4 entries in the control's dtype, float64: 32 bytes) up; x_t down (the server's
+    # control c_t, which SCAFFOLD also broadcasts, is not counted yet: the ledger counts x_t and the buffers down)
+    trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), SCAFFOLD(), ROUNDS)
+    assert comm(trainer) == expect(32, 64)
+
+
+def test_56_top_k_uploads_k_values_and_k_int32_indices(tmp_path):
+    # k = 2 float64 values (16 bytes) + 2 int32 indices (8 bytes) = 24 bytes up; 32 bytes down
+    trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), FedAvg(), ROUNDS,
+                            client_algorithms=[Compression(TopK(k=2))])
+    assert comm(trainer) == expect(32, 24)
+
+
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED, "ignore:Be aware that when using `ckpt_path`:UserWarning")
+def test_56_the_totals_carry_over_a_resume(tmp_path):
+    full = federated_fit(tmp_path / "a", LinearRegression(), datamodule(), FedAvg(), 3)
+    first = federated_fit(tmp_path / "b", LinearRegression(), datamodule(), FedAvg(), 2, ckpt_dir=tmp_path / "ckpt")
+    assert first.fit_loop.communication.total_bytes_up == 2 * COHORT * 32
+    resumed = federated_fit(tmp_path / "b", LinearRegression(), datamodule(), FedAvg(), 3,
+                            ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert comm(resumed) == comm(full) == expect(32, 32, rounds=3)
+    assert resumed.fit_loop.communication.client_bytes_up == full.fit_loop.communication.client_bytes_up
