@@ -504,7 +504,6 @@ class FederatedFitLoop(pl_private.FitLoop):
             "round_clients": float(len(updates)),
             "round_clients_dropped": float(len(self.round_failures) + rnd.num_too_few + rnd.num_restored),
             "round_clients_unavailable": float(rnd.selection.unavailable),
-            **self.communication.round_metrics(),
         }
         weights: dict[int, float] = {}
         if step is not None:
@@ -558,6 +557,7 @@ class FederatedFitLoop(pl_private.FitLoop):
         # results when logging switches to it from another fx, so logging these before validation would let a
         # callback that logs in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) wipe them.
         self._log_round_metrics(module)
+        self.communication.log(trainer, round_idx)
         for timer in trainer.callbacks:  # max_time is checked at round ends: a round is never cut short
             if isinstance(timer, Timer):
                 timer.on_train_batch_end(trainer, module, None, None, 0)

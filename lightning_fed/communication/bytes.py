@@ -12,10 +12,13 @@ Per client of a round's cohort (every sampled client that was available, includi
   not kept local and every tensor of ``ClientUpdate.extras`` (SCAFFOLD's Δc_i, Fed-LAMB's moments), raw. The
   per-client states of client halves (``extras["client_state/..."]``) are not counted: a real client keeps them.
 
-The loop logs, every round: ``comm/bytes_down`` and ``comm/bytes_up`` (the round's sums over its clients) and
-``comm/total_bytes_down`` / ``comm/total_bytes_up`` (since round 0, kept across a resume in the loop's checkpoint
-state). Logged scalars are float32 (Lightning's), exact up to 2^24 bytes; :class:`CommunicationLedger` on
-``trainer.fit_loop.communication`` holds the exact integers, per client too.
+The loop logs, every round (step t, as the round metrics): ``comm/bytes_down`` and ``comm/bytes_up`` (the round's
+sums over its clients) and ``comm/total_bytes_down`` / ``comm/total_bytes_up`` (since round 0, kept across a resume
+in the loop's checkpoint state). They go to the trainer's loggers as Python numbers (:meth:`CommunicationLedger.log`;
+exact in a CSV log, float32 in TensorBoard, which stores every scalar so; the HParams tab lists them with the round
+metrics), not through ``LightningModule.log`` (whose float32 tensors round counts above 2^24 bytes), so they are not
+in ``trainer.callback_metrics``; :class:`CommunicationLedger` on ``trainer.fit_loop.communication`` holds the exact
+integers, per client too.
 """
 
 from __future__ import annotations
@@ -151,6 +154,12 @@ class CommunicationLedger:
         """The round's logged values (floats; see the module doc)."""
         return {"comm/bytes_down": float(self.bytes_down), "comm/bytes_up": float(self.bytes_up),
                 "comm/total_bytes_down": float(self.total_bytes_down), "comm/total_bytes_up": float(self.total_bytes_up)}
+
+    def log(self, trainer: Any, round_idx: int) -> None:
+        """:meth:`round_metrics` to each of ``trainer.loggers`` at step ``round_idx`` (the round's step)."""
+        metrics = self.round_metrics()
+        for logger in getattr(trainer, "loggers", ()):
+            logger.log_metrics(metrics, step=int(round_idx))
 
     def state_dict(self) -> dict[str, Any]:
         """The totals since round 0 (per client too), for a resume."""

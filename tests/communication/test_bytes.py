@@ -5,7 +5,10 @@ head travels neither way), SCAFFOLD (Δc_i travels up too), top-k encoding, and 
 
 from __future__ import annotations
 
+import csv
+
 import pytest
+from lightning.pytorch.loggers import CSVLogger
 import torch
 from torch.utils.data import TensorDataset
 
@@ -26,7 +29,7 @@ def datamodule(clients_per_round=COHORT, num_clients=6):
 
 
 def comm(trainer):
-    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("comm/")}
+    return trainer.fit_loop.communication.round_metrics()
 
 
 def expect(down_per_client, up_per_client, rounds=ROUNDS, cohort=COHORT):
@@ -37,8 +40,11 @@ def expect(down_per_client, up_per_client, rounds=ROUNDS, cohort=COHORT):
 
 def test_56_every_federated_parameter_travels_both_ways_raw(tmp_path):
     # LinearRegression(3): weight [1, 3] + bias [1], float64: 4 × 8 = 32 bytes each way per client
-    trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), FedAvg(), ROUNDS)
+    trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), FedAvg(), ROUNDS, logger=CSVLogger(tmp_path))
     assert comm(trainer) == expect(32, 32)
+    with open(next(tmp_path.rglob("metrics.csv"))) as f:  # logged at each round's step, beside the round metrics
+        rows = [{k: float(v) for k, v in r.items() if k.startswith("comm/") or k == "step"} for r in csv.DictReader(f)]
+    assert rows == [{"step": float(t), **expect(32, 32, rounds=t + 1)} for t in range(ROUNDS)]
     ledger = trainer.fit_loop.communication
     assert ledger.total_bytes_up == 192 and len(ledger.round_bytes_up) == COHORT
     assert set(ledger.round_bytes_up.values()) == {32} and sum(ledger.client_bytes_up.values()) == 192
