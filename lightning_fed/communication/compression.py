@@ -103,7 +103,9 @@ class Compression(ClientAlgorithm):
         Returns:
             ``(decoded, nbytes, new_residual)``: Δ̂_i shaped, typed and placed like ``delta`` (0 outside
             ``travelling``), the encoding's size in bytes, and e_i ← p_i − Δ̂_i (flat, CPU; ``None`` without error
-            feedback).
+            feedback). A p_i with a NaN or an infinite entry is returned as ``delta`` itself (raw size, residual
+            ``None``: unchanged), so that the loop's finiteness check drops it as it would without compression
+            (the sign or top-k of a NaN vector would hide it).
         """
         flat = torch.cat([d.detach().reshape(-1).cpu() for d in delta])
         if self.error_feedback and residual is not None:
@@ -114,6 +116,8 @@ class Compression(ClientAlgorithm):
         else:
             starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
             sent = torch.cat([flat[starts[j]:starts[j] + sizes[j]] for j in travelling])
+        if not bool(torch.isfinite(sent).all()):  # sent as it is: the loop drops it as non-finite (a sign or a
+            return delta, int(sent.numel() * sent.element_size()), None  # top-k would hide the NaN); e_i kept
         decoded, nbytes = self.compressor.compress(sent, self.generator(round_idx, client_id))
         if len(travelling) == len(delta):
             full = decoded

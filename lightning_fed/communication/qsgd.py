@@ -1,10 +1,11 @@
 """QSGD's stochastic quantisation (Alistarh, Grubic, Li, Tomioka, Vojnovic: "QSGD: Communication-Efficient SGD via
 Gradient Quantization and Encoding", NeurIPS 2017, Sec. 3.1, eq. (4)-(5)).
 
-Q_s(v)_i = ‖v‖₂ · sgn(v_i) · ξ_i(v, s) with s levels: for l = ⌊s·|v_i|/‖v‖₂⌋ (0 ≤ l ≤ s),
-ξ_i = (l + 1)/s with probability p_i = s·|v_i|/‖v‖₂ − l, else l/s — unbiased, E[Q_s(v)] = v (Lemma 3.1 (i)).
-The draw is ``u_i < p_i`` for u_i uniform in [0, 1): ``torch.rand(d, generator=g, dtype=torch.float64)`` from the
-client's generator (:func:`~lightning_fed.communication.base.client_generator`).
+Q_s(v)_i = ‖v‖₂ · sgn(v_i) · ξ_i(v, s) with s levels: for r_i = s·|v_i|/‖v‖₂ and l = ⌊r_i⌋ (0 ≤ l ≤ s),
+ξ_i = (l + 1)/s with probability p_i = r_i − l, else l/s — unbiased, E[Q_s(v)] = v (Lemma 3.1 (i)).
+The draw: s·ξ_i = ⌊r_i + u_i⌋ for u_i uniform in [0, 1) (it is l + 1 exactly when u_i ≥ 1 − p_i, probability p_i),
+u = ``torch.rand(d, generator=g)`` (float32) from the client's generator
+(:func:`~lightning_fed.communication.base.client_generator`); the arithmetic is float64.
 
 Encoding counted (fixed length, not the Elias code of Sec. 3.2): ‖v‖₂ as one float32 (32 bits), then per coordinate
 one sign bit and ⌈log₂(s + 1)⌉ bits for its level l' ∈ {0, …, s}: 32 + d·(1 + ⌈log₂(s + 1)⌉) bits, rounded up to
@@ -57,13 +58,10 @@ class QSGD(Compressor):
         d, s = v.numel(), self.levels
         nbytes = bits_to_bytes(32 + d * (1 + self.level_bits()))
         x = v.detach().to(torch.float64)
-        norm = torch.linalg.vector_norm(x)
-        u = torch.rand(d, generator=generator, dtype=torch.float64)  # drawn even for v = 0: the draws stay aligned
-        if float(norm) == 0.0:
+        norm = float(torch.linalg.vector_norm(x))
+        u = torch.rand(d, generator=generator)  # drawn even for v = 0: the draws stay aligned
+        if norm == 0.0:
             return torch.zeros_like(v), nbytes
-        scaled = x.abs() / norm * s
-        low = scaled.floor().clamp_(max=s)
-        level = low + (u < scaled - low).to(torch.float64)
-        sent_norm = float(np.float32(float(norm)))  # the 32 bits sent
-        sign = torch.where(x < 0, -1.0, 1.0).to(torch.float64)
-        return (sent_norm * sign * level / s).to(v.dtype), nbytes
+        level = x.abs().div_(norm).mul_(s).add_(u).floor_().clamp_(max=s)  # s·ξ_i = ⌊r_i + u_i⌋
+        sent_norm = float(np.float32(norm))  # the 32 bits sent
+        return torch.copysign(level, x).mul_(sent_norm / s).to(v.dtype), nbytes

@@ -65,7 +65,13 @@ class TopK(_Sparsifier):
 
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         k = self.kept(v.numel())
-        index = torch.argsort(v.detach().abs(), descending=True, stable=True)[:k]
         out = torch.zeros_like(v)
+        if k == 0:
+            return out, 0
+        magnitude = v.detach().abs()
+        kth = torch.topk(magnitude, k, sorted=False).values.min()  # the k-th largest |v_i|
+        above = torch.nonzero(magnitude > kth).reshape(-1)
+        tied = torch.nonzero(magnitude == kth).reshape(-1)[:k - above.numel()]  # ties at the k-th: lower index first
+        index = torch.cat([above, tied])
         out[index] = v.detach()[index]
         return out, self.size(v, k)

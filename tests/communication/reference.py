@@ -10,8 +10,8 @@ import numpy as np
 
 
 def qsgd(v, s, u):
-    """Alistarh et al. 2017, Sec. 3.1: ‖v‖₂·sgn(v_i)·ξ_i, ξ_i = (l+1)/s w.p. s|v_i|/‖v‖ − l else l/s; the norm sent
-    as float32; bits 32 + d(1 + ⌈log₂(s+1)⌉)."""
+    """Alistarh et al. 2017, Sec. 3.1: ‖v‖₂·sgn(v_i)·ξ_i, ξ_i = (l+1)/s w.p. s|v_i|/‖v‖ − l else l/s (drawn as
+    l + 1 when u_i ≥ 1 − p_i); the norm sent as float32; bits 32 + d(1 + ⌈log₂(s+1)⌉)."""
     x = v.astype(np.float64)
     nbytes = math.ceil((32 + v.size * (1 + math.ceil(math.log2(s + 1)))) / 8)
     norm = math.sqrt(float(np.sum(x * x)))
@@ -19,7 +19,7 @@ def qsgd(v, s, u):
         return np.zeros_like(v), nbytes
     r = np.abs(x) / norm * s
     l = np.floor(r)
-    xi = (l + (u < r - l)) / s
+    xi = (l + (u >= 1 - (r - l))) / s
     sign = np.where(x < 0, -1.0, 1.0)
     return (float(np.float32(norm)) * sign * xi).astype(v.dtype), nbytes
 

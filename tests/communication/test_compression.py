@@ -22,7 +22,7 @@ GAMMA, SEED = 0.1, 7
 COMPRESSORS = {
     "topk": (lambda: TopK(k=2), lambda p, t, cid: topk(p, 2)[0]),
     "qsgd": (lambda: QSGD(levels=2), lambda p, t, cid: qsgd(p, 2, torch.rand(
-        p.size, generator=client_generator(SEED, t, cid), dtype=torch.float64).numpy())[0]),
+        p.size, generator=client_generator(SEED, t, cid)).numpy().astype(np.float64))[0]),
 }
 
 
@@ -118,3 +118,10 @@ def test_56_two_compression_halves_are_refused_at_fit_start(tmp_path):
     with pytest.raises(ValueError, match=r"The run has 2 Compression client halves"):
         federated_fit(tmp_path, LinearRegression(), dm, FedAvg(), 1,
                       client_algorithms=[Compression(Float16()), Compression(TopK(k=1))])
+
+
+def test_56_a_non_finite_update_is_not_hidden_by_its_compression():
+    delta = [torch.tensor([float("nan"), 1.0, -2.0])]
+    for compressor in (TopK(k=1), Float16()):
+        out, nbytes, residual = Compression(compressor, error_feedback=True).encode(delta, [0], 0, 0)
+        assert out is delta and nbytes == 12 and residual is None  # the loop drops it; e_i is kept

@@ -15,7 +15,7 @@ V = np.random.default_rng(1).normal(size=10).astype(np.float32)
 @pytest.mark.parametrize("s, nbytes", [(1, 7), (7, 9), (15, 11)])  # 32 + 10·2 = 52, 32 + 10·4 = 72, 32 + 10·5 = 82 bits
 def test_56_qsgd_equals_its_numpy_transcription_with_the_same_draws(s, nbytes):
     out, size = QSGD(levels=s).compress(torch.tensor(V), client_generator(3, 2, 5))
-    u = torch.rand(V.size, generator=client_generator(3, 2, 5), dtype=torch.float64).numpy()
+    u = torch.rand(V.size, generator=client_generator(3, 2, 5)).numpy().astype(np.float64)
     want, want_size = qsgd(V, s, u)
     np.testing.assert_array_equal(out.numpy(), want)
     assert size == want_size == nbytes
