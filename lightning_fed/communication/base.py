@@ -60,6 +60,12 @@ class Compressor:
     #: Whether :meth:`compress` draws from its generator (:func:`client_generator`).
     stochastic: bool = False
 
+    def size(self, d: int, element_size: int) -> int:
+        """The encoding's size in bytes for a vector of ``d`` entries of ``element_size`` bytes: every compressor here
+        sends a size that depends on d alone, known before the client trains (what a simulated clock plans an upload
+        with). Default: the raw size, ``d × element_size``."""
+        return int(d) * int(element_size)
+
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         """``(decoded, nbytes)`` of the flat floating vector ``v`` (shape ``[d]``, on the CPU): the decoded vector
         (shape ``[d]``, ``v``'s dtype) and the encoding's size in bytes. ``generator``: the draws of a stochastic

@@ -16,10 +16,14 @@ __all__ = ["BFloat16", "Float16"]
 class _Cast(Compressor):
     dtype: torch.dtype = torch.float16
 
+    def size(self, d: int, element_size: int) -> int:
+        """2 bytes an entry."""
+        return 2 * int(d)
+
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         """``v`` rounded to :attr:`dtype` and back; ``2·d`` bytes."""
         sent = v.to(self.dtype)
-        return sent.to(v.dtype), sent.numel() * sent.element_size()
+        return sent.to(v.dtype), self.size(v.numel(), v.element_size())
 
 
 class Float16(_Cast):

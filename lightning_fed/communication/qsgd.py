@@ -54,9 +54,13 @@ class QSGD(Compressor):
         """⌈log₂(s + 1)⌉: the bits of one level l' ∈ {0, …, s}."""
         return int(math.ceil(math.log2(self.levels + 1)))
 
+    def size(self, d: int, element_size: int) -> int:
+        """⌈(32 + d·(1 + ⌈log₂(s + 1)⌉))/8⌉ bytes."""
+        return bits_to_bytes(32 + int(d) * (1 + self.level_bits()))
+
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         d, s = v.numel(), self.levels
-        nbytes = bits_to_bytes(32 + d * (1 + self.level_bits()))
+        nbytes = self.size(d, v.element_size())
         x = v.detach().to(torch.float64)
         norm = float(torch.linalg.vector_norm(x))
         u = torch.rand(d, generator=generator)  # drawn even for v = 0: the draws stay aligned

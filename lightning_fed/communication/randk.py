@@ -59,4 +59,4 @@ class RandK(_Sparsifier):
         out = torch.zeros_like(v)
         kept = v.detach()[index]
         out[index] = kept * (d / k) if self.unbiased and k else kept
-        return out, self.size(v, k)
+        return out, self.size(d, v.element_size())

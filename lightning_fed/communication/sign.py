@@ -45,10 +45,14 @@ class Sign(Compressor):
             raise ArgumentError(f"`scaled` must be True or False, got {scaled!r}.")
         self.scaled = scaled
 
+    def size(self, d: int, element_size: int) -> int:
+        """⌈d/8⌉ bytes; scaled: ⌈(32 + d)/8⌉."""
+        return bits_to_bytes(int(d) + (32 if self.scaled else 0))
+
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         d = v.numel()
         sign = torch.where(v.detach() < 0, -1.0, 1.0).to(v.dtype)
         if not self.scaled:
-            return sign, bits_to_bytes(d)
+            return sign, self.size(d, v.element_size())
         scale = float(np.float32(float(v.detach().to(torch.float64).abs().sum()) / d)) if d else 0.0
-        return (sign.to(torch.float64) * scale).to(v.dtype), bits_to_bytes(32 + d)
+        return (sign.to(torch.float64) * scale).to(v.dtype), self.size(d, v.element_size())

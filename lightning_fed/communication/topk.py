@@ -39,9 +39,9 @@ class _Sparsifier(Compressor):
             return 0
         return min(self.k, d) if self.k is not None else max(1, int(math.ceil(self.fraction * d)))
 
-    @staticmethod
-    def size(v: Tensor, k: int) -> int:
-        return k * (v.element_size() + 4)
+    def size(self, d: int, element_size: int) -> int:
+        """k values and k int32 indices: k·(element_size + 4) bytes."""
+        return self.kept(int(d)) * (int(element_size) + 4)
 
 
 class TopK(_Sparsifier):
@@ -67,11 +67,11 @@ class TopK(_Sparsifier):
         k = self.kept(v.numel())
         out = torch.zeros_like(v)
         if k == 0:
-            return out, 0
+            return out, self.size(0, v.element_size())
         magnitude = v.detach().abs()
         kth = torch.topk(magnitude, k, sorted=False).values.min()  # the k-th largest |v_i|
         above = torch.nonzero(magnitude > kth).reshape(-1)
         tied = torch.nonzero(magnitude == kth).reshape(-1)[:k - above.numel()]  # ties at the k-th: lower index first
         index = torch.cat([above, tied])
         out[index] = v.detach()[index]
-        return out, self.size(v, k)
+        return out, self.size(v.numel(), v.element_size())

@@ -42,9 +42,13 @@ class UniformQuantization(Compressor):
 
             raise ArgumentError(f"`bits` must be an integer in [1, 16], got {bits!r}.")
 
+    def size(self, d: int, element_size: int) -> int:
+        """⌈(64 + d·k)/8⌉ bytes."""
+        return bits_to_bytes(64 + int(d) * self.bits)
+
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         d = v.numel()
-        nbytes = bits_to_bytes(64 + d * self.bits)
+        nbytes = self.size(d, v.element_size())
         if d == 0:
             return v.clone(), nbytes
         x = v.detach().to(torch.float64)

@@ -15,7 +15,8 @@ from communication.reference import qsgd, topk
 from helpers import CHECKPOINT_DIR_REUSED, LinearRegression, federated_fit, linear_weights, mse_grad, regression_data
 from lightning_fed.callbacks import FedAvg
 from lightning_fed.checks import ArgumentError
-from lightning_fed.communication import QSGD, Compression, Float16, TopK, client_generator
+from lightning_fed.communication import (QSGD, Compression, Float16, RandK, Sign, TopK, UniformQuantization,
+                                         client_generator)
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
 GAMMA, SEED = 0.1, 7
@@ -125,3 +126,10 @@ def test_56_a_non_finite_update_is_not_hidden_by_its_compression():
     for compressor in (TopK(k=1), Float16()):
         out, nbytes, residual = Compression(compressor, error_feedback=True).encode(delta, [0], 0, 0)
         assert out is delta and nbytes == 12 and residual is None  # the loop drops it; e_i is kept
+
+
+@pytest.mark.parametrize("compressor", [Float16(), QSGD(levels=7), UniformQuantization(bits=3), TopK(fraction=0.1),
+                                        TopK(k=3), RandK(k=30), Sign(), Sign(scaled=True)], ids=repr)
+def test_56_the_encoded_size_is_known_before_the_client_trains(compressor):
+    v = torch.randn(25, dtype=torch.float64)
+    assert compressor.size(25, 8) == compressor.compress(v, client_generator(0, 0, 0))[1]
