@@ -133,3 +133,27 @@ def test_56_a_non_finite_update_is_not_hidden_by_its_compression():
 def test_56_the_encoded_size_is_known_before_the_client_trains(compressor):
     v = torch.randn(25, dtype=torch.float64)
     assert compressor.size(25, 8) == compressor.compress(v, client_generator(0, 0, 0))[1]
+
+
+def test_56_the_server_clips_the_decoded_update(tmp_path):
+    """Compression on the client, then the server's clipping (McMahan et al. 2018, Alg. 1 ClipFn, flat): x_1 =
+    x_0 + Σ n_i·clip(C(Δ_i)) / Σ n_i with C = top-1 and S = 0.05 — what DP-FedAvg's accountant then covers."""
+    from lightning_fed.server.aggregators import ClipUpdates, WeightedMean
+
+    x, y, dm = datamodule()
+    torch.manual_seed(0)
+    model = LinearRegression(lr=GAMMA)
+    w = linear_weights(model)
+    federated_fit(tmp_path, model, dm, FedAvg(aggregators=[ClipUpdates(0.05), WeightedMean()]), 1,
+                  client_algorithms=[Compression(TopK(k=1))])
+    sent, sizes = [], []
+    for cid in dm.sample_clients(0):
+        local = w.copy()
+        for batch in dm.client_batches(cid, 0):
+            local = local - GAMMA * mse_grad(local, x[batch], y[batch])
+        c = topk(local - w, 1)[0]
+        sent.append(c * min(1.0, 0.05 / np.linalg.norm(c)))
+        sizes.append(dm.client_num_samples(cid))
+    want = w + sum(n * c for n, c in zip(sizes, sent)) / sum(sizes)
+    np.testing.assert_allclose(linear_weights(model), want, rtol=0, atol=1e-12)
+    assert max(np.linalg.norm(c) for c in sent) == pytest.approx(0.05)  # the clip was active
