@@ -882,8 +882,7 @@ def run_summary(trainer: Any) -> str:
     federated evaluation, weighted over clients: fed_personal_val_acc 0.61, fed_val_acc 0.45, ...`` (the
     ``fed_*/weighted`` values, ``fed_personal_*`` included, by name, 4 significant digits); one per logger
     (TensorBoard: the run's folder and the ``tensorboard --logdir`` command; CSV: ``metrics.csv`` and
-    ``hparams.yaml``; another logger: its ``log_dir``); ``communication (rounds 0..N-1): X MB down, Y MB up`` (the
-    byte totals of :mod:`lightning_fed.communication.bytes`), or ``no logger``; the saved ``config.yaml`` when there is
+    ``hparams.yaml``; another logger: its ``log_dir``), or ``no logger``; the saved ``config.yaml`` when there is
     one; one per ModelCheckpoint (its folder, the best checkpoint with its monitored score, the last one).
     """
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -897,10 +896,6 @@ def run_summary(trainer: Any) -> str:
     else:
         last = f"rounds 0..{rounds - 1}" if rounds else "no round"
         lines = [f"Trained {rounds} round(s) ({last}; the TensorBoard step and the progress bar count rounds from 0)."]
-    comm = getattr(trainer.fit_loop, "communication", None)
-    if comm is not None and rounds:
-        lines.append(f"  communication (rounds 0..{rounds - 1}): {comm.total_bytes_down / 1e6:.4g} MB down, "
-                     f"{comm.total_bytes_up / 1e6:.4g} MB up (comm/* metrics)")
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
     if val:
         lines.append(f"  last validation (round {rounds - 1}): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(val.items())))
