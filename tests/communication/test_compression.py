@@ -157,3 +157,17 @@ def test_56_the_server_clips_the_decoded_update(tmp_path):
     want = w + sum(n * c for n, c in zip(sizes, sent)) / sum(sizes)
     np.testing.assert_allclose(linear_weights(model), want, rtol=0, atol=1e-12)
     assert max(np.linalg.norm(c) for c in sent) == pytest.approx(0.05)  # the clip was active
+
+
+def test_56_error_feedback_runs_under_dp_fedavg(tmp_path):
+    """The combination the module doc reasons to be covered (the residual stays with its client; each round's
+    contribution is clipped after decoding) is not refused: DP-FedAvg with top-k and error feedback fits, and each
+    sampled client's residual is kept."""
+    from lightning_fed.callbacks import DPFedAvg
+
+    *_, dm = datamodule()
+    server = DPFedAvg(clip_norm=0.1, noise_multiplier=0.5, target_delta=1e-3)
+    federated_fit(tmp_path, LinearRegression(lr=GAMMA), dm, server, 2,
+                  client_algorithms=[Compression(TopK(k=1), error_feedback=True)])
+    table = server.client_algorithm_states["Compression"]
+    assert sorted(table.ids()) == sorted({int(c) for t in range(2) for c in dm.sample_clients(t)})
