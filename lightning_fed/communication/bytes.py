@@ -5,7 +5,8 @@ Per client of a round's cohort (every sampled client that was available, includi
 * **down** (the broadcast x_t): the federated parameters that travel — :func:`travelling_positions`: not frozen
   (:func:`~lightning_fed.client.runner.federated_parameters`, so only the trainable ones under LoRA) and not kept on
   the client by a personal half (:class:`~lightning_fed.client.personal.LocalParts`: FedPer's head, FedBN's norm
-  layers) — and the module's buffers not kept local, each ``numel × element_size`` bytes;
+  layers) — and the module's buffers not kept local, each ``numel × element_size`` bytes, and what a client half
+  receives besides (:meth:`~lightning_fed.client.ClientAlgorithm.download_bytes`: SCAFFOLD's control c);
 * **up** (per client that reported back, kept or later dropped as non-finite or an outlier): Δ_i over the
   travelling parameters as encoded — ``ClientUpdate.delta_bytes`` when a compressor encoded it
   (:class:`~lightning_fed.communication.compression.Compression`), else ``numel × element_size`` — plus the buffers
@@ -146,8 +147,9 @@ class CommunicationLedger:
         algorithms = runner.client_halves.algorithms
         travelling = travelling_positions(runner.federated_positions, algorithms)
         buffers = travelling_buffers(len(runner.global_buffers), algorithms)
-        download = (tensor_bytes(runner.global_params[j] for j in travelling)
-                    + tensor_bytes(runner.global_buffers[i] for i in buffers))
+        sent = [runner.global_params[j] for j in travelling]
+        download = (tensor_bytes(sent) + tensor_bytes(runner.global_buffers[i] for i in buffers)
+                    + sum(int(a.download_bytes(sent)) for a in algorithms))
         self.record_round(cohort, download, updates, travelling, buffers)
 
     def round_metrics(self) -> dict[str, float]:

@@ -72,10 +72,10 @@ def test_56_fedper_head_kept_on_the_client_travels_neither_way(tmp_path):
 
 
 def test_56_scaffold_uploads_its_control_variate_delta_too(tmp_path):
-    # Δ_i (32 bytes) and Δc_i (4 entries in the control's dtype, float64: 32 bytes) up; x_t down (the server's
-    # control c_t, which SCAFFOLD also broadcasts, is not counted yet: the ledger counts x_t and the buffers down)
+    # (x, c) down and (Δy_i, Δc_i) up (Karimireddy et al. 2020, Alg. 1, l. 5 and 14): c and Δc_i have 4 entries in
+    # the control's dtype (float64 for float64 parameters): 32 + 32 bytes each way
     trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), SCAFFOLD(), ROUNDS)
-    assert comm(trainer) == expect(32, 64)
+    assert comm(trainer) == expect(64, 64)
 
 
 def test_56_top_k_uploads_k_values_and_k_int32_indices(tmp_path):
