@@ -83,9 +83,9 @@ def test_56_error_feedback_equals_its_numpy_transcription(tmp_path, name):
 @pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED, "ignore:Be aware that when using `ckpt_path`:UserWarning")
 @pytest.mark.parametrize("store", ["memory", "disk"])
 def test_56_error_feedback_resumes_as_the_uninterrupted_run(tmp_path, store):
-    full, full_server, _ = fit(tmp_path / "a", "qsgd", rounds=4)
+    full, full_server, _ = fit(tmp_path / "a", "qsgd", rounds=3)
     fit(tmp_path / "b", "qsgd", rounds=2, store=store, ckpt_dir=tmp_path / "cb")
-    resumed, server, _ = fit(tmp_path / "b", "qsgd", rounds=4, store=store, ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
+    resumed, server, _ = fit(tmp_path / "b", "qsgd", rounds=3, store=store, ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
     np.testing.assert_allclose(linear_weights(resumed), linear_weights(full), rtol=0, atol=1e-9)
     a, b = full_server.client_algorithm_states["Compression"], server.client_algorithm_states["Compression"]
     assert sorted(a.ids()) == sorted(b.ids())
