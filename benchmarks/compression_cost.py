@@ -113,7 +113,7 @@ def run(variant: str, rounds: int) -> tuple[list[float], list[float], int]:
     finally:
         Compression.encode = original
     ledger = trainer.fit_loop.communication
-    up = next(iter(ledger.round_bytes_up.values()))
+    up = next(iter(ledger.round_client_bytes_up.values()))
     return times.round_ms[1:], encode_ms[1:rounds], up
 
 

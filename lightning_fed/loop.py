@@ -220,7 +220,8 @@ class FederatedFitLoop(pl_private.FitLoop):
         self._buffers: list[Tensor] = []
         self._partition_logged = False
         self._round_log = RoundLogAccumulator()
-        #: The run's bytes down and up, exact (:mod:`lightning_fed.communication.bytes`; logged as ``comm/*``).
+        #: The run's bytes down and up, exact (:mod:`lightning_fed.communication.bytes`; logged as ``round_bytes_*``,
+        #: ``total_bytes_*``).
         self.communication = CommunicationLedger()
         self._rounds_run = 0
         self._rounds_with_updates = 0

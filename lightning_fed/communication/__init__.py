@@ -1,6 +1,6 @@
 """Communication: what travels between the server and the clients, counted in bytes, and compressed (issue #56).
 
-* :mod:`~lightning_fed.communication.bytes` — the byte count of every round (``comm/*`` round metrics);
+* :mod:`~lightning_fed.communication.bytes` — the byte count of every round (``round_bytes_*``, ``total_bytes_*``);
 * :mod:`~lightning_fed.communication.compression` — :class:`Compression`, the client half that encodes Δ_i, with
   error feedback;
 * the compressors, one per module: :mod:`~.casts` (:class:`Float16`, :class:`BFloat16`), :mod:`~.qsgd`

@@ -13,8 +13,8 @@ Per client of a round's cohort (every sampled client that was available, includi
   not kept local and every tensor of ``ClientUpdate.extras`` (SCAFFOLD's Δc_i, Fed-LAMB's moments), raw. The
   per-client states of client halves (``extras["client_state/..."]``) are not counted: a real client keeps them.
 
-The loop logs, every round (step t, as the round metrics): ``comm/bytes_down`` and ``comm/bytes_up`` (the round's
-sums over its clients) and ``comm/total_bytes_down`` / ``comm/total_bytes_up`` (since round 0, kept across a resume
+The loop logs, every round (step t, as the round metrics): ``round_bytes_down`` and ``round_bytes_up`` (the round's
+sums over its clients) and ``total_bytes_down`` / ``total_bytes_up`` (since round 0, kept across a resume
 in the loop's checkpoint state). They go to the trainer's loggers as Python numbers (:meth:`CommunicationLedger.log`;
 exact in a CSV log, float32 in TensorBoard, which stores every scalar so; the HParams tab lists them with the round
 metrics), not through ``LightningModule.log`` (whose float32 tensors round counts above 2^24 bytes), so they are not
@@ -96,8 +96,8 @@ class CommunicationLedger:
     Attributes:
         bytes_down / bytes_up: The last round's sums over its clients.
         total_bytes_down / total_bytes_up: Sums since round 0.
-        round_bytes_down / round_bytes_up: The last round's bytes per client, ``{client id: bytes}`` (the upload
-            sizes a simulated clock turns into upload times).
+        round_client_bytes_down / round_client_bytes_up: The last round's bytes per client,
+            ``{client id: bytes}`` (the upload sizes a simulated clock turns into upload times).
         client_bytes_down / client_bytes_up: Per client since round 0.
 
     Example: two clients download 40 bytes each; one uploads a Δ_i of 10 float32 entries::
@@ -107,15 +107,15 @@ class CommunicationLedger:
         >>> ledger = CommunicationLedger()
         >>> ledger.record_round([3, 5], 40, [ClientUpdate(3, [torch.zeros(10)], 1, 1, 0.0)], [0], [])
         >>> ledger.round_metrics()
-        {'comm/bytes_down': 80.0, 'comm/bytes_up': 40.0, 'comm/total_bytes_down': 80.0, 'comm/total_bytes_up': 40.0}
-        >>> ledger.round_bytes_up
+        {'round_bytes_down': 80.0, 'round_bytes_up': 40.0, 'total_bytes_down': 80.0, 'total_bytes_up': 40.0}
+        >>> ledger.round_client_bytes_up
         {3: 40}
     """
 
     def __init__(self) -> None:
         self.bytes_down = self.bytes_up = self.total_bytes_down = self.total_bytes_up = 0
-        self.round_bytes_down: dict[int, int] = {}
-        self.round_bytes_up: dict[int, int] = {}
+        self.round_client_bytes_down: dict[int, int] = {}
+        self.round_client_bytes_up: dict[int, int] = {}
         self.client_bytes_down: dict[int, int] = {}
         self.client_bytes_up: dict[int, int] = {}
 
@@ -132,13 +132,14 @@ class CommunicationLedger:
                      buffers: Sequence[int]) -> None:
         """Count a round: each client of ``cohort`` downloaded ``download`` bytes; each of ``updates`` uploaded
         :meth:`upload_bytes`."""
-        self.round_bytes_down = {int(c): int(download) for c in cohort}
-        self.round_bytes_up = {int(u.client_id): self.upload_bytes(u, travelling, buffers) for u in updates}
-        self.bytes_down = sum(self.round_bytes_down.values())
-        self.bytes_up = sum(self.round_bytes_up.values())
+        self.round_client_bytes_down = {int(c): int(download) for c in cohort}
+        self.round_client_bytes_up = {int(u.client_id): self.upload_bytes(u, travelling, buffers) for u in updates}
+        self.bytes_down = sum(self.round_client_bytes_down.values())
+        self.bytes_up = sum(self.round_client_bytes_up.values())
         self.total_bytes_down += self.bytes_down
         self.total_bytes_up += self.bytes_up
-        for mine, now in ((self.client_bytes_down, self.round_bytes_down), (self.client_bytes_up, self.round_bytes_up)):
+        for mine, now in ((self.client_bytes_down, self.round_client_bytes_down),
+                          (self.client_bytes_up, self.round_client_bytes_up)):
             for c, b in now.items():
                 mine[c] = mine.get(c, 0) + b
 
@@ -154,8 +155,8 @@ class CommunicationLedger:
 
     def round_metrics(self) -> dict[str, float]:
         """The round's logged values (floats; see the module doc)."""
-        return {"comm/bytes_down": float(self.bytes_down), "comm/bytes_up": float(self.bytes_up),
-                "comm/total_bytes_down": float(self.total_bytes_down), "comm/total_bytes_up": float(self.total_bytes_up)}
+        return {"round_bytes_down": float(self.bytes_down), "round_bytes_up": float(self.bytes_up),
+                "total_bytes_down": float(self.total_bytes_down), "total_bytes_up": float(self.total_bytes_up)}
 
     def log(self, trainer: Any, round_idx: int) -> None:
         """:meth:`round_metrics` to each of ``trainer.loggers`` at step ``round_idx`` (the round's step)."""

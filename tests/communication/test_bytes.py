@@ -33,9 +33,9 @@ def comm(trainer):
 
 
 def expect(down_per_client, up_per_client, rounds=ROUNDS, cohort=COHORT):
-    return {"comm/bytes_down": cohort * down_per_client, "comm/bytes_up": cohort * up_per_client,
-            "comm/total_bytes_down": rounds * cohort * down_per_client,
-            "comm/total_bytes_up": rounds * cohort * up_per_client}
+    return {"round_bytes_down": cohort * down_per_client, "round_bytes_up": cohort * up_per_client,
+            "total_bytes_down": rounds * cohort * down_per_client,
+            "total_bytes_up": rounds * cohort * up_per_client}
 
 
 def test_56_every_federated_parameter_travels_both_ways_raw(tmp_path):
@@ -43,11 +43,12 @@ def test_56_every_federated_parameter_travels_both_ways_raw(tmp_path):
     trainer = federated_fit(tmp_path, LinearRegression(), datamodule(), FedAvg(), ROUNDS, logger=CSVLogger(tmp_path))
     assert comm(trainer) == expect(32, 32)
     with open(next(tmp_path.rglob("metrics.csv"))) as f:  # logged at each round's step, beside the round metrics
-        rows = [{k: float(v) for k, v in r.items() if k.startswith("comm/") or k == "step"} for r in csv.DictReader(f)]
+        rows = [{k: float(v) for k, v in r.items() if k.endswith(("bytes_down", "bytes_up")) or k == "step"}
+                for r in csv.DictReader(f)]
     assert rows == [{"step": float(t), **expect(32, 32, rounds=t + 1)} for t in range(ROUNDS)]
     ledger = trainer.fit_loop.communication
-    assert ledger.total_bytes_up == 192 and len(ledger.round_bytes_up) == COHORT
-    assert set(ledger.round_bytes_up.values()) == {32} and sum(ledger.client_bytes_up.values()) == 192
+    assert ledger.total_bytes_up == 192 and len(ledger.round_client_bytes_up) == COHORT
+    assert set(ledger.round_client_bytes_up.values()) == {32} and sum(ledger.client_bytes_up.values()) == 192
 
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
