@@ -43,6 +43,7 @@ COVERED_ELSEWHERE = {
     # parts of a big module split by concern (#52: no package file over 800 lines), tested with the module they left
     "loop_report.py": "tests/test_loop.py and tests/test_round_logging.py (round metrics, end-of-fit messages)",
     "loop_stop.py": "tests/test_interrupts.py (stop signals: the checkpoint, the resume hint, the discarded round)",
+    "evaluation_results.py": "tests/test_evaluation.py (statistics against NumPy, eval_csv)",
     "client/failures.py": "tests/client/test_runner.py and tests/test_loop.py (failure policies, ClientRecord, stops)",
 }
 
