@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+import torch
 from torch import Tensor
 
-__all__ = ["CommunicationLedger", "extras_bytes", "tensor_bytes", "travelling_positions"]
+__all__ = ["CommunicationLedger", "extras_bytes", "planned_bytes", "tensor_bytes", "travelling_positions"]
 
 
 def tensor_bytes(tensors: Iterable[Tensor]) -> int:
@@ -89,6 +90,27 @@ def travelling_buffers(num_buffers: int, algorithms: Sequence[Any]) -> list[int]
     return [i for i in range(num_buffers) if i not in local]
 
 
+def planned_bytes(runner: Any) -> tuple[int, int]:
+    """``(download, upload)``: the bytes each client of the round receives and sends, known at the round's start
+    (after the client runner's ``start_round``), for a simulated clock that plans the round before its clients train.
+    ``download`` is exactly what :meth:`CommunicationLedger.record` counts; ``upload`` is Δ_i as the run's compressor
+    encodes it (:meth:`~lightning_fed.communication.base.Compressor.size`; raw without one) plus the buffers — the
+    update's extras (SCAFFOLD's Δc_i), counted after the round, are not in it."""
+    algorithms = runner.client_halves.algorithms
+    travelling = travelling_positions(runner.federated_positions, algorithms)
+    buffers = tensor_bytes(runner.global_buffers[i] for i in travelling_buffers(len(runner.global_buffers), algorithms))
+    sent = [runner.global_params[j] for j in travelling]
+    download = tensor_bytes(sent) + buffers + sum(int(a.download_bytes(sent)) for a in algorithms)
+    compression = getattr(runner, "compression", None)
+    if compression is None or not sent:
+        return download, tensor_bytes(sent) + buffers
+    dtype = sent[0].dtype
+    for t in sent[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)  # the flat vector's dtype (torch.cat's)
+    size = compression.compressor.size(sum(t.numel() for t in sent), torch.empty((), dtype=dtype).element_size())
+    return download, int(size) + buffers
+
+
 class CommunicationLedger:
     """The exact byte counts of a run (see the module doc), kept by the federated loop
     (``trainer.fit_loop.communication``) and saved in its checkpoint state.
@@ -145,12 +167,10 @@ class CommunicationLedger:
 
     def record(self, runner: Any, cohort: Iterable[int], updates: Sequence[Any]) -> None:
         """:meth:`record_round` from the client runner of the round (its x_t, buffers and client halves)."""
+        download, _ = planned_bytes(runner)
         algorithms = runner.client_halves.algorithms
         travelling = travelling_positions(runner.federated_positions, algorithms)
         buffers = travelling_buffers(len(runner.global_buffers), algorithms)
-        sent = [runner.global_params[j] for j in travelling]
-        download = (tensor_bytes(sent) + tensor_bytes(runner.global_buffers[i] for i in buffers)
-                    + sum(int(a.download_bytes(sent)) for a in algorithms))
         self.record_round(cohort, download, updates, travelling, buffers)
 
     def round_metrics(self) -> dict[str, float]:

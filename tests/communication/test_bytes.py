@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import csv
 
+import lightning as L
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 import torch
 from torch.utils.data import TensorDataset
 
-from helpers import CHECKPOINT_DIR_REUSED, FrozenEncoder, LinearRegression, federated_fit, regression_data
+from helpers import (CHECKPOINT_DIR_REUSED, FrozenEncoder, LinearRegression, federated_fit, quiet_trainer_kwargs,
+                     regression_data)
+from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.callbacks import SCAFFOLD, FedAvg
-from lightning_fed.communication import Compression, TopK
+from lightning_fed.communication import QSGD, Compression, TopK
+from lightning_fed.communication.bytes import planned_bytes
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 
 ROUNDS, COHORT = 2, 3
@@ -95,3 +99,24 @@ def test_56_the_totals_carry_over_a_resume(tmp_path):
                             ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert comm(resumed) == comm(full) == expect(32, 32, rounds=3)
     assert resumed.fit_loop.communication.client_bytes_up == full.fit_loop.communication.client_bytes_up
+
+
+class Planned(L.Callback):
+    """What a clock would read once the round has started (x_t snapshot): planned_bytes of the client runner."""
+
+    def __init__(self):
+        self.planned = {}
+
+    def on_client_start(self, trainer, pl_module, client_id, round_idx):
+        self.planned.setdefault(round_idx, planned_bytes(trainer.fit_loop.client_runner))
+
+
+@pytest.mark.parametrize("half, up", [(None, 32), (Compression(TopK(k=2)), 24), (Compression(QSGD(levels=3)), 6)])
+def test_56_the_bytes_planned_at_the_round_start_are_those_counted(tmp_path, half, up):
+    # QSGD(3) on 4 entries: 32 + 4·(1 + 2) bits = 44 bits: 6 bytes
+    planned = Planned()
+    trainer = FederatedTrainer(max_epochs=ROUNDS, callbacks=[FedAvg(), planned], **quiet_trainer_kwargs(tmp_path),
+                               client_algorithms=[half] if half else None)
+    trainer.fit(LinearRegression(), datamodule=datamodule())
+    assert planned.planned == {t: (32, up) for t in range(ROUNDS)}
+    assert set(trainer.fit_loop.communication.round_client_bytes_up.values()) == {up}

@@ -167,7 +167,7 @@ def test_56_error_feedback_runs_under_dp_fedavg(tmp_path):
 
     *_, dm = datamodule()
     server = DPFedAvg(clip_norm=0.1, noise_multiplier=0.5, target_delta=1e-3)
-    federated_fit(tmp_path, LinearRegression(lr=GAMMA), dm, server, 2,
+    federated_fit(tmp_path, LinearRegression(lr=GAMMA), dm, server, 1,
                   client_algorithms=[Compression(TopK(k=1), error_feedback=True)])
     table = server.client_algorithm_states["Compression"]
-    assert sorted(table.ids()) == sorted({int(c) for t in range(2) for c in dm.sample_clients(t)})
+    assert sorted(table.ids()) == sorted(int(c) for c in dm.sample_clients(0))

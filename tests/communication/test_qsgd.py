@@ -23,8 +23,8 @@ def test_56_qsgd_equals_its_numpy_transcription_with_the_same_draws(s, nbytes):
 
 def test_56_qsgd_is_unbiased_and_on_its_levels():
     v = torch.tensor([0.3, -0.1, 0.0, 0.9])
-    draws = torch.stack([QSGD(levels=2).compress(v, client_generator(0, t, 0))[0] for t in range(4000)])
-    np.testing.assert_allclose(draws.mean(0).numpy(), v.numpy(), atol=0.03)
+    draws = torch.stack([QSGD(levels=2).compress(v, client_generator(0, t, 0))[0] for t in range(1500)])
+    np.testing.assert_allclose(draws.mean(0).numpy(), v.numpy(), atol=0.05)
     levels = draws.abs() / float(torch.linalg.vector_norm(v)) * 2
     assert torch.allclose(levels, levels.round(), atol=1e-5) and float(draws[:, 2].abs().max()) == 0.0
 
