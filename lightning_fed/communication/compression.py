@@ -116,7 +116,7 @@ class Compression(ClientAlgorithm):
         else:
             starts = torch.tensor([0, *sizes]).cumsum(0).tolist()
             sent = torch.cat([flat[starts[j]:starts[j] + sizes[j]] for j in travelling])
-        if not bool(torch.isfinite(sent).all()):  # sent as it is: the loop drops it as non-finite (a sign or a
+        if not bool(torch.isfinite(sent.sum())) and not bool(torch.isfinite(sent).all()):  # sent as it is: the loop drops it as non-finite (a sign or a
             return delta, int(sent.numel() * sent.element_size()), None  # top-k would hide the NaN); e_i kept
         decoded, nbytes = self.compressor.compress(sent, self.generator(round_idx, client_id))
         if len(travelling) == len(delta):

@@ -66,6 +66,6 @@ class QSGD(Compressor):
         u = torch.rand(d, generator=generator)  # drawn even for v = 0: the draws stay aligned
         if norm == 0.0:
             return torch.zeros_like(v), nbytes
-        level = x.abs().div_(norm).mul_(s).add_(u).floor_().clamp_(max=s)  # s·ξ_i = ⌊r_i + u_i⌋
+        level = x.abs().div_(norm).mul_(s).add_(u.to(torch.float64)).floor_().clamp_(max=s)  # s·ξ_i = ⌊r_i + u_i⌋
         sent_norm = float(np.float32(norm))  # the 32 bits sent
         return torch.copysign(level, x).mul_(sent_norm / s).to(v.dtype), nbytes
