@@ -47,6 +47,7 @@ METHOD_NAMES = {
     "FedPer": "fedper",
     "FedProx": "fedprox",
     "FedRep": "fedrep",
+    "LGFedAvg": "lgfedavg",
     "SCAFFOLD": "scaffold",
 }
 
