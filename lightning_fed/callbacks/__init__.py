@@ -49,6 +49,7 @@ METHOD_NAMES = {
     "FedProx": "fedprox",
     "FedRep": "fedrep",
     "LGFedAvg": "lgfedavg",
+    "PFedMe": "pfedme",
     "SCAFFOLD": "scaffold",
 }
 
