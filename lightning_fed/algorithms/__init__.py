@@ -21,8 +21,9 @@ from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.algorithms.fedrep import FedRepClient
 from lightning_fed.algorithms.fedprox import FedProxClient
 from lightning_fed.algorithms.lgfedavg import LGFedAvgClient
+from lightning_fed.algorithms.perfedavg import PerFedAvgClient
 from lightning_fed.algorithms.pfedme import PFedMeClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["APFLClient", "DittoClient", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "LGFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["APFLClient", "DittoClient", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

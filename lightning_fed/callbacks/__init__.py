@@ -50,6 +50,7 @@ METHOD_NAMES = {
     "FedRep": "fedrep",
     "LGFedAvg": "lgfedavg",
     "PFedMe": "pfedme",
+    "PerFedAvg": "perfedavg",
     "SCAFFOLD": "scaffold",
 }
 
