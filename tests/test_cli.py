@@ -201,7 +201,14 @@ _CB = "lightning_fed.callbacks."
     (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2], head_steps: 3}}}}",
      "[FedRepClient(head=['net.2'], head_steps=3)]"),
     (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
-], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto"])
+    (f"{{class_path: {_CB}LGFedAvg, init_args: {{body: [net.0]}}}}", "[LGFedAvgClient(body=['net.0'])]"),
+    (f"{{class_path: {_CB}APFL, init_args: {{alpha: 0.5, adaptive: false}}}}",
+     "[APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)]"),
+    (f"{{class_path: {_CB}PFedMe, init_args: {{lam: 15.0, beta: 2.0}}}}",
+     "[PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.01)]"),
+    (f"{{class_path: {_CB}PerFedAvg, init_args: {{alpha: 0.02, variant: hf, delta: 0.001}}}}",
+     "[PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)]"),
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto", "LGFedAvg", "APFL", "PFedMe", "PerFedAvg"])
 def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
     """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
     `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.

@@ -163,6 +163,10 @@ class APFL(FedAvg):
     """
 
     repr_fields = ("alpha", "adaptive", "personal_lr", "alpha_lr", "lr", "weighting")
+    #: The client half a CLI swap of the server optimizer carries into ``trainer.client_algorithms`` (its argument:
+    #: this class's).
+    carried_client_half = ("APFLClient", {"alpha": "alpha", "adaptive": "adaptive", "lr": "personal_lr",
+                                          "alpha_lr": "alpha_lr"})
 
     def __init__(self, alpha: float = 0.25, adaptive: bool = True, personal_lr: Optional[float] = None,
                  alpha_lr: Optional[float] = None, lr: float = 1.0, weighting: str = "uniform",

@@ -92,6 +92,9 @@ class LGFedAvg(FedAvg):
     """
 
     repr_fields = ("body", "lr", "weighting")
+    #: The client half a CLI swap of the server optimizer carries into ``trainer.client_algorithms`` (its argument:
+    #: this class's).
+    carried_client_half = ("LGFedAvgClient", {"body": "body"})
 
     def __init__(self, body: Sequence[str], lr: float = 1.0, weighting: str = "uniform",
                  aggregators: Optional[list[Stage]] = None, client: Optional[list[ClientAlgorithm]] = None) -> None:

@@ -191,6 +191,9 @@ class PerFedAvg(FedAvg):
     """
 
     repr_fields = ("alpha", "variant", "delta", "lr", "weighting")
+    #: The client half a CLI swap of the server optimizer carries into ``trainer.client_algorithms`` (its argument:
+    #: this class's).
+    carried_client_half = ("PerFedAvgClient", {"alpha": "alpha", "variant": "variant", "delta": "delta"})
 
     def __init__(self, alpha: float = 0.01, variant: str = "fo", delta: Optional[float] = None, lr: float = 1.0,
                  weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,

@@ -154,6 +154,9 @@ class PFedMe(FedAvg):
     """
 
     repr_fields = ("lam", "inner_steps", "personal_lr", "beta", "weighting")
+    #: The client half a CLI swap of the server optimizer carries into ``trainer.client_algorithms`` (its argument:
+    #: this class's); β, the server rule, is what the swap replaces.
+    carried_client_half = ("PFedMeClient", {"lam": "lam", "inner_steps": "inner_steps", "personal_lr": "personal_lr"})
 
     def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
                  weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
