@@ -204,7 +204,7 @@ _CB = "lightning_fed.callbacks."
     (f"{{class_path: {_CB}LGFedAvg, init_args: {{body: [net.0]}}}}", "[LGFedAvgClient(body=['net.0'])]"),
     (f"{{class_path: {_CB}APFL, init_args: {{alpha: 0.5, adaptive: false}}}}",
      "[APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)]"),
-    (f"{{class_path: {_CB}PFedMe, init_args: {{lam: 15.0, beta: 2.0}}}}",
+    (f"{{class_path: {_CB}PFedMe, init_args: {{lam: 15.0, lr: 2.0}}}}",
      "[PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.01)]"),
     (f"{{class_path: {_CB}PerFedAvg, init_args: {{alpha: 0.02, variant: hf, delta: 0.001}}}}",
      "[PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)]"),

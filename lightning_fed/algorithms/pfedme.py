@@ -18,8 +18,9 @@ runs the K inner steps in ``before_optimizer_step`` on the step's batch
 optimizer's step with learning rate η is l. 8 (plain SGD, no momentum or weight decay, is the paper's; another
 optimizer applies its own rule to that gradient). l. 10-11 is FedAvg with server learning rate β and the uniform
 mean: x_{t+1} = x_t + β·(mean_i w_{i,R} − x_t) = (1 − β)·x_t + β·mean_i w_{i,R} exactly, so
-:class:`~lightning_fed.algorithms.pfedme.PFedMe` is ``FedAvg(lr=beta, weighting="uniform")`` with the client half;
-any other server rule takes the same pseudo-gradient (pFedMe's w under FedAdam). θ̃_i of the client's last local
+:class:`~lightning_fed.algorithms.pfedme.PFedMe` is ``FedAvg(lr=β, weighting="uniform")`` with the client half;
+any other server rule takes the same pseudo-gradient (pFedMe's w under FedAdam). β is ``PFedMe(lr=β)``, the server
+learning rate, named as every server optimizer's. θ̃_i of the client's last local
 step is its per-client state and its personal model (``fed_personal_<m>``), as the authors evaluate
 (``persionalized_model_bar``).
 
@@ -42,7 +43,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.callbacks.fedavg import FedAvg
-from lightning_fed.checks import check_non_negative, check_positive, check_positive_int
+from lightning_fed.checks import check_positive, check_positive_int
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
 from lightning_fed.client.personal_grad import StepBatches, loss_gradient_at
 from lightning_fed.server.aggregators.base import Stage
@@ -139,29 +140,29 @@ class PFedMe(FedAvg):
         lam: λ (default 15.0).
         inner_steps: K (default 5).
         personal_lr: ν (default 0.01).
-        beta: β (> 0, default 1.0: the plain mean; the paper also runs β > 1).
+        lr: β (> 0, default 1.0: the plain mean; the paper also runs β > 1), the server learning rate of FedAvg,
+            which is l. 11's β-mixing.
         weighting: ``"uniform"`` (default, l. 11) or ``"num_samples"``.
         aggregators: As :class:`FedAvg`.
         client: More client halves, run after pFedMe's (default ``None``).
 
     Raises:
-        ValueError: ``beta`` not a finite number > 0; what :class:`PFedMeClient` refuses.
+        ValueError: ``lr`` (β) not a finite number > 0; what :class:`PFedMeClient` refuses.
 
     Example::
 
-        >>> PFedMe(lam=15.0, beta=2.0)
-        PFedMe(lam=15.0, inner_steps=5, personal_lr=0.01, beta=2.0, weighting='uniform')
+        >>> PFedMe(lam=15.0, lr=2.0)  # β = 2
+        PFedMe(lam=15.0, inner_steps=5, personal_lr=0.01, lr=2.0, weighting='uniform')
     """
 
-    repr_fields = ("lam", "inner_steps", "personal_lr", "beta", "weighting")
+    repr_fields = ("lam", "inner_steps", "personal_lr", "lr", "weighting")
     #: The client half a CLI swap of the server optimizer carries into ``trainer.client_algorithms`` (its argument:
-    #: this class's); β, the server rule, is what the swap replaces.
+    #: this class's); β, the server rule's lr, is what the swap replaces.
     carried_client_half = ("PFedMeClient", {"lam": "lam", "inner_steps": "inner_steps", "personal_lr": "personal_lr"})
 
-    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
+    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, lr: float = 1.0,
                  weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
                  client: Optional[list[ClientAlgorithm]] = None) -> None:
-        super().__init__(lr=check_positive("beta", beta), weighting=weighting, aggregators=aggregators, client=client)
+        super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
         self._own_client = [PFedMeClient(lam, inner_steps, personal_lr)]
         self.lam, self.inner_steps, self.personal_lr = lam, inner_steps, personal_lr
-        self.beta = self.lr

@@ -53,7 +53,7 @@ def _pfedme_reference(w0, x, y, dm, rounds, beta=BETA, variant="paper", server_s
 
 @pytest.mark.parametrize("variant", ["paper", "wrong_cold_start", "wrong_no_mixing"])
 def test_pfedme_equals_numpy_algorithm_1(tmp_path, variant):
-    server = PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, beta=BETA)
+    server = PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, lr=BETA)
     x, y, dm, w0, model, _ = _fit(tmp_path, server, rounds=4)
     cohorts = [[int(c) for c in dm.sample_clients(t)] for t in range(4)]
     assert len({c for cohort in cohorts for c in cohort}) < sum(map(len, cohorts))  # some client comes back
@@ -72,7 +72,7 @@ def test_pfedme_equals_numpy_algorithm_1(tmp_path, variant):
 
 def test_the_server_rule_sgd_with_lr_beta_is_the_beta_mixing(tmp_path):
     """l. 11 is FedAvg(lr=β, uniform) exactly: the ready-made name and the half under that rule agree bit for bit."""
-    *_, a, _ = _fit(tmp_path, PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, beta=BETA), rounds=3)
+    *_, a, _ = _fit(tmp_path, PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, lr=BETA), rounds=3)
     *_, b, _ = _fit(tmp_path, FedAvg(lr=BETA, weighting="uniform"), rounds=3,
                     client_algorithms=[PFedMeClient(lam=LAM, inner_steps=K, personal_lr=NU)])
     assert np.array_equal(linear_weights(a), linear_weights(b))
@@ -94,7 +94,7 @@ def test_pfedme_under_fedadam_equals_numpy(tmp_path):
 
 
 def test_pfedme_resume_equals_the_uninterrupted_run(tmp_path):
-    make = lambda: PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, beta=BETA)  # noqa: E731
+    make = lambda: PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, lr=BETA)  # noqa: E731
     full_server = make()
     *_, full, _ = _fit(tmp_path / "a", full_server, rounds=4)
     _fit(tmp_path / "b", make(), rounds=2, ckpt_dir=tmp_path / "cb")
@@ -108,7 +108,7 @@ def test_pfedme_resume_equals_the_uninterrupted_run(tmp_path):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"lam": 0.0}, r"`lam` must be"), ({"inner_steps": 0}, r"`inner_steps` must be"),
-    ({"personal_lr": -1.0}, r"`personal_lr` must be"), ({"beta": 0.0}, r"`beta` must be"),
+    ({"personal_lr": -1.0}, r"`personal_lr` must be"), ({"lr": 0.0}, r"`lr` must be"),
 ])
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
