@@ -41,7 +41,7 @@ from torch import Tensor
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.checks import ArgumentError, check_in_range, check_positive
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
-from lightning_fed.client.personal_grad import StepBatches, loss_gradient_at
+from lightning_fed.client.personal_grad import StepBatches, loss_gradient_at, parameter_names, parameters_named
 from lightning_fed.server.aggregators.base import Stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,8 +93,7 @@ class APFLClient(ClientAlgorithm):
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Load (v_i, α_i) (``None``: the client's first round, v_i = w^t and α_i = ``alpha``)."""
         self._params = context.parameters(module)
-        federated = {id(p) for p in self._params}
-        self._names = [n for n, p in module.named_parameters() if id(p) in federated]
+        self._names = parameter_names(module, self._params)
         if state is None:
             self._v = [p.detach().clone() for p in self._params]
             self._mix = self.alpha
@@ -134,8 +133,7 @@ class APFLClient(ClientAlgorithm):
         (``None``: never trained, the global model)."""
         if state is None:
             return
-        named = dict(module.named_parameters())
-        params = [named[n] for n in self._names] if self._names is not None else list(module.parameters())
+        params = parameters_named(module, self._names)
         alpha = float(state[-1])
         with torch.no_grad():
             for p, v in zip(params, unflat(state[:-1], params)):

@@ -47,9 +47,15 @@ import torch
 from torch import Tensor
 
 from lightning_fed.callbacks.fedavg import FedAvg
-from lightning_fed.checks import check_choice, check_positive
+from lightning_fed.checks import ArgumentError, check_choice, check_positive
 from lightning_fed.client.algorithm import ClientAlgorithm
-from lightning_fed.client.personal_grad import StepBatches, hessian_vector_product_at, loss_gradient_at
+from lightning_fed.client.personal_grad import (
+    StepBatches,
+    hessian_vector_product_at,
+    loss_gradient_at,
+    parameter_names,
+    parameters_named,
+)
 from lightning_fed.server.aggregators.base import Stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,7 +89,7 @@ class PerFedAvgClient(ClientAlgorithm):
         self.alpha = check_positive("alpha", alpha)
         self.variant = check_choice("variant", variant, VARIANTS)
         if delta is not None and variant != "hf":
-            raise ValueError(f"`delta` is the HF variant's finite-difference step; it needs variant='hf', got "
+            raise ArgumentError(f"`delta` is the HF variant's finite-difference step; it needs variant='hf', got "
                              f"variant={variant!r} with delta={delta!r}.")
         self.delta = None if delta is None else check_positive("delta", delta)
         self._params: list[Tensor] = []
@@ -98,8 +104,7 @@ class PerFedAvgClient(ClientAlgorithm):
 
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         self._params = context.parameters(module)
-        federated = {id(p) for p in self._params}
-        self._names = [n for n, p in module.named_parameters() if id(p) in federated]
+        self._names = parameter_names(module, self._params)
         self._batches = StepBatches(context, type(self).__name__)
         self._group, self._round, self._client = [], int(context.round_idx), int(context.client_id)
 
@@ -160,8 +165,7 @@ class PerFedAvgClient(ClientAlgorithm):
             raise RuntimeError("PerFedAvgClient's personal model is one step on the client's data: the module must "
                                "be attached to a trainer with a FederatedDataModule.")
         round_idx, client_id = int(state[0]), int(state[1])
-        named = dict(module.named_parameters())
-        params = [named[n] for n in self._names] if self._names is not None else list(module.parameters())
+        params = parameters_named(module, self._names)
         batch = next(iter(datamodule.client_dataloader(client_id, round_idx)))
         w = [p.detach().clone() for p in params]
         g = loss_gradient_at(module, params, w, batch, 0)

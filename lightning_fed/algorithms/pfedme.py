@@ -45,7 +45,7 @@ from torch import Tensor
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.checks import check_positive, check_positive_int
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
-from lightning_fed.client.personal_grad import StepBatches, loss_gradient_at
+from lightning_fed.client.personal_grad import StepBatches, loss_gradient_at, parameter_names, parameters_named
 from lightning_fed.server.aggregators.base import Stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,8 +90,7 @@ class PFedMeClient(ClientAlgorithm):
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """θ starts from w_t (the stored θ̃_i is the client's personal model only)."""
         self._params = context.parameters(module)
-        federated = {id(p) for p in self._params}
-        self._names = [n for n, p in module.named_parameters() if id(p) in federated]
+        self._names = parameter_names(module, self._params)
         self._theta = [p.detach().clone() for p in self._params]
         self._batches = StepBatches(context, type(self).__name__)
 
@@ -124,8 +123,7 @@ class PFedMeClient(ClientAlgorithm):
         the global model)."""
         if state is None:
             return
-        named = dict(module.named_parameters())
-        params = [named[n] for n in self._names] if self._names is not None else list(module.parameters())
+        params = parameters_named(module, self._names)
         with torch.no_grad():
             for p, t in zip(params, unflat(state, params)):
                 p.copy_(t)

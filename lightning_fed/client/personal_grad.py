@@ -20,7 +20,34 @@ from torch import Tensor
 
 from lightning_fed.client.personal import personal_step
 
-__all__ = ["StepBatches", "hessian_vector_product_at", "loss_gradient_at"]
+__all__ = ["StepBatches", "hessian_vector_product_at", "loss_gradient_at", "parameter_names", "parameters_named"]
+
+
+def parameter_names(module: Any, params: Sequence[Tensor]) -> list[str]:
+    """The names of ``params`` (e.g. the federated parameters, ``ClientContext.parameters(module)``) in ``module``,
+    in ``module.named_parameters()`` order: what a half keeps to find them again in :func:`parameters_named`."""
+    chosen = {id(p) for p in params}
+    return [n for n, p in module.named_parameters() if id(p) in chosen]
+
+
+def parameters_named(module: Any, names: Optional[Sequence[str]]) -> list[Tensor]:
+    """``module``'s parameters called ``names`` (:func:`parameter_names`); ``None`` (a half that saw no client in
+    this process, e.g. after a resume or in ``trainer.validate``): those that require grad — the federated
+    parameters unless some trainable one is in no optimizer group.
+
+    Example::
+
+        >>> net = torch.nn.Linear(2, 1)
+        >>> net.bias.requires_grad_(False)
+        Parameter containing:
+        tensor([...])
+        >>> [p.shape for p in parameters_named(net, None)], parameter_names(net, [net.bias])
+        ([torch.Size([1, 2])], ['bias'])
+    """
+    if names is None:
+        return [p for p in module.parameters() if p.requires_grad]
+    named = dict(module.named_parameters())
+    return [named[n] for n in names]
 
 
 class StepBatches:

@@ -51,7 +51,8 @@ def _perfedavg_reference(w0, x, y, dm, rounds, variant, delta=None, wrong=None, 
                     if delta is None:
                         hv = _hessian(x[d2]) @ g1
                     else:
-                        hv = (mse_grad(wk + delta * g1, x[d2], y[d2]) - mse_grad(wk - delta * g1, x[d2], y[d2])) / (2 * delta)
+                        plus, minus = mse_grad(wk + delta * g1, x[d2], y[d2]), mse_grad(wk - delta * g1, x[d2], y[d2])
+                        hv = (plus - minus) / (2 * delta)
                     step = g1 - ALPHA * hv
                 wk = wk - BETA * step
             last[int(cid)] = t
@@ -114,7 +115,8 @@ def test_perfedavg_resume_equals_the_uninterrupted_run(tmp_path):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"alpha": 0.0}, r"`alpha` must be"), ({"variant": "so"}, r"`variant` must be one of \('fo', 'hf'\)"),
-    ({"variant": "fo", "delta": 1e-3}, r"`delta` is the HF variant's"), ({"variant": "hf", "delta": -1.0}, r"`delta` must be"),
+    ({"variant": "fo", "delta": 1e-3}, r"`delta` is the HF variant's"),
+    ({"variant": "hf", "delta": -1.0}, r"`delta` must be"),
 ])
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
