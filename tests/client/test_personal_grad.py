@@ -49,3 +49,26 @@ def test_step_batches_refuse_a_context_without_batches_and_an_extra_step():
     assert steps.next() == (0, "only")
     with pytest.raises(RuntimeError, match="more local steps than it has batches"):
         steps.next()
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`:UserWarning")
+@pytest.mark.parametrize("method", ["APFL", "PFedMe", "PerFedAvg"])
+def test_with_a_frozen_encoder_the_personal_steps_cover_only_the_trained_parameters(tmp_path, method):
+    """The halves built on these gradients (issue #55) differentiate and keep the federated parameters only: with a
+    frozen encoder (requires_grad=False) the head, the clients' tables and the personal models equal those of the
+    same function without the encoder among the parameters, bit for bit."""
+    from helpers import fit_frozen_pair, same_head
+    from lightning_fed.callbacks import APFL, PerFedAvg, PFedMe
+
+    make = {"APFL": lambda: APFL(alpha_lr=0.03), "PFedMe": lambda: PFedMe(lam=2.0, inner_steps=2, personal_lr=0.05),
+            "PerFedAvg": lambda: PerFedAvg(alpha=0.1, variant="hf")}[method]
+    frozen, head_only, trainer, reference = fit_frozen_pair(tmp_path, make)
+    assert same_head(frozen, head_only)
+    (table,) = trainer.fit_loop.server_optimizer.client_algorithm_states.values()
+    (expected,) = reference.fit_loop.server_optimizer.client_algorithm_states.values()
+    assert table.ids() == expected.ids() and all(torch.equal(table.get(i), expected.get(i)) for i in table.ids())
+    encoder = frozen.encoder.weight.clone()
+    half = trainer.fit_loop.client_runner.client_halves.algorithms[0]
+    half.personal_model(frozen, table.get(table.ids()[0]))
+    reference.fit_loop.client_runner.client_halves.algorithms[0].personal_model(head_only, expected.get(table.ids()[0]))
+    assert torch.equal(frozen.encoder.weight, encoder) and same_head(frozen, head_only)
