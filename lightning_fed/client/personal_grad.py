@@ -89,22 +89,30 @@ class StepBatches:
         return self._index - 1, batch
 
 
-def _at(module: Any, params: Sequence[Tensor], point: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
-    """Put ``point`` into ``params``; return the values to put back (parameters, buffers)."""
+def _differentiate_at(module: Any, params: list[Tensor], point: Sequence[Tensor], batch: Any, batch_idx: int,
+                      vector: Optional[Sequence[Tensor]] = None) -> Optional[list[Tensor]]:
+    """∇f(θ; ξ) (``vector`` ``None``) or ∇²f(θ; ξ)·``vector`` at θ = ``point``, the module put back afterwards."""
     with torch.no_grad():
         saved = [p.detach().clone() for p in params]
         buffers = [b.detach().clone() for b in module.buffers()]
         for p, v in zip(params, point):
             p.copy_(v)
-    return saved, buffers
-
-
-def _restore(module: Any, params: Sequence[Tensor], saved: tuple[list[Tensor], list[Tensor]]) -> None:
-    with torch.no_grad():
-        for p, v in zip(params, saved[0]):
-            p.copy_(v)
-        for b, v in zip(module.buffers(), saved[1]):
-            b.copy_(v)
+    try:
+        with torch.enable_grad():
+            loss = personal_step(module, batch, batch_idx)
+            if loss is None:
+                return None
+            out = torch.autograd.grad(loss, params, create_graph=vector is not None, allow_unused=True)
+            if vector is not None:
+                used = [(g * u.to(g)).sum() for g, u in zip(out, vector) if g is not None and g.requires_grad]
+                out = torch.autograd.grad(sum(used), params, allow_unused=True) if used else [None] * len(params)
+    finally:
+        with torch.no_grad():
+            for p, v in zip(params, saved):
+                p.copy_(v)
+            for b, v in zip(module.buffers(), buffers):
+                b.copy_(v)
+    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, out)]
 
 
 def loss_gradient_at(module: Any, params: Sequence[Tensor], point: Sequence[Tensor], batch: Any,
@@ -138,17 +146,7 @@ def loss_gradient_at(module: Any, params: Sequence[Tensor], point: Sequence[Tens
         ([tensor([30.])], Parameter containing:
         tensor([0.], requires_grad=True))
     """
-    params = list(params)
-    saved = _at(module, params, point)
-    try:
-        with torch.enable_grad():
-            loss = personal_step(module, batch, batch_idx)
-            if loss is None:
-                return None
-            grads = torch.autograd.grad(loss, params, allow_unused=True)
-    finally:
-        _restore(module, params, saved)
-    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, grads)]
+    return _differentiate_at(module, list(params), point, batch, batch_idx)
 
 
 def hessian_vector_product_at(module: Any, params: Sequence[Tensor], point: Sequence[Tensor], vector: Sequence[Tensor],
@@ -169,17 +167,4 @@ def hessian_vector_product_at(module: Any, params: Sequence[Tensor], point: Sequ
         >>> hessian_vector_product_at(m, [m.w], [torch.tensor([0.5])], [torch.tensor([2.0])], torch.tensor([3.0]))
         [tensor([36.])]
     """
-    params = list(params)
-    saved = _at(module, params, point)
-    try:
-        with torch.enable_grad():
-            loss = personal_step(module, batch, batch_idx)
-            if loss is None:
-                return None
-            grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
-            used = [(p, g, u) for p, g, u in zip(params, grads, vector) if g is not None and g.requires_grad]
-            dot = sum((g * u.to(g)).sum() for _, g, u in used) if used else None
-            hvp = torch.autograd.grad(dot, params, allow_unused=True) if dot is not None else [None] * len(params)
-    finally:
-        _restore(module, params, saved)
-    return [torch.zeros_like(p) if h is None else h.detach() for p, h in zip(params, hvp)]
+    return _differentiate_at(module, list(params), point, batch, batch_idx, vector)

@@ -8,32 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import TensorDataset
 
-from helpers import LinearRegression, federated_fit, linear_weights, mse_grad, regression_data
+from algorithms.test_ditto import GAMMA, _fit
+from helpers import assert_resume_equals_uninterrupted, linear_weights, mse_grad, numpy_fedadam
 from lightning_fed.algorithms import APFLClient
 from lightning_fed.callbacks import APFL, FedAdam, FedAvg
-from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
 
-GAMMA, ETA_ALPHA = 0.05, 0.03
-
-
-def _datamodule():
-    x, y = regression_data(n=60, d=3, seed=3)
-    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
-                             partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3,
-                             local_work=SampledLocalWork(epochs=[1, 2], batch_size=[3, 6], seed=1))
-    dm.setup()
-    return x, y, dm
-
-
-def _fit(tmp_path, server, rounds, ckpt_dir=None, ckpt_path=None, **trainer_kwargs):
-    x, y, dm = _datamodule()
-    torch.manual_seed(0)
-    model = LinearRegression(lr=GAMMA)
-    w0 = linear_weights(model)
-    trainer = federated_fit(tmp_path, model, dm, server, rounds, ckpt_dir, ckpt_path, **trainer_kwargs)
-    return x, y, dm, w0, model, trainer
+ETA_ALPHA = 0.05
 
 
 def _apfl_reference(w0, x, y, dm, rounds, alpha0, variant="paper", server_step=None):
@@ -102,14 +83,7 @@ def test_apfl_under_fedadam_equals_numpy(tmp_path):
     server = FedAdam(lr=0.01, weighting="uniform")
     x, y, dm, w0, model, _ = _fit(tmp_path, server, rounds=3,
                                   client_algorithms=[APFLClient(alpha=0.25, alpha_lr=ETA_ALPHA)])
-    m, v = np.zeros_like(w0), np.full_like(w0, 1e-6)
-
-    def adam(w, delta):
-        m[:] = 0.9 * m + 0.1 * delta
-        v[:] = 0.99 * v + 0.01 * delta ** 2
-        return w + 0.01 * m / (np.sqrt(v) + 1e-3)
-
-    want_w, want = _apfl_reference(w0, x, y, dm, rounds=3, alpha0=0.25, server_step=adam)
+    want_w, want = _apfl_reference(w0, x, y, dm, rounds=3, alpha0=0.25, server_step=numpy_fedadam())
     np.testing.assert_allclose(linear_weights(model), want_w, rtol=1e-10, atol=1e-12)
     got = _rows(server.client_algorithm_states["APFLClient"])
     for c in want:
@@ -118,15 +92,7 @@ def test_apfl_under_fedadam_equals_numpy(tmp_path):
 
 
 def test_apfl_resume_equals_the_uninterrupted_run(tmp_path):
-    full_server = APFL(alpha_lr=ETA_ALPHA)
-    *_, full, _ = _fit(tmp_path / "a", full_server, rounds=4)
-    _fit(tmp_path / "b", APFL(alpha_lr=ETA_ALPHA), rounds=2, ckpt_dir=tmp_path / "cb")
-    server = APFL(alpha_lr=ETA_ALPHA)
-    *_, resumed, _ = _fit(tmp_path / "b", server, rounds=4, ckpt_dir=tmp_path / "cb2",
-                          ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
-    assert np.array_equal(linear_weights(full), linear_weights(resumed))
-    ta, tb = full_server.client_algorithm_states["APFLClient"], server.client_algorithm_states["APFLClient"]
-    assert sorted(ta.ids()) == sorted(tb.ids()) and all(torch.equal(ta.get(c), tb.get(c)) for c in ta.ids())
+    assert_resume_equals_uninterrupted(tmp_path, _fit, lambda: APFL(alpha_lr=ETA_ALPHA), "APFLClient", linear_weights)
 
 
 @pytest.mark.parametrize("kwargs, match", [

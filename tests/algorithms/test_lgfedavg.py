@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from algorithms.test_fedper import BODY, GAMMA, HEAD, TwoLayer, datamodule, fit, grads, weights
+from helpers import assert_resume_equals_uninterrupted, numpy_fedadam
 from lightning_fed.algorithms import LGFedAvgClient
 from lightning_fed.callbacks import FedAdam, LGFedAvg
 
@@ -66,14 +66,10 @@ def test_lgfedavgs_head_under_fedadam_equals_numpy(tmp_path):
     x, y, dm = datamodule()
     server = FedAdam(lr=0.01, weighting="uniform")
     w0, model, _ = fit(tmp_path, server, rounds=3, dm=dm, client_algorithms=[LGFedAvgClient(body=["net.0"])])
-    m = {k: np.zeros_like(w0[k]) for k in HEAD}
-    v = {k: np.full_like(w0[k], 1e-6) for k in HEAD}
+    steps = {k: numpy_fedadam() for k in HEAD}
 
     def adam(glob, delta):
-        for k in HEAD:
-            m[k] = 0.9 * m[k] + 0.1 * delta[k]
-            v[k] = 0.99 * v[k] + 0.01 * delta[k] ** 2
-            glob[k] = glob[k] + 0.01 * m[k] / (np.sqrt(v[k]) + 1e-3)
+        glob.update({k: steps[k](glob[k], delta[k]) for k in HEAD})
 
     want, _ = _lgfedavg_reference(w0, x, y, dm, rounds=3, server_step=adam)
     got = weights(model)
@@ -83,16 +79,11 @@ def test_lgfedavgs_head_under_fedadam_equals_numpy(tmp_path):
 
 
 def test_lgfedavg_resume_equals_the_uninterrupted_run(tmp_path):
-    full_server = LGFedAvg(body=["net.0"])
-    _, full, _ = fit(tmp_path / "a", full_server, rounds=4)
-    fit(tmp_path / "b", LGFedAvg(body=["net.0"]), rounds=2, ckpt_dir=tmp_path / "cb")
-    server = LGFedAvg(body=["net.0"])
-    _, resumed, _ = fit(tmp_path / "b", server, rounds=4, ckpt_dir=tmp_path / "cb2",
-                        ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
-    a, b = weights(full), weights(resumed)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    ta, tb = full_server.client_algorithm_states["LGFedAvgClient"], server.client_algorithm_states["LGFedAvgClient"]
-    assert sorted(ta.ids()) == sorted(tb.ids()) and all(torch.equal(ta.get(c), tb.get(c)) for c in ta.ids())
+    def fit_rounds(path, server, rounds, ckpt_dir=None, ckpt_path=None):
+        return fit(path, server, rounds, ckpt_dir=ckpt_dir, ckpt_path=ckpt_path)
+
+    assert_resume_equals_uninterrupted(tmp_path, fit_rounds, lambda: LGFedAvg(body=["net.0"]), "LGFedAvgClient",
+                                       weights)
 
 
 @pytest.mark.parametrize("body, error, match", [

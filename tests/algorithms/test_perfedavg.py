@@ -10,21 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.test_apfl import _datamodule
-from helpers import LinearRegression, federated_fit, linear_weights, mse_grad
+from algorithms.test_ditto import GAMMA as BETA
+from algorithms.test_ditto import _fit
+from helpers import LinearRegression, assert_resume_equals_uninterrupted, linear_weights, mse_grad, numpy_fedadam
 from lightning_fed.algorithms import PerFedAvgClient
 from lightning_fed.callbacks import FedAdam, PerFedAvg
 
-BETA, ALPHA, DELTA = 0.05, 0.1, 1e-3
-
-
-def _fit(tmp_path, server, rounds, ckpt_dir=None, ckpt_path=None, **trainer_kwargs):
-    x, y, dm = _datamodule()
-    torch.manual_seed(0)
-    model = LinearRegression(lr=BETA)
-    w0 = linear_weights(model)
-    trainer = federated_fit(tmp_path, model, dm, server, rounds, ckpt_dir, ckpt_path, **trainer_kwargs)
-    return x, y, dm, w0, model, trainer
+ALPHA, DELTA = 0.1, 1e-3  # β is the client learning rate
 
 
 def _hessian(x):
@@ -89,28 +81,13 @@ def test_perfedavg_under_fedadam_equals_numpy(tmp_path):
     """Any server rule (FedAdam, Reddi et al. 2021, Alg. 2, τ = 1e-3) on the uniform mean of the clients' Δ."""
     x, y, dm, w0, model, _ = _fit(tmp_path, FedAdam(lr=0.01, weighting="uniform"), rounds=3,
                                   client_algorithms=[PerFedAvgClient(alpha=ALPHA, variant="hf")])
-    m, v = np.zeros_like(w0), np.full_like(w0, 1e-6)
-
-    def adam(w, delta):
-        m[:] = 0.9 * m + 0.1 * delta
-        v[:] = 0.99 * v + 0.01 * delta ** 2
-        return w + 0.01 * m / (np.sqrt(v) + 1e-3)
-
-    want_w, _ = _perfedavg_reference(w0, x, y, dm, rounds=3, variant="hf", server_step=adam)
+    want_w, _ = _perfedavg_reference(w0, x, y, dm, rounds=3, variant="hf", server_step=numpy_fedadam())
     np.testing.assert_allclose(linear_weights(model), want_w, rtol=1e-10, atol=1e-12)
 
 
 def test_perfedavg_resume_equals_the_uninterrupted_run(tmp_path):
-    make = lambda: PerFedAvg(alpha=ALPHA, variant="hf")  # noqa: E731
-    full_server = make()
-    *_, full, _ = _fit(tmp_path / "a", full_server, rounds=4)
-    _fit(tmp_path / "b", make(), rounds=2, ckpt_dir=tmp_path / "cb")
-    server = make()
-    *_, resumed, _ = _fit(tmp_path / "b", server, rounds=4, ckpt_dir=tmp_path / "cb2",
-                          ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
-    assert np.array_equal(linear_weights(full), linear_weights(resumed))
-    ta, tb = full_server.client_algorithm_states["PerFedAvgClient"], server.client_algorithm_states["PerFedAvgClient"]
-    assert sorted(ta.ids()) == sorted(tb.ids()) and all(torch.equal(ta.get(c), tb.get(c)) for c in ta.ids())
+    assert_resume_equals_uninterrupted(tmp_path, _fit, lambda: PerFedAvg(alpha=ALPHA, variant="hf"), "PerFedAvgClient",
+                                       linear_weights)
 
 
 @pytest.mark.parametrize("kwargs, match", [
