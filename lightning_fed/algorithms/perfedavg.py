@@ -35,7 +35,9 @@ client's id, all the step needs besides the global model and the data module; a 
 global model.
 
 Choices the paper leaves open or that differ from it: the grouping of the round's batches into (D, D', D'') above
-(the paper samples them independently); the personal model's batch D_i (the paper does not fix it); BatchNorm
+(the paper samples them independently; the FO implementation of the pFedMe authors, github.com/CharlieDinh/pFedMe
+``userperavg.py``, also takes two consecutive batches per step — its evaluation, ``train_one_step``, takes a second,
+β step as well, where the paper's Sec. 5 takes one α step); the personal model's batch D_i (the paper does not fix it); BatchNorm
 statistics are the global model's during the extra gradient evaluations and are put back afterwards.
 """
 
