@@ -22,7 +22,8 @@ with the current global model w (Alg. 1's output).
 
 Choices the paper leaves open or that differ from it:
 
-* α_i is projected onto [0, 1] after each step (it is a mixing weight; the analysis takes α_i ∈ [0, 1]); η_α is
+* α_i is projected onto [0, 1] after each step (it is a mixing weight; the authors' code, FedTorch ``alpha_update``,
+  clips it so too, and also adds 0.02·α_i to its gradient, a term not in eq. (10) and not added here); η_α is
   ``alpha_lr`` (default: the client learning rate η, as eq. (10)); ``adaptive=False`` keeps α_i fixed (the paper's
   APFL with a fixed α);
 * a client sampled for the first time starts v_i from the global model it receives (w^t) and α_i from ``alpha``;
