@@ -205,7 +205,7 @@ _CB = "lightning_fed.callbacks."
     (f"{{class_path: {_CB}APFL, init_args: {{alpha: 0.5, adaptive: false}}}}",
      "[APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)]"),
     (f"{{class_path: {_CB}PFedMe, init_args: {{lam: 15.0, lr: 2.0}}}}",
-     "[PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.01)]"),
+     "[PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.09)]"),
     (f"{{class_path: {_CB}PerFedAvg, init_args: {{alpha: 0.02, variant: hf, delta: 0.001}}}}",
      "[PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)]"),
 ], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto", "LGFedAvg", "APFL", "PFedMe", "PerFedAvg"])

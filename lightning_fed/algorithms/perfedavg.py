@@ -73,7 +73,8 @@ class PerFedAvgClient(ClientAlgorithm):
     (D, D', D'') (HF); each group makes one step of the client optimizer along the MAML meta-gradient.
 
     Args:
-        alpha: α (> 0), the inner step size of l. 7 and of the personal model's one step (default 0.01).
+        alpha: α (> 0), the inner step size of l. 7 and of the personal model's one step (default 0.005: the
+            pFedMe authors' Per-FedAvg MNIST command, github.com/CharlieDinh/pFedMe README, with β = 0.001 there).
         variant: ``"fo"`` (first order, default) or ``"hf"`` (with the Hessian-vector product).
         delta: HF only: ``None`` (default) the exact Hessian-vector product; δ > 0 the paper's finite difference.
 
@@ -87,7 +88,7 @@ class PerFedAvgClient(ClientAlgorithm):
         PerFedAvgClient(alpha=0.02, variant='hf', delta=None)
     """
 
-    def __init__(self, alpha: float = 0.01, variant: str = "fo", delta: Optional[float] = None) -> None:
+    def __init__(self, alpha: float = 0.005, variant: str = "fo", delta: Optional[float] = None) -> None:
         self.alpha = check_positive("alpha", alpha)
         self.variant = check_choice("variant", variant, VARIANTS)
         if delta is not None and variant != "hf":
@@ -182,7 +183,7 @@ class PerFedAvg(FedAvg):
     (see :mod:`lightning_fed.algorithms.perfedavg`); the client learning rate is β.
 
     Args:
-        alpha: α (default 0.01).
+        alpha: α (default 0.005).
         variant: ``"fo"`` (default) or ``"hf"``.
         delta: HF's finite-difference δ (default ``None``: the exact Hessian-vector product).
         lr: Server learning rate (default 1.0).
@@ -201,7 +202,7 @@ class PerFedAvg(FedAvg):
     #: this class's).
     carried_client_half = ("PerFedAvgClient", {"alpha": "alpha", "variant": "variant", "delta": "delta"})
 
-    def __init__(self, alpha: float = 0.01, variant: str = "fo", delta: Optional[float] = None, lr: float = 1.0,
+    def __init__(self, alpha: float = 0.005, variant: str = "fo", delta: Optional[float] = None, lr: float = 1.0,
                  weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
                  client: Optional[list[ClientAlgorithm]] = None) -> None:
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)

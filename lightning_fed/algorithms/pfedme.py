@@ -60,9 +60,11 @@ class PFedMeClient(ClientAlgorithm):
     step becomes λ(w − θ̃) (l. 8 when the client optimizer is SGD with learning rate η).
 
     Args:
-        lam: λ (> 0), the Moreau envelope's regularisation (default 15.0; the paper tunes λ ∈ {15, 20, 30}).
-        inner_steps: K, the inner gradient steps per local step (an integer ≥ 1; default 5, the paper's).
-        personal_lr: ν, the inner steps' step size (> 0; default 0.01).
+        lam: λ (> 0), the Moreau envelope's regularisation (default 15.0).
+        inner_steps: K, the inner gradient steps per local step (an integer ≥ 1; default 5).
+        personal_lr: ν, the inner steps' step size (> 0; default 0.09). λ = 15 and ν = 0.09 (with η = 0.005,
+            β = 1, batch size 20, R = 20 local rounds) are the authors' MNIST command (github.com/CharlieDinh/pFedMe
+            README, non-convex case).
 
     Raises:
         ValueError: ``lam`` or ``personal_lr`` not a finite number > 0, ``inner_steps`` not an integer ≥ 1; in a
@@ -74,7 +76,7 @@ class PFedMeClient(ClientAlgorithm):
         PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.05)
     """
 
-    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01) -> None:
+    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.09) -> None:
         self.lam = check_positive("lam", lam)
         self.inner_steps = check_positive_int("inner_steps", inner_steps)
         self.personal_lr = check_positive("personal_lr", personal_lr)
@@ -137,7 +139,7 @@ class PFedMe(FedAvg):
     Args:
         lam: λ (default 15.0).
         inner_steps: K (default 5).
-        personal_lr: ν (default 0.01).
+        personal_lr: ν (default 0.09).
         lr: β (> 0, default 1.0: the plain mean; the paper also runs β > 1), the server learning rate of FedAvg,
             which is l. 11's β-mixing.
         weighting: ``"uniform"`` (default, l. 11) or ``"num_samples"``.
@@ -150,7 +152,7 @@ class PFedMe(FedAvg):
     Example::
 
         >>> PFedMe(lam=15.0, lr=2.0)  # β = 2
-        PFedMe(lam=15.0, inner_steps=5, personal_lr=0.01, lr=2.0, weighting='uniform')
+        PFedMe(lam=15.0, inner_steps=5, personal_lr=0.09, lr=2.0, weighting='uniform')
     """
 
     repr_fields = ("lam", "inner_steps", "personal_lr", "lr", "weighting")
@@ -158,7 +160,7 @@ class PFedMe(FedAvg):
     #: this class's); β, the server rule's lr, is what the swap replaces.
     carried_client_half = ("PFedMeClient", {"lam": "lam", "inner_steps": "inner_steps", "personal_lr": "personal_lr"})
 
-    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, lr: float = 1.0,
+    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.09, lr: float = 1.0,
                  weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
                  client: Optional[list[ClientAlgorithm]] = None) -> None:
         super().__init__(lr=lr, weighting=weighting, aggregators=aggregators, client=client)
