@@ -105,3 +105,9 @@ def test_apfl_resume_equals_the_uninterrupted_run(tmp_path):
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         APFLClient(**kwargs)
+
+
+def test_the_ready_made_name_only_fixes_parts():
+    from helpers import assert_ready_made_name
+
+    assert_ready_made_name(APFL)

@@ -104,3 +104,9 @@ def test_the_personal_model_needs_the_clients_data():
     half = PerFedAvgClient()
     with pytest.raises(RuntimeError, match="attached to a trainer with a FederatedDataModule"):
         half.personal_model(LinearRegression(), torch.tensor([0.0, 1.0]))
+
+
+def test_the_ready_made_name_only_fixes_parts():
+    from helpers import assert_ready_made_name
+
+    assert_ready_made_name(PerFedAvg)

@@ -88,3 +88,9 @@ def test_pfedme_resume_equals_the_uninterrupted_run(tmp_path):
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PFedMe(**kwargs)
+
+
+def test_the_ready_made_name_only_fixes_parts():
+    from helpers import assert_ready_made_name
+
+    assert_ready_made_name(PFedMe)
