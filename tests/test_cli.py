@@ -201,14 +201,7 @@ _CB = "lightning_fed.callbacks."
     (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2], head_steps: 3}}}}",
      "[FedRepClient(head=['net.2'], head_steps=3)]"),
     (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
-    (f"{{class_path: {_CB}LGFedAvg, init_args: {{body: [net.0]}}}}", "[LGFedAvgClient(body=['net.0'])]"),
-    (f"{{class_path: {_CB}APFL, init_args: {{alpha: 0.5, adaptive: false}}}}",
-     "[APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)]"),
-    (f"{{class_path: {_CB}PFedMe, init_args: {{lam: 15.0, lr: 2.0}}}}",
-     "[PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.09)]"),
-    (f"{{class_path: {_CB}PerFedAvg, init_args: {{alpha: 0.02, variant: hf, delta: 0.001}}}}",
-     "[PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)]"),
-], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto", "LGFedAvg", "APFL", "PFedMe", "PerFedAvg"])
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto"])
 def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
     """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
     `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.
@@ -222,6 +215,26 @@ def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap
     printed = _print_config(["fit", *args], capsys)
     assert [h["class_path"].rsplit(".", 1)[1] for h in printed["trainer"]["client_algorithms"]] == [
         expected[1:].split("(")[0]]
+
+
+@pytest.mark.parametrize("name, init_args, expected", [
+    ("LGFedAvg", {"body": ["net.0"]}, "LGFedAvgClient(body=['net.0'])"),
+    ("APFL", {"alpha": 0.5, "adaptive": False}, "APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)"),
+    ("PFedMe", {"lam": 15.0, "lr": 2.0}, "PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.09)"),
+    ("PerFedAvg", {"alpha": 0.02, "variant": "hf", "delta": 1e-3},
+     "PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)"),
+])
+def test_55_a_swap_carries_the_new_personalised_methods_client_half(name, init_args, expected):
+    """Issue #55: a swap away from LG-FedAvg, APFL, pFedMe or Per-FedAvg carries its client half (the method's
+    arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto (#50.1)."""
+    from jsonargparse import Namespace
+
+    import lightning_fed.algorithms as algorithms
+    from lightning_fed.cli import swap_client_halves
+
+    (half,) = swap_client_halves(Namespace(class_path=_CB + name, init_args=Namespace(**init_args)), "FedYogi", "a swap")
+    cls = getattr(algorithms, half.class_path.rsplit(".", 1)[1])
+    assert repr(cls(**vars(half.init_args))) == expected
 
 
 def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monkeypatch):
