@@ -92,7 +92,8 @@ def test_apfl_under_fedadam_equals_numpy(tmp_path):
 
 
 def test_apfl_resume_equals_the_uninterrupted_run(tmp_path):
-    assert_resume_equals_uninterrupted(tmp_path, _fit, lambda: APFL(alpha_lr=ETA_ALPHA), "APFLClient", linear_weights)
+    assert_resume_equals_uninterrupted(tmp_path, _fit, lambda: APFL(alpha_lr=ETA_ALPHA), "APFLClient", linear_weights,
+                                       rounds=3)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -87,7 +87,7 @@ def test_perfedavg_under_fedadam_equals_numpy(tmp_path):
 
 def test_perfedavg_resume_equals_the_uninterrupted_run(tmp_path):
     assert_resume_equals_uninterrupted(tmp_path, _fit, lambda: PerFedAvg(alpha=ALPHA, variant="hf"), "PerFedAvgClient",
-                                       linear_weights)
+                                       linear_weights, rounds=3)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -78,7 +78,7 @@ def test_pfedme_under_fedadam_equals_numpy(tmp_path):
 
 def test_pfedme_resume_equals_the_uninterrupted_run(tmp_path):
     assert_resume_equals_uninterrupted(tmp_path, _fit, lambda: PFedMe(lam=LAM, inner_steps=K, personal_lr=NU, lr=BETA),
-                                       "PFedMeClient", linear_weights)
+                                       "PFedMeClient", linear_weights, rounds=3)
 
 
 @pytest.mark.parametrize("kwargs, match", [
