@@ -48,6 +48,7 @@ COVERED_ELSEWHERE = {
     "cli_swaps.py": "tests/test_cli.py (--server_optimizer swaps: defaults, carried or refused client halves)",
     "cli_help.py": "tests/test_cli.py and tests/test_console.py (the help text)",
     "cli_partition.py": "tests/test_cli.py (lightning-fed partition)",
+    "server/client_store_disk.py": "tests/server/test_client_state.py (the disk store: rows, manifests, refs, GC)",
     "client/failures.py": "tests/client/test_runner.py and tests/test_loop.py (failure policies, ClientRecord, stops)",
 }
 
