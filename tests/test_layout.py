@@ -50,6 +50,7 @@ COVERED_ELSEWHERE = {
     "cli_partition.py": "tests/test_cli.py (lightning-fed partition)",
     "server/client_store_disk.py": "tests/server/test_client_state.py (the disk store: rows, manifests, refs, GC)",
     "run_record.py": "tests/test_checkpoint.py (the run record, allowed changes, resume refusals)",
+    "tensorboard_partition.py": "tests/test_tensorboard.py (the partition's figures and statistics)",
     "client/failures.py": "tests/client/test_runner.py and tests/test_loop.py (failure policies, ClientRecord, stops)",
 }
 
