@@ -51,6 +51,7 @@ COVERED_ELSEWHERE = {
     "server/client_store_disk.py": "tests/server/test_client_state.py (the disk store: rows, manifests, refs, GC)",
     "run_record.py": "tests/test_checkpoint.py (the run record, allowed changes, resume refusals)",
     "tensorboard_partition.py": "tests/test_tensorboard.py (the partition's figures and statistics)",
+    "algorithms/fedlamb_optim.py": "tests/algorithms/test_fedlamb.py (the local AMSGrad optimizers against NumPy)",
     "client/failures.py": "tests/client/test_runner.py and tests/test_loop.py (failure policies, ClientRecord, stops)",
 }
 
