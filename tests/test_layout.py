@@ -52,6 +52,7 @@ COVERED_ELSEWHERE = {
     "run_record.py": "tests/test_checkpoint.py (the run record, allowed changes, resume refusals)",
     "tensorboard_partition.py": "tests/test_tensorboard.py (the partition's figures and statistics)",
     "algorithms/fedlamb_optim.py": "tests/algorithms/test_fedlamb.py (the local AMSGrad optimizers against NumPy)",
+    "algorithms/fedaware_options.py": "tests/algorithms/test_fedaware.py and tests/algorithms/test_fedaware_ready_made.py",
     "client/failures.py": "tests/client/test_runner.py and tests/test_loop.py (failure policies, ClientRecord, stops)",
 }
 
