@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from lightning_fed.datamodules.devices.base import DeviceProfiles
 
 __all__ = ["DEADLINE_POLICIES", "STATUSES", "RoundPlan", "SimulatedClock", "check_round_deadline", "payload_bytes",
-           "plan_round"]
+           "plan_round", "shared_parameters"]
 
 #: What a client that misses the round deadline does (``deadline_policy``).
 DEADLINE_POLICIES = ("drop", "partial")
@@ -89,6 +89,25 @@ def payload_bytes(tensors: Iterable[torch.Tensor]) -> int:
         210
     """
     return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def shared_parameters(params: Sequence[torch.Tensor], module: torch.nn.Module,
+                      algorithms: Iterable[Any] = ()) -> list[torch.Tensor]:
+    """The federated parameters ``params`` less those a client half keeps on the client
+    (``ClientAlgorithm.local_parameters``, positions in ``module.parameters()``: FedPer's head, FedBN's norms):
+    what travels between the server and a client each round.
+
+    Example::
+
+        >>> net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        >>> class KeepHead:
+        ...     def local_parameters(self): return [2, 3]  # the second layer's weight and bias
+        >>> payload_bytes(shared_parameters(list(net.parameters()), net, [KeepHead()]))  # (4·3 + 3) float32
+        60
+    """
+    every = list(module.parameters())
+    local = {id(every[i]) for algorithm in algorithms for i in algorithm.local_parameters()}
+    return [p for p in params if id(p) not in local]
 
 
 @dataclasses.dataclass(frozen=True)
