@@ -255,7 +255,7 @@ def plan_round(start_time: float, client_ids: np.ndarray, step_samples: Sequence
         status[gone] = OFFLINE
         stop = np.where(gone, np.maximum(left, 0.0), stop)
     kept = status == KEPT
-    if clients_per_round is not None and kept.sum() > clients_per_round:
+    if clients_per_round is not None and kept.sum() >= clients_per_round:  # the cohort is full: no more waiting
         order = np.lexsort((ids, np.where(kept, finish, np.inf)))  # by finish, ties by client id
         status[order[clients_per_round:][kept[order[clients_per_round:]]]] = NOT_NEEDED
         kept = status == KEPT
