@@ -74,7 +74,10 @@ def test_over_selection_keeps_the_first_to_finish_ties_by_client_id():
     assert _status(plan) == ["kept", "not_needed", "kept", "not_needed"]  # 4.4 and 5.25 come first
     assert plan.round_seconds == 5.25 and plan.bytes_up == 1500.0 and plan.bytes_down == 4000.0
     # with the deadline: 2 made it, the cohort is full, the server does not wait for the deadline
-    assert _plan(clients_per_round=2, round_deadline=5.3).round_seconds == 5.25
+    full = _plan(clients_per_round=2, round_deadline=5.3)
+    assert full.round_seconds == 5.25 and _status(full) == ["kept", "not_needed", "kept", "not_needed"]
+    until = np.array([np.inf, 5.0, np.inf, 6.0])  # 11 goes while the server waits; 13 after it stopped waiting
+    assert _status(_plan(clients_per_round=2, online_until=until)) == ["kept", "offline", "kept", "not_needed"]
     assert _plan(clients_per_round=3, round_deadline=5.3).round_seconds == 5.3  # only 2 of 3: until D
     same = DeviceProfiles(*(np.full(3, v[0]) for v in TABLE))
     tie = plan_round(0.0, np.array([7, 3, 5]), [np.array([10])] * 3, 1000.0, 1000.0, same, clients_per_round=1)
