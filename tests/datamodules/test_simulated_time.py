@@ -211,7 +211,8 @@ def test_partial_under_the_vectorized_executor_equals_the_run_told_those_steps(t
     from lightning_fed.client.vectorized import VectorizedExecutor
 
     _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=4.2, deadline_policy="partial")
-    model, _ = _fit(tmp_path, dm, FedNova(lr=1.0), client_executor=VectorizedExecutor())
+    model, _ = _fit(tmp_path, dm, FedNova(lr=1.0), rounds=1, client_executor=VectorizedExecutor())
+    assert {K_PARTIAL[c] for c in dm.select_cohort(0).cohort.tolist()} == {2, 4, 6}  # cut clients in round 0
     _, _, told = _dm(local_work=TableSteps())
-    same, _ = _fit(tmp_path, told, FedNova(lr=1.0), client_executor=VectorizedExecutor())
+    same, _ = _fit(tmp_path, told, FedNova(lr=1.0), rounds=1, client_executor=VectorizedExecutor())
     assert np.array_equal(linear_weights(model), linear_weights(same))
