@@ -190,6 +190,7 @@ class SimulatedTime:
         return {"clock": self.clock.state_dict()} if self.active else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the clock of a resumed run)."""
         if "clock" in state:
             self.clock.load_state_dict(state["clock"])
 
