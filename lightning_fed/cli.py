@@ -251,7 +251,9 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
     if issubclass(cls, FedPer):
         return [_half("FedPerClient", head=args.get("head"))]
     if issubclass(cls, FedRep):
-        return [_half("FedRepClient", head=args.get("head"), head_steps=args.get("head_steps", 10))]
+        epochs, steps = args.get("head_epochs"), args.get("head_steps")  # τ_h in epochs (the paper's) or steps
+        tau = {"head_epochs": epochs} if epochs is not None else {"head_steps": 10 if steps is None else steps}
+        return [_half("FedRepClient", head=args.get("head"), **tau)]
     if issubclass(cls, Ditto):
         return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"))]
 

@@ -12,6 +12,7 @@ import torch
 from algorithms.test_fedper import BODY, GAMMA, HEAD, TwoLayer, datamodule, fit, grads, weights
 from lightning_fed.algorithms import FedRepClient
 from lightning_fed.callbacks import FedAdam, FedRep
+from lightning_fed.checks import ArgumentError
 
 
 def _fedrep_reference(w0, x, y, dm, rounds, head_steps, server_step=None):
@@ -91,3 +92,65 @@ def test_fedrep_resume_equals_the_uninterrupted_run(tmp_path):
 def test_head_steps_must_be_a_non_negative_integer(head_steps):
     with pytest.raises(ValueError, match=r"`head_steps` must be an integer >= 0"):
         FedRepClient(head=["net.1"], head_steps=head_steps)
+
+
+def _head_epochs_reference(w0, x, y, dm, rounds, head_epochs):
+    """Alg. 1 with τ_h counted in epochs (Sec. 5): a step trains the head while the samples seen so far in the round
+    are below e_h·n_i (the client's first e_h passes over its n_i samples), the body afterwards; l. 14's uniform mean."""
+    glob, own = dict(w0), {}
+    for t in range(rounds):
+        drifts = []
+        for cid in dm.sample_clients(t):
+            w = {**glob, **own.get(int(cid), {})}
+            seen, n = 0, dm.client_num_samples(cid)
+            for batch in dm.client_batches(cid, t):
+                g = grads(w, x[batch], y[batch])
+                part = HEAD if seen < head_epochs * n else BODY
+                w = {k: (w[k] - GAMMA * g[k] if k in part else w[k]) for k in w}
+                seen += len(batch)
+            own[int(cid)] = {k: w[k] for k in HEAD}
+            drifts.append({k: w[k] - glob[k] for k in BODY})
+        glob.update({k: glob[k] + np.mean([d[k] for d in drifts], axis=0) for k in BODY})
+    return glob, own
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_fedrep_head_epochs_equals_numpy_with_epochs_counted(tmp_path, wrong):
+    """head_epochs=1 (the paper's way): clients of 1 local epoch train only their head, clients of 2 the head for one
+    pass and the body for the other, whatever their batch size (3 or 6 here, so 3 to 6 head steps); the wrong
+    reference counts the epoch as one step (head_steps=1) and must differ."""
+    x, y, dm = datamodule()
+    passes = [sum(map(len, dm.client_batches(c, t))) / dm.client_num_samples(c) for t in range(3)
+              for c in dm.sample_clients(t)]
+    assert min(passes) <= 1 < max(passes)  # some clients train only the head, others the body too
+    server = FedRep(head=["net.1"], head_epochs=1)
+    w0, model, _ = fit(tmp_path, server, rounds=3, dm=dm)
+    if wrong:
+        want, own = _fedrep_reference(w0, x, y, dm, rounds=3, head_steps=1)
+        assert not np.allclose(weights(model)["net.0.weight"], want["net.0.weight"], rtol=1e-6, atol=0)
+        return
+    want, own = _head_epochs_reference(w0, x, y, dm, rounds=3, head_epochs=1)
+    got = weights(model)
+    for k in BODY:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-13)
+    assert all(np.array_equal(got[k], w0[k]) for k in HEAD)
+    table = server.client_algorithm_states["FedRepClient"]
+    assert sorted(table.ids()) == sorted(own)
+    for cid, head in own.items():
+        np.testing.assert_allclose(table.get(cid).numpy(), np.concatenate([head[k].ravel() for k in HEAD]),
+                                   rtol=1e-12, atol=1e-13)
+
+
+def test_the_default_is_ten_head_steps_as_before():
+    assert FedRepClient(head=["net.1"]).head_steps == 10 and FedRepClient(head=["net.1"]).head_epochs is None
+    assert repr(FedRep(head=["net.1"])) == "FedRep(head=['net.1'], head_steps=10, lr=1.0, weighting='uniform')"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"head_steps": 2, "head_epochs": 1}, r"Give exactly one of `head_steps` \(local steps\) and `head_epochs`"),
+    ({"head_epochs": -1}, r"`head_epochs` must be an integer >= 0 or None, got -1"),
+])
+def test_head_epochs_bad_values_are_refused(kwargs, match):
+    for make in (FedRepClient, FedRep):
+        with pytest.raises(ArgumentError, match=match):
+            make(head=["net.1"], **kwargs)
