@@ -693,6 +693,9 @@ class FederatedEvaluation(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._check_settings(trainer, pl_module)
         self._warn_unevaluated_personal_models(trainer)
+        from lightning_fed.personal import warn_untrained_global_parts  # personal.py imports this module
+
+        warn_untrained_global_parts(trainer, pl_module)
         self._resuming = trainer.ckpt_path is not None
 
     @staticmethod

@@ -11,6 +11,20 @@ per-client state): where a half was given (its method's own, ``client=[...]`` of
 ``FederatedTrainer(client_algorithms=[...])``) and where its per-client table lives are looked up here, as the
 federated evaluation's ``fed_personal_<m>`` does (:func:`lightning_fed.evaluation.personal_models`).
 
+**The global model's own metrics.** FedBN, FedPer, FedRep (and every
+:class:`~lightning_fed.client.personal.LocalParts` half) never federate the parts they keep: the global model holds
+their *initial* values, which the server never changes. Central validation (Lightning's ``validation_step`` on the
+data module's ``val_dataset``, logged as ``val_*``; ``test_*`` likewise) evaluates that global model, so its
+metrics measure the shared part with an untrained head / untrained BatchNorm layers — no model any client uses. We
+keep those metrics (they are what Lightning's ``validation_step`` means: the module the trainer holds, and callbacks
+monitoring them keep working) and warn at fit start (:func:`warn_untrained_global_parts`, a
+:class:`GlobalModelPartsWarning` naming the method, the parts and the metrics) rather than evaluate them with a stand-in:
+a central sample belongs to no client, so any client's part put in for it (or an average of the clients' parts,
+which the methods never train) would be a model nobody trains either, and a renamed metric would break monitors
+that name ``val_loss`` without saying why. The personal models are measured by federated evaluation,
+``fed_personal_<m>`` (the data module's ``eval_clients_per_round``), and returned by :func:`personal_model`. Ditto
+(its global model is trained as FedAvg's) and methods without personal parts get no warning.
+
 A client without per-client state — never sampled, or whose every update was dropped — has no personal part of its
 own: by default (``untrained="global"``) its personal model is the global model, as in ``fed_personal_<m>``
 (FedBN / FedPer / FedRep: the initial values of the kept parts, which the server never changes; Ditto: w^T);
@@ -26,10 +40,17 @@ from torch import Tensor, nn
 
 from lightning_fed.checks import ArgumentError, check_choice, check_int
 
-__all__ = ["UNTRAINED", "personal_model", "personal_state_dict", "trained_clients"]
+__all__ = ["GlobalModelPartsWarning", "UNTRAINED", "personal_model", "personal_state_dict", "trained_clients",
+           "warn_untrained_global_parts"]
 
 #: The values of ``untrained``: ``"global"`` (a client without personal state gets the global model) or ``"raise"``.
 UNTRAINED = ("global", "raise")
+
+
+class GlobalModelPartsWarning(UserWarning):
+    """The global model's central metrics (``val_*`` / ``test_*``) use parts a personalised method never trains
+    (:func:`warn_untrained_global_parts`). Silence it with
+    ``warnings.filterwarnings("ignore", category=GlobalModelPartsWarning)``."""
 
 
 def _server(trainer: Any) -> Any:
@@ -171,3 +192,61 @@ def personal_state_dict(trainer: Any, client_id: int, untrained: str = "global")
         ValueError: personal_model(trainer, ...) needs the trainer's model: call trainer.fit(...), or trainer.validate(model, datamodule, ckpt_path=...) to read a checkpoint, first.
     """
     return {k: v.detach().clone() for k, v in personal_model(trainer, client_id, untrained).state_dict().items()}
+
+
+def _kept_parts(half: Any) -> str:
+    """What a :class:`~lightning_fed.client.personal.LocalParts` half keeps, in words (names, layer types, predicate)."""
+    parts = [*map(str, half.names), *(f"every {t.__name__.lstrip('_')} layer" for t in half.types)]
+    if half.predicate is not None:
+        parts.append(f"the tensors {getattr(half.predicate, '__name__', 'its predicate')} selects")
+    return ", ".join(parts)
+
+
+def warn_untrained_global_parts(trainer: Any, module: Any) -> None:
+    """At fit start: a :class:`GlobalModelPartsWarning` for each client half that keeps parts of the model local
+    (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep, ...) when the global model is
+    evaluated centrally (``module`` overrides ``validation_step`` or ``test_step``, and ``limit_val_batches`` is
+    not 0), naming the method, the parts and the metrics (see the module doc); nothing otherwise.
+
+    Example::
+
+        >>> import warnings, lightning as L, torch
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.callbacks import FedPer
+        >>> class M(L.LightningModule):
+        ...     def validation_step(self, batch, batch_idx):
+        ...         pass
+        >>> trainer = FederatedTrainer(callbacks=[FedPer(head=["head"])], logger=False, enable_progress_bar=False)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_untrained_global_parts(trainer, M())
+        >>> print(caught[0].message)  # doctest: +ELLIPSIS
+        FedPer (its client half FedPerClient) keeps head local: the server never trains it, so the global model holds its initial values and central validation's `val_*` (every metric validation_step logs...
+    """
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+    from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+    from lightning_fed.client.personal import LocalParts
+    from lightning_fed.evaluation import personal_halves
+
+    halves = [h for h in personal_halves(trainer) if isinstance(h, LocalParts)]
+    validated = is_overridden("validation_step", module) and getattr(trainer, "limit_val_batches", 1) != 0
+    tested = is_overridden("test_step", module)
+    if not halves or not (validated or tested):
+        return
+    metrics = " and ".join(m for m, on in (("central validation's `val_*` (every metric validation_step logs, e.g. "
+                                            "`val_loss`)", validated), ("`test_*`", tested)) if on)
+    server = _server(trainer)
+    for half in halves:
+        own = server is not None and any(h is half for h in getattr(server, "server_client_algorithms", ()))
+        who = (f"{type(server).__name__} (its client half {type(half).__name__})" if own else
+               f"The client half {type(half).__name__}")
+        rank_zero_warn(
+            f"{who} keeps {_kept_parts(half)} local: the server never trains "
+            f"it, so the global model holds its initial values and {metrics} measure the shared part with that "
+            "untrained part, which no client uses. The personal models are measured by federated evaluation's "
+            "`fed_personal_<metric>` (set the data module's `eval_clients_per_round`; monitor e.g. "
+            "`fed_personal_val_loss/weighted` in ModelCheckpoint / EarlyStopping) and returned by "
+            "lightning_fed.personal_model(trainer, client_id).",
+            category=GlobalModelPartsWarning,
+        )

@@ -124,3 +124,60 @@ def test_an_untrained_client_is_refused_on_request_and_bad_arguments_are_named(t
         personal_model(trainer, -1)
     with pytest.raises(ArgumentError, match=r"`untrained` must be one of \('global', 'raise'\), got 'skip'"):
         personal_state_dict(trainer, 0, untrained="skip")
+
+
+def _warnings_of(tmp_path, server, model, **kwargs):
+    import warnings
+
+    from lightning_fed.personal import GlobalModelPartsWarning
+
+    *_, dm = datamodule()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(tmp_path, server, rounds=1, dm=dm, model=model, **kwargs)
+    return [str(w.message) for w in caught if issubclass(w.category, GlobalModelPartsWarning)]
+
+
+class WithTestStep(TwoLayer):
+    def test_step(self, batch, batch_idx):
+        pass
+
+
+@pytest.mark.parametrize("case", ["FedPer", "FedBN_given_to_the_trainer", "test_step_only"])
+def test_a_global_model_with_untrained_personal_parts_is_named_at_fit_start(tmp_path, case):
+    """#55 item 3: FedBN / FedPer / FedRep's global model keeps the initial personal parts, so its val_* / test_*
+    measure the shared part with an untrained head or BatchNorm: one warning at fit start names the method, the
+    parts and the metrics, and where the personal models are measured."""
+    from algorithms.test_fedbn import BNRegression
+    from lightning_fed.algorithms import FedBNClient
+
+    if case == "FedPer":
+        messages = _warnings_of(tmp_path, FedPer(head=["net.1"]), Validated())
+        assert messages == [messages[0]] and messages[0].startswith(
+            "FedPer (its client half FedPerClient) keeps net.1 local: the server never trains it, so the global "
+            "model holds its initial values and central validation's `val_*` (every metric validation_step logs, e.g. "
+            "`val_loss`) measure the shared part with that untrained part")
+        assert "`fed_personal_<metric>`" in messages[0] and "personal_model(trainer, client_id)" in messages[0]
+    elif case == "FedBN_given_to_the_trainer":
+        class BNValidated(BNRegression):
+            def validation_step(self, batch, batch_idx):
+                pass
+
+        from algorithms.test_fedbn import _datamodule
+        from lightning_fed.personal import GlobalModelPartsWarning
+
+        *_, dm = _datamodule()
+        with pytest.warns(GlobalModelPartsWarning, match=r"^The client half FedBNClient keeps every BatchNorm layer "
+                                                         r"local.*`val_\*`"):
+            FederatedTrainer(max_epochs=1, callbacks=[FedAvg()], client_algorithms=[FedBNClient()],
+                             **quiet_trainer_kwargs(tmp_path)).fit(BNValidated(), datamodule=dm)
+    else:
+        messages = _warnings_of(tmp_path, FedPer(head=["net.1"]), WithTestStep())
+        assert len(messages) == 1 and "and `test_*` measure" in messages[0] and "`val_*`" not in messages[0]
+
+
+@pytest.mark.parametrize("server", ["Ditto", "FedAvg", "no_validation_step"])
+def test_no_warning_where_the_global_model_is_the_trained_one(tmp_path, server):
+    make = {"Ditto": lambda: Ditto(lam=0.5), "FedAvg": FedAvg, "no_validation_step": lambda: FedPer(head=["net.1"])}
+    model = TwoLayer() if server == "no_validation_step" else Validated()
+    assert _warnings_of(tmp_path, make[server](), model) == []
