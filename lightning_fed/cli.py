@@ -255,7 +255,9 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
         tau = {"head_epochs": epochs} if epochs is not None else {"head_steps": 10 if steps is None else steps}
         return [_half("FedRepClient", head=args.get("head"), **tau)]
     if issubclass(cls, Ditto):
-        return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"))]
+        init = args.get("personal_init") or "global"  # "initial" also needs DittoInitialModel: refused at fit start
+        return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"),
+                      **({"personal_init": init} if init != "global" else {}))]
 
     def compose(server: dict[str, Any], stage: str, stage_args: dict, client: str, client_args: dict,
                 what: str, example: str = "") -> str:
