@@ -204,7 +204,9 @@ _CB = "lightning_fed.callbacks."
      "[FedRepClient(head=['net.2'], head_epochs=2)]"),
     (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2]}}}}", "[FedRepClient(head=['net.2'], head_steps=10)]"),
     (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
-], ids=["FedProx", "FedBN", "FedPer", "FedRep", "FedRep_head_epochs", "FedRep_default", "Ditto"])
+    (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_init: initial}}}}",
+     "[DittoClient(lam=0.5, lr=None, personal_init='initial')]"),
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "FedRep_head_epochs", "FedRep_default", "Ditto", "Ditto_initial"])
 def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
     """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
     `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.
