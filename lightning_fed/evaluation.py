@@ -148,6 +148,8 @@ class ClientEvaluation:
         personal: the same for each client's personal model — the global model with the client's own state in the
             parts a personalised method keeps local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN,
             FedPer, FedRep); empty without such a method. Logged as ``fed_personal_<m>/<stat>``.
+        personal_ids: The clients :attr:`personal` covers, int64 ``[K']`` (``None``: all of ``client_ids``; fewer
+            when the data module's ``eval_personal_untrained="exclude"`` left never-trained clients out).
 
     Example (sample-weighted mean, unweighted mean, NumPy's linear percentiles, mean of the worst ⌈10 %⌉)::
 
@@ -168,14 +170,22 @@ class ClientEvaluation:
     personalized: dict[str, np.ndarray] = field(default_factory=dict)
     dropped: list[tuple[int, str]] = field(default_factory=list)
     personal: dict[str, np.ndarray] = field(default_factory=dict)
+    personal_ids: Optional[np.ndarray] = None
+
+    def _covered(self, prefix: str) -> np.ndarray:
+        """Positions in :attr:`client_ids` of the clients the table ``prefix`` covers."""
+        if prefix != "fed_personal_" or self.personal_ids is None:
+            return np.arange(len(self.client_ids))
+        return np.flatnonzero(np.isin(self.client_ids, self.personal_ids))
 
     def statistics(self) -> dict[str, float]:
         """``{"fed_<m>/<stat>": value}``, ``{"fed_personalized_<m>/<stat>": value}`` and
         ``{"fed_personal_<m>/<stat>": value}`` for every metric."""
         out: dict[str, float] = {}
         for prefix, table in self.tables():
+            samples = self.samples[self._covered(prefix)]
             for name, values in table.items():
-                for stat, value in federated_statistics(values, self.samples, lower_is_better(name)).items():
+                for stat, value in federated_statistics(values, samples, lower_is_better(name)).items():
                     out[f"{prefix}{name}/{stat}"] = value
         return out
 
@@ -194,7 +204,7 @@ class ClientEvaluation:
         (0.5, 0.5)
         """
         out = self.statistics()
-        if not self.personal:
+        if not self.personal and self.personal_ids is None:
             for name in self.metrics:
                 for stat in FED_STATISTICS:
                     out[f"fed_personal_{name}/{stat}"] = out[f"fed_{name}/{stat}"]
@@ -217,11 +227,12 @@ class ClientEvaluation:
             if not exists:
                 writer.writerow(["round", "client_id", "samples", *names, *(f"personalized_{n}" for n in pnames),
                                  *(f"personal_{n}" for n in onames)])
+            personal_at = {int(i): j for j, i in enumerate(self._covered("fed_personal_"))}
             for i, cid in enumerate(self.client_ids.tolist()):
                 row = [self.round, cid, int(self.samples[i])]
                 row += [repr(float(self.metrics[n][i])) for n in names]
                 row += [repr(float(self.personalized[n][i])) for n in pnames]
-                row += [repr(float(self.personal[n][i])) for n in onames]
+                row += [repr(float(self.personal[n][personal_at[i]])) if i in personal_at else "" for n in onames]
                 writer.writerow(row)
 
 
@@ -458,7 +469,9 @@ def evaluate_clients(
             the previous SIGTERM handler runs first); default ``False``.
         personal: ``personal(module, client_id)`` turns the module (holding the global model) into that client's
             personal model in place (:func:`personal_models`); each client is then evaluated with it too, into
-            :attr:`ClientEvaluation.personal`, and the global model restored. Default ``None``: off.
+            :attr:`ClientEvaluation.personal`, and the global model restored; a client for which it returns
+            ``False`` is left out of the personal table (:attr:`ClientEvaluation.personal_ids`). Default ``None``:
+            off.
 
     Returns:
         :class:`ClientEvaluation` (metrics of the clients that reported, in ``client_ids`` order).
@@ -481,6 +494,7 @@ def evaluate_clients(
     prows: list[dict[str, float]] = []
     orows: list[dict[str, float]] = []
     kept: list[int] = []
+    personal_kept: list[int] = []  # the clients with a personal row (a personal(...) returning False is left out)
     dropped: list[tuple[int, str]] = []
     devices = [module.device] if module.device.type == "cuda" else []
     params: list[torch.Tensor] = []
@@ -532,8 +546,8 @@ def evaluate_clients(
                     orow = None
                     if personal is not None:
                         try:
-                            personal(module, cid)
-                            orow = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
+                            if personal(module, cid) is not False:
+                                orow = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
                         finally:
                             restore_model()
                     prow = None
@@ -556,6 +570,7 @@ def evaluate_clients(
                 prows.append(prow)
             if orow is not None:
                 orows.append(orow)
+                personal_kept.append(cid)
             kept.append(cid)
 
     def table(dicts: list[dict[str, float]]) -> dict[str, np.ndarray]:
@@ -569,7 +584,9 @@ def evaluate_clients(
 
     kept_ids = np.asarray(kept, dtype=np.int64)
     samples = np.array([sum(len(b) for b in datamodule.client_eval_batches(c)) for c in kept], dtype=np.int64)
-    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped, table(orows))
+    personal_ids = None if personal is None or len(personal_kept) == len(kept) else np.asarray(personal_kept, np.int64)
+    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped, table(orows),
+                            personal_ids)
 
 
 def personal_halves(trainer: Any) -> list[Any]:
@@ -585,24 +602,33 @@ def personal_halves(trainer: Any) -> list[Any]:
     return list({id(a): a for a in halves}.values())
 
 
-def personal_models(trainer: Any) -> Optional[Any]:
+def personal_models(trainer: Any, untrained: Optional[str] = None) -> Optional[Any]:
     """``personal(module, client_id)`` for :func:`evaluate_clients` when the run has client halves that keep parts
     of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a
     personal model (Ditto), i.e. that define ``personal_model(module, row)`` (:func:`personal_halves`), else
     ``None``: each such half loads the client's row of its table (stored with the server optimizer) into the kept
-    parts; a client without a row keeps the global model's values (its personal model is the global model)."""
+    parts; a client without a row keeps the global model's values (its personal model is the global model), or,
+    with ``untrained="exclude"`` (default ``None``: the data module's ``eval_personal_untrained``), is left out
+    (``personal`` returns ``False``)."""
     halves = personal_halves(trainer)
     if not halves:
         return None
     server = next(cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states"))
+    if untrained is None:
+        untrained = getattr(getattr(trainer, "datamodule", None), "eval_personal_untrained", "global")
+    exclude = untrained == "exclude"
 
-    def personal(module: Any, client_id: int) -> None:
+    def personal(module: Any, client_id: int) -> bool:
+        tables = [server.client_algorithm_states.get(h.state_key) for h in halves]
+        if exclude and any(t is not None and client_id not in t for t in tables):
+            return False
         for half in halves:
             if getattr(half, "selected", True) is False:  # a LocalParts not set up by a fit (trainer.validate)
                 half.setup(module)
             table = server.client_algorithm_states.get(half.state_key)
             row = table.get(client_id) if table is not None and client_id in table else None
             half.personal_model(module, row)
+        return True
 
     return personal
 

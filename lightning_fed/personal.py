@@ -171,7 +171,7 @@ def personal_model(trainer: Any, client_id: int, untrained: str = "global") -> n
             "untrained='global' for the global model's values, or pick one of trained_clients(trainer)."
         )
     mine = copy.deepcopy(module)  # a LightningModule drops its trainer when copied
-    personal = personal_models(trainer)
+    personal = personal_models(trainer, untrained="global")
     if personal is not None:
         personal(mine, client_id)
     return mine
