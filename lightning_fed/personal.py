@@ -50,7 +50,11 @@ UNTRAINED = ("global", "raise")
 class GlobalModelPartsWarning(UserWarning):
     """The global model's central metrics (``val_*`` / ``test_*``) use parts a personalised method never trains
     (:func:`warn_untrained_global_parts`). Silence it with
-    ``warnings.filterwarnings("ignore", category=GlobalModelPartsWarning)``."""
+    ``warnings.filterwarnings("ignore", category=GlobalModelPartsWarning)``.
+
+    >>> issubclass(GlobalModelPartsWarning, UserWarning)
+    True
+    """
 
 
 def _server(trainer: Any) -> Any:
@@ -72,9 +76,13 @@ def _stateful_tables(trainer: Any) -> dict[str, Any]:
 
 def trained_clients(trainer: Any) -> list[int]:
     """The clients with a personal state of their own: those with a row in every per-client table of the run's
-    personal halves (ascending; ``[]`` for a method without per-client state, e.g. FedAvg).
+    personal halves (ascending; ``[]`` for a method without per-client state, e.g. FedAvg, or before a fit).
 
-    Example: see :func:`personal_model`.
+    Example (after a fit: see :func:`personal_model`)::
+
+        >>> from lightning_fed import FederatedTrainer
+        >>> trained_clients(FederatedTrainer(logger=False, enable_progress_bar=False))
+        []
     """
     tables = list(_stateful_tables(trainer).values())
     if not tables:
