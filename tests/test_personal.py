@@ -181,3 +181,26 @@ def test_no_warning_where_the_global_model_is_the_trained_one(tmp_path, server):
     make = {"Ditto": lambda: Ditto(lam=0.5), "FedAvg": FedAvg, "no_validation_step": lambda: FedPer(head=["net.1"])}
     model = TwoLayer() if server == "no_validation_step" else Validated()
     assert _warnings_of(tmp_path, make[server](), model) == []
+
+
+def test_ditto_with_a_frozen_encoder_after_loading_a_checkpoint(tmp_path):
+    """v_k covers the federated (trained) parameters only; read back by a trainer that only loaded the checkpoint
+    (no fit told Ditto's half which parameters those are), the personal models are the fit's."""
+    from helpers import FrozenEncoder, federated_fit, regression_data
+    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+    from torch.utils.data import TensorDataset
+
+    class Validated(FrozenEncoder):
+        def validation_step(self, batch, batch_idx):
+            pass
+
+    x, y = regression_data(n=60)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)), val_dataset=TensorDataset(
+        torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(4, seed=0), clients_per_round=3, batch_size=5)
+    trainer = federated_fit(tmp_path, Validated(), dm, Ditto(lam=0.5), 2, ckpt_dir=tmp_path / "ckpt")
+    fresh = FederatedTrainer(callbacks=[Ditto(lam=0.5)], **quiet_trainer_kwargs(tmp_path / "v"))
+    fresh.validate(Validated(), datamodule=dm, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"), verbose=False)
+    assert trained_clients(fresh) == trained_clients(trainer) != []
+    for cid in range(4):
+        a, b = personal_state_dict(trainer, cid), personal_state_dict(fresh, cid)
+        assert all(torch.equal(a[k], b[k]) for k in a), cid

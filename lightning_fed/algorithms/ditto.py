@@ -242,10 +242,22 @@ class DittoClient(ClientAlgorithm):
 
     def personal_model(self, module: Any, state: Optional[Tensor]) -> None:
         """``module`` (the global model) becomes client k's personal model v_k in place (``None``: never trained,
-        the global model)."""
+        the global model). v_k covers the federated parameters: those of the fit (after a fit), else — the half
+        only loaded from a checkpoint — every parameter, or those that require gradients when v_k is that size.
+
+        Raises:
+            ValueError: a ``state`` whose size matches neither (naming both sizes)."""
         if state is not None:
             named = dict(module.named_parameters())
             params = [named[n] for n in self._names] if self._names is not None else list(module.parameters())
+            if self._names is None and sum(p.numel() for p in params) != state.numel():
+                params = [p for p in params if p.requires_grad]  # frozen parameters are not federated
+                if sum(p.numel() for p in params) != state.numel():
+                    raise ValueError(
+                        f"DittoClient's personal model v_k holds {state.numel()} numbers, but {type(module).__name__} "
+                        f"has {sum(p.numel() for p in module.parameters())} parameter entries "
+                        f"({sum(p.numel() for p in params)} trainable): another model than the run's?"
+                    )
             with torch.no_grad():
                 for p, v in zip(params, unflat(state, params)):
                     p.copy_(v)
