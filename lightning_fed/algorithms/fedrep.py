@@ -117,15 +117,17 @@ class FedRepClient(LocalParts):
         """e_h·(the client's steps per pass over its data in this round), from the trainer's data module."""
         from lightning_fed.datamodules.local_work import ClientWork, num_local_steps
 
-        trainer = getattr(module, "_trainer", None)
-        datamodule = getattr(trainer, "datamodule", None)
+        if self.head_epochs == 0:
+            return 0
+        try:
+            datamodule = getattr(module.trainer, "datamodule", None)
+        except (AttributeError, RuntimeError):  # a module attached to no trainer
+            datamodule = None
         if datamodule is None or not hasattr(datamodule, "client_work"):
             raise RuntimeError(f"{self!r} counts the head's local epochs from the client's data and batch size: it "
                                "runs only in a FederatedTrainer with a FederatedDataModule (or give `head_steps`).")
-        cid, round_idx = int(context.client_id), int(context.round_idx)
-        work = datamodule.client_work(cid, round_idx)
-        if self.head_epochs == 0:
-            return 0
+        cid = int(context.client_id)
+        work = datamodule.client_work(cid, int(context.round_idx))
         head = ClientWork(epochs=self.head_epochs, batch_size=work.batch_size)
         return num_local_steps(len(datamodule.client_indices(cid)), head, datamodule.drop_last)
 
