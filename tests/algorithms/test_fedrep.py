@@ -135,3 +135,16 @@ def test_head_epochs_bad_values_are_refused(kwargs, match):
     for make in (FedRepClient, FedRep):
         with pytest.raises(ArgumentError, match=match):
             make(head=["net.1"], **kwargs)
+
+
+def test_head_epochs_outside_a_federated_trainer_is_refused_by_name():
+    from lightning_fed.client.runner import ClientContext
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    half = FedRepClient(head=["1"], head_epochs=1)
+    half.setup(net)
+    context = ClientContext(client_id=0, round_idx=0, global_params=list(net.parameters()), global_buffers=[],
+                            client_lr=0.1)
+    with pytest.raises(RuntimeError, match=r"FedRepClient\(head=\['1'\], head_epochs=1\) counts the head's local "
+                                           r"epochs .* \(or give `head_steps`\)"):
+        half.start(net, context, None)
