@@ -88,6 +88,20 @@ class DittoInitialModel(Stage):
     def init_state(self, params: list[Tensor], num_clients: int) -> "DittoInitialModel.State":
         return self.State(None)
 
+    def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
+        """At fit start: the run has a :class:`DittoClient` with ``personal_init="initial"`` (without one nothing
+        records w^0, and a checkpoint could not be resumed).
+
+        Raises:
+            ValueError: no such half, naming the stage, the server optimizer and the half to give.
+        """
+        if not any(isinstance(a, DittoClient) and a.personal_init == "initial" for a in server.client_algorithms):
+            raise ValueError(
+                f"DittoInitialModel in {type(server).__name__}'s `aggregators` keeps w^0 for "
+                "DittoClient(personal_init='initial'), which this run does not have: drop it from `aggregators`, or "
+                "give that client half (or use Ditto(personal_init='initial'))."
+            )
+
     def apply(self, x: ClientDeltas, state: "DittoInitialModel.State", info: RoundInfo) -> tuple[Any, "DittoInitialModel.State"]:
         """The round's updates unchanged; w^0 kept."""
         return x, state

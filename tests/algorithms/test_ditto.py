@@ -196,3 +196,13 @@ def test_ditto_personal_init_default_and_bad_value():
     assert Ditto(lam=0.5).aggregators is None and DittoClient().personal_init == "global"
     with pytest.raises(ValueError, match=r"`personal_init` must be one of \('global', 'initial'\), got 'w0'"):
         DittoClient(personal_init="w0")
+
+
+def test_ditto_initial_model_stage_without_its_client_half_is_refused_at_fit_start(tmp_path):
+    from lightning_fed.algorithms import DittoInitialModel
+    from lightning_fed.server.aggregators import WeightedMean
+
+    server = FedAvg(aggregators=[DittoInitialModel(), WeightedMean()])
+    with pytest.raises(ValueError, match=r"DittoInitialModel in FedAvg's `aggregators` keeps w\^0 for "
+                                         r"DittoClient\(personal_init='initial'\), which this run does not have"):
+        _fit(tmp_path, server, rounds=1, client_algorithms=[DittoClient(lam=0.5)])
