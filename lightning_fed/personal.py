@@ -181,7 +181,16 @@ def personal_model(trainer: Any, client_id: int, untrained: str = "global") -> n
     mine = copy.deepcopy(module)  # a LightningModule drops its trainer when copied
     personal = personal_models(trainer, untrained="global")
     if personal is not None:
-        personal(mine, client_id)
+        from lightning.pytorch import LightningModule
+
+        attach = isinstance(mine, LightningModule)
+        if attach:  # a half reading the client's data through the module's trainer (Per-FedAvg's one step)
+            mine.trainer = trainer
+        try:
+            personal(mine, client_id)
+        finally:
+            if attach:
+                mine.trainer = None
     return mine
 
 

@@ -204,3 +204,21 @@ def test_ditto_with_a_frozen_encoder_after_loading_a_checkpoint(tmp_path):
     for cid in range(4):
         a, b = personal_state_dict(trainer, cid), personal_state_dict(fresh, cid)
         assert all(torch.equal(a[k], b[k]) for k in a), cid
+
+
+def test_per_fedavgs_personal_model_is_one_step_on_the_clients_data(tmp_path):
+    """A half whose personal model reads the client's data through the module's trainer (Per-FedAvg, Fallah et al.
+    2020: w − α∇f_i(w; D_i), D_i the client's first batch of the last round it trained) works on the copy too."""
+    from algorithms.test_perfedavg import ALPHA
+    from helpers import mse_grad
+    from lightning_fed.callbacks import PerFedAvg
+
+    x, y, dm, w0, model, trainer = ditto_fit(tmp_path, PerFedAvg(alpha=ALPHA), rounds=3)
+    w = linear_weights(model)
+    last = {int(c): t for t in range(3) for c in dm.sample_clients(t)}
+    for cid, t in last.items():
+        batch = dm.client_batches(cid, t)[0]
+        np.testing.assert_allclose(linear_weights(personal_model(trainer, cid)), w - ALPHA * mse_grad(w, x[batch], y[batch]),
+                                   rtol=1e-12, atol=1e-13)
+    mine = personal_model(trainer, cid)
+    assert mine._trainer is None and np.array_equal(linear_weights(model), w)
