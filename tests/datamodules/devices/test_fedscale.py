@@ -1,0 +1,226 @@
+"""Device models from FedScale's traces (issue #53 item 1b): the trace files (FedScale's "Device Trace File Formats":
+pickles of ``client id -> {'computation', 'communication'}`` and ``client id -> {'duration', 'inactive',
+'finish_time', 'active', 'model'}``), written here in that format; the conversion of FedScale's units (its
+``ClientMetadata.get_completion_time``), the seeded client -> row mapping and availability (its ``is_active``),
+checked against references written from FedScale's definitions, not from our code."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from lightning_fed.checks import ArgumentError
+from lightning_fed.datamodules.devices.fedscale import FedScaleDevices, trace_rows
+from lightning_fed.datamodules.devices.fedscale_files import TraceFileError
+from tests.helpers import load_script
+
+CAPACITY = {  # FedScale's keys are client ids; deliberately not in sorted order
+    30: {"computation": 20.0, "communication": 1000.0},
+    10: {"computation": 150.0, "communication": 250.5},
+    20: {"computation": 0.5, "communication": 80_000.0},
+}
+BEHAVIOUR = {
+    # one interval; parts of a period
+    1: {"duration": 100, "inactive": [40], "finish_time": 100, "active": [10], "model": "a"},
+    # two intervals, unsorted, the last reaching the period's end and the first starting at 0: the stretch
+    # [80, 100) continues into [0, 5] of the next period
+    2: {"duration": 100, "inactive": [100, 5], "finish_time": 100, "active": [80, 0], "model": "b"},
+    # touching intervals join; the second sticks out of the period (FedScale's t mod finish_time never reaches it)
+    3: {"duration": 50, "inactive": [20, 70], "finish_time": 50, "active": [10, 20], "model": "c"},
+    # online through the whole period
+    4: {"duration": 30, "inactive": [30], "finish_time": 30, "active": [0], "model": "d"},
+}
+
+MASK = (1 << 64) - 1
+
+
+def splitmix_output(z: int) -> int:
+    """SplitMix64's output function (Steele, Lea & Flood 2014), Python integers."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def reference_row(client_id: int, num_rows: int, seed: int, stream: int) -> int:
+    """The documented mapping: key = mix(2·seed + stream + golden), row = mix(id XOR key) mod R."""
+    key = splitmix_output((2 * seed + stream + 0x9E3779B97F4A7C15) & MASK)
+    return splitmix_output(client_id ^ key) % num_rows
+
+
+def reference_online(row: dict, t: float) -> bool:
+    """FedScale's is_active rule, stateless: t mod finish_time within some closed [active[k], inactive[k]]."""
+    pos = np.fmod(t, row["finish_time"])
+    return bool(np.any((np.array(row["active"]) <= pos) & (pos <= np.array(row["inactive"]))))
+
+
+@pytest.fixture
+def traces(tmp_path):
+    cap, beh = tmp_path / "client_device_capacity", tmp_path / "client_behave_trace"
+    cap.write_bytes(pickle.dumps(CAPACITY))
+    beh.write_bytes(pickle.dumps(BEHAVIOUR))
+    return cap, beh
+
+
+def test_capacity_rows_convert_fedscale_units_exactly(traces):
+    devices = FedScaleDevices(traces[0], seed=3)
+    ids = np.array([0, 1, 2, 7, 12345, 999_999])
+    seconds, down, up, latency = devices.capacity(ids)
+    keys = sorted(CAPACITY)
+    for i, cid in enumerate(ids.tolist()):
+        row = CAPACITY[keys[reference_row(cid, 3, seed=3, stream=0)]]
+        # FedScale: computation seconds = 3 · batch · steps · computation / 1000 (ms per sample → s, ×3 fwd+bwd)
+        batch, steps = 16, 5
+        assert seconds[i] * batch * steps == pytest.approx(3.0 * batch * steps * row["computation"] / 1000.0, rel=1e-15)
+        # FedScale: seconds = size_kbit / communication, size_kbit = bytes / 1024 · 8
+        size_bytes = 4 * 1_000_003
+        assert size_bytes / down[i] == pytest.approx((size_bytes / 1024 * 8) / row["communication"], rel=1e-15)
+        assert up[i] == down[i] and latency[i] == 0.0
+    # by hand: 20 ms/sample → 0.06 s per trained sample, 1000 kbit/s → 128,000 bytes/s
+    assert devices.trace_keys([0])[1] is None
+    half = FedScaleDevices(traces[0], seed=3, augmentation_factor=1.5)
+    assert np.array_equal(half.capacity(ids)[0] * 2, seconds)
+
+
+def test_rows_are_a_seeded_keyed_hash_of_the_client_id():
+    ids = [0, 1, 2, 3, 17, 2**40, 10**6 - 1]
+    for seed in (0, 5):
+        for stream in (0, 1):
+            assert trace_rows(ids, 7, seed, stream).tolist() == [reference_row(i, 7, seed, stream) for i in ids]
+    assert trace_rows(ids, 7, 0, 0).tolist() != trace_rows(ids, 7, 1, 0).tolist()  # the seed matters
+    rows = trace_rows(np.arange(70_000), 7, 0, 0)  # every row used, about equally
+    assert np.bincount(rows, minlength=7).min() > 9_500
+
+
+def test_trace_keys_name_the_fedscale_rows_each_client_replays(traces):
+    devices = FedScaleDevices(*traces, seed=1)
+    cap, beh = devices.trace_keys([4, 5])
+    assert cap == [sorted(CAPACITY)[reference_row(i, 3, 1, 0)] for i in (4, 5)]
+    assert beh == [sorted(BEHAVIOUR)[reference_row(i, 4, 1, 1)] for i in (4, 5)]
+    assert devices.settings() == {"capacity_file": str(traces[0]), "behaviour_file": str(traces[1]), "seed": 1,
+                                  "augmentation_factor": 3.0, "capacity_rows": 3, "behaviour_rows": 4}
+
+
+def test_availability_follows_fedscale_is_active_at_every_time(traces):
+    devices = FedScaleDevices(*traces, seed=2)
+    ids = np.arange(40)
+    keys = [sorted(BEHAVIOUR)[reference_row(i, 4, 2, 1)] for i in ids.tolist()]
+    assert set(keys) == set(BEHAVIOUR)  # the test sees every row
+    for t in np.concatenate([np.arange(0.0, 210.0, 1.25), [5.0, 10.0, 40.0, 40.25, 80.0, 100.0, 1e6 + 12.5]]):
+        expected = [reference_online(BEHAVIOUR[k], t) for k in keys]
+        assert devices.is_online(ids, t).tolist() == expected, t
+
+
+def online_until_by_hand(key: int, t: float) -> float:
+    """Hand-derived ends of the online stretch holding t (t itself when offline)."""
+    row = BEHAVIOUR[key]
+    if not reference_online(row, t):
+        return t
+    pos, base = t % row["finish_time"], t - t % row["finish_time"]
+    if key == 1:
+        return base + 40
+    if key == 2:  # [80, 100) runs into the next period's [0, 5]; [0, 5] ends at 5
+        return base + 105 if pos >= 80 else base + 5
+    if key == 3:  # [10, 20] ∪ [20, 70] clipped to the period: [10, 50)
+        return base + 50
+    return np.inf
+
+
+def test_online_until_is_the_end_of_the_online_stretch(traces):
+    devices = FedScaleDevices(*traces, seed=2)
+    ids = np.arange(40)
+    keys = [sorted(BEHAVIOUR)[reference_row(i, 4, 2, 1)] for i in ids.tolist()]
+    for t in (0.0, 3.0, 12.0, 39.5, 40.0, 45.0, 85.0, 100.0, 199.0, 1234.0):
+        assert devices.online_until(ids, t).tolist() == [online_until_by_hand(k, t) for k in keys], t
+
+
+def test_without_a_behaviour_trace_everyone_is_always_online(traces):
+    devices = FedScaleDevices(traces[0])
+    assert not devices.has_availability and FedScaleDevices(*traces).has_availability
+    assert devices.is_online([0, 10**6], 5.0).all()
+    assert np.isinf(devices.online_until([0, 3], 5.0)).all()
+
+
+def test_json_holds_the_same_traces_without_pickle(traces, tmp_path):
+    cap, beh = tmp_path / "cap.json", tmp_path / "beh.json"
+    cap.write_text(json.dumps(CAPACITY))  # JSON writes the ids as strings
+    beh.write_text(json.dumps(BEHAVIOUR))
+    a, b = FedScaleDevices(*traces, seed=4), FedScaleDevices(cap, beh, seed=4)
+    ids = np.arange(30)
+    assert all(np.array_equal(x, y) for x, y in zip(a.capacity(ids), b.capacity(ids)))
+    for t in (0.0, 15.0, 90.0):
+        assert np.array_equal(a.online_until(ids, t), b.online_until(ids, t))
+
+
+class _Payload:
+    def __reduce__(self):
+        return (print, ("this pickle ran code",))
+
+
+@pytest.mark.parametrize("content, match", [
+    (pickle.dumps([1, 2]), r"must hold a dict of client id -> row \(FedScale's format\), got list"),
+    (pickle.dumps({}), r"holds no client \(an empty dict\)"),
+    (b"not a pickle", r"is not a readable pickle of a dict"),
+    (pickle.dumps({1: _Payload()}), r"global builtins\.print is not allowed"),
+    (pickle.dumps({7: {"computation": 1.0}}), r"client 7 has no 'communication'"),
+    (pickle.dumps({7: [1.0, 2.0]}), r"client 7 must map to a dict, got list"),
+    (pickle.dumps({7: {"computation": "fast", "communication": 1.0}}), r"client 7 'computation' must be a finite "
+                                                                        r"number >= 0, got 'fast'"),
+    (pickle.dumps({7: {"computation": 1.0, "communication": 0.0}}), r"client 7 'communication' must be a finite "
+                                                                      r"number > 0, got 0.0"),
+])
+def test_bad_capacity_files_are_refused_naming_file_and_key(tmp_path, capsys, content, match):
+    path = tmp_path / "client_device_capacity"
+    path.write_bytes(content)
+    with pytest.raises(TraceFileError, match=match) as info:
+        FedScaleDevices(path)
+    assert str(path) in str(info.value) and "capacity trace" in str(info.value)
+    assert "ran code" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("row, match", [
+    ({"active": [1], "inactive": [2]}, "client 1 has no 'finish_time'"),
+    ({"finish_time": 0, "active": [1], "inactive": [2]}, "client 1 'finish_time' must be a finite number > 0"),
+    ({"finish_time": 9, "active": [], "inactive": []}, "client 1 'active' must be a non-empty list of seconds"),
+    ({"finish_time": 9, "active": [1, 3], "inactive": [2]}, "client 1 has 2 'active' but 1 'inactive' times"),
+    ({"finish_time": 9, "active": [1, 5], "inactive": [2, 4]}, r"client 1 interval 1 ends before it starts "
+                                                               r"\(active=5.0, inactive=4.0\)"),
+    ({"finish_time": 9, "active": [-1], "inactive": [2]}, r"client 1 'active\[0\]' must be a finite number >= 0"),
+])
+def test_bad_behaviour_files_are_refused_naming_file_key_and_field(traces, tmp_path, row, match):
+    path = tmp_path / "client_behave_trace"
+    path.write_bytes(pickle.dumps({1: row}))
+    with pytest.raises(TraceFileError, match=match) as info:
+        FedScaleDevices(traces[0], path)
+    assert str(path) in str(info.value)
+
+
+def test_reads_are_bounded_and_arguments_checked(traces, tmp_path):
+    with pytest.raises(TraceFileError, match=r"is \d+ bytes, over the limit max_bytes=10"):
+        FedScaleDevices(traces[0], max_bytes=10)
+    with pytest.raises(TraceFileError, match="no such file"):
+        FedScaleDevices(tmp_path / "missing")
+    with pytest.raises(ArgumentError, match="`augmentation_factor` must be a finite number >= 0"):
+        FedScaleDevices(traces[0], augmentation_factor=-1)
+    with pytest.raises(ArgumentError, match="`seed` must be an integer >= 0"):
+        FedScaleDevices(traces[0], seed=-2)
+    with pytest.raises(ArgumentError, match="`t` must be a finite number >= 0"):
+        FedScaleDevices(*traces).is_online([0], -1.0)
+
+
+def test_example_script_writes_a_seeded_pair_in_fedscale_format(tmp_path):
+    script = load_script("scripts/make_device_trace.py")
+    cap, beh = script.write_traces(tmp_path / "a", rows=6, seed=1, period=1000)
+    again = script.write_traces(tmp_path / "b", rows=6, seed=1, period=1000)
+    assert cap.read_bytes() == again[0].read_bytes() and beh.read_bytes() == again[1].read_bytes()
+    capacity, behaviour = pickle.loads(cap.read_bytes()), pickle.loads(beh.read_bytes())
+    assert sorted(capacity) == sorted(behaviour) == list(range(1, 7))
+    for row in behaviour.values():
+        assert set(row) == {"duration", "inactive", "finish_time", "active", "model"}
+        bounds = np.array([row["active"], row["inactive"]]).T.ravel()
+        assert np.all(np.diff(bounds) > 0) and 0 < bounds[0] and bounds[-1] < 1000
+    jc, jb = script.write_traces(tmp_path / "j", rows=6, seed=1, period=1000, as_json=True)
+    devices, from_json = FedScaleDevices(cap, beh), FedScaleDevices(jc, jb)
+    assert np.array_equal(devices.online_until(np.arange(20), 500.0), from_json.online_until(np.arange(20), 500.0))
