@@ -195,6 +195,12 @@ class CohortSampler:
         return CohortSelection(available[: self.clients_per_round], candidates, int(len(candidates) - len(available)),
                                offline)
 
+    def available(self, candidates: np.ndarray, round_idx: int) -> np.ndarray:
+        """The candidates of round ``round_idx`` that do not drop out (``client_dropout``), in order: those the
+        over-selection keeps the first ``clients_per_round`` of (by sample order, or with a device model by finish
+        time, :mod:`lightning_fed.datamodules.simulated_time`)."""
+        return self._drop(np.asarray(candidates, dtype=np.int64), int(round_idx))
+
     def _drop(self, candidates: np.ndarray, round_idx: int) -> np.ndarray:
         if self.client_dropout <= 0:
             return candidates

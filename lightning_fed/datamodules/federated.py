@@ -24,6 +24,7 @@ from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
 )
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
+from lightning_fed.datamodules.simulated_time import SimulatedTime
 from lightning_fed.datamodules.source import DataSource
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
@@ -164,6 +165,16 @@ class FederatedDataModule(L.LightningDataModule):
             a round) or ``"binomial"`` (K ~ Binomial(N, q), then K distinct clients uniformly: the same law, so the
             same privacy analysis, in O(K) a round for populations of millions; other cohorts than
             ``"per_client"``, recorded in checkpoints). See :class:`~lightning_fed.datamodules.cohorts.CohortSampler`.
+        device_model: Simulated time (issue #53): a :class:`~lightning_fed.datamodules.devices.DeviceModel` giving
+            each client's compute speed, bandwidths, latency (and availability); each round is then planned on a
+            simulated clock (:mod:`lightning_fed.clock`), logged as ``clock/*`` round metrics, and over-selection
+            keeps the first ``clients_per_round`` clients to finish. Default ``None``: off, runs unchanged. See
+            :class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`.
+        round_deadline: Deadline of every round in simulated seconds (> 0), or ``None`` (default); needs
+            ``device_model``.
+        deadline_policy: What a client that would finish after ``round_deadline`` does: ``"drop"`` (default; it is
+            left out and does not train) or ``"partial"`` (it runs the local steps that fit; its update is the one
+            after them).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -220,6 +231,9 @@ class FederatedDataModule(L.LightningDataModule):
         cohort_sampling: str = "fixed_size",
         batch_columns: Optional[Sequence[str]] = None,
         poisson_draws: str = "per_client",
+        device_model: Optional[Any] = None,
+        round_deadline: Optional[float] = None,
+        deadline_policy: str = "drop",
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -237,6 +251,8 @@ class FederatedDataModule(L.LightningDataModule):
         self.data_source = DataSource(train_dataset, val_dataset, test_dataset, label_column, labels, batch_columns)
         #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
         self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv)
+        #: The device model, round deadline and clock (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
+        self.simulated_time = SimulatedTime(device_model, round_deadline, deadline_policy)
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.local_epochs = _check_positive_int("local_epochs", local_epochs)
         self.eval_batch_size = _check_positive_int("eval_batch_size", eval_batch_size)
@@ -293,6 +309,8 @@ class FederatedDataModule(L.LightningDataModule):
                 f"lower `num_clients` or raise the partitioner's minimum size."
             )
         self.cohorts.check_population(partition.num_clients)
+        if self.device_model is not None:
+            self.device_model.setup(partition.num_clients)
         self._partition = partition
         self._setup_client_eval()
 
@@ -494,7 +512,7 @@ class FederatedDataModule(L.LightningDataModule):
         """The settings that define the training run (recorded in checkpoints and compared on resume), flat
         ``{name: value}`` in :meth:`run_setting_names` order, from the parts' own reports."""
         every = self.settings()
-        return {name: every[name] for name in self.run_setting_names()}
+        return {**{name: every[name] for name in self.run_setting_names()}, **self.simulated_time.run_config()}
 
     def settings(self) -> dict[str, Any]:
         """Every setting of the module and of its parts, flat ``{name: value}`` (TensorBoard's HParams): ``seed``,
@@ -502,7 +520,17 @@ class FederatedDataModule(L.LightningDataModule):
         out = {"seed": self.seed, "data_order": self.data_order, "drop_last": self.drop_last}
         out.update(self.cohorts.settings())
         out.update(self.client_evaluation.settings())
+        out.update(self.simulated_time.settings())  # nothing without a device model
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of the data module: the simulated clock when a ``device_model`` is set, else
+        ``{}`` (Lightning then saves nothing)."""
+        return self.simulated_time.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (a resumed run goes on at the saved simulated time)."""
+        self.simulated_time.load_state_dict(state_dict)
 
     @property
     def seed(self) -> int:
@@ -559,7 +587,8 @@ class FederatedDataModule(L.LightningDataModule):
         )
         if self.local_batch_limit is not None:
             batches = batches[: self.local_batch_limit]
-        return batches
+        steps = self.simulated_time.step_limit(cid, round_idx)  # the steps that fit before the round deadline
+        return batches if steps is None else batches[:steps]
 
     def client_dataloader(self, cid: int, round_idx: int) -> Any:
         """An iterable over client ``cid``'s mini-batches for round ``round_idx`` (its whole local work: all local
@@ -663,6 +692,8 @@ for _name in CohortSampler.setting_names:
     setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
 for _name in ClientEvaluation.setting_names:
     setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))
+for _name in SimulatedTime.setting_names:
+    setattr(FederatedDataModule, _name, _delegate("simulated_time", _name))
 for _name in DataSource.attributes:
     setattr(FederatedDataModule, _name, _delegate("data_source", _name))
 del _name
