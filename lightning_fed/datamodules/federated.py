@@ -481,10 +481,16 @@ class FederatedDataModule(L.LightningDataModule):
         """
         return self.select_cohort(round_idx).cohort
 
-    def select_cohort(self, round_idx: int) -> CohortSelection:
+    def select_cohort(self, round_idx: int, time: Optional[float] = None) -> CohortSelection:
         """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round`` (Poisson
-        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`."""
-        return self.cohorts.select(int(round_idx), self.num_clients)
+        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`.
+        With a ``device_model`` that has availability (FedScale's behaviour trace) only the clients online at the
+        round's start are sampled: at simulated ``time`` (seconds), by default the clock's (the round about to run)."""
+        model = self.device_model
+        if model is None or not model.has_availability:
+            return self.cohorts.select(int(round_idx), self.num_clients)
+        t = self.simulated_time.clock.elapsed_seconds if time is None else float(time)
+        return self.cohorts.select(int(round_idx), self.num_clients, lambda ids: model.is_online(ids, t))
 
     @property
     def sweep_rounds(self) -> int:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import bisect
 import math
 import os
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 
 from lightning_fed.checks import check_int, check_non_negative
+from lightning_fed.datamodules.devices.base import DeviceModel, DeviceProfiles
 from lightning_fed.datamodules.devices.fedscale_files import (
     MAX_TRACE_BYTES, read_behaviour_trace, read_capacity_trace,
 )
@@ -72,7 +73,7 @@ def _merged(finish: float, active: list[float], inactive: list[float]) -> tuple[
     return starts, ends
 
 
-class FedScaleDevices:
+class FedScaleDevices(DeviceModel):
     """Devices replayed from FedScale's traces: each client gets one row of the device-capacity trace (its compute
     and network speed) and, given a behaviour trace, one row of it (when it is online), both chosen by seed.
 
@@ -80,7 +81,7 @@ class FedScaleDevices:
     = ``augmentation_factor · batch_size · local_steps · computation / 1000`` seconds, ``computation`` being the
     device's inference latency in ms per sample and the factor 3 standing for forward + backward; communication
     time = ``(upload + download) / communication`` seconds, sizes in kbit = bytes·8/1024 and ``communication`` in
-    kbit/s). Our conversion to per-client profiles:
+    kbit/s). Our conversion to each client's :class:`~lightning_fed.datamodules.devices.DeviceProfiles`:
 
     * ``seconds_per_sample = augmentation_factor · computation / 1000`` (FedScale's default factor 3.0);
     * ``download_bytes_per_s = upload_bytes_per_s = communication · 1024 / 8`` — the trace has one bandwidth, used
@@ -129,16 +130,17 @@ class FedScaleDevices:
         ...                                              "inactive": [40], "model": "x"}})) > 0
         True
         >>> devices = FedScaleDevices(d / "cap.pkl", d / "beh.pkl")
-        >>> devices.capacity([0, 999_999])  # doctest: +NORMALIZE_WHITESPACE
-        (array([0.06, 0.06]), array([128000., 128000.]), array([128000., 128000.]), array([0., 0.]))
+        >>> devices.profiles(np.array([0, 999_999]))  # doctest: +NORMALIZE_WHITESPACE
+        DeviceProfiles(seconds_per_sample=array([0.06, 0.06]), download_bytes_per_s=array([128000., 128000.]),
+                       upload_bytes_per_s=array([128000., 128000.]), latency_s=array([0., 0.]))
         >>> devices.is_online([0, 1], t=125.0).tolist(), devices.online_until([0], t=125.0).tolist()
         ([True, True], [140.0])
         >>> devices.is_online([0], t=50.0).tolist()
         [False]
     """
 
-    def __init__(self, capacity_file: Union[str, os.PathLike], behaviour_file: Optional[Union[str, os.PathLike]] = None,
-                 seed: int = 0, augmentation_factor: float = 3.0, max_bytes: int = MAX_TRACE_BYTES) -> None:
+    def __init__(self, capacity_file: str, behaviour_file: Optional[str] = None, seed: int = 0,
+                 augmentation_factor: float = 3.0, max_bytes: int = MAX_TRACE_BYTES) -> None:
         self.seed = check_int("seed", seed, 0)
         self.augmentation_factor = check_non_negative("augmentation_factor", augmentation_factor)
         self.max_bytes = check_int("max_bytes", max_bytes, 1)
@@ -167,12 +169,10 @@ class FedScaleDevices:
         return self._behaviour is not None
 
     def settings(self) -> dict[str, Any]:
-        """``{name: value}``: the files, seed, augmentation factor and the traces' row counts."""
-        return {
-            "capacity_file": self.capacity_file, "behaviour_file": self.behaviour_file, "seed": self.seed,
-            "augmentation_factor": self.augmentation_factor, "capacity_rows": len(self._capacity_keys),
-            "behaviour_rows": len(self._behaviour_keys),
-        }
+        """``{name: value}``: ``capacity_file``, ``behaviour_file``, ``seed``, ``augmentation_factor`` (the run
+        settings; ``max_bytes`` only guards the reading)."""
+        return {"capacity_file": self.capacity_file, "behaviour_file": self.behaviour_file, "seed": self.seed,
+                "augmentation_factor": self.augmentation_factor}
 
     def trace_keys(self, client_ids: Any) -> tuple[list[Any], Optional[list[Any]]]:
         """The FedScale client ids (trace keys) whose capacity and behaviour rows each client replays (behaviour:
@@ -184,12 +184,12 @@ class FedScaleDevices:
         rows = trace_rows(client_ids, len(self._behaviour_keys), self.seed, BEHAVIOUR_STREAM)
         return cap, [self._behaviour_keys[r] for r in rows]
 
-    def capacity(self, client_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(seconds_per_sample, download_bytes_per_s, upload_bytes_per_s, latency_s)``, float64 ``[n]`` each."""
+    def profiles(self, client_ids: np.ndarray) -> DeviceProfiles:
+        """The devices of ``client_ids`` (int ``[n]``), float64 ``[n]`` each, converted as the class doc says."""
         rows = trace_rows(client_ids, len(self._capacity_keys), self.seed, CAPACITY_STREAM)
         seconds = self.augmentation_factor * self._computation[rows] / 1000.0
         bandwidth = self._communication[rows] * (1024.0 / 8.0)
-        return seconds, bandwidth, bandwidth.copy(), np.zeros(len(rows))
+        return DeviceProfiles(seconds, bandwidth, bandwidth.copy(), np.zeros(len(rows)))
 
     def _where(self, client_ids: Any, t: float) -> list[tuple[float, float]]:
         """Per client: (position in its period, the end of its online stretch from there, or -1 when offline)."""
@@ -228,10 +228,6 @@ class FedScaleDevices:
         t = float(t)
         return np.array([t if end < 0 else (math.inf if math.isinf(end) else t - pos + end)
                          for pos, end in self._where(client_ids, t)], dtype=np.float64)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(capacity_file={self.capacity_file!r}, behaviour_file={self.behaviour_file!r}, "
-                f"seed={self.seed}, augmentation_factor={self.augmentation_factor})")
 
 
 def _order(key: Any) -> tuple:

@@ -11,11 +11,17 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import TensorDataset
 
+from lightning_fed import FederatedTrainer
+from lightning_fed.callbacks import DPFedAvg, FedAvg
 from lightning_fed.checks import ArgumentError
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
 from lightning_fed.datamodules.devices.fedscale import FedScaleDevices, trace_rows
 from lightning_fed.datamodules.devices.fedscale_files import TraceFileError
-from tests.helpers import load_script
+from tests.helpers import LinearRegression, linear_weights, load_script, quiet_trainer_kwargs, regression_data
 
 CAPACITY = {  # FedScale's keys are client ids; deliberately not in sorted order
     30: {"computation": 20.0, "communication": 1000.0},
@@ -67,7 +73,7 @@ def traces(tmp_path):
 def test_capacity_rows_convert_fedscale_units_exactly(traces):
     devices = FedScaleDevices(traces[0], seed=3)
     ids = np.array([0, 1, 2, 7, 12345, 999_999])
-    seconds, down, up, latency = devices.capacity(ids)
+    seconds, down, up, latency = devices.profiles(ids)
     keys = sorted(CAPACITY)
     for i, cid in enumerate(ids.tolist()):
         row = CAPACITY[keys[reference_row(cid, 3, seed=3, stream=0)]]
@@ -81,7 +87,7 @@ def test_capacity_rows_convert_fedscale_units_exactly(traces):
     # by hand: 20 ms/sample → 0.06 s per trained sample, 1000 kbit/s → 128,000 bytes/s
     assert devices.trace_keys([0])[1] is None
     half = FedScaleDevices(traces[0], seed=3, augmentation_factor=1.5)
-    assert np.array_equal(half.capacity(ids)[0] * 2, seconds)
+    assert np.array_equal(half.profiles(ids).seconds_per_sample * 2, seconds)
 
 
 def test_rows_are_a_seeded_keyed_hash_of_the_client_id():
@@ -100,7 +106,7 @@ def test_trace_keys_name_the_fedscale_rows_each_client_replays(traces):
     assert cap == [sorted(CAPACITY)[reference_row(i, 3, 1, 0)] for i in (4, 5)]
     assert beh == [sorted(BEHAVIOUR)[reference_row(i, 4, 1, 1)] for i in (4, 5)]
     assert devices.settings() == {"capacity_file": str(traces[0]), "behaviour_file": str(traces[1]), "seed": 1,
-                                  "augmentation_factor": 3.0, "capacity_rows": 3, "behaviour_rows": 4}
+                                  "augmentation_factor": 3.0}
 
 
 def test_availability_follows_fedscale_is_active_at_every_time(traces):
@@ -149,7 +155,7 @@ def test_json_holds_the_same_traces_without_pickle(traces, tmp_path):
     beh.write_text(json.dumps(BEHAVIOUR))
     a, b = FedScaleDevices(*traces, seed=4), FedScaleDevices(cap, beh, seed=4)
     ids = np.arange(30)
-    assert all(np.array_equal(x, y) for x, y in zip(a.capacity(ids), b.capacity(ids)))
+    assert all(np.array_equal(x, y) for x, y in zip(a.profiles(ids), b.profiles(ids)))
     for t in (0.0, 15.0, 90.0):
         assert np.array_equal(a.online_until(ids, t), b.online_until(ids, t))
 
@@ -224,3 +230,65 @@ def test_example_script_writes_a_seeded_pair_in_fedscale_format(tmp_path):
     jc, jb = script.write_traces(tmp_path / "j", rows=6, seed=1, period=1000, as_json=True)
     devices, from_json = FedScaleDevices(cap, beh), FedScaleDevices(jc, jb)
     assert np.array_equal(devices.online_until(np.arange(20), 500.0), from_json.online_until(np.arange(20), 500.0))
+
+
+# --- in a run: availability at selection, offline mid-round, DP refused (issue #53 item 3) --------------------------
+
+#: one device for everyone: 300 ms/sample inference → 0.9 s per trained sample; 8 kbit/s → 1,024 bytes/s
+ONE_DEVICE = {1: {"computation": 300.0, "communication": 8.0}}
+#: row 1 always online; row 2 online over [0, 5] and [20, 1000] of each 1,000 s
+TWO_BEHAVIOURS = {1: {"duration": 1000, "inactive": [1000], "finish_time": 1000, "active": [0], "model": "a"},
+                  2: {"duration": 1000, "inactive": [5, 1000], "finish_time": 1000, "active": [0, 20], "model": "b"}}
+
+
+class _RoundMetrics(Callback):
+    def __init__(self):
+        self.rounds = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.rounds.append(dict(trainer.fit_loop.round_metrics))
+
+
+def _run_data(tmp_path, **kwargs):
+    cap, beh = tmp_path / "client_device_capacity", tmp_path / "client_behave_trace"
+    cap.write_bytes(pickle.dumps(ONE_DEVICE))
+    beh.write_bytes(pickle.dumps(TWO_BEHAVIOURS))
+    x, y = regression_data(n=60)
+    return FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                               partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3, batch_size=5,
+                               seed=0, device_model=FedScaleDevices(cap, beh, seed=3), **kwargs)
+
+
+def test_a_client_going_offline_mid_round_fails_and_offline_ones_are_not_sampled(tmp_path):
+    """By hand: each client trains 10 samples (2 steps of 5) at 0.9 s a sample = 9 s, and moves the 4 float64
+    parameters (32 bytes) each way at 1,024 bytes/s = 0.03125 s: it finishes 9.0625 s after the round's start. Round
+    0 starts at t = 0, when everyone is online; a client on behaviour row 2 goes offline at t = 5 < 9.0625, mid-round:
+    it fails (``clock/offline``) and its update is not aggregated. The round ends at 9.0625 s, when row 2 is offline
+    (5 < t < 20): rounds 1 and 2 (t = 9.0625, 18.125) sample only row-1 clients."""
+    row_of = {i: sorted(TWO_BEHAVIOURS)[reference_row(i, 2, 3, 1)] for i in range(6)}  # the documented mapping
+    first = np.random.default_rng([0, 0x5A3D, 0]).choice(6, size=3, replace=False).tolist()  # round 0: all online
+    gone = [c for c in first if row_of[c] == 2]
+    assert gone and len(gone) < 3 and sum(r == 1 for r in row_of.values()) >= 3  # the case this test is about
+    dm, record = _run_data(tmp_path), _RoundMetrics()
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[FedAvg(), record], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=dm)
+    r0, r1, r2 = record.rounds
+    assert r0["clock/offline"] == len(gone) and r0["round_clients"] == 3 - len(gone)
+    assert r0["clock/round_seconds"] == 9.0625 and r1["clock/elapsed_seconds"] == 18.125
+    assert r1["clock/offline"] == r2["clock/offline"] == 0 and r1["round_clients"] == r2["round_clients"] == 3
+    for round_idx, t in ((1, 9.0625), (2, 18.125)):
+        cohort = dm.select_cohort(round_idx, time=t).cohort.tolist()
+        assert len(cohort) == 3 and all(row_of[c] == 1 for c in cohort), (round_idx, cohort)
+    assert any(row_of[c] == 2 for r in range(3, 12) for c in dm.select_cohort(r, time=25.0).cohort.tolist())  # back
+
+
+def test_dp_is_refused_at_fit_start_when_the_device_model_has_availability(tmp_path):
+    dm = _run_data(tmp_path)
+    model = LinearRegression()
+    before = linear_weights(model)
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[DPFedAvg(0.1, 1.0, 1e-3)], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"DPFedAvg accounts ε for cohorts drawn by 'fixed_size' sampling from all 6 "
+                                         r"clients, but FederatedDataModule's device_model FedScaleDevices has "
+                                         r"availability: each round samples only the clients online at its start"):
+        trainer.fit(model, datamodule=dm)
+    assert np.array_equal(linear_weights(model), before)  # refused before any client trained
