@@ -10,8 +10,9 @@ the same content as ``….json``, the reading path that runs no pickle). The num
 * ``computation`` (inference latency, ms per sample): log-normal, median 20 ms, σ = 0.8 (a few slow phones);
 * ``communication`` (bandwidth, kbit/s with kbit = 1024 bits): log-normal, median 8,000 kbit/s (1 MB/s), σ = 1.0;
 * behaviour: a period (``finish_time``) of ``--period`` seconds (default 86,400, one day) holding 1 to 3 online
-  intervals each, integer seconds, sorted and disjoint; ``duration`` = ``finish_time`` and ``model`` a made-up
-  phone name (FedScale's fields, unused by availability).
+  intervals each, integer seconds, sorted and disjoint, the first starting at 0 for about half the devices (so a
+  run's first round, at t = 0, finds clients online); ``duration`` = ``finish_time`` and ``model`` a made-up phone
+  name (FedScale's fields, unused by availability).
 
 The same ``--seed`` and ``--rows`` give the same files byte for byte.
 """
@@ -39,6 +40,8 @@ def make_traces(rows: int = 20, seed: int = 0, period: int = 86_400) -> tuple[di
                          "communication": round(float(8000.0 * rng.lognormal(0.0, 1.0)), 3)}
         k = int(rng.integers(1, 4))
         cuts = np.sort(rng.choice(np.arange(1, period), size=2 * k, replace=False)).tolist()
+        if rng.random() < 0.5:  # about half the devices are online at the period's start (t = 0)
+            cuts[0] = 0
         behaviour[cid] = {"duration": period, "inactive": cuts[1::2], "finish_time": period, "active": cuts[0::2],
                           "model": f"phone-{int(rng.integers(1, 6))}"}
     return capacity, behaviour

@@ -226,7 +226,7 @@ def test_example_script_writes_a_seeded_pair_in_fedscale_format(tmp_path):
     for row in behaviour.values():
         assert set(row) == {"duration", "inactive", "finish_time", "active", "model"}
         bounds = np.array([row["active"], row["inactive"]]).T.ravel()
-        assert np.all(np.diff(bounds) > 0) and 0 < bounds[0] and bounds[-1] < 1000
+        assert np.all(np.diff(bounds) > 0) and 0 <= bounds[0] and bounds[-1] < 1000
     jc, jb = script.write_traces(tmp_path / "j", rows=6, seed=1, period=1000, as_json=True)
     devices, from_json = FedScaleDevices(cap, beh), FedScaleDevices(jc, jb)
     assert np.array_equal(devices.online_until(np.arange(20), 500.0), from_json.online_until(np.arange(20), 500.0))
@@ -292,3 +292,17 @@ def test_dp_is_refused_at_fit_start_when_the_device_model_has_availability(tmp_p
                                          r"availability: each round samples only the clients online at its start"):
         trainer.fit(model, datamodule=dm)
     assert np.array_equal(linear_weights(model), before)  # refused before any client trained
+
+
+def test_device_traces_guide_snippet_runs(tmp_path, monkeypatch, capsys):
+    """docs/guide/device-traces.md's Python block, on the pair its bash block writes (the script, default arguments)."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "guide" / "device-traces.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    load_script("scripts/make_device_trace.py").write_traces(tmp_path / "traces")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "device-traces.md", "exec"), {})
+    first, second = capsys.readouterr().out.strip().splitlines()
+    assert len(first.strip("[]").split()) == 5 and second.startswith("[")
