@@ -32,7 +32,8 @@ BEHAVIOUR_NAME = "client_behave_trace"
 
 
 def make_traces(rows: int = 20, seed: int = 0, period: int = 86_400) -> tuple[dict[int, Any], dict[int, Any]]:
-    """``(capacity, behaviour)``: the two traces as dicts keyed by client ids 1 … ``rows`` (FedScale counts from 1)."""
+    """``(capacity, behaviour)``: the two traces as dicts keyed by client ids 1 … ``rows`` (FedScale's ids start at
+    1)."""
     rng = np.random.default_rng(seed)
     capacity, behaviour = {}, {}
     for cid in range(1, rows + 1):

@@ -160,54 +160,14 @@ def test_json_holds_the_same_traces_without_pickle(traces, tmp_path):
         assert np.array_equal(a.online_until(ids, t), b.online_until(ids, t))
 
 
-class _Payload:
-    def __reduce__(self):
-        return (print, ("this pickle ran code",))
-
-
-@pytest.mark.parametrize("content, match", [
-    (pickle.dumps([1, 2]), r"must hold a dict of client id -> row \(FedScale's format\), got list"),
-    (pickle.dumps({}), r"holds no client \(an empty dict\)"),
-    (b"not a pickle", r"is not a readable pickle of a dict"),
-    (pickle.dumps({1: _Payload()}), r"global builtins\.print is not allowed"),
-    (pickle.dumps({7: {"computation": 1.0}}), r"client 7 has no 'communication'"),
-    (pickle.dumps({7: [1.0, 2.0]}), r"client 7 must map to a dict, got list"),
-    (pickle.dumps({7: {"computation": "fast", "communication": 1.0}}), r"client 7 'computation' must be a finite "
-                                                                        r"number >= 0, got 'fast'"),
-    (pickle.dumps({7: {"computation": 1.0, "communication": 0.0}}), r"client 7 'communication' must be a finite "
-                                                                      r"number > 0, got 0.0"),
-])
-def test_bad_capacity_files_are_refused_naming_file_and_key(tmp_path, capsys, content, match):
-    path = tmp_path / "client_device_capacity"
-    path.write_bytes(content)
-    with pytest.raises(TraceFileError, match=match) as info:
-        FedScaleDevices(path)
-    assert str(path) in str(info.value) and "capacity trace" in str(info.value)
-    assert "ran code" not in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("row, match", [
-    ({"active": [1], "inactive": [2]}, "client 1 has no 'finish_time'"),
-    ({"finish_time": 0, "active": [1], "inactive": [2]}, "client 1 'finish_time' must be a finite number > 0"),
-    ({"finish_time": 9, "active": [], "inactive": []}, "client 1 'active' must be a non-empty list of seconds"),
-    ({"finish_time": 9, "active": [1, 3], "inactive": [2]}, "client 1 has 2 'active' but 1 'inactive' times"),
-    ({"finish_time": 9, "active": [1, 5], "inactive": [2, 4]}, r"client 1 interval 1 ends before it starts "
-                                                               r"\(active=5.0, inactive=4.0\)"),
-    ({"finish_time": 9, "active": [-1], "inactive": [2]}, r"client 1 'active\[0\]' must be a finite number >= 0"),
-])
-def test_bad_behaviour_files_are_refused_naming_file_key_and_field(traces, tmp_path, row, match):
-    path = tmp_path / "client_behave_trace"
-    path.write_bytes(pickle.dumps({1: row}))
-    with pytest.raises(TraceFileError, match=match) as info:
-        FedScaleDevices(traces[0], path)
-    assert str(path) in str(info.value)
-
-
-def test_reads_are_bounded_and_arguments_checked(traces, tmp_path):
+def test_bad_files_and_arguments_are_refused_by_the_model(traces, tmp_path):
+    """The file checks themselves: test_fedscale_files.py."""
     with pytest.raises(TraceFileError, match=r"is \d+ bytes, over the limit max_bytes=10"):
         FedScaleDevices(traces[0], max_bytes=10)
-    with pytest.raises(TraceFileError, match="no such file"):
-        FedScaleDevices(tmp_path / "missing")
+    bad = tmp_path / "beh"
+    bad.write_bytes(pickle.dumps({1: {"finish_time": 9, "active": [3], "inactive": [2]}}))
+    with pytest.raises(TraceFileError, match="behaviour trace .* client 1 interval 0 ends before it starts"):
+        FedScaleDevices(traces[0], bad)
     with pytest.raises(ArgumentError, match="`augmentation_factor` must be a finite number >= 0"):
         FedScaleDevices(traces[0], augmentation_factor=-1)
     with pytest.raises(ArgumentError, match="`seed` must be an integer >= 0"):
