@@ -266,3 +266,23 @@ def test_device_traces_guide_snippet_runs(tmp_path, monkeypatch, capsys):
     exec(compile(block, "device-traces.md", "exec"), {})
     first, second = capsys.readouterr().out.strip().splitlines()
     assert len(first.strip("[]").split()) == 5 and second.startswith("[")
+
+
+def test_the_cli_takes_fedscale_devices_on_a_task(tmp_path, monkeypatch):
+    """`--data.device_model` with FedScaleDevices, as docs/guide/device-traces.md writes it (no data is read)."""
+    from pathlib import Path
+
+    from lightning_fed.cli import FederatedCLI
+
+    load_script("scripts/make_device_trace.py").write_traces(tmp_path / "traces")
+    monkeypatch.chdir(tmp_path)
+    config = Path(__file__).resolve().parents[3] / "examples" / "emnist_cr_fedavg.yaml"
+    devices = {"class_path": "lightning_fed.datamodules.devices.FedScaleDevices",
+               "init_args": {"capacity_file": "traces/client_device_capacity",
+                             "behaviour_file": "traces/client_behave_trace", "seed": 4}}
+    dm = FederatedCLI(args=["--config", str(config), "--data.device_model", json.dumps(devices)],
+                      run=False).datamodule
+    assert isinstance(dm.device_model, FedScaleDevices) and dm.device_model.has_availability
+    assert dm.device_model.settings() == {"capacity_file": "traces/client_device_capacity",
+                                          "behaviour_file": "traces/client_behave_trace", "seed": 4,
+                                          "augmentation_factor": 3.0}
