@@ -66,9 +66,10 @@ CHECKPOINT_KEY = RECORD_KEY
 #: The top-level names of :func:`run_config` (the first part of every name ``allow_resume_changes`` accepts).
 def _run_config_names() -> tuple[str, ...]:
     from lightning_fed.datamodules.federated import FederatedDataModule
+    from lightning_fed.datamodules.simulated_time import SimulatedTime
 
     return ("partitioner", "partition", *FederatedDataModule.run_setting_names(), "local_work", "server_optimizer",
-            "client_algorithms")
+            "client_algorithms", *SimulatedTime.setting_names)  # the last: recorded only with a device model
 
 
 def _datamodule_record_defaults() -> dict[str, Any]:

@@ -22,7 +22,9 @@ advance (the device model is deterministic): with a ``round_deadline`` D (second
 
 A client whose device goes offline (``online_until``) before the time it would stop — its finish, or the deadline —
 fails like a dropped client (status ``"offline"``). With ``clients_per_round`` C (over-selection), the first C clients
-to finish are kept, ties by client id, the others are not needed (status ``"not_needed"``; they do not train).
+to finish are kept, ties by client id; once C have reported the server stops waiting, and every other client is not
+needed (status ``"not_needed"``, whether it would have finished later, missed the deadline or gone offline later;
+they do not train).
 
 The round's simulated time is when the server has what it waits for: once C clients reported (over-selection),
 the C-th finish; otherwise the latest of the kept clients' finishes, the deadline D when a client missed it, and
@@ -255,11 +257,13 @@ def plan_round(start_time: float, client_ids: np.ndarray, step_samples: Sequence
         status[gone] = OFFLINE
         stop = np.where(gone, np.maximum(left, 0.0), stop)
     kept = status == KEPT
-    if clients_per_round is not None and kept.sum() > clients_per_round:
+    if clients_per_round is not None and kept.sum() >= clients_per_round:  # the cohort is full: no more waiting
         order = np.lexsort((ids, np.where(kept, finish, np.inf)))  # by finish, ties by client id
         status[order[clients_per_round:][kept[order[clients_per_round:]]]] = NOT_NEEDED
         kept = status == KEPT
         round_seconds = float(finish[kept].max())
+        # the server stopped waiting then: who was still out is not needed, not late (the deadline is later)
+        status[(status == MISSED_DEADLINE) | ((status == OFFLINE) & (stop >= round_seconds))] = NOT_NEEDED
     else:
         round_seconds = float(stop[status != NOT_NEEDED].max()) if n else 0.0
     steps = np.where(kept, steps, 0)

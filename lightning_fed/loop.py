@@ -26,6 +26,7 @@ from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
 from lightning_fed.clock import payload_bytes, shared_parameters
+from lightning_fed.clock_tensorboard import log_against_simulated_time
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -570,6 +571,9 @@ class FederatedFitLoop(pl_private.FitLoop):
         pl_private.set_batches_that_stepped(self.epoch_loop, stepped - 1)  # the epoch's metrics at the round's step
         pl_private.log_train_epoch_metrics(trainer)
         pl_private.set_batches_that_stepped(self.epoch_loop, stepped)
+        timing = getattr(self.datamodule, "simulated_time", None)
+        if timing is not None and timing.active:  # validation against simulated time (issue #53)
+            log_against_simulated_time(trainer, timing.clock.elapsed_seconds)
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
             path = self._save_stop_checkpoint() if trainer.world_size == 1 else None

@@ -24,6 +24,7 @@ from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
 )
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
+from lightning_fed.datamodules.devices.base import DeviceModel
 from lightning_fed.datamodules.simulated_time import SimulatedTime
 from lightning_fed.datamodules.source import DataSource
 
@@ -231,7 +232,7 @@ class FederatedDataModule(L.LightningDataModule):
         cohort_sampling: str = "fixed_size",
         batch_columns: Optional[Sequence[str]] = None,
         poisson_draws: str = "per_client",
-        device_model: Optional[Any] = None,
+        device_model: Optional[DeviceModel] = None,
         round_deadline: Optional[float] = None,
         deadline_policy: str = "drop",
     ) -> None:
