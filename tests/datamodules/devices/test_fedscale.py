@@ -242,6 +242,23 @@ def test_a_client_going_offline_mid_round_fails_and_offline_ones_are_not_sampled
     assert any(row_of[c] == 2 for r in range(3, 12) for c in dm.select_cohort(r, time=25.0).cohort.tolist())  # back
 
 
+def test_a_population_all_offline_stops_with_an_error_instead_of_a_clock_that_never_moves(tmp_path):
+    """A behaviour trace of row 2 alone (offline over (5, 20) of each 1,000 s): at t = 10 no client of the
+    population is online; at t = 0 and t = 25 everyone is."""
+    cap, beh = tmp_path / "cap", tmp_path / "beh"
+    cap.write_bytes(pickle.dumps(ONE_DEVICE))
+    beh.write_bytes(pickle.dumps({2: TWO_BEHAVIOURS[2]}))
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2,
+                             device_model=FedScaleDevices(cap, beh))
+    dm.setup()
+    assert len(dm.select_cohort(0, time=0.0).cohort) == 2 and len(dm.select_cohort(0, time=25.0).cohort) == 2
+    with pytest.raises(RuntimeError, match=r"Round 1: none of the 4 clients is online at simulated time 10 s "
+                                           r"\(FedScaleDevices's availability\)"):
+        dm.select_cohort(1, time=10.0)
+
+
 def test_dp_is_refused_at_fit_start_when_the_device_model_has_availability(tmp_path):
     dm = _run_data(tmp_path)
     model = LinearRegression()
