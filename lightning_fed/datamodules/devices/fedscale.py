@@ -100,7 +100,9 @@ class FedScaleDevices(DeviceModel):
 
     **Mapping**: client ``i`` takes capacity row :func:`trace_rows` ``(i, R_c, seed, 0)`` and behaviour row
     ``trace_rows(i, R_b, seed, 1)`` of the traces' keys in sorted order — O(1) per client, no population-sized
-    array (ours; FedScale assigns ``client_id mod len(trace)``).
+    array (ours, seeded; FedScale gives its client ``c`` (counted from 1) the capacity row keyed ``c mod R_c``, a
+    default ``{'computation': 1.0, 'communication': 1.0}`` when no row has that key, and the behaviour row at
+    position ``c mod R_b`` of the file's key order).
 
     Security: the traces are pickles in FedScale's format; they are read with an unpickler that accepts only plain
     data (:func:`~lightning_fed.datamodules.devices.fedscale_files.read_trace`); the same content as ``.json`` files
