@@ -577,6 +577,7 @@ class FederatedDataModule(L.LightningDataModule):
                 column, the shortest and longest lengths found and a row of each; naming the Image column and its
                 ``None`` rows or two rows of different shapes.
         """
+        self.simulated_time.check_data_module(self)  # "partial" deadlines cut the work through client_batches
         batch_size = getattr(self.local_work, "batch_size", None)
         default_loader = type(self).client_dataloader is FederatedDataModule.client_dataloader
         if default_loader and batch_size != 1:
@@ -600,7 +601,9 @@ class FederatedDataModule(L.LightningDataModule):
 
     def client_batches(self, cid: int, round_idx: int) -> list[np.ndarray]:
         """The round's mini-batches of client ``cid``: a list of int64 index arrays into ``train_dataset`` (the
-        first ``local_batch_limit`` of them when that is set)."""
+        first ``local_batch_limit`` of them when that is set; under ``deadline_policy="partial"``, the first k_i
+        that fit before the round deadline, :meth:`SimulatedTime.step_limit
+        <lightning_fed.datamodules.simulated_time.SimulatedTime.step_limit>`)."""
         work = self.client_work(cid, round_idx)
         batches = batch_schedule(
             self.client_indices(cid), work, int(round_idx), int(cid), self.seed, self.data_order, self.drop_last

@@ -111,6 +111,26 @@ class SimulatedTime:
         out.update({f"device_model.{k}": v for k, v in model.settings().items()})
         return {**out, "round_deadline": self.round_deadline, "deadline_policy": self.deadline_policy}
 
+    def check_data_module(self, datamodule: Any) -> None:
+        """At fit start: ``deadline_policy="partial"`` cuts a client's work through the data module's own
+        ``client_batches``, so a data module overriding ``client_batches`` or ``client_dataloader`` is refused
+        (its clients would run all their steps while the clock counts k_i).
+
+        Raises:
+            ValueError: naming the overridden method and ``deadline_policy``.
+        """
+        if self.deadline_policy != "partial":
+            return
+        from lightning_fed.datamodules.federated import FederatedDataModule
+
+        kind = type(datamodule)
+        for name in ("client_batches", "client_dataloader"):
+            if getattr(kind, name) is not getattr(FederatedDataModule, name):
+                raise ValueError(
+                    f"deadline_policy='partial' cuts each client's local work to the steps that fit before the "
+                    f"deadline through FederatedDataModule.client_batches, but {kind.__name__} overrides `{name}`; "
+                    "use deadline_policy='drop' or keep the data module's own batches.")
+
     # ------------------------------------------------------------------ a round
     def start_round(self, datamodule: Any, selection: CohortSelection, round_idx: int, download_bytes: Any,
                     upload_bytes: Any) -> tuple[CohortSelection, RoundPlan]:

@@ -177,3 +177,15 @@ def test_off_by_default_nothing_recorded():
 def test_bad_arguments_are_refused_at_construction(kwargs, message):
     with pytest.raises(ArgumentError, match=message):
         FederatedDataModule(TensorDataset(torch.zeros(4, 1)), partitioner=IIDPartitioner(2), **kwargs)
+
+
+def test_partial_refused_at_fit_start_with_a_data_module_that_makes_its_own_batches(tmp_path):
+    class OwnBatches(FederatedDataModule):
+        def client_dataloader(self, cid, round_idx):
+            return super().client_dataloader(cid, round_idx)
+
+    x, y = regression_data(n=60, d=3, seed=0)
+    dm = OwnBatches(TensorDataset(torch.tensor(x), torch.tensor(y)), partitioner=IIDPartitioner(6), clients_per_round=3,
+                    device_model=CallableDeviceModel(table), round_deadline=4.2, deadline_policy="partial")
+    with pytest.raises(ValueError, match="OwnBatches overrides `client_dataloader`; use deadline_policy='drop'"):
+        _fit(tmp_path, dm, FedAvg(lr=1.0))

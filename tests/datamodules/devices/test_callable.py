@@ -1,4 +1,4 @@
-"""CallableDeviceModel (issue #53 item 1c) and the checks of what a device model gives (devices/base.py)."""
+"""CallableDeviceModel (issue #53 item 1c)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_a_dict_or_profiles_from_the_function():
     assert p.seconds_per_sample.tolist() == [0.01, 0.05] and p.download_bytes_per_s.tolist() == [1e6, 1e6]
     assert p.latency_s.tolist() == [0.2, 0.2]
     same = CallableDeviceModel(lambda ids: DeviceProfiles(*(np.ones(len(ids)),) * 4)).profiles(np.array([1]))
-    assert same == DeviceProfiles(*(np.ones(1),) * 4)
+    assert all(np.array_equal(a, np.ones(1)) for a in same)
 
 
 def test_recorded_by_the_functions_import_path():
@@ -28,17 +28,9 @@ def test_recorded_by_the_functions_import_path():
     assert model.settings() == {"function": two_phones}
 
 
-@pytest.mark.parametrize("result, message", [
-    ({"seconds_per_sample": 0.1}, r"missing \['download_bytes_per_s', 'upload_bytes_per_s', 'latency_s'\]"),
-    (dict(two_phones(np.arange(2)), speed=1), r"unknown \['speed'\]"),
-    (dict(two_phones(np.arange(2)), upload_bytes_per_s=0.0), "`upload_bytes_per_s` must be numbers > 0"),
-    (dict(two_phones(np.arange(2)), latency_s=np.nan), "`latency_s` must be finite numbers >= 0, got nan"),
-    (dict(two_phones(np.arange(2)), seconds_per_sample=np.ones(3)), r"`seconds_per_sample` must have shape \(2,\)"),
-    ([1, 2], "must give a DeviceProfiles or a dict"),
-])
-def test_a_malformed_result_is_refused_naming_the_field(result, message):
-    with pytest.raises(ArgumentError, match=message):
-        CallableDeviceModel(lambda ids: result).profiles(np.arange(2))
+def test_a_malformed_result_is_refused_naming_the_function():
+    with pytest.raises(ArgumentError, match=r"CallableDeviceModel's function .*<lambda>: `latency_s` must be finite"):
+        CallableDeviceModel(lambda ids: dict(two_phones(ids), latency_s=-1.0)).profiles(np.arange(2))
 
 
 def test_not_a_callable():
