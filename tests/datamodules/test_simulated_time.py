@@ -205,3 +205,13 @@ def test_estimated_stepping_batches_counts_the_planned_steps(tmp_path):
     cohorts = [dm.select_cohort(t).cohort for t in range(3)]
     assert seen == [sum(K_PARTIAL[c] for s in cohorts for c in s.tolist())] == [trainer.global_step]
     assert dm.simulated_time.clock.rounds == 3  # the forecast left the run's clock alone
+
+
+def test_partial_under_the_vectorized_executor_equals_the_run_told_those_steps(tmp_path):
+    from lightning_fed.client.vectorized import VectorizedExecutor
+
+    _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=4.2, deadline_policy="partial")
+    model, _ = _fit(tmp_path, dm, FedNova(lr=1.0), client_executor=VectorizedExecutor())
+    _, _, told = _dm(local_work=TableSteps())
+    same, _ = _fit(tmp_path, told, FedNova(lr=1.0), client_executor=VectorizedExecutor())
+    assert np.array_equal(linear_weights(model), linear_weights(same))
