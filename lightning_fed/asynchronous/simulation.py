@@ -213,7 +213,8 @@ class AsyncSimulation:
         if version in self.references:
             self.references[version] -= 1
             if self.references[version] == 0:
-                del self.references[version], self.versions[version]
+                del self.references[version]
+                self.versions.pop(version, None)  # already freed if it grew older than max_staleness
 
     def _receive(self, event: InFlight, params: list[Tensor]) -> None:
         """Handle one report (or going offline) at ``self.time``."""
