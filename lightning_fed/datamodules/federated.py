@@ -190,6 +190,9 @@ class FederatedDataModule(L.LightningDataModule):
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
+        ArgumentError: a ``device_model`` that is not a DeviceModel, a ``round_deadline`` <= 0, an unknown
+            ``deadline_policy``, a deadline without a device model, ``"partial"`` without a deadline
+            (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
 
     Example (12 samples, 4 IID clients of 3, batch size 2: client 0's round-0 batches)::
 
