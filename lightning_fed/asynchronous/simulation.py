@@ -169,6 +169,7 @@ class AsyncSimulation:
         self.time, self.version, self.dispatches = 0.0, 0, 0
         #: The clients in flight (a heap of :class:`~.events.InFlight`).
         self.in_flight: list[InFlight] = []
+        self._busy: set[int] = set()  # their ids
         #: The model versions some client in flight started from, and how many such clients each has.
         self.versions: dict[int, list[Tensor]] = {}
         self.references: dict[int, int] = {}
@@ -182,7 +183,7 @@ class AsyncSimulation:
     # ------------------------------------------------------------------ events
     def _fill(self, params: list[Tensor]) -> None:
         """Dispatch clients at ``self.time`` with the current version until ``concurrency`` are in flight."""
-        busy = {e.client_id for e in self.in_flight}
+        busy = self._busy
         online = None
         if getattr(self.device_model, "has_availability", False):
             online = lambda c: bool(self.device_model.is_online(np.array([c]), self.time)[0])  # noqa: E731
@@ -253,6 +254,7 @@ class AsyncSimulation:
                     raise RuntimeError(f"asynchronous training is stuck at simulated time {self.time} s: no client "
                                        "is in flight and no idle client is online to dispatch.")
             event = heapq.heappop(self.in_flight)
+            self._busy.discard(event.client_id)
             self.time = event.end_time
             self._receive(event, params)
             if len(self.buffer) == self.config.buffer_size:
@@ -285,6 +287,7 @@ class AsyncSimulation:
         self.time, self.version, self.dispatches = float(state["time"]), int(state["version"]), int(state["dispatches"])
         self.in_flight = [InFlight(*e) for e in state["in_flight"]]
         heapq.heapify(self.in_flight)
+        self._busy = {e.client_id for e in self.in_flight}
         self.versions = {int(v): [t.clone() for t in ts] for v, ts in state["versions"].items()}
         self.references = {int(v): int(n) for v, n in state["references"].items()}
         self.buffer = [ClientUpdate(**u) for u in state["buffer"]]
