@@ -114,6 +114,22 @@ class AsyncStep:
     offline: int
     dispatched: int
 
+    def metrics(self, previous_time: float) -> dict[str, float]:
+        """The step's metrics, given the previous step's ``time`` (0 for the first): ``async/staleness_mean``,
+        ``async/staleness_max``, ``async/dropped_stale``, ``async/offline`` and ``async/updates_per_hour``, the
+        buffered updates per simulated hour since the previous step (K · 3600 / Δt; ``inf`` for Δt = 0).
+
+        Example::
+
+            >>> step = AsyncStep(3, 130.0, np.array([4, 9]), np.array([0, 3]), np.array([1.0, 0.5]), 1, 0, 3)
+            >>> step.metrics(previous_time=100.0)["async/updates_per_hour"]  # 2 updates in 30 s
+            240.0
+        """
+        span = self.time - previous_time
+        return {"async/staleness_mean": float(self.staleness.mean()), "async/staleness_max": float(self.staleness.max()),
+                "async/dropped_stale": float(self.dropped_stale), "async/offline": float(self.offline),
+                "async/updates_per_hour": len(self.client_ids) * 3600.0 / span if span > 0 else float("inf")}
+
 
 class AsyncSimulation:
     """Asynchronous training, event by event on the simulated clock (the module doc gives the algorithm).

@@ -244,3 +244,21 @@ def test_no_client_online_is_an_error_naming_the_time():
     with pytest.raises(RuntimeError, match="stuck at simulated time 0.0 s"):
         sim.step([torch.zeros(3)])
     assert math.isfinite(sim.time)
+
+
+def test_ties_go_by_client_id_and_all_reports_of_a_time_come_before_new_dispatches():
+    """Three clients of equal devices, K = 1: all report at 0.04 s; steps in id order 0, 1, 2 with τ = 0, 1, 2
+    (each later one started from version 0 while the server stepped), and the clients dispatched after them start
+    from version 3 (no dispatch between reports of one time)."""
+    sim = AsyncSimulation(AsyncConfig(concurrency=3, buffer_size=1, staleness=StalenessWeighting("constant")), 3,
+                          _linear_train, ServerComposer("uniform", None, SGD()).update, ParametricDeviceModel(0.01),
+                          lambda c: np.array([4]), download_bytes=0.0, upload_bytes=0.0)
+    x = [torch.zeros(3)]
+    steps = [sim.step(x) for _ in range(3)]
+    assert [s.client_ids.tolist() for s in steps] == [[0], [1], [2]]
+    assert [s.staleness.tolist() for s in steps] == [[0], [1], [2]]
+    assert [s.time for s in steps] == [0.04, 0.04, 0.04]
+    assert [s.dispatched for s in steps] == [3, 0, 0]
+    step = sim.step(x)
+    assert step.dispatched == 3 and step.staleness.tolist() == [0] and step.time == 0.08
+    assert step.metrics(previous_time=0.04)["async/updates_per_hour"] == pytest.approx(3600 / 0.04)
