@@ -40,8 +40,8 @@ def run(params: int, steps: int, max_staleness) -> dict:
     zero = ClientUpdate(0, [torch.zeros(params)], 1, 1, 0.0)
     config = AsyncConfig(concurrency=1000, buffer_size=10, max_staleness=max_staleness, seed=0)
     devices = ParametricDeviceModel(0.01, compute_sigma=1.0, network_sigma=0.5, seed=0)
-    sim = AsyncSimulation(config, 100_000, lambda c, p: zero, ServerComposer("uniform", None, SGD()).update, devices,
-                          lambda c: np.full(10, 20))
+    sim = AsyncSimulation(config, 100_000, lambda c, p, k: zero, ServerComposer("uniform", None, SGD()).update, devices,
+                          lambda c, k: np.full(10, 20))
     held, model_bytes, buffer_bytes, records, taus = [], [], [], [], []
     start = time.perf_counter()
     for i in range(steps):

@@ -16,7 +16,7 @@ device profile and its local work's samples per step. A client whose device goes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -67,21 +67,22 @@ def draw_client(seed: int, dispatch: int, num_clients: int, busy: Collection[int
     return None
 
 
-def report_times(time: float, client_ids: np.ndarray, step_samples: Callable[[int], np.ndarray],
+def report_times(time: float, client_ids: np.ndarray, step_samples: Sequence[np.ndarray],
                  download_bytes: float, upload_bytes: float, device_model) -> tuple[np.ndarray, np.ndarray]:
     """When clients dispatched at ``time`` report: float64 ``[n]`` end times and bool ``[n]`` (``False``: it goes
-    offline first and the end time is when). The time pieces are :func:`~lightning_fed.clock.plan_round`'s.
+    offline first and the end time is when). ``step_samples``: per client, the samples of each of its local steps
+    (int ``[K_i]``). The time pieces are :func:`~lightning_fed.clock.plan_round`'s.
 
     Example: 20 samples at 0.1 s each, 1e6 bytes each way at 1e6 B/s: 1 + 2 + 1 = 4 s after t = 10::
 
         >>> from lightning_fed.datamodules.devices import ParametricDeviceModel
         >>> devices = ParametricDeviceModel(0.1, download_bytes_per_s=1e6, upload_bytes_per_s=1e6)
-        >>> report_times(10.0, np.array([3]), lambda c: np.array([10, 10]), 1e6, 1e6, devices)
+        >>> report_times(10.0, np.array([3]), [np.array([10, 10])], 1e6, 1e6, devices)
         (array([14.]), array([ True]))
     """
     ids = np.asarray(client_ids, dtype=np.int64)
     online_until = np.asarray(device_model.online_until(ids, time), dtype=np.float64)
-    plan = plan_round(time, ids, [step_samples(int(c)) for c in ids], download_bytes, upload_bytes,
+    plan = plan_round(time, ids, list(step_samples), download_bytes, upload_bytes,
                       device_model.profiles(ids), online_until=online_until)
     reports = plan.status == KEPT
     return np.where(reports, time + plan.finish_s, np.maximum(online_until, time)), reports

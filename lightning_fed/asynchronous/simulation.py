@@ -137,12 +137,15 @@ class AsyncSimulation:
     Args:
         config: The :class:`AsyncConfig`.
         num_clients: N, the population, an integer >= ``config.concurrency``.
-        train: ``train(client_id, params) -> ClientUpdate``: the client's local training from ``params`` (the model
-            version it started from, one tensor per federated parameter; read-only), its Δ relative to them.
+        train: ``train(client_id, params, dispatch) -> ClientUpdate``: the client's local training from ``params``
+            (the model version it started from, one tensor per federated parameter; read-only), its Δ relative to
+            them; ``dispatch`` is its dispatch index k, unique in the run (what keys its batch order, as the round
+            does in synchronous training).
         server: The server's step, ``server(params, updates)``: aggregates the buffered updates and steps ``params``
             in place (a :class:`~lightning_fed.server.composer.ServerComposer`'s ``update``).
         device_model: The clients' :class:`~lightning_fed.datamodules.devices.DeviceModel`.
-        step_samples: ``step_samples(client_id)``: the samples of each of the client's local steps, int ``[K_i]``.
+        step_samples: ``step_samples(client_id, dispatch)``: the samples of each of the client's local steps in that
+            dispatch, int ``[K_i]``.
         download_bytes, upload_bytes: Bytes per transfer, or ``None`` (default: the payload of the parameters).
 
     Raises:
@@ -159,8 +162,8 @@ class AsyncSimulation:
         ...         n = len(ids)
         ...         return DeviceProfiles(0.1 * (ids + 1.0), np.full(n, np.inf), np.full(n, np.inf), np.zeros(n))
         >>> sim = AsyncSimulation(AsyncConfig(concurrency=3, buffer_size=2), 3,
-        ...                       lambda c, p: ClientUpdate(c, [-0.5 * p[0]], 1, 1, 0.0),
-        ...                       ServerComposer("uniform", None, SGD()).update, Speeds(), lambda c: np.array([1]))
+        ...                       lambda c, p, k: ClientUpdate(c, [-0.5 * p[0]], 1, 1, 0.0),
+        ...                       ServerComposer("uniform", None, SGD()).update, Speeds(), lambda c, k: np.array([1]))
         >>> x = [torch.tensor([1.0], dtype=torch.float64)]
         >>> step = sim.step(x)  # client 0 reports at 0.1 s, trains again (the one idle client), reports at 0.2 s,
         >>> # tied with client 1 and first by id: x = 1 + (−0.5 − 0.5) / 2, both from version 0
@@ -171,9 +174,9 @@ class AsyncSimulation:
         ([0.198223], array([1, 0]), array([1, 0]))
     """
 
-    def __init__(self, config: AsyncConfig, num_clients: int, train: Callable[[int, list[Tensor]], ClientUpdate],
+    def __init__(self, config: AsyncConfig, num_clients: int, train: Callable[[int, list[Tensor], int], ClientUpdate],
                  server: Callable[[list[Tensor], list[ClientUpdate]], Any], device_model: Any,
-                 step_samples: Callable[[int], np.ndarray], download_bytes: Optional[float] = None,
+                 step_samples: Callable[[int, int], np.ndarray], download_bytes: Optional[float] = None,
                  upload_bytes: Optional[float] = None) -> None:
         if not isinstance(config, AsyncConfig):
             raise ArgumentError(f"`config` must be an AsyncConfig, got {type(config).__name__}.")
@@ -219,7 +222,7 @@ class AsyncSimulation:
         self.references[self.version] += len(new)
         size = payload_bytes(params)
         ids = np.array([c for c, _ in new], dtype=np.int64)
-        ends, reports = report_times(self.time, ids, self.step_samples,
+        ends, reports = report_times(self.time, ids, [self.step_samples(c, k) for c, k in new],
                                      size if self.download_bytes is None else self.download_bytes,
                                      size if self.upload_bytes is None else self.upload_bytes, self.device_model)
         for (client, k), end, ok in zip(new, ends.tolist(), reports.tolist()):
@@ -244,7 +247,7 @@ class AsyncSimulation:
             self._counts[0] += 1
             self.dropped_stale_total += 1
         else:
-            update = self.train(event.client_id, start)
+            update = self.train(event.client_id, start, event.dispatch)
             weight = float(self.config.staleness(np.array([tau]))[0])
             if self.config.mixing is None:  # FedBuff: s(τ)·Δ_i
                 delta = [torch.mul(d, weight) for d in update.delta]

@@ -34,7 +34,7 @@ class _GoesOffline(DeviceModel):
 def test_report_time_is_download_compute_upload_after_dispatch():
     # 3 steps of 4, 4, 2 samples at 0.02 s; 5e5 bytes down at 1e6 B/s, 5e5 up at 2.5e5 B/s, latency 0.1 s each way
     devices = ParametricDeviceModel(0.02, download_bytes_per_s=1e6, upload_bytes_per_s=2.5e5, latency_s=0.1)
-    ends, reports = report_times(7.0, np.array([2]), lambda c: np.array([4, 4, 2]), 5e5, 5e5, devices)
+    ends, reports = report_times(7.0, np.array([2]), [np.array([4, 4, 2])], 5e5, 5e5, devices)
     assert reports.tolist() == [True]
     np.testing.assert_allclose(ends, [7.0 + (0.5 + 0.1) + 0.2 + (2.0 + 0.1)], rtol=1e-15)
 
@@ -42,7 +42,6 @@ def test_report_time_is_download_compute_upload_after_dispatch():
 def test_a_client_going_offline_first_reports_nothing_at_its_offline_time():
     # dispatched at t = 8: 4 samples (2 s) end at 10; client 0 is online until 10 (reports), client 1 until 11,
     # with 8 samples (4 s, end 12) it goes offline at 11
-    samples = {0: np.array([4]), 1: np.array([8])}
-    ends, reports = report_times(8.0, np.array([0, 1]), samples.__getitem__, 0.0, 0.0, _GoesOffline())
+    ends, reports = report_times(8.0, np.array([0, 1]), [np.array([4]), np.array([8])], 0.0, 0.0, _GoesOffline())
     assert reports.tolist() == [True, False]
     np.testing.assert_array_equal(ends, [10.0, 11.0])

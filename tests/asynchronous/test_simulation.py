@@ -72,9 +72,9 @@ def reference(num_steps, buffer_size, s, eta, max_staleness=None, mixing=None):
 
 
 def simulation(config, eta):
-    train = lambda c, p: ClientUpdate(c, [torch.from_numpy(local_delta(c, p[0].numpy()))], 1, 1, 0.0)  # noqa: E731
+    train = lambda c, p, k: ClientUpdate(c, [torch.from_numpy(local_delta(c, p[0].numpy()))], 1, 1, 0.0)  # noqa: E731
     return AsyncSimulation(config, 4, train, ServerComposer("uniform", None, SGD(lr=eta)).update, Durations(),
-                           lambda c: np.array([1]))
+                           lambda c, k: np.array([1]))
 
 
 @pytest.mark.parametrize("staleness, buffer_size, max_staleness", [
@@ -110,7 +110,7 @@ def test_fedasync_equals_numpy_mixing():
     assert max(t[0] for *_, t, _ in expected) >= 2
 
 
-def _linear_train(c, p):
+def _linear_train(c, p, k=None):
     """Two local gradient steps (lr 0.1) of least squares on client c's 4 samples, float32."""
     g = torch.Generator().manual_seed(100 + c)
     features, targets = torch.randn(4, 3, generator=g), torch.randn(4, generator=g)
@@ -126,7 +126,7 @@ def test_degenerate_case_is_synchronous_fedavg_bit_for_bit():
     in client id order. Through the pure pieces (the loop has no asynchronous mode yet)."""
     config = AsyncConfig(concurrency=4, buffer_size=4, staleness=StalenessWeighting("constant"), seed=7)
     sim = AsyncSimulation(config, 10, _linear_train, ServerComposer("num_samples", None, Adam(lr=0.05)).update,
-                          ParametricDeviceModel(0.01), lambda c: np.array([4, 4]))
+                          ParametricDeviceModel(0.01), lambda c, k: np.array([4, 4]))
     synchronous = ServerComposer("num_samples", None, Adam(lr=0.05))
     x_async, x_sync = [torch.zeros(3)], [torch.zeros(3)]
     cohorts = []
@@ -144,7 +144,7 @@ def _lognormal_run(config):
     composer = ServerComposer("uniform", None, Adam(lr=0.05))
     sim = AsyncSimulation(config, 30, _linear_train, composer.update,
                           ParametricDeviceModel(0.01, compute_sigma=1.0, network_sigma=0.5, seed=3),
-                          lambda c: np.array([4, 4]), download_bytes=1e4, upload_bytes=1e4)
+                          lambda c, k: np.array([4, 4]), download_bytes=1e4, upload_bytes=1e4)
     return sim, composer
 
 
@@ -213,7 +213,7 @@ class _EvenOnline(DeviceModel):
 
 def test_availability_filters_dispatch_and_offline_clients_are_counted():
     sim = AsyncSimulation(AsyncConfig(concurrency=3, buffer_size=2), 10, _linear_train,
-                          ServerComposer("uniform", None, SGD()).update, _EvenOnline(), lambda c: np.array([4, 4]))
+                          ServerComposer("uniform", None, SGD()).update, _EvenOnline(), lambda c, k: np.array([4, 4]))
     x = [torch.zeros(3)]
     steps = [sim.step(x) for _ in range(6)]
     assert all(c % 2 == 0 for s in steps for c in s.client_ids.tolist())
@@ -240,7 +240,7 @@ class _NeverOnline(_EvenOnline):
 
 def test_no_client_online_is_an_error_naming_the_time():
     sim = AsyncSimulation(AsyncConfig(concurrency=2, buffer_size=1), 4, _linear_train,
-                          ServerComposer("uniform", None, SGD()).update, _NeverOnline(), lambda c: np.array([1]))
+                          ServerComposer("uniform", None, SGD()).update, _NeverOnline(), lambda c, k: np.array([1]))
     with pytest.raises(RuntimeError, match="stuck at simulated time 0.0 s"):
         sim.step([torch.zeros(3)])
     assert math.isfinite(sim.time)
@@ -250,9 +250,19 @@ def test_ties_go_by_client_id_and_all_reports_of_a_time_come_before_new_dispatch
     """Three clients of equal devices, K = 1: all report at 0.04 s; steps in id order 0, 1, 2 with τ = 0, 1, 2
     (each later one started from version 0 while the server stepped), and the clients dispatched after them start
     from version 3 (no dispatch between reports of one time)."""
+    trained, planned = [], []
+
+    def train(c, p, k):
+        trained.append((c, k))
+        return _linear_train(c, p)
+
+    def samples(c, k):
+        planned.append((c, k))
+        return np.array([4])
+
     sim = AsyncSimulation(AsyncConfig(concurrency=3, buffer_size=1, staleness=StalenessWeighting("constant")), 3,
-                          _linear_train, ServerComposer("uniform", None, SGD()).update, ParametricDeviceModel(0.01),
-                          lambda c: np.array([4]), download_bytes=0.0, upload_bytes=0.0)
+                          train, ServerComposer("uniform", None, SGD()).update, ParametricDeviceModel(0.01),
+                          samples, download_bytes=0.0, upload_bytes=0.0)
     x = [torch.zeros(3)]
     steps = [sim.step(x) for _ in range(3)]
     assert [s.client_ids.tolist() for s in steps] == [[0], [1], [2]]
@@ -262,3 +272,6 @@ def test_ties_go_by_client_id_and_all_reports_of_a_time_come_before_new_dispatch
     step = sim.step(x)
     assert step.dispatched == 3 and step.staleness.tolist() == [0] and step.time == 0.08
     assert step.metrics(previous_time=0.04)["async/updates_per_hour"] == pytest.approx(3600 / 0.04)
+    # each dispatch k (unique in the run) is handed to the local work's plan and to the training of that client
+    assert sorted(k for _, k in planned) == list(range(6)) and set(trained) <= set(planned)
+    assert [c for c, _ in trained] == [0, 1, 2, 0]
