@@ -66,7 +66,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
     per_model = 4 * args.params / 2**20
-    print(f"model: {args.params} float32 = {per_model:.3f} MiB; 1,000 Δs in flight would be {1000 * per_model:.1f} MiB")
+    print(f"model: {args.params} float32 = {per_model:.3f} MiB; "
+          f"1,000 Δs in flight would be {1000 * per_model:.1f} MiB")
     for max_staleness in (None, 20):
         print(run(args.params, args.steps, max_staleness))
 

@@ -126,8 +126,9 @@ class AsyncStep:
             240.0
         """
         span = self.time - previous_time
-        return {"async/staleness_mean": float(self.staleness.mean()), "async/staleness_max": float(self.staleness.max()),
-                "async/dropped_stale": float(self.dropped_stale), "async/offline": float(self.offline),
+        return {"async/staleness_mean": float(self.staleness.mean()),
+                "async/staleness_max": float(self.staleness.max()), "async/dropped_stale": float(self.dropped_stale),
+                "async/offline": float(self.offline),
                 "async/updates_per_hour": len(self.client_ids) * 3600.0 / span if span > 0 else float("inf")}
 
 

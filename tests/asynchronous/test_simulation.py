@@ -54,7 +54,7 @@ def reference(num_steps, buffer_size, s, eta, max_staleness=None, mixing=None):
         tau = version - v
         if max_staleness is not None and tau > max_staleness:
             dropped += 1
-        elif mixing is None:  # FedBuff: Δ ← Δ + s(τ)Δ_i; after K: x ← x + η_g Δ/K (our Δ_i = y − x, sign flipped)
+        elif mixing is None:  # FedBuff: Δ ← Δ + s(τ)Δ_i; after K: x ← x + η_g Δ/K (Δ_i = y − x: sign flipped)
             buffer.append((c, tau, s(tau) * local_delta(c, x_v)))
         else:  # FedAsync: x_t = (1 − α_t) x_{t−1} + α_t x_new, α_t = α s(t − τ)
             alpha = mixing * s(tau)
