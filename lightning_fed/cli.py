@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -214,7 +215,8 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
     """The client halves a ready-made server optimizer ``old`` (its parsed ``class_path``/``init_args``) brings itself,
     which a swap to another class ``new`` (short name) must keep: they are a part of the run the user did not change
     (issue #50). A pure client half — FedProx's proximal term, the personalised halves of FedBN, FedPer, FedRep and
-    Ditto — is returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
+    Ditto, and that of a class naming it in ``carried_client_half`` (LG-FedAvg, APFL, pFedMe, Per-FedAvg) — is
+    returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
 
     A client half that runs only with its own server half (SCAFFOLD's control variates, FedDyn, FedNova's proximal
     solver, Fed-LAMB/Fed-AMS) is not carried alone: the swap is refused, naming the composition that keeps the
@@ -254,6 +256,10 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
         return [_half("FedRepClient", head=args.get("head"), head_steps=args.get("head_steps", 10))]
     if issubclass(cls, Ditto):
         return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"))]
+    carried = getattr(cls, "carried_client_half", None)  # (half's name, {its argument: the method's}), issue #55
+    if carried is not None:
+        defaults = inspect.signature(cls.__init__).parameters
+        return [_half(carried[0], **{k: args.get(src, defaults[src].default) for k, src in carried[1].items()})]
 
     def compose(server: dict[str, Any], stage: str, stage_args: dict, client: str, client_args: dict,
                 what: str, example: str = "") -> str:

@@ -180,6 +180,37 @@ def federated_fit(tmp_path, model, datamodule, server, rounds: int, ckpt_dir=Non
     return trainer
 
 
+def numpy_fedadam(lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
+    """FedAdam's server step in NumPy (Reddi et al. 2021, Alg. 2, l. 11-14; v_0 = τ², as the rule's default):
+    ``step(x, delta) -> x_new`` for one array, keeping m and v across calls (one ``step`` per parameter)."""
+    state: dict = {}
+
+    def step(x: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        m = state.get("m", np.zeros_like(x))
+        v = state.get("v", np.full_like(x, tau ** 2))
+        state["m"], state["v"] = beta1 * m + (1 - beta1) * delta, beta2 * v + (1 - beta2) * delta ** 2
+        return x + lr * state["m"] / (np.sqrt(state["v"]) + tau)
+
+    return step
+
+
+def assert_resume_equals_uninterrupted(tmp_path, fit, make_server, state_key: str, weights, rounds: int = 4,
+                                       stop: int = 2) -> None:
+    """A run stopped after ``stop`` rounds and resumed from its ``last.ckpt`` to ``rounds`` equals the uninterrupted
+    run bit for bit: the global model (``weights(model)``, a dict or an array) and the half's per-client table
+    ``state_key``. ``fit(tmp_path, server, rounds, ckpt_dir, ckpt_path)`` returns a tuple whose last two items are
+    the model and the trainer; ``make_server()`` a fresh server optimizer."""
+    full_server = make_server()
+    full = fit(tmp_path / "a", full_server, rounds)[-2]
+    fit(tmp_path / "b", make_server(), stop, tmp_path / "cb")
+    server = make_server()
+    resumed = fit(tmp_path / "b", server, rounds, tmp_path / "cb2", str(tmp_path / "cb" / "last.ckpt"))[-2]
+    a, b = weights(full), weights(resumed)
+    assert all(np.array_equal(a[k], b[k]) for k in a) if isinstance(a, dict) else np.array_equal(a, b)
+    ta, tb = full_server.client_algorithm_states[state_key], server.client_algorithm_states[state_key]
+    assert sorted(ta.ids()) == sorted(tb.ids()) and all(torch.equal(ta.get(c), tb.get(c)) for c in ta.ids())
+
+
 def write_idx(path, array: np.ndarray, compress: bool = False) -> bytes:
     """Write ``array`` (uint8, 1-D labels or 3-D images) as an IDX file, gzipped if ``compress``; return the
     uncompressed bytes. The format torchvision's MNIST-family readers parse: a big-endian magic 0x00000801 (uint8,

@@ -217,6 +217,26 @@ def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap
         expected[1:].split("(")[0]]
 
 
+@pytest.mark.parametrize("name, init_args, expected", [
+    ("LGFedAvg", {"body": ["net.0"]}, "LGFedAvgClient(body=['net.0'])"),
+    ("APFL", {"alpha": 0.5, "adaptive": False}, "APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)"),
+    ("PFedMe", {"lam": 15.0, "lr": 2.0}, "PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.09)"),
+    ("PerFedAvg", {"alpha": 0.02, "variant": "hf", "delta": 1e-3},
+     "PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)"),
+])
+def test_55_a_swap_carries_the_new_personalised_methods_client_half(name, init_args, expected):
+    """Issue #55: a swap away from LG-FedAvg, APFL, pFedMe or Per-FedAvg carries its client half (the method's
+    arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto (#50.1)."""
+    from jsonargparse import Namespace
+
+    import lightning_fed.algorithms as algorithms
+    from lightning_fed.cli import swap_client_halves
+
+    (half,) = swap_client_halves(Namespace(class_path=_CB + name, init_args=Namespace(**init_args)), "FedYogi", "a swap")
+    cls = getattr(algorithms, half.class_path.rsplit(".", 1)[1])
+    assert repr(cls(**vars(half.init_args))) == expected
+
+
 def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monkeypatch):
     """The method's own half ran before the run's other halves: it stays first; the others keep their order."""
     monkeypatch.chdir(tmp_path)

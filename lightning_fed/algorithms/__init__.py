@@ -10,6 +10,7 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 # import of any lightning_fed.algorithms.<method> (nothing imported before: `import lightning_fed` is lazy) goes
 # through it and never meets a half-imported method module.
 import lightning_fed.server.aggregators  # noqa: F401, I001
+from lightning_fed.algorithms.apfl import APFLClient
 from lightning_fed.algorithms.ditto import DittoClient
 from lightning_fed.algorithms.fedbn import FedBNClient
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
@@ -19,7 +20,10 @@ from lightning_fed.algorithms.fednova import FedNovaAveraging
 from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.algorithms.fedrep import FedRepClient
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.lgfedavg import LGFedAvgClient
+from lightning_fed.algorithms.perfedavg import PerFedAvgClient
+from lightning_fed.algorithms.pfedme import PFedMeClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["DittoClient", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["APFLClient", "DittoClient", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]
