@@ -300,8 +300,10 @@ class SimulatedClock:
         self.rounds += 1
 
     def state_dict(self) -> dict[str, Any]:
+        """``{"elapsed_seconds": float, "rounds": int}``."""
         return {"elapsed_seconds": self.elapsed_seconds, "rounds": self.rounds}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
         self.elapsed_seconds = float(state["elapsed_seconds"])
         self.rounds = int(state["rounds"])

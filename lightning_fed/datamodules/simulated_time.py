@@ -158,6 +158,21 @@ class SimulatedTime:
         lost = int(np.isin(plan.status, (MISSED_DEADLINE, OFFLINE)).sum())
         return dataclasses.replace(selection, cohort=plan.kept, unavailable=selection.unavailable + lost), plan
 
+    def forecast(self, datamodule: Any, rounds: int, payload: Any) -> list[dict[int, int]]:
+        """The first ``rounds`` rounds planned from a fresh clock, without changing this part's state: per round
+        ``{client id: local steps}`` of the clients that train (what ``FederatedTrainer.estimated_stepping_batches``
+        counts). ``payload``: the bytes each client downloads and uploads."""
+        clock, limits = self.clock, self._limits
+        self.clock, out = SimulatedClock(), []
+        try:
+            for t in range(int(rounds)):
+                _, plan = self.start_round(datamodule, datamodule.select_cohort(t), t, payload, payload)
+                out.append({int(c): int(k) for c, k in zip(plan.kept.tolist(), plan.steps[plan.status == 0].tolist())})
+                self.end_round(plan)
+        finally:
+            self.clock, self._limits = clock, limits
+        return out
+
     def step_limit(self, client_id: int, round_idx: int) -> Optional[int]:
         """The local steps client ``client_id`` runs in round ``round_idx`` when the deadline cut its work
         (``"partial"``), else ``None`` (its whole local work)."""
@@ -175,6 +190,7 @@ class SimulatedTime:
         return {"clock": self.clock.state_dict()} if self.active else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the clock of a resumed run)."""
         if "clock" in state:
             self.clock.load_state_dict(state["clock"])
 

@@ -189,3 +189,30 @@ def test_partial_refused_at_fit_start_with_a_data_module_that_makes_its_own_batc
                     device_model=CallableDeviceModel(table), round_deadline=4.2, deadline_policy="partial")
     with pytest.raises(ValueError, match="OwnBatches overrides `client_dataloader`; use deadline_policy='drop'"):
         _fit(tmp_path, dm, FedAvg(lr=1.0))
+
+
+def test_estimated_stepping_batches_counts_the_planned_steps(tmp_path):
+    """FederatedTrainer.estimated_stepping_batches, read in configure_optimizers: the steps the clock lets run."""
+    seen = []
+
+    class Reads(LinearRegression):
+        def configure_optimizers(self):
+            seen.append(self.trainer.estimated_stepping_batches)
+            return super().configure_optimizers()
+
+    _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=4.2, deadline_policy="partial")
+    trainer = federated_fit(tmp_path, Reads(lr=0.05), dm, FedAvg(lr=1.0), 3)
+    cohorts = [dm.select_cohort(t).cohort for t in range(3)]
+    assert seen == [sum(K_PARTIAL[c] for s in cohorts for c in s.tolist())] == [trainer.global_step]
+    assert dm.simulated_time.clock.rounds == 3  # the forecast left the run's clock alone
+
+
+def test_partial_under_the_vectorized_executor_equals_the_run_told_those_steps(tmp_path):
+    from lightning_fed.client.vectorized import VectorizedExecutor
+
+    _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=4.2, deadline_policy="partial")
+    model, _ = _fit(tmp_path, dm, FedNova(lr=1.0), rounds=1, client_executor=VectorizedExecutor())
+    assert {K_PARTIAL[c] for c in dm.select_cohort(0).cohort.tolist()} == {2, 4, 6}  # cut clients in round 0
+    _, _, told = _dm(local_work=TableSteps())
+    same, _ = _fit(tmp_path, told, FedNova(lr=1.0), rounds=1, client_executor=VectorizedExecutor())
+    assert np.array_equal(linear_weights(model), linear_weights(same))

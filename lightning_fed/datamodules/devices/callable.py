@@ -43,6 +43,11 @@ class CallableDeviceModel(DeviceModel):
         self.function = function
 
     def profiles(self, client_ids: np.ndarray) -> DeviceProfiles:
+        """``function(client_ids)``, checked: float64 ``[n]`` arrays.
+
+        Raises:
+            ArgumentError: a malformed result (naming the function and the field).
+        """
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         name = getattr(self.function, "__qualname__", repr(self.function))
         return as_profiles(self.function(ids.copy()), len(ids), source=f"CallableDeviceModel's function {name}")
