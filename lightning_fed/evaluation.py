@@ -602,7 +602,9 @@ def personal_models(trainer: Any) -> Optional[Any]:
                 half.setup(module)
             table = server.client_algorithm_states.get(half.state_key)
             row = table.get(client_id) if table is not None and client_id in table else None
-            half.personal_model(module, row)
+            # a personal model fitted on the client's data at evaluation (FedBABU) also takes the trainer and client
+            data = {"trainer": trainer, "client_id": client_id} if getattr(half, "personal_needs_client", False) else {}
+            half.personal_model(module, row, **data)
 
     return personal
 

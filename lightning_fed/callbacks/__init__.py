@@ -34,6 +34,7 @@ from lightning_fed.callbacks.server_step_size import (
 METHOD_NAMES = {
     "Ditto": "ditto",
     "FedAWARE": "fedaware",
+    "FedBABU": "fedbabu",
     "FedBN": "fedbn",
     "FedDyn": "feddyn",
     "AMSGradClient": "fedlamb",
