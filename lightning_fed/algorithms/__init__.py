@@ -19,8 +19,9 @@ from lightning_fed.algorithms.fedmgda import FedMGDAMinNorm, min_norm_box
 from lightning_fed.algorithms.fednova import FedNovaAveraging
 from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.algorithms.fedrep import FedRepClient
+from lightning_fed.algorithms.fedrod import FedRoDClient
 from lightning_fed.algorithms.fedprox import FedProxClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["DittoClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["DittoClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

@@ -48,6 +48,7 @@ METHOD_NAMES = {
     "FedPer": "fedper",
     "FedProx": "fedprox",
     "FedRep": "fedrep",
+    "FedRoD": "fedrod",
     "SCAFFOLD": "scaffold",
 }
 
