@@ -11,6 +11,7 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 # through it and never meets a half-imported method module.
 import lightning_fed.server.aggregators  # noqa: F401, I001
 from lightning_fed.algorithms.ditto import DittoClient
+from lightning_fed.algorithms.fedala import FedALAClient
 from lightning_fed.algorithms.fedbabu import FedBABUClient
 from lightning_fed.algorithms.fedbn import FedBNClient
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
@@ -23,5 +24,5 @@ from lightning_fed.algorithms.fedrod import FedRoDClient
 from lightning_fed.algorithms.fedprox import FedProxClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["DittoClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["DittoClient", "FedALAClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

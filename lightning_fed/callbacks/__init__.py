@@ -33,6 +33,7 @@ from lightning_fed.callbacks.server_step_size import (
 #: builds on the server optimizers of this package, so this package cannot import it while it loads.
 METHOD_NAMES = {
     "Ditto": "ditto",
+    "FedALA": "fedala",
     "FedAWARE": "fedaware",
     "FedBABU": "fedbabu",
     "FedBN": "fedbn",
