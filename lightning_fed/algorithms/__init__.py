@@ -22,7 +22,8 @@ from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.algorithms.fedrep import FedRepClient
 from lightning_fed.algorithms.fedrod import FedRoDClient
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.ifca import IFCAClient, IFCAClusters
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["DittoClient", "FedALAClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["DittoClient", "FedALAClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "IFCAClient", "IFCAClusters", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

@@ -50,6 +50,7 @@ METHOD_NAMES = {
     "FedProx": "fedprox",
     "FedRep": "fedrep",
     "FedRoD": "fedrod",
+    "IFCA": "ifca",
     "SCAFFOLD": "scaffold",
 }
 
