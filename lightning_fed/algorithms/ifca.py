@@ -112,14 +112,13 @@ class IFCAClusters(Stage):
         if type(rule) is not SGD:
             raise ValueError(f"IFCA keeps {self.num_clusters} cluster models, but {name}'s server rule "
                              f"{type(rule).__name__} has one state for one model; IFCA needs the plain SGD rule "
-                             "(e.g. IFCA(lr=1.0), or FedAvg(aggregators=[IFCAClusters(k)], client=[IFCAClient()])).")
+                             "(e.g. IFCA(lr=1.0), or FedAvg(aggregators=[IFCAClusters(k)]) with FederatedTrainer(client_algorithms=[IFCAClient()])).")
         self._lr = float(rule.lr)
         others = [s for s in server.aggregators or () if s is not self]
         if others:
             raise ValueError(f"IFCAClusters must be {name}'s only aggregator stage; got also {others} (a stage would "
                              "see updates relative to cluster 0, not to each client's cluster).")
-        runner = getattr(getattr(trainer, "fit_loop", None), "client_runner", None)
-        halves = list(getattr(getattr(runner, "client_halves", None), "algorithms", None) or server.client_algorithms)
+        halves = [*server.client_algorithms, *(getattr(trainer, "client_algorithms", None) or [])]
         if sum(isinstance(a, IFCAClient) for a in halves) != 1:
             raise ValueError(f"IFCAClusters needs exactly one IFCAClient among the run's client halves, got {halves}.")
         dim = sum(p.numel() for p in pl_module.parameters() if p.requires_grad)
@@ -192,7 +191,7 @@ class IFCAClusters(Stage):
             models = models.clone() if models is state.models else models
             models[j - 1] = target if self._lr == 1.0 else models[j - 1] + self._lr * (target - models[j - 1])
         report = {j: len(chosen) for j, chosen in members.items()}
-        return delta0, state._replace(models=models), report
+        return delta0, self.State(models), report
 
     def round_metrics(self, report: Any) -> dict[str, float]:
         """``ifca_cluster_<j>_clients``: how many of the round's clients chose cluster j."""

@@ -128,15 +128,15 @@ def test_the_personal_model_is_the_best_cluster_on_the_clients_data(tmp_path):
     assert not np.allclose(last.personal["val_loss"], last.metrics["val_loss"])
 
 
-@pytest.mark.parametrize("server, match", [
-    (lambda: FedAdam(lr=0.01, aggregators=[IFCAClusters(2)], client=[IFCAClient()]),
+@pytest.mark.parametrize("server, halves, match", [
+    (lambda: FedAdam(lr=0.01, aggregators=[IFCAClusters(2)]), lambda: [IFCAClient()],
      r"FedAdam's server rule Adam has one state for one model; IFCA needs the plain SGD rule"),
-    (lambda: FedAvg(client=[IFCAClient()]), r"IFCAClient\(\) \(IFCA's client half\) needs IFCA's server half"),
-    (lambda: FedAvg(aggregators=[IFCAClusters(2)], client=[IFCAClient(), DittoClient(0.1)]),
-     r"IFCA cannot run with the client half\(s\) \[DittoClient"),
+    (lambda: FedAvg(), lambda: [IFCAClient()], r"IFCAClient\(\) \(IFCA's client half\) needs IFCA's server half"),
+    (lambda: IFCA(), lambda: [DittoClient(0.1)], r"IFCA cannot run with the client half\(s\) \[DittoClient"),
 ])
-def test_what_cannot_compose_is_refused_at_fit_start(tmp_path, server, match):
-    trainer = FederatedTrainer(max_epochs=1, callbacks=[server()], **quiet_trainer_kwargs(tmp_path))
+def test_what_cannot_compose_is_refused_at_fit_start(tmp_path, server, halves, match):
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[server()], client_algorithms=halves(),
+                               **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match=match):
         trainer.fit(LinearRegression(lr=GAMMA), datamodule=_datamodule()[2])
     assert trainer.global_step == 0
