@@ -114,6 +114,22 @@ def mse_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return 2.0 / len(x) * xb.T @ (xb @ w - y)
 
 
+def numpy_fedadam(w0: dict, keys, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
+    """FedAdam's server step in NumPy (Reddi et al. 2021, Alg. 2, with v_0 = τ², no bias correction) over the entries
+    ``keys`` of parameter dicts shaped like ``w0``: returns ``step(glob, delta)``, which updates ``glob`` in place
+    (m ← β1·m + (1 − β1)·Δ, v ← β2·v + (1 − β2)·Δ², x ← x + η·m / (√v + τ))."""
+    m = {k: np.zeros_like(w0[k]) for k in keys}
+    v = {k: np.full_like(w0[k], tau ** 2) for k in keys}
+
+    def step(glob: dict, delta: dict) -> None:
+        for k in keys:
+            m[k] = beta1 * m[k] + (1 - beta1) * delta[k]
+            v[k] = beta2 * v[k] + (1 - beta2) * delta[k] ** 2
+            glob[k] = glob[k] + lr * m[k] / (np.sqrt(v[k]) + tau)
+
+    return step
+
+
 def regression_data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, d))

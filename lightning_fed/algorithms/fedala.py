@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_fed.callbacks.fedavg import FedAvg
-from lightning_fed.checks import ArgumentError, check_fraction, check_int, check_positive
+from lightning_fed.checks import check_fraction, check_int, check_names, check_positive
 from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.client.personal import personal_step, select_parts
 from lightning_fed.server.aggregators.base import Stage
@@ -93,11 +93,7 @@ class FedALAClient(ClientAlgorithm):
 
     def __init__(self, top: Sequence[str], share: float = 0.8, lr: float = 1.0, threshold: float = 0.1,
                  num_pre_loss: int = 10, max_start_epochs: int = 100) -> None:
-        top = [top] if isinstance(top, str) else list(top) if isinstance(top, (list, tuple)) else top
-        if not isinstance(top, list) or not top or not all(isinstance(n, str) and n for n in top):
-            raise ArgumentError(f"`top` must be a non-empty list of submodule or tensor names (e.g. ['classifier']), "
-                                f"got {top!r}.")
-        self.top = top
+        self.top = check_names("top", top)
         self.share = 1.0 if share == 1 and not isinstance(share, bool) else check_fraction("share", share)
         self.lr = check_positive("lr", lr)
         self.threshold = check_positive("threshold", threshold)

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_fed.callbacks.fedavg import FedAvg
-from lightning_fed.checks import ArgumentError, check_choice, check_int
+from lightning_fed.checks import check_choice, check_int, check_names
 from lightning_fed.client.algorithm import ClientAlgorithm
 from lightning_fed.client.personal import select_parts
 from lightning_fed.server.aggregators.base import Stage
@@ -80,11 +80,7 @@ class FedBABUClient(ClientAlgorithm):
     personal_needs_client = True
 
     def __init__(self, head: Sequence[str], finetune_epochs: int = 5, finetune: str = "head") -> None:
-        head = [head] if isinstance(head, str) else list(head) if isinstance(head, (list, tuple)) else head
-        if not isinstance(head, list) or not head or not all(isinstance(n, str) and n for n in head):
-            raise ArgumentError(f"`head` must be a non-empty list of submodule or tensor names (e.g. ['classifier']), "
-                             f"got {head!r}.")
-        self.head = head
+        self.head = check_names("head", head)
         self.finetune_epochs = check_int("finetune_epochs", finetune_epochs, 1)
         self.finetune = check_choice("finetune", finetune, FINETUNE_PARTS)
         self._head: list[int] = []

@@ -11,11 +11,15 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import TensorDataset
 
-from algorithms.test_fedper import BODY, GAMMA, HEAD, TwoLayer, datamodule, fit, grads, weights
+from algorithms.test_fedper import GAMMA, HEAD, TwoLayer, datamodule, fit, grads, weights
+from helpers import federated_fit, numpy_fedadam, quiet_trainer_kwargs, regression_data
+from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedALAClient
 from lightning_fed.algorithms.fedala import ala_batches
 from lightning_fed.callbacks import FedAdam, FedALA
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
 from lightning_fed.evaluation import FederatedEvaluation
 
 KW = dict(share=0.8, ala_lr=1.0, threshold=0.2, num_pre_loss=4, max_start_epochs=12)
@@ -95,16 +99,7 @@ def test_fedalas_server_step_under_fedadam_equals_numpy(tmp_path):
     x, y, dm = datamodule()
     half = FedALAClient(top=["net.1"], share=0.8, lr=1.0, threshold=0.2, num_pre_loss=4, max_start_epochs=12)
     w0, model, _ = fit(tmp_path, FedAdam(lr=0.01), rounds=4, dm=dm, client_algorithms=[half])
-    m = {k: np.zeros_like(w0[k]) for k in w0}
-    v = {k: np.full_like(w0[k], 1e-6) for k in w0}
-
-    def adam(glob, delta):
-        for k in glob:
-            m[k] = 0.9 * m[k] + 0.1 * delta[k]
-            v[k] = 0.99 * v[k] + 0.01 * delta[k] ** 2
-            glob[k] = glob[k] + 0.01 * m[k] / (np.sqrt(v[k]) + 1e-3)
-
-    want, _ = _fedala_reference(w0, x, y, dm, 4, server_step=adam, **KW)
+    want, _ = _fedala_reference(w0, x, y, dm, 4, server_step=numpy_fedadam(w0, list(w0)), **KW)
     got = weights(model)
     for k in got:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12)
@@ -130,10 +125,6 @@ class _Evaluated(TwoLayer):
 
 
 def test_the_personal_model_is_eq_5_with_the_stored_weights(tmp_path):
-    from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner, SampledLocalWork
-    from torch.utils.data import TensorDataset
-
-    from helpers import federated_fit, regression_data
 
     x, y = regression_data(n=60, d=3, seed=1)
     dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
@@ -174,9 +165,6 @@ def test_bad_arguments_are_refused(kwargs, match):
 
 
 def test_top_selecting_nothing_is_refused_at_fit_start(tmp_path):
-    from helpers import quiet_trainer_kwargs
-    from lightning_fed import FederatedTrainer
-
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedALA(top=["classifier"])], **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match=r"`top` \['classifier'\] selects no parameter of TwoLayer"):
         trainer.fit(TwoLayer(), datamodule=datamodule()[2])

@@ -14,7 +14,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from algorithms.test_fedper import BODY, GAMMA, HEAD, TwoLayer, datamodule, fit, grads, weights
-from helpers import regression_data
+from helpers import federated_fit, numpy_fedadam, quiet_trainer_kwargs, regression_data
+from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedBABUClient
 from lightning_fed.callbacks import FedAdam, FedBABU
 from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
@@ -60,14 +61,7 @@ def test_fedbabus_body_under_fedadam_equals_numpy(tmp_path):
     """Composable with any server rule: FedAdam (Reddi et al. 2021, Alg. 2, τ = 1e-3) on the n_i/n body mean."""
     x, y, dm = datamodule()
     w0, model, _ = fit(tmp_path, FedAdam(lr=0.01), rounds=3, dm=dm, client_algorithms=[FedBABUClient(head=["net.1"])])
-    m = {k: np.zeros_like(w0[k]) for k in BODY}
-    v = {k: np.full_like(w0[k], 1e-6) for k in BODY}
-
-    def adam(glob, delta):
-        for k in BODY:
-            m[k] = 0.9 * m[k] + 0.1 * delta[k]
-            v[k] = 0.99 * v[k] + 0.01 * delta[k] ** 2
-            glob[k] = glob[k] + 0.01 * m[k] / (np.sqrt(v[k]) + 1e-3)
+    adam = numpy_fedadam(w0, BODY)
 
     want, got = _fedbabu_reference(w0, x, y, dm, rounds=3, server_step=adam), weights(model)
     for k in BODY:
@@ -108,8 +102,6 @@ def test_the_personal_model_is_the_global_model_fine_tuned_for_finetune_epochs(t
     torch.manual_seed(0)
     model = _Evaluated()
     server = FedBABU(head=["net.1"], finetune_epochs=2, finetune=finetune)
-    from helpers import federated_fit
-
     trainer = federated_fit(tmp_path, model, dm, server, rounds=2)
     glob = weights(model)
     last = next(cb for cb in trainer.callbacks if isinstance(cb, FederatedEvaluation)).last
@@ -147,9 +139,6 @@ def test_bad_arguments_are_refused(kwargs, match):
 
 
 def test_a_head_that_selects_nothing_is_refused_at_fit_start(tmp_path):
-    from helpers import quiet_trainer_kwargs
-    from lightning_fed import FederatedTrainer
-
     trainer = FederatedTrainer(max_epochs=1, callbacks=[FedBABU(head=["classifier"])], **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match=r"`head` \['classifier'\] selects no parameter of TwoLayer"):
         trainer.fit(TwoLayer(), datamodule=datamodule()[2])

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from helpers import classification_dataset, federated_fit, quiet_trainer_kwargs
+from helpers import classification_dataset, federated_fit, numpy_fedadam, quiet_trainer_kwargs
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedRoDClient
 from lightning_fed.callbacks import FedAdam, FedRoD
@@ -151,14 +151,7 @@ def test_fedrods_generic_model_under_fedadam_equals_numpy(tmp_path):
     x, y, dm = _datamodule()
     w0, model, _ = _fit(tmp_path, FedAdam(lr=0.01), rounds=3, dm=dm, client_algorithms=[FedRoDClient()])
     shared = (*BODY, *HEAD)
-    m = {k: np.zeros_like(w0[k]) for k in shared}
-    v = {k: np.full_like(w0[k], 1e-6) for k in shared}
-
-    def adam(glob, delta):
-        for k in shared:
-            m[k] = 0.9 * m[k] + 0.1 * delta[k]
-            v[k] = 0.99 * v[k] + 0.01 * delta[k] ** 2
-            glob[k] = glob[k] + 0.01 * m[k] / (np.sqrt(v[k]) + 1e-3)
+    adam = numpy_fedadam(w0, shared)
 
     want, _ = _fedrod_reference(w0, x, y, dm, rounds=3, server_step=adam)
     got = _weights(model)
