@@ -170,7 +170,10 @@ class FedRoDClient(LocalParts):
         self._restore_step = (module, own)
 
     def _balance(self, head: nn.Module, inputs: Any, output: Tensor) -> Tensor:
-        """The generic head's logits g + log N_i (the module's cross-entropy becomes L^BR)."""
+        """The generic head's logits g + log N_i (the module's cross-entropy becomes L^BR); in train mode only (a
+        client that raised before its ``finish`` leaves the hooks until the next client's ``start``)."""
+        if not head.training:
+            return None
         classes = output.shape[-1]
         if len(self._counts) > classes:
             raise ValueError(f"FedRoDClient: a label {len(self._counts) - 1} of client data is outside the generic "
@@ -182,7 +185,7 @@ class FedRoDClient(LocalParts):
 
     def _personal_part(self, head: nn.Module, inputs: Any, output: Tensor) -> Optional[Tensor]:
         """The personal head's logits on the detached features (kept for L_i); 0 in the module's own loss."""
-        if self._inside:  # the call below
+        if self._inside or not head.training:  # the call below; eval mode (see _balance)
             return None
         self._inside = True
         try:
