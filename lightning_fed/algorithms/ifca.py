@@ -22,12 +22,13 @@ Choices and limits: the server rule must be plain SGD (:class:`~lightning_fed.se
 2, another η moves every cluster by η times its mean update); a stateful rule (FedAdam, momentum) would need k rule
 states and is refused at fit start, as are other aggregator stages (a transform would see Δ_i relative to cluster 0,
 not to the client's cluster) and client halves with per-client state or personal models (what they keep would mix
-clusters). θ_j^{(0)} for j ≥ 1: the module's layers re-initialised by their own ``reset_parameters()`` with torch
-seeded by :func:`cluster_seed` (the data module's seed, j); θ_0^{(0)} is the module as given — a federated parameter
-of a module without ``reset_parameters`` is refused at fit start. Ties in the argmin go to the lowest j. The
-weights of the per-cluster mean are the server optimizer's ``weighting`` (:class:`IFCA`'s default ``"uniform"``
-is Alg. 2's). The personal model of a client is the cluster model with the lowest loss on its training data.
-Option I (gradient averaging, Alg. 1) is not implemented.
+clusters), and the update-norm guard (``max_update_norm_ratio``: updates are measured from cluster 0). θ_j^{(0)} for
+j ≥ 1: the module's layers re-initialised by their own ``reset_parameters()`` with torch seeded by
+:func:`cluster_seed` (the data module's seed, j); θ_0^{(0)} is the module as given — a federated parameter of a
+module without ``reset_parameters`` is refused at fit start. Ties in the argmin go to the lowest j. The weights of
+the per-cluster mean are the server optimizer's ``weighting`` (:class:`IFCA`'s default ``"uniform"`` is Alg. 2's).
+The personal model of a client is the cluster model with the lowest loss on its training data. Option I (gradient
+averaging, Alg. 1) is not implemented.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class IFCAClusters(Stage):
 
     def check_fit(self, trainer: Any, pl_module: Any, server: Any) -> None:
         """At fit start: the rule is plain SGD, this stage is the whole chain, the run's client halves are one
-        :class:`IFCAClient` and stateless halves without personal models, every federated parameter re-initialisable.
+        :class:`IFCAClient` and stateless halves without personal models, no update-norm guard
+        (``max_update_norm_ratio``), every federated parameter re-initialisable.
 
         Raises:
             ValueError: naming what cannot compose with IFCA.
@@ -112,7 +114,8 @@ class IFCAClusters(Stage):
         if type(rule) is not SGD:
             raise ValueError(f"IFCA keeps {self.num_clusters} cluster models, but {name}'s server rule "
                              f"{type(rule).__name__} has one state for one model; IFCA needs the plain SGD rule "
-                             "(e.g. IFCA(lr=1.0), or FedAvg(aggregators=[IFCAClusters(k)]) with FederatedTrainer(client_algorithms=[IFCAClient()])).")
+                             "(e.g. IFCA(lr=1.0), or FedAvg(aggregators=[IFCAClusters(k)]) with "
+                             "FederatedTrainer(client_algorithms=[IFCAClient()])).")
         self._lr = float(rule.lr)
         others = [s for s in server.aggregators or () if s is not self]
         if others:
@@ -127,6 +130,11 @@ class IFCAClusters(Stage):
         if bad:
             raise ValueError(f"IFCA cannot run with the client half(s) {bad}: they keep per-client state or a "
                              "personal model, which would mix the clusters' models.")
+        ratio = getattr(getattr(trainer, "fit_loop", None), "max_update_norm_ratio", None)
+        if ratio is not None:
+            raise ValueError(f"`max_update_norm_ratio`={ratio:g} compares the clients' update norms, but under IFCA a "
+                             "client's update is measured from cluster 0, not from its own cluster, so clients of the "
+                             "other clusters would be dropped as outliers: leave `max_update_norm_ratio=None`.")
         unreset = _unreset_parameters(pl_module)
         if unreset:
             raise ValueError(f"IFCA draws the initial models of clusters 1 … {self.num_clusters - 1} with the "
@@ -233,7 +241,8 @@ class IFCAClient(ClientAlgorithm):
         stage = next((s for s in getattr(server, "aggregators", None) or () if isinstance(s, IFCAClusters)), None)
         if stage is None:
             raise ValueError(f"{self!r} (IFCA's client half) needs IFCA's server half in {type(server).__name__}'s "
-                             "`aggregators`: `aggregators=[IFCAClusters(num_clusters=k)]` (or use IFCA(num_clusters=k)).")
+                             "`aggregators`: `aggregators=[IFCAClusters(num_clusters=k)]` (or use "
+                             "IFCA(num_clusters=k)).")
         self._server, self._stage = getattr(server, "composer", server), stage
 
     def _choose(self, module: Any, params: list[Tensor], cluster0: list[Tensor], dm: Any, cid: int,

@@ -128,15 +128,18 @@ def test_the_personal_model_is_the_best_cluster_on_the_clients_data(tmp_path):
     assert not np.allclose(last.personal["val_loss"], last.metrics["val_loss"])
 
 
-@pytest.mark.parametrize("server, halves, match", [
+@pytest.mark.parametrize("server, halves, match, kwargs", [
     (lambda: FedAdam(lr=0.01, aggregators=[IFCAClusters(2)]), lambda: [IFCAClient()],
-     r"FedAdam's server rule Adam has one state for one model; IFCA needs the plain SGD rule"),
-    (lambda: FedAvg(), lambda: [IFCAClient()], r"IFCAClient\(\) \(IFCA's client half\) needs IFCA's server half"),
-    (lambda: IFCA(), lambda: [DittoClient(0.1)], r"IFCA cannot run with the client half\(s\) \[DittoClient"),
+     r"FedAdam's server rule Adam has one state for one model; IFCA needs the plain SGD rule", {}),
+    (lambda: FedAvg(), lambda: [IFCAClient()], r"IFCAClient\(\) \(IFCA's client half\) needs IFCA's server half",
+     {}),
+    (lambda: IFCA(), lambda: [DittoClient(0.1)], r"IFCA cannot run with the client half\(s\) \[DittoClient", {}),
+    (lambda: IFCA(), lambda: [], r"`max_update_norm_ratio`=3 compares the clients' update norms",
+     {"max_update_norm_ratio": 3.0}),
 ])
-def test_what_cannot_compose_is_refused_at_fit_start(tmp_path, server, halves, match):
+def test_what_cannot_compose_is_refused_at_fit_start(tmp_path, server, halves, match, kwargs):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[server()], client_algorithms=halves(),
-                               **quiet_trainer_kwargs(tmp_path))
+                               **quiet_trainer_kwargs(tmp_path), **kwargs)
     with pytest.raises(ValueError, match=match):
         trainer.fit(LinearRegression(lr=GAMMA), datamodule=_datamodule()[2])
     assert trainer.global_step == 0
