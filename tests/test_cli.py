@@ -201,7 +201,13 @@ _CB = "lightning_fed.callbacks."
     (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2], head_steps: 3}}}}",
      "[FedRepClient(head=['net.2'], head_steps=3)]"),
     (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
-], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto"])
+    (f"{{class_path: {_CB}FedBABU, init_args: {{head: [net.2], finetune_epochs: 2}}}}",
+     "[FedBABUClient(head=['net.2'], finetune_epochs=2, finetune='head')]"),
+    (f"{{class_path: {_CB}FedRoD, init_args: {{generic_head: g, personal_head: p}}}}",
+     "[FedRoDClient(generic_head='g', personal_head='p')]"),
+    (f"{{class_path: {_CB}FedALA, init_args: {{top: [net.2], ala_lr: 0.5}}}}",
+     "[FedALAClient(top=['net.2'], share=0.8, lr=0.5, threshold=0.1, num_pre_loss=10, max_start_epochs=100)]"),
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto", "FedBABU", "FedRoD", "FedALA"])
 def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
     """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
     `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.
@@ -239,7 +245,8 @@ def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monke
     (f"{{class_path: {_CB}FedNova, init_args: {{local_solver: proximal, mu: 0.2}}}}",
      "FedNovaAveraging(local_solver='proximal', momentum=0.0, mu=0.2)", "[FedProxClient(mu=0.2)]"),
     (f"{{class_path: {_CB}FedLAMB}}", None, None),
-], ids=["SCAFFOLD", "FedDyn", "FedNova_proximal", "FedLAMB"])
+    (f"{{class_path: {_CB}IFCA, init_args: {{num_clusters: 3}}}}", None, None),
+], ids=["SCAFFOLD", "FedDyn", "FedNova_proximal", "FedLAMB", "IFCA"])
 @pytest.mark.parametrize("swap", ["FedYogi", f"server_optimizer: {{class_path: {_CB}FedYogi}}"],
                          ids=["command_line", "second_config"])
 def test_50_a_swap_that_would_strand_a_coupled_client_half_is_refused(server, stage, half, swap, tmp_path,
