@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q -m "not slow" "$@"
+# one process per core (pytest-xdist; PYTEST_WORKERS=0 runs in this process), each test file in one worker
+# (module fixtures built once), one OpenMP thread each
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q -m "not slow" \
+  -n "${PYTEST_WORKERS:-auto}" --dist loadfile "$@"
