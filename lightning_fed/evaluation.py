@@ -590,7 +590,10 @@ def personal_models(trainer: Any) -> Optional[Any]:
     of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a
     personal model (Ditto), i.e. that define ``personal_model(module, row)`` (:func:`personal_halves`), else
     ``None``: each such half loads the client's row of its table (stored with the server optimizer) into the kept
-    parts; a client without a row keeps the global model's values (its personal model is the global model)."""
+    parts; a client without a row keeps the global model's values (its personal model is the global model). A half
+    whose personal model is fitted on the client's data at evaluation (``personal_needs_client = True``: FedBABU's
+    fine-tuning, IFCA's choice of cluster) is called ``personal_model(module, row, trainer=trainer,
+    client_id=client_id)``."""
     halves = personal_halves(trainer)
     if not halves:
         return None
