@@ -129,11 +129,18 @@ class FedRoDClient(LocalParts):
                 f"FedRoDClient: the personal head {self.personal_head!r} must start at 0 (so the global model predicts "
                 f"with the generic head alone and each client's personal head starts from 0); {nonzero} are not "
                 f"(e.g. `nn.init.zeros_(self.{self.personal_head}.weight)` in the module's __init__).")
-        trainer = getattr(module, "_trainer", None)
+        try:
+            trainer = module.trainer  # a LightningModule attached to the fit's trainer
+        except (AttributeError, RuntimeError):
+            trainer = None
         source = getattr(getattr(trainer, "datamodule", None), "data_source", None)
         if source is not None:
-            labels = source.read_labels(needed_by="FedRoDClient (the class counts of its balanced softmax)")
-            self._labels = np.asarray(labels)
+            labels = np.asarray(source.read_labels(needed_by="FedRoDClient (the class counts of its balanced softmax)"))
+            if not np.issubdtype(labels.dtype, np.integer):
+                raise ValueError(f"FedRoDClient counts each client's classes by their integer labels (the generic "
+                                 f"head's output positions), but the data module's labels are {labels.dtype} "
+                                 "(e.g. class names): give integer class indices (`labels=`, `targets`).")
+            self._labels = labels
 
     # ------------------------------------------------------------------ a client's local work
     def start(self, module: Any, context: Any, state: Optional[Tensor]) -> None:

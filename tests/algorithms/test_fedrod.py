@@ -18,7 +18,7 @@ from helpers import classification_dataset, federated_fit, numpy_fedadam, quiet_
 from lightning_fed import FederatedTrainer
 from lightning_fed.algorithms import FedRoDClient
 from lightning_fed.callbacks import FedAdam, FedRoD
-from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, SampledLocalWork
+from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule, IIDPartitioner, SampledLocalWork
 from lightning_fed.evaluation import FederatedEvaluation
 
 GAMMA = 0.1
@@ -219,4 +219,16 @@ def test_bad_models_are_refused_at_fit_start(tmp_path, server, model, match):
     trainer = FederatedTrainer(max_epochs=1, callbacks=[server], **quiet_trainer_kwargs(tmp_path))
     with pytest.raises(ValueError, match=match):
         trainer.fit(model, datamodule=_datamodule()[2])
+    assert trainer.global_step == 0
+
+
+def test_labels_that_are_not_class_indices_are_refused_at_fit_start(tmp_path):
+    data = classification_dataset(n=30, d=3, classes=3, seed=4)
+    dataset = TensorDataset(data.tensors[0].double(), data.tensors[1])
+    dataset.targets = np.array(["abc"[int(c)] for c in data.tensors[1]])
+    dm = FederatedDataModule(dataset, partitioner=IIDPartitioner(num_clients=3, seed=0), clients_per_round=2,
+                             batch_size=5)
+    trainer = FederatedTrainer(max_epochs=1, callbacks=[FedRoD()], **quiet_trainer_kwargs(tmp_path))
+    with pytest.raises(ValueError, match=r"FedRoDClient counts each client's classes by their integer labels"):
+        trainer.fit(TwoHeads(), datamodule=dm)
     assert trainer.global_step == 0
