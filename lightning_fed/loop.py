@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import math
-import os
 import signal
 import time
 from typing import Any, Optional
 
 import numpy as np
 import torch
-from lightning.pytorch import LightningModule
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
+from lightning.pytorch.callbacks import ProgressBar, Timer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
@@ -39,24 +36,13 @@ from lightning_fed.guards import (
 )
 from lightning_fed.migrations import state_items
 from lightning_fed.interrupts import DeferSigterm, RoundInterrupted, StopSignals, check_client_timeout
+from lightning_fed.loop_report import ROUND_METRICS, RoundReporting  # noqa: F401  (ROUND_METRICS re-exported)
+from lightning_fed.loop_stop import StopSignalHandling
 
-log = logging.getLogger(__name__)
-
-#: Names of the per-round metrics the loop logs (TensorBoard step = round).
-ROUND_METRICS = (
-    "round_train_loss",
-    "round_pseudo_grad_norm",
-    "round_gradient_diversity",
-    "round_time_s",
-    "round_local_steps",
-    "round_clients",
-    "round_clients_dropped",
-    "round_clients_unavailable",
-)
 _FAILURE_POLICIES = FAILURE_POLICIES
 
 
-class FederatedFitLoop(pl_private.FitLoop):
+class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
     """Replaces ``trainer.fit_loop``: each epoch is a communication round (Reddi et al. 2021, Alg. 1).
 
     Round t:
@@ -315,57 +301,6 @@ class FederatedFitLoop(pl_private.FitLoop):
             raise RuntimeError(self._no_update_message())
         return output
 
-    def _warn_end_of_fit(self, limit: int = 10) -> None:
-        """The end-of-fit summary, a warning when there is something to say: the sampled clients that never trained
-        (never reported back an update: each failed or was dropped in every round it was sampled in), the first
-        ``limit`` named with their rounds and last error; and the rounds whose server step was undone
-        (``on_nonfinite_server_step='restore'``)."""
-        record = self.client_runner.client_record
-        never = record.never_trained()
-        parts = []
-        if never:
-            named = "; ".join(
-                f"client {cid} (sampled in {record.sampled[cid]} round(s); last: "
-                f"{record.last_failure[cid][1] if cid in record.last_failure else 'no update'})"
-                for cid in never[:limit])
-            more = f"; and {len(never) - limit} more" if len(never) > limit else ""
-            parts.append(f"{len(never)} of the {len(record.sampled)} sampled clients never trained (dropped in every "
-                         f"round they were sampled in): {named}{more}")
-        if self._rounds_restored:
-            parts.append(f"{self._rounds_restored} round(s) had their non-finite server step undone "
-                         "(on_nonfinite_server_step='restore')")
-        if parts:
-            rank_zero_warn(f"End of fit after {self._rounds_run} round(s): " + ". ".join(parts) + ".")
-
-    def _no_update_message(self) -> str:
-        """Why no round of the run had an update (:meth:`on_run_end`), from the counts of
-        ``_rounds_without_updates``."""
-        dm = self.datamodule
-        counts, run = self._rounds_without_updates, self._rounds_run
-        sampling = getattr(dm, "cohort_sampling", "fixed_size")
-        rate = "" if sampling != "poisson" else (
-            f"cohort_sampling='poisson' draws each of the num_clients={dm.num_clients} clients with probability "
-            f"q = clients_per_round/num_clients = {dm.clients_per_round}/{dm.num_clients} = "
-            f"{dm.clients_per_round / dm.num_clients:.4g} per round")
-        if counts.get("empty", 0) == run:
-            why = rate if sampling == "poisson" else f"cohort_sampling={sampling!r}"
-            return (f"No client was sampled in any of the {run} round(s) of this run ({why}): every cohort was empty, "
-                    "so the global model was never updated. Use a larger sampling rate (clients_per_round) or more "
-                    "rounds (max_epochs).")
-        reasons = {
-            "empty": "no client was sampled (an empty cohort" + (f": {rate}" if sampling == "poisson" else "") + ")",
-            "unavailable": f"every sampled client dropped out (client_dropout={getattr(dm, 'client_dropout', 0)})",
-            "failed": "every sampled client failed or was dropped (see the warnings above)",
-            "too_few": "too few clients reported for the aggregator",
-            "restored": "the server step made the model or the server state non-finite and was undone "
-                        "(on_nonfinite_server_step='restore')",
-        }
-        parts = [f"{counts[k]} round(s): {text}" for k, text in reasons.items() if counts.get(k)]
-        if not parts:  # (every reason is counted above; never an empty "()")
-            parts = ["see the warnings above"]
-        return (f"No client reported back in any of the {run} round(s) of this run ({'; '.join(parts)}): the global "
-                "model was never updated.")
-
     def on_advance_start(self) -> None:
         trainer = self.trainer
         if self.restarted_mid_epoch or self.restarted_on_epoch_end:
@@ -506,27 +441,6 @@ class FederatedFitLoop(pl_private.FitLoop):
         self._round_log.end_round(pl_private.results(self.trainer), weights)
         pl_private.log_round_step_values(self.trainer)  # the round's step values into callback/progress-bar metrics
 
-    def _warn_round_without_update(self, rnd: "_Round") -> None:
-        """The warning of a round in which no client update was applied: a DP step on noise alone, too few reports
-        for the aggregator, or no report at all (a restored round was warned about by
-        :meth:`_nonfinite_server_step`)."""
-        if rnd.step is not None:
-            rank_zero_warn(f"Round {rnd.idx}: no client reported back; the server stepped with the DP noise alone "
-                           "(Poisson cohorts: every round releases a noised update).")
-        elif rnd.restored:
-            pass  # warned by _nonfinite_server_step
-        elif rnd.too_few is not None:
-            rank_zero_warn(
-                f"Round {rnd.idx}: {rnd.num_too_few} clients reported back, too few for the aggregator: {rnd.too_few} "
-                "The round is skipped: the global model and the server optimizer's state are unchanged, and the "
-                f"{rnd.num_too_few} reports are counted in round_clients_dropped."
-            )
-        else:
-            cohort = rnd.selection.cohort
-            why = (f"all {len(cohort)} sampled clients failed or were dropped" if len(cohort) else
-                   "every sampled client dropped out" if rnd.selection.unavailable else "no client was sampled")
-            rank_zero_warn(f"Round {rnd.idx}: no client reported back ({why}); the global model is unchanged.")
-
     def on_advance_end(self) -> None:
         trainer = self.trainer
         module = trainer.lightning_module
@@ -622,20 +536,6 @@ class FederatedFitLoop(pl_private.FitLoop):
             self.record_client_failure(update.client_id, f"non-finite update (loss={update.loss})")
         return finite
 
-    def _round_train_loss(self, updates: list[ClientUpdate], weights: Tensor, round_idx: int) -> float:
-        """Σ_i w_i L̄_i over the clients that reported a loss (weights renormalised over them); NaN if none did."""
-        reported = [u.loss_steps > 0 for u in updates]
-        if not any(reported):
-            rank_zero_warn(f"Round {round_idx}: no client reported a training loss; round_train_loss is NaN.")
-            return float("nan")
-        losses = torch.tensor([u.loss for u in updates], dtype=torch.float64)
-        if not all(reported):
-            mask = torch.tensor(reported)
-            weights = torch.where(mask, weights, torch.zeros_like(weights))
-            weights = weights / weights.sum()
-            losses = torch.where(mask, losses, torch.zeros_like(losses))
-        return float((weights * losses).nansum())
-
     def _drop_norm_outliers(self, updates: list[ClientUpdate]) -> list[ClientUpdate]:
         """Drop (record as failed) the updates with ‖Δ_i‖₂ > k·median (:func:`~lightning_fed.guards.norm_outliers`)."""
         if not updates:
@@ -695,79 +595,6 @@ class FederatedFitLoop(pl_private.FitLoop):
             "round_clients_dropped)."
         )
 
-    # ------------------------------------------------------------------ stop signals
-    @property
-    def stop_checkpoint_path(self) -> str:
-        """Where a stop signal's checkpoint goes: the trainer's :class:`ModelCheckpoint`'s "last" file
-        (``<dirpath>/last.ckpt``, so ``ckpt_path="last"`` finds it; a ``save_last="link"`` symlink is replaced by
-        a file); else, with a logger, the run's own folder, where Lightning's default ModelCheckpoint writes:
-        ``<save_dir>/<name>/version_N/checkpoints/last.ckpt`` of the first logger (so the runs of a sweep started in
-        one folder never overwrite each other's); without a logger ``<default_root_dir>/last.ckpt``."""
-        trainer = self.trainer
-        callback = trainer.checkpoint_callback
-        given = getattr(trainer, "_model_checkpoint_given", True)
-        if given and isinstance(callback, ModelCheckpoint) and callback.dirpath is not None:
-            metrics = {"epoch": torch.tensor(trainer.current_epoch), "step": torch.tensor(trainer.global_step)}
-            return callback.format_checkpoint_name(metrics, callback.CHECKPOINT_NAME_LAST)
-        if trainer.loggers:  # as Lightning resolves its default ModelCheckpoint's dirpath
-            logger = trainer.loggers[0]
-            version = logger.version
-            version = version if isinstance(version, str) else f"version_{version}"
-            save_dir = logger.save_dir or trainer.default_root_dir
-            return os.path.join(save_dir, str(logger.name), version, "checkpoints", "last.ckpt")
-        return os.path.join(trainer.default_root_dir, "last.ckpt")
-
-    def resume_hint(self, path: str) -> str:
-        """How to resume from the stop checkpoint ``path``: under ``lightning-fed fit`` (a Lightning
-        ``SaveConfigCallback`` among the callbacks) ``lightning-fed fit --config <the run's saved config.yaml>
-        --ckpt_path <path>``; otherwise ``trainer.fit(..., ckpt_path=<path>)``."""
-        from lightning.pytorch.cli import SaveConfigCallback
-
-        trainer = self.trainer
-        for callback in trainer.callbacks:
-            if isinstance(callback, SaveConfigCallback):
-                config = os.path.join(trainer.log_dir or trainer.default_root_dir, callback.config_filename)
-                if os.path.isfile(config):
-                    return f"lightning-fed fit --config {config} --ckpt_path {path}"
-        return f"trainer.fit(..., ckpt_path={path!r})"
-
-    def _save_stop_checkpoint(self) -> str:
-        """Write the trainer's checkpoint (taken between rounds) to :attr:`stop_checkpoint_path`; returns it."""
-        path = self.stop_checkpoint_path
-        if os.path.islink(path):
-            os.unlink(path)
-        self.trainer.save_checkpoint(path, weights_only=False)
-        return path
-
-    def _stop_round(self, round_idx: int, signum: int) -> None:
-        """Discard round ``round_idx``'s local work, go back to its start, write the checkpoint and end the run.
-
-        Raises:
-            SIGTERMException: after SIGTERM.
-            KeyboardInterrupt: after SIGINT.
-        """
-        trainer = self.trainer
-        self.client_runner.reset_to_global()
-        trainer.lightning_module.zero_grad(set_to_none=True)
-        # Progress as at the end of round t-1: optimizer-step counts (global_step) from before this round's clients,
-        # the epoch counters back from "round t ready/started" to "t rounds processed and completed".
-        self.epoch_loop.load_state_dict(self._round_start_state)
-        for tracker in (self.epoch_progress.total, self.epoch_progress.current):
-            tracker.ready = tracker.started = tracker.processed
-            tracker.completed = tracker.processed
-        self.round_failures = []
-        self.in_round = False  # the module holds x_t again: the checkpoint is a global model
-        path = self._save_stop_checkpoint()
-        name = signal.Signals(signum).name
-        message = (
-            f"Round {round_idx} stopped by {name}: its local work was discarded and the global model reset to the "
-            f"round's start; checkpoint written to {path} (resume with {self.resume_hint(path)})."
-        )
-        log.warning(message)  # logging, not a warning: shown even where warnings are filtered
-        if signum == getattr(signal, "SIGINT", None):
-            raise KeyboardInterrupt(message) from None
-        raise SIGTERMException(message) from None
-
     # ------------------------------------------------------------------ internals
     def _average_buffers(self, updates: list[ClientUpdate], step: Any) -> None:
         """The buffers x_{t+1}: the clients' weighted mean (``step.weights``; integer buffers their maximum), or their
@@ -802,27 +629,6 @@ class FederatedFitLoop(pl_private.FitLoop):
                 f"clients changed in training ({', '.join(changed)}) are kept at the global value, never averaged "
                 "from the clients. Make them parameters, or compute them outside training, if they must change."
             )
-
-    def _log_round_metrics(self, module: Any) -> None:
-        # (a module's own `log` gets every call)
-        fast = self.fast_round_logging and type(module).log is LightningModule.log and "log" not in vars(module)
-        with pl_private.hook_name(module, "on_train_epoch_end"):
-            for name, value in self.round_metrics.items():
-                prog_bar = name == "round_train_loss"
-                if not (fast and pl_private.log_epoch_mean_again(module, name, value, prog_bar)):
-                    module.log(name, value, on_step=False, on_epoch=True, batch_size=1, prog_bar=prog_bar)
-
-    def _log_partition(self) -> None:
-        """Once per run, to every TensorBoard logger: the federated hyper-parameters (HParams tab), the partition's
-        size statistics and its clients × classes figure (see :mod:`lightning_fed.tensorboard`)."""
-        if self._partition_logged:
-            return
-        self._partition_logged = True
-        from lightning_fed.tensorboard import log_federated_hparams, log_partition
-
-        log_federated_hparams(self.trainer)
-        log_partition(self.trainer, self.datamodule.partition)
-
 
 def check_single_sample_batchnorm(module: torch.nn.Module, datamodule: Any, limit: int = 5) -> None:
     """Refuse, at fit start, a module with ``BatchNorm1d`` layers in training mode whose clients' local batches can
