@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.checks import check_fraction, check_int, check_names, check_positive
 from lightning_fed.client.algorithm import ClientAlgorithm
-from lightning_fed.client.personal import personal_step, select_parts
+from lightning_fed.client.personal import personal_step, selected_parameters
 from lightning_fed.server.aggregators.base import Stage
 
 __all__ = ["FedALA", "FedALAClient", "ala_batches"]
@@ -108,10 +108,7 @@ class FedALAClient(ClientAlgorithm):
         Raises:
             ValueError: ``top`` selects no parameter of ``module``.
         """
-        self._top, _ = select_parts(module, names=self.top)
-        if not self._top:
-            raise ValueError(f"FedALAClient: `top` {self.top} selects no parameter of {type(module).__name__} "
-                             f"(parameters: {[n for n, _ in module.named_parameters()][:8]}).")
+        self._top = selected_parameters(module, self.top, "FedALAClient", "top")
         params = list(module.parameters())
         self._size = sum(params[i].numel() for i in self._top)
 

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.checks import check_choice, check_int, check_names
 from lightning_fed.client.algorithm import ClientAlgorithm
-from lightning_fed.client.personal import select_parts
+from lightning_fed.client.personal import selected_parameters
 from lightning_fed.server.aggregators.base import Stage
 
 __all__ = ["FedBABU", "FedBABUClient"]
@@ -92,10 +92,7 @@ class FedBABUClient(ClientAlgorithm):
         Raises:
             ValueError: ``head`` selects no parameter of ``module``.
         """
-        self._head, _ = select_parts(module, names=self.head)
-        if not self._head:
-            raise ValueError(f"FedBABUClient: `head` {self.head} selects no parameter of {type(module).__name__}; "
-                             f"name its classifier (parameters: {[n for n, _ in module.named_parameters()][:8]}).")
+        self._head = selected_parameters(module, self.head, "FedBABUClient", "head")
 
     def local_parameters(self) -> list[int]:
         """The head's positions: its update is 0, and a DP chain leaves it out of clipping and noise."""
