@@ -5,8 +5,8 @@ local model element-wise, with weights it learns on a random share of its data (
 Algorithm 1 (round t, cohort I^t; Θ^{t−1} the global model, Θ_i^{t−1} client i's local model; the top p layers
 mixed, the lower layers taking the global values; η the ALA step size, s the sampled share of the data)::
 
-    Θ̂_i^t = Θ_i^{t−1} + (Θ^{t−1} − Θ_i^{t−1}) ⊙ [1^{|Θ|−p}; W_i^p]                                   (eq. 5)
-    W_i^p ← clip(W_i^p − η·∇_{W_i^p} L(Θ̂_i^t, D_i^{s,t}), 0, 1)  once per mini-batch of D_i^{s,t}          (eq. 6)
+    Θ̂_i^t = Θ_i^{t−1} + (Θ^{t−1} − Θ_i^{t−1}) ⊙ [1^{|Θ|−p}; W_i^p]                           (ALA: the mix)
+    W_i^p ← clip(W_i^p − η·∇_{W_i^p} L(Θ̂_i^t, D_i^{s,t}), 0, 1)  once per mini-batch of D_i^{s,t}  (ALA: W's step)
             (∇_W L = ∇_{Θ̂^p} L ⊙ (Θ^{t−1,p} − Θ_i^{t−1,p}); Θ̂ recomputed from W before every batch)
     Θ_i^t = local training from Θ̂_i^t (the client's local work of the round)
     server:  Θ^t = Σ_{i∈I^t} (n_i / Σ_j n_j)·Θ_i^t
@@ -28,7 +28,7 @@ differ from the paper or that it leaves open:
   ALA is then the identity (Θ^{t−1} − Θ_i = 0), and the start phase happens at its first ALA after that — as the
   authors' code skips ALA while the local and the global model agree. (It keeps a resume exact without storing Θ^0.)
 * the start phase stops after ``max_start_epochs`` passes at the latest (default 100).
-* the personal model of a client (``fed_personal_<m>``) is eq. 5 with its stored W_i^p and Θ_i^{t,p} against the
+* the personal model of a client (``fed_personal_<m>``) is ALA's mix with its stored W_i^p and Θ_i^{t,p} against the
   current global model, without a new ALA step (the lower layers are the global model's).
 * buffers (BatchNorm statistics) are the global model's throughout.
 """
@@ -131,7 +131,7 @@ class FedALAClient(ClientAlgorithm):
         return out[0], out[1], bool(state[-1] > 0)
 
     def start(self, module: Any, context: Any, state: Optional[Tensor]) -> None:
-        """Eq. 5-6: learn W_i^p on D_i^{s,t} and start the local work from Θ̂_i^t (``state`` ``None``: the client's
+        """ALA: learn W_i^p on D_i^{s,t} and start the local work from Θ̂_i^t (``state`` ``None``: the client's
         first round, Θ_i = Θ^{t−1}: nothing to mix)."""
         tops = self._tops(module)
         self._weights = [torch.ones_like(t) for t in tops]
@@ -152,12 +152,13 @@ class FedALAClient(ClientAlgorithm):
                 for batch_idx, batch in enumerate(dm.train_batches_loader(batches)):
                     with torch.no_grad():
                         for p, l, d, w in zip(tops, local, diff, self._weights):
-                            p.copy_(l + d * w)  # eq. 5
+                            p.copy_(l + d * w)  # ALA's mix
                     with torch.enable_grad():
                         loss = personal_step(module, batch, batch_idx)
                         g = torch.autograd.grad(loss, tops, allow_unused=True)
                     with torch.no_grad():
-                        self._weights = [w if gi is None else torch.clamp(w - self.lr * gi * d, 0, 1)  # eq. 6
+                        # W's step, clipped to [0, 1]
+                        self._weights = [w if gi is None else torch.clamp(w - self.lr * gi * d, 0, 1)
                                          for w, gi, d in zip(self._weights, g, diff)]
                     losses.append(float(loss.detach()))
                 if self._started or (len(losses) > self.num_pre_loss
@@ -179,7 +180,7 @@ class FedALAClient(ClientAlgorithm):
         return {}, torch.cat([*parts, flag])
 
     def personal_model(self, module: Any, state: Optional[Tensor]) -> None:
-        """``module`` (the global model) becomes the client's personal model in place: eq. 5 with its stored W_i^p
+        """``module`` (the global model) becomes the client's personal model in place: ALA's mix with its stored W_i^p
         and Θ_i^{t,p} (``None``: never trained, the global model)."""
         if state is None:
             return

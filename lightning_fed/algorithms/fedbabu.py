@@ -4,17 +4,17 @@ stays at its random initialisation and is never updated; each client fine-tunes 
 
 Algorithm 1 (round k, cohort C^k, τ local epochs)::
 
-    θ_G^0 = (θ_G,ext^0, θ_G,cls^0)                                                       (l. 1)
-    client i ∈ C^k:  θ_i,ext^k = ClientBodyUpdate(θ_G,ext^k, θ_G,cls^0)                    (l. 6)
+    θ_G^0 = (θ_G,ext^0, θ_G,cls^0)                                                       (initialisation)
+    client i ∈ C^k:  θ_i,ext^k = ClientBodyUpdate(θ_G,ext^k, θ_G,cls^0)                    (clients)
         ClientBodyUpdate: τ local epochs, at each mini-batch b
-                          θ_ext ← θ_ext − η·∇_θext L(θ_ext, θ_cls^0; b)   (the head fixed)   (l. 11-17)
-    server:  θ_G,ext^{k+1} = Σ_i (n_i / n)·θ_i,ext^k                                       (l. 8)
+                          θ_ext ← θ_ext − η·∇_θext L(θ_ext, θ_cls^0; b)   (the head fixed)   (local steps)
+    server:  θ_G,ext^{k+1} = Σ_i (n_i / n)·θ_i,ext^k                                      (server)
     evaluation: client i fine-tunes (θ_G,ext^K, θ_G,cls^0) on its own training data for τ_f epochs
 
-Here a client's local work of a round is ClientBodyUpdate: :class:`FedBABUClient` drops the head's gradients
-(``grad = None``) before every local step of the client optimizer, which then skips the head, so the head's Δ_i is 0
-and the global head stays θ_G,cls^0 under every server rule (the head is also left out of a DP chain's clipping
-norm and noise: :meth:`FedBABUClient.local_parameters`). l. 8 is any server rule; :class:`FedBABU` is FedAvg with
+Here a client's local work of a round is ClientBodyUpdate: :class:`FedBABUClient` drops the head's gradients (``grad
+= None``) before every local step of the client optimizer, which then skips the head, so the head's Δ_i is 0 and the
+global head stays θ_G,cls^0 under every server rule (the head is also left out of a DP chain's clipping norm and
+noise: :meth:`FedBABUClient.local_parameters`). The server line is any server rule; :class:`FedBABU` is FedAvg with
 the paper's n_i/n weights. No per-client state is stored.
 
 The personal model of client i (``fed_personal_<m>`` and the personal-model accessor) is the global model
@@ -53,9 +53,9 @@ FINETUNE_PARTS = ("head", "full")
 
 
 class FedBABUClient(ClientAlgorithm):
-    """FedBABU's client half (Oh et al. 2022, Alg. 1, l. 11-17): every local step updates the body only; the head
-    named in ``head`` keeps its initial values. Its personal model is the global model fine-tuned on the client's
-    data (see :mod:`lightning_fed.algorithms.fedbabu`).
+    """FedBABU's client half (Oh et al. 2022, Alg. 1, ClientBodyUpdate): every local step updates the body only; the
+    head named in ``head`` keeps its initial values. Its personal model is the global model fine-tuned on the
+    client's data (see :mod:`lightning_fed.algorithms.fedbabu`).
 
     Args:
         head: Names of the head's submodules or tensors (e.g. ``["classifier"]``), a non-empty list of str.
@@ -102,7 +102,7 @@ class FedBABUClient(ClientAlgorithm):
         self._params_of = list(module.parameters())
 
     def before_optimizer_step(self, module: Any, optimizer: Any) -> None:
-        """Drop the head's gradients, so the client optimizer updates the body only (l. 11-17)."""
+        """Drop the head's gradients, so the client optimizer updates the body only (local steps)."""
         for i in self._head:
             self._params_of[i].grad = None
 
@@ -146,8 +146,8 @@ class FedBABUClient(ClientAlgorithm):
 
 
 class FedBABU(FedAvg):
-    """FedBABU (Oh et al., ICLR 2022, Alg. 1): FedAvg (the n_i/n mean of l. 8) over the body; the head named in
-    ``head`` keeps its initial values; personal models fine-tuned at evaluation (see
+    """FedBABU (Oh et al., ICLR 2022, Alg. 1): FedAvg (the n_i/n mean of its server line) over the body; the head named
+    in ``head`` keeps its initial values; personal models fine-tuned at evaluation (see
     :mod:`lightning_fed.algorithms.fedbabu`).
 
     Args:
@@ -155,7 +155,7 @@ class FedBABU(FedAvg):
         finetune_epochs: τ_f of the personal models (default 5).
         finetune: ``"head"`` (default) or ``"full"``.
         lr: Server learning rate (default 1.0).
-        weighting: ``"num_samples"`` (default, l. 8) or ``"uniform"``.
+        weighting: ``"num_samples"`` (default, Alg. 1) or ``"uniform"``.
         aggregators: As :class:`FedAvg`.
         client: More client halves, run after FedBABU's (default ``None``).
 

@@ -1,11 +1,11 @@
 """FedRoD (Chen, Chao, "On Bridging Generic and Personalized Federated Learning for Image Classification", ICLR 2022,
-Sec. 4, Algorithm 1): a shared feature extractor f(·; θ) and a generic head h(·; ψ), trained with the balanced risk
+Fed-RoD): a shared feature extractor f(·; θ) and a generic head h(·; ψ), trained with the balanced risk
 and federated, plus a personal head h(·; φ_i) per client, trained with the ordinary risk and kept local; the
 personalised prediction adds the two heads' logits.
 
-Algorithm 1 (round t, client i with class counts N_i,c, step size η; z = f(x; θ), g = h(z; ψ), p = h(z; φ_i))::
+The method (round t, client i with class counts N_i,c, step size η; z = f(x; θ), g = h(z; ψ), p = h(z; φ_i))::
 
-    L_i^BR(θ, ψ)  = mean over the batch of −log softmax(g + log N_i)_y        (balanced softmax, eq. 6)
+    L_i^BR(θ, ψ)  = mean over the batch of −log softmax(g + log N_i)_y        (balanced softmax)     
     L_i(φ_i)      = mean over the batch of −log softmax(sg(g) + p(sg(z)))_y   (the personal head only)
     every mini-batch:  (θ, ψ) ← (θ, ψ) − η·∇ L_i^BR,   φ_i ← φ_i − η·∇_φ L_i    (local training)
     server:  (θ, ψ) ← Σ_i (n_i / n)·(θ_i, ψ_i)                               (FedAvg of the generic model)
@@ -63,7 +63,7 @@ def _submodule_name(name: str, value: Any) -> str:
 
 
 class FedRoDClient(LocalParts):
-    """FedRoD's client half (Chen & Chao 2022, Alg. 1): the generic head trained with the balanced softmax loss of
+    """FedRoD's client half (Chen & Chao 2022): the generic head trained with the balanced softmax loss of
     the client's class counts, the personal head (kept local) with the ordinary loss on top of the generic logits
     (see :mod:`lightning_fed.algorithms.fedrod` for what the module must provide).
 
@@ -221,7 +221,7 @@ class FedRoDClient(LocalParts):
 
 
 class FedRoD(FedAvg):
-    """FedRoD (Chen & Chao, ICLR 2022, Alg. 1): FedAvg (n_i/n) over the body and the generic head, trained with
+    """FedRoD (Chen & Chao, ICLR 2022): FedAvg (n_i/n) over the body and the generic head, trained with
     the balanced softmax loss; each client's personal head kept local (see :mod:`lightning_fed.algorithms.fedrod`).
 
     Args:

@@ -1,8 +1,9 @@
 """IFCA (Ghosh, Chung, Yin, Ramchandran, "An Efficient Framework for Clustered Federated Learning", NeurIPS 2020,
-Algorithm 2 with model averaging, option II): k cluster models at the server; each client picks the cluster model
-with the lowest loss on its data, trains it, and the server averages the returned models per cluster.
+Algorithm 1, option II: model averaging, with Algorithm 2's LocalUpdate): k cluster models at the server; each
+client picks the cluster model with the lowest loss on its data, trains it, and the server averages the returned
+models per cluster.
 
-Algorithm 2 (round t, cohort M_t, k cluster models θ_j^{(t)}; s_i the one-hot cluster estimate of client i)::
+Algorithm 1, option II (round t, cohort M_t, k cluster models θ_j^{(t)}; s_i the one-hot cluster estimate of client i)::
 
     client i ∈ M_t:  ĵ = argmin_{j∈[k]} F_i(θ_j^{(t)})          (F_i: the empirical loss on the client's data)
                      θ̃_i = LocalUpdate(θ_ĵ^{(t)})                 (the client's local work: τ steps of SGD)
@@ -26,9 +27,9 @@ clusters), and the update-norm guard (``max_update_norm_ratio``: updates are mea
 j ≥ 1: the module's layers re-initialised by their own ``reset_parameters()`` with torch seeded by
 :func:`cluster_seed` (the data module's seed, j); θ_0^{(0)} is the module as given — a federated parameter of a
 module without ``reset_parameters`` is refused at fit start. Ties in the argmin go to the lowest j. The weights of
-the per-cluster mean are the server optimizer's ``weighting`` (:class:`IFCA`'s default ``"uniform"`` is Alg. 2's).
+the per-cluster mean are the server optimizer's ``weighting`` (:class:`IFCA`'s default ``"uniform"`` is Alg. 1's).
 The personal model of a client is the cluster model with the lowest loss on its training data. Option I (gradient
-averaging, Alg. 1) is not implemented.
+averaging) is not implemented.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def _unreset_parameters(module: nn.Module) -> list[str]:
 
 
 class IFCAClusters(Stage):
-    """IFCA's server half (Ghosh et al. 2020, Alg. 2, the server's per-cluster mean): the reducer that returns
-    cluster 0's mean update (for the server rule) and keeps clusters 1 … k−1 in its state.
+    """IFCA's server half (Ghosh et al. 2020, Alg. 1, option II: the server's per-cluster mean): the reducer that
+    returns cluster 0's mean update (for the server rule) and keeps clusters 1 … k−1 in its state.
 
     Args:
         num_clusters: k (an integer ≥ 2).
@@ -210,7 +211,7 @@ class IFCAClusters(Stage):
 
 
 class IFCAClient(ClientAlgorithm):
-    """IFCA's client half (Ghosh et al. 2020, Alg. 2, the client's lines): the cluster model with the lowest loss
+    """IFCA's client half (Ghosh et al. 2020, Alg. 1, the client's lines): the cluster model with the lowest loss
     on the client's training data is where its local work starts; its index travels with the update. Needs
     :class:`IFCAClusters` in the server optimizer's chain (refused at fit start otherwise).
 
@@ -299,13 +300,13 @@ class IFCAClient(ClientAlgorithm):
 
 
 class IFCA(ServerOptimizer):
-    """IFCA (Ghosh et al., NeurIPS 2020, Alg. 2, model averaging): ``num_clusters`` cluster models, each client
-    training the one with the lowest loss on its data (see :mod:`lightning_fed.algorithms.ifca`).
+    """IFCA (Ghosh et al., NeurIPS 2020, Alg. 1, option II: model averaging): ``num_clusters`` cluster models, each
+    client training the one with the lowest loss on its data (see :mod:`lightning_fed.algorithms.ifca`).
 
     Args:
         num_clusters: k (an integer ≥ 2; default 2).
-        lr: Server learning rate (default 1.0, Alg. 2's per-cluster mean).
-        weighting: ``"uniform"`` (default, Alg. 2) or ``"num_samples"``.
+        lr: Server learning rate (default 1.0, Alg. 1's per-cluster mean).
+        weighting: ``"uniform"`` (default, Alg. 1) or ``"num_samples"``.
 
     Example::
 

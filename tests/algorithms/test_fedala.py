@@ -1,8 +1,8 @@
-"""FedALA (issue #55) against a NumPy transcription of Zhang et al., AAAI 2023, Alg. 1 — eq. 5's element-wise mix
-of the client's top layers with the global model's, eq. 6's clipped gradient steps on W over the sampled share of
+"""FedALA (issue #55) against a NumPy transcription of Zhang et al., AAAI 2023, Alg. 1 — ALA's element-wise mix
+of the client's top layers with the global model's, the clipped gradient steps on W over the sampled share of
 the client's data (the start phase until the batch losses settle, then one pass), local training from Θ̂, the n_i/n
 mean — several rounds, partial participation, returning clients, a resume equal to the uninterrupted run; FedAdam as
-the server rule; the personal model (eq. 5 with the stored W) in ``fed_personal_*``. D_i^{s,t} is drawn by
+the server rule; the personal model (ALA's mix with the stored W) in ``fed_personal_*``. D_i^{s,t} is drawn by
 ``ala_batches`` (the documented sampler, as the references use ``dm.client_batches`` for the round's batches)."""
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ def _fedala_reference(w0, x, y, dm, rounds, share, ala_lr, threshold, num_pre_lo
                 for _ in range(1 if started else max_start_epochs):
                     epochs += 1
                     for b in batches:
-                        mixed = {**glob, **{k: theta[k] + diff[k] * w_mix[k] for k in HEAD}}  # eq. 5
+                        mixed = {**glob, **{k: theta[k] + diff[k] * w_mix[k] for k in HEAD}}  # ALA's mix
                         g = grads(mixed, x[b], y[b])
                         losses.append(_loss(mixed, x[b], y[b]))
                         if learn_w:
-                            w_mix = {k: np.clip(w_mix[k] - ala_lr * g[k] * diff[k], 0, 1) for k in HEAD}  # eq. 6
+                            w_mix = {k: np.clip(w_mix[k] - ala_lr * g[k] * diff[k], 0, 1) for k in HEAD}  # W's step
                     if started or (len(losses) > num_pre_loss and np.std(losses[-num_pre_loss:]) < threshold):
                         break
                 if passes is not None and not started:
@@ -124,7 +124,7 @@ class _Evaluated(TwoLayer):
         self.log("val_loss", nn.functional.mse_loss(self.net(x).squeeze(-1), y))
 
 
-def test_the_personal_model_is_eq_5_with_the_stored_weights(tmp_path):
+def test_the_personal_model_is_the_ala_mix_with_the_stored_weights(tmp_path):
 
     x, y = regression_data(n=60, d=3, seed=1)
     dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),

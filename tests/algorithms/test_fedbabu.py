@@ -1,7 +1,8 @@
 """FedBABU (issue #55) against a NumPy transcription of Oh, Kim, Yun, ICLR 2022, Alg. 1 — local updates of the body
-only, the head fixed at its initialisation (l. 11-17), the body's n_i/n mean (l. 8) — several rounds, partial
-participation, returning clients, a resume equal to the uninterrupted run; the body under FedAdam; the personal
-model (the global model fine-tuned on the client's data for τ_f epochs) evaluated into ``fed_personal_*``."""
+only, the head fixed at its initialisation (ClientBodyUpdate), the body's n_i/n mean (the server line) — several
+rounds, partial participation, returning clients, a resume equal to the uninterrupted run; the body under FedAdam;
+the personal model (the global model fine-tuned on the client's data for τ_f epochs) evaluated into
+``fed_personal_*``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from lightning_fed.evaluation import FederatedEvaluation
 
 
 def _fedbabu_reference(w0, x, y, dm, rounds, server_step=None, train_head=False):
-    """Alg. 1: l. 11-17 SGD on the body with the head θ_cls^0 fixed; l. 8 the n_i/n-weighted mean of the bodies.
+    """Alg. 1: ClientBodyUpdate, SGD on the body with the head θ_cls^0 fixed; the n_i/n-weighted mean of the bodies.
     ``train_head`` is the deliberately wrong variant (FedAvg: the head trained and averaged too)."""
     glob = dict(w0)
     trained = (*BODY, *HEAD) if train_head else BODY
@@ -54,7 +55,7 @@ def test_fedbabu_equals_numpy_algorithm_1(tmp_path, wrong):
     want, got = _fedbabu_reference(w0, x, y, dm, rounds=4, train_head=wrong), weights(model)
     close = all(np.allclose(got[k], want[k], rtol=1e-12, atol=1e-13) for k in (*BODY, *HEAD))
     assert close is not wrong
-    assert all(np.array_equal(got[k], w0[k]) for k in HEAD)  # the head never moves (l. 6: θ_G,cls^0)
+    assert all(np.array_equal(got[k], w0[k]) for k in HEAD)  # the head never moves (θ_G,cls^0)
 
 
 def test_fedbabus_body_under_fedadam_equals_numpy(tmp_path):

@@ -1,4 +1,4 @@
-"""FedRoD (issue #55) against a NumPy transcription of Chen & Chao, ICLR 2022, Alg. 1 — body and generic head
+"""FedRoD (issue #55) against a NumPy transcription of Chen & Chao, ICLR 2022 (Fed-RoD) — body and generic head
 stepped on the balanced softmax loss of the client's class counts, the personal head on the ordinary loss of the
 summed logits (features and generic logits detached), the generic model's n_i/n mean — several rounds, partial
 participation, returning clients, non-IID clients (Dirichlet), a resume equal to the uninterrupted run; FedAdam as
@@ -76,7 +76,7 @@ def _softmax(a):
 
 
 def _grads(w, x, y, log_counts):
-    """∇ of eq. 6's L^BR (mean −log softmax(g + log N)_y) over body and generic head, and of the personal loss
+    """∇ of the balanced risk L^BR (mean −log softmax(g + log N)_y) over body and generic head, and of the personal loss
     (mean −log softmax(sg(g) + p(sg(z)))_y) over the personal head, at one mini-batch."""
     onehot = np.eye(3)[y] / len(y)
     z = np.tanh(x @ w["body.weight"].T + w["body.bias"])
@@ -90,7 +90,7 @@ def _grads(w, x, y, log_counts):
 
 
 def _fedrod_reference(w0, x, y, dm, rounds, balanced=True, server_step=None):
-    """Alg. 1: every mini-batch steps θ, ψ on L^BR and φ_i on L_i (one step size η); server: the n_i/n mean of θ, ψ.
+    """Fed-RoD: every mini-batch steps θ, ψ on L^BR and φ_i on L_i (one step size η); server: the n_i/n mean of θ, ψ.
     ``balanced=False`` is the deliberately wrong variant (the generic head on the ordinary loss)."""
     glob, own, shared = dict(w0), {}, (*BODY, *HEAD)
     for t in range(rounds):

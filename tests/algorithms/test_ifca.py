@@ -1,8 +1,8 @@
-"""IFCA (issue #55) against a NumPy transcription of Ghosh et al., NeurIPS 2020, Alg. 2 (model averaging) — each
-client picks the cluster model with the lowest loss on its data, trains it by local SGD, the server averages per
-cluster — on a mixture of two linear regressions (the paper's synthetic setting), several rounds, partial
-participation, returning clients, a resume equal to the uninterrupted run; what cannot compose refused at fit
-start; the personal model (the best cluster) in ``fed_personal_*``. θ_1^{(0)} is an ``nn.Linear`` drawn under
+"""IFCA (issue #55) against a NumPy transcription of Ghosh et al., NeurIPS 2020, Alg. 1, option II (model averaging) —
+each client picks the cluster model with the lowest loss on its data, trains it by local SGD, the server averages
+per cluster — on a mixture of two linear regressions (the paper's synthetic setting), several rounds, partial
+participation, returning clients, a resume equal to the uninterrupted run; what cannot compose refused at fit start;
+the personal model (the best cluster) in ``fed_personal_*``. θ_1^{(0)} is an ``nn.Linear`` drawn under
 ``cluster_seed`` (the documented seed)."""
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def _initial_cluster(seed, j):
 
 
 def _ifca_reference(thetas, x, y, dm, rounds, pick=np.argmin, choices=None):
-    """Alg. 2: ĵ = argmin_j F_i(θ_j) (mean squared error over the client's samples); local SGD from θ_ĵ over the
-    round's batches; θ_j ← the uniform mean of its clients' models (unchanged without any). ``pick=np.argmax`` is
-    the deliberately wrong variant."""
+    """Alg. 1, option II: ĵ = argmin_j F_i(θ_j) (mean squared error over the client's samples); local SGD from θ_ĵ over
+    the round's batches; θ_j ← the uniform mean of its clients' models (unchanged without any). ``pick=np.argmax``
+    is the deliberately wrong variant."""
     thetas = [t.copy() for t in thetas]
     xb = np.hstack([x, np.ones((len(x), 1))])
     for t in range(rounds):
@@ -84,8 +84,8 @@ def _clusters(server, model):
     return [linear_weights(model), *fields["models"].numpy()]
 
 
-@pytest.mark.parametrize("pick", [np.argmin, np.argmax], ids=["algorithm_2", "wrong_reference_argmax"])
-def test_ifca_equals_numpy_algorithm_2(tmp_path, pick):
+@pytest.mark.parametrize("pick", [np.argmin, np.argmax], ids=["algorithm_1_option_ii", "wrong_reference_argmax"])
+def test_ifca_equals_numpy_algorithm_1_option_ii(tmp_path, pick):
     x, y, dm = _datamodule()
     cohorts = [[int(c) for c in dm.sample_clients(t)] for t in range(4)]
     assert len({c for cohort in cohorts for c in cohort}) < sum(map(len, cohorts))  # some client comes back
