@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -213,8 +214,9 @@ _NULL_FIRST = (" (`--server_optimizer null` drops the configured server optimize
 def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
     """The client halves a ready-made server optimizer ``old`` (its parsed ``class_path``/``init_args``) brings itself,
     which a swap to another class ``new`` (short name) must keep: they are a part of the run the user did not change
-    (issue #50). A pure client half — FedProx's proximal term, the personalised halves of FedBN, FedPer, FedRep,
-    Ditto, FedBABU, FedRoD and FedALA — is returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
+    (issue #50). A pure client half — FedProx's proximal term, the personalised halves of FedBN, FedPer, FedRep and
+    Ditto, and that of a class naming it in ``carried_client_half`` (LG-FedAvg, APFL, pFedMe, Per-FedAvg, FedBABU,
+    FedRoD, FedALA) — is returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
 
     A client half that runs only with its own server half (SCAFFOLD's control variates, FedDyn, FedNova's proximal
     solver, Fed-LAMB/Fed-AMS) is not carried alone: the swap is refused, naming the composition that keeps the
@@ -254,9 +256,10 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
         return [_half("FedRepClient", head=args.get("head"), head_steps=args.get("head_steps", 10))]
     if issubclass(cls, Ditto):
         return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"))]
-    carried = _carried_personal_half(cls, args)  # #55's personalised methods (FedBABU, FedRoD, FedALA)
+    carried = getattr(cls, "carried_client_half", None)  # (half's name, {its argument: the method's}), issue #55
     if carried is not None:
-        return [carried]
+        defaults = inspect.signature(cls.__init__).parameters
+        return [_half(carried[0], **{k: args.get(src, defaults[src].default) for k, src in carried[1].items()})]
 
     def compose(server: dict[str, Any], stage: str, stage_args: dict, client: str, client_args: dict,
                 what: str, example: str = "") -> str:
@@ -297,24 +300,6 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
             f"other server rule. Keep {name}, or run {new} without it: --server_optimizer null --server_optimizer "
             f"{new}.{_NULL_FIRST}")
     return []
-
-
-def _carried_personal_half(cls: type, args: Any) -> Optional[Namespace]:
-    """The client half of FedBABU, FedRoD or FedALA (``cls``, with its parsed ``args``) as
-    :func:`swap_client_halves` carries it; ``None`` for another class."""
-    from lightning_fed.callbacks import FedALA, FedBABU, FedRoD
-
-    if issubclass(cls, FedBABU):
-        return _half("FedBABUClient", head=args.get("head"), finetune_epochs=args.get("finetune_epochs", 5),
-                     finetune=args.get("finetune", "head"))
-    if issubclass(cls, FedRoD):
-        return _half("FedRoDClient", generic_head=args.get("generic_head", "head"),
-                     personal_head=args.get("personal_head", "personal_head"))
-    if issubclass(cls, FedALA):
-        return _half("FedALAClient", top=args.get("top"), share=args.get("share", 0.8), lr=args.get("ala_lr", 1.0),
-                     threshold=args.get("threshold", 0.1), num_pre_loss=args.get("num_pre_loss", 10),
-                     max_start_epochs=args.get("max_start_epochs", 100))
-    return None
 
 
 def _carry_client_halves(cfg: Namespace, key: str, halves: list[Namespace]) -> None:
@@ -643,10 +628,10 @@ class FederatedCLI(LightningCLI):
     (``--server_optimizer FedAvg`` on a FedYogi config gives FedAvg's η = 1, not FedYogi's 0.01), on the command line
     and in a later ``--config`` alike; settings given after it (``--server_optimizer.lr 0.5``, or ``init_args`` in the
     config that names it) apply, and naming the configured class again keeps its settings. A ready-made method's
-    own client half outlives the swap (:func:`swap_client_halves`): FedProx's, FedBN's, FedPer's, FedRep's,
-    Ditto's, FedBABU's, FedRoD's and FedALA's are carried into ``trainer.client_algorithms``; a swap away from
-    SCAFFOLD, FedDyn, FedNova's proximal solver, Fed-LAMB or IFCA (halves that need their server halves) is refused, and ``--server_optimizer null`` first drops
-    the configured method whole. Check with
+    own client half outlives the swap (:func:`swap_client_halves`): FedProx's, FedBN's, FedPer's, FedRep's, Ditto's
+    and the #55 personalised methods' are carried into ``trainer.client_algorithms``; a swap away from SCAFFOLD,
+    FedDyn, FedNova's proximal solver, Fed-LAMB or IFCA (halves that need their server halves) is refused, and
+    ``--server_optimizer null`` first drops the configured method whole. Check with
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``

@@ -114,22 +114,6 @@ def mse_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return 2.0 / len(x) * xb.T @ (xb @ w - y)
 
 
-def numpy_fedadam(w0: dict, keys, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
-    """FedAdam's server step in NumPy (Reddi et al. 2021, Alg. 2, with v_0 = τ², no bias correction) over the entries
-    ``keys`` of parameter dicts shaped like ``w0``: returns ``step(glob, delta)``, which updates ``glob`` in place
-    (m ← β1·m + (1 − β1)·Δ, v ← β2·v + (1 − β2)·Δ², x ← x + η·m / (√v + τ))."""
-    m = {k: np.zeros_like(w0[k]) for k in keys}
-    v = {k: np.full_like(w0[k], tau ** 2) for k in keys}
-
-    def step(glob: dict, delta: dict) -> None:
-        for k in keys:
-            m[k] = beta1 * m[k] + (1 - beta1) * delta[k]
-            v[k] = beta2 * v[k] + (1 - beta2) * delta[k] ** 2
-            glob[k] = glob[k] + lr * m[k] / (np.sqrt(v[k]) + tau)
-
-    return step
-
-
 def regression_data(n: int = 40, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, d))
@@ -194,6 +178,37 @@ def federated_fit(tmp_path, model, datamodule, server, rounds: int, ckpt_dir=Non
     trainer = FederatedTrainer(max_epochs=rounds, callbacks=callbacks, **kwargs)
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     return trainer
+
+
+def numpy_fedadam(lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3):
+    """FedAdam's server step in NumPy (Reddi et al. 2021, Alg. 2, l. 11-14; v_0 = τ², as the rule's default):
+    ``step(x, delta) -> x_new`` for one array, keeping m and v across calls (one ``step`` per parameter)."""
+    state: dict = {}
+
+    def step(x: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        m = state.get("m", np.zeros_like(x))
+        v = state.get("v", np.full_like(x, tau ** 2))
+        state["m"], state["v"] = beta1 * m + (1 - beta1) * delta, beta2 * v + (1 - beta2) * delta ** 2
+        return x + lr * state["m"] / (np.sqrt(state["v"]) + tau)
+
+    return step
+
+
+def assert_resume_equals_uninterrupted(tmp_path, fit, make_server, state_key: str, weights, rounds: int = 4,
+                                       stop: int = 2) -> None:
+    """A run stopped after ``stop`` rounds and resumed from its ``last.ckpt`` to ``rounds`` equals the uninterrupted
+    run bit for bit: the global model (``weights(model)``, a dict or an array) and the half's per-client table
+    ``state_key``. ``fit(tmp_path, server, rounds, ckpt_dir, ckpt_path)`` returns a tuple whose last two items are
+    the model and the trainer; ``make_server()`` a fresh server optimizer."""
+    full_server = make_server()
+    full = fit(tmp_path / "a", full_server, rounds)[-2]
+    fit(tmp_path / "b", make_server(), stop, tmp_path / "cb")
+    server = make_server()
+    resumed = fit(tmp_path / "b", server, rounds, tmp_path / "cb2", str(tmp_path / "cb" / "last.ckpt"))[-2]
+    a, b = weights(full), weights(resumed)
+    assert all(np.array_equal(a[k], b[k]) for k in a) if isinstance(a, dict) else np.array_equal(a, b)
+    ta, tb = full_server.client_algorithm_states[state_key], server.client_algorithm_states[state_key]
+    assert sorted(ta.ids()) == sorted(tb.ids()) and all(torch.equal(ta.get(c), tb.get(c)) for c in ta.ids())
 
 
 def write_idx(path, array: np.ndarray, compress: bool = False) -> bytes:

@@ -201,13 +201,7 @@ _CB = "lightning_fed.callbacks."
     (f"{{class_path: {_CB}FedRep, init_args: {{head: [net.2], head_steps: 3}}}}",
      "[FedRepClient(head=['net.2'], head_steps=3)]"),
     (f"{{class_path: {_CB}Ditto, init_args: {{lam: 0.5, personal_lr: 0.05}}}}", "[DittoClient(lam=0.5, lr=0.05)]"),
-    (f"{{class_path: {_CB}FedBABU, init_args: {{head: [net.2], finetune_epochs: 2}}}}",
-     "[FedBABUClient(head=['net.2'], finetune_epochs=2, finetune='head')]"),
-    (f"{{class_path: {_CB}FedRoD, init_args: {{generic_head: g, personal_head: p}}}}",
-     "[FedRoDClient(generic_head='g', personal_head='p')]"),
-    (f"{{class_path: {_CB}FedALA, init_args: {{top: [net.2], ala_lr: 0.5}}}}",
-     "[FedALAClient(top=['net.2'], share=0.8, lr=0.5, threshold=0.1, num_pre_loss=10, max_start_epochs=100)]"),
-], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto", "FedBABU", "FedRoD", "FedALA"])
+], ids=["FedProx", "FedBN", "FedPer", "FedRep", "Ditto"])
 def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap, tmp_path, monkeypatch, capsys):
     """#50.1: `--server_optimizer FedYogi` on a FedProx(mu) config ran plain FedYogi (`client_algorithms: null` in
     `--print_config`): the proximal term, a part of the run the user did not change, was dropped without a word.
@@ -221,6 +215,44 @@ def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap
     printed = _print_config(["fit", *args], capsys)
     assert [h["class_path"].rsplit(".", 1)[1] for h in printed["trainer"]["client_algorithms"]] == [
         expected[1:].split("(")[0]]
+
+
+@pytest.mark.parametrize("name, init_args, expected", [
+    ("LGFedAvg", {"body": ["net.0"]}, "LGFedAvgClient(body=['net.0'])"),
+    ("APFL", {"alpha": 0.5, "adaptive": False}, "APFLClient(alpha=0.5, adaptive=False, lr=None, alpha_lr=None)"),
+    ("PFedMe", {"lam": 15.0, "lr": 2.0}, "PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.09)"),
+    ("PerFedAvg", {"alpha": 0.02, "variant": "hf", "delta": 1e-3},
+     "PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)"),
+    ("FedBABU", {"head": ["net.2"], "finetune_epochs": 2},
+     "FedBABUClient(head=['net.2'], finetune_epochs=2, finetune='head')"),
+    ("FedRoD", {"generic_head": "g", "personal_head": "p"}, "FedRoDClient(generic_head='g', personal_head='p')"),
+    ("FedALA", {"top": ["net.2"], "ala_lr": 0.5},
+     "FedALAClient(top=['net.2'], share=0.8, lr=0.5, threshold=0.1, num_pre_loss=10, max_start_epochs=100)"),
+])
+def test_55_a_swap_carries_the_new_personalised_methods_client_half(name, init_args, expected):
+    """Issue #55: a swap away from LG-FedAvg, APFL, pFedMe, Per-FedAvg, FedBABU, FedRoD or FedALA carries its client
+    half (the method's arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto
+    (#50.1)."""
+    from jsonargparse import Namespace
+
+    import lightning_fed.algorithms as algorithms
+    from lightning_fed.cli import swap_client_halves
+
+    (half,) = swap_client_halves(Namespace(class_path=_CB + name, init_args=Namespace(**init_args)), "FedYogi", "a swap")
+    cls = getattr(algorithms, half.class_path.rsplit(".", 1)[1])
+    assert repr(cls(**vars(half.init_args))) == expected
+
+
+def test_55_a_swap_away_from_ifca_is_refused():
+    """Issue #55: IFCA's client half needs its server half (the other clusters' models) and the SGD rule: a swap
+    would strand it, so it is refused as SCAFFOLD's is (#50.1)."""
+    from jsonargparse import Namespace
+
+    from lightning_fed.cli import swap_client_halves
+
+    with pytest.raises(ValueError, match=r"a swap would drop IFCA's client half \(IFCAClient.*--server_optimizer null "
+                                         r"--server_optimizer FedYogi"):
+        swap_client_halves(Namespace(class_path=_CB + "IFCA", init_args=Namespace(num_clusters=3)), "FedYogi", "a swap")
 
 
 def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monkeypatch):
@@ -245,8 +277,7 @@ def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monke
     (f"{{class_path: {_CB}FedNova, init_args: {{local_solver: proximal, mu: 0.2}}}}",
      "FedNovaAveraging(local_solver='proximal', momentum=0.0, mu=0.2)", "[FedProxClient(mu=0.2)]"),
     (f"{{class_path: {_CB}FedLAMB}}", None, None),
-    (f"{{class_path: {_CB}IFCA, init_args: {{num_clusters: 3}}}}", None, None),
-], ids=["SCAFFOLD", "FedDyn", "FedNova_proximal", "FedLAMB", "IFCA"])
+], ids=["SCAFFOLD", "FedDyn", "FedNova_proximal", "FedLAMB"])
 @pytest.mark.parametrize("swap", ["FedYogi", f"server_optimizer: {{class_path: {_CB}FedYogi}}"],
                          ids=["command_line", "second_config"])
 def test_50_a_swap_that_would_strand_a_coupled_client_half_is_refused(server, stage, half, swap, tmp_path,

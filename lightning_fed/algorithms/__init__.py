@@ -10,6 +10,7 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 # import of any lightning_fed.algorithms.<method> (nothing imported before: `import lightning_fed` is lazy) goes
 # through it and never meets a half-imported method module.
 import lightning_fed.server.aggregators  # noqa: F401, I001
+from lightning_fed.algorithms.apfl import APFLClient
 from lightning_fed.algorithms.ditto import DittoClient
 from lightning_fed.algorithms.fedala import FedALAClient
 from lightning_fed.algorithms.fedbabu import FedBABUClient
@@ -23,7 +24,10 @@ from lightning_fed.algorithms.fedrep import FedRepClient
 from lightning_fed.algorithms.fedrod import FedRoDClient
 from lightning_fed.algorithms.fedprox import FedProxClient
 from lightning_fed.algorithms.ifca import IFCAClient, IFCAClusters
+from lightning_fed.algorithms.lgfedavg import LGFedAvgClient
+from lightning_fed.algorithms.perfedavg import PerFedAvgClient
+from lightning_fed.algorithms.pfedme import PFedMeClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["DittoClient", "FedALAClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "IFCAClient", "IFCAClusters", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["APFLClient", "DittoClient", "FedALAClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "IFCAClient", "IFCAClusters", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

@@ -213,6 +213,8 @@ class FedALA(FedAvg):
     """
 
     repr_fields = ("top", "share", "ala_lr", "lr", "weighting")
+    carried_client_half = ("FedALAClient", {"top": "top", "share": "share", "lr": "ala_lr", "threshold": "threshold",
+                                            "num_pre_loss": "num_pre_loss", "max_start_epochs": "max_start_epochs"})
 
     def __init__(self, top: Sequence[str], share: float = 0.8, ala_lr: float = 1.0, threshold: float = 0.1,
                  num_pre_loss: int = 10, max_start_epochs: int = 100, lr: float = 1.0, weighting: str = "num_samples",

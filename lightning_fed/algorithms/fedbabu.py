@@ -166,6 +166,8 @@ class FedBABU(FedAvg):
     """
 
     repr_fields = ("head", "finetune_epochs", "finetune", "lr", "weighting")
+    carried_client_half = ("FedBABUClient", {"head": "head", "finetune_epochs": "finetune_epochs",
+                                             "finetune": "finetune"})
 
     def __init__(self, head: Sequence[str], finetune_epochs: int = 5, finetune: str = "head", lr: float = 1.0,
                  weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None,

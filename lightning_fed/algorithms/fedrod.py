@@ -239,6 +239,7 @@ class FedRoD(FedAvg):
     """
 
     repr_fields = ("generic_head", "personal_head", "lr", "weighting")
+    carried_client_half = ("FedRoDClient", {"generic_head": "generic_head", "personal_head": "personal_head"})
 
     def __init__(self, generic_head: str = "head", personal_head: str = "personal_head", lr: float = 1.0,
                  weighting: str = "num_samples", aggregators: Optional[list[Stage]] = None,

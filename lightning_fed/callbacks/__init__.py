@@ -32,6 +32,7 @@ from lightning_fed.callbacks.server_step_size import (
 #: new method's ready-made name is one line here), imported on first use (PEP 562 ``__getattr__``): a method's module
 #: builds on the server optimizers of this package, so this package cannot import it while it loads.
 METHOD_NAMES = {
+    "APFL": "apfl",
     "Ditto": "ditto",
     "FedALA": "fedala",
     "FedAWARE": "fedaware",
@@ -51,6 +52,9 @@ METHOD_NAMES = {
     "FedRep": "fedrep",
     "FedRoD": "fedrod",
     "IFCA": "ifca",
+    "LGFedAvg": "lgfedavg",
+    "PFedMe": "pfedme",
+    "PerFedAvg": "perfedavg",
     "SCAFFOLD": "scaffold",
 }
 
