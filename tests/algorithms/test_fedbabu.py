@@ -147,3 +147,9 @@ def test_a_head_that_selects_nothing_is_refused_at_fit_start(tmp_path):
     with pytest.raises(ValueError, match=r"`head` \['classifier'\] selects no parameter of TwoLayer"):
         trainer.fit(TwoLayer(), datamodule=datamodule()[2])
     assert trainer.global_step == 0
+
+
+def test_the_ready_made_name_only_fixes_parts():
+    from helpers import assert_ready_made_name
+
+    assert_ready_made_name(FedBABU)

@@ -235,3 +235,9 @@ def test_labels_that_are_not_class_indices_are_refused_at_fit_start(tmp_path):
     with pytest.raises(ValueError, match=r"FedRoDClient counts each client's classes by their integer labels"):
         trainer.fit(TwoHeads(), datamodule=dm)
     assert trainer.global_step == 0
+
+
+def test_the_ready_made_name_only_fixes_parts():
+    from helpers import assert_ready_made_name
+
+    assert_ready_made_name(FedRoD)

@@ -148,3 +148,9 @@ def test_what_cannot_compose_is_refused_at_fit_start(tmp_path, server, halves, m
 def test_bad_num_clusters_is_refused():
     with pytest.raises(ValueError, match=r"`num_clusters` must be an integer >= 2"):
         IFCA(num_clusters=1)
+
+
+def test_the_ready_made_name_only_fixes_parts():
+    from helpers import assert_ready_made_name
+
+    assert_ready_made_name(IFCA)
