@@ -139,7 +139,7 @@ class FedBABUClient(ClientAlgorithm):
                 p.requires_grad_(False)
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(client_seed(dm.seed, round_idx, cid))
-                _personalize(trainer, dm, cid, round_idx, self.finetune_epochs * per_epoch)
+                _personalize(trainer, dm, cid, round_idx, self.finetune_epochs * per_epoch, module=module)
         finally:
             for p in frozen:
                 p.requires_grad_(True)

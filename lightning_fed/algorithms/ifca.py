@@ -294,6 +294,8 @@ class IFCAClient(ClientAlgorithm):
         if trainer is None or client_id is None:
             raise ValueError("IFCA's personal model is the best cluster model on the client's data: pass `trainer` "
                              "and `client_id`.")
+        if self._stage is None:  # outside a fit (trainer.validate(ckpt_path=...)): bind to the run's server optimizer
+            self.check(next(cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states")))
         params = [p for p in module.parameters() if p.requires_grad]
         cluster0 = [p.detach().clone() for p in params]
         self._choose(module, params, cluster0, trainer.datamodule, int(client_id), int(trainer.current_epoch))

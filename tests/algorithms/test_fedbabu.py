@@ -153,3 +153,24 @@ def test_the_ready_made_name_only_fixes_parts():
     from helpers import assert_ready_made_name
 
     assert_ready_made_name(FedBABU)
+
+
+def test_the_personal_model_accessor_fine_tunes_a_copy(tmp_path):
+    """lightning_fed.personal_model(trainer, c) for FedBABU: the copy fine-tuned as the NumPy reference (the round
+    the trainer is at), the trainer's global model untouched."""
+    from lightning_fed.personal import personal_model
+
+    x, y, dm = datamodule()
+    server = FedBABU(head=["net.1"], finetune_epochs=1)
+    _, model, trainer = fit(tmp_path, server, rounds=2, dm=dm)
+    glob = weights(model)
+    mine = personal_model(trainer, 4)
+    w = dict(glob)
+    steps = math.ceil(dm.client_num_samples(4) / dm.client_work(4, trainer.current_epoch).batch_size)
+    for batch in dm.client_personalization_batches(4, trainer.current_epoch, steps):
+        g = grads(w, x[batch], y[batch])
+        w = {k: (w[k] - GAMMA * g[k] if k in HEAD else w[k]) for k in w}
+    got = weights(mine)
+    assert all(np.allclose(got[k], w[k], rtol=1e-12, atol=1e-13) for k in w)
+    assert not np.allclose(got["net.1.weight"], glob["net.1.weight"])
+    assert all(np.array_equal(weights(model)[k], glob[k]) for k in glob)

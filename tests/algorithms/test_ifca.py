@@ -126,6 +126,13 @@ def test_the_personal_model_is_the_best_cluster_on_the_clients_data(tmp_path):
         want.append(np.mean((xb[ev] @ best - y[ev]) ** 2))
     np.testing.assert_allclose(last.personal["val_loss"], want, rtol=1e-9)
     assert not np.allclose(last.personal["val_loss"], last.metrics["val_loss"])
+    from lightning_fed.personal import personal_model  # the accessor: the best cluster's copy, the module untouched
+
+    for cid in (0, 1):
+        idx = dm.client_indices(cid)
+        best = thetas[int(np.argmin([np.mean((xb[idx] @ th - y[idx]) ** 2) for th in thetas]))]
+        np.testing.assert_array_equal(linear_weights(personal_model(trainer, cid)), best)
+    np.testing.assert_array_equal(linear_weights(model), thetas[0])
 
 
 @pytest.mark.parametrize("server, halves, match, kwargs", [
