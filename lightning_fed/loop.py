@@ -22,9 +22,8 @@ from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRu
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
-from lightning_fed.clock import payload_bytes, shared_parameters
 from lightning_fed.clock_tensorboard import log_against_simulated_time
-from lightning_fed.communication.bytes import CommunicationLedger
+from lightning_fed.communication.bytes import CommunicationLedger, planned_bytes
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -345,10 +344,9 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         rnd.selection = self.datamodule.select_cohort(rnd.idx)
         timing = getattr(self.datamodule, "simulated_time", None)  # the simulated clock (issue #53), when on
         if timing is not None and timing.active:
-            runner = self.client_runner
-            payload = payload_bytes(shared_parameters(runner.params, self.trainer.lightning_module,
-                                                      runner.client_halves.algorithms))
-            rnd.selection, rnd.plan = timing.start_round(self.datamodule, rnd.selection, rnd.idx, payload, payload)
+            # bytes each way as they travel: the broadcast, and Δ_i as the run's compressor encodes it (issue #56)
+            download, upload = planned_bytes(self.client_runner)
+            rnd.selection, rnd.plan = timing.start_round(self.datamodule, rnd.selection, rnd.idx, download, upload)
         self.round_failures = []
         self._round_log.start_round()
         self._round_start_state = copy.deepcopy(self.epoch_loop.state_dict())
