@@ -19,8 +19,8 @@ normalisation layer, so FedBN would be FedAvg (``personalised_fmnist`` has FedBN
 Budget (measured 2026-12-07 on the 2-core CPU shared with other jobs, one thread per run, ``nice``): one FedAvg
 round of the Fashion-MNIST Dirichlet 100-client run takes 1.6–2.0 s (``round_time_s``, load average ≈ 11);
 :data:`COST` holds each method's measured or estimated cost relative to FedAvg. 10 methods × 8 settings × 3 seeds =
-240 runs of 100 rounds: ≈ 24,000 rounds × 1.8 s × mean relative cost (≈ 2.1) ≈ 25 CPU-hours, plus ≈ 1 minute of
-data loading and evaluation per run (≈ 4 h): ≈ 29 CPU-hours. Runs are listed seed 0 first, the Fashion-MNIST
+240 runs of 100 rounds: ≈ 24,000 rounds × 1.8 s × mean relative cost (1.96) ≈ 23.5 CPU-hours, plus ≈ 1 minute
+of data loading and evaluation per run (4 h): ≈ 27.5 CPU-hours (:func:`cpu_hours`). Runs are listed seed 0 first, the Fashion-MNIST
 Dirichlet 100-client setting first within a seed, so the most-cited rows finish first.
 
 Published numbers (:data:`PUBLISHED`): only what could be found and read here, with its source; every other cell says
@@ -144,7 +144,7 @@ def cpu_hours(seconds_per_round: float) -> float:
     the other methods; one more minute per run for loading and evaluation).
 
     >>> round(cpu_hours(1.8), 1)
-    28.5
+    27.5
     """
     per_seed_setting = sum(COST.values()) * ROUNDS * seconds_per_round + 60 * len(METRICS)
     return per_seed_setting * len(SETTINGS) * len(SEEDS) / 3600
