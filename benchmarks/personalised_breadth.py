@@ -16,12 +16,16 @@ cost does not grow with its share, so 20 and 100 clients cost the same per round
 seed stays 0, a run's seed sets the rest (``reproduce.seeded``). FedBN is not in the table: the MLP has no
 normalisation layer, so FedBN would be FedAvg (``personalised_fmnist`` has FedBN with the CNN).
 
-Budget (measured 2026-12-07 on the 2-core CPU shared with other jobs, one thread per run, ``nice``): one FedAvg
-round of the Fashion-MNIST Dirichlet 100-client run takes 1.6–2.0 s (``round_time_s``, load average ≈ 11);
-:data:`COST` holds each method's measured or estimated cost relative to FedAvg. 10 methods × 8 settings × 3 seeds =
-240 runs of 100 rounds: ≈ 24,000 rounds × 1.8 s × mean relative cost (1.96) ≈ 23.5 CPU-hours, plus ≈ 1 minute
-of data loading and evaluation per run (4 h): ≈ 27.5 CPU-hours (:func:`cpu_hours`). Runs are listed seed 0 first, the Fashion-MNIST
-Dirichlet 100-client setting first within a seed, so the most-cited rows finish first.
+Budget (measured 2026-12-07 on the 2-core CPU shared with other jobs, load average ≈ 11, one thread per run,
+``nice``; ``round_time_s``, wall clock): one FedAvg round of the Fashion-MNIST Dirichlet 100-client run takes
+1.6–2.0 s. A 2-round smoke test of five runs at the same load (FedAvg on 2 classes/client × 20 clients: 2.4–2.9 s;
+Local-only 4.0–5.4 s, while the machine also ran tests; Ditto 7.8–8.0 s; APFL 12.1–13.1 s; pFedMe 28–38 s) gives
+:data:`COST`, each method's round relative to FedAvg's. 10 methods × 8 settings × 3 seeds = 240 runs of
+:data:`ROUNDS` rounds: 80 × 1.8 s × 29.2 (the sum of :data:`COST`) × 24 (settings × seeds) ≈ 28 h, plus ≈ 1 minute
+of data loading and evaluation per run (4 h): ≈ 32 hours (:func:`cpu_hours`). These are wall-clock seconds under
+contention, an upper bound on CPU time (the 4-round FedAvg measurement used 19 s of CPU in 82 s of wall clock).
+pFedMe's K = 5 inner steps make it 43 % of the table. Runs are listed seed 0 first, the Fashion-MNIST Dirichlet
+100-client setting first within a seed, so the most-cited rows finish first.
 
 Published numbers (:data:`PUBLISHED`): only what could be found and read here, with its source; every other cell says
 "no published number". None of them is the same setting (model, rounds, client count, data), so they are context,
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 TABLE = "personalised_breadth"
-ROUNDS, VAL_EVERY = 100, 25
+ROUNDS, VAL_EVERY = 80, 20
 SEEDS = (0, 1, 2)
 
 #: the methods in row order and, for each, the federated-evaluation metric holding its personal test accuracy
@@ -54,11 +58,12 @@ NAMES = {"fedavg": "FedAvg", "fedavg_finetune": "FedAvg + local fine-tuning (20 
          "ditto": "Ditto (λ = 0.1)", "apfl": "APFL (α₀ = 0.25, adaptive)", "pfedme": "pFedMe (λ = 15, K = 5)",
          "perfedavg": "Per-FedAvg (FO, α = 0.005)"}
 
-#: each method's cost per round relative to FedAvg (the 2-round smoke test of benchmarks/README.md measured
-#: FedAvg, Local-only, Ditto and pFedMe; the others are estimated from their steps: APFL two models' gradients,
-#: Per-FedAvg two or three batches per step)
+#: each method's cost per round relative to FedAvg: measured in the smoke test (module docstring) for Ditto, APFL
+#: and pFedMe (relative to FedAvg's 2.6 s at the same load); the same 20 SGD steps for Local-only, FedPer, FedRep,
+#: LG-FedAvg; estimated for FedAvg + fine-tuning (20 more steps per evaluated client, every 20 rounds) and
+#: Per-FedAvg (two mini-batches per first-order MAML step)
 COST = {"fedavg": 1.0, "fedavg_finetune": 1.1, "local_only": 1.0, "fedper": 1.0, "fedrep": 1.0, "lgfedavg": 1.0,
-        "ditto": 2.0, "apfl": 3.0, "pfedme": 6.0, "perfedavg": 2.5}
+        "ditto": 3.0, "apfl": 4.9, "pfedme": 12.7, "perfedavg": 2.5}
 
 #: the settings in run order: name -> (data module, partitioner, its arguments, client count)
 SETTINGS = {
@@ -140,11 +145,11 @@ def run_specs(examples: Path) -> list[tuple[str, dict, dict]]:
 
 
 def cpu_hours(seconds_per_round: float) -> float:
-    """The table's estimated cost in CPU-hours at ``seconds_per_round`` for one FedAvg round (:data:`COST` scales
+    """The table's estimated cost in hours at ``seconds_per_round`` for one FedAvg round (:data:`COST` scales
     the other methods; one more minute per run for loading and evaluation).
 
     >>> round(cpu_hours(1.8), 1)
-    27.5
+    32.0
     """
     per_seed_setting = sum(COST.values()) * ROUNDS * seconds_per_round + 60 * len(METRICS)
     return per_seed_setting * len(SETTINGS) * len(SEEDS) / 3600
@@ -198,7 +203,7 @@ def table(runs: list, summarize: Callable[[object], Optional[dict]]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def figure(runs: list, summarize: Callable[[object], Optional[dict]], path: Path) -> Path:
+def figure(runs: list, summarize: Callable[[object], Optional[dict]], path: Path, dpi: int = 120) -> Path:
     """One panel per setting: each method's weighted (bar) and worst-10 % (dot) personal accuracy, mean over the
     finished seeds with the std as error bar; written to ``path`` (PNG, matplotlib's Agg backend)."""
     import matplotlib
@@ -226,7 +231,7 @@ def figure(runs: list, summarize: Callable[[object], Optional[dict]], path: Path
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 

