@@ -155,28 +155,16 @@ def cpu_hours(seconds_per_round: float) -> float:
     return per_seed_setting * len(SETTINGS) * len(SEEDS) / 3600
 
 
-def mean_std(values: list[float]) -> str:
-    """``mean ± std`` (sample std) of ``values`` in %, ``–`` with none.
-
-    >>> mean_std([90.0, 92.0]), mean_std([91.234]), mean_std([])
-    ('91.00 ± 1.41', '91.23', '–')
-    """
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
 def setting_title(setting: str) -> str:
     """``'fmnist_dir_100'`` -> ``'Fashion-MNIST, Dirichlet(0.1), 100 clients'``."""
     dataset, partition, clients = setting.split("_")
     return f"{SETTING_NAMES[dataset]}, {SETTING_NAMES[partition]}, {clients} clients"
 
 
-def table(runs: list, summarize: Callable[[object], Optional[dict]]) -> str:
+def table(runs: list, summarize: Callable[[object], Optional[dict]], cell: Callable[[list[float]], str]) -> str:
     """The markdown table: one block per setting, one row per method; ``summarize(run)`` gives a finished run's
-    ``{"weighted": %, "worst10": %}`` (``None`` before its CSV exists, shown as ``–`` and counted in the seeds)."""
+    ``{"weighted": %, "worst10": %}`` (``None`` before its CSV exists, counted in the seeds), ``cell(values)`` a
+    cell's text from the finished seeds' values (``reproduce.mean_std``: mean ± sample std, ``–`` with none)."""
     done: dict[tuple[str, str], list[dict]] = {}
     total: dict[tuple[str, str], int] = {}
     for run in runs:
@@ -197,7 +185,7 @@ def table(runs: list, summarize: Callable[[object], Optional[dict]]) -> str:
                 continue
             rows = done.get((setting, method), [])
             lines.append(f"| {NAMES[method]} | {len(rows)}/{total[setting, method]} | "
-                         f"{mean_std([r['weighted'] for r in rows])} | {mean_std([r['worst10'] for r in rows])} | "
+                         f"{cell([r['weighted'] for r in rows])} | {cell([r['worst10'] for r in rows])} | "
                          f"{published(method, setting)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

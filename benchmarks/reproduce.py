@@ -626,7 +626,7 @@ def make_table(name: str) -> str:
     if name == "personalised_fmnist":
         return table_personal(runs)
     if name == breadth.TABLE:
-        return breadth.table(runs, personal_summary)
+        return breadth.table(runs, personal_summary, mean_std)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 
