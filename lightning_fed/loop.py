@@ -22,6 +22,8 @@ from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRu
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
+from lightning_fed.clock import payload_bytes, shared_parameters
+from lightning_fed.clock_tensorboard import log_against_simulated_time
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -329,6 +331,12 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         pl_private.set_batches_that_stepped(self.epoch_loop, rnd.idx)
         self.client_runner.start_round(rnd.idx)
         rnd.selection = self.datamodule.select_cohort(rnd.idx)
+        timing = getattr(self.datamodule, "simulated_time", None)  # the simulated clock (issue #53), when on
+        if timing is not None and timing.active:
+            runner = self.client_runner
+            payload = payload_bytes(shared_parameters(runner.params, self.trainer.lightning_module,
+                                                      runner.client_halves.algorithms))
+            rnd.selection, rnd.plan = timing.start_round(self.datamodule, rnd.selection, rnd.idx, payload, payload)
         self.round_failures = []
         self._round_log.start_round()
         self._round_start_state = copy.deepcopy(self.epoch_loop.state_dict())
@@ -438,6 +446,8 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
             self.round_metrics["round_gradient_diversity"] = step.gradient_diversity()
         else:
             self._warn_round_without_update(rnd)
+        if rnd.plan is not None:
+            self.round_metrics.update(self.datamodule.simulated_time.end_round(rnd.plan))
         self._round_log.end_round(pl_private.results(self.trainer), weights)
         pl_private.log_round_step_values(self.trainer)  # the round's step values into callback/progress-bar metrics
 
@@ -475,6 +485,9 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         pl_private.set_batches_that_stepped(self.epoch_loop, stepped - 1)  # the epoch's metrics at the round's step
         pl_private.log_train_epoch_metrics(trainer)
         pl_private.set_batches_that_stepped(self.epoch_loop, stepped)
+        timing = getattr(self.datamodule, "simulated_time", None)
+        if timing is not None and timing.active:  # validation against simulated time (issue #53)
+            log_against_simulated_time(trainer, timing.clock.elapsed_seconds)
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
             path = self._save_stop_checkpoint() if trainer.world_size == 1 else None
@@ -699,3 +712,4 @@ class _Round:
     step: Any = None  # the server optimizer's ServerRound, None without a (kept) server step
     restored: bool = False
     num_restored: int = 0
+    plan: Any = None  # the simulated clock's RoundPlan (lightning_fed.clock), None without a device model

@@ -323,7 +323,10 @@ class FederatedTrainer(L.Trainer):
         Computed exactly from the data module (cohorts, local work and batch caps are pure functions of the seed
         and the round): Σ over rounds t < ``max_epochs`` and this rank's clients c of round t of the number of
         local batches of c. ``inf`` when ``max_epochs`` is unbounded. An LR schedule by round uses
-        ``max_epochs`` instead (schedulers step per round, ``interval="epoch"``).
+        ``max_epochs`` instead (schedulers step per round, ``interval="epoch"``). With a ``device_model`` (issue #53)
+        the rounds are planned on the simulated clock from its start (the clients that train and their steps under a
+        round deadline); before the fit starts, the bytes that travel are taken to be the module's parameters with
+        ``requires_grad`` (so a personalised method's kept parts, known at fit start, count).
 
         Raises:
             TypeError: no :class:`~lightning_fed.datamodules.FederatedDataModule` attached.
@@ -338,13 +341,14 @@ class FederatedTrainer(L.Trainer):
         dm.setup("fit")
         limit = check_trainer_arguments(self)
         total = 0
+        planned = _planned_steps(self, dm, rounds)  # with a device model: who trains, how many steps
         for t in range(rounds):
-            cohort = dm.select_cohort(t).cohort.tolist()
+            cohort = dm.select_cohort(t).cohort.tolist() if planned is None else list(planned[t])
             if self.world_size > 1:
                 sizes = [dm.client_num_samples(c) for c in cohort]
                 cohort = assign_clients(cohort, sizes, self.world_size)[self.global_rank]
             for c in cohort:
-                n = len(dm.client_batches(c, t))
+                n = len(dm.client_batches(c, t)) if planned is None else planned[t][c]
                 total += n if limit is None else min(n, limit)
         return total
 
@@ -564,3 +568,18 @@ def _quiet_empty_validation_list(val_loop: Any) -> None:
             return setup_data()
 
     val_loop.setup_data = quiet_setup_data
+
+
+def _planned_steps(trainer: Any, datamodule: Any, rounds: int) -> Optional[list[dict[int, int]]]:
+    """With a device model: the first ``rounds`` rounds planned on the simulated clock, ``{client: local steps}`` of
+    the clients that train each round (``SimulatedTime.forecast``); ``None`` without one. The bytes that travel are the
+    loop's federated parameters once the fit started, else the module's parameters with ``requires_grad``."""
+    from lightning_fed.clock import payload_bytes, shared_parameters
+
+    timing = getattr(datamodule, "simulated_time", None)
+    if timing is None or not timing.active:
+        return None
+    runner, module = trainer.fit_loop.client_runner, trainer.lightning_module
+    params = runner.params or [p for p in module.parameters() if p.requires_grad]
+    payload = payload_bytes(shared_parameters(params, module, runner.client_halves.algorithms))
+    return timing.forecast(datamodule, rounds, payload)

@@ -24,6 +24,8 @@ from lightning_fed.datamodules.cohorts import (  # noqa: F401  (re-exported)
 )
 from lightning_fed.datamodules.local_work import ClientWork, FixedLocalWork, LocalWork, batch_schedule
 from lightning_fed.datamodules.partition import Partition, Partitioner
+from lightning_fed.datamodules.devices.base import DeviceModel
+from lightning_fed.datamodules.simulated_time import SimulatedTime
 from lightning_fed.datamodules.source import DataSource
 
 _DATA_ORDERS = ("reshuffle", "once", "none")
@@ -170,6 +172,16 @@ class FederatedDataModule(L.LightningDataModule):
             a round) or ``"binomial"`` (K ~ Binomial(N, q), then K distinct clients uniformly: the same law, so the
             same privacy analysis, in O(K) a round for populations of millions; other cohorts than
             ``"per_client"``, recorded in checkpoints). See :class:`~lightning_fed.datamodules.cohorts.CohortSampler`.
+        device_model: Simulated time (issue #53): a :class:`~lightning_fed.datamodules.devices.DeviceModel` giving
+            each client's compute speed, bandwidths, latency (and availability); each round is then planned on a
+            simulated clock (:mod:`lightning_fed.clock`), logged as ``clock/*`` round metrics, and over-selection
+            keeps the first ``clients_per_round`` clients to finish. Default ``None``: off, runs unchanged. See
+            :class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`.
+        round_deadline: Deadline of every round in simulated seconds (> 0), or ``None`` (default); needs
+            ``device_model``.
+        deadline_policy: What a client that would finish after ``round_deadline`` does: ``"drop"`` (default; it is
+            left out and does not train) or ``"partial"`` (it runs the local steps that fit; its update is the one
+            after them).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -184,6 +196,9 @@ class FederatedDataModule(L.LightningDataModule):
             than the number of clients, clients with zero samples, or labels/ids the partitioner needs but
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
+        ArgumentError: a ``device_model`` that is not a DeviceModel, a ``round_deadline`` <= 0, an unknown
+            ``deadline_policy``, a deadline without a device model, ``"partial"`` without a deadline
+            (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
 
     Example (12 samples, 4 IID clients of 3, batch size 2: client 0's round-0 batches)::
 
@@ -227,6 +242,9 @@ class FederatedDataModule(L.LightningDataModule):
         batch_columns: Optional[Sequence[str]] = None,
         poisson_draws: str = "per_client",
         eval_personal_untrained: str = "global",
+        device_model: Optional[DeviceModel] = None,
+        round_deadline: Optional[float] = None,
+        deadline_policy: str = "drop",
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -245,6 +263,8 @@ class FederatedDataModule(L.LightningDataModule):
         #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
         self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv,
                                                   eval_personal_untrained)
+        #: The device model, round deadline and clock (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
+        self.simulated_time = SimulatedTime(device_model, round_deadline, deadline_policy)
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.local_epochs = _check_positive_int("local_epochs", local_epochs)
         self.eval_batch_size = _check_positive_int("eval_batch_size", eval_batch_size)
@@ -301,6 +321,8 @@ class FederatedDataModule(L.LightningDataModule):
                 f"lower `num_clients` or raise the partitioner's minimum size."
             )
         self.cohorts.check_population(partition.num_clients)
+        if self.device_model is not None:
+            self.device_model.setup(partition.num_clients)
         self._partition = partition
         self._setup_client_eval()
 
@@ -471,10 +493,29 @@ class FederatedDataModule(L.LightningDataModule):
         """
         return self.select_cohort(round_idx).cohort
 
-    def select_cohort(self, round_idx: int) -> CohortSelection:
+    def select_cohort(self, round_idx: int, time: Optional[float] = None) -> CohortSelection:
         """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round`` (Poisson
-        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`."""
-        return self.cohorts.select(int(round_idx), self.num_clients)
+        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`.
+        With a ``device_model`` that has availability (FedScale's behaviour trace) only the clients online at the
+        round's start are sampled: at simulated ``time`` (seconds), by default the clock's (the round about to run).
+
+        Raises:
+            RuntimeError: with availability, no client of the population online at that time (a round nobody trains
+                in takes no simulated time, so every later round would find the same).
+        """
+        model = self.device_model
+        if model is None or not model.has_availability:
+            return self.cohorts.select(int(round_idx), self.num_clients)
+        t = self.simulated_time.clock.elapsed_seconds if time is None else float(time)
+        selection = self.cohorts.select(int(round_idx), self.num_clients, lambda ids: model.is_online(ids, t))
+        if selection.offline >= self.num_clients:
+            raise RuntimeError(
+                f"Round {round_idx}: none of the {self.num_clients} clients is online at simulated time {t:g} s "
+                f"({type(model).__name__}'s availability). A round nobody trains in takes no simulated time, so every "
+                "later round would find them offline too. Use more clients, another device seed, or a trace with "
+                "clients online then."
+            )
+        return selection
 
     @property
     def sweep_rounds(self) -> int:
@@ -502,7 +543,7 @@ class FederatedDataModule(L.LightningDataModule):
         """The settings that define the training run (recorded in checkpoints and compared on resume), flat
         ``{name: value}`` in :meth:`run_setting_names` order, from the parts' own reports."""
         every = self.settings()
-        return {name: every[name] for name in self.run_setting_names()}
+        return {**{name: every[name] for name in self.run_setting_names()}, **self.simulated_time.run_config()}
 
     def settings(self) -> dict[str, Any]:
         """Every setting of the module and of its parts, flat ``{name: value}`` (TensorBoard's HParams): ``seed``,
@@ -510,7 +551,17 @@ class FederatedDataModule(L.LightningDataModule):
         out = {"seed": self.seed, "data_order": self.data_order, "drop_last": self.drop_last}
         out.update(self.cohorts.settings())
         out.update(self.client_evaluation.settings())
+        out.update(self.simulated_time.settings())  # nothing without a device model
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of the data module: the simulated clock when a ``device_model`` is set, else
+        ``{}`` (Lightning then saves nothing)."""
+        return self.simulated_time.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (a resumed run goes on at the saved simulated time)."""
+        self.simulated_time.load_state_dict(state_dict)
 
     @property
     def seed(self) -> int:
@@ -537,6 +588,7 @@ class FederatedDataModule(L.LightningDataModule):
                 column, the shortest and longest lengths found and a row of each; naming the Image column and its
                 ``None`` rows or two rows of different shapes.
         """
+        self.simulated_time.check_data_module(self)  # "partial" deadlines cut the work through client_batches
         batch_size = getattr(self.local_work, "batch_size", None)
         default_loader = type(self).client_dataloader is FederatedDataModule.client_dataloader
         if default_loader and batch_size != 1:
@@ -560,14 +612,17 @@ class FederatedDataModule(L.LightningDataModule):
 
     def client_batches(self, cid: int, round_idx: int) -> list[np.ndarray]:
         """The round's mini-batches of client ``cid``: a list of int64 index arrays into ``train_dataset`` (the
-        first ``local_batch_limit`` of them when that is set)."""
+        first ``local_batch_limit`` of them when that is set; under ``deadline_policy="partial"``, the first k_i
+        that fit before the round deadline, :meth:`SimulatedTime.step_limit
+        <lightning_fed.datamodules.simulated_time.SimulatedTime.step_limit>`)."""
         work = self.client_work(cid, round_idx)
         batches = batch_schedule(
             self.client_indices(cid), work, int(round_idx), int(cid), self.seed, self.data_order, self.drop_last
         )
         if self.local_batch_limit is not None:
             batches = batches[: self.local_batch_limit]
-        return batches
+        steps = self.simulated_time.step_limit(cid, round_idx)  # the steps that fit before the round deadline
+        return batches if steps is None else batches[:steps]
 
     def client_dataloader(self, cid: int, round_idx: int) -> Any:
         """An iterable over client ``cid``'s mini-batches for round ``round_idx`` (its whole local work: all local
@@ -577,7 +632,11 @@ class FederatedDataModule(L.LightningDataModule):
         directly (:class:`TensorBatches`) when ``num_workers == 0``; others go through a ``DataLoader`` with the
         batches as its ``batch_sampler``. Both yield the same batches.
         """
-        batches = self.client_batches(cid, round_idx)
+        return self.train_batches_loader(self.client_batches(cid, round_idx))
+
+    def train_batches_loader(self, batches: list[np.ndarray]) -> Any:
+        """An iterable over the given mini-batches of ``train_dataset`` (int64 index arrays), made as
+        :meth:`client_dataloader` makes a round's (a client half drawing batches of its own: FedALA's subset)."""
         if self.num_workers == 0 and TensorBatches.supports(self.train_dataset):
             return TensorBatches(self.train_dataset, batches)
         columns = self.data_source.tensor_columns() if self.num_workers == 0 else None  # a Hugging Face train_dataset
@@ -671,6 +730,8 @@ for _name in CohortSampler.setting_names:
     setattr(FederatedDataModule, _name, _delegate("cohorts", _name))
 for _name in ClientEvaluation.setting_names:
     setattr(FederatedDataModule, _name, _delegate("client_evaluation", _name))
+for _name in SimulatedTime.setting_names:
+    setattr(FederatedDataModule, _name, _delegate("simulated_time", _name))
 for _name in DataSource.attributes:
     setattr(FederatedDataModule, _name, _delegate("data_source", _name))
 del _name
