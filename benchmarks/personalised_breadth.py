@@ -25,10 +25,11 @@ Budget (measured 2026-12-07 on the 2-core CPU shared with other jobs, load avera
 1.6–2.0 s. A 2-round smoke test of five runs at the same load (FedAvg on 2 classes/client × 20 clients: 2.4–2.9 s;
 Local-only 4.0–5.4 s, while the machine also ran tests; Ditto 7.8–8.0 s; APFL 12.1–13.1 s; pFedMe 28–38 s) gives
 :data:`COST`, each method's round relative to FedAvg's. 12 methods × 8 settings × 3 seeds = 288 runs of
-:data:`ROUNDS` rounds: 60 × 1.8 s × 34.1 (the sum of :data:`COST`) × 24 (settings × seeds) ≈ 24.5 h, plus ≈ 1 minute
-of data loading and evaluation per run (4.8 h): ≈ 29.4 hours (:func:`cpu_hours`). These are wall-clock seconds under
+:data:`ROUNDS` rounds: 60 × 1.8 s × 38.1 (the sum of :data:`COST`) × 24 (settings × seeds) ≈ 27.4 h, plus ≈ 1 minute
+of data loading and evaluation per run (4.8 h): ≈ 32 hours (:func:`cpu_hours`). A later 2-round FedAvg run at load
+average ≈ 9 took 0.37–0.41 s per round: at that pace the table is ≈ 11 hours, so ≈ 11–32 h depending on the load. These are wall-clock seconds under
 contention, an upper bound on CPU time (the 4-round FedAvg measurement used 19 s of CPU in 82 s of wall clock).
-pFedMe's K = 5 inner steps make it 37 % of the table (80 rounds would have cost ≈ 37.5 h). Runs are listed seed 0 first, the Fashion-MNIST Dirichlet
+pFedMe's K = 5 inner steps make it a third of the table. Runs are listed seed 0 first, the Fashion-MNIST Dirichlet
 100-client setting first within a seed, so the most-cited rows finish first.
 
 Published numbers (:data:`PUBLISHED`): only what could be found and read here, with its source; every other cell says
@@ -67,9 +68,11 @@ NAMES = {"fedavg": "FedAvg", "fedavg_finetune": "FedAvg + local fine-tuning (20 
 #: each method's cost per round relative to FedAvg: measured in the smoke test (module docstring) for Ditto, APFL
 #: and pFedMe (relative to FedAvg's 2.6 s at the same load); the same 20 SGD steps for Local-only, FedPer, FedRep,
 #: LG-FedAvg; estimated for FedAvg + fine-tuning (20 more steps per evaluated client, every 20 rounds) and
-#: Per-FedAvg (two mini-batches per first-order MAML step)
+#: Per-FedAvg (two mini-batches per first-order MAML step), FedBABU (5 fine-tuning epochs per evaluated client at
+#: each of the 3 evaluations); FedALA: one ALA start phase per client (up to 100 epochs on its ALA share), round 2
+#: of a smoke test took 56 s where FedAvg's took 0.4 s, ≈ 5 s per client, spread here over the run
 COST = {"fedavg": 1.0, "fedavg_finetune": 1.1, "local_only": 1.0, "fedper": 1.0, "fedrep": 1.0, "lgfedavg": 1.0,
-        "ditto": 3.0, "apfl": 4.9, "pfedme": 12.7, "perfedavg": 2.5, "fedbabu": 2.9, "fedala": 2.0}
+        "ditto": 3.0, "apfl": 4.9, "pfedme": 12.7, "perfedavg": 2.5, "fedbabu": 2.9, "fedala": 6.0}
 
 #: the settings in run order: name -> (data module, partitioner, its arguments, client count)
 SETTINGS = {
@@ -159,7 +162,9 @@ def cpu_hours(seconds_per_round: float) -> float:
     the other methods; one more minute per run for loading and evaluation).
 
     >>> round(cpu_hours(1.8), 1)
-    29.4
+    32.2
+    >>> round(cpu_hours(0.4), 1)
+    10.9
     """
     per_seed_setting = sum(COST.values()) * ROUNDS * seconds_per_round + 60 * len(METRICS)
     return per_seed_setting * len(SETTINGS) * len(SEEDS) / 3600
