@@ -329,6 +329,10 @@ class LocalParts(ClientAlgorithm):
         <lightning_fed.client.algorithm.ClientAlgorithm.local_parameters>`)."""
         return list(self._params)
 
+    def local_buffers(self) -> list[int]:
+        """The kept buffers' positions in ``module.buffers()`` (after :meth:`setup`): not sent either way."""
+        return list(self._buffers)
+
     def state_dim(self, num_params: int) -> int:
         """The number of kept values (parameters and buffers), known after :meth:`setup`."""
         return self._dim
