@@ -340,6 +340,20 @@ def table_clock(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/personalised_breadth.py (issue #55)
+import personalised_breadth as breadth  # noqa: E402
+
+
+def personalised_breadth() -> list[Run]:
+    """Issue #55 item 5: every personalised method and three baselines over 8 settings, 3 seeds (the recipe, the
+    budget and the run order: :mod:`personalised_breadth`)."""
+    return [Run(breadth.TABLE, name, seeded(config, labels["seed"]), (Phase(breadth.ROUNDS, breadth.VAL_EVERY),),
+                labels=labels) for name, config, labels in breadth.run_specs(EXAMPLES)]
+
+
+TABLES["personalised_breadth"] = personalised_breadth
+
+
 # ---------------------------------------------------------------------------------------------------- running
 def rounds_done(ckpt: Path) -> int:
     """Rounds completed in checkpoint ``ckpt`` (0 if there is none)."""
@@ -632,13 +646,13 @@ TABLE_FIGURES["fedaware_fmnist_authors"] = (("method",), 10, True)
 
 
 def personal_summary(run: Run) -> Optional[dict]:
-    """A finished ``personalised_fmnist`` run's final figures in % (``None`` before its CSV exists): its personal
-    test accuracy (:data:`PERSONAL_METRICS`), weighted over clients by held-out samples and over the worst 10 % of
+    """A finished ``personalised_fmnist`` (or ``personalised_breadth``) run's final figures in % (``None`` before
+    its CSV exists): its personal test accuracy (its label ``metric``, else :data:`PERSONAL_METRICS`), weighted over clients by held-out samples and over the worst 10 % of
     clients, the global model's on the clients' held-out data (``fed_val_acc``) and on the test set (``val_acc``)."""
     if not run.csv_path.is_file():
         return None
     rows = read_csv(run.csv_path)
-    metric = PERSONAL_METRICS[run.labels["method"]]
+    metric = run.labels.get("metric") or PERSONAL_METRICS[run.labels["method"]]
 
     def final(key: str) -> float:
         values = series(rows, key)
@@ -678,6 +692,8 @@ def make_table(name: str) -> str:
         return table_personal(runs)
     if name == "shakespeare_clock":
         return table_clock(runs)
+    if name == breadth.TABLE:
+        return breadth.table(runs, personal_summary, mean_std)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 
