@@ -65,6 +65,10 @@ APART = {
                      '"init_args": {"seconds_per_sample": 0.02, "compute_sigma": 0.5}}', None),
     "round_deadline": ("30.5", 30.5),
     "deadline_policy": ("partial", "partial"),
+    # #54: asynchronous training (needs a device model, no deadline)
+    "asynchronous": ('{"concurrency": 8, "buffer_size": 4, "max_staleness": 3, '
+                     '"staleness": {"class_path": "lightning_fed.asynchronous.StalenessWeighting", '
+                     '"init_args": {"name": "polynomial", "a": 0.5}}}', None),
 }
 
 
@@ -107,6 +111,16 @@ def test_simulated_time_options_reach_every_task(task, tmp_path, monkeypatch):
     assert type(dm.device_model).__name__ == "ParametricDeviceModel" and dm.device_model.compute_sigma == 0.5
     assert (dm.round_deadline, dm.deadline_policy) == (30.5, "partial")
     assert dm.simulated_time.device_model is dm.device_model and dm.simulated_time.round_deadline == 30.5
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_the_asynchronous_option_reaches_every_task(task, tmp_path, monkeypatch):
+    args = ["--data.device_model", APART["device_model"][0], "--data.asynchronous", APART["asynchronous"][0]]
+    dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
+    config = dm.asynchronous
+    assert (config.concurrency, config.buffer_size, config.max_staleness) == (8, 4, 3)
+    assert (config.staleness.name, config.staleness.a) == ("polynomial", 0.5)
+    assert dm.simulated_time.asynchronous is config
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
