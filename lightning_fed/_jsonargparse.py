@@ -75,7 +75,7 @@ def _symbol(module: str, path: str) -> Any:
 
 
 #: jsonargparse's action for an argument typed by a type hint (a ``class_path``/``init_args`` class argument);
-#: ``cli._SwapFromDefaults`` subclasses it. Called as ``action(parser, cfg, value, option_string)``.
+#: ``cli_swaps._SwapFromDefaults`` subclasses it. Called as ``action(parser, cfg, value, option_string)``.
 ActionTypeHint: type = _symbol("jsonargparse._typehints", "ActionTypeHint")
 
 

@@ -126,6 +126,15 @@ class RoundPlan:
         round_seconds: The round's simulated duration (see the module doc).
         bytes_down: Bytes sent to the clients (every planned client downloads the model).
         bytes_up: Bytes received from the kept clients.
+
+    Example: one client, 1 s down, 0.5 s of compute, 1 s up::
+
+        >>> import numpy as np
+        >>> from lightning_fed.datamodules.devices import DeviceProfiles
+        >>> p = DeviceProfiles(np.array([0.05]), np.array([100.0]), np.array([100.0]), np.zeros(1))
+        >>> plan = plan_round(10.0, np.array([3]), [np.array([10])], 100, 100, p)
+        >>> plan.finish_s, plan.kept, plan.end_time, plan.metrics()["clock/bytes_up"]
+        (array([2.5]), array([3]), 12.5, 100.0)
     """
 
     client_ids: np.ndarray

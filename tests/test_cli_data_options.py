@@ -96,18 +96,14 @@ def test_every_option_reaches_the_task_on_the_cli(task, tmp_path, monkeypatch):
     dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
     assert type(dm).__name__ == task
     assert {n: _held(dm, n) for n in TOGETHER} == {n: held for n, (_, held) in TOGETHER.items()}
+    clock = [a for name in ("device_model", "round_deadline", "deadline_policy") for a in (f"--data.{name}",
+                                                                                          APART[name][0])]
     dm = _instantiate(TASKS[task], ["--data.cohort_sampling", "poisson", "--data.poisson_draws", "binomial",
-                                    "--data.local_work", APART["local_work"][0]], tmp_path, monkeypatch)
+                                    "--data.local_work", APART["local_work"][0], *clock], tmp_path, monkeypatch)
     assert dm.cohort_sampling == "poisson" and dm.cohorts.cohort_sampling == "poisson"
     assert dm.poisson_draws == "binomial" and dm.cohorts.poisson_draws == "binomial"
     assert (dm.local_work.steps, dm.local_work.batch_size) == (3, 5)
-
-
-@pytest.mark.parametrize("task", sorted(TASKS))
-def test_simulated_time_options_reach_every_task(task, tmp_path, monkeypatch):
-    args = [a for name in ("device_model", "round_deadline", "deadline_policy") for a in (f"--data.{name}",
-                                                                                         APART[name][0])]
-    dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
+    # #53: simulated time
     assert type(dm.device_model).__name__ == "ParametricDeviceModel" and dm.device_model.compute_sigma == 0.5
     assert (dm.round_deadline, dm.deadline_policy) == (30.5, "partial")
     assert dm.simulated_time.device_model is dm.device_model and dm.simulated_time.round_deadline == 30.5

@@ -44,6 +44,15 @@ COVERED_ELSEWHERE = {
     "loop_report.py": "tests/test_loop.py and tests/test_round_logging.py (round metrics, end-of-fit messages)",
     "loop_stop.py": "tests/test_interrupts.py (stop signals: the checkpoint, the resume hint, the discarded round)",
     "evaluation_results.py": "tests/test_evaluation.py (statistics against NumPy, eval_csv)",
+    "cli_config.py": "tests/test_cli.py and tests/test_cli_errors.py (configs moved, old paths, size limits)",
+    "cli_swaps.py": "tests/test_cli.py (--server_optimizer swaps: defaults, carried or refused client halves)",
+    "cli_help.py": "tests/test_cli.py and tests/test_console.py (the help text)",
+    "cli_partition.py": "tests/test_cli.py (lightning-fed partition)",
+    "server/client_store_disk.py": "tests/server/test_client_state.py (the disk store: rows, manifests, refs, GC)",
+    "run_record.py": "tests/test_checkpoint.py (the run record, allowed changes, resume refusals)",
+    "tensorboard_partition.py": "tests/test_tensorboard.py (the partition's figures and statistics)",
+    "algorithms/fedlamb_optim.py": "tests/algorithms/test_fedlamb.py (the local AMSGrad optimizers against NumPy)",
+    "algorithms/fedaware_options.py": "tests/algorithms/test_fedaware.py and tests/algorithms/test_fedaware_ready_made.py",
     "client/failures.py": "tests/client/test_runner.py and tests/test_loop.py (failure policies, ClientRecord, stops)",
 }
 
