@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the same names, read statically by type checkers and the AP
     from lightning_fed.client import ClientUpdate
     from lightning_fed.executor import ClientExecutor, SequentialExecutor
     from lightning_fed.loop import FederatedFitLoop
+    from lightning_fed.personal import personal_model, personal_state_dict, trained_clients
     from lightning_fed.trainer import FederatedTrainer
     from lightning_fed.vectorized import VectorizedExecutor
 
@@ -25,11 +26,15 @@ _LAZY = {
     "ClientUpdate": "lightning_fed.client",
     "FederatedFitLoop": "lightning_fed.loop",
     "FederatedTrainer": "lightning_fed.trainer",
+    "personal_model": "lightning_fed.personal",
+    "personal_state_dict": "lightning_fed.personal",
     "SequentialExecutor": "lightning_fed.executor",
     "VectorizedExecutor": "lightning_fed.vectorized",
+    "trained_clients": "lightning_fed.personal",
 }
 
-__all__ = ["ClientExecutor", "ClientUpdate", "FederatedFitLoop", "FederatedTrainer", "SequentialExecutor", "VectorizedExecutor"]
+__all__ = ["ClientExecutor", "ClientUpdate", "FederatedFitLoop", "FederatedTrainer", "SequentialExecutor", "VectorizedExecutor",
+           "personal_model", "personal_state_dict", "trained_clients"]
 __version__ = "0.1.0"
 
 

@@ -98,9 +98,13 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
     if issubclass(cls, FedPer):
         return [_half("FedPerClient", head=args.get("head"))]
     if issubclass(cls, FedRep):
-        return [_half("FedRepClient", head=args.get("head"), head_steps=args.get("head_steps", 10))]
+        epochs, steps = args.get("head_epochs"), args.get("head_steps")  # τ_h in epochs (the paper's) or steps
+        tau = {"head_epochs": epochs} if epochs is not None else {"head_steps": 10 if steps is None else steps}
+        return [_half("FedRepClient", head=args.get("head"), **tau)]
     if issubclass(cls, Ditto):
-        return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"))]
+        init = args.get("personal_init") or "global"  # "initial" also needs DittoInitialModel: refused at fit start
+        return [_half("DittoClient", lam=args.get("lam", 0.1), lr=args.get("personal_lr"),
+                      **({"personal_init": init} if init != "global" else {}))]
     carried = getattr(cls, "carried_client_half", None)  # (half's name, {its argument: the method's}), issue #55
     if carried is not None:
         defaults = inspect.signature(cls.__init__).parameters

@@ -281,7 +281,9 @@ def evaluate_clients(
             the previous SIGTERM handler runs first); default ``False``.
         personal: ``personal(module, client_id)`` turns the module (holding the global model) into that client's
             personal model in place (:func:`personal_models`); each client is then evaluated with it too, into
-            :attr:`ClientEvaluation.personal`, and the global model restored. Default ``None``: off.
+            :attr:`ClientEvaluation.personal`, and the global model restored; a client for which it returns
+            ``False`` is left out of the personal table (:attr:`ClientEvaluation.personal_ids`). Default ``None``:
+            off.
 
     Returns:
         :class:`ClientEvaluation` (metrics of the clients that reported, in ``client_ids`` order).
@@ -304,6 +306,7 @@ def evaluate_clients(
     prows: list[dict[str, float]] = []
     orows: list[dict[str, float]] = []
     kept: list[int] = []
+    personal_kept: list[int] = []  # the clients with a personal row (a personal(...) returning False is left out)
     dropped: list[tuple[int, str]] = []
     devices = [module.device] if module.device.type == "cuda" else []
     params: list[torch.Tensor] = []
@@ -355,8 +358,8 @@ def evaluate_clients(
                     orow = None
                     if personal is not None:
                         try:
-                            personal(module, cid)
-                            orow = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
+                            if personal(module, cid) is not False:
+                                orow = _validate_client(trainer, datamodule.client_eval_dataloader(cid), limit)
                         finally:
                             restore_model()
                     prow = None
@@ -379,6 +382,7 @@ def evaluate_clients(
                 prows.append(prow)
             if orow is not None:
                 orows.append(orow)
+                personal_kept.append(cid)
             kept.append(cid)
 
     def table(dicts: list[dict[str, float]]) -> dict[str, np.ndarray]:
@@ -392,7 +396,9 @@ def evaluate_clients(
 
     kept_ids = np.asarray(kept, dtype=np.int64)
     samples = np.array([sum(len(b) for b in datamodule.client_eval_batches(c)) for c in kept], dtype=np.int64)
-    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped, table(orows))
+    personal_ids = None if personal is None or len(personal_kept) == len(kept) else np.asarray(personal_kept, np.int64)
+    return ClientEvaluation(int(round_idx), kept_ids, samples, table(rows), table(prows), dropped, table(orows),
+                            personal_ids)
 
 
 def personal_halves(trainer: Any) -> list[Any]:
@@ -408,24 +414,33 @@ def personal_halves(trainer: Any) -> list[Any]:
     return list({id(a): a for a in halves}.values())
 
 
-def personal_models(trainer: Any) -> Optional[Any]:
+def personal_models(trainer: Any, untrained: Optional[str] = None) -> Optional[Any]:
     """``personal(module, client_id)`` for :func:`evaluate_clients` when the run has client halves that keep parts
     of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep) or train a
     personal model (Ditto), i.e. that define ``personal_model(module, row)`` (:func:`personal_halves`), else
     ``None``: each such half loads the client's row of its table (stored with the server optimizer) into the kept
-    parts; a client without a row keeps the global model's values (its personal model is the global model)."""
+    parts; a client without a row keeps the global model's values (its personal model is the global model), or,
+    with ``untrained="exclude"`` (default ``None``: the data module's ``eval_personal_untrained``), is left out
+    (``personal`` returns ``False``)."""
     halves = personal_halves(trainer)
     if not halves:
         return None
     server = next(cb for cb in trainer.callbacks if hasattr(cb, "client_algorithm_states"))
+    if untrained is None:
+        untrained = getattr(getattr(trainer, "datamodule", None), "eval_personal_untrained", "global")
+    exclude = untrained == "exclude"
 
-    def personal(module: Any, client_id: int) -> None:
+    def personal(module: Any, client_id: int) -> bool:
+        tables = [server.client_algorithm_states.get(h.state_key) for h in halves]
+        if exclude and any(t is not None and client_id not in t for t in tables):
+            return False
         for half in halves:
             if getattr(half, "selected", True) is False:  # a LocalParts not set up by a fit (trainer.validate)
                 half.setup(module)
             table = server.client_algorithm_states.get(half.state_key)
             row = table.get(client_id) if table is not None and client_id in table else None
             half.personal_model(module, row)
+        return True
 
     return personal
 
@@ -516,6 +531,9 @@ class FederatedEvaluation(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._check_settings(trainer, pl_module)
         self._warn_unevaluated_personal_models(trainer)
+        from lightning_fed.personal import warn_untrained_global_parts  # personal.py imports this module
+
+        warn_untrained_global_parts(trainer, pl_module)
         self._resuming = trainer.ckpt_path is not None
 
     @staticmethod

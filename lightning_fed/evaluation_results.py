@@ -74,6 +74,8 @@ class ClientEvaluation:
         personal: the same for each client's personal model — the global model with the client's own state in the
             parts a personalised method keeps local (:class:`~lightning_fed.client.personal.LocalParts`: FedBN,
             FedPer, FedRep); empty without such a method. Logged as ``fed_personal_<m>/<stat>``.
+        personal_ids: The clients :attr:`personal` covers, int64 ``[K']`` (``None``: all of ``client_ids``; fewer
+            when the data module's ``eval_personal_untrained="exclude"`` left never-trained clients out).
 
     Example (sample-weighted mean, unweighted mean, NumPy's linear percentiles, mean of the worst ⌈10 %⌉)::
 
@@ -94,14 +96,22 @@ class ClientEvaluation:
     personalized: dict[str, np.ndarray] = field(default_factory=dict)
     dropped: list[tuple[int, str]] = field(default_factory=list)
     personal: dict[str, np.ndarray] = field(default_factory=dict)
+    personal_ids: Optional[np.ndarray] = None
+
+    def _covered(self, prefix: str) -> np.ndarray:
+        """Positions in :attr:`client_ids` of the clients the table ``prefix`` covers."""
+        if prefix != "fed_personal_" or self.personal_ids is None:
+            return np.arange(len(self.client_ids))
+        return np.flatnonzero(np.isin(self.client_ids, self.personal_ids))
 
     def statistics(self) -> dict[str, float]:
         """``{"fed_<m>/<stat>": value}``, ``{"fed_personalized_<m>/<stat>": value}`` and
         ``{"fed_personal_<m>/<stat>": value}`` for every metric."""
         out: dict[str, float] = {}
         for prefix, table in self.tables():
+            samples = self.samples[self._covered(prefix)]
             for name, values in table.items():
-                for stat, value in federated_statistics(values, self.samples, lower_is_better(name)).items():
+                for stat, value in federated_statistics(values, samples, lower_is_better(name)).items():
                     out[f"{prefix}{name}/{stat}"] = value
         return out
 
@@ -120,7 +130,7 @@ class ClientEvaluation:
         (0.5, 0.5)
         """
         out = self.statistics()
-        if not self.personal:
+        if not self.personal and self.personal_ids is None:
             for name in self.metrics:
                 for stat in FED_STATISTICS:
                     out[f"fed_personal_{name}/{stat}"] = out[f"fed_{name}/{stat}"]
@@ -143,11 +153,12 @@ class ClientEvaluation:
             if not exists:
                 writer.writerow(["round", "client_id", "samples", *names, *(f"personalized_{n}" for n in pnames),
                                  *(f"personal_{n}" for n in onames)])
+            personal_at = {int(i): j for j, i in enumerate(self._covered("fed_personal_"))}
             for i, cid in enumerate(self.client_ids.tolist()):
                 row = [self.round, cid, int(self.samples[i])]
                 row += [repr(float(self.metrics[n][i])) for n in names]
                 row += [repr(float(self.personalized[n][i])) for n in pnames]
-                row += [repr(float(self.personal[n][i])) for n in onames]
+                row += [repr(float(self.personal[n][personal_at[i]])) if i in personal_at else "" for n in onames]
                 writer.writerow(row)
 
 

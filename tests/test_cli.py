@@ -223,10 +223,15 @@ def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap
     ("PFedMe", {"lam": 15.0, "lr": 2.0}, "PFedMeClient(lam=15.0, inner_steps=5, personal_lr=0.09)"),
     ("PerFedAvg", {"alpha": 0.02, "variant": "hf", "delta": 1e-3},
      "PerFedAvgClient(alpha=0.02, variant='hf', delta=0.001)"),
+    ("FedRep", {"head": ["net.2"], "head_epochs": 2}, "FedRepClient(head=['net.2'], head_epochs=2)"),
+    ("FedRep", {"head": ["net.2"]}, "FedRepClient(head=['net.2'], head_steps=10)"),
+    ("Ditto", {"lam": 0.5, "personal_init": "initial"}, "DittoClient(lam=0.5, lr=None, personal_init='initial')"),
 ])
 def test_55_a_swap_carries_the_new_personalised_methods_client_half(name, init_args, expected):
     """Issue #55: a swap away from LG-FedAvg, APFL, pFedMe or Per-FedAvg carries its client half (the method's
-    arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto (#50.1)."""
+    arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto (#50.1); FedRep's
+    head_epochs and Ditto's personal_init="initial" (the papers' ways) are carried too, FedRep's default τ_h as 10
+    steps."""
     from jsonargparse import Namespace
 
     import lightning_fed.algorithms as algorithms

@@ -50,6 +50,7 @@ TOGETHER = {
     "eval_fraction": ("0.2", 0.2),
     "eval_local_steps": ("1", 1),
     "eval_csv": ("fed.csv", "fed.csv"),
+    "eval_personal_untrained": ("exclude", "exclude"),
     "batch_columns": ("[image, label]", ("image", "label")),
 }
 #: The options that need another instantiation (they exclude one of the above).

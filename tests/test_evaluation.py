@@ -545,6 +545,46 @@ def test_41_personal_evaluation_uses_each_clients_own_kept_parts(tmp_path):
     assert torch.equal(model.linear.bias, torch.tensor([b], dtype=torch.float64))  # the global model restored
 
 
+def test_55_never_trained_clients_can_be_left_out_of_fed_personal(tmp_path):
+    """Issue #55 item 3: eval_personal_untrained="exclude" leaves the evaluation clients without personal state (never
+    trained) out of fed_personal_<m>: its statistics are the NumPy statistics of the trained clients' personal MSE
+    (their own bias), their personal_ CSV cells are empty; fed_<m> keeps every client."""
+    from lightning_fed.callbacks import FedAvg
+    from lightning_fed.client.personal import LocalParts
+    from lightning_fed.evaluation import federated_statistics
+
+    path = tmp_path / "clients.csv"
+    dm, x, y = _regression_dm(eval_clients_per_round="all", eval_csv=str(path), eval_personal_untrained="exclude")
+    torch.manual_seed(0)
+    model = LinearRegression(lr=0.05)
+    server = FedAvg()
+    trainer = FederatedTrainer(max_epochs=2, callbacks=[server], client_algorithms=[LocalParts(names=["linear.bias"])],
+                               **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(model, datamodule=dm)
+    w, b = model.linear.weight.detach().numpy().reshape(-1), float(model.linear.bias.detach())
+    table = server.client_algorithm_states["LocalParts"]
+    trained = sorted(table.ids())
+    assert 0 < len(trained) < 6
+    idx = {c: dm.client_eval_indices(c) for c in range(6)}
+    personal = np.array([np.mean((x[idx[c]] @ w + float(table.get(c)) - y[idx[c]]) ** 2) for c in trained])
+    n = np.array([len(idx[c]) for c in trained])
+    want = {"weighted": (n * personal).sum() / n.sum(), "mean": personal.mean(), "worst10": personal.max(),
+            "p50": np.median(personal)}
+    m = trainer.callback_metrics
+    for stat, value in want.items():  # logged values are float32
+        assert float(m[f"fed_personal_val_loss/{stat}"]) == pytest.approx(value, rel=1e-6), stat
+    last = _fed_callback(trainer).last
+    assert last.personal_ids.tolist() == trained and last.client_ids.tolist() == list(range(6))
+    everyone = np.array([np.mean((x[idx[c]] @ w + b - y[idx[c]]) ** 2) for c in range(6)])
+    assert float(m["fed_val_loss/mean"]) == pytest.approx(everyone.mean(), rel=1e-6)
+    with open(path) as f:
+        rows = [r for r in csv.reader(f)][1:]
+    last_round = [r for r in rows if r[0] == rows[-1][0]]
+    assert [r[1] for r in last_round if r[-1] == ""] == [str(c) for c in range(6) if c not in trained]
+    with pytest.raises(ValueError, match=r"`eval_personal_untrained` must be one of \('global', 'exclude'\)"):
+        _regression_dm(eval_personal_untrained="drop")
+
+
 # ------------------------------------------------------------------------------------------------ #50.3 personal metrics
 def _clients_mse(dm, x, y, w, b):
     return np.array([np.mean((x[idx] @ w + b - y[idx]) ** 2) for idx in map(dm.client_eval_indices, range(6))])

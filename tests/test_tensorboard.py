@@ -66,7 +66,7 @@ EXPECTED = {
     "data_order": "once", "seed": 7, "client_dropout": 0.0, "over_selection": 0.0, "drop_last": False,
     # #40: every data-module setting, as the data module's parts report them (cohort_sampling was missing)
     "cohort_sampling": "fixed_size", "poisson_draws": "per_client", "eval_clients_per_round": "None", "eval_fraction": "None",
-    "eval_local_steps": 0, "eval_csv": "None",
+    "eval_local_steps": 0, "eval_csv": "None", "eval_personal_untrained": "global",  # #55
     "data": "FederatedDataModule", "rounds": 2,
     "client_optimizer": "SGD", "client_optimizer/lr": 0.05, "client_optimizer/momentum": 0,
     "client_optimizer/dampening": 0, "client_optimizer/weight_decay": 0, "client_optimizer/nesterov": False,

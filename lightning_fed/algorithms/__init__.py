@@ -11,7 +11,7 @@ half is a stage of its ``aggregators``. Ready-made pairings keep their names in 
 # through it and never meets a half-imported method module.
 import lightning_fed.server.aggregators  # noqa: F401, I001
 from lightning_fed.algorithms.apfl import APFLClient
-from lightning_fed.algorithms.ditto import DittoClient
+from lightning_fed.algorithms.ditto import DittoClient, DittoInitialModel
 from lightning_fed.algorithms.fedbn import FedBNClient
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
 from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
@@ -25,5 +25,5 @@ from lightning_fed.algorithms.perfedavg import PerFedAvgClient
 from lightning_fed.algorithms.pfedme import PFedMeClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["APFLClient", "DittoClient", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["APFLClient", "DittoClient", "DittoInitialModel", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

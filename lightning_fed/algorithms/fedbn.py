@@ -20,6 +20,18 @@ FedBN` defaults to ``weighting="uniform"``; the paper has full participation, he
 cohort and a client never sampled before starts from the initial BatchNorm values (the global model's, which the
 server never changes).
 
+Where this differs from the paper:
+
+* the paper has full participation (every user in every round); here the mean is over the round's cohort, and a
+  client never sampled before starts from the initial BatchNorm values (the global model's, never changed by the
+  server); its personal model, until it is sampled, is the global model (``fed_personal_<m>`` and
+  :func:`lightning_fed.personal.personal_model` with ``untrained="global"``);
+* l. 6's "t mod E = 0" (averaging every E local steps) is one round of the client's local work (E steps or epochs
+  per round, the data module's ``local_epochs`` / ``local_steps``);
+* any server rule may replace l. 6-10's plain average (FedBN with FedAdam: the client half under FedAdam);
+* the global model's BatchNorm layers stay at their initial values, so its central ``val_*`` measure the shared
+  layers with untrained BatchNorm (a warning says so at fit start, :mod:`lightning_fed.personal`).
+
 Memory: per client seen, the BatchNorm layers' parameters and buffers (4 values per channel plus one counter per
 layer), on the CPU and in every checkpoint.
 """

@@ -16,6 +16,17 @@ so the clients' updates are 0 there and only W_B is aggregated. Base and head ar
 step (unlike FedRep, :mod:`lightning_fed.algorithms.fedrep`). The paper weights the mean by the clients' sizes, as
 :class:`~lightning_fed.algorithms.fedper.FedPer`'s default ``weighting="num_samples"``. A client never sampled before starts
 from the initial head (the global model's, which the server never changes).
+
+Where this differs from the paper:
+
+* partial participation: the mean is over the round's cohort, and a client never sampled before starts from the
+  initial head (the paper's W_P,j are initialised once, like W_B; here that initial value is the global model's);
+  until it is sampled its personal model is the global model (``fed_personal_<m>``,
+  :func:`lightning_fed.personal.personal_model` with ``untrained="global"``);
+* local training uses the module's own client optimizer (Alg. 1's plain SGD step when that is SGD);
+* any server rule may replace the n_j/n mean (e.g. FedAdam over the base layers);
+* the global model's head stays at its initial values, so its central ``val_*`` measure the base layers with an
+  untrained head (a warning says so at fit start, :mod:`lightning_fed.personal`).
 """
 
 from __future__ import annotations

@@ -26,6 +26,35 @@ a time, when it reports), modules with buffers (a version keeps the parameters o
 ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
 than ``buffer_size`` (the clients of one epoch). A stop signal ends the run at the end of the server step (the
 step is not cut short).
+
+Example: FedBuff with FedAdam, 5 of 20 clients in flight on log-normal devices, K = 2 updates per server step::
+
+    >>> import lightning as L, torch
+    >>> from torch.utils.data import TensorDataset
+    >>> from lightning_fed import FederatedTrainer
+    >>> from lightning_fed.asynchronous import AsyncConfig
+    >>> from lightning_fed.callbacks import FedAdam
+    >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+    >>> from lightning_fed.datamodules.devices import ParametricDeviceModel
+    >>> class Line(L.LightningModule):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.w = torch.nn.Parameter(torch.zeros(3))
+    ...     def training_step(self, batch, batch_idx):
+    ...         return ((batch[0] @ self.w - batch[1]) ** 2).mean()
+    ...     def configure_optimizers(self):
+    ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(200, 3, generator=g)
+    >>> dm = FederatedDataModule(TensorDataset(x, x.sum(1)), partitioner=IIDPartitioner(20), clients_per_round=2,
+    ...                          batch_size=5, device_model=ParametricDeviceModel(0.01, compute_sigma=1.0),
+    ...                          asynchronous=AsyncConfig(concurrency=5, buffer_size=2, max_staleness=8))
+    >>> trainer = FederatedTrainer(max_epochs=4, callbacks=[FedAdam(lr=0.05)], logger=False, accelerator="cpu",
+    ...                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    >>> trainer.fit(Line(), datamodule=dm)
+    >>> metrics = trainer.fit_loop.round_metrics
+    >>> metrics["round_clients"], metrics["async/staleness_max"] >= 0, dm.simulated_time.async_simulation.version
+    (2.0, True, 4)
 """
 
 from __future__ import annotations

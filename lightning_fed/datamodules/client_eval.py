@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Optional, Sequence, Union
 
 import numpy as np
 
-from lightning_fed.checks import check_int
+from lightning_fed.checks import check_choice, check_int
 from lightning_fed.datamodules.partition import Partition
 
 # NumPy's SeedSequence constants (numpy/random/bit_generator.pyx) and PCG64's 128-bit LCG multiplier.
@@ -416,6 +416,11 @@ def check_eval_clients_per_round(value: Any) -> Optional[Union[int, str]]:
     return int(value)
 
 
+#: ``eval_personal_untrained``'s values: a never-trained client's personal model is the global model (``"global"``)
+#: or it is left out of ``fed_personal_<m>`` (``"exclude"``).
+PERSONAL_UNTRAINED = ("global", "exclude")
+
+
 class ClientEvaluation:
     """Federated evaluation's settings: which clients evaluate the global model, on which of their data.
 
@@ -427,18 +432,21 @@ class ClientEvaluation:
         eval_local_steps: Personalised evaluation: fine-tune each evaluation client this many local steps first
             (default 0: off).
         eval_csv: A CSV file receiving one row per (validation, evaluation client) (default ``None``).
+        eval_personal_untrained: With a personalised method, an evaluation client without personal state (never
+            trained) in ``fed_personal_<m>``: ``"global"`` (default) evaluates it with the global model,
+            ``"exclude"`` leaves it out of the personal statistics (:data:`PERSONAL_UNTRAINED`).
 
     See :class:`~lightning_fed.datamodules.FederatedDataModule` for the whole story.
 
     Raises:
         ValueError: an ``eval_clients_per_round`` that is not ``None``, an int >= 1 or ``"all"``, an
             ``eval_fraction`` outside (0, 1), a negative ``eval_local_steps``, ``eval_local_steps`` or ``eval_csv``
-            without ``eval_clients_per_round``.
+            without ``eval_clients_per_round``; ``eval_personal_untrained`` not one of :data:`PERSONAL_UNTRAINED`.
 
     Example::
 
         >>> ClientEvaluation(eval_clients_per_round=5, eval_fraction=0.2).settings()
-        {'eval_clients_per_round': 5, 'eval_fraction': 0.2, 'eval_local_steps': 0, 'eval_csv': None}
+        {'eval_clients_per_round': 5, 'eval_fraction': 0.2, 'eval_local_steps': 0, 'eval_csv': None, 'eval_personal_untrained': 'global'}
         >>> ClientEvaluation(eval_fraction=1.5)
         Traceback (most recent call last):
         ...
@@ -447,7 +455,7 @@ class ClientEvaluation:
 
     #: This part's settings, the names of :meth:`settings` (each an attribute; the data module forwards them).
     setting_names: ClassVar[tuple[str, ...]] = ("eval_clients_per_round", "eval_fraction", "eval_local_steps",
-                                                "eval_csv")
+                                                "eval_csv", "eval_personal_untrained")
     #: Settings that define the training run (none: evaluation does not change training; ``eval_fraction`` changes
     #: the clients' training data, which the checkpoint's partition digest records).
     run_settings: ClassVar[tuple[str, ...]] = ()
@@ -455,7 +463,8 @@ class ClientEvaluation:
     record_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, eval_clients_per_round: Optional[Union[int, str]] = None, eval_fraction: Optional[float] = None,
-                 eval_local_steps: int = 0, eval_csv: Optional[str] = None) -> None:
+                 eval_local_steps: int = 0, eval_csv: Optional[str] = None,
+                 eval_personal_untrained: str = "global") -> None:
         self.eval_clients_per_round = check_eval_clients_per_round(eval_clients_per_round)
         if eval_fraction is not None and (
             isinstance(eval_fraction, bool) or not isinstance(eval_fraction, numbers.Real) or not 0 < eval_fraction < 1
@@ -464,6 +473,8 @@ class ClientEvaluation:
         self.eval_fraction = None if eval_fraction is None else float(eval_fraction)
         self.eval_local_steps = check_int("eval_local_steps", eval_local_steps, 0)
         self.eval_csv = None if eval_csv is None else str(eval_csv)
+        self.eval_personal_untrained = check_choice("eval_personal_untrained", eval_personal_untrained,
+                                                    PERSONAL_UNTRAINED)
         if self.eval_clients_per_round is None and (self.eval_local_steps or self.eval_csv is not None):
             raise ValueError(
                 "`eval_local_steps` and `eval_csv` need federated evaluation: set `eval_clients_per_round` "

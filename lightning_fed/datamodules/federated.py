@@ -137,6 +137,12 @@ class FederatedDataModule(L.LightningDataModule):
             federated evaluation of a run, appended to afterwards; a resumed ``fit(ckpt_path=...)`` keeps the rows of
             the rounds before the resumed round and appends. Checked at fit / validate start: a missing folder is
             created, a directory or an unwritable path is refused (``ValueError`` naming ``eval_csv``).
+        eval_personal_untrained: With a personalised method (FedBN, FedPer, FedRep, Ditto, ...), how an evaluation
+            client that has no personal state yet (never trained) enters ``fed_personal_*``: ``"global"``
+            (default) with the global model (its personal model until it trains: FedBN / FedPer / FedRep's initial
+            personal parts, Ditto's w^t), ``"exclude"`` left out of the ``fed_personal_*`` statistics (and its
+            ``personal_*`` CSV cells empty); ``fed_*`` and ``fed_personalized_*`` keep every client. Without a
+            personalised method (FedAvg) ``fed_personal_*`` equals ``fed_*`` either way.
         cohort_sampling: How each round's cohort is drawn. ``"fixed_size"`` (default): ``clients_per_round``
             distinct clients, uniformly without replacement. ``"poisson"``: every client joins independently with
             probability q = C/N (C = ``clients_per_round``, N clients; McMahan et al. 2018, Alg. 1, the sampling
@@ -240,6 +246,7 @@ class FederatedDataModule(L.LightningDataModule):
         cohort_sampling: str = "fixed_size",
         batch_columns: Optional[Sequence[str]] = None,
         poisson_draws: str = "per_client",
+        eval_personal_untrained: str = "global",
         device_model: Optional[DeviceModel] = None,
         round_deadline: Optional[float] = None,
         deadline_policy: str = "drop",
@@ -260,7 +267,8 @@ class FederatedDataModule(L.LightningDataModule):
         #: The datasets and how they are read (:class:`~lightning_fed.datamodules.source.DataSource`).
         self.data_source = DataSource(train_dataset, val_dataset, test_dataset, label_column, labels, batch_columns)
         #: Federated evaluation's settings (:class:`~lightning_fed.datamodules.client_eval.ClientEvaluation`).
-        self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv)
+        self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv,
+                                                  eval_personal_untrained)
         #: The device model, round deadline and clock (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
         self.simulated_time = SimulatedTime(device_model, round_deadline, deadline_policy, asynchronous)
         self.batch_size = _check_positive_int("batch_size", batch_size)

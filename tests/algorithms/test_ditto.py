@@ -36,9 +36,9 @@ def _fit(tmp_path, server, rounds, ckpt_dir=None, ckpt_path=None, **trainer_kwar
     return x, y, dm, w0, model, trainer
 
 
-def _ditto_reference(w0, x, y, dm, rounds, lam, eta):
+def _ditto_reference(w0, x, y, dm, rounds, lam, eta, start_from_initial=False, server_step=None):
     """Alg. 1: l. 5 local SGD from w^t; l. 6-7 v_k ← v_k − η(∇F_k(v_k) + λ(v_k − w^t)) once per local batch (v_k
-    starts from w^t the first time); l. 10 the uniform mean of the Δ_k."""
+    starts from w^t the first time, or from w^0 as the authors' code does); l. 10 the uniform mean of the Δ_k."""
     w, v = w0.copy(), {}
     for t in range(rounds):
         drifts = []
@@ -47,12 +47,12 @@ def _ditto_reference(w0, x, y, dm, rounds, lam, eta):
             batches = dm.client_batches(cid, t)
             for batch in batches:
                 wk = wk - GAMMA * mse_grad(wk, x[batch], y[batch])
-            vk = v.get(int(cid), w.copy())
+            vk = v.get(int(cid), (w0 if start_from_initial else w).copy())
             for batch in batches:
                 vk = vk - eta * (mse_grad(vk, x[batch], y[batch]) + lam * (vk - w))
             v[int(cid)] = vk
             drifts.append(wk - w)
-        w = w + np.mean(drifts, axis=0)
+        w = w + np.mean(drifts, axis=0) if server_step is None else server_step(w, np.mean(drifts, axis=0))
     return w, v
 
 
@@ -115,3 +115,94 @@ def test_with_a_frozen_encoder_the_personal_models_cover_only_the_trained_parame
     encoder = frozen.encoder.weight.clone()
     half.personal_model(frozen, table.get(table.ids()[0]))  # v_k into the head; the encoder untouched
     assert torch.equal(frozen.encoder.weight, encoder) and torch.equal(frozen.head.bias, table.get(table.ids()[0])[-1:])
+
+
+@pytest.mark.parametrize("reference", ["initial", "wrong_global"])
+def test_ditto_personal_init_initial_starts_every_v_k_from_w0(tmp_path, reference):
+    """personal_init="initial" (the authors' code): a client sampled for the first time in round t > 0 starts v_k
+    from w^0, not w^t; equal to the NumPy reference, and unequal to the reference starting from w^t."""
+    server = Ditto(lam=0.5, personal_init="initial")
+    x, y, dm, w0, model, _ = _fit(tmp_path, server, rounds=4)
+    first_seen = {}
+    for t in range(4):
+        for c in dm.sample_clients(t):
+            first_seen.setdefault(int(c), t)
+    assert max(first_seen.values()) > 0  # some client joins after round 0
+    want_w, want_v = _ditto_reference(w0, x, y, dm, rounds=4, lam=0.5, eta=GAMMA,
+                                      start_from_initial=reference == "initial")
+    np.testing.assert_allclose(linear_weights(model), want_w, rtol=1e-12, atol=1e-13)
+    table = server.client_algorithm_states["DittoClient"]
+    late = [c for c, t in first_seen.items() if t > 0]
+    got = {c: table.get(c).numpy() for c in late}
+    if reference == "initial":
+        for cid, vk in want_v.items():
+            np.testing.assert_allclose(table.get(cid).numpy(), vk, rtol=1e-12, atol=1e-13)
+    else:
+        assert all(not np.allclose(got[c], want_v[c], rtol=1e-9, atol=0) for c in late)
+
+
+def test_ditto_personal_init_initial_resume_equals_the_uninterrupted_run(tmp_path):
+    """w^0 is recorded in round 0 and checkpointed with the chain's state: a resume at round 2 (before some client
+    is first sampled) continues from it, bit for bit."""
+    full_server = Ditto(lam=0.5, personal_init="initial")
+    _, _, dm, w0, full, _ = _fit(tmp_path / "a", full_server, rounds=4)
+    before = {int(c) for t in range(2) for c in dm.sample_clients(t)}
+    assert {int(c) for c in dm.sample_clients(2)} - before  # a client first sampled after the resume
+    _fit(tmp_path / "b", Ditto(lam=0.5, personal_init="initial"), rounds=2, ckpt_dir=tmp_path / "cb")
+    server = Ditto(lam=0.5, personal_init="initial")
+    *_, resumed, _ = _fit(tmp_path / "b", server, rounds=4, ckpt_dir=tmp_path / "cb2",
+                          ckpt_path=str(tmp_path / "cb" / "last.ckpt"))
+    assert np.array_equal(linear_weights(full), linear_weights(resumed))
+    ta, tb = full_server.client_algorithm_states["DittoClient"], server.client_algorithm_states["DittoClient"]
+    assert sorted(ta.ids()) == sorted(tb.ids()) and all(torch.equal(ta.get(c), tb.get(c)) for c in ta.ids())
+
+
+def test_ditto_personal_init_initial_under_fedadam_with_its_server_half(tmp_path):
+    """Any server rule with DittoInitialModel in its chain: FedAdam (Reddi et al. 2021, Alg. 2, τ = 1e-3) on the
+    uniform mean of the Δ_k; v_k from w^0."""
+    from lightning_fed.algorithms import DittoInitialModel
+    from lightning_fed.callbacks import FedAdam
+    from lightning_fed.server.aggregators import WeightedMean
+
+    server = FedAdam(lr=0.01, weighting="uniform", aggregators=[DittoInitialModel(), WeightedMean()])
+    x, y, dm, w0, model, _ = _fit(tmp_path, server, rounds=3,
+                                  client_algorithms=[DittoClient(lam=0.5, personal_init="initial")])
+    m, v = np.zeros_like(w0), np.full_like(w0, 1e-6)
+
+    def adam(w, delta):
+        m[:] = 0.9 * m + 0.1 * delta
+        v[:] = 0.99 * v + 0.01 * delta ** 2
+        return w + 0.01 * m / (np.sqrt(v) + 1e-3)
+
+    want_w, want_v = _ditto_reference(w0, x, y, dm, rounds=3, lam=0.5, eta=GAMMA, start_from_initial=True,
+                                      server_step=adam)
+    np.testing.assert_allclose(linear_weights(model), want_w, rtol=1e-10, atol=1e-12)
+    table = server.client_algorithm_states["DittoClient"]
+    for cid, vk in want_v.items():
+        np.testing.assert_allclose(table.get(cid).numpy(), vk, rtol=1e-10, atol=1e-12)
+
+
+def test_ditto_personal_init_initial_without_its_server_half_is_refused_at_fit_start(tmp_path):
+    from lightning_fed.callbacks import FedAdam
+
+    with pytest.raises(ValueError, match=r"DittoClient\(lam=0.5, lr=None, personal_init='initial'\) starts each "
+                                         r"personal model from w\^0, which Ditto's server half DittoInitialModel "
+                                         r"keeps: give FedAdam `aggregators=\[DittoInitialModel\(\), WeightedMean"):
+        _fit(tmp_path, FedAdam(lr=0.01), rounds=1, client_algorithms=[DittoClient(lam=0.5, personal_init="initial")])
+
+
+def test_ditto_personal_init_default_and_bad_value():
+    assert repr(Ditto(lam=0.5)) == "Ditto(lam=0.5, personal_lr=None, lr=1.0, weighting='uniform')"
+    assert Ditto(lam=0.5).aggregators is None and DittoClient().personal_init == "global"
+    with pytest.raises(ValueError, match=r"`personal_init` must be one of \('global', 'initial'\), got 'w0'"):
+        DittoClient(personal_init="w0")
+
+
+def test_ditto_initial_model_stage_without_its_client_half_is_refused_at_fit_start(tmp_path):
+    from lightning_fed.algorithms import DittoInitialModel
+    from lightning_fed.server.aggregators import WeightedMean
+
+    server = FedAvg(aggregators=[DittoInitialModel(), WeightedMean()])
+    with pytest.raises(ValueError, match=r"DittoInitialModel in FedAvg's `aggregators` keeps w\^0 for "
+                                         r"DittoClient\(personal_init='initial'\), which this run does not have"):
+        _fit(tmp_path, server, rounds=1, client_algorithms=[DittoClient(lam=0.5)])

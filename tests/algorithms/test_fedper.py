@@ -60,11 +60,11 @@ def grads(w, x, y):
             "net.0.weight": dz.T @ x, "net.0.bias": dz.sum(0)}
 
 
-def fit(tmp_path, server, rounds, dm=None, ckpt_dir=None, ckpt_path=None, **trainer_kwargs):
+def fit(tmp_path, server, rounds, dm=None, ckpt_dir=None, ckpt_path=None, model=None, **trainer_kwargs):
     if dm is None:
         *_, dm = datamodule()
     torch.manual_seed(0)
-    model = TwoLayer()
+    model = TwoLayer() if model is None else model
     w0 = weights(model)
     trainer = federated_fit(tmp_path, model, dm, server, rounds, ckpt_dir, ckpt_path, **trainer_kwargs)
     return w0, model, trainer

@@ -178,7 +178,7 @@ def test_client_evaluation_part_checks_and_reports():
 
     part = ClientEvaluation(eval_clients_per_round=3, eval_fraction=0.5)
     assert part.settings() == {"eval_clients_per_round": 3, "eval_fraction": 0.5, "eval_local_steps": 0,
-                               "eval_csv": None}
+                               "eval_csv": None, "eval_personal_untrained": "global"}  # #55: the new setting's default
     partition = Partition.from_client_lists([[0, 1], [2], [3, 4, 5, 6]])
     train, held = part.held_out(partition, seed=1)
     assert held.sizes().tolist() == [1, 0, 2] and train.sizes().tolist() == [1, 1, 2]
