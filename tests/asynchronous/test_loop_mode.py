@@ -146,3 +146,53 @@ def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     kwargs = {"client_executor": "vectorized"} if case == "executor" else \
         {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else {}
     _refused(tmp_path, dm, server, f"Asynchronous training .* is refused: .*{match}", **kwargs)
+
+
+KILLED_RUN = """
+import os, signal, sys
+import torch
+torch.set_num_threads(1)
+from lightning_fed.callbacks import FedAvg
+from tests.asynchronous.test_loop_mode import KILL_CONFIG, LOGNORMAL, _datamodule
+from tests.helpers import LinearRegression, federated_fit
+
+class KilledInStep2(LinearRegression):  # SIGKILL inside a client's local training in server step 2
+    def training_step(self, batch, batch_idx):
+        if self.trainer.current_epoch == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().training_step(batch, batch_idx)
+
+torch.manual_seed(0)
+federated_fit(sys.argv[1], KilledInStep2(lr=0.05), _datamodule(8, KILL_CONFIG, LOGNORMAL), FedAvg(lr=1.0), 4,
+              ckpt_dir=sys.argv[2])
+"""
+KILL_CONFIG = AsyncConfig(concurrency=4, buffer_size=2, max_staleness=3, seed=2)
+
+
+@pytest.mark.filterwarnings(CHECKPOINT_DIR_REUSED, "ignore:Be aware that when using `ckpt_path`")
+def test_sigkill_mid_step_then_resume_equals_uninterrupted(tmp_path):
+    """A process killed (SIGKILL) inside server step 2, resumed from its last checkpoint (after step 1: clients in
+    flight, their versions, the clock) to step 4, ends with the uninterrupted run's model and events, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path / "k"), str(tmp_path / "ckpt")], cwd=root,
+                          env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir())[-1] == "last.ckpt"
+
+    def run(name, ckpt_path=None):
+        return _fit(tmp_path / name, _datamodule(8, KILL_CONFIG, LOGNORMAL), FedAvg(lr=1.0), 4, ckpt_path=ckpt_path)
+
+    full, full_trainer = run("full")
+    resumed, trainer = run("resumed", str(tmp_path / "ckpt" / "last.ckpt"))
+    assert all(torch.equal(p, q) for p, q in zip(_weights(full), _weights(resumed)))
+    a, b = full_trainer.datamodule.simulated_time, trainer.datamodule.simulated_time
+    assert a.async_simulation.state_dict()["in_flight"] == b.async_simulation.state_dict()["in_flight"]
+    assert (a.clock.elapsed_seconds, a.async_simulation.dispatches) == (b.clock.elapsed_seconds,
+                                                                         b.async_simulation.dispatches)
