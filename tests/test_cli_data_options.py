@@ -94,9 +94,15 @@ def _held(dm, name):
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_every_option_reaches_the_task_on_the_cli(task, tmp_path, monkeypatch):
     args = [a for name, (value, _) in TOGETHER.items() for a in (f"--data.{name}", value)]
+    # #54: asynchronous training (a device model, no deadline: with the first group, not with the clock's below)
+    args += ["--data.device_model", APART["device_model"][0], "--data.asynchronous", APART["asynchronous"][0]]
     dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
     assert type(dm).__name__ == task
     assert {n: _held(dm, n) for n in TOGETHER} == {n: held for n, (_, held) in TOGETHER.items()}
+    config = dm.asynchronous
+    assert (config.concurrency, config.buffer_size, config.max_staleness) == (8, 4, 3)
+    assert (config.staleness.name, config.staleness.a) == ("polynomial", 0.5)
+    assert dm.simulated_time.asynchronous is config
     clock = [a for name in ("device_model", "round_deadline", "deadline_policy") for a in (f"--data.{name}",
                                                                                           APART[name][0])]
     dm = _instantiate(TASKS[task], ["--data.cohort_sampling", "poisson", "--data.poisson_draws", "binomial",
@@ -108,16 +114,6 @@ def test_every_option_reaches_the_task_on_the_cli(task, tmp_path, monkeypatch):
     assert type(dm.device_model).__name__ == "ParametricDeviceModel" and dm.device_model.compute_sigma == 0.5
     assert (dm.round_deadline, dm.deadline_policy) == (30.5, "partial")
     assert dm.simulated_time.device_model is dm.device_model and dm.simulated_time.round_deadline == 30.5
-
-
-@pytest.mark.parametrize("task", sorted(TASKS))
-def test_the_asynchronous_option_reaches_every_task(task, tmp_path, monkeypatch):
-    args = ["--data.device_model", APART["device_model"][0], "--data.asynchronous", APART["asynchronous"][0]]
-    dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
-    config = dm.asynchronous
-    assert (config.concurrency, config.buffer_size, config.max_staleness) == (8, 4, 3)
-    assert (config.staleness.name, config.staleness.a) == ("polynomial", 0.5)
-    assert dm.simulated_time.asynchronous is config
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
