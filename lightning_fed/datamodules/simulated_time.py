@@ -174,7 +174,16 @@ class SimulatedTime:
     def forecast(self, datamodule: Any, rounds: int, payload: Any) -> list[dict[int, int]]:
         """The first ``rounds`` rounds planned from a fresh clock, without changing this part's state: per round
         ``{client id: local steps}`` of the clients that train (what ``FederatedTrainer.estimated_stepping_batches``
-        counts). ``payload``: the bytes each client downloads and uploads."""
+        counts). ``payload``: the bytes each client downloads and uploads.
+
+        Raises:
+            ValueError: under ``asynchronous`` (there are no rounds to plan: which clients train in a server step
+                depends on the staleness drops and failures of the run).
+        """
+        if self.asynchronous is not None:
+            raise ValueError("The local steps of an asynchronous run cannot be forecast round by round (e.g. for "
+                             "Trainer.estimated_stepping_batches): there are no rounds; use a scheduler that does "
+                             "not need the total number of steps.")
         clock, limits = self.clock, self._limits
         self.clock, out = SimulatedClock(), []
         try:

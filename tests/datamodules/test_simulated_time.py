@@ -238,5 +238,7 @@ def test_54_asynchronous_needs_a_device_model_and_no_deadline_and_is_in_the_run_
         "asynchronous.staleness.name": "hinge", "asynchronous.staleness.a": 0.5, "asynchronous.staleness.b": 2,
         "asynchronous.max_staleness": None, "asynchronous.mixing": None, "asynchronous.seed": 0}
     assert dm.settings()["asynchronous/buffer_size"] == 2
+    with pytest.raises(ValueError, match="asynchronous run cannot be forecast"):
+        dm.simulated_time.forecast(dm, 2, 32)
     assert "asynchronous" not in FederatedDataModule(TensorDataset(torch.zeros(4, 1)),
                                                      device_model=ParametricDeviceModel(0.01)).run_config()
