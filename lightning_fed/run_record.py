@@ -20,6 +20,7 @@ import torch
 from lightning_fed._moved import new_paths
 from lightning_fed.migrations import MOVED_CLASSES
 from lightning_fed.server.checks import is_server_optimizer
+from lightning_fed.server.fields import setting_value
 
 #: The top-level names of :func:`run_config` (the first part of every name ``allow_resume_changes`` accepts).
 def _run_config_names() -> tuple[str, ...]:
@@ -85,7 +86,8 @@ def _class_name(obj: Any) -> str:
 def object_settings(obj: Any) -> dict[str, Any]:
     """The constructor settings of ``obj``: ``{name: value}`` for every ``__init__`` parameter stored as an
     attribute of the same name (the convention of lightning_fed's partitioners, local-work policies and server
-    optimizers), values made plain by :func:`_plain`; not those the class lists in ``unrecorded_settings`` (e.g. a
+    optimizers; a setting the class lists in ``setting_paths`` is read there, :func:`~lightning_fed.server.fields.
+    setting_value`), values made plain by :func:`_plain`; not those the class lists in ``unrecorded_settings`` (e.g. a
     server optimizer's ``client_state_store``: where state is kept, not what is computed)."""
     settings: dict[str, Any] = {}
     try:
@@ -93,11 +95,12 @@ def object_settings(obj: Any) -> dict[str, Any]:
     except (TypeError, ValueError):
         return settings
     unrecorded = getattr(type(obj), "unrecorded_settings", ())  # settings that do not change the experiment
+    paths = getattr(type(obj), "setting_paths", {})  # settings that live on a stage (FedAWARE's)
     for name, param in params.items():
         if name == "self" or name in unrecorded or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if name in vars(obj) or isinstance(getattr(type(obj), name, None), property):
-            settings[name] = _plain(getattr(obj, name))
+        if name in vars(obj) or isinstance(getattr(type(obj), name, None), property) or name in paths:
+            settings[name] = _plain(setting_value(obj, name))  # (a stage's setting read on the stage)
     return settings
 
 

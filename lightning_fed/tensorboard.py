@@ -56,6 +56,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 from lightning_fed import _lightning as pl_private
 from lightning_fed.server.checks import find_server_optimizer, is_server_optimizer
+from lightning_fed.server.fields import has_setting, setting_value
 from lightning_fed.tensorboard_partition import (  # noqa: F401  (re-exported: lightning_fed.tensorboard's API)
     MANY_CLIENTS,
     PARTITION_DISTRIBUTION_TAG,
@@ -142,8 +143,8 @@ def _settings(obj: Any) -> dict[str, Any]:
             continue
         if name in ("aggregators", "client") and getattr(obj, name, None) is None:
             continue  # no aggregator chain / client algorithms: the defaults, as runs logged before they existed
-        if hasattr(obj, name):
-            out[name] = getattr(obj, name)
+        if has_setting(obj, name):  # (a stage's setting read on the stage: server/fields.py)
+            out[name] = setting_value(obj, name)
     return out
 
 

@@ -1,8 +1,8 @@
 """Federated algorithms as one unit each: the client half (:class:`~lightning_fed.client.ClientAlgorithm`), the
 server half (an aggregator stage over a typed state) and the per-client state, in one module per method.
 
-Give a client half to any server optimizer (``FedAdam(lr=0.01, client=[FedProxClient(mu=0.01)])``); the server
-half is a stage of its ``aggregators``. Ready-made pairings keep their names in :mod:`lightning_fed.callbacks`
+Give a client half to the run, under any server optimizer (``FederatedTrainer(callbacks=[FedAdam(lr=0.01)],
+client_algorithms=[FedProxClient(mu=0.01)])``); the server half is a stage of the server optimizer's ``aggregators``. Ready-made pairings keep their names in :mod:`lightning_fed.callbacks`
 (:class:`~lightning_fed.algorithms.fedprox.FedProx` is FedAvg with :class:`FedProxClient`).
 """
 

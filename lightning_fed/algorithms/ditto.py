@@ -284,12 +284,13 @@ class Ditto(FedAvg):
     Args:
         lam: λ (≥ 0, default 0.1).
         personal_lr: η of the personal steps (default ``None``: the client learning rate).
-        personal_init: ``"global"`` (default: v_k starts from w^t) or ``"initial"`` (from w^0, the authors' code;
-            adds :class:`DittoInitialModel` before the chain, ``aggregators`` or the weighted mean).
         lr: Server learning rate (default 1.0).
         weighting: ``"uniform"`` (default, Alg. 1, l. 10) or ``"num_samples"``.
         aggregators: As :class:`FedAvg`.
         client: More client halves, run after Ditto's (default ``None``).
+        personal_init: Keyword only (the positional order of the arguments above is unchanged): ``"global"``
+            (default: v_k starts from w^t) or ``"initial"`` (from w^0, the authors' code; adds
+            :class:`DittoInitialModel` before the chain, ``aggregators`` or the weighted mean).
 
     Example::
 
@@ -302,9 +303,9 @@ class Ditto(FedAvg):
     repr_fields = ("lam", "personal_lr", "personal_init", "lr", "weighting")
     repr_hidden = {"personal_init": "global"}
 
-    def __init__(self, lam: float = 0.1, personal_lr: Optional[float] = None, personal_init: str = "global",
-                 lr: float = 1.0, weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
-                 client: Optional[list[ClientAlgorithm]] = None) -> None:
+    def __init__(self, lam: float = 0.1, personal_lr: Optional[float] = None, lr: float = 1.0,
+                 weighting: str = "uniform", aggregators: Optional[list[Stage]] = None,
+                 client: Optional[list[ClientAlgorithm]] = None, *, personal_init: str = "global") -> None:
         half = DittoClient(lam, personal_lr, personal_init)
         if half.personal_init == "initial":
             aggregators = [DittoInitialModel(), *(aggregators if aggregators is not None else [WeightedMean()])]

@@ -20,7 +20,7 @@ from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.server.min_norm import MinNormReport, min_norm_active_set, min_norm_frank_wolfe
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.server.checks import check_positive
-from lightning_fed.server.min_norm import MinNormResult
+from lightning_fed.server.fields import stage_mirror
 from lightning_fed.server.rules.sgd import SGD
 from lightning_fed.algorithms.fedaware_options import (  # noqa: F401  (re-exported: this module's API)
     CONVENTIONS,
@@ -445,26 +445,66 @@ class FedAWAREMinNorm(Stage):
         return delta, state, report
 
 
+#: FedAWARE's settings that are its min-norm stage's (``FedAWARE.min_norm.<name>``), with their mirrors' docs.
+_STAGE_SETTINGS = {
+    "alpha": "Momentum coefficient α (float).",
+    "normalize": "Solve on the unit-normalised momenta.",
+    "alpha_convention": "``\"paper\"`` or ``\"code\"``.",
+    "fedavg_warmup": "FedAvg until every client has been seen once.",
+    "projection": "Keep the magnitude of the average momentum.",
+    "solver": "The min-norm solver, ``\"active_set\"`` or ``\"frank_wolfe\"``.",
+    "warmup_rounds": "FedAvg in rounds 0..warmup_rounds−1 (``None``: off).",
+    "pairing": "``\"client_id\"`` (Alg. 1) or ``\"public_code\"`` (the public code's bug).",
+    "fw_max_iter": "Frank–Wolfe iteration cap.",
+    "fw_tol": "Frank–Wolfe L1 tolerance on λ.",
+    "fw_away_steps": "Away-step Frank–Wolfe.",
+    "num_clients": "N, the number of clients (from the constructor or the data module).",
+    "max_state_bytes": "The limit on the per-client tables: ``\"auto\"``, bytes, or ``None`` (no limit).",
+}
+_STATE = "FedAWARE.stage_state_fields(FedAWARE.min_norm)"  # the live stage state, or the one loaded before it
+_REPORT = "FedAWARE.stage_report(FedAWARE.min_norm)"  # the round report's MinNormReport
+
+
 def _stage_attribute(name: str, doc: str) -> property:
-    """A FedAWARE attribute that is the min-norm stage's (one source of truth)."""
-    return property(lambda self: getattr(self.min_norm, name), lambda self, v: setattr(self.min_norm, name, v), doc=doc)
+    """A deprecated mirror of the min-norm stage's setting ``name`` (one source of truth: the stage)."""
+    return stage_mirror(name, f"FedAWARE.min_norm.{name}", doc, lambda self: getattr(self.min_norm, name),
+                        lambda self, v: setattr(self.min_norm, name, v))
 
 
-def _state_field(name: str, doc: str) -> property:
-    """A FedAWARE attribute that is a field of the min-norm stage's state (``None`` before it exists)."""
+def _state_fields(server: "FedAWARE") -> Optional[dict[str, Any]]:
+    return server.stage_state_fields(server.min_norm)  # the live state, or the one loaded before it is re-made
 
-    def get(self):
-        fields = self.stage_state_fields(self.min_norm)  # the live state, or the one loaded before it is re-made
-        return None if fields is None else fields[name]
 
-    def set(self, value):
-        states = self.aggregator_state
-        if states is None and value is None:
-            return  # nothing to set (and a loaded state waits in the chain)
-        state = FedAWAREMinNorm.State() if states is None else states[0]
-        self.aggregator_state = (state.replace(**{name: value}),)
+def _set_state_field(server: "FedAWARE", name: str, value: Any) -> None:
+    states = server.aggregator_state
+    if states is None and value is None:
+        return  # nothing to set (and a loaded state waits in the chain)
+    state = FedAWAREMinNorm.State() if states is None else states[0]
+    server.aggregator_state = (state.replace(**{name: value}),)
 
-    return property(get, set, doc=doc)
+
+def _state_field(accessor: str, name: str, doc: str) -> property:
+    """A deprecated mirror ``accessor`` of the field ``name`` of the min-norm stage's state (``None`` before it
+    exists)."""
+    return stage_mirror(accessor, f"{_STATE}[{name!r}]", doc,
+                        lambda self: None if _state_fields(self) is None else _state_fields(self)[name],
+                        lambda self, value: _set_state_field(self, name, value))
+
+
+def _table_attribute(name: str, attribute: str, doc: str) -> property:
+    """A deprecated mirror of the momentum table's ``attribute`` (``None`` until the first round)."""
+    def get(self: "FedAWARE") -> Any:
+        fields = _state_fields(self)
+        table = None if fields is None else fields["table"]
+        return None if table is None else getattr(table, attribute)
+
+    return stage_mirror(name, f"{_STATE}['table'].{attribute}", doc, get)
+
+
+def _report_field(name: str, field: str, doc: str) -> property:
+    """A deprecated mirror of the field ``field`` of the min-norm stage's round report (all ``None`` without one)."""
+    return stage_mirror(name, f"{_REPORT}.{field}", doc,
+                        lambda self: getattr(self.stage_report(self.min_norm) or MinNormReport(None, None, None), field))
 
 
 class FedAWARE(ServerOptimizer):
@@ -538,7 +578,7 @@ class FedAWARE(ServerOptimizer):
     min-norm point 0 and stop training; their λ_i is reported as 0. The public code instead waits, through
     ``fedavg_warmup``, until no momentum is zero.
 
-    Memory: the momentum table (:attr:`client_state`, a dense
+    Memory: the momentum table (the stage state's ``table``, a dense
     :class:`~lightning_fed.server.client_state.ClientStateTable`) is an ``[N, d]`` tensor on **CPU** in the parameters' (promoted) dtype, plus
     an ``[N, N]`` float64 Gram matrix kept up to date row by row (C·N·d multiply-adds per round for a cohort of
     C), |D_i| (int64 ``[N]``) and the seen mask (bool ``[N]``)
@@ -557,11 +597,13 @@ class FedAWARE(ServerOptimizer):
     its ``prepare_round``, its metrics its ``round_metrics``: this class only fixes the parts); pass ``num_clients`` to use
     :meth:`server_update` without a trainer (it must then agree with the data module).
 
-    After each round: :attr:`last_weights` (λ over all N clients, ``None`` during warm-up), :attr:`last_solve`
-    (the solver's :class:`~lightning_fed.server.min_norm.MinNormResult`) and, in the logged metrics,
+    After each round, the min-norm stage's report (``stage_report(min_norm)``, a
+    :class:`~lightning_fed.server.min_norm.MinNormReport`): ``weights`` (λ over all N clients, ``None`` during
+    warm-up), ``solve`` (the solver's :class:`~lightning_fed.server.min_norm.MinNormResult`) and ``diversity``; in
+    the logged metrics,
     ``fedaware_support`` (number of clients with λ_i > 0), ``fedaware_fw_iters`` (the solver's iterations, whichever
     solver), ``fedaware_min_norm_sq`` (‖Σλ_i v_i‖²) and ``fedaware_weighted_diversity``
-    (:attr:`last_weighted_diversity`: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 6, with FedAWARE's λ and the vectors it was
+    (the report's ``diversity``: √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²), Eq. 6, with FedAWARE's λ and the vectors it was
     solved on, so 1/‖d_t‖ under ``normalize``). ``round_gradient_diversity`` (:meth:`gradient_diversity`) is, as
     for every server optimizer, the diversity of the round's raw client updates (Def. 3.1), warm-up or not.
 
@@ -613,12 +655,12 @@ class FedAWARE(ServerOptimizer):
         >>> opt = FedAWARE(lr=1.0, num_clients=2)
         >>> params = [torch.zeros(2, dtype=torch.float64)]
         >>> _ = opt.server_update(params, updates)
-        >>> opt.last_weights, params  # x_1 = x_0 − η·d_1
+        >>> opt.stage_report(opt.min_norm).weights, params  # x_1 = x_0 − η·d_1 (λ: the min-norm stage's report)
         (array([0.5, 0.5]), [tensor([-0.5000, -0.5000], dtype=torch.float64)])
         >>> raw = FedAWARE(lr=1.0, num_clients=2, normalize=False)
         >>> params = [torch.zeros(2, dtype=torch.float64)]
         >>> _ = raw.server_update(params, updates)
-        >>> raw.last_weights.round(6), params  # d_1 = 0.8·[0.5, 0] + 0.2·[0, 1]
+        >>> raw.stage_report(raw.min_norm).weights.round(6), params  # d_1 = 0.8·[0.5, 0] + 0.2·[0, 1]
         (array([0.8, 0.2]), [tensor([-0.4000, -0.2000], dtype=torch.float64)])
         >>> FedAWARE(alpha=1.0)
         Traceback (most recent call last):
@@ -630,6 +672,8 @@ class FedAWARE(ServerOptimizer):
     repr_fields = ("lr", "weighting", "alpha", "alpha_convention", "normalize", "fedavg_warmup", "projection", "solver",
                    "warmup_rounds", "pairing")
     repr_hidden = {"warmup_rounds": None, "pairing": "client_id"}
+    #: Settings read on the min-norm stage (state_key, repr, the run record, HParams): ``server/fields.py``.
+    setting_paths = {name: f"min_norm.{name}" for name in _STAGE_SETTINGS}
 
     def __init__(
         self,
@@ -660,64 +704,29 @@ class FedAWARE(ServerOptimizer):
         super().__init__(weighting=weighting, aggregators=[self.min_norm], rule=SGD(lr))
         self._own_aggregators = [self.min_norm]  # its own chain: another one is refused at fit start
 
-    alpha = _stage_attribute("alpha", "Momentum coefficient α (float).")
-    normalize = _stage_attribute("normalize", "Solve on the unit-normalised momenta.")
-    alpha_convention = _stage_attribute("alpha_convention", "``\"paper\"`` or ``\"code\"``.")
-    fedavg_warmup = _stage_attribute("fedavg_warmup", "FedAvg until every client has been seen once.")
-    projection = _stage_attribute("projection", "Keep the magnitude of the average momentum.")
-    solver = _stage_attribute("solver", "The min-norm solver, ``\"active_set\"`` or ``\"frank_wolfe\"``.")
-    warmup_rounds = _stage_attribute("warmup_rounds", "FedAvg in rounds 0..warmup_rounds−1 (``None``: off).")
-    pairing = _stage_attribute("pairing", "``\"client_id\"`` (Alg. 1) or ``\"public_code\"`` (the public code's bug).")
-    fw_max_iter = _stage_attribute("fw_max_iter", "Frank–Wolfe iteration cap.")
-    fw_tol = _stage_attribute("fw_tol", "Frank–Wolfe L1 tolerance on λ.")
-    fw_away_steps = _stage_attribute("fw_away_steps", "Away-step Frank–Wolfe.")
-    num_clients = _stage_attribute("num_clients", "N, the number of clients (from the constructor or the data module).")
-    max_state_bytes = _stage_attribute(
-        "max_state_bytes", "The limit on the per-client tables: ``\"auto\"``, bytes, or ``None`` (no limit).")
-
-    def _min_norm_report(self) -> MinNormReport:
-        """The min-norm stage's report of the last round (:attr:`round_report`; all ``None`` without one)."""
-        return self.stage_report(self.min_norm) or MinNormReport(None, None, None)
-
-    @property
-    def last_weights(self) -> Optional[np.ndarray]:
-        """λ of the last round over all N clients (float64), ``None`` in a warm-up round (the round report's)."""
-        return self._min_norm_report().weights
-
-    @property
-    def last_solve(self) -> Optional[MinNormResult]:
-        """The last round's solver result (``None`` in a warm-up round or with no usable momentum)."""
-        return self._min_norm_report().solve
-
     client_state = _state_field(
-        "table", "m_i: the dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (``None`` "
+        "client_state", "table", "m_i: the dense :class:`~lightning_fed.server.client_state.ClientStateTable` ``[N, d]`` (``None`` "
         "until the first round), held in the min-norm stage's state.")
-    client_num_samples = _state_field("client_num_samples", "|D_i| as last reported by client i, int64 ``[N]``.")
-    gram = _state_field("gram", "⟨m_i, m_j⟩, float64 ``[N, N]``.")
+    client_num_samples = _state_field("client_num_samples", "client_num_samples",
+                                      "|D_i| as last reported by client i, int64 ``[N]``.")
+    gram = _state_field("gram", "gram", "⟨m_i, m_j⟩, float64 ``[N, N]``.")
+    momenta = _table_attribute("momenta", "matrix", "m_i, ``[N, d]`` on CPU (``None`` until the first round).")
+    seen = _table_attribute("seen", "present", "Whether client i has been seen, bool ``[N]`` (the rows written).")
+    last_weights = _report_field(
+        "last_weights", "weights", "λ of the last round over all N clients (float64), ``None`` in a warm-up round.")
+    last_solve = _report_field(
+        "last_solve", "solve", "The last round's solver result (``None`` in a warm-up round or with no usable momentum).")
+    last_weighted_diversity = _report_field(
+        "last_weighted_diversity", "diversity",
+        "FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root) with "
+        "its min-norm λ and the vectors v_i it was solved on; logged as ``fedaware_weighted_diversity``.")
+    warming_up = stage_mirror(
+        "warming_up", "FedAWARE.min_norm.warming_up(state, FedAWARE.num_steps)",
+        "Whether the next round would still be a FedAvg warm-up round.",
+        lambda self: self.min_norm.warming_up(None if self.aggregator_state is None else self.aggregator_state[0],
+                                              self.num_steps))
 
-    @property
-    def momenta(self) -> Optional[Tensor]:
-        """m_i, ``[N, d]`` on CPU (``None`` until the first round): the dense :attr:`client_state` table's matrix."""
-        return None if self.client_state is None else self.client_state.matrix
 
-    @property
-    def seen(self) -> Optional[Tensor]:
-        """Whether client i has been seen, bool ``[N]`` (``None`` until the first round): the rows written in
-        :attr:`client_state`."""
-        return None if self.client_state is None else self.client_state.present
-
-    @property
-    def last_weighted_diversity(self) -> Optional[float]:
-        """FedAWARE's surrogate diversity of the last round, √(Σλ_i‖v_i‖² / ‖Σλ_i v_i‖²) (Eq. 6, the square root)
-        with its min-norm λ and the vectors v_i it was solved on (unit momenta under ``normalize``, so 1/‖d_t‖;
-        else the momenta); logged as ``fedaware_weighted_diversity``. ``None`` in a warm-up round, ``nan`` for a
-        zero combination. Not comparable with ``round_gradient_diversity`` (:meth:`gradient_diversity`): it
-        weighs momenta by the weights chosen to maximise it."""
-        return self._min_norm_report().diversity
-
-    @property
-    def warming_up(self) -> bool:
-        """Whether the next round would still be a FedAvg warm-up round (under ``warmup_rounds``: whether fewer
-        than ``warmup_rounds`` server steps have been taken)."""
-        states = self.aggregator_state
-        return self.min_norm.warming_up(None if states is None else states[0], self.num_steps)
+for _name, _doc in _STAGE_SETTINGS.items():  # FedAWARE.alpha, ...: deprecated mirrors of FedAWARE.min_norm.<name>
+    setattr(FedAWARE, _name, _stage_attribute(_name, _doc))
+del _name, _doc

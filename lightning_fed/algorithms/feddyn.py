@@ -50,9 +50,9 @@ Choices, and where the peers differ (read, not copied):
 * **Which model is evaluated.** θ^t of A4 (the authors' ``cld_model``); their code also reports the plain mean of
   the cohort's models (``avg_model``), which is not kept here.
 
-The server half works with any server rule (``FedAdam(client=[FedDynClient(0.01)], aggregators=
-[FedDynCorrection(0.01)], weighting="uniform")`` runs FedDyn's corrected pseudo-gradient through Adam); only SGD with
-η = 1 is Alg. 1. The client half without the server half (or the reverse), or the two with different α, is refused
+The server half works with any server rule (``FedAdam(aggregators=[FedDynCorrection(0.01)], weighting="uniform")``
+with ``FederatedTrainer(client_algorithms=[FedDynClient(0.01)])`` runs FedDyn's corrected pseudo-gradient through
+Adam); only SGD with η = 1 is Alg. 1. The client half without the server half (or the reverse), or the two with different α, is refused
 at fit start naming both parts (:func:`check_feddyn`).
 
 Memory: one g_k of the model's size per client seen (N·d numbers at most, in the model's dtype, on the CPU and in
@@ -110,7 +110,8 @@ def check_feddyn(server: Any) -> None:
     if stages and not clients:
         raise ValueError(
             f"{stages[0]!r} (FedDyn's server half) in {name}'s `aggregators` needs FedDyn's client half: "
-            f"`client=[FedDynClient(alpha={stages[0].alpha})]` (or use FedDyn(alpha={stages[0].alpha})); "
+            f"`FederatedTrainer(client_algorithms=[FedDynClient(alpha={stages[0].alpha})])` (or use "
+            f"FedDyn(alpha={stages[0].alpha})); "
             f"without it h corrects a regulariser the clients never used."
         )
     if not clients:
@@ -155,15 +156,21 @@ class FedDynClient(ClientAlgorithm):
     Raises:
         ValueError: ``alpha`` not a finite number > 0; at fit start, as :func:`check_feddyn`.
 
-    Example: FedDyn's client half under FedAvg without its server half is refused when fit starts; the full pairing::
+    Example: the full pairing under FedAvg, its client half given to the trainer (or the ready-made
+    :class:`~lightning_fed.algorithms.feddyn.FedDyn`, which holds both); FedDyn's server half without its client half
+    is refused when fit starts::
 
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.algorithms.feddyn import FedDyn
         >>> from lightning_fed.callbacks import FedAvg
-        >>> FedAvg(weighting="uniform", aggregators=[FedDynCorrection(alpha=0.1)], client=[FedDynClient(alpha=0.1)])
-        FedAvg(lr=1.0, weighting='uniform', client=[FedDynClient(alpha=0.1)])
-        >>> check_feddyn(FedAvg(weighting="uniform", client=[FedDynClient(alpha=0.1)]))
+        >>> server = FedAvg(weighting="uniform", aggregators=[FedDynCorrection(alpha=0.1)])
+        >>> trainer = FederatedTrainer(callbacks=[server], client_algorithms=[FedDynClient(alpha=0.1)], logger=False, enable_checkpointing=False,
+        ...                            enable_progress_bar=False, enable_model_summary=False)
+        >>> check_feddyn(FedDyn(alpha=0.1))  # fine: both halves
+        >>> check_feddyn(server)  # what fit start checks without the trainer's half
         Traceback (most recent call last):
         ...
-        ValueError: FedDynClient(alpha=0.1) (FedDyn's client half) needs FedDyn's server half in FedAvg's `aggregators`: `aggregators=[FedDynCorrection(alpha=0.1)]` (or use FedDyn(alpha=0.1)); without it the clients' dynamic regulariser is never balanced by h (Acar et al. 2021, Alg. 1, A3-A4).
+        ValueError: FedDynCorrection(alpha=0.1) (FedDyn's server half) in FedAvg's `aggregators` needs FedDyn's client half: `FederatedTrainer(client_algorithms=[FedDynClient(alpha=0.1)])` (or use FedDyn(alpha=0.1)); without it h corrects a regulariser the clients never used.
     """
 
     def __init__(self, alpha: float = 0.01) -> None:
@@ -283,9 +290,9 @@ class FedDynCorrection(Stage):
 
 class FedDyn(FedAvg):
     """FedDyn (Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021, Algorithm 1): the
-    composition ``FedAvg(lr, weighting="uniform", aggregators=[FedDynCorrection(alpha)],
-    client=[FedDynClient(alpha)])``; write that composition by hand to add client transforms (e.g. clipping) before
-    the reducer, or give the two halves to another server rule.
+    composition ``FedAvg(lr, weighting="uniform", aggregators=[FedDynCorrection(alpha)])`` with
+    ``FederatedTrainer(client_algorithms=[FedDynClient(alpha)])``; write that composition by hand to add client
+    transforms (e.g. clipping) before the reducer, or give the two halves to another server rule.
 
     Client k of round t (cohort P_t, global model θ^{t−1}) runs its local work on the gradient
     ``∇L_k(θ) − g_k + α(θ − θ^{t−1})`` (Alg. 1's local objective L_k(θ) − ⟨∇L_k(θ_k^{t−1}), θ⟩ + α/2‖θ − θ^{t−1}‖²),

@@ -388,7 +388,7 @@ class FedNova(ServerOptimizer):
 
         ServerOptimizer(rule=Adam(lr=0.01), aggregators=[FedNovaAveraging(local_solver="momentum", momentum=0.9)])
 
-    (with ``client=[FedProxClient(mu)]`` for the proximal variant), or the authors' server momentum ``gmf``:
+    (with ``FederatedTrainer(client_algorithms=[FedProxClient(mu)])`` for the proximal variant), or the authors' server momentum ``gmf``:
     ``rule=Momentum(lr=1.0, momentum=gmf)``. The same fit-start checks run there.
 
     Logged ``round_gradient_diversity``: the raw client updates' diversity √(Σ_i w_i‖Δ_i‖² / ‖Σ_i w_i Δ_i‖²) (Zeng et

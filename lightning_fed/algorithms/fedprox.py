@@ -38,11 +38,16 @@ class FedProxClient(ClientAlgorithm):
     Raises:
         ValueError: ``mu`` not a finite number >= 0.
 
-    Example: FedProx clients under FedAdam (any server optimizer without its own client side)::
+    Example: FedProx clients under FedAdam (any server optimizer without its own client side), given to the trainer
+    (YAML/CLI: ``trainer.client_algorithms``)::
 
+        >>> from lightning_fed import FederatedTrainer
         >>> from lightning_fed.callbacks import FedAdam
-        >>> FedAdam(lr=0.01, client=[FedProxClient(mu=0.01)])
-        FedAdam(lr=0.01, weighting='num_samples', beta1=0.9, beta2=0.99, tau=0.001, initial_accumulator=1e-06, bias_correction=False, convention='reddi', client=[FedProxClient(mu=0.01)])
+        >>> trainer = FederatedTrainer(callbacks=[FedAdam(lr=0.01)], client_algorithms=[FedProxClient(mu=0.01)],
+        ...                            logger=False, enable_checkpointing=False,
+        ...                            enable_progress_bar=False, enable_model_summary=False)
+        >>> trainer.client_algorithms
+        [FedProxClient(mu=0.01)]
     """
 
     def __init__(self, mu: float) -> None:

@@ -4,7 +4,8 @@ l. 10 and Δc_i of l. 12-13) and the server half :class:`ScaffoldControl` (the r
 holds c and the c_i). :class:`~lightning_fed.algorithms.scaffold.SCAFFOLD` is the two under server SGD (η_g), the paper's
 method; the halves go with any server rule, e.g. SCAFFOLD's clients and control variates under FedYogi::
 
-    FedYogi(lr=0.01, weighting="uniform", aggregators=[ScaffoldControl()], client=[ScaffoldClient()])
+    FederatedTrainer(callbacks=[FedYogi(lr=0.01, weighting="uniform", aggregators=[ScaffoldControl()])],
+                     client_algorithms=[ScaffoldClient()])
 
 One half without the other is refused at fit start naming both (:func:`check_scaffold`).
 """
@@ -21,6 +22,7 @@ from lightning_fed.client.algorithm import ClientAlgorithm, stepped_indices
 from lightning_fed.server.aggregators.base import ClientDeltas, RoundInfo, Stage, WeightedMean, state_dtype
 from lightning_fed.server.client_state import ClientStateTable
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
+from lightning_fed.server.fields import stage_mirror, warn_mirror
 from lightning_fed.server.rules.sgd import SGD
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -241,11 +243,11 @@ def check_scaffold(server: Any) -> None:
     Example::
 
         >>> from lightning_fed.callbacks import FedYogi
-        >>> check_scaffold(FedYogi(aggregators=[ScaffoldControl()], client=[ScaffoldClient()]))  # fine
-        >>> check_scaffold(FedYogi(client=[ScaffoldClient()]))
+        >>> check_scaffold(SCAFFOLD())  # fine: the ready-made name holds both halves
+        >>> check_scaffold(FedYogi(aggregators=[ScaffoldControl()]))  # its client half not given to the trainer
         Traceback (most recent call last):
         ...
-        ValueError: ScaffoldClient() (SCAFFOLD's client half) needs SCAFFOLD's server half in FedYogi's `aggregators`: `aggregators=[ScaffoldControl()]` (or use SCAFFOLD()); without it c and the c_i are never updated (Karimireddy et al. 2020, Alg. 1, l. 16-17).
+        ValueError: ScaffoldControl() (SCAFFOLD's server half) in FedYogi's `aggregators` needs SCAFFOLD's client half: `FederatedTrainer(client_algorithms=[ScaffoldClient()])` (or use SCAFFOLD()); without it no client sends Δc_i (Alg. 1, l. 12-13).
     """
     name = type(server).__name__
     clients = [a for a in getattr(server, "client_algorithms", ()) if isinstance(a, ScaffoldClient)]
@@ -259,7 +261,8 @@ def check_scaffold(server: Any) -> None:
     if stages and not clients:
         raise ValueError(
             f"{stages[0]!r} (SCAFFOLD's server half) in {name}'s `aggregators` needs SCAFFOLD's client half: "
-            "`client=[ScaffoldClient()]` (or use SCAFFOLD()); without it no client sends Δc_i (Alg. 1, l. 12-13)."
+            "`FederatedTrainer(client_algorithms=[ScaffoldClient()])` (or use SCAFFOLD()); without it no client sends "
+            "Δc_i (Alg. 1, l. 12-13)."
         )
     if len(clients) > 1 or len(stages) > 1:
         raise ValueError(f"{name} runs SCAFFOLD's halves more than once ({clients}, {stages}); give one of each.")
@@ -292,11 +295,16 @@ class ScaffoldClient(ClientAlgorithm):
         RuntimeError: :meth:`finish` without :meth:`start`, or a stepped parameter's learning rate not a finite
             number > 0 (option II divides by it).
 
-    Example: SCAFFOLD's clients and control variates under FedAvgM (server momentum)::
+    Example: SCAFFOLD's clients and control variates under FedAvgM (server momentum), the client half given to the
+    trainer (YAML/CLI: ``trainer.client_algorithms``; ``examples/fashion_mnist_hybrid_plus_scaffold_fedyogi.yaml``)::
 
+        >>> from lightning_fed import FederatedTrainer
         >>> from lightning_fed.callbacks import FedAvgM
-        >>> FedAvgM(lr=1.0, momentum=0.9, weighting="uniform", aggregators=[ScaffoldControl()], client=[ScaffoldClient()])
-        FedAvgM(lr=1.0, weighting='uniform', momentum=0.9, client=[ScaffoldClient()])
+        >>> server = FedAvgM(lr=1.0, momentum=0.9, weighting="uniform", aggregators=[ScaffoldControl()])
+        >>> trainer = FederatedTrainer(callbacks=[server], client_algorithms=[ScaffoldClient()], logger=False, enable_checkpointing=False,
+        ...                            enable_progress_bar=False, enable_model_summary=False)
+        >>> server, trainer.client_algorithms
+        (FedAvgM(lr=1.0, weighting='uniform', momentum=0.9), [ScaffoldClient()])
     """
 
     def __init__(self) -> None:
@@ -382,6 +390,9 @@ class ScaffoldClient(ClientAlgorithm):
 
     def settings(self) -> dict[str, Any]:
         return {}
+
+
+_STATE = "SCAFFOLD.stage_state_fields(SCAFFOLD.control_stage)"  # the live stage state, or the one loaded before it
 
 
 class SCAFFOLD(ServerOptimizer):
@@ -476,9 +487,10 @@ class SCAFFOLD(ServerOptimizer):
         >>> # (1, 2): y = 0 + 0.1·4 = 0.4, then 0.4 + 0.1·3.2 = 0.72;  (2, 4): y = 0 + 0.1·16 = 1.6, then 1.6 + 0.1·3.2 = 1.92
         >>> round(model.w.item(), 10)  # x ← x + η_g·mean_i(y_i − x) = (0.72 + 1.92)/2
         1.32
-        >>> sorted(round(scaffold.client_control(i)[0].item(), 10) for i in (0, 1))  # c_i⁺ = (x − y_i)/(K·η_l)
+        >>> stage = scaffold.control_stage  # the control variates are the stage's
+        >>> sorted(round(stage.client_control(scaffold, i)[0].item(), 10) for i in (0, 1))  # c_i⁺ = (x − y_i)/(K·η_l)
         [-9.6, -3.6]
-        >>> round(scaffold.state["control"][0].item(), 10), scaffold.num_clients  # c = (1/N)·Σ Δc_i
+        >>> round(scaffold.stage_state_fields(stage)["control"][0].item(), 10), stage.num_clients  # c = (1/N)·Σ Δc_i
         (-6.6, 2)
     """
 
@@ -491,50 +503,38 @@ class SCAFFOLD(ServerOptimizer):
         self._own_client = [ScaffoldClient()]  # the client half: c − c_i on the gradients, Δc_i sent back
         self._own_aggregators = [self.control_stage]  # its own chain: another one is refused at fit start
 
-    @property
-    def num_clients(self) -> Optional[int]:
-        """N, the number of clients in the federation (from the data module at fit start; the stage's)."""
-        return self.control_stage.num_clients
-
-    @num_clients.setter
-    def num_clients(self, value: Optional[int]) -> None:
-        self.control_stage.num_clients = value
-
     def _stage_state(self) -> ScaffoldControl.State:
         fields = self.stage_state_fields(self.control_stage)  # the live state, or the one loaded before it is re-made
         return ScaffoldControl.State() if fields is None else ScaffoldControl.State(**fields)
 
-    @property
-    def client_state(self) -> Optional[ClientStateTable]:
-        """The c_i (:class:`~lightning_fed.server.client_state.ClientStateTable`, ``None`` before the first round),
-        held in the stage's state."""
-        return self._stage_state().table
-
-    @client_state.setter
-    def client_state(self, value: Optional[ClientStateTable]) -> None:
-        self.aggregator_state = (self._stage_state()._replace(table=value),)
-
-    @property
-    def state(self) -> dict[str, list[Tensor]]:
-        """``{"control": c}`` (the stage state's c, one tensor per parameter; ``{}`` before the first client)."""
-        control = self._stage_state().control
-        return {} if control is None else {"control": control}
-
-    @state.setter
-    def state(self, value: dict[str, list[Tensor]]) -> None:
-        self.aggregator_state = (self._stage_state()._replace(control=value.get("control")),)
-
-    @property
-    def client_controls(self) -> dict[int, Tensor]:
-        """c_i of every client seen so far: client id -> flat CPU vector (missing = zero); the rows of
-        :attr:`client_state`."""
-        return {} if self.client_state is None else self.client_state.rows()
+    # Deprecated mirrors of the control stage (removed in 0.3.0: read SCAFFOLD.control_stage and its state instead).
+    num_clients = stage_mirror(
+        "num_clients", "SCAFFOLD.control_stage.num_clients",
+        "N, the number of clients in the federation (from the data module at fit start).",
+        lambda self: self.control_stage.num_clients, lambda self, value: setattr(self.control_stage, "num_clients", value))
+    client_state = stage_mirror(
+        "client_state", f"{_STATE}['table']",
+        "The c_i (:class:`~lightning_fed.server.client_state.ClientStateTable`, ``None`` before the first round).",
+        lambda self: self._stage_state().table,
+        lambda self, value: setattr(self, "aggregator_state", (self._stage_state()._replace(table=value),)))
+    state = stage_mirror(
+        "state", f"{_STATE}['control']",
+        "``{\"control\": c}`` (the stage state's c, one tensor per parameter; ``{}`` before the first client).",
+        lambda self: {} if self._stage_state().control is None else {"control": self._stage_state().control},
+        lambda self, value: setattr(self, "aggregator_state",
+                                    (self._stage_state()._replace(control=value.get("control")),)))
+    client_controls = stage_mirror(
+        "client_controls", f"{_STATE}['table'].rows()",
+        "c_i of every client seen so far: client id -> flat CPU vector (missing = zero).",
+        lambda self: {} if self._stage_state().table is None else self._stage_state().table.rows())
 
     def client_control(self, client_id: int) -> list[Tensor]:
-        """c_i of client ``client_id`` shaped like c (on c's device; zeros before its first participation):
-        :meth:`ScaffoldControl.client_control <lightning_fed.algorithms.ScaffoldControl.client_control>`.
+        """Deprecated (removed in 0.3.0): ``SCAFFOLD.control_stage.client_control(SCAFFOLD, client_id)``. c_i of client
+        ``client_id`` shaped like c (on c's device; zeros before its first participation).
 
         Raises:
             RuntimeError: before the first round (no c yet).
         """
+        warn_mirror(type(self).__name__, "client_control",
+                    f"{type(self).__name__}.control_stage.client_control({type(self).__name__}, client_id)")
         return self.control_stage.client_control(self, client_id)

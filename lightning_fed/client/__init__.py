@@ -3,7 +3,7 @@
 * :mod:`~lightning_fed.client.update` — :class:`ClientUpdate` (what a client sends back), built only by
   :meth:`ClientRunner.build_update`;
 * :mod:`~lightning_fed.client.algorithm` — :class:`ClientAlgorithm`, the client half of an algorithm (FedProx's
-  proximal term, FedDyn's regulariser), given to any server optimizer as ``client=[...]``;
+  proximal term, FedDyn's regulariser), given to the run as ``FederatedTrainer(client_algorithms=[...])``;
 * :mod:`~lightning_fed.client.runner` — :class:`~lightning_fed.client.runner.ClientRunner`, owned by the federated
   loop: start a client from x_t, take a local step, finish it into a ``ClientUpdate``, report a failure; and
   :class:`~lightning_fed.client.runner.ClientContext`, what the server sends a client;

@@ -5,7 +5,7 @@ dynamic regulariser, SCAFFOLD's control variates) with a server-side aggregation
 :class:`ClientAlgorithm` is the client half, a part of the run of its own::
 
     FederatedTrainer(callbacks=[FedAdam(lr=0.01)], client_algorithms=[FedProxClient(mu=0.01)])  # FedProx clients
-    FedAdam(lr=0.01, client=[FedProxClient(mu=0.01)])  # the same run, the halves given to the server optimizer
+    # (FedAdam(lr=0.01, client=[...]), the halves given to the server optimizer: deprecated, removed in 0.3.0)
 
 and its server half, if it has one, is an aggregator stage of the same algorithm's module
 (:mod:`lightning_fed.algorithms`), so that a client half works with every server rule (pfl-research's split:
@@ -50,17 +50,22 @@ class ClientAlgorithm:
     Subclasses hold only their hyper-parameters as attributes of the same names as their ``__init__`` arguments
     (the server optimizer records them in the checkpoint's run record, and ``repr`` shows them).
 
-    Example: a client half that scales every gradient by 1/2 (a client learning rate halved), under FedAvg::
+    Example: a client half that scales every gradient by 1/2 (a client learning rate halved), under FedAvg; the run's
+    client halves are given to the trainer (``FederatedTrainer(client_algorithms=[...])``; YAML/CLI:
+    ``trainer.client_algorithms``)::
 
         >>> import torch
+        >>> from lightning_fed import FederatedTrainer
         >>> from lightning_fed.callbacks import FedAvg
         >>> class HalfGradients(ClientAlgorithm):
         ...     def before_optimizer_step(self, module, optimizer):
         ...         for p in module.parameters():
         ...             if p.grad is not None:
         ...                 p.grad.mul_(0.5)
-        >>> FedAvg(client=[HalfGradients()])
-        FedAvg(lr=1.0, weighting='num_samples', client=[HalfGradients()])
+        >>> trainer = FederatedTrainer(callbacks=[FedAvg()], client_algorithms=[HalfGradients()], logger=False, enable_checkpointing=False,
+        ...                            enable_progress_bar=False, enable_model_summary=False)
+        >>> trainer.client_algorithms
+        [HalfGradients()]
     """
 
     def state_dim(self, num_params: int) -> int:

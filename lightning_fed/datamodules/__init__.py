@@ -2,8 +2,9 @@
 evaluation), the partitioners and the tasks.
 
 Layout: the data module and its parts stand at the top (``federated``, ``source``, ``partition``, ``cohorts``,
-``local_work``, ``client_eval``, ``huggingface``); the partition schemes in :mod:`lightning_fed.datamodules.partitioners`, one per
-module; the tasks' data modules in :mod:`lightning_fed.datamodules.tasks`. Every class is re-exported here
+``local_work``, ``client_eval``, ``simulated_time`` with the device models in ``devices/``, ``huggingface``); the
+partition schemes in :mod:`lightning_fed.datamodules.partitioners`, one per module; the tasks' data modules in
+:mod:`lightning_fed.datamodules.tasks`. Every class is re-exported here
 (``lightning_fed.datamodules.DirichletPartitioner``, ``lightning_fed.datamodules.CIFAR10DataModule``).
 
 The modules' paths from before that layout (``lightning_fed.datamodules.cifar``, ``...dirichlet``,
@@ -18,7 +19,9 @@ import importlib as _importlib
 from typing import Any as _Any
 
 from lightning_fed._moved import MOVED_MODULES
+from lightning_fed.datamodules.devices import CallableDeviceModel, DeviceModel, DeviceProfiles, ParametricDeviceModel
 from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.datamodules.simulated_time import SimulatedTime
 from lightning_fed.datamodules.local_work import (
     ClientWork,
     FixedLocalSteps,
@@ -68,8 +71,11 @@ def __getattr__(name: str) -> _Any:
 __all__ = [
     "CIFAR100DataModule",
     "CIFAR10DataModule",
+    "CallableDeviceModel",
     "ClientWork",
     "DataSource",
+    "DeviceModel",
+    "DeviceProfiles",
     "DirichletPartitioner",
     "EMNISTDataModule",
     "ExponentialPartitioner",
@@ -86,12 +92,14 @@ __all__ = [
     "MOVED_MODULES",
     "NaturalIdPartitioner",
     "PachinkoPartitioner",
+    "ParametricDeviceModel",
     "Partition",
     "Partitioner",
     "PathologicalPartitioner",
     "SampledLocalWork",
     "ShakespeareDataModule",
     "ShardPartitioner",
+    "SimulatedTime",
     "SizeLabelSkewPartitioner",
     "SquarePartitioner",
     "StackOverflowNWPDataModule",

@@ -1,18 +1,19 @@
 """A server optimizer's constructor arguments checked by the class the user wrote (``FedAdam(lrr=0.1)`` names
 ``FedAdam`` and ``lr``, not the base class whose ``__init__`` it inherits), the methods a subclass may no longer
 override (:class:`~lightning_fed.callbacks.ServerOptimizer` refuses them when the subclass is defined), the
-server learning rate given as ``lr`` or on the rule, the deprecated ``client=[...]``, and the settings a server
-optimizer's ``state_key`` and ``repr`` are derived from (:func:`fields_of`)."""
+server learning rate given as ``lr`` or on the rule and the deprecated ``client=[...]``. The settings a server
+optimizer's ``state_key`` and ``repr`` are derived from are :mod:`lightning_fed.server.fields`' (:func:`fields_of`,
+re-exported here)."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
-import math
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from lightning_fed.server.checks import check_positive
+from lightning_fed.server.fields import fields_of, none_if_infinite  # noqa: F401  (re-exported)
 from lightning_fed.server.rules.base import Rule
 
 __all__ = ["REMOVED_OVERRIDES", "check_arguments", "check_removed_overrides", "check_rule_lr"]
@@ -126,29 +127,6 @@ class _ArgumentsCheckedByName:
             check_arguments(cls, args, kwargs)
         return super().__new__(cls)
 
-def fields_of(obj: Any, specs: Sequence[str]) -> list[tuple[str, Any]]:
-    """``(key, value)`` of each ``"key"`` or ``"key=dotted.path"`` of ``specs``, read from ``obj``: what a server
-    optimizer's ``state_key_fields`` and ``repr_fields`` name.
-
-    Example::
-
-        >>> from lightning_fed.callbacks import FedAdam
-        >>> server = FedAdam(lr=0.1)
-        >>> fields_of(server, server.state_key_fields)
-        [('lr', 0.1), ('beta1', 0.9), ('beta2', 0.99), ('tau', 0.001), ('weighting', 'num_samples')]
-        >>> from types import SimpleNamespace
-        >>> fields_of(SimpleNamespace(stage=SimpleNamespace(alpha=0.5)), ["alpha=stage.alpha"])
-        [('alpha', 0.5)]
-    """
-    out = []
-    for spec in specs:
-        key, _, path = spec.partition("=")
-        value: Any = obj
-        for part in (path or key).split("."):
-            value = getattr(value, part)
-        out.append((key, value))
-    return out
-
 
 #: The release that drops ``ServerOptimizer(client=...)`` (deprecated for ``FederatedTrainer(client_algorithms=...)``).
 CLIENT_REMOVED_IN = "0.3.0"
@@ -166,15 +144,3 @@ def warn_client_deprecated(server: Any) -> None:
         "client halves to the trainer instead, `FederatedTrainer(client_algorithms=[...])` (YAML/CLI: "
         "`trainer.client_algorithms`), which also keeps them when the server optimizer is swapped.",
         DeprecationWarning, stacklevel=level)
-
-
-def none_if_infinite(value: float) -> Optional[float]:
-    """``None`` for ±∞ (an unset bound, as the constructor takes it), else ``value``: a :attr:`ServerOptimizer.repr_formats` entry.
-
-    Example::
-
-        >>> none_if_infinite(math.inf), none_if_infinite(2.0)
-        (None, 2.0)
-    """
-    return None if math.isinf(value) else value
-
