@@ -203,6 +203,15 @@ class DifferentialPrivacy:
                 f"`sampling={self.sampling!r}` but {type(dm).__name__} has cohort_sampling={cohorts!r}: the privacy "
                 f"analysis must be that of the cohorts drawn; use sampling={cohorts!r}."
             )
+        devices = getattr(dm, "device_model", None)
+        if devices is not None and devices.has_availability:
+            raise ValueError(
+                f"{type(self).__name__} accounts ε for cohorts drawn by {self.sampling!r} sampling from all {n} "
+                f"clients, but {type(dm).__name__}'s device_model {type(devices).__name__} has availability: each "
+                "round samples only the clients online at its start, so a client's chance of joining follows its "
+                "availability (not q = C/N), and the privacy analysis would not hold. Use a device model without "
+                "availability (e.g. FedScaleDevices without behaviour_file) for a DP run."
+            )
         if getattr(dm, "client_dropout", 0) or getattr(dm, "over_selection", 0):
             rank_zero_warn(
                 "DP accounting assumes exactly clients_per_round clients drawn uniformly each round; with "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from lightning_fed.checks import check_positive_int
 COHORT_SAMPLINGS = ("fixed_size", "poisson", "sweep_then_uniform")
 #: How a Poisson cohort is drawn (:class:`CohortSampler`'s ``poisson_draws``).
 POISSON_DRAWS = ("per_client", "binomial")
+#: With availability, a fixed-size round over N > 2·L clients draws at most L = ``max(AVAILABILITY_DRAWS_FACTOR · num,
+#: AVAILABILITY_DRAWS_MIN)`` distinct candidates looking for ``num`` online ones (see :meth:`CohortSampler.select`).
+AVAILABILITY_DRAWS_FACTOR, AVAILABILITY_DRAWS_MIN = 100, 10_000
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class CohortSelection:
         candidates: The clients sampled (``clients_per_round`` plus the over-selection; Poisson: the round's
             sample), int64, in order.
         unavailable: How many candidates dropped out (simulated device dropout).
+        offline: How many clients drawn were offline at selection and so not sampled (only with a device model that
+            has availability: :meth:`CohortSampler.select`'s ``is_online``; 0 otherwise; not in the repr).
 
     Example::
 
@@ -45,6 +50,7 @@ class CohortSelection:
     cohort: np.ndarray
     candidates: np.ndarray
     unavailable: int
+    offline: int = field(default=0, repr=False)
 
 
 class CohortSampler:
@@ -149,19 +155,45 @@ class CohortSampler:
             return 0
         return math.ceil(num_clients / self.clients_per_round)
 
-    def select(self, round_idx: int, num_clients: int) -> CohortSelection:
+    def select(self, round_idx: int, num_clients: int,
+               is_online: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> CohortSelection:
         """Sample round ``round_idx``'s candidates among ``num_clients``, apply dropout, keep the first
-        ``clients_per_round`` (Poisson and sweep cohorts: keep all that stay)."""
+        ``clients_per_round`` (Poisson and sweep cohorts: keep all that stay).
+
+        ``is_online`` (issue #53: a device model with availability, asked at the round's simulated start time):
+        ``is_online(client_ids int64 [n]) -> bool [n]``. A client offline then is not sampled, so the sampling law
+        changes from the population to the clients online at that time:
+
+        * ``"fixed_size"``: candidates are drawn one block at a time in the same seeded order as without
+          availability and the offline ones skipped (rejection sampling), until ``⌈C·(1 + over_selection)⌉`` online
+          ones are found: each round's candidates are uniform without replacement among the clients online at its
+          start, not among all N (a client's chance of joining now follows its availability). O(cohort) a round:
+          with N > 2·L, L = ``max(100·num, 10,000)``, at most L distinct clients are asked and a round finding
+          fewer than ``num`` online among them raises RuntimeError; with N <= 2·L every client may be asked, and
+          when fewer than ``num`` are online the round keeps them all, a smaller cohort or none (as FedScale's
+          selection does).
+        * ``"poisson"``: the Poisson sample's offline clients are left out: each online client joins with
+          probability q = C/N (so the cohort size is Binomial(online, q), no longer Binomial(N, q)).
+        * ``"sweep_then_uniform"``: a sweep round's offline clients miss their visit; after the sweep as
+          ``"fixed_size"``.
+
+        Client dropout then applies to the online candidates as without availability. With every client online
+        the cohort is the same as without ``is_online``.
+        """
         round_idx = int(round_idx)
         if self.cohort_sampling == "poisson":
-            return self._poisson(round_idx, num_clients)
+            return self._poisson(round_idx, num_clients, is_online)
         if self.cohort_sampling == "sweep_then_uniform" and round_idx < self.sweep_rounds(num_clients):
-            return self._sweep(round_idx, num_clients)
+            return self._sweep(round_idx, num_clients, is_online)
         num = min(num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
         rng = np.random.default_rng([self.seed, 0x5A3D, round_idx])
         candidates = rng.choice(num_clients, size=num, replace=False).astype(np.int64)
+        offline = 0
+        if is_online is not None:
+            candidates, offline = _online_candidates(rng, candidates, num, num_clients, is_online, round_idx)
         available = self._drop(candidates, round_idx)
-        return CohortSelection(available[: self.clients_per_round], candidates, int(num - len(available)))
+        return CohortSelection(available[: self.clients_per_round], candidates, int(len(candidates) - len(available)),
+                               offline)
 
     def available(self, candidates: np.ndarray, round_idx: int) -> np.ndarray:
         """The candidates of round ``round_idx`` that do not drop out (``client_dropout``), in order: those the
@@ -175,17 +207,18 @@ class CohortSampler:
         draws = np.random.default_rng([self.seed, 0xD409, round_idx]).random(len(candidates))
         return candidates[draws >= self.client_dropout]
 
-    def _sweep(self, round_idx: int, num_clients: int) -> CohortSelection:
+    def _sweep(self, round_idx: int, num_clients: int, is_online: Optional[Callable] = None) -> CohortSelection:
         c = self.clients_per_round
         key = (self.seed, num_clients)
         if self._sweep_order is None or self._sweep_order[0] != key:  # one permutation per sweep, drawn once
             order = np.random.default_rng([self.seed, 0x5EE9]).permutation(num_clients).astype(np.int64)
             self._sweep_order = (key, order)
         candidates = self._sweep_order[1][round_idx * c:(round_idx + 1) * c].copy()
+        candidates, offline = _keep_online(candidates, is_online)
         available = self._drop(candidates, round_idx)
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)), offline)
 
-    def _poisson(self, round_idx: int, num_clients: int) -> CohortSelection:
+    def _poisson(self, round_idx: int, num_clients: int, is_online: Optional[Callable] = None) -> CohortSelection:
         # N uniforms per round: client i joins iff its own draw u_i < q (the exact draws of the privacy analysis)
         q = self.clients_per_round / num_clients
         if self.poisson_draws == "binomial":  # K ~ Bin(N, q), then a uniform K-subset: the same law, O(K) draws
@@ -195,8 +228,69 @@ class CohortSampler:
         else:
             draws = np.random.default_rng([self.seed, 0x9015, round_idx]).random(num_clients)
             candidates = np.flatnonzero(draws < q).astype(np.int64)
+        candidates, offline = _keep_online(candidates, is_online)
         available = self._drop(candidates, round_idx)
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)))
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)), offline)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"
+
+
+def _online_mask(ids: np.ndarray, is_online: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    mask = np.asarray(is_online(ids))
+    if mask.shape != ids.shape or mask.dtype != bool:
+        raise TypeError(f"is_online must return a bool array of shape {ids.shape}, got {mask.dtype} {mask.shape}.")
+    return mask
+
+
+def _keep_online(candidates: np.ndarray, is_online: Optional[Callable]) -> tuple[np.ndarray, int]:
+    """The online ones of ``candidates`` (in order) and how many were offline."""
+    if is_online is None or not len(candidates):
+        return candidates, 0
+    online = candidates[_online_mask(candidates, is_online)]
+    return online, int(len(candidates) - len(online))
+
+
+def _online_candidates(rng: np.random.Generator, first: np.ndarray, num: int, num_clients: int,
+                       is_online: Callable[[np.ndarray], np.ndarray], round_idx: int) -> tuple[np.ndarray, int]:
+    """The first ``num`` online clients of a seeded sequence of distinct draws and how many offline clients came
+    before them. The sequence: ``first`` (the draw without availability), then further draws from ``rng`` with the
+    clients already drawn skipped: one permutation of all N when N <= 2·limit (every client is then asked if need
+    be), else blocks of ``max(num, 64)`` drawn without replacement, at most ``limit`` clients in all. Each draw is
+    uniform and the skipped clients are exactly those drawn before, so the sequence is a uniformly random order of
+    distinct clients and its first ``num`` online ones a uniform sample without replacement of the online clients.
+
+    Raises:
+        RuntimeError: fewer than ``num`` online among ``limit`` clients drawn from a population larger than 2·limit.
+    """
+    limit = max(AVAILABILITY_DRAWS_FACTOR * num, AVAILABILITY_DRAWS_MIN)
+    drawn, masks = [first], [_online_mask(first, is_online)]
+    count, seen = int(masks[0].sum()), None
+    total = len(first)
+    while count < num and total < num_clients:
+        if seen is None:
+            seen = set(first.tolist())
+        exhaustive = num_clients <= 2 * limit
+        if not exhaustive and total >= limit:
+            raise RuntimeError(
+                f"Round {round_idx}: only {count} of the {total} clients drawn were online at the round's start, fewer "
+                f"than the {num} the cohort needs (the draws stop at {limit}, O(cohort) a round): the device model's "
+                "availability leaves about 1 % of the clients online or fewer then. Lower clients_per_round or use a "
+                "device model with more clients online."
+            )
+        block = (rng.permutation(num_clients) if exhaustive else
+                 rng.choice(num_clients, size=max(num, 64), replace=False)).tolist()
+        new = np.array([c for c in block if c not in seen], dtype=np.int64)
+        if not exhaustive:
+            new = new[: limit - total]
+        seen.update(new.tolist())
+        total += len(new)
+        drawn.append(new)
+        masks.append(_online_mask(new, is_online))
+        count += int(masks[-1].sum())
+    order, online = np.concatenate(drawn), np.concatenate(masks)
+    if count >= num:  # the offline ones drawn before the num-th online one
+        end = int(np.flatnonzero(online)[num - 1]) + 1
+        order, online = order[:end], online[:end]
+    candidates = order[online]
+    return candidates, int(len(order) - len(candidates))

@@ -499,10 +499,29 @@ class FederatedDataModule(L.LightningDataModule):
         """
         return self.select_cohort(round_idx).cohort
 
-    def select_cohort(self, round_idx: int) -> CohortSelection:
+    def select_cohort(self, round_idx: int, time: Optional[float] = None) -> CohortSelection:
         """Sample the round's candidates, apply simulated dropout, keep the first ``clients_per_round`` (Poisson
-        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`."""
-        return self.cohorts.select(int(round_idx), self.num_clients)
+        cohorts: keep all): :meth:`CohortSampler.select <lightning_fed.datamodules.cohorts.CohortSampler.select>`.
+        With a ``device_model`` that has availability (FedScale's behaviour trace) only the clients online at the
+        round's start are sampled: at simulated ``time`` (seconds), by default the clock's (the round about to run).
+
+        Raises:
+            RuntimeError: with availability, no client of the population online at that time (a round nobody trains
+                in takes no simulated time, so every later round would find the same).
+        """
+        model = self.device_model
+        if model is None or not model.has_availability:
+            return self.cohorts.select(int(round_idx), self.num_clients)
+        t = self.simulated_time.clock.elapsed_seconds if time is None else float(time)
+        selection = self.cohorts.select(int(round_idx), self.num_clients, lambda ids: model.is_online(ids, t))
+        if selection.offline >= self.num_clients:
+            raise RuntimeError(
+                f"Round {round_idx}: none of the {self.num_clients} clients is online at simulated time {t:g} s "
+                f"({type(model).__name__}'s availability). A round nobody trains in takes no simulated time, so every "
+                "later round would find them offline too. Use more clients, another device seed, or a trace with "
+                "clients online then."
+            )
+        return selection
 
     @property
     def sweep_rounds(self) -> int:

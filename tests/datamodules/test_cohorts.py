@@ -113,3 +113,91 @@ def test_binomial_poisson_draws_at_a_million_clients():
     assert not np.array_equal(a.cohort, exact.select(7, 1_000_000).cohort)
     sizes = [len(fast.select(r, 1_000_000).cohort) for r in range(200)]
     assert 8 < np.mean(sizes) < 12
+
+
+# --- availability (issue #53 item 3): a client offline at the round's start is not sampled ---------------------------
+
+def reference_online_cohort(seed: int, round_idx: int, n: int, c: int, online: set) -> tuple[list, int]:
+    """The documented rejection sampling, from NumPy's draws by hand: the C-draw without availability, then one
+    permutation of all n (n small) with the clients already drawn skipped; the first c online clients of that order,
+    and how many offline clients came before the c-th."""
+    rng = np.random.default_rng([seed, 0x5A3D, round_idx])
+    order = rng.choice(n, size=c, replace=False).tolist()
+    if sum(i in online for i in order) < c:
+        order += [i for i in rng.permutation(n).tolist() if i not in order]
+    cohort, offline = [], 0
+    for i in order:
+        if len(cohort) == c:
+            break
+        if i in online:
+            cohort.append(i)
+        else:
+            offline += 1
+    return cohort, offline
+
+
+def test_offline_clients_are_not_sampled_hand_checked_order():
+    online = {1, 3, 4}
+    sampler = CohortSampler(clients_per_round=2, seed=0)
+    is_online = lambda ids: np.isin(ids, sorted(online))  # noqa: E731
+    for r in range(40):
+        selection = sampler.select(r, 6, is_online)
+        assert (selection.cohort.tolist(), selection.offline) == reference_online_cohort(0, r, 6, 2, online), r
+    # round 0 by hand: NumPy draws [3, 1] first (both online: nothing else drawn)
+    assert sampler.select(0, 6).cohort.tolist() == [3, 1] == sampler.select(0, 6, is_online).cohort.tolist()
+
+
+def test_each_round_is_uniform_among_the_online_clients():
+    """The law: every pair of the 3 online clients among 6 equally likely (1/3 each), offline clients never; 1,500
+    rounds, 5 σ binomial bounds."""
+    online, rounds = [1, 3, 4], 1500
+    sampler = CohortSampler(clients_per_round=2, seed=5)
+    counts: dict = {}
+    for r in range(rounds):
+        pair = tuple(sorted(sampler.select(r, 6, lambda ids: np.isin(ids, online)).cohort.tolist()))
+        counts[pair] = counts.get(pair, 0) + 1
+    assert set(counts) == {(1, 3), (1, 4), (3, 4)}
+    p = 1 / 3
+    assert all(abs(k / rounds - p) < 5 * np.sqrt(p * (1 - p) / rounds) for k in counts.values()), counts
+
+
+def test_everyone_online_gives_the_cohorts_of_no_availability():
+    everyone = lambda ids: np.ones(len(ids), dtype=bool)  # noqa: E731
+    for kwargs in ({}, {"client_dropout": 0.3, "over_selection": 0.5}, {"cohort_sampling": "poisson"},
+                   {"cohort_sampling": "sweep_then_uniform"}):
+        sampler = CohortSampler(clients_per_round=3, seed=2, **kwargs)
+        for r in range(6):
+            a, b = sampler.select(r, 10, everyone), sampler.select(r, 10)
+            assert a.cohort.tolist() == b.cohort.tolist() and a.candidates.tolist() == b.candidates.tolist()
+            assert (a.unavailable, a.offline) == (b.unavailable, 0)
+
+
+def test_poisson_and_sweep_leave_the_offline_clients_out():
+    online = lambda ids: ids % 2 == 0  # noqa: E731
+    for sampling in ("poisson", "sweep_then_uniform"):
+        sampler = CohortSampler(clients_per_round=4, cohort_sampling=sampling, seed=1)
+        for r in range(3):
+            plain, selection = sampler.select(r, 12), sampler.select(r, 12, online)
+            assert selection.cohort.tolist() == [c for c in plain.cohort.tolist() if c % 2 == 0]
+            assert selection.offline == sum(c % 2 for c in plain.candidates.tolist())
+
+
+def test_too_few_online_small_population_gives_a_smaller_cohort():
+    selection = CohortSampler(clients_per_round=3, seed=0).select(0, 8, lambda ids: ids == 6)
+    assert selection.cohort.tolist() == [6] and selection.offline == 7
+    assert CohortSampler(clients_per_round=3, seed=0).select(0, 8, lambda ids: ids < 0).cohort.tolist() == []
+
+
+def test_availability_at_a_million_clients_asks_o_cohort_clients():
+    asked = []
+
+    def half_online(ids):
+        asked.append(len(ids))
+        return ids % 2 == 0
+
+    selection = CohortSampler(clients_per_round=10, seed=0).select(5, 1_000_000, half_online)
+    assert len(selection.cohort) == 10 and np.all(selection.cohort % 2 == 0)
+    assert sum(asked) <= 10 + 64  # the C-draw, then one block
+    with pytest.raises(RuntimeError, match=r"Round 5: only \d+ of the 10000 clients drawn were online at the round's "
+                                           r"start, fewer than the 10 the cohort needs"):
+        CohortSampler(clients_per_round=10, seed=0).select(5, 1_000_000, lambda ids: ids % 5000 == 0)

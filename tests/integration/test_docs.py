@@ -132,6 +132,7 @@ SNIPPET_RUNNERS = {
     "docs/write-your-own-algorithm.md": ["tests/integration/test_docs.py::test_write_your_own_algorithm_page_runs",
                                          "tests/integration/test_readme.py::test_write_your_own_algorithm_snippets_run"],
     "docs/write-your-own-task.md": ["tests/integration/test_docs.py::test_write_your_own_task_page_runs"],
+    "docs/guide/device-traces.md": ["tests/datamodules/devices/test_fedscale.py::test_device_traces_guide_snippet_runs"],
 }
 
 
