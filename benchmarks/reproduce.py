@@ -275,6 +275,70 @@ def personalised_fmnist() -> list[Run]:
 
 TABLES["personalised_fmnist"] = personalised_fmnist
 
+#: issue #53's example: Shakespeare on simulated devices with a 60 s round deadline (examples/shakespeare_clock_*.yaml:
+#: log-normal devices, over-selection 0.3; FedAvg and FedAdam drop late clients, FedNova keeps their partial work).
+CLOCK_METHODS = ("fedavg", "fednova", "fedadam")
+CLOCK_ROUNDS, CLOCK_VAL_EVERY = 200, 10
+#: validation accuracies whose first simulated time the table reports
+CLOCK_TARGETS = (0.35, 0.40, 0.45)
+CLOCK_NAMES = {"fedavg": "FedAvg, drop late clients", "fednova": "FedNova, partial work of late clients",
+               "fedadam": "FedAdam, drop late clients"}
+
+
+def shakespeare_clock() -> list[Run]:
+    """Issue #53: time to accuracy on Shakespeare with a simulated clock — FedAvg, FedNova and FedAdam under a
+    log-normal device model and a 60 s round deadline, :data:`CLOCK_ROUNDS` rounds, validation every
+    :data:`CLOCK_VAL_EVERY` rounds on a seeded 2,000-sequence subset of the test set (``max_eval_samples``), seeds 0,
+    1, 2 (method-major within a seed). The device model keeps its own seed (0) in every run: the same population of
+    devices for every method and seed; the seed changes the cohorts, batch order and initial model."""
+    runs = []
+    for seed in (0, 1, 2):
+        for method in CLOCK_METHODS:
+            config = load(EXAMPLES / f"shakespeare_clock_{method}.yaml")
+            config["data"]["init_args"]["max_eval_samples"] = 2000
+            runs.append(Run("shakespeare_clock", f"{method}_seed{seed}", seeded(config, seed),
+                            (Phase(CLOCK_ROUNDS, CLOCK_VAL_EVERY),), labels={"method": method, "seed": seed}))
+    return runs
+
+
+TABLES["shakespeare_clock"] = shakespeare_clock
+
+
+def clock_summary(run: Run) -> Optional[dict]:
+    """A finished ``shakespeare_clock`` run's figures (``None`` before its CSV exists): the simulated hours at which
+    ``val_acc`` first reached each of :data:`CLOCK_TARGETS` (``nan`` if never), the final ``val_acc`` (%), the
+    simulated hours of the whole run and the mean number of clients a round lost to the deadline."""
+    if not run.csv_path.is_file():
+        return None
+    rows = read_csv(run.csv_path)
+    elapsed = dict(series(rows, "clock/elapsed_seconds"))
+    accuracy = series(rows, "val_acc")
+    missed = [v for _, v in series(rows, "clock/missed_deadline")]
+    if not elapsed or not accuracy:
+        raise SystemExit(f"{run.csv_path} has no clock/elapsed_seconds or val_acc values: not a shakespeare_clock CSV")
+    reached = {t: next((elapsed[r] / 3600 for r, a in accuracy if a >= t and r in elapsed), math.nan)
+               for t in CLOCK_TARGETS}
+    return {"reached": reached, "final": 100 * accuracy[-1][1], "hours": elapsed[max(elapsed)] / 3600,
+            "missed": statistics.mean(missed) if missed else math.nan}
+
+
+def table_clock(runs: list[Run]) -> str:
+    """The time-to-accuracy table: one row per method, mean ± std over the seeds that reached each target (the
+    count of seeds that did, when fewer than all)."""
+    head = " | ".join(f"hours to {100 * t:.0f} %" for t in CLOCK_TARGETS)
+    lines = [f"| method | seeds | {head} | final val_acc (%) | simulated hours, {CLOCK_ROUNDS} rounds | "
+             "clients missing the deadline a round |", "|---|" + "---|" * (len(CLOCK_TARGETS) + 4)]
+    for (method,), members in _grouped(runs, ("method",)).items():
+        done = [s for s in (clock_summary(r) for r in members) if s is not None]
+        cells = []
+        for t in CLOCK_TARGETS:
+            hit = [s["reached"][t] for s in done if not math.isnan(s["reached"][t])]
+            cells.append(mean_std(hit) + ("" if len(hit) == len(done) else f" ({len(hit)} of {len(done)})"))
+        lines.append(f"| {CLOCK_NAMES[method]} | {len(done)} of {len(members)} | " + " | ".join(cells) + " | "
+                     f"{mean_std([s['final'] for s in done])} | {mean_std([s['hours'] for s in done])} | "
+                     f"{mean_std([s['missed'] for s in done])} |")
+    return "\n".join(lines)
+
 
 # ---------------------------------------------------------------------------------------------------- running
 def rounds_done(ckpt: Path) -> int:
@@ -612,6 +676,8 @@ def make_table(name: str) -> str:
         return table_reddi(runs)
     if name == "personalised_fmnist":
         return table_personal(runs)
+    if name == "shakespeare_clock":
+        return table_clock(runs)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 

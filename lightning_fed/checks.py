@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 __all__ = [
     "ArgumentError", "check_choice", "check_consecutive_limit", "check_fraction", "check_in_range", "check_int",
-    "check_non_negative", "check_positive", "check_positive_int", "check_unit_interval",
+    "check_names", "check_non_negative", "check_positive", "check_positive_int", "check_unit_interval",
 ]
 
 
@@ -187,6 +187,24 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ArgumentError(f"`{name}` must be one of {choices}, got {value!r}.")
     return value
+
+
+def check_names(name: str, value: Any, example: str = "classifier") -> list[str]:
+    """``value`` as a list of non-empty ``str`` names (submodules or tensors of a model); one ``str`` is a list of
+    one.
+
+    Raises:
+        ArgumentError: ``\\`<name>\\` must be a non-empty list of submodule or tensor names (e.g. ['<example>']),
+            got <value!r>.``
+
+    >>> check_names("head", "net.2")
+    ['net.2']
+    """
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ArgumentError(f"`{name}` must be a non-empty list of submodule or tensor names (e.g. [{example!r}]), "
+                            f"got {value!r}.")
+    return names
 
 
 def check_consecutive_limit(name: str, value: Any, *, default: int, policy_name: str, policy: str, active: str,

@@ -215,10 +215,10 @@ class FederatedCLI(LightningCLI):
     (``--server_optimizer FedAvg`` on a FedYogi config gives FedAvg's η = 1, not FedYogi's 0.01), on the command line
     and in a later ``--config`` alike; settings given after it (``--server_optimizer.lr 0.5``, or ``init_args`` in the
     config that names it) apply, and naming the configured class again keeps its settings. A ready-made method's
-    own client half outlives the swap (:func:`swap_client_halves`): FedProx's, FedBN's, FedPer's, FedRep's and
-    Ditto's are carried into ``trainer.client_algorithms``; a swap away from SCAFFOLD, FedDyn, FedNova's proximal
-    solver or Fed-LAMB (halves that need their server halves) is refused, and ``--server_optimizer null`` first drops
-    the configured method whole. Check with
+    own client half outlives the swap (:func:`swap_client_halves`): FedProx's, FedBN's, FedPer's, FedRep's, Ditto's
+    and the #55 personalised methods' are carried into ``trainer.client_algorithms``; a swap away from SCAFFOLD,
+    FedDyn, FedNova's proximal solver, Fed-LAMB or IFCA (halves that need their server halves) is refused, and
+    ``--server_optimizer null`` first drops the configured method whole. Check with
     ``--print_config``. Option names are never abbreviated (``--trainer.max_ep`` is an error). Configs that give the
     server optimizer the old way, in
     ``trainer.callbacks``, still work: it is moved to ``server_optimizer`` as the config is read (``--print_config``

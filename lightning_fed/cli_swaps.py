@@ -60,11 +60,11 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
     """The client halves a ready-made server optimizer ``old`` (its parsed ``class_path``/``init_args``) brings itself,
     which a swap to another class ``new`` (short name) must keep: they are a part of the run the user did not change
     (issue #50). A pure client half — FedProx's proximal term, the personalised halves of FedBN, FedPer, FedRep and
-    Ditto, and that of a class naming it in ``carried_client_half`` (LG-FedAvg, APFL, pFedMe, Per-FedAvg) — is
-    returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
+    Ditto, and that of a class naming it in ``carried_client_half`` (LG-FedAvg, APFL, pFedMe, Per-FedAvg, FedBABU,
+    FedRoD, FedALA) — is returned, to be carried into ``trainer.client_algorithms``; a method without one gives ``[]``.
 
     A client half that runs only with its own server half (SCAFFOLD's control variates, FedDyn, FedNova's proximal
-    solver, Fed-LAMB/Fed-AMS) is not carried alone: the swap is refused, naming the composition that keeps the
+    solver, Fed-LAMB/Fed-AMS, IFCA's cluster choice) is not carried alone: the swap is refused, naming the composition that keeps the
     method under ``new`` and the way to drop it whole (``--server_optimizer null`` first). ``how`` names the swap in
     that message (``"`--server_optimizer FedYogi`"``).
 
@@ -135,6 +135,13 @@ def swap_client_halves(old: Any, new: str, how: str) -> list[Namespace]:
         mu = args.get("mu", 0.0)
         raise ValueError(compose({}, "FedNovaAveraging", {"local_solver": "proximal", "mu": mu}, "FedProxClient",
                                  {"mu": mu}, "the proximal term FedNova's normalisation counts on"))
+    from lightning_fed.callbacks import IFCA
+
+    if issubclass(cls, IFCA):
+        raise ValueError(
+            f"{how} would drop IFCA's client half (IFCAClient: each client's choice of its cluster model), which runs "
+            f"only with its server half (IFCAClusters, the other clusters' models) and the plain SGD rule. Keep IFCA, "
+            f"or run {new} without it: --server_optimizer null --server_optimizer {new}.{_NULL_FIRST}")
     if issubclass(cls, LocalAdaptiveServer):
         raise ValueError(
             f"{how} would drop {name}'s client half (LocalAdaptiveClient: the client optimizer it installs and seeds "

@@ -183,10 +183,11 @@ def _check_personalization(num_optimizers: int, automatic_optimization: bool) ->
         )
 
 
-def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int, limit: Any = None) -> None:
+def _personalize(trainer: Any, datamodule: Any, cid: int, round_idx: int, steps: int, limit: Any = None,
+                 module: Any = None) -> None:
     """k local steps of the module's own optimizer (fresh) with its ``training_step`` on client ``cid`` (``limit``
-    checked after every step)."""
-    module = trainer.lightning_module
+    checked after every step); ``module``: the model to fine-tune (default the trainer's; a personal model's copy)."""
+    module = trainer.lightning_module if module is None else module
     optimizers = _lightning.init_optimizers(module)
     _check_personalization(len(optimizers), module.automatic_optimization)
     optimizer = optimizers[0]
@@ -421,7 +422,9 @@ def personal_models(trainer: Any, untrained: Optional[str] = None) -> Optional[A
     ``None``: each such half loads the client's row of its table (stored with the server optimizer) into the kept
     parts; a client without a row keeps the global model's values (its personal model is the global model), or,
     with ``untrained="exclude"`` (default ``None``: the data module's ``eval_personal_untrained``), is left out
-    (``personal`` returns ``False``)."""
+    (``personal`` returns ``False``). A half whose personal model is fitted on the client's data at evaluation
+    (``personal_needs_client = True``: FedBABU's fine-tuning, IFCA's choice of cluster) is called
+    ``personal_model(module, row, trainer=trainer, client_id=client_id)``."""
     halves = personal_halves(trainer)
     if not halves:
         return None
@@ -439,7 +442,9 @@ def personal_models(trainer: Any, untrained: Optional[str] = None) -> Optional[A
                 half.setup(module)
             table = server.client_algorithm_states.get(half.state_key)
             row = table.get(client_id) if table is not None and client_id in table else None
-            half.personal_model(module, row)
+            # a personal model fitted on the client's data at evaluation (FedBABU) also takes the trainer and client
+            data = {"trainer": trainer, "client_id": client_id} if getattr(half, "personal_needs_client", False) else {}
+            half.personal_model(module, row, **data)
         return True
 
     return personal

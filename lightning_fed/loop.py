@@ -25,6 +25,7 @@ from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
 from lightning_fed.clock import payload_bytes, shared_parameters
 from lightning_fed.clock_tensorboard import log_against_simulated_time
+from lightning_fed.communication.bytes import CommunicationLedger
 from lightning_fed.round_logging import RoundLogAccumulator
 from lightning_fed.trainer_args import check_trainer_arguments
 from lightning_fed.guards import (
@@ -208,6 +209,9 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         self._buffers: list[Tensor] = []
         self._partition_logged = False
         self._round_log = RoundLogAccumulator()
+        #: The run's bytes down and up, exact (:mod:`lightning_fed.communication.bytes`; logged as ``round_bytes_*``,
+        #: ``total_bytes_*``).
+        self.communication = CommunicationLedger()
         self._rounds_run = 0
         self._rounds_with_updates = 0
         #: Rounds without an update, by why: "empty" (no client sampled), "unavailable" (every sampled client
@@ -296,6 +300,14 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         self._async = start_async_mode(self)  # asynchronous training (issue #54): None when off
         super().on_run_start()
 
+    def on_save_checkpoint(self) -> dict:
+        """Lightning's fit-loop state and the run's byte totals (``"communication"``)."""
+        return {**super().on_save_checkpoint(), "communication": self.communication.state_dict()}
+
+    def on_load_checkpoint(self, state_dict: dict) -> None:
+        self.communication.load_state_dict(state_dict.get("communication", {}))  # (none before issue #56: 0)
+        super().on_load_checkpoint(state_dict)
+
     def on_run_end(self) -> Any:
         """Raises ``RuntimeError`` when rounds ran but no client ever reported back (the model is untrained), saying
         why: no client sampled (empty cohorts, e.g. ``cohort_sampling="poisson"`` with a small rate), every sampled
@@ -361,6 +373,7 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         except RoundInterrupted as interrupt:
             self._stop_round(rnd.idx, interrupt.signum)
         rnd.updates, failures = _round_result(self.executor, result)
+        self.communication.record(runner, rnd.selection.cohort, rnd.updates)  # every report, before any is dropped
         runner.stop_if_all_failed_alike(len(rnd.updates), failures, rnd.idx)  # a deterministic error: stop now
         for failure in failures:
             if getattr(failure, "error", None) is not None:
@@ -476,6 +489,7 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         # results when logging switches to it from another fx, so logging these before validation would let a
         # callback that logs in on_train_epoch_end (FedAWARE, AdaptiveServerStepSize) wipe them.
         self._log_round_metrics(module)
+        self.communication.log(trainer, round_idx)
         for timer in trainer.callbacks:  # max_time is checked at round ends: a round is never cut short
             if isinstance(timer, Timer):
                 timer.on_train_batch_end(trainer, module, None, None, 0)

@@ -10,7 +10,7 @@ import pytest
 
 from lightning_fed.checks import (
     ArgumentError, check_choice, check_consecutive_limit, check_fraction, check_in_range, check_int,
-    check_non_negative, check_positive, check_positive_int, check_unit_interval,
+    check_names, check_non_negative, check_positive, check_positive_int, check_unit_interval,
 )
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_fed"
@@ -34,6 +34,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lightning_fed"
     (lambda: check_in_range("phi_max", 0.0, low=0.0, low_open=True),
      "`phi_max` must be a finite number in (0.0, inf), got 0.0."),
     (lambda: check_choice("w", "mean", ("a", "b")), "`w` must be one of ('a', 'b'), got 'mean'."),
+    (lambda: check_names("head", []), "`head` must be a non-empty list of submodule or tensor names (e.g. "
+     "['classifier']), got []."),
+    (lambda: check_names("top", ["fc", 3], "fc"), "`top` must be a non-empty list of submodule or tensor names (e.g. "
+     "['fc']), got ['fc', 3]."),
 ])
 def test_each_check_names_the_argument_the_allowed_values_and_the_value(call, message):
     with pytest.raises(ArgumentError) as info:
@@ -50,6 +54,7 @@ def test_checks_return_the_value_converted():
     assert check_positive("lr", 1) == 1.0 and type(check_positive("lr", 1)) is float
     assert check_non_negative("mu", 0) == 0.0 and check_unit_interval("b", 0) == 0.0 and check_fraction("f", 0.5) == 0.5
     assert check_in_range("x", 2, low=1.0, low_open=True, high=3.0) == 2.0 and check_choice("w", "a", ("a",)) == "a"
+    assert check_names("head", "fc") == ["fc"] and check_names("head", ("a", "b")) == ["a", "b"]
 
 
 def test_a_consecutive_limit_is_its_default_a_given_count_or_refused_with_another_policy():

@@ -226,12 +226,17 @@ def test_50_a_swap_keeps_a_ready_made_methods_client_half(server, expected, swap
     ("FedRep", {"head": ["net.2"], "head_epochs": 2}, "FedRepClient(head=['net.2'], head_epochs=2)"),
     ("FedRep", {"head": ["net.2"]}, "FedRepClient(head=['net.2'], head_steps=10)"),
     ("Ditto", {"lam": 0.5, "personal_init": "initial"}, "DittoClient(lam=0.5, lr=None, personal_init='initial')"),
+    ("FedBABU", {"head": ["net.2"], "finetune_epochs": 2},
+     "FedBABUClient(head=['net.2'], finetune_epochs=2, finetune='head')"),
+    ("FedRoD", {"generic_head": "g", "personal_head": "p"}, "FedRoDClient(generic_head='g', personal_head='p')"),
+    ("FedALA", {"top": ["net.2"], "ala_lr": 0.5},
+     "FedALAClient(top=['net.2'], share=0.8, lr=0.5, threshold=0.1, num_pre_loss=10, max_start_epochs=100)"),
 ])
 def test_55_a_swap_carries_the_new_personalised_methods_client_half(name, init_args, expected):
-    """Issue #55: a swap away from LG-FedAvg, APFL, pFedMe or Per-FedAvg carries its client half (the method's
-    arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto (#50.1); FedRep's
-    head_epochs and Ditto's personal_init="initial" (the papers' ways) are carried too, FedRep's default τ_h as 10
-    steps."""
+    """Issue #55: a swap away from LG-FedAvg, APFL, pFedMe, Per-FedAvg, FedBABU, FedRoD or FedALA carries its client
+    half (the method's arguments, the others at its defaults) into trainer.client_algorithms, as for FedPer or Ditto
+    (#50.1); FedRep's head_epochs and Ditto's personal_init="initial" (the papers' ways) are carried too, FedRep's
+    default τ_h as 10 steps."""
     from jsonargparse import Namespace
 
     import lightning_fed.algorithms as algorithms
@@ -240,6 +245,18 @@ def test_55_a_swap_carries_the_new_personalised_methods_client_half(name, init_a
     (half,) = swap_client_halves(Namespace(class_path=_CB + name, init_args=Namespace(**init_args)), "FedYogi", "a swap")
     cls = getattr(algorithms, half.class_path.rsplit(".", 1)[1])
     assert repr(cls(**vars(half.init_args))) == expected
+
+
+def test_55_a_swap_away_from_ifca_is_refused():
+    """Issue #55: IFCA's client half needs its server half (the other clusters' models) and the SGD rule: a swap
+    would strand it, so it is refused as SCAFFOLD's is (#50.1)."""
+    from jsonargparse import Namespace
+
+    from lightning_fed.cli import swap_client_halves
+
+    with pytest.raises(ValueError, match=r"a swap would drop IFCA's client half \(IFCAClient.*--server_optimizer null "
+                                         r"--server_optimizer FedYogi"):
+        swap_client_halves(Namespace(class_path=_CB + "IFCA", init_args=Namespace(num_clusters=3)), "FedYogi", "a swap")
 
 
 def test_50_a_carried_client_half_runs_first_and_the_others_stay(tmp_path, monkeypatch):

@@ -12,6 +12,8 @@ client_algorithms=[FedProxClient(mu=0.01)])``); the server half is a stage of th
 import lightning_fed.server.aggregators  # noqa: F401, I001
 from lightning_fed.algorithms.apfl import APFLClient
 from lightning_fed.algorithms.ditto import DittoClient, DittoInitialModel
+from lightning_fed.algorithms.fedala import FedALAClient
+from lightning_fed.algorithms.fedbabu import FedBABUClient
 from lightning_fed.algorithms.fedbn import FedBNClient
 from lightning_fed.algorithms.fedaware import FedAWAREMinNorm
 from lightning_fed.algorithms.feddyn import FedDynClient, FedDynCorrection
@@ -19,11 +21,13 @@ from lightning_fed.algorithms.fedmgda import FedMGDAMinNorm, min_norm_box
 from lightning_fed.algorithms.fednova import FedNovaAveraging
 from lightning_fed.algorithms.fedper import FedPerClient
 from lightning_fed.algorithms.fedrep import FedRepClient
+from lightning_fed.algorithms.fedrod import FedRoDClient
 from lightning_fed.algorithms.fedprox import FedProxClient
+from lightning_fed.algorithms.ifca import IFCAClient, IFCAClusters
 from lightning_fed.algorithms.lgfedavg import LGFedAvgClient
 from lightning_fed.algorithms.perfedavg import PerFedAvgClient
 from lightning_fed.algorithms.pfedme import PFedMeClient
 from lightning_fed.algorithms.scaffold import ScaffoldClient, ScaffoldControl
 
-__all__ = ["APFLClient", "DittoClient", "DittoInitialModel", "FedAWAREMinNorm", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
+__all__ = ["APFLClient", "DittoClient", "DittoInitialModel", "FedALAClient", "FedAWAREMinNorm", "FedBABUClient", "FedBNClient", "FedDynClient", "FedDynCorrection", "FedMGDAMinNorm", "FedNovaAveraging", "FedPerClient", "FedProxClient", "FedRepClient", "FedRoDClient", "IFCAClient", "IFCAClusters", "LGFedAvgClient", "PerFedAvgClient", "PFedMeClient", "ScaffoldClient", "ScaffoldControl",
            "min_norm_box"]

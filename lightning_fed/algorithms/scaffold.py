@@ -333,6 +333,10 @@ class ScaffoldClient(ClientAlgorithm):
         and the c_i table (``None`` before any client reported): :meth:`ScaffoldControl.control`."""
         return self._stage().control(self._server, params)
 
+    def download_bytes(self, params: list[Tensor]) -> int:
+        """The server's c, sent with x (Alg. 1, l. 5): one entry per entry of x, in :func:`control_dtype`."""
+        return sum(p.numel() * torch.empty((), dtype=control_dtype(p.dtype)).element_size() for p in params)
+
     def start(self, module: Any, context: "ClientContext", state: Optional[Tensor]) -> None:
         """Receive (x, c) and c_i (Alg. 1, l. 5-7): the correction c − c_i, zero step counts, η_l per parameter."""
         stage = self._stage()

@@ -34,7 +34,9 @@ from lightning_fed.callbacks.server_step_size import (
 METHOD_NAMES = {
     "APFL": "apfl",
     "Ditto": "ditto",
+    "FedALA": "fedala",
     "FedAWARE": "fedaware",
+    "FedBABU": "fedbabu",
     "FedBN": "fedbn",
     "FedDyn": "feddyn",
     "AMSGradClient": "fedlamb",
@@ -48,6 +50,8 @@ METHOD_NAMES = {
     "FedPer": "fedper",
     "FedProx": "fedprox",
     "FedRep": "fedrep",
+    "FedRoD": "fedrod",
+    "IFCA": "ifca",
     "LGFedAvg": "lgfedavg",
     "PFedMe": "pfedme",
     "PerFedAvg": "perfedavg",

@@ -99,6 +99,29 @@ class ClientAlgorithm:
         """
         return []
 
+    def local_buffers(self) -> list[int]:
+        """After :meth:`setup`: the positions (in ``module.buffers()``) of the buffers this half keeps on the client
+        (not sent either way, :mod:`lightning_fed.communication.bytes`). Default: none (``[]``).
+
+        Example::
+
+            >>> ClientAlgorithm().local_buffers()
+            []
+        """
+        return []
+
+    def download_bytes(self, params: list[Tensor]) -> int:
+        """The bytes the server sends this half's client each round besides x_t (``params``: x_t over the federated
+        parameters that travel), counted by :mod:`lightning_fed.communication.bytes` (e.g. SCAFFOLD's control c).
+        Default: none (0).
+
+        Example::
+
+            >>> ClientAlgorithm().download_bytes([torch.zeros(3)])
+            0
+        """
+        return 0
+
     def fit_start(self, trainer: Any, server: Any) -> None:
         """At fit start, from the server optimizer's ``on_fit_start`` (before a checkpoint's optimizer state is
         restored and before the loop snapshots the hyper-parameters of round 0), for the halves given with

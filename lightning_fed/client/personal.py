@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from lightning_fed.client.algorithm import ClientAlgorithm
 
 __all__ = ["LocalParts", "PARTS_PREDICATES", "check_disjoint_local_parts", "personal_step", "register_parts_predicate",
-           "select_parts"]
+           "select_parts", "selected_parameters"]
 
 
 def personal_step(module: Any, batch: Any, batch_idx: int = 0) -> Optional[Tensor]:
@@ -123,6 +123,26 @@ def select_parts(module: nn.Module, names: Sequence[str] = (), types: Sequence[t
     params = [i for i, (n, p) in enumerate(module.named_parameters()) if chosen(n, p)]
     buffers = [i for i, (n, b) in enumerate(module.named_buffers()) if chosen(n, b)]
     return params, buffers
+
+
+def selected_parameters(module: nn.Module, names: Sequence[str], owner: str, argument: str) -> list[int]:
+    """At fit start: the positions (in ``module.parameters()``) of the parameters ``names`` select
+    (:func:`select_parts`), for a client half that treats part of the model apart without keeping it (FedBABU's
+    frozen head, FedALA's top layers).
+
+    Raises:
+        ValueError: nothing selected, naming ``owner``, its ``argument`` and the model's first parameter names.
+
+    Example::
+
+        >>> selected_parameters(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1)), ["1"], "FedBABUClient", "head")
+        [2, 3]
+    """
+    params, _ = select_parts(module, names=names)
+    if not params:
+        raise ValueError(f"{owner}: `{argument}` {list(names)} selects no parameter of {type(module).__name__} "
+                         f"(parameters: {[n for n, _ in module.named_parameters()][:8]}).")
+    return params
 
 
 def check_disjoint_local_parts(algorithms: Sequence[Any], module: nn.Module) -> None:
@@ -308,6 +328,10 @@ class LocalParts(ClientAlgorithm):
         server leaves them out of the clipping norm and the noise (:meth:`ClientAlgorithm.local_parameters
         <lightning_fed.client.algorithm.ClientAlgorithm.local_parameters>`)."""
         return list(self._params)
+
+    def local_buffers(self) -> list[int]:
+        """The kept buffers' positions in ``module.buffers()`` (after :meth:`setup`): not sent either way."""
+        return list(self._buffers)
 
     def state_dim(self, num_params: int) -> int:
         """The number of kept values (parameters and buffers), known after :meth:`setup`."""

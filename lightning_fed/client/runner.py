@@ -243,6 +243,8 @@ class ClientRunner(ClientFailureHandling):
         self._client_context: Optional[ClientContext] = None  # the current client's, made once in start_client
         #: The run's client halves with their per-client ``states`` (:class:`~lightning_fed.client.algorithm.ClientHalves`).
         self.client_halves = ClientHalves()
+        #: The run's :class:`~lightning_fed.communication.Compression` half (``None``: updates sent raw), at fit start.
+        self.compression: Optional[Any] = None
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -282,6 +284,9 @@ class ClientRunner(ClientFailureHandling):
             resolve(server_optimizer, self._param_names, [n for n, _ in named], [p.numel() for _, p in named])
         self.client_halves.setup(server_optimizer, getattr(trainer, "client_algorithms", None),
                                  getattr(datamodule, "num_clients", None), module, self._params)
+        from lightning_fed.communication.compression import find_compression  # (it imports the client package)
+
+        self.compression = find_compression(self.client_halves.algorithms)  # (two refused here, at fit start)
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves
@@ -534,9 +539,15 @@ class ClientRunner(ClientFailureHandling):
             buffers: The client's final buffers (default: copies of the global buffers, which local work did not
                 change).
             extras: What the client sends the server besides Δ_i (default none).
+
+        With a :class:`~lightning_fed.communication.Compression` half, Δ_i is encoded here (after every client
+        half's ``finish``): the update holds the decoded Δ̂_i and its encoded size (``delta_bytes``).
         """
         if buffers is None:
             buffers = [b.detach().clone() for b in self._global_buffers]
+        extras, delta_bytes = {} if extras is None else extras, None
+        if self.compression is not None:  # Δ_i is final here: the server receives the decoded Δ̂_i
+            delta, extras, delta_bytes = self.compression.encode_update(self, client_id, delta, extras)
         return ClientUpdate(
             client_id=int(client_id),
             delta=delta,
@@ -546,8 +557,9 @@ class ClientRunner(ClientFailureHandling):
             loss_steps=num_steps if loss_steps is None else int(loss_steps),
             client_lr=self.round_client_lr,
             buffers=buffers,
-            extras={} if extras is None else extras,
+            extras=extras,
             client_lrs=self.round_client_lrs,
+            delta_bytes=delta_bytes,
         )
 
     def count_optimizer_steps(self, steps: int) -> None:

@@ -34,6 +34,9 @@ class ClientUpdate:
         client_lrs: The client learning rate γ of each parameter's optimizer group during this round, one float
             per entry of ``delta`` (``nan`` for a parameter in no group, or in several groups with different
             rates); see :func:`parameter_client_lrs`. Empty (the default) means ``client_lr`` for every parameter.
+        delta_bytes: The size in bytes of Δ_i's encoding when a compressor encoded it
+            (:class:`~lightning_fed.communication.compression.Compression`; ``delta`` then holds the decoded Δ̂_i);
+            ``None`` (default): sent raw, ``numel × element_size`` (see :mod:`lightning_fed.communication.bytes`).
 
     Example::
 
@@ -55,6 +58,7 @@ class ClientUpdate:
     extras: dict[str, Any] = field(default_factory=dict)
     client_lrs: list[float] = field(default_factory=list)
     loss_steps: int = -1
+    delta_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.loss_steps < 0:

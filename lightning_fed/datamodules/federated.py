@@ -638,7 +638,11 @@ class FederatedDataModule(L.LightningDataModule):
         directly (:class:`TensorBatches`) when ``num_workers == 0``; others go through a ``DataLoader`` with the
         batches as its ``batch_sampler``. Both yield the same batches.
         """
-        batches = self.client_batches(cid, round_idx)
+        return self.train_batches_loader(self.client_batches(cid, round_idx))
+
+    def train_batches_loader(self, batches: list[np.ndarray]) -> Any:
+        """An iterable over the given mini-batches of ``train_dataset`` (int64 index arrays), made as
+        :meth:`client_dataloader` makes a round's (a client half drawing batches of its own: FedALA's subset)."""
         if self.num_workers == 0 and TensorBatches.supports(self.train_dataset):
             return TensorBatches(self.train_dataset, batches)
         columns = self.data_source.tensor_columns() if self.num_workers == 0 else None  # a Hugging Face train_dataset

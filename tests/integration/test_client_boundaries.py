@@ -48,6 +48,7 @@ ALLOWED_PRIVATE = {
     "optimizer",
     ("algorithms/scaffold.py", "_replace"): "typing.NamedTuple's public API (ScaffoldControl's state)",
     ("algorithms/fedaware.py", "_replace"): "typing.NamedTuple's public API (ClientDeltas, FedAWAREMinNorm's state)",
+    ("algorithms/ditto.py", "_replace"): "typing.NamedTuple's public API (DittoInitialModel's state: w^0)",
     ("callbacks/server_optimizer.py", "_asdict"): "typing.NamedTuple's public API (aggregator stage states)",
     ("callbacks/server_optimizer.py", "_field_defaults"): "typing.NamedTuple's public API (rule states)",
     ("callbacks/server_optimizer.py", "_fields"): "typing.NamedTuple's public API (the rule state's required fields)",

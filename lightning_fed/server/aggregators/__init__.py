@@ -25,6 +25,7 @@ from lightning_fed.server.aggregators.dp import (
 )
 from lightning_fed.server.aggregators.normalized import NormalizedDirections, normalized_direction
 from lightning_fed.server.aggregators.robust import CoordinateMedian, Krum, NormBoundedMean, TrimmedMean
+from lightning_fed.server.aggregators.sign import MajorityVote
 
 #: Server halves that live with their client half and ready-made name in a module of :mod:`lightning_fed.algorithms`
 #: (name -> module), re-exported here on first use (PEP 562): those modules build on the server optimizer, which
@@ -62,6 +63,7 @@ __all__ = [
     "EmptyState",
     "FedAWAREMinNorm",
     "Krum",
+    "MajorityVote",
     "MaxSecondMoment",
     "NormBoundedMean",
     "NormalizedDirections",
