@@ -16,7 +16,9 @@ for finiteness with the loop's own check. After the server step the module holds
 The step's metrics join the round metrics: ``async/staleness_mean``, ``async/staleness_max``, ``async/dropped_stale``,
 ``async/offline``, ``async/updates_per_hour`` (:meth:`AsyncStep.metrics
 <lightning_fed.asynchronous.AsyncStep.metrics>`), ``async/failed``; the data module's simulated clock advances to the
-step's time (``time/<metric>`` against simulated seconds); TensorBoard gets the histogram ``async/staleness``.
+step's time (``time/<metric>`` against simulated seconds); TensorBoard gets the histogram ``async/staleness``. The
+bytes (``round_bytes_*``, issue #56) count the step's buffered clients (one download and one upload each); clients
+dropped as stale, offline or failed are not counted.
 
 Refused at fit start, each with the reason (:func:`refusal`): SCAFFOLD, FedDyn and FedAWARE (their corrections
 assume every update comes from the current model), a server optimizer that adds DP noise (its accounting assumes a
@@ -200,6 +202,9 @@ class AsyncLoopMode:
                 torch._foreach_copy_(runner.params, x)
             loop.in_round = False
         rnd.updates, rnd.step = self._buffer, self._server_round
+        # bytes (issue #56): the step's buffered clients, each one download and one upload; clients dropped as stale,
+        # offline or failed are not counted (they never train in the simulation)
+        loop.communication.record(runner, step.client_ids.tolist(), self._buffer)
         rnd.selection = CohortSelection(step.client_ids, step.client_ids, step.offline)  # offline: unavailable
         rnd.num_failures = len(loop.round_failures)
         runner.client_record.end_round(rnd.idx, [*step.client_ids.tolist(), *(f[0] for f in loop.round_failures)],

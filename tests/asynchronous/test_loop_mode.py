@@ -49,11 +49,13 @@ def test_degenerate_case_equals_a_synchronous_fedavg_fit_bit_for_bit(tmp_path):
     order; more clients would differ in the last bits by the order of the sum alone)."""
     config = AsyncConfig(concurrency=2, buffer_size=2, staleness=StalenessWeighting("constant"))
     a, trainer = _fit(tmp_path / "a", _datamodule(2, config), FedAvg(lr=1.0), 3)
-    s, _ = _fit(tmp_path / "s", _datamodule(2, None), FedAvg(lr=1.0), 3)
+    s, sync_trainer = _fit(tmp_path / "s", _datamodule(2, None), FedAvg(lr=1.0), 3)
     assert all(torch.equal(p, q) for p, q in zip(_weights(a), _weights(s)))
     metrics = trainer.fit_loop.round_metrics
     assert (metrics["round_clients"], metrics["async/staleness_max"], metrics["async/dropped_stale"]) == (2, 0, 0)
     assert trainer.datamodule.simulated_time.async_simulation.version == 3
+    sync_bytes = sync_trainer.fit_loop.communication  # issue #56's byte counts: the same clients, the same bytes
+    assert trainer.fit_loop.communication.state_dict() == sync_bytes.state_dict() and sync_bytes.total_bytes_up > 0
 
 
 def _reference_train(dm, lr):
