@@ -20,6 +20,7 @@ from lightning_fed import _lightning as pl_private
 from lightning_fed.callbacks.server_optimizer import ServerOptimizer
 from lightning_fed.client.runner import FAILURE_POLICIES, ClientRecord, ClientRunner
 from lightning_fed.server.checks import find_server_optimizer  # noqa: F401  (re-exported: lightning_fed.loop's API)
+from lightning_fed.asynchronous.loop_mode import start_async_mode
 from lightning_fed.client.sequential import ClientExecutor, SequentialExecutor
 from lightning_fed.client.update import ClientUpdate, DeltaNorms, finite_updates
 from lightning_fed.clock_tensorboard import log_against_simulated_time
@@ -221,6 +222,7 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         #: (what ``LightningModule.log`` would do, without its per-call checks: about 0.3 ms per metric and round);
         #: False sends every round metric through ``LightningModule.log`` (for comparisons).
         self.fast_round_logging = True
+        self._async: Any = None  # the asynchronous mode (lightning_fed.asynchronous.loop_mode), set at fit start
 
     # ------------------------------------------------------------------ data
     @property
@@ -294,6 +296,7 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         runner.client_record = ClientRecord()
         warn_if_guard_inactive(self.max_update_norm_ratio, self.datamodule.clients_per_round)
         self._log_partition()
+        self._async = start_async_mode(self)  # asynchronous training (issue #54): None when off
         super().on_run_start()
 
     def on_save_checkpoint(self) -> dict:
@@ -331,10 +334,13 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         """Runs one communication round: select the cohort, run its clients, filter their updates, the server step,
         the round's report."""
         rnd = _Round(self.trainer.current_epoch, time.perf_counter())
-        self._start_round(rnd)
-        self._run_clients(rnd)
-        self._filter_updates(rnd)
-        self._server_step(rnd)
+        if self._async is not None:  # one server step of asynchronous training (lightning_fed.asynchronous.loop_mode)
+            self._async.advance(rnd)
+        else:
+            self._start_round(rnd)
+            self._run_clients(rnd)
+            self._filter_updates(rnd)
+            self._server_step(rnd)
         self._report_round(rnd)
 
     def _start_round(self, rnd: "_Round") -> None:
@@ -459,6 +465,7 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
             self._warn_round_without_update(rnd)
         if rnd.plan is not None:
             self.round_metrics.update(self.datamodule.simulated_time.end_round(rnd.plan))
+        self.round_metrics.update(rnd.metrics)
         self._round_log.end_round(pl_private.results(self.trainer), weights)
         pl_private.log_round_step_values(self.trainer)  # the round's step values into callback/progress-bar metrics
 
@@ -725,3 +732,4 @@ class _Round:
     restored: bool = False
     num_restored: int = 0
     plan: Any = None  # the simulated clock's RoundPlan (lightning_fed.clock), None without a device model
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # the asynchronous step's (issue #54)

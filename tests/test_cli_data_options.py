@@ -66,6 +66,10 @@ APART = {
                      '"init_args": {"seconds_per_sample": 0.02, "compute_sigma": 0.5}}', None),
     "round_deadline": ("30.5", 30.5),
     "deadline_policy": ("partial", "partial"),
+    # #54: asynchronous training (needs a device model, no deadline)
+    "asynchronous": ('{"concurrency": 8, "buffer_size": 4, "max_staleness": 3, '
+                     '"staleness": {"class_path": "lightning_fed.asynchronous.StalenessWeighting", '
+                     '"init_args": {"name": "polynomial", "a": 0.5}}}', None),
 }
 
 
@@ -90,9 +94,15 @@ def _held(dm, name):
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_every_option_reaches_the_task_on_the_cli(task, tmp_path, monkeypatch):
     args = [a for name, (value, _) in TOGETHER.items() for a in (f"--data.{name}", value)]
+    # #54: asynchronous training (a device model, no deadline: with the first group, not with the clock's below)
+    args += ["--data.device_model", APART["device_model"][0], "--data.asynchronous", APART["asynchronous"][0]]
     dm = _instantiate(TASKS[task], args, tmp_path, monkeypatch)
     assert type(dm).__name__ == task
     assert {n: _held(dm, n) for n in TOGETHER} == {n: held for n, (_, held) in TOGETHER.items()}
+    config = dm.asynchronous
+    assert (config.concurrency, config.buffer_size, config.max_staleness) == (8, 4, 3)
+    assert (config.staleness.name, config.staleness.a) == ("polynomial", 0.5)
+    assert dm.simulated_time.asynchronous is config
     clock = [a for name in ("device_model", "round_deadline", "deadline_policy") for a in (f"--data.{name}",
                                                                                           APART[name][0])]
     dm = _instantiate(TASKS[task], ["--data.cohort_sampling", "poisson", "--data.poisson_draws", "binomial",

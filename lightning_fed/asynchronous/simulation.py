@@ -103,6 +103,7 @@ class AsyncStep:
         dropped_stale: Updates dropped since the previous step for τ > ``max_staleness``.
         offline: Clients in flight that went offline since the previous step.
         dispatched: Clients dispatched since the previous step.
+        failed: Clients whose training failed (``train`` returned ``None``) since the previous step.
     """
 
     version: int
@@ -113,6 +114,7 @@ class AsyncStep:
     dropped_stale: int
     offline: int
     dispatched: int
+    failed: int = 0
 
     def metrics(self, previous_time: float) -> dict[str, float]:
         """The step's metrics, given the previous step's ``time`` (0 for the first): ``async/staleness_mean``,
@@ -141,7 +143,7 @@ class AsyncSimulation:
         train: ``train(client_id, params, dispatch) -> ClientUpdate``: the client's local training from ``params``
             (the model version it started from, one tensor per federated parameter; read-only), its Δ relative to
             them; ``dispatch`` is its dispatch index k, unique in the run (what keys its batch order, as the round
-            does in synchronous training).
+            does in synchronous training). ``None``: its training failed (counted in ``AsyncStep.failed``).
         server: The server's step, ``server(params, updates)``: aggregates the buffered updates and steps ``params``
             in place (a :class:`~lightning_fed.server.composer.ServerComposer`'s ``update``).
         device_model: The clients' :class:`~lightning_fed.datamodules.devices.DeviceModel`.
@@ -175,7 +177,8 @@ class AsyncSimulation:
         ([0.198223], array([1, 0]), array([1, 0]))
     """
 
-    def __init__(self, config: AsyncConfig, num_clients: int, train: Callable[[int, list[Tensor], int], ClientUpdate],
+    def __init__(self, config: AsyncConfig, num_clients: int,
+                 train: Callable[[int, list[Tensor], int], Optional[ClientUpdate]],
                  server: Callable[[list[Tensor], list[ClientUpdate]], Any], device_model: Any,
                  step_samples: Callable[[int, int], np.ndarray], download_bytes: Optional[float] = None,
                  upload_bytes: Optional[float] = None) -> None:
@@ -198,7 +201,7 @@ class AsyncSimulation:
         self.buffer_info: list[tuple[int, int, float]] = []
         #: Run totals: updates dropped for staleness, clients that went offline in flight.
         self.dropped_stale_total, self.offline_total = 0, 0
-        self._counts = [0, 0, 0]  # since the last step: dropped_stale, offline, dispatched
+        self._counts = [0, 0, 0, 0]  # since the last step: dropped_stale, offline, dispatched, failed
 
     # ------------------------------------------------------------------ events
     def _fill(self, params: list[Tensor]) -> None:
@@ -249,6 +252,10 @@ class AsyncSimulation:
             self.dropped_stale_total += 1
         else:
             update = self.train(event.client_id, start, event.dispatch)
+            if update is None:  # its training failed: nothing to buffer
+                self._counts[3] += 1
+                self._release(event.version)
+                return
             weight = float(self.config.staleness(np.array([tau]))[0])
             if self.config.mixing is None:  # FedBuff: s(τ)·Δ_i
                 delta = [torch.mul(d, weight) for d in update.delta]
@@ -289,7 +296,7 @@ class AsyncSimulation:
         ids, taus, weights = (np.array(col) for col in zip(*self.buffer_info))
         report = AsyncStep(self.version, self.time, ids.astype(np.int64), taus.astype(np.int64),
                            weights.astype(np.float64), *self._counts)
-        self.buffer, self.buffer_info, self._counts = [], [], [0, 0, 0]
+        self.buffer, self.buffer_info, self._counts = [], [], [0, 0, 0, 0]
         return report
 
     # ------------------------------------------------------------------ checkpoints
@@ -313,7 +320,7 @@ class AsyncSimulation:
         self.buffer = [ClientUpdate(**u) for u in state["buffer"]]
         self.buffer_info = [tuple(i) for i in state["buffer_info"]]
         self.dropped_stale_total, self.offline_total = (int(n) for n in state["totals"])
-        self._counts = [int(n) for n in state["counts"]]
+        self._counts = [int(n) for n in state["counts"]] + [0] * (4 - len(state["counts"]))
 
     def memory_bytes(self) -> dict[str, int]:
         """Bytes held for the clients in flight: ``"versions"`` (the model copies), ``"buffer"`` (the buffered

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
+from lightning_fed.asynchronous.simulation import AsyncConfig
 from lightning_fed.checks import check_int, check_positive_int as _check_positive_int
 from lightning_fed.datamodules.huggingface import HFTensorColumns, ragged_column  # noqa: F401  (re-exported)
 from lightning_fed.datamodules.client_eval import (  # noqa: F401  (check_eval_clients_per_round, split_client_eval: re-exported)
@@ -182,6 +183,9 @@ class FederatedDataModule(L.LightningDataModule):
         deadline_policy: What a client that would finish after ``round_deadline`` does: ``"drop"`` (default; it is
             left out and does not train) or ``"partial"`` (it runs the local steps that fit; its update is the one
             after them).
+        asynchronous: Asynchronous training (issue #54: FedBuff, FedAsync), an
+            :class:`~lightning_fed.asynchronous.AsyncConfig`, or ``None`` (default: rounds); needs ``device_model``.
+            One epoch is then one server step (:mod:`lightning_fed.asynchronous.loop_mode`).
 
     Raises:
         ValueError: a non-positive ``clients_per_round``/``batch_size``/``local_epochs``/``eval_batch_size``,
@@ -197,7 +201,8 @@ class FederatedDataModule(L.LightningDataModule):
             cannot be found.
         TypeError: ``partitioner`` or ``local_work`` of the wrong type.
         ArgumentError: a ``device_model`` that is not a DeviceModel, a ``round_deadline`` <= 0, an unknown
-            ``deadline_policy``, a deadline without a device model, ``"partial"`` without a deadline
+            ``deadline_policy``, a deadline without a device model, ``"partial"`` without a deadline, an
+            ``asynchronous`` without a device model or with a deadline
             (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
 
     Example (12 samples, 4 IID clients of 3, batch size 2: client 0's round-0 batches)::
@@ -245,6 +250,7 @@ class FederatedDataModule(L.LightningDataModule):
         device_model: Optional[DeviceModel] = None,
         round_deadline: Optional[float] = None,
         deadline_policy: str = "drop",
+        asynchronous: Optional[AsyncConfig] = None,
     ) -> None:
         super().__init__()
         if partitioner is not None and not isinstance(partitioner, Partitioner):
@@ -264,7 +270,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.client_evaluation = ClientEvaluation(eval_clients_per_round, eval_fraction, eval_local_steps, eval_csv,
                                                   eval_personal_untrained)
         #: The device model, round deadline and clock (:class:`~lightning_fed.datamodules.simulated_time.SimulatedTime`).
-        self.simulated_time = SimulatedTime(device_model, round_deadline, deadline_policy)
+        self.simulated_time = SimulatedTime(device_model, round_deadline, deadline_policy, asynchronous)
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.local_epochs = _check_positive_int("local_epochs", local_epochs)
         self.eval_batch_size = _check_positive_int("eval_batch_size", eval_batch_size)

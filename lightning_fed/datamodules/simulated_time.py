@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
+from lightning_fed.asynchronous.simulation import AsyncConfig
 from lightning_fed.checks import ArgumentError, check_choice
 from lightning_fed.clock import DEADLINE_POLICIES, MISSED_DEADLINE, OFFLINE, RoundPlan, SimulatedClock, \
     check_round_deadline, plan_round
@@ -40,10 +41,14 @@ class SimulatedTime:
             (default: none). Needs a ``device_model``.
         deadline_policy: ``"drop"`` (default: a client finishing after D is left out; it does not train) or
             ``"partial"`` (it runs the steps that fit before D). ``"partial"`` needs a ``round_deadline``.
+        asynchronous: An :class:`~lightning_fed.asynchronous.AsyncConfig` (issue #54): the loop trains
+            asynchronously on this clock, one epoch per server step (:mod:`lightning_fed.asynchronous.loop_mode`),
+            or ``None`` (default: rounds). Needs a ``device_model`` and no ``round_deadline``.
 
     Raises:
         ArgumentError: ``device_model`` not a DeviceModel; a deadline ``<= 0``; an unknown ``deadline_policy``; a
             ``round_deadline`` or ``deadline_policy="partial"`` without a ``device_model``; ``"partial"`` without a
+            ``round_deadline``; ``asynchronous`` not an AsyncConfig, without a ``device_model`` or with a
             ``round_deadline``.
 
     Example::
@@ -63,10 +68,10 @@ class SimulatedTime:
     """
 
     #: The settings, each an attribute the data module forwards.
-    setting_names: ClassVar[tuple[str, ...]] = ("device_model", "round_deadline", "deadline_policy")
+    setting_names: ClassVar[tuple[str, ...]] = ("device_model", "round_deadline", "deadline_policy", "asynchronous")
 
     def __init__(self, device_model: Optional[DeviceModel] = None, round_deadline: Optional[float] = None,
-                 deadline_policy: str = "drop") -> None:
+                 deadline_policy: str = "drop", asynchronous: Optional[AsyncConfig] = None) -> None:
         if device_model is not None and not isinstance(device_model, DeviceModel):
             raise ArgumentError(f"`device_model` must be a DeviceModel (e.g. ParametricDeviceModel) or None, got "
                                 f"{type(device_model).__name__}.")
@@ -78,9 +83,15 @@ class SimulatedTime:
         if policy == "partial" and deadline is None:
             raise ArgumentError("`deadline_policy='partial'` needs a `round_deadline` (and a `device_model`): it says "
                                 "how many steps fit before the deadline.")
+        check_asynchronous(asynchronous, device_model, deadline)
         self.device_model = device_model
         self.round_deadline = deadline
         self.deadline_policy = policy
+        self.asynchronous = asynchronous
+        #: The :class:`~lightning_fed.asynchronous.AsyncSimulation` of the fit under ``asynchronous`` (built at fit
+        #: start by the loop; its state is in :meth:`state_dict`), else ``None``.
+        self.async_simulation: Any = None
+        self._async_state: Optional[dict[str, Any]] = None  # loaded before the fit built the simulation
         #: The run's simulated time (saved in checkpoints through the data module's ``state_dict``).
         self.clock = SimulatedClock()
         self._limits: tuple[Optional[int], dict[int, int]] = (None, {})  # (round, {client: k_i < K_i})
@@ -99,6 +110,7 @@ class SimulatedTime:
         model = self.device_model
         out: dict[str, Any] = {"device_model": type(model).__name__}
         out.update({f"device_model/{k}": v for k, v in model.settings().items()})
+        out.update(async_settings(self.asynchronous, "/"))
         return {**out, "round_deadline": self.round_deadline, "deadline_policy": self.deadline_policy}
 
     def run_config(self) -> dict[str, Any]:
@@ -109,6 +121,7 @@ class SimulatedTime:
         model = self.device_model
         out: dict[str, Any] = {"device_model": f"{type(model).__module__}.{type(model).__qualname__}"}
         out.update({f"device_model.{k}": v for k, v in model.settings().items()})
+        out.update(async_settings(self.asynchronous, "."))
         return {**out, "round_deadline": self.round_deadline, "deadline_policy": self.deadline_policy}
 
     def check_data_module(self, datamodule: Any) -> None:
@@ -161,7 +174,16 @@ class SimulatedTime:
     def forecast(self, datamodule: Any, rounds: int, payload: Any) -> list[dict[int, int]]:
         """The first ``rounds`` rounds planned from a fresh clock, without changing this part's state: per round
         ``{client id: local steps}`` of the clients that train (what ``FederatedTrainer.estimated_stepping_batches``
-        counts). ``payload``: the bytes each client downloads and uploads."""
+        counts). ``payload``: the bytes each client downloads and uploads.
+
+        Raises:
+            ValueError: under ``asynchronous`` (there are no rounds to plan: which clients train in a server step
+                depends on the staleness drops and failures of the run).
+        """
+        if self.asynchronous is not None:
+            raise ValueError("The local steps of an asynchronous run cannot be forecast round by round (e.g. for "
+                             "Trainer.estimated_stepping_batches): there are no rounds; use a scheduler that does "
+                             "not need the total number of steps.")
         clock, limits = self.clock, self._limits
         self.clock, out = SimulatedClock(), []
         try:
@@ -186,14 +208,58 @@ class SimulatedTime:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """``{"clock": ...}`` when on, else ``{}``."""
-        return {"clock": self.clock.state_dict()} if self.active else {}
+        """``{"clock": ...}`` when on, else ``{}``; under ``asynchronous`` also ``"asynchronous"``, the simulation's
+        state (its buffer, clients in flight, model versions and event clock)."""
+        if not self.active:
+            return {}
+        out: dict[str, Any] = {"clock": self.clock.state_dict()}
+        if self.async_simulation is not None:
+            out["asynchronous"] = self.async_simulation.state_dict()
+        elif self._async_state is not None:
+            out["asynchronous"] = self._async_state
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (the clock of a resumed run)."""
         if "clock" in state:
             self.clock.load_state_dict(state["clock"])
+        if "asynchronous" in state:  # the loop's fit start builds the simulation and loads it (async_state)
+            self._async_state = state["asynchronous"]
+            if self.async_simulation is not None:
+                self.async_simulation.load_state_dict(state["asynchronous"])
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(device_model={self.device_model!r}, round_deadline={self.round_deadline!r}, "
                 f"deadline_policy={self.deadline_policy!r})")
+
+
+def check_asynchronous(config: Any, device_model: Any, round_deadline: Optional[float]) -> None:
+    """``asynchronous`` is ``None`` or an AsyncConfig with a device model and no round deadline.
+
+    Raises:
+        ArgumentError: naming ``asynchronous`` and why.
+    """
+    if config is None:
+        return
+    if not isinstance(config, AsyncConfig):
+        raise ArgumentError(f"`asynchronous` must be an AsyncConfig or None, got {type(config).__name__}.")
+    if device_model is None:
+        raise ArgumentError("`asynchronous` needs a `device_model`: clients report at their simulated device times.")
+    if round_deadline is not None:
+        raise ArgumentError(f"`asynchronous` has no rounds to set a deadline on: drop `round_deadline` "
+                            f"({round_deadline!r}; `max_staleness` drops late updates instead).")
+
+
+def async_settings(config: Optional[AsyncConfig], sep: str) -> dict[str, Any]:
+    """``asynchronous`` (``True``) and ``asynchronous<sep><field>`` (staleness as ``staleness<sep>name|a|b``);
+    ``{}`` for ``None``."""
+    if config is None:
+        return {}
+    out: dict[str, Any] = {"asynchronous": True}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.name == "staleness":
+            out.update({f"asynchronous{sep}staleness{sep}{k}": v for k, v in value.settings().items()})
+        else:
+            out[f"asynchronous{sep}{field.name}"] = value
+    return out

@@ -275,3 +275,22 @@ def test_ties_go_by_client_id_and_all_reports_of_a_time_come_before_new_dispatch
     # each dispatch k (unique in the run) is handed to the local work's plan and to the training of that client
     assert sorted(k for _, k in planned) == list(range(6)) and set(trained) <= set(planned)
     assert [c for c, _ in trained] == [0, 1, 2, 0]
+
+
+def test_a_failed_client_is_counted_and_not_buffered():
+    """``train`` returning ``None`` (the loop's failing or non-finite client): counted in ``AsyncStep.failed``, its
+    slot refilled, the step still waits for K updates."""
+    def train(c, p, k):
+        return None if c == 0 else ClientUpdate(c, [torch.ones_like(p[0])], 1, 1, 0.0)
+
+    sim = AsyncSimulation(AsyncConfig(concurrency=4, buffer_size=2, staleness=StalenessWeighting("constant")), 4,
+                          train, ServerComposer("uniform", None, SGD()).update, Durations(), lambda c, k: np.array([1]))
+    x = [torch.zeros(2, dtype=torch.float64)]
+    # by hand: client 0 fails at 1 s and 2 s (re-dispatched each time, the only idle client); 1 reports at 1.7 s,
+    # 2 at 2.9 s: the step. Then 0 fails at 3 s and 4 s; 1 reports at 3.4 s, 3 at 4.3 s
+    step = sim.step(x)
+    assert (step.client_ids.tolist(), step.failed, step.time) == ([1, 2], 2, 2.9)
+    assert torch.equal(x[0], torch.ones(2, dtype=torch.float64))  # the mean of two unit updates
+    step = sim.step(x)
+    assert (step.client_ids.tolist(), step.failed, step.time) == ([1, 3], 2, 4.3)
+    assert sim.state_dict()["counts"][3] == 0

@@ -216,3 +216,29 @@ def test_partial_under_the_vectorized_executor_equals_the_run_told_those_steps(t
     _, _, told = _dm(local_work=TableSteps())
     same, _ = _fit(tmp_path, told, FedNova(lr=1.0), rounds=1, client_executor=VectorizedExecutor())
     assert np.array_equal(linear_weights(model), linear_weights(same))
+
+
+def test_54_asynchronous_needs_a_device_model_and_no_deadline_and_is_in_the_run_record():
+    from lightning_fed.asynchronous import AsyncConfig, StalenessWeighting
+
+    config = AsyncConfig(concurrency=4, buffer_size=2, staleness=StalenessWeighting("hinge", a=0.5, b=2))
+    with pytest.raises(ArgumentError, match="`asynchronous` needs a `device_model`"):
+        FederatedDataModule(TensorDataset(torch.zeros(4, 1)), asynchronous=config)
+    with pytest.raises(ArgumentError, match="`asynchronous` has no rounds to set a deadline on"):
+        FederatedDataModule(TensorDataset(torch.zeros(4, 1)), device_model=ParametricDeviceModel(0.01),
+                            round_deadline=5.0, asynchronous=config)
+    with pytest.raises(ArgumentError, match="`asynchronous` must be an AsyncConfig or None, got dict"):
+        FederatedDataModule(TensorDataset(torch.zeros(4, 1)), device_model=ParametricDeviceModel(0.01),
+                            asynchronous={"concurrency": 4})
+    dm = FederatedDataModule(TensorDataset(torch.zeros(4, 1)), device_model=ParametricDeviceModel(0.01),
+                             asynchronous=config)
+    record = dm.run_config()
+    assert {k: v for k, v in record.items() if k.startswith("asynchronous")} == {
+        "asynchronous": True, "asynchronous.concurrency": 4, "asynchronous.buffer_size": 2,
+        "asynchronous.staleness.name": "hinge", "asynchronous.staleness.a": 0.5, "asynchronous.staleness.b": 2,
+        "asynchronous.max_staleness": None, "asynchronous.mixing": None, "asynchronous.seed": 0}
+    assert dm.settings()["asynchronous/buffer_size"] == 2
+    with pytest.raises(ValueError, match="asynchronous run cannot be forecast"):
+        dm.simulated_time.forecast(dm, 2, 32)
+    assert "asynchronous" not in FederatedDataModule(TensorDataset(torch.zeros(4, 1)),
+                                                     device_model=ParametricDeviceModel(0.01)).run_config()

@@ -1,0 +1,80 @@
+"""What the asynchronous mode costs per client update against synchronous rounds on the same clients (issue #54).
+
+Both fits train the same model on the same data module (N clients, the same local work, a device model): the
+synchronous one ``rounds`` rounds of ``C`` clients through the SequentialExecutor, the asynchronous one ``rounds``
+server steps of K = C buffered updates with ``concurrency`` = C in flight (s ≡ 1, nothing dropped), so both train
+C · rounds clients. Runs are interleaved (sync, async, sync, ...); the figure is the median wall time per client
+update of each, and their ratio; the 1-minute load average is printed with it (a shared machine's figures).
+
+Usage: ``python benchmarks/async_cost.py [--repeats 5] [--rounds 20] [--clients 10] [--population 100]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import lightning as L
+import torch
+from torch.utils.data import TensorDataset
+
+from lightning_fed import FederatedTrainer
+from lightning_fed.asynchronous import AsyncConfig, StalenessWeighting
+from lightning_fed.callbacks import FedAvg
+from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+from lightning_fed.datamodules.devices import ParametricDeviceModel
+
+
+class MLP(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+    def training_step(self, batch, batch_idx):
+        return torch.nn.functional.mse_loss(self.net(batch[0]).squeeze(-1), batch[1])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def fit(asynchronous: bool, rounds: int, clients: int, population: int) -> float:
+    """Seconds per client update of one fit."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(population * 20, 20, generator=g)
+    data = TensorDataset(x, x.sum(1))
+    config = AsyncConfig(concurrency=clients, buffer_size=clients, staleness=StalenessWeighting("constant")) \
+        if asynchronous else None
+    dm = FederatedDataModule(data, partitioner=IIDPartitioner(population, seed=0), clients_per_round=clients,
+                             batch_size=10, device_model=ParametricDeviceModel(0.01, compute_sigma=1.0),
+                             asynchronous=config)
+    torch.manual_seed(0)
+    trainer = FederatedTrainer(max_epochs=rounds, callbacks=[FedAvg(lr=1.0)], logger=False, accelerator="cpu",
+                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    start = time.perf_counter()
+    trainer.fit(MLP(), datamodule=dm)
+    return (time.perf_counter() - start) / (rounds * clients)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--population", type=int, default=100)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(args.repeats):
+        for asynchronous in (False, True):
+            times[asynchronous].append(fit(asynchronous, args.rounds, args.clients, args.population))
+    sync, asyn = statistics.median(times[False]), statistics.median(times[True])
+    print(f"load (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} x {args.clients} client updates, "
+          f"{args.repeats} interleaved repeats")
+    print(f"synchronous  {sync * 1e3:.3f} ms / update")
+    print(f"asynchronous {asyn * 1e3:.3f} ms / update  (ratio {asyn / sync:.3f})")
+
+
+if __name__ == "__main__":
+    main()
