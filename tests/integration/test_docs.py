@@ -133,6 +133,7 @@ SNIPPET_RUNNERS = {
                                          "tests/integration/test_readme.py::test_write_your_own_algorithm_snippets_run"],
     "docs/write-your-own-task.md": ["tests/integration/test_docs.py::test_write_your_own_task_page_runs"],
     "docs/guide/device-traces.md": ["tests/datamodules/devices/test_fedscale.py::test_device_traces_guide_snippet_runs"],
+    "docs/guide/communication.md": ["tests/communication/test_compression.py::test_communication_guide_snippet_runs"],
 }
 
 
