@@ -334,14 +334,18 @@ class FederatedFitLoop(RoundReporting, StopSignalHandling, pl_private.FitLoop):
         """Runs one communication round: select the cohort, run its clients, filter their updates, the server step,
         the round's report."""
         rnd = _Round(self.trainer.current_epoch, time.perf_counter())
-        if self._async is not None:  # one server step of asynchronous training (lightning_fed.asynchronous.loop_mode)
-            self._async.advance(rnd)
-        else:
-            self._start_round(rnd)
-            self._run_clients(rnd)
-            self._filter_updates(rnd)
-            self._server_step(rnd)
+        # asynchronous training: the epoch is one server step instead (lightning_fed.asynchronous.loop_mode)
+        run = self._synchronous_round if self._async is None else self._async.advance
+        run(rnd)
         self._report_round(rnd)
+
+    def _synchronous_round(self, rnd: "_Round") -> None:
+        """A synchronous round up to its report: select the cohort, run its clients, filter their updates, the
+        server step."""
+        self._start_round(rnd)
+        self._run_clients(rnd)
+        self._filter_updates(rnd)
+        self._server_step(rnd)
 
     def _start_round(self, rnd: "_Round") -> None:
         """The round's cohort (``rnd.selection``); the client runner, the round log and the failures reset."""

@@ -37,6 +37,12 @@ class InFlight(NamedTuple):
         dispatch: Its dispatch index k.
         version: The model version (server steps so far) it started from.
         reports: ``False``: its device goes offline at ``end_time`` and it reports nothing.
+
+    Example: the earlier report first, a tie by the lower client id::
+
+        >>> events = [InFlight(2.0, 1, 0, 0, True), InFlight(1.5, 7, 1, 0, True), InFlight(1.5, 3, 2, 1, False)]
+        >>> [e.client_id for e in sorted(events)]
+        [3, 7, 1]
     """
 
     end_time: float

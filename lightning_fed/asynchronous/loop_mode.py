@@ -136,6 +136,34 @@ class AsyncLoopMode:
         part: The data module's :class:`~lightning_fed.datamodules.simulated_time.SimulatedTime` (its
             ``asynchronous`` config, device model and clock); the simulation is kept in ``part.async_simulation``
             so the data module's ``state_dict`` carries it into checkpoints.
+
+    Example: the fit loop holds one when the data module trains asynchronously (FedAsync here: K = 1, mixing 0.5)::
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightning_fed import FederatedTrainer
+        >>> from lightning_fed.asynchronous import AsyncConfig
+        >>> from lightning_fed.callbacks import FedAvg
+        >>> from lightning_fed.datamodules import FederatedDataModule, IIDPartitioner
+        >>> from lightning_fed.datamodules.devices import ParametricDeviceModel
+        >>> class Lin(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(2))
+        ...     def training_step(self, batch, batch_idx):
+        ...         return ((batch[0] @ self.w - batch[1]) ** 2).mean()
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.randn(40, 2, generator=torch.Generator().manual_seed(0))
+        >>> dm = FederatedDataModule(TensorDataset(x, x.sum(1)), partitioner=IIDPartitioner(8), clients_per_round=1,
+        ...                          batch_size=5, device_model=ParametricDeviceModel(0.01),
+        ...                          asynchronous=AsyncConfig(concurrency=3, buffer_size=1, mixing=0.5))
+        >>> trainer = FederatedTrainer(max_epochs=2, callbacks=[FedAvg()], logger=False, accelerator="cpu",
+        ...                            enable_checkpointing=False, enable_progress_bar=False,
+        ...                            enable_model_summary=False)
+        >>> trainer.fit(Lin(), datamodule=dm)
+        >>> type(trainer.fit_loop._async).__name__, trainer.fit_loop._async.sim.version
+        ('AsyncLoopMode', 2)
     """
 
     def __init__(self, loop: Any, part: Any) -> None:

@@ -104,6 +104,12 @@ class AsyncStep:
         offline: Clients in flight that went offline since the previous step.
         dispatched: Clients dispatched since the previous step.
         failed: Clients whose training failed (``train`` returned ``None``) since the previous step.
+
+    Example: step 3 at 130 s buffered clients 4 (fresh) and 9 (three steps stale, FedBuff weight 1/√(1 + 3))::
+
+        >>> step = AsyncStep(3, 130.0, np.array([4, 9]), np.array([0, 3]), np.array([1.0, 0.5]), 1, 0, 3)
+        >>> step.metrics(previous_time=100.0)["async/staleness_max"], bool(step.weights[1] == 1 / (1 + 3) ** 0.5)
+        (3.0, True)
     """
 
     version: int

@@ -62,7 +62,8 @@ def test_run_record_names_come_from_the_parts():
     assert RUN_CONFIG_NAMES == ("partitioner", "partition", "seed", "clients_per_round", "data_order", "drop_last",
                                 "client_dropout", "over_selection", "cohort_sampling", "poisson_draws", "local_work",
                                 "server_optimizer", "client_algorithms",
-                                "device_model", "round_deadline", "deadline_policy")  # #53: only with a device model
+                                "device_model", "round_deadline", "deadline_policy",  # #53: only with a device model
+                                "asynchronous")  # #54: only when on
     dm = FederatedDataModule(TensorDataset(torch.zeros(8, 1)), partitioner=IIDPartitioner(4), clients_per_round=2,
                              cohort_sampling="poisson", seed=3)
     assert dm.run_config() == {"seed": 3, "clients_per_round": 2, "data_order": "reshuffle", "drop_last": False,
