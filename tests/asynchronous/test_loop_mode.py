@@ -136,9 +136,11 @@ def _refused(tmp_path, dm, server, match, **trainer_kwargs):
     ("clients_per_round", r"clients_per_round \(3\) must equal buffer_size \(2\)"),
     ("client_dropout", "client_dropout, over_selection and cohort_sampling"),
     ("norm_ratio", "max_update_norm_ratio"),
+    ("compression", "Compression .update compression. is not supported yet"),
 ])
 def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     from lightning_fed.algorithms.scaffold import SCAFFOLD
+    from lightning_fed.communication import Compression, TopK
 
     config = AsyncConfig(concurrency=2, buffer_size=2)
     dm = _datamodule(4, config, clients_per_round=3 if case == "clients_per_round" else 2,
@@ -146,7 +148,8 @@ def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     server = (SCAFFOLD(lr=1.0) if case == "scaffold" else
               DPFedAvg(clip_norm=1.0, noise_multiplier=1.0, target_delta=1e-3) if case == "dp" else FedAvg())
     kwargs = {"client_executor": "vectorized"} if case == "executor" else \
-        {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else {}
+        {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else \
+        {"client_algorithms": [Compression(TopK(fraction=0.5))]} if case == "compression" else {}
     _refused(tmp_path, dm, server, f"Asynchronous training .* is refused: .*{match}", **kwargs)
 
 
