@@ -167,7 +167,7 @@ class PendingImages:
         name: The column.
         out: ``[n, C, H, W]``, the decoded rows filled in.
         pending: ``[n]`` bool, True for the rows not decoded yet.
-        value: ``value(row)`` gives the row's ``{"bytes", "path"}``.
+        values: ``values(rows)`` gives the rows' ``{"bytes", "path"}``, a list (``rows``: int64 ``[k]``).
         decode: ``decode(value)`` gives the row's ``[C, H, W]`` array (:func:`image_array`).
         store: ``store(out, decoded)`` keeps the decoded rows for later runs (``None``: nowhere).
         new: Rows decoded before and not stored yet (default 0).
@@ -175,7 +175,7 @@ class PendingImages:
     Example::
 
         >>> import numpy as np, torch
-        >>> images = PendingImages("image", torch.zeros(3, 1, 1, 1), np.ones(3, dtype=bool), value=lambda row: row,
+        >>> images = PendingImages("image", torch.zeros(3, 1, 1, 1), np.ones(3, dtype=bool), values=list,
         ...                        decode=lambda row: np.full((1, 1, 1), 10 * row, dtype=np.float32))
         >>> images.decode(torch.tensor([2, 0])); images.take(torch.tensor([2, 0])).flatten().tolist()
         [20.0, 0.0]
@@ -183,13 +183,14 @@ class PendingImages:
         [False, True, False]
     """
 
-    def __init__(self, name: str, out: torch.Tensor, pending: np.ndarray, value: Callable[[int], Any],
+    def __init__(self, name: str, out: torch.Tensor, pending: np.ndarray, values: Callable[[np.ndarray], list],
                  decode: Callable[[Any], np.ndarray], store: Optional[Callable[[torch.Tensor, np.ndarray], None]] = None,
                  new: int = 0) -> None:
         self.name, self.out, self.pending = name, out, np.asarray(pending, dtype=bool)
-        self._value, self._decode, self._store = value, decode, store
+        self._values, self._decode, self._store = values, decode, store
         self._left, self._new = int(self.pending.sum()), new
-        self._dtype = self.out[:0].numpy().dtype
+        self._pixels = self.out.numpy()  # the same memory
+        self._shape, self._dtype = self._pixels.shape[1:], self._pixels.dtype
         self.odd: dict[int, torch.Tensor] = {}  # rows decoded to another shape or dtype than out's
         self._is_odd = np.zeros(len(self.pending), dtype=bool)
 
@@ -227,17 +228,17 @@ class PendingImages:
         else:
             index = np.asarray(index, dtype=np.int64)
             rows = np.unique(index[self.pending[index]])
-        for row in rows.tolist():
+        for row, value in zip(rows.tolist(), self._values(rows) if len(rows) else []):
             try:
-                image = self._decode(self._value(row))
+                image = self._decode(value)
             except Exception as error:  # the torch format's error, naming the row
                 if hasattr(error, "add_note"):
                     error.add_note(f"Image column {self.name!r}, row {row}.")
                 raise
-            if tuple(image.shape) != tuple(self.out.shape[1:]) or image.dtype != self._dtype:
+            if image.shape != self._shape or image.dtype != self._dtype:
                 self.odd[row], self._is_odd[row] = torch.from_numpy(np.array(image)), True  # PIL's: read-only
             else:
-                self.out[row].numpy()[...] = image
+                self._pixels[row] = image
             self.pending[row] = False
             self._left, self._new = self._left - 1, self._new + 1
 
@@ -328,6 +329,7 @@ def lazy_images(dataset: Any, name: str, array: Any, first: np.ndarray) -> Pendi
 
     feature, token = dataset.features[name], getattr(dataset, "_token_per_repo_id", None)
     shape, dtype = tuple(first.shape), first.dtype
+    array = array.combine_chunks() if hasattr(array, "combine_chunks") else array  # a take per batch: one chunk
     pixels, decoded = np.zeros((len(array), *shape), dtype=dtype), np.zeros(len(array), dtype=bool)
     rows = _DecodedRows(dataset, name, shape, dtype) if dataset.cache_files and datasets.is_caching_enabled() else None
     found = rows.load() if rows is not None else None
@@ -335,6 +337,6 @@ def lazy_images(dataset: Any, name: str, array: Any, first: np.ndarray) -> Pendi
         pixels, decoded = found
     new = not decoded[0]
     pixels[0], decoded[0] = first, True
-    return PendingImages(name, torch.from_numpy(pixels), ~decoded, value=lambda row: array[row].as_py(),
+    return PendingImages(name, torch.from_numpy(pixels), ~decoded, values=lambda rows: array.take(rows).to_pylist(),
                          decode=lambda value: image_array(feature, value, token),
                          store=rows.store if rows is not None else None, new=int(new))

@@ -383,7 +383,8 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int, lazy
         if decoded.false_count == 0:
             return out
         return PendingImages(name, out, ~np.asarray(decoded.to_numpy(zero_copy_only=False), dtype=bool),
-                             value=lambda row: array[row].as_py(), decode=lambda value: image_array(feature, value, token))
+                             values=lambda rows: array.take(rows).to_pylist(),
+                             decode=lambda value: image_array(feature, value, token))
 
     return n * first.size * first.itemsize, convert
 
