@@ -195,9 +195,8 @@ class AsyncLoopMode:
         """Client ``client_id``'s local training from ``params`` (its start version) as round ``dispatch`` of the
         client runner; ``None`` when it failed or its update is non-finite (recorded as the step's failure)."""
         loop, runner = self.loop, self.loop.client_runner
-        with torch.no_grad():
-            torch._foreach_copy_(runner.params, params)
-        runner.start_round(int(dispatch))
+        # x_v as this client's round; the step's hyper-parameters and step path stay advance's start_round's
+        runner.restart_round(int(dispatch), params)
         from lightning_fed.loop import _round_result
 
         updates, failures = _round_result(loop.executor, loop.executor.run_round(runner, np.array([client_id]),
@@ -223,6 +222,7 @@ class AsyncLoopMode:
 
         loop, runner = self.loop, self.loop.client_runner
         pl_private.set_batches_that_stepped(loop.epoch_loop, rnd.idx)
+        runner.start_round(rnd.idx)  # once per server step, as once per round: each client then restart_round's
         loop.round_failures = []
         loop._round_log.start_round()
         x = [p.detach().clone() for p in runner.params]
