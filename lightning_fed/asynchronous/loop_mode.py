@@ -15,7 +15,8 @@ for finiteness with the loop's own check. After the server step the module holds
 
 The step's metrics join the round metrics: ``async/staleness_mean``, ``async/staleness_max``, ``async/dropped_stale``,
 ``async/offline``, ``async/updates_per_hour`` (:meth:`AsyncStep.metrics
-<lightning_fed.asynchronous.AsyncStep.metrics>`), ``async/failed``; the data module's simulated clock advances to the
+<lightning_fed.asynchronous.AsyncStep.metrics>`), ``async/failed`` and ``clock/elapsed_seconds`` (the simulated
+seconds at the step, as a synchronous round's clock metric); the data module's simulated clock advances to the
 step's time (``time/<metric>`` against simulated seconds); TensorBoard gets the histogram ``async/staleness``. The
 bytes (``round_bytes_*``, issue #56) count the step's buffered clients (one download and one upload each); clients
 dropped as stale, offline or failed are not counted.
@@ -26,8 +27,13 @@ cohort sampled each round), executors other than the sequential one and several 
 a time, when it reports), modules with buffers (a version keeps the parameters only), ``max_update_norm_ratio`` and
 ``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
 ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
-than ``buffer_size`` (the clients of one epoch), and update compression (#56's ``Compression``: a dispatch's upload time is
-timed by the raw federated parameters). A stop signal ends the run at the end of the server step (the
+than ``buffer_size`` (the clients of one epoch).
+
+Update compression (issue #56's ``Compression``) composes: a dispatch's upload is timed by Δ_i's encoded size
+(:func:`~lightning_fed.communication.bytes.planned_bytes`, as the synchronous clock plans a round), a stochastic
+compressor's draws are keyed by the dispatch index (the client's round), and a client's per-client state (error
+feedback's residual e_i, a personal half's state) is written when it reports, so that a client dispatched again
+before the server step starts from it. A stop signal ends the run at the end of the server step (the
 step is not cut short).
 
 Example: FedBuff with FedAdam, 5 of 20 clients in flight on log-normal devices, K = 2 updates per server step::
@@ -71,6 +77,7 @@ from torch import Tensor
 from lightning_fed.asynchronous.simulation import AsyncSimulation, AsyncStep
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.clock import payload_bytes, shared_parameters
+from lightning_fed.communication.bytes import planned_bytes
 from lightning_fed.datamodules.cohorts import CohortSelection
 
 __all__ = ["AsyncLoopMode", "refusal", "start_async_mode"]
@@ -97,10 +104,6 @@ def refusal(loop: Any) -> Optional[str]:
         return (f"the executor {type(loop.executor).__name__} (world size {trainer.world_size}) trains cohorts; "
                 "asynchronous training trains one client at a time, when it reports (use SequentialExecutor, "
                 "one process)")
-    compressed = [type(h).__name__ for h in halves if getattr(h, "compressor", None) is not None]
-    if compressed:  # issue #56's Compression: its draws are keyed by round and its encoded size feeds no dispatch time
-        return (f"{compressed[0]} (update compression) is not supported yet: the simulation times each upload by the "
-                "raw federated parameters, so a compressed upload's time would be silently wrong")
     buffers = [name for name, _ in trainer.lightning_module.named_buffers()]
     if buffers:
         return (f"the module has buffers ({', '.join(buffers[:3])}): a client must start from its model version, "
@@ -176,6 +179,7 @@ class AsyncLoopMode:
         dm, runner = loop.datamodule, loop.client_runner
         payload = payload_bytes(shared_parameters(runner.params, loop.trainer.lightning_module,
                                                   runner.client_halves.algorithms))
+        # (each server step's start sets the bytes as the synchronous clock plans them: planned_bytes, in advance)
         sim = AsyncSimulation(part.asynchronous, dm.partition.num_clients, self.train, self._server_step,
                               part.device_model, self.step_samples, payload, payload)
         if part._async_state is not None:  # a resumed run: the saved buffer, clients in flight, versions, clock
@@ -206,6 +210,11 @@ class AsyncLoopMode:
                 failure.error = None  # the exception holds the client's frames
         loop.round_failures.extend(failures)
         updates = [u for u, ok in zip(updates, loop._finite_updates(updates, {})) if loop._keep_finite(u, ok)]
+        if updates and any(str(k).startswith("client_state/") for k in updates[0].extras):
+            # a client keeps its new state (error feedback's residual, a personal model) once it reports: written
+            # now, not at the server step, so that a client dispatched again within the step starts from it
+            server = loop.server_optimizer
+            server.client_states.receive(updates, server.client_algorithms)
         return updates[0] if updates else None
 
     def _server_step(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
@@ -223,6 +232,9 @@ class AsyncLoopMode:
         loop, runner = self.loop, self.loop.client_runner
         pl_private.set_batches_that_stepped(loop.epoch_loop, rnd.idx)
         runner.start_round(rnd.idx)  # once per server step, as once per round: each client then restart_round's
+        # bytes each way as they travel, as the synchronous clock plans a round: the broadcast, and Δ_i as the run's
+        # compressor encodes it (issue #56's Compression: an upload is timed by its encoded size)
+        self.sim.download_bytes, self.sim.upload_bytes = planned_bytes(runner)
         loop.round_failures = []
         loop._round_log.start_round()
         x = [p.detach().clone() for p in runner.params]
@@ -249,7 +261,8 @@ class AsyncLoopMode:
         if bad:
             loop._nonfinite_server_step(rnd.idx, bad, rnd.step)  # raises (on_nonfinite_server_step="raise")
         self.part.clock.advance(step.time - start_time)
-        rnd.metrics = {**step.metrics(start_time), "async/failed": float(step.failed)}
+        rnd.metrics = {**step.metrics(start_time), "async/failed": float(step.failed),
+                       "clock/elapsed_seconds": self.part.clock.elapsed_seconds}  # as a synchronous round's
         _histogram(loop.trainer, "async/staleness", step.staleness, rnd.idx)
         return step
 

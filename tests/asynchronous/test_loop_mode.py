@@ -136,11 +136,9 @@ def _refused(tmp_path, dm, server, match, **trainer_kwargs):
     ("clients_per_round", r"clients_per_round \(3\) must equal buffer_size \(2\)"),
     ("client_dropout", "client_dropout, over_selection and cohort_sampling"),
     ("norm_ratio", "max_update_norm_ratio"),
-    ("compression", "Compression .update compression. is not supported yet"),
 ])
 def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     from lightning_fed.algorithms.scaffold import SCAFFOLD
-    from lightning_fed.communication import Compression, TopK
 
     config = AsyncConfig(concurrency=2, buffer_size=2)
     dm = _datamodule(4, config, clients_per_round=3 if case == "clients_per_round" else 2,
@@ -148,8 +146,7 @@ def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     server = (SCAFFOLD(lr=1.0) if case == "scaffold" else
               DPFedAvg(clip_norm=1.0, noise_multiplier=1.0, target_delta=1e-3) if case == "dp" else FedAvg())
     kwargs = {"client_executor": "vectorized"} if case == "executor" else \
-        {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else \
-        {"client_algorithms": [Compression(TopK(fraction=0.5))]} if case == "compression" else {}
+        {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else {}
     _refused(tmp_path, dm, server, f"Asynchronous training .* is refused: .*{match}", **kwargs)
 
 
@@ -201,3 +198,39 @@ def test_sigkill_mid_step_then_resume_equals_uninterrupted(tmp_path):
     assert a.async_simulation.state_dict()["in_flight"] == b.async_simulation.state_dict()["in_flight"]
     assert (a.clock.elapsed_seconds, a.async_simulation.dispatches) == (b.clock.elapsed_seconds,
                                                                          b.async_simulation.dispatches)
+
+
+def test_a_compressed_upload_is_timed_by_its_encoded_size(tmp_path):
+    """Issue #56's Compression under asynchronous training: the first report (K = 1) comes at download + compute +
+    upload of the top-1 encoding, k·(8 + 4) = 12 bytes (one float64 value, one int32 index), not the raw Δ_i's 32.
+    By hand: 4 clients of 12 samples, 3 steps of 4; the model's 4 float64 entries down (32 bytes at 100 B/s) and 12
+    bytes up at 2 B/s, 0.5 s latency each way, 0.01 s a sample."""
+    from lightning_fed.communication import Compression, TopK
+
+    devices = dict(seconds_per_sample=0.01, download_bytes_per_s=100.0, upload_bytes_per_s=2.0, latency_s=0.5)
+    config = AsyncConfig(concurrency=2, buffer_size=1)
+    _, trainer = _fit(tmp_path, _datamodule(4, config, devices), FedAvg(lr=1.0), 1,
+                      client_algorithms=[Compression(TopK(k=1))])
+    hand = (32 / 100.0 + 0.5) + 0.01 * 12 + (12 / 2.0 + 0.5)
+    assert trainer.fit_loop.round_metrics["clock/elapsed_seconds"] == pytest.approx(hand, rel=1e-12)
+    assert trainer.fit_loop.communication.total_bytes_up == 12  # the one buffered update, as encoded
+
+
+def test_error_feedback_in_the_degenerate_case_equals_synchronous_training_bit_for_bit(tmp_path):
+    """Compression(TopK(k=1), error_feedback=True) (Karimireddy et al. 2019, Alg. 2 EF-SGD l. 4-7): in the degenerate
+    case (K = concurrency = cohort = N = 2, equal devices, s ≡ 1) the model and each client's residual e_i after 3
+    server steps are the synchronous run's, bit for bit."""
+    from lightning_fed.communication import Compression, TopK
+
+    def run(name, config):
+        model, trainer = _fit(tmp_path / name, _datamodule(2, config), FedAvg(lr=1.0), 3,
+                              client_algorithms=[Compression(TopK(k=1), error_feedback=True)])
+        states = trainer.fit_loop.server_optimizer.client_states
+        return _weights(model), [states.row("Compression", c) for c in (0, 1)]
+
+    (a, residual_a), (s, residual_s) = (run("a", AsyncConfig(concurrency=2, buffer_size=2,
+                                                             staleness=StalenessWeighting("constant"))),
+                                        run("s", None))
+    assert all(torch.equal(p, q) for p, q in zip(a, s))
+    assert all(r is not None and torch.equal(r, q) for r, q in zip(residual_a, residual_s))
+    assert all(bool(r.abs().sum() > 0) for r in residual_a)  # top-1 of 4 entries leaves a residual
