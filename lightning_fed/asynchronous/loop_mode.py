@@ -24,7 +24,8 @@ dropped as stale, offline or failed are not counted.
 Refused at fit start, each with the reason (:func:`refusal`): SCAFFOLD, FedDyn and FedAWARE (their corrections
 assume every update comes from the current model), a server optimizer that adds DP noise (its accounting assumes a
 cohort sampled each round), executors other than the sequential one and several processes (one client is trained at
-a time, when it reports), modules with buffers (a version keeps the parameters only), ``max_update_norm_ratio`` and
+a time, when it reports), modules with buffers (BatchNorm statistics: FedBuff and FedAsync publish no rule for
+buffers, the synchronous mean of buffer values assumes one start version, and a version keeps the parameters only), ``max_update_norm_ratio`` and
 ``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
 ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
 than ``buffer_size`` (the clients of one epoch).
@@ -105,9 +106,13 @@ def refusal(loop: Any) -> Optional[str]:
                 "asynchronous training trains one client at a time, when it reports (use SequentialExecutor, "
                 "one process)")
     buffers = [name for name, _ in trainer.lightning_module.named_buffers()]
-    if buffers:
-        return (f"the module has buffers ({', '.join(buffers[:3])}): a client must start from its model version, "
-                "and the simulation keeps the versions' federated parameters only")
+    if buffers:  # issue #54 item 2: kept refused, no published rule to implement exactly
+        return (f"the module has buffers ({', '.join(buffers[:3])}): FedBuff (Nguyen et al. 2022, Alg. 1) and "
+                "FedAsync (Xie et al. 2019) step the model's parameters only and publish no rule for buffers such "
+                "as BatchNorm statistics, and the synchronous loop's rule (the clients' weighted mean of their "
+                "buffer values) assumes every client started from the same global buffers, which a stale client "
+                "did not (it trained from an older version's); a model version keeps the federated parameters only. "
+                "Use a module without buffers (e.g. GroupNorm or LayerNorm instead of BatchNorm)")
     if loop.max_update_norm_ratio is not None or loop.on_nonfinite_server_step == "restore":
         return ("max_update_norm_ratio and on_nonfinite_server_step='restore' are defined on a round's cohort, "
                 "which asynchronous training does not have")

@@ -234,3 +234,23 @@ def test_error_feedback_in_the_degenerate_case_equals_synchronous_training_bit_f
     assert all(torch.equal(p, q) for p, q in zip(a, s))
     assert all(r is not None and torch.equal(r, q) for r, q in zip(residual_a, residual_s))
     assert all(bool(r.abs().sum() > 0) for r in residual_a)  # top-1 of 4 entries leaves a residual
+
+
+def test_a_module_with_buffers_is_refused_with_the_reason(tmp_path):
+    """Issue #54 item 2, kept refused: BatchNorm's running statistics have no published asynchronous rule (FedBuff,
+    FedAsync step the parameters only); the refusal names the buffers and says so, before any client trains."""
+
+    class WithNorm(LinearRegression):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(3, dtype=torch.float64)
+
+        def training_step(self, batch, batch_idx):
+            return super().training_step((self.norm(batch[0]), batch[1]), batch_idx)
+
+    model = WithNorm()
+    before = _weights(model)
+    with pytest.raises(ValueError, match=r"buffers \(norm.running_mean, norm.running_var, norm.num_batches_tracked\): "
+                                         r"FedBuff \(Nguyen et al. 2022, Alg. 1\) and FedAsync .* publish no rule"):
+        federated_fit(tmp_path, model, _datamodule(4, AsyncConfig(concurrency=2, buffer_size=2)), FedAvg(), 1)
+    assert all(torch.equal(p, q) for p, q in zip(before, _weights(model)))
