@@ -254,3 +254,38 @@ def test_a_module_with_buffers_is_refused_with_the_reason(tmp_path):
                                          r"FedBuff \(Nguyen et al. 2022, Alg. 1\) and FedAsync .* publish no rule"):
         federated_fit(tmp_path, model, _datamodule(4, AsyncConfig(concurrency=2, buffer_size=2)), FedAvg(), 1)
     assert all(torch.equal(p, q) for p, q in zip(before, _weights(model)))
+
+
+def test_error_feedback_residual_is_kept_at_the_report_for_a_client_dispatched_twice_in_a_step(tmp_path):
+    """One client in flight, K = 2, and a seed whose first two dispatches draw the same client: it reports twice
+    from version 0 with the same Δ (same start, same batches), and its second report must start from the residual of
+    its first (EF-SGD, Karimireddy et al. 2019, Alg. 2 l. 4-7: p = Δ + e, send C(p), e ← p − C(p)). NumPy reference
+    from the uncompressed run's Δ."""
+    from lightning_fed.asynchronous import draw_client
+    from lightning_fed.communication import Compression, TopK
+
+    seed = next(s for s in range(100) if draw_client(s, 0, 2, ()) == draw_client(s, 1, 2, ()))
+    config = AsyncConfig(concurrency=1, buffer_size=2, staleness=StalenessWeighting("constant"), seed=seed)
+
+    def run(name, halves):
+        _, trainer = _fit(tmp_path / name, _datamodule(2, config), FedAvg(lr=1.0), 1, client_algorithms=halves)
+        buffered = trainer.fit_loop._async._buffer
+        flat = [torch.cat([t.reshape(-1) for t in u.delta]).numpy() for u in buffered]
+        return trainer, [u.client_id for u in buffered], flat
+
+    _, ids, (delta, again) = run("raw", [])
+    np.testing.assert_array_equal(delta, again)  # the same Δ twice
+    trainer, ids_ef, (sent1, sent2) = run("ef", [Compression(TopK(k=1), error_feedback=True)])
+    assert ids == ids_ef and ids[0] == ids[1]
+
+    def top1(v):
+        out = np.zeros_like(v)
+        out[np.argmax(np.abs(v))] = v[np.argmax(np.abs(v))]
+        return out
+
+    e1 = delta - top1(delta)
+    p2 = delta + e1
+    np.testing.assert_array_equal(sent1, top1(delta))
+    np.testing.assert_array_equal(sent2, top1(p2))
+    residual = trainer.fit_loop.server_optimizer.client_states.row("Compression", ids[0])
+    np.testing.assert_array_equal(residual.numpy(), p2 - top1(p2))
