@@ -117,7 +117,7 @@ def device_profiles(device_model, client_ids: np.ndarray) -> list[tuple[float, f
 
         >>> from lightning_fed.datamodules.devices import ParametricDeviceModel
         >>> device_profiles(ParametricDeviceModel(0.1, latency_s=0.5), np.array([3]))
-        [(0.1, 1250000.0, 1250000.0, 0.5)]
+        [(0.1, 1250000.0, 125000.0, 0.5)]
     """
     arrays = device_model.profiles(np.asarray(client_ids, dtype=np.int64).reshape(-1))
     return list(zip(*(np.asarray(a, dtype=np.float64).reshape(-1).tolist() for a in arrays)))
