@@ -211,6 +211,7 @@ class AsyncSimulation:
         self.dropped_stale_total, self.offline_total = 0, 0
         self._counts = [0, 0, 0, 0]  # since the last step: dropped_stale, offline, dispatched, failed
         self._profile_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._weights: dict[int, float] = {}  # s(τ) by τ
 
     # ------------------------------------------------------------------ events
     def _fill(self, params: list[Tensor]) -> None:
@@ -277,7 +278,9 @@ class AsyncSimulation:
                 self._counts[3] += 1
                 self._release(event.version)
                 return
-            weight = float(self.config.staleness(np.array([tau]))[0])
+            weight = self._weights.get(tau)
+            if weight is None:  # s(τ) is a pure function of τ: computed once per τ
+                weight = self._weights[tau] = float(self.config.staleness(np.array([tau]))[0])
             if self.config.mixing is None:  # FedBuff: s(τ)·Δ_i (s = 1, a fresh update's: Δ_i itself, the same bits)
                 delta = list(update.delta) if weight == 1.0 else [torch.mul(d, weight) for d in update.delta]
             else:  # FedAsync: α_t·(x_v + Δ − x_{t−1})
