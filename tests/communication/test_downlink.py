@@ -83,3 +83,12 @@ def test_56_downlink_refuses_parts_kept_on_the_client(tmp_path):
     with pytest.raises(ValueError, match=r"client half LocalParts: it keeps parts of the model on the client"):
         federated_fit(tmp_path, LinearRegression(), dm, FedAvg(), 1,
                       client_algorithms=[LocalParts(names=["linear.bias"]), DownlinkCompression(UniformQuantization())])
+
+
+def test_56_asynchronous_training_refuses_downlink_compression(tmp_path):
+    from asynchronous.test_loop_mode import AsyncConfig, _datamodule, _refused
+    from lightning_fed.communication import BFloat16
+
+    dm = _datamodule(4, AsyncConfig(concurrency=2, buffer_size=2), clients_per_round=2)
+    _refused(tmp_path, dm, FedAvg(), "Asynchronous training .* is refused: .*DownlinkCompression .update compression.",
+             client_algorithms=[DownlinkCompression(BFloat16())])
