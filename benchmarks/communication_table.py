@@ -164,8 +164,8 @@ def figure(runs: list, rows_of: Callable[[object], Optional[list[dict]]], path: 
             ax.set_ylabel("val_acc (%)")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
@@ -173,13 +173,16 @@ def figure(runs: list, rows_of: Callable[[object], Optional[list[dict]]], path: 
 
 def main(argv: Optional[list[str]] = None) -> None:
     """``figure OUT.png``: the table's figure from the committed CSVs (runs without a CSV are left out)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2 or argv[0] != "figure":
-        raise SystemExit("usage: communication_table.py figure OUT.png")
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The communication table's figure, from the committed CSVs.")
+    parser.add_argument("command", choices=["figure"])
+    parser.add_argument("out", type=Path, help="the PNG to write")
+    args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import reproduce
 
-    print(figure(reproduce.TABLES[TABLE](), reproduce.communication_rows, Path(argv[1])))
+    print(figure(reproduce.TABLES[TABLE](), reproduce.communication_rows, args.out))
 
 
 if __name__ == "__main__":
