@@ -103,7 +103,7 @@ class DeviceModel:
     """The base of device models: per-client compute speed, bandwidths, latency and availability.
 
     A subclass implements :meth:`profiles` (O(len(client_ids)), deterministic by its settings); one with availability
-    (traces) overrides :meth:`online_until` and :meth:`is_online` too. The constructor's arguments, stored as
+    (traces) overrides :meth:`online_until`, :meth:`is_online` and :meth:`next_online` too. The constructor's arguments, stored as
     attributes of the same names, are its :meth:`settings` (recorded in checkpoints: a resume with other device
     settings is refused like any other run setting).
 
@@ -120,8 +120,8 @@ class DeviceModel:
         >>> model = SameDevice()
         >>> model.profiles(np.array([3, 9])).seconds_per_sample, model.is_online(np.array([3, 9]), t=10.0)
         (array([0.01, 0.01]), array([ True,  True]))
-        >>> model.online_until(np.array([3]), t=10.0), model.settings()
-        (array([inf]), {'seconds_per_sample': 0.01})
+        >>> model.online_until(np.array([3]), t=10.0), model.next_online(np.array([3]), t=10.0), model.settings()
+        (array([inf]), array([10.]), {'seconds_per_sample': 0.01})
     """
 
     def setup(self, num_clients: int) -> None:
@@ -141,6 +141,13 @@ class DeviceModel:
     def is_online(self, client_ids: np.ndarray, t: float) -> np.ndarray:
         """Whether each of ``client_ids`` is online at simulated time ``t``: bool ``[n]`` (default all ``True``)."""
         return np.ones(len(client_ids), dtype=bool)
+
+    def next_online(self, client_ids: np.ndarray, t: float) -> np.ndarray:
+        """The first simulated time ``>= t`` (seconds since the run's start) at which each of ``client_ids`` is
+        online: float64 ``[n]``; ``t`` for a client online at ``t`` (the default: always online), ``+inf`` for one
+        never online again. The clock waits until then in a round where nobody could be asked
+        (:func:`~lightning_fed.clock.plan_round`'s ``idle_until``)."""
+        return np.full(len(client_ids), float(t))
 
     @property
     def has_availability(self) -> bool:

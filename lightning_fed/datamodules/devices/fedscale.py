@@ -137,8 +137,8 @@ class FedScaleDevices(DeviceModel):
                        upload_bytes_per_s=array([128000., 128000.]), latency_s=array([0., 0.]))
         >>> devices.is_online([0, 1], t=125.0).tolist(), devices.online_until([0], t=125.0).tolist()
         ([True, True], [140.0])
-        >>> devices.is_online([0], t=50.0).tolist()
-        [False]
+        >>> devices.is_online([0], t=50.0).tolist(), devices.next_online([0], t=50.0).tolist()  # back at 100 + 10
+        ([False], [110.0])
     """
 
     def __init__(self, capacity_file: str, behaviour_file: Optional[str] = None, seed: int = 0,
@@ -230,6 +230,28 @@ class FedScaleDevices(DeviceModel):
         t = float(t)
         return np.array([t if end < 0 else (math.inf if math.isinf(end) else t - pos + end)
                          for pos, end in self._where(client_ids, t)], dtype=np.float64)
+
+    def next_online(self, client_ids: Any, t: float) -> np.ndarray:
+        """The first simulated time ``>= t`` (seconds) at which each client is online: float64 ``[n]`` — ``t`` when
+        online at ``t``, else the start of its next interval (``t − (t mod finish_time) + active``, in this period or
+        the next), ``inf`` for a row with no interval within its period. O(n log intervals)."""
+        t = check_non_negative("t", t)
+        if self._behaviour is None:
+            return np.full(len(np.atleast_1d(client_ids)), t)
+        rows = trace_rows(client_ids, len(self._behaviour_keys), self.seed, BEHAVIOUR_STREAM)
+        return np.array([_next_start(self._behaviour[r], t) for r in rows.tolist()], dtype=np.float64)
+
+
+def _next_start(row: tuple[float, list[float], list[float], bool], t: float) -> float:
+    """The first time >= t at which a behaviour row (period, merged interval starts and ends, always) is online."""
+    finish, starts, ends, always = row
+    pos = math.fmod(t, finish)
+    k = bisect.bisect_right(starts, pos)
+    if always or (k > 0 and pos <= ends[k - 1]):
+        return t
+    if not starts:  # no interval within the period: never online
+        return math.inf
+    return t - pos + (starts[k] if k < len(starts) else finish + starts[0])
 
 
 def _order(key: Any) -> tuple:
