@@ -118,12 +118,13 @@ class SimulatedTime:
 
     def run_config(self) -> dict[str, Any]:
         """The settings for the checkpoints' run record (compared on resume): ``device_model`` (class path),
-        ``device_model.<arg>``, ``round_deadline``, ``deadline_policy``; ``{}`` when off."""
+        ``device_model.<name>`` (its ``run_settings()``: the constructor arguments, and a trace's content hash),
+        ``round_deadline``, ``deadline_policy``; ``{}`` when off."""
         if not self.active:
             return {}
         model = self.device_model
         out: dict[str, Any] = {"device_model": f"{type(model).__module__}.{type(model).__qualname__}"}
-        out.update({f"device_model.{k}": v for k, v in model.settings().items()})
+        out.update({f"device_model.{k}": v for k, v in model.run_settings().items()})
         out.update(async_settings(self.asynchronous, "."))
         return {**out, "round_deadline": self.round_deadline, "deadline_policy": self.deadline_policy}
 

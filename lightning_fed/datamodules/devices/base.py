@@ -160,5 +160,10 @@ class DeviceModel:
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
         return {n: getattr(self, n) for n in names if hasattr(self, n)}
 
+    def run_settings(self) -> dict[str, Any]:
+        """The settings of the checkpoints' run record, compared on resume (default :meth:`settings`; a model that
+        reads files adds what tells their content apart, e.g. FedScaleDevices' SHA-256 of its traces)."""
+        return self.settings()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"

@@ -305,7 +305,7 @@ def test_the_cli_takes_fedscale_devices_on_a_task(tmp_path, monkeypatch):
                                           "augmentation_factor": 3.0}
 
 
-# --- the clock's leftovers: next online time, offline at selection, empty rounds (issue #53) -----------------------
+# --- the clock's leftovers: next online time, offline at selection, empty rounds, edited traces (issue #53) --------
 
 def reference_next_online(row: dict, t: float) -> float:
     """The first time s >= t that FedScale's is_active rule says is online, scanning s = t, t + 0.25, ... (every
@@ -381,3 +381,39 @@ def test_a_round_nobody_could_be_asked_in_waits_until_a_drawn_client_is_back(tmp
     dm.simulated_time.clock.load_state_dict({"elapsed_seconds": 10.0, "rounds": nobody})
     assert dm.simulated_time.start_round(dm, dm.select_cohort(nobody), nobody, 32, 32)[1].round_seconds == 0.0
 
+
+def test_a_resume_with_an_edited_trace_is_refused_naming_the_file(tmp_path):
+    """The run record holds each trace's SHA-256 (computed here with hashlib from the bytes written) and path; a
+    resume after the file was edited is refused, the line naming the file; the same files record the same."""
+    import hashlib
+
+    from tests.helpers import federated_fit
+
+    dm = _run_data(tmp_path)
+    cap, beh = tmp_path / "client_device_capacity", tmp_path / "client_behave_trace"
+    record = dm.run_config()
+    assert record["device_model.capacity_sha256"] == f"{hashlib.sha256(cap.read_bytes()).hexdigest()} {cap}"
+    assert record["device_model.behaviour_sha256"] == f"{hashlib.sha256(beh.read_bytes()).hexdigest()} {beh}"
+    assert "device_model/capacity_sha256" not in dm.settings()  # the run record only, not the HParams
+    assert FedScaleDevices(cap, beh, seed=3).run_settings() == dm.device_model.run_settings()
+    federated_fit(tmp_path, LinearRegression(), dm, FedAvg(), 1, ckpt_dir=tmp_path / "ckpt")
+    ckpt = str(tmp_path / "ckpt" / "last.ckpt")
+    old = hashlib.sha256(cap.read_bytes()).hexdigest()
+    cap.write_bytes(pickle.dumps({1: {"computation": 30.0, "communication": 8.0}}))  # _run_data writes ONE_DEVICE
+    edited = FedScaleDevices(cap, beh, seed=3)
+    new = hashlib.sha256(cap.read_bytes()).hexdigest()
+    x, y = regression_data(n=60)
+    data = TensorDataset(torch.tensor(x), torch.tensor(y))
+    again = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3,
+                                batch_size=5, seed=0, device_model=edited)
+    with pytest.raises(ValueError, match=rf"device_model.capacity_sha256: '{old} {cap}' -> '{new} {cap}'"):
+        federated_fit(tmp_path, LinearRegression(), again, FedAvg(), 2, ckpt_path=ckpt)
+    # a checkpoint written before the hashes were recorded: they cannot be checked, a warning, not a refusal
+    saved = torch.load(ckpt, weights_only=True)
+    for key in ("device_model.capacity_sha256", "device_model.behaviour_sha256"):
+        del saved["lightning_fed"]["run_config"][key]
+    torch.save(saved, tmp_path / "older.ckpt")
+    with pytest.warns(UserWarning, match=r"written before these settings were recorded, so they cannot be checked: "
+                                         r"device_model.behaviour_sha256 \(now '[0-9a-f]{64} .+'\), "
+                                         r"device_model.capacity_sha256"):
+        federated_fit(tmp_path, LinearRegression(), again, FedAvg(), 2, ckpt_path=str(tmp_path / "older.ckpt"))
