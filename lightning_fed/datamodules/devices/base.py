@@ -103,9 +103,9 @@ class DeviceModel:
     """The base of device models: per-client compute speed, bandwidths, latency and availability.
 
     A subclass implements :meth:`profiles` (O(len(client_ids)), deterministic by its settings); one with availability
-    (traces) overrides :meth:`online_until`, :meth:`is_online` and :meth:`next_online` too. The constructor's arguments, stored as
-    attributes of the same names, are its :meth:`settings` (recorded in checkpoints: a resume with other device
-    settings is refused like any other run setting).
+    (traces) overrides :meth:`online_until`, :meth:`is_online` and :meth:`next_online` too. The constructor's
+    arguments, stored as attributes of the same names, are its :meth:`settings` (recorded in checkpoints, with
+    :meth:`run_settings`: a resume with other device settings is refused like any other run setting).
 
     Example: every client on the same device, always online::
 
