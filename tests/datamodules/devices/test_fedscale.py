@@ -346,7 +346,7 @@ def test_clients_offline_at_selection_are_logged_each_round(tmp_path):
     assert expected[0] == 0 and sum(expected) > 0  # the case this test is about
 
 
-def _poisson_offline_dm(tmp_path, **kwargs):
+def _poisson_offline_dm(tmp_path, cohort_sampling="poisson", **kwargs):
     """Four clients on behaviour row 2 alone (offline over (5, 20) of each 1,000 s), Poisson cohorts of rate 2/4."""
     cap, beh = tmp_path / "cap", tmp_path / "beh"
     cap.write_bytes(pickle.dumps(ONE_DEVICE))
@@ -354,7 +354,7 @@ def _poisson_offline_dm(tmp_path, **kwargs):
     x, y = regression_data(n=40)
     dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
                              partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2, batch_size=5,
-                             cohort_sampling="poisson", device_model=FedScaleDevices(cap, beh), **kwargs)
+                             cohort_sampling=cohort_sampling, device_model=FedScaleDevices(cap, beh), **kwargs)
     dm.setup()
     return dm
 
@@ -380,6 +380,16 @@ def test_a_round_nobody_could_be_asked_in_waits_until_a_drawn_client_is_back(tmp
     dm = _poisson_offline_dm(tmp_path)
     dm.simulated_time.clock.load_state_dict({"elapsed_seconds": 10.0, "rounds": nobody})
     assert dm.simulated_time.start_round(dm, dm.select_cohort(nobody), nobody, 32, 32)[1].round_seconds == 0.0
+
+
+def test_a_fixed_size_round_with_the_whole_population_offline_says_when_the_first_is_back(tmp_path):
+    """Row 2 alone (offline over (5, 20)): at t = 10 the sampler asked all 4 clients; by hand the first is back at
+    20 s (and at t = 1,010 at 1,020 s, the next period)."""
+    dm = _poisson_offline_dm(tmp_path, cohort_sampling="fixed_size")
+    for t, back in ((10.0, "20"), (1010.0, "1020")):
+        with pytest.raises(RuntimeError, match=rf"none of the 4 clients is online at simulated time {t:g} s "
+                                               rf"\(FedScaleDevices's availability\); the first is back at {back} s"):
+            dm.select_cohort(1, time=t)
 
 
 def test_a_resume_with_an_edited_trace_is_refused_naming_the_file(tmp_path):
