@@ -52,8 +52,9 @@ Each round also counts the clients the cohort sampler drew that were offline at 
 (``offline_at_selection``, :attr:`CohortSelection.offline <lightning_fed.datamodules.cohorts.CohortSelection>`):
 they were skipped, not sampled — under ``"fixed_size"`` those drawn before the cohort was full, under ``"poisson"``
 the sampled ones, in a sweep round the round's share. It is the sampler's count, O(cohort), not the population's
-(which would need a scan of every client each round): its mean grows with the offline fraction (``"fixed_size"``:
-about ``num · offline / online`` per round, ``num`` the candidates sought).
+(which would need a scan of every client each round). Under ``"fixed_size"`` its mean is the negative
+hypergeometric ``num · offline / (online + 1)``, ``num`` the candidates sought and ``online`` / ``offline`` the
+population's counts at the round's start (the draws are a uniformly random order of the clients).
 
 :class:`SimulatedClock` adds up the rounds' times (the elapsed simulated seconds), saved in checkpoints.
 """
