@@ -39,12 +39,12 @@ waits before it gives up on the round:
   failed earlier);
 * without one, when clients were planned: the latest of their failure times (the times they went offline: the
   server learns of a failure when it happens);
-* without one, when no client was planned: until the first of the clients the sampler drew but found offline at
-  selection comes online again (``idle_until``, :meth:`DeviceModel.next_online
-  <lightning_fed.datamodules.devices.DeviceModel.next_online>`; O(drawn), never a scan of the population), and 0 s
-  when there is nobody to wait for: a client that drops out (``client_dropout``) is unavailable from the round's
-  start and costs no time, in this round as in any other; an empty sample (Poisson) draws nobody; a client whose
-  trace has no online interval never comes back.
+* without one, when nobody could be asked (every client drawn was offline at selection): until the first of them
+  comes online again (``idle_until``, :meth:`DeviceModel.next_online
+  <lightning_fed.datamodules.devices.DeviceModel.next_online>`; O(drawn), never a scan of the population);
+* without one, 0 s when there is nobody to wait for: every candidate dropped out (``client_dropout``: a client
+  that drops out is unavailable from the round's start and costs no time, in this round as in any other), an empty
+  sample (Poisson) drew nobody, or the clients drawn offline never come back (no online interval in their trace).
 
 A round in which some client reports is timed as before, whatever failed in it.
 
