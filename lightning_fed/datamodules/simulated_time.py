@@ -180,7 +180,7 @@ class SimulatedTime:
         """A round nobody could be asked in, without a deadline: when the first client drawn offline comes online
         (``None``, 0 s: someone is asked, there is a deadline, nobody was drawn offline, or none of them is ever
         online again — nobody to wait for)."""
-        if len(ids) or len(selection.candidates) or self.round_deadline is not None or not selection.offline:
+        if len(ids) or len(selection.candidates) or self.round_deadline is not None or not len(selection.offline_ids):
             return None
         back = float(np.min(self.device_model.next_online(selection.offline_ids, self.clock.elapsed_seconds)))
         return back if np.isfinite(back) else None
