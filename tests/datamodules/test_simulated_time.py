@@ -255,3 +255,15 @@ def test_a_round_with_an_empty_poisson_sample_lasts_until_the_deadline_in_a_run(
     assert any(not len(s) for s in sampled) and any(len(s) for s in sampled)  # both cases in these rounds
     _, trainer = _fit(tmp_path, dm, FedAvg(lr=1.0), rounds=6)
     assert dm.simulated_time.clock.elapsed_seconds == pytest.approx(sum(expected), rel=1e-12)
+
+
+def test_a_run_where_every_client_misses_the_deadline_says_so_in_its_error(tmp_path):
+    """Before, the end-of-run error blamed ``client_dropout=0.0`` alone, though every client missed the deadline
+    (the fastest finishes at 3.3 s, the deadline is 1 s)."""
+    _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=1.0)
+    with pytest.warns(UserWarning, match=r"Round 0: no client reported back \(every sampled client dropped out or "
+                                         r"missed the round \(client_dropout=0.0; missed round_deadline=1.0 s"), \
+            pytest.raises(RuntimeError, match=r"3 round\(s\): every sampled client dropped out or missed the round "
+                                              r"\(client_dropout=0.0; missed round_deadline=1.0 s \(deadline_policy="
+                                              r"'drop'\); offline per the device_model's availability\)"):
+        _fit(tmp_path, dm, FedAvg(lr=1.0))
