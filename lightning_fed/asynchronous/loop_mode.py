@@ -28,7 +28,8 @@ a time, when it reports), modules with buffers (BatchNorm statistics: FedBuff an
 buffers, the synchronous mean of buffer values assumes one start version, and a version keeps the parameters only), ``max_update_norm_ratio`` and
 ``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
 ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
-than ``buffer_size`` (the clients of one epoch).
+than ``buffer_size`` (the clients of one epoch), and ``DownlinkCompression`` (a client starts from its exact model
+version here).
 
 Update compression (issue #56's ``Compression``) composes: a dispatch's upload is timed by Δ_i's encoded size
 (:func:`~lightning_fed.communication.bytes.planned_bytes`, as the synchronous clock plans a round), a stochastic
@@ -105,6 +106,9 @@ def refusal(loop: Any) -> Optional[str]:
         return (f"the executor {type(loop.executor).__name__} (world size {trainer.world_size}) trains cohorts; "
                 "asynchronous training trains one client at a time, when it reports (use SequentialExecutor, "
                 "one process)")
+    if loop.client_runner.downlink is not None:  # issue #56's DownlinkCompression
+        return ("DownlinkCompression (update compression of the broadcast model) is not supported: each client "
+                "here starts from its model version x_v kept exact, and FedAsync's mixing x_v + Δ_i assumes it did")
     buffers = [name for name, _ in trainer.lightning_module.named_buffers()]
     if buffers:  # issue #54 item 2: kept refused, no published rule to implement exactly
         return (f"the module has buffers ({', '.join(buffers[:3])}): FedBuff (Nguyen et al. 2022, Alg. 1) and "

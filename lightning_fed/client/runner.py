@@ -95,6 +95,8 @@ class ClientContext:
         round_idx: The round t (0-based).
         global_params: x_t, one tensor per federated parameter (``params``, same order; read-only by convention):
             ``module.parameters()`` when every parameter is trained, else F only (:func:`federated_parameters`).
+            Under :class:`~lightning_fed.communication.DownlinkCompression`: x̂_t, the decoded broadcast the
+            client holds.
         global_buffers: The global model's buffers, one per entry of ``module.buffers()``.
         client_lr: γ, the client learning rate of the round (first optimizer's first parameter group; ``nan``
             without one).
@@ -245,6 +247,9 @@ class ClientRunner(ClientFailureHandling):
         self.client_halves = ClientHalves()
         #: The run's :class:`~lightning_fed.communication.Compression` half (``None``: updates sent raw), at fit start.
         self.compression: Optional[Any] = None
+        #: The run's :class:`~lightning_fed.communication.DownlinkCompression` half (``None``: x_t sent raw).
+        self.downlink: Optional[Any] = None
+        self._start_params: list[Tensor] = []  # x̂_t, what the clients start from (x_t itself without a downlink)
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -287,6 +292,9 @@ class ClientRunner(ClientFailureHandling):
         from lightning_fed.communication.compression import find_compression  # (it imports the client package)
 
         self.compression = find_compression(self.client_halves.algorithms)  # (two refused here, at fit start)
+        from lightning_fed.communication.downlink import find_downlink
+
+        self.downlink = find_downlink(self.client_halves.algorithms, sum(p.numel() for p in self._params))
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves
@@ -353,6 +361,8 @@ class ClientRunner(ClientFailureHandling):
         with torch.no_grad():
             self._global_params = [p.detach().clone() for p in (self._params if params is None else params)]
             self._global_buffers = [b.detach().clone() for b in (self._buffers if buffers is None else buffers)]
+            self._start_params = (self._global_params if self.downlink is None
+                                  else self.downlink.broadcast(self._global_params)[0])
 
     @property
     def step_path(self) -> str:
@@ -367,11 +377,12 @@ class ClientRunner(ClientFailureHandling):
         ``None`` on the lean path."""
         return self._lean_blocker
 
-    def reset_to_global(self) -> None:
-        """The module's federated parameters back to x_t and its buffers to the global ones; the client optimizers
-        fresh (state cleared, hyper-parameters as at the round's start). Frozen parameters are not touched."""
+    def reset_to_global(self, client_start: bool = False) -> None:
+        """The module's federated parameters back to x_t (``client_start``: to :attr:`client_start_params`, what a
+        client starts from) and its buffers to the global ones; the client optimizers fresh (state cleared,
+        hyper-parameters as at the round's start). Frozen parameters are not touched."""
         with torch.no_grad():
-            torch._foreach_copy_(self._params, self._global_params)
+            torch._foreach_copy_(self._params, self._start_params if client_start else self._global_params)
             if self._buffers:
                 for b, g in zip(self._buffers, self._global_buffers):
                     b.copy_(g)
@@ -388,6 +399,12 @@ class ClientRunner(ClientFailureHandling):
     def global_params(self) -> list[Tensor]:
         """x_t: the global model's federated parameters at the start of the round (aligned with :attr:`params`)."""
         return self._global_params
+
+    @property
+    def client_start_params(self) -> list[Tensor]:
+        """x̂_t: what the clients of the round start from and their Δ_i is taken against — x_t (the same list) unless
+        a :class:`~lightning_fed.communication.DownlinkCompression` half decodes it from the encoded broadcast."""
+        return self._start_params
 
     @property
     def global_buffers(self) -> list[Tensor]:
@@ -410,7 +427,7 @@ class ClientRunner(ClientFailureHandling):
     def context(self, client_id: int) -> ClientContext:
         """The :class:`ClientContext` of client ``client_id`` in this round."""
         return ClientContext(
-            client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
+            client_id=int(client_id), round_idx=self.round_idx, global_params=self._start_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
             params=self._params, client_states=self.client_halves.states,
@@ -421,7 +438,7 @@ class ClientRunner(ClientFailureHandling):
         """Load x_t into the module in place, give the client fresh optimizer(s), run ``on_client_start`` and the
         server optimizer's ``configure_client`` (with the :class:`ClientContext` as ``context``; the same object
         is passed at the client's end, to ``collect_client_extras`` and the client halves' ``finish``)."""
-        self.reset_to_global()
+        self.reset_to_global(client_start=True)
         trainer = self.trainer
         self.call_client_hook("on_client_start", client_id, self.round_idx)
         module = trainer.lightning_module
@@ -501,7 +518,7 @@ class ClientRunner(ClientFailureHandling):
         extras.update(self.server_optimizer.collect_client_extras(trainer, module, client_id, self.round_idx,
                                                                   context=context))
         with torch.no_grad():
-            delta = torch._foreach_sub(self._params, self._global_params)
+            delta = torch._foreach_sub(self._params, self._start_params)  # x_i − x̂_t (x̂_t = x_t: no downlink)
             buffers = [b.detach().clone() for b in self._buffers]
         return self.build_update(client_id, delta, num_steps, loss, loss_steps, buffers, extras)
 
