@@ -25,8 +25,8 @@ Refused at fit start, each with the reason (:func:`refusal`): SCAFFOLD, FedDyn a
 assume every update comes from the current model), a server optimizer that adds DP noise (its accounting assumes a
 cohort sampled each round), executors other than the sequential one and several processes (one client is trained at
 a time, when it reports), modules with buffers (BatchNorm statistics: FedBuff and FedAsync publish no rule for
-buffers, the synchronous mean of buffer values assumes one start version, and a version keeps the parameters only), ``max_update_norm_ratio`` and
-``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
+buffers, the synchronous mean of buffer values assumes one start version, and a version keeps the parameters
+only), ``max_update_norm_ratio`` and ``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
 ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
 than ``buffer_size`` (the clients of one epoch), and ``DownlinkCompression`` (a client starts from its exact model
 version here).

@@ -289,4 +289,3 @@ def test_error_feedback_residual_is_kept_at_the_report_for_a_client_dispatched_t
     np.testing.assert_array_equal(sent2, top1(p2))
     residual = trainer.fit_loop.server_optimizer.client_states.row("Compression", ids[0])
     np.testing.assert_array_equal(residual.numpy(), p2 - top1(p2))
-
