@@ -26,10 +26,10 @@ assume every update comes from the current model), a server optimizer that adds 
 cohort sampled each round), executors other than the sequential one and several processes (one client is trained at
 a time, when it reports), modules with buffers (BatchNorm statistics: FedBuff and FedAsync publish no rule for
 buffers, the synchronous mean of buffer values assumes one start version, and a version keeps the parameters
-only), ``max_update_norm_ratio`` and ``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
-``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
-than ``buffer_size`` (the clients of one epoch), and ``DownlinkCompression`` (a client starts from its exact model
-version here).
+only), ``max_update_norm_ratio`` and ``on_nonfinite_server_step="restore"`` (both defined on a round),
+cohort-sampling options (``client_dropout``, ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw
+the clients) and ``clients_per_round`` other than ``buffer_size`` (the clients of one epoch), and
+``DownlinkCompression`` (a client starts from its exact model version here).
 
 Update compression (issue #56's ``Compression``) composes: a dispatch's upload is timed by Δ_i's encoded size
 (:func:`~lightning_fed.communication.bytes.planned_bytes`, as the synchronous clock plans a round), a stochastic
