@@ -328,6 +328,16 @@ def clock_summary(run: Run) -> Optional[dict]:
             "missed": statistics.mean(missed) if missed else math.nan}
 
 
+def target_cells(done: list[dict], targets: tuple[float, ...]) -> list[str]:
+    """Per target, mean ± std of the finished runs' ``summary["reached"][target]`` (simulated hours) over those that
+    reached it, with the count of runs that did when fewer than all (``shakespeare_clock``, ``shakespeare_async``)."""
+    cells = []
+    for t in targets:
+        hit = [s["reached"][t] for s in done if not math.isnan(s["reached"][t])]
+        cells.append(mean_std(hit) + ("" if len(hit) == len(done) else f" ({len(hit)} of {len(done)})"))
+    return cells
+
+
 def table_clock(runs: list[Run]) -> str:
     """The time-to-accuracy table: one row per method, mean ± std over the seeds that reached each target (the
     count of seeds that did, when fewer than all)."""
@@ -336,10 +346,7 @@ def table_clock(runs: list[Run]) -> str:
              "clients missing the deadline a round |", "|---|" + "---|" * (len(CLOCK_TARGETS) + 4)]
     for (method,), members in _grouped(runs, ("method",)).items():
         done = [s for s in (clock_summary(r) for r in members) if s is not None]
-        cells = []
-        for t in CLOCK_TARGETS:
-            hit = [s["reached"][t] for s in done if not math.isnan(s["reached"][t])]
-            cells.append(mean_std(hit) + ("" if len(hit) == len(done) else f" ({len(hit)} of {len(done)})"))
+        cells = target_cells(done, CLOCK_TARGETS)
         lines.append(f"| {CLOCK_NAMES[method]} | {len(done)} of {len(members)} | " + " | ".join(cells) + " | "
                      f"{mean_std([s['final'] for s in done])} | {mean_std([s['hours'] for s in done])} | "
                      f"{mean_std([s['missed'] for s in done])} |")
@@ -739,7 +746,7 @@ def make_table(name: str) -> str:
         import shakespeare_async_table as fedbuff
 
         synchronous = [r for r in shakespeare_clock() if r.labels["method"] == "fedadam"]
-        return fedbuff.table(runs, synchronous, read_csv, series, mean_std)
+        return fedbuff.table(runs, synchronous, read_csv, series, mean_std, target_cells)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 

@@ -59,18 +59,16 @@ def summary(rows: list[dict], series: Callable[[list[dict], str], list[tuple[int
 
 
 def table(runs: list, synchronous: list, read_csv: Callable[[Path], list[dict]], series: Callable,
-          mean_std: Callable[[list[float]], str]) -> str:
+          mean_std: Callable[[list[float]], str], target_cells: Callable[[list[dict], tuple], list[str]]) -> str:
     """The markdown table: FedBuff's ``runs`` and the synchronous FedAdam ``synchronous`` runs (both lists of
-    ``reproduce.Run``; a run without its CSV yet counts as not finished)."""
+    ``reproduce.Run``; a run without its CSV yet counts as not finished); ``read_csv``, ``series``, ``mean_std`` and
+    ``target_cells`` are ``reproduce``'s."""
     head = " | ".join(f"hours to {100 * t:.0f} %" for t in TARGETS)
     lines = [f"| method | seeds | {head} | final val_acc (%) | client updates per simulated hour | mean staleness |",
              "|---|" + "---|" * (len(TARGETS) + 4)]
     for method, members in (("fedbuff", runs), ("fedadam", synchronous)):
         done = [summary(read_csv(r.csv_path), series, r.csv_path) for r in members if r.csv_path.is_file()]
-        cells = []
-        for t in TARGETS:
-            hit = [s["reached"][t] for s in done if not math.isnan(s["reached"][t])]
-            cells.append(mean_std(hit) + ("" if len(hit) == len(done) else f" ({len(hit)} of {len(done)})"))
+        cells = target_cells(done, TARGETS)
         lines.append(f"| {NAMES[method]} | {len(done)} of {len(members)} | " + " | ".join(cells) + " | "
                      f"{mean_std([s['final'] for s in done])} | {mean_std([s['per_hour'] for s in done])} | "
                      f"{mean_std([s['staleness'] for s in done])} |")
