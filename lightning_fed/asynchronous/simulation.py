@@ -282,12 +282,14 @@ class AsyncSimulation:
             if weight is None:  # s(τ) is a pure function of τ: computed once per τ
                 weight = self._weights[tau] = float(self.config.staleness(np.array([tau]))[0])
             if self.config.mixing is None:  # FedBuff: s(τ)·Δ_i (s = 1, a fresh update's: Δ_i itself, the same bits)
-                delta = list(update.delta) if weight == 1.0 else [torch.mul(d, weight) for d in update.delta]
+                if weight != 1.0:
+                    update = dataclasses.replace(update, delta=[torch.mul(d, weight) for d in update.delta])
             else:  # FedAsync: α_t·(x_v + Δ − x_{t−1})
                 weight *= self.config.mixing
-                delta = [torch.mul(s.to(d.dtype) + d - p.detach().to(d.dtype), weight)
-                         for s, d, p in zip(start, update.delta, params)]
-            self.buffer.append(dataclasses.replace(update, delta=delta))
+                update = dataclasses.replace(update, delta=[torch.mul(s.to(d.dtype) + d - p.detach().to(d.dtype),
+                                                                      weight)
+                                                            for s, d, p in zip(start, update.delta, params)])
+            self.buffer.append(update)
             self.buffer_info.append((event.client_id, tau, weight))
         self._release(event.version)
 

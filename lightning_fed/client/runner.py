@@ -355,11 +355,12 @@ class ClientRunner(ClientFailureHandling):
         """Snapshot x_t and the global buffers again, now as round ``round_idx``, keeping the hyper-parameters and the
         local-step path :meth:`start_round` took (asynchronous training, issue #54: each client of a server step
         starts from its own model version, its dispatch index is its round; the rest is the server step's).
-        ``params``/``buffers``: x_t and the buffers to snapshot, aligned with :attr:`params`/:attr:`buffers`
-        (default: the module's own); the module gets them at :meth:`start_client`."""
+        ``params``/``buffers``: x_t and the buffers, aligned with :attr:`params`/:attr:`buffers`; given ``params``
+        are used as they are, not copied (read-only for the round, as x_t always is: the clients start from it and
+        nothing writes it); default: a copy of the module's own. The module gets them at :meth:`start_client`."""
         self.round_idx = round_idx
         with torch.no_grad():
-            self._global_params = [p.detach().clone() for p in (self._params if params is None else params)]
+            self._global_params = [p.detach().clone() for p in self._params] if params is None else list(params)
             self._global_buffers = [b.detach().clone() for b in (self._buffers if buffers is None else buffers)]
             self._start_params = (self._global_params if self.downlink is None
                                   else self.downlink.broadcast(self._global_params)[0])
