@@ -5,7 +5,8 @@ synchronous one ``rounds`` rounds of ``C`` clients through the SequentialExecuto
 server steps of K = C buffered updates with ``concurrency`` = C in flight (s ≡ 1, nothing dropped), so both train
 C · rounds clients. Runs are interleaved (sync, async, sync, ...); the figure is the median process CPU time
 (``time.process_time``, one thread: on a loaded machine the wall time measures the other processes too) per client
-update of each, and their ratio, with the wall-time medians beside them; the 1-minute load average is printed with
+update of each, and their ratio, with the wall-time medians beside them and the median (and quartiles) of the
+CPU ratios of the repeats' side-by-side pairs (less sensitive to the load drifting between repeats); the 1-minute load average is printed with
 it (a shared machine's figures).
 
 Usage: ``python benchmarks/async_cost.py [--repeats 5] [--rounds 20] [--clients 10] [--population 100]``
@@ -79,6 +80,9 @@ def main() -> None:
     print(f"synchronous  {sync_cpu * 1e3:.3f} ms CPU / update  (wall {sync_wall * 1e3:.3f} ms)")
     print(f"asynchronous {asyn_cpu * 1e3:.3f} ms CPU / update  (wall {asyn_wall * 1e3:.3f} ms)  "
           f"ratio CPU {asyn_cpu / sync_cpu:.3f}, wall {asyn_wall / sync_wall:.3f}")
+    paired = sorted(a[0] / s[0] for s, a in zip(times[False], times[True]))  # each repeat's pair, run side by side
+    print(f"CPU ratio of each interleaved pair: median {statistics.median(paired):.3f}, "
+          f"quartiles {paired[len(paired) // 4]:.3f} .. {paired[(3 * len(paired)) // 4]:.3f}")
 
 
 if __name__ == "__main__":
