@@ -332,12 +332,7 @@ class ClientRunner(ClientFailureHandling):
     def start_round(self, round_idx: int) -> None:
         """Snapshot x_t (the federated parameters only), the global buffers and the client optimizers'
         hyper-parameters for round ``round_idx``."""
-        self.round_idx = round_idx
-        with torch.no_grad():
-            self._global_params = [p.detach().clone() for p in self._params]
-            self._global_buffers = [b.detach().clone() for b in self._buffers]
-            self._start_params = (self._global_params if self.downlink is None
-                                  else self.downlink.broadcast(self._global_params)[0])
+        self.restart_round(round_idx)
         self._optimizer_defaults = [
             [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
             for opt in self.trainer.optimizers
@@ -354,6 +349,21 @@ class ClientRunner(ClientFailureHandling):
         logged = self._lean.logged if self._lean is not None else None  # (the names the fast self.log handles)
         self._lean = (LeanLocalStep(self.trainer, self._epoch_loop, self.round_log, logged)
                       if self._lean_blocker is None else None)
+
+    def restart_round(self, round_idx: int, params: Optional[list[Tensor]] = None,
+                      buffers: Optional[list[Tensor]] = None) -> None:
+        """Snapshot x_t and the global buffers again, now as round ``round_idx``, keeping the hyper-parameters and the
+        local-step path :meth:`start_round` took (asynchronous training, issue #54: each client of a server step
+        starts from its own model version, its dispatch index is its round; the rest is the server step's).
+        ``params``/``buffers``: x_t and the buffers, aligned with :attr:`params`/:attr:`buffers`; given ``params``
+        are used as they are, not copied (read-only for the round, as x_t always is: the clients start from it and
+        nothing writes it); default: a copy of the module's own. The module gets them at :meth:`start_client`."""
+        self.round_idx = round_idx
+        with torch.no_grad():
+            self._global_params = [p.detach().clone() for p in self._params] if params is None else list(params)
+            self._global_buffers = [b.detach().clone() for b in (self._buffers if buffers is None else buffers)]
+            self._start_params = (self._global_params if self.downlink is None
+                                  else self.downlink.broadcast(self._global_params)[0])
 
     @property
     def step_path(self) -> str:

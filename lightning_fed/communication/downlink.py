@@ -29,7 +29,7 @@ than the model (:meth:`~lightning_fed.client.ClientAlgorithm.download_bytes` > 0
 parts of the model local (:class:`~lightning_fed.client.personal.LocalParts`: FedPer, FedBN, ...). Their papers
 assume the exact global model; with a lossy broadcast their state would drift from what they define.
 :class:`~lightning_fed.communication.compression.Compression`'s error-feedback residual is about Δ_i, not x_t, and
-composes. Asynchronous training refuses it as it refuses update compression.
+composes. Asynchronous training refuses it (a client there starts from its exact model version).
 """
 
 from __future__ import annotations
