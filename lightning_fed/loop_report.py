@@ -73,7 +73,7 @@ class RoundReporting:
         else:
             cohort = rnd.selection.cohort
             why = (f"all {len(cohort)} sampled clients failed or were dropped" if len(cohort) else
-                   "every sampled client dropped out" if rnd.selection.unavailable else "no client was sampled")
+                   _unavailable_reason(self.datamodule) if rnd.selection.unavailable else "no client was sampled")
             rank_zero_warn(f"Round {rnd.idx}: no client reported back ({why}); the global model is unchanged.")
 
     def _warn_end_of_fit(self, limit: int = 10) -> None:
@@ -115,7 +115,7 @@ class RoundReporting:
                     "rounds (max_epochs).")
         reasons = {
             "empty": "no client was sampled (an empty cohort" + (f": {rate}" if sampling == "poisson" else "") + ")",
-            "unavailable": f"every sampled client dropped out (client_dropout={getattr(dm, 'client_dropout', 0)})",
+            "unavailable": _unavailable_reason(dm),
             "failed": "every sampled client failed or was dropped (see the warnings above)",
             "too_few": "too few clients reported for the aggregator",
             "restored": "the server step made the model or the server state non-finite and was undone "
@@ -146,3 +146,18 @@ class RoundReporting:
 
         log_federated_hparams(self.trainer)
         log_partition(self.trainer, self.datamodule.partition)
+
+
+def _unavailable_reason(dm: Any) -> str:
+    """Why every sampled client of a round was unavailable, naming the options that make clients unavailable: random
+    dropout (``client_dropout``) and, with a device model (issue #53), a missed ``round_deadline`` or a device
+    offline."""
+    causes = [f"client_dropout={getattr(dm, 'client_dropout', 0)}"]
+    if getattr(dm, "device_model", None) is not None:
+        deadline = getattr(dm, "round_deadline", None)
+        if deadline is not None:
+            causes.append(f"missed round_deadline={deadline} s (deadline_policy={getattr(dm, 'deadline_policy', None)!r})")
+        causes.append("offline per the device_model's availability")
+    if len(causes) == 1:
+        return f"every sampled client dropped out ({causes[0]})"
+    return "every sampled client dropped out or missed the round (" + "; ".join(causes) + ")"

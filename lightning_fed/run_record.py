@@ -51,6 +51,8 @@ _ABSENT = "<absent>"
 #: Server-optimizer settings recorded only since issue #31 (adaptive clipping's, the robust reducers' simulated
 #: attack): absent from an older checkpoint's record, they cannot be checked (a warning), not a refusal.
 _LATER_SETTINGS = ("target_quantile", "clip_learning_rate", "count_stddev", "client_transforms")
+#: Device-model settings recorded only since issue #53's trace hashes: absent from an older record, a warning.
+_LATER_DEVICE_SETTINGS = ("device_model.capacity_sha256", "device_model.behaviour_sha256")
 
 
 def _plain(value: Any) -> Any:

@@ -176,3 +176,46 @@ def test_the_clock_adds_rounds_and_round_trips_through_its_state():
 def test_bad_arguments_are_refused_by_name(kwargs, message):
     with pytest.raises(ArgumentError, match=message):
         _plan(**kwargs)
+
+
+# --- empty rounds and the clients offline at selection (issue #53, the clock's leftovers) ---------------------------
+
+NOBODY = dict(start_time=40.0, client_ids=np.zeros(0, dtype=np.int64), step_samples=[], download_bytes=1000.0,
+              upload_bytes=0.0, profiles=DeviceProfiles(*(np.zeros(0) for _ in range(4))))
+
+
+def test_an_empty_round_lasts_until_the_deadline_when_there_is_one():
+    """By hand: every client leaves at 2 s, before it would finish (4.4 s at the earliest). Without a deadline the
+    server learns of the last failure at 2 s (as before); with D = 5.3 it waits for a report until D: 5.3 s, not 2 s.
+    Nobody planned: D again (before this change: 0 s)."""
+    gone = np.full(4, 2.0)
+    assert _plan(online_until=gone).round_seconds == 2.0
+    plan = _plan(online_until=gone, round_deadline=5.3)
+    assert _status(plan) == ["offline"] * 4 and plan.kept.size == 0 and plan.round_seconds == 5.3
+    assert plan.metrics()["clock/offline"] == 4 and plan.bytes_up == 0.0
+    late = _plan(online_until=np.array([np.inf, 2.0, np.inf, 1.5]), round_deadline=2.5)  # 10, 12 late; 11, 13 gone
+    assert _status(late) == ["missed_deadline", "offline", "missed_deadline", "offline"] and late.round_seconds == 2.5
+    assert plan_round(**NOBODY, round_deadline=6.0).round_seconds == 6.0
+    assert plan_round(**NOBODY, round_deadline=6.0, idle_until=52.5).round_seconds == 6.0  # the deadline first
+
+
+def test_an_empty_round_without_a_deadline_waits_for_the_failures_or_until_a_drawn_client_is_back():
+    """By hand, from t = 40 s: nobody planned and a client drawn offline back at 52.5 s: 12.5 s; nobody to wait for
+    (``idle_until=None``: every candidate dropped out, or nobody was drawn): 0 s. Failure times: clients leaving at
+    1, 3.5, 2 and 0.5 s after the start: the last, 3.5 s. A round in which a client reports ignores ``idle_until``."""
+    back = plan_round(**NOBODY, idle_until=52.5)
+    assert back.round_seconds == 12.5 and back.end_time == 52.5 and back.status.size == 0
+    assert plan_round(**NOBODY).round_seconds == 0.0
+    assert _plan(start_time=40.0, online_until=40.0 + np.array([1.0, 3.5, 2.0, 0.5])).round_seconds == 3.5
+    assert _plan(idle_until=1e9).round_seconds == 8.0
+    for bad in (30.0, math.inf, math.nan):
+        with pytest.raises(ArgumentError, match=r"`idle_until` must be a finite time >= start_time \(40.0\)"):
+            plan_round(**NOBODY, idle_until=bad)
+
+
+def test_the_plan_reports_the_clients_offline_at_selection():
+    assert _plan().metrics()["clock/offline_at_selection"] == 0.0
+    plan = _plan(offline_at_selection=3)
+    assert plan.offline_at_selection == 3 and plan.metrics()["clock/offline_at_selection"] == 3.0
+    with pytest.raises(ArgumentError, match=r"`offline_at_selection` must be an integer >= 0, got -1"):
+        _plan(offline_at_selection=-1)

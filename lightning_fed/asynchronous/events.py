@@ -21,9 +21,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from lightning_fed.clock import KEPT, plan_round
 
-__all__ = ["InFlight", "draw_client", "report_times"]
+__all__ = ["InFlight", "device_profiles", "draw_client", "report_times"]
 
 _TAG = 0xA5F1C  # the dispatch stream: [seed, _TAG, k] never meets the cohorts', local work's or devices' streams
 
@@ -74,10 +73,14 @@ def draw_client(seed: int, dispatch: int, num_clients: int, busy: Collection[int
 
 
 def report_times(time: float, client_ids: np.ndarray, step_samples: Sequence[np.ndarray],
-                 download_bytes: float, upload_bytes: float, device_model) -> tuple[np.ndarray, np.ndarray]:
+                 download_bytes: float, upload_bytes: float, device_model,
+                 profiles: Optional[Sequence[tuple[float, float, float, float]]] = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """When clients dispatched at ``time`` report: float64 ``[n]`` end times and bool ``[n]`` (``False``: it goes
     offline first and the end time is when). ``step_samples``: per client, the samples of each of its local steps
-    (int ``[K_i]``). The time pieces are :func:`~lightning_fed.clock.plan_round`'s.
+    (int ``[K_i]``). ``profiles``: per client its device's (seconds per sample, download B/s, upload B/s, latency s)
+    when already known (default: ``device_model.profiles(client_ids)``; a device model's profiles are a pure function
+    of its settings and the ids). The time pieces are :func:`~lightning_fed.clock.plan_round`'s, bit for bit.
 
     Example: 20 samples at 0.1 s each, 1e6 bytes each way at 1e6 B/s: 1 + 2 + 1 = 4 s after t = 10::
 
@@ -86,9 +89,35 @@ def report_times(time: float, client_ids: np.ndarray, step_samples: Sequence[np.
         >>> report_times(10.0, np.array([3]), [np.array([10, 10])], 1e6, 1e6, devices)
         (array([14.]), array([ True]))
     """
-    ids = np.asarray(client_ids, dtype=np.int64)
-    online_until = np.asarray(device_model.online_until(ids, time), dtype=np.float64)
-    plan = plan_round(time, ids, list(step_samples), download_bytes, upload_bytes,
-                      device_model.profiles(ids), online_until=online_until)
-    reports = plan.status == KEPT
-    return np.where(reports, time + plan.finish_s, np.maximum(online_until, time)), reports
+    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+    if len(step_samples) != len(ids):
+        raise ValueError(f"`step_samples` must hold one array per client ({len(ids)}), got {len(step_samples)}.")
+    online_until = np.asarray(device_model.online_until(ids, time), dtype=np.float64).reshape(-1).tolist()
+    if profiles is None:
+        profiles = device_profiles(device_model, ids)
+    down, up = float(download_bytes), float(upload_bytes)
+    ends, reports = [], []
+    # plan_round's arithmetic for one client without a deadline, in Python floats (the same IEEE operations, in the
+    # same order, so the same bits: tests/asynchronous/test_events.py checks it against plan_round); a dispatch
+    # plans one client, where plan_round's array set-up would cost more than the arithmetic (issue #54's cost)
+    for samples, (spp, down_bw, up_bw, latency), until in zip(step_samples, profiles, online_until):
+        total = float(np.asarray(samples, dtype=np.int64).sum())  # exact: an integer count of samples
+        finish = (down / down_bw + latency) + spp * total + (up / up_bw + latency)
+        ok = not until - time < finish
+        reports.append(ok)
+        ends.append(time + finish if ok else max(until, time))
+    return np.array(ends, dtype=np.float64), np.array(reports, dtype=bool)
+
+
+def device_profiles(device_model, client_ids: np.ndarray) -> list[tuple[float, float, float, float]]:
+    """``device_model.profiles(client_ids)`` as one (seconds per sample, download B/s, upload B/s, latency s) tuple
+    of floats per client.
+
+    Example::
+
+        >>> from lightning_fed.datamodules.devices import ParametricDeviceModel
+        >>> device_profiles(ParametricDeviceModel(0.1, latency_s=0.5), np.array([3]))
+        [(0.1, 1250000.0, 125000.0, 0.5)]
+    """
+    arrays = device_model.profiles(np.asarray(client_ids, dtype=np.int64).reshape(-1))
+    return list(zip(*(np.asarray(a, dtype=np.float64).reshape(-1).tolist() for a in arrays)))

@@ -15,7 +15,8 @@ for finiteness with the loop's own check. After the server step the module holds
 
 The step's metrics join the round metrics: ``async/staleness_mean``, ``async/staleness_max``, ``async/dropped_stale``,
 ``async/offline``, ``async/updates_per_hour`` (:meth:`AsyncStep.metrics
-<lightning_fed.asynchronous.AsyncStep.metrics>`), ``async/failed``; the data module's simulated clock advances to the
+<lightning_fed.asynchronous.AsyncStep.metrics>`), ``async/failed`` and ``clock/elapsed_seconds`` (the simulated
+seconds at the step, as a synchronous round's clock metric); the data module's simulated clock advances to the
 step's time (``time/<metric>`` against simulated seconds); TensorBoard gets the histogram ``async/staleness``. The
 bytes (``round_bytes_*``, issue #56) count the step's buffered clients (one download and one upload each); clients
 dropped as stale, offline or failed are not counted.
@@ -23,11 +24,18 @@ dropped as stale, offline or failed are not counted.
 Refused at fit start, each with the reason (:func:`refusal`): SCAFFOLD, FedDyn and FedAWARE (their corrections
 assume every update comes from the current model), a server optimizer that adds DP noise (its accounting assumes a
 cohort sampled each round), executors other than the sequential one and several processes (one client is trained at
-a time, when it reports), modules with buffers (a version keeps the parameters only), ``max_update_norm_ratio`` and
-``on_nonfinite_server_step="restore"`` (both defined on a round), cohort-sampling options (``client_dropout``,
-``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw the clients) and ``clients_per_round`` other
-than ``buffer_size`` (the clients of one epoch), and update compression (#56's ``Compression``: a dispatch's upload time is
-timed by the raw federated parameters). A stop signal ends the run at the end of the server step (the
+a time, when it reports), modules with buffers (BatchNorm statistics: FedBuff and FedAsync publish no rule for
+buffers, the synchronous mean of buffer values assumes one start version, and a version keeps the parameters
+only), ``max_update_norm_ratio`` and ``on_nonfinite_server_step="restore"`` (both defined on a round),
+cohort-sampling options (``client_dropout``, ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw
+the clients) and ``clients_per_round`` other than ``buffer_size`` (the clients of one epoch), and
+``DownlinkCompression`` (a client starts from its exact model version here).
+
+Update compression (issue #56's ``Compression``) composes: a dispatch's upload is timed by Δ_i's encoded size
+(:func:`~lightning_fed.communication.bytes.planned_bytes`, as the synchronous clock plans a round), a stochastic
+compressor's draws are keyed by the dispatch index (the client's round), and a client's per-client state (error
+feedback's residual e_i, a personal half's state) is written when it reports, so that a client dispatched again
+before the server step starts from it. A stop signal ends the run at the end of the server step (the
 step is not cut short).
 
 Example: FedBuff with FedAdam, 5 of 20 clients in flight on log-normal devices, K = 2 updates per server step::
@@ -71,6 +79,7 @@ from torch import Tensor
 from lightning_fed.asynchronous.simulation import AsyncSimulation, AsyncStep
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.clock import payload_bytes, shared_parameters
+from lightning_fed.communication.bytes import planned_bytes
 from lightning_fed.datamodules.cohorts import CohortSelection
 
 __all__ = ["AsyncLoopMode", "refusal", "start_async_mode"]
@@ -97,14 +106,17 @@ def refusal(loop: Any) -> Optional[str]:
         return (f"the executor {type(loop.executor).__name__} (world size {trainer.world_size}) trains cohorts; "
                 "asynchronous training trains one client at a time, when it reports (use SequentialExecutor, "
                 "one process)")
-    compressed = [type(h).__name__ for h in halves if getattr(h, "compressor", None) is not None]
-    if compressed:  # issue #56's Compression: its draws are keyed by round and its encoded size feeds no dispatch time
-        return (f"{compressed[0]} (update compression) is not supported yet: the simulation times each upload by the "
-                "raw federated parameters, so a compressed upload's time would be silently wrong")
+    if loop.client_runner.downlink is not None:  # issue #56's DownlinkCompression
+        return ("DownlinkCompression (update compression of the broadcast model) is not supported: each client "
+                "here starts from its model version x_v kept exact, and FedAsync's mixing x_v + Δ_i assumes it did")
     buffers = [name for name, _ in trainer.lightning_module.named_buffers()]
-    if buffers:
-        return (f"the module has buffers ({', '.join(buffers[:3])}): a client must start from its model version, "
-                "and the simulation keeps the versions' federated parameters only")
+    if buffers:  # issue #54 item 2: kept refused, no published rule to implement exactly
+        return (f"the module has buffers ({', '.join(buffers[:3])}): FedBuff (Nguyen et al. 2022, Alg. 1) and "
+                "FedAsync (Xie et al. 2019) step the model's parameters only and publish no rule for buffers such "
+                "as BatchNorm statistics, and the synchronous loop's rule (the clients' weighted mean of their "
+                "buffer values) assumes every client started from the same global buffers, which a stale client "
+                "did not (it trained from an older version's); a model version keeps the federated parameters only. "
+                "Use a module without buffers (e.g. GroupNorm or LayerNorm instead of BatchNorm)")
     if loop.max_update_norm_ratio is not None or loop.on_nonfinite_server_step == "restore":
         return ("max_update_norm_ratio and on_nonfinite_server_step='restore' are defined on a round's cohort, "
                 "which asynchronous training does not have")
@@ -176,6 +188,7 @@ class AsyncLoopMode:
         dm, runner = loop.datamodule, loop.client_runner
         payload = payload_bytes(shared_parameters(runner.params, loop.trainer.lightning_module,
                                                   runner.client_halves.algorithms))
+        # (each server step's start sets the bytes as the synchronous clock plans them: planned_bytes, in advance)
         sim = AsyncSimulation(part.asynchronous, dm.partition.num_clients, self.train, self._server_step,
                               part.device_model, self.step_samples, payload, payload)
         if part._async_state is not None:  # a resumed run: the saved buffer, clients in flight, versions, clock
@@ -195,9 +208,8 @@ class AsyncLoopMode:
         """Client ``client_id``'s local training from ``params`` (its start version) as round ``dispatch`` of the
         client runner; ``None`` when it failed or its update is non-finite (recorded as the step's failure)."""
         loop, runner = self.loop, self.loop.client_runner
-        with torch.no_grad():
-            torch._foreach_copy_(runner.params, params)
-        runner.start_round(int(dispatch))
+        # x_v as this client's round; the step's hyper-parameters and step path stay advance's start_round's
+        runner.restart_round(int(dispatch), params)
         from lightning_fed.loop import _round_result
 
         updates, failures = _round_result(loop.executor, loop.executor.run_round(runner, np.array([client_id]),
@@ -207,6 +219,11 @@ class AsyncLoopMode:
                 failure.error = None  # the exception holds the client's frames
         loop.round_failures.extend(failures)
         updates = [u for u, ok in zip(updates, loop._finite_updates(updates, {})) if loop._keep_finite(u, ok)]
+        if updates and any(str(k).startswith("client_state/") for k in updates[0].extras):
+            # a client keeps its new state (error feedback's residual, a personal model) once it reports: written
+            # now, not at the server step, so that a client dispatched again within the step starts from it
+            server = loop.server_optimizer
+            server.client_states.receive(updates, server.client_algorithms)
         return updates[0] if updates else None
 
     def _server_step(self, params: list[Tensor], updates: list[ClientUpdate]) -> None:
@@ -223,6 +240,10 @@ class AsyncLoopMode:
 
         loop, runner = self.loop, self.loop.client_runner
         pl_private.set_batches_that_stepped(loop.epoch_loop, rnd.idx)
+        runner.start_round(rnd.idx)  # once per server step, as once per round: each client then restart_round's
+        # bytes each way as they travel, as the synchronous clock plans a round: the broadcast, and Δ_i as the run's
+        # compressor encodes it (issue #56's Compression: an upload is timed by its encoded size)
+        self.sim.download_bytes, self.sim.upload_bytes = planned_bytes(runner)
         loop.round_failures = []
         loop._round_log.start_round()
         x = [p.detach().clone() for p in runner.params]
@@ -249,7 +270,8 @@ class AsyncLoopMode:
         if bad:
             loop._nonfinite_server_step(rnd.idx, bad, rnd.step)  # raises (on_nonfinite_server_step="raise")
         self.part.clock.advance(step.time - start_time)
-        rnd.metrics = {**step.metrics(start_time), "async/failed": float(step.failed)}
+        rnd.metrics = {**step.metrics(start_time), "async/failed": float(step.failed),
+                       "clock/elapsed_seconds": self.part.clock.elapsed_seconds}  # as a synchronous round's
         _histogram(loop.trainer, "async/staleness", step.staleness, rnd.idx)
         return step
 

@@ -34,13 +34,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fed.asynchronous.events import InFlight, draw_client, report_times
+from lightning_fed.asynchronous.events import InFlight, device_profiles, draw_client, report_times
 from lightning_fed.asynchronous.staleness import StalenessWeighting
 from lightning_fed.checks import ArgumentError, check_in_range, check_int
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.clock import payload_bytes
 
 __all__ = ["AsyncConfig", "AsyncSimulation", "AsyncStep"]
+
+_PROFILE_CACHE = 65536  # clients whose device profiles a simulation remembers (~10 MB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +210,8 @@ class AsyncSimulation:
         #: Run totals: updates dropped for staleness, clients that went offline in flight.
         self.dropped_stale_total, self.offline_total = 0, 0
         self._counts = [0, 0, 0, 0]  # since the last step: dropped_stale, offline, dispatched, failed
+        self._profile_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._weights: dict[int, float] = {}  # s(τ) by τ
 
     # ------------------------------------------------------------------ events
     def _fill(self, params: list[Tensor]) -> None:
@@ -230,14 +234,26 @@ class AsyncSimulation:
             self.versions[self.version] = [p.detach().clone() for p in params]
             self.references[self.version] = 0
         self.references[self.version] += len(new)
-        size = payload_bytes(params)
+        size = payload_bytes(params) if self.download_bytes is None or self.upload_bytes is None else None
         ids = np.array([c for c, _ in new], dtype=np.int64)
         ends, reports = report_times(self.time, ids, [self.step_samples(c, k) for c, k in new],
                                      size if self.download_bytes is None else self.download_bytes,
-                                     size if self.upload_bytes is None else self.upload_bytes, self.device_model)
+                                     size if self.upload_bytes is None else self.upload_bytes, self.device_model,
+                                     self._profiles(ids))
         for (client, k), end, ok in zip(new, ends.tolist(), reports.tolist()):
             heapq.heappush(self.in_flight, InFlight(end, client, k, self.version, bool(ok)))
         self._counts[2] += len(new)
+
+    def _profiles(self, ids: np.ndarray) -> list[tuple[float, float, float, float]]:
+        """The clients' device profiles, remembered per client (a pure function of the device model's settings and
+        the id): at most ``_PROFILE_CACHE`` clients' (4 floats each), then forgotten and drawn again."""
+        cache = self._profile_cache
+        missing = [c for c in ids.tolist() if c not in cache]
+        if missing:
+            if len(cache) + len(missing) > _PROFILE_CACHE:
+                cache.clear()
+            cache.update(zip(missing, device_profiles(self.device_model, np.array(missing, dtype=np.int64))))
+        return [cache[c] for c in ids.tolist()]
 
     def _release(self, version: int) -> None:
         if version in self.references:
@@ -262,14 +278,18 @@ class AsyncSimulation:
                 self._counts[3] += 1
                 self._release(event.version)
                 return
-            weight = float(self.config.staleness(np.array([tau]))[0])
-            if self.config.mixing is None:  # FedBuff: s(τ)·Δ_i
-                delta = [torch.mul(d, weight) for d in update.delta]
+            weight = self._weights.get(tau)
+            if weight is None:  # s(τ) is a pure function of τ: computed once per τ
+                weight = self._weights[tau] = float(self.config.staleness(np.array([tau]))[0])
+            if self.config.mixing is None:  # FedBuff: s(τ)·Δ_i (s = 1, a fresh update's: Δ_i itself, the same bits)
+                if weight != 1.0:
+                    update = dataclasses.replace(update, delta=[torch.mul(d, weight) for d in update.delta])
             else:  # FedAsync: α_t·(x_v + Δ − x_{t−1})
                 weight *= self.config.mixing
-                delta = [torch.mul(s.to(d.dtype) + d - p.detach().to(d.dtype), weight)
-                         for s, d, p in zip(start, update.delta, params)]
-            self.buffer.append(dataclasses.replace(update, delta=delta))
+                update = dataclasses.replace(update, delta=[torch.mul(s.to(d.dtype) + d - p.detach().to(d.dtype),
+                                                                      weight)
+                                                            for s, d, p in zip(start, update.delta, params)])
+            self.buffer.append(update)
             self.buffer_info.append((event.client_id, tau, weight))
         self._release(event.version)
 

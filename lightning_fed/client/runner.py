@@ -95,6 +95,8 @@ class ClientContext:
         round_idx: The round t (0-based).
         global_params: x_t, one tensor per federated parameter (``params``, same order; read-only by convention):
             ``module.parameters()`` when every parameter is trained, else F only (:func:`federated_parameters`).
+            Under :class:`~lightning_fed.communication.DownlinkCompression`: x̂_t, the decoded broadcast the
+            client holds.
         global_buffers: The global model's buffers, one per entry of ``module.buffers()``.
         client_lr: γ, the client learning rate of the round (first optimizer's first parameter group; ``nan``
             without one).
@@ -245,6 +247,9 @@ class ClientRunner(ClientFailureHandling):
         self.client_halves = ClientHalves()
         #: The run's :class:`~lightning_fed.communication.Compression` half (``None``: updates sent raw), at fit start.
         self.compression: Optional[Any] = None
+        #: The run's :class:`~lightning_fed.communication.DownlinkCompression` half (``None``: x_t sent raw).
+        self.downlink: Optional[Any] = None
+        self._start_params: list[Tensor] = []  # x̂_t, what the clients start from (x_t itself without a downlink)
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -287,6 +292,9 @@ class ClientRunner(ClientFailureHandling):
         from lightning_fed.communication.compression import find_compression  # (it imports the client package)
 
         self.compression = find_compression(self.client_halves.algorithms)  # (two refused here, at fit start)
+        from lightning_fed.communication.downlink import find_downlink
+
+        self.downlink = find_downlink(self.client_halves.algorithms, sum(p.numel() for p in self._params))
         for callback in trainer.callbacks:  # the halves' per-step call
             if isinstance(callback, ClientAlgorithmSteps):
                 callback.halves = self.client_halves
@@ -324,10 +332,7 @@ class ClientRunner(ClientFailureHandling):
     def start_round(self, round_idx: int) -> None:
         """Snapshot x_t (the federated parameters only), the global buffers and the client optimizers'
         hyper-parameters for round ``round_idx``."""
-        self.round_idx = round_idx
-        with torch.no_grad():
-            self._global_params = [p.detach().clone() for p in self._params]
-            self._global_buffers = [b.detach().clone() for b in self._buffers]
+        self.restart_round(round_idx)
         self._optimizer_defaults = [
             [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
             for opt in self.trainer.optimizers
@@ -345,6 +350,21 @@ class ClientRunner(ClientFailureHandling):
         self._lean = (LeanLocalStep(self.trainer, self._epoch_loop, self.round_log, logged)
                       if self._lean_blocker is None else None)
 
+    def restart_round(self, round_idx: int, params: Optional[list[Tensor]] = None,
+                      buffers: Optional[list[Tensor]] = None) -> None:
+        """Snapshot x_t and the global buffers again, now as round ``round_idx``, keeping the hyper-parameters and the
+        local-step path :meth:`start_round` took (asynchronous training, issue #54: each client of a server step
+        starts from its own model version, its dispatch index is its round; the rest is the server step's).
+        ``params``/``buffers``: x_t and the buffers, aligned with :attr:`params`/:attr:`buffers`; given ``params``
+        are used as they are, not copied (read-only for the round, as x_t always is: the clients start from it and
+        nothing writes it); default: a copy of the module's own. The module gets them at :meth:`start_client`."""
+        self.round_idx = round_idx
+        with torch.no_grad():
+            self._global_params = [p.detach().clone() for p in self._params] if params is None else list(params)
+            self._global_buffers = [b.detach().clone() for b in (self._buffers if buffers is None else buffers)]
+            self._start_params = (self._global_params if self.downlink is None
+                                  else self.downlink.broadcast(self._global_params)[0])
+
     @property
     def step_path(self) -> str:
         """Which local step this round's clients take: ``"lean"`` (:class:`~lightning_fed.client.lean_step.
@@ -358,11 +378,12 @@ class ClientRunner(ClientFailureHandling):
         ``None`` on the lean path."""
         return self._lean_blocker
 
-    def reset_to_global(self) -> None:
-        """The module's federated parameters back to x_t and its buffers to the global ones; the client optimizers
-        fresh (state cleared, hyper-parameters as at the round's start). Frozen parameters are not touched."""
+    def reset_to_global(self, client_start: bool = False) -> None:
+        """The module's federated parameters back to x_t (``client_start``: to :attr:`client_start_params`, what a
+        client starts from) and its buffers to the global ones; the client optimizers fresh (state cleared,
+        hyper-parameters as at the round's start). Frozen parameters are not touched."""
         with torch.no_grad():
-            torch._foreach_copy_(self._params, self._global_params)
+            torch._foreach_copy_(self._params, self._start_params if client_start else self._global_params)
             if self._buffers:
                 for b, g in zip(self._buffers, self._global_buffers):
                     b.copy_(g)
@@ -379,6 +400,12 @@ class ClientRunner(ClientFailureHandling):
     def global_params(self) -> list[Tensor]:
         """x_t: the global model's federated parameters at the start of the round (aligned with :attr:`params`)."""
         return self._global_params
+
+    @property
+    def client_start_params(self) -> list[Tensor]:
+        """x̂_t: what the clients of the round start from and their Δ_i is taken against — x_t (the same list) unless
+        a :class:`~lightning_fed.communication.DownlinkCompression` half decodes it from the encoded broadcast."""
+        return self._start_params
 
     @property
     def global_buffers(self) -> list[Tensor]:
@@ -401,7 +428,7 @@ class ClientRunner(ClientFailureHandling):
     def context(self, client_id: int) -> ClientContext:
         """The :class:`ClientContext` of client ``client_id`` in this round."""
         return ClientContext(
-            client_id=int(client_id), round_idx=self.round_idx, global_params=self._global_params,
+            client_id=int(client_id), round_idx=self.round_idx, global_params=self._start_params,
             global_buffers=self._global_buffers, client_lr=self.round_client_lr, client_lrs=self.round_client_lrs,
             client_batches=lambda: self.datamodule.client_dataloader(int(client_id), self.round_idx),
             params=self._params, client_states=self.client_halves.states,
@@ -412,7 +439,7 @@ class ClientRunner(ClientFailureHandling):
         """Load x_t into the module in place, give the client fresh optimizer(s), run ``on_client_start`` and the
         server optimizer's ``configure_client`` (with the :class:`ClientContext` as ``context``; the same object
         is passed at the client's end, to ``collect_client_extras`` and the client halves' ``finish``)."""
-        self.reset_to_global()
+        self.reset_to_global(client_start=True)
         trainer = self.trainer
         self.call_client_hook("on_client_start", client_id, self.round_idx)
         module = trainer.lightning_module
@@ -492,7 +519,7 @@ class ClientRunner(ClientFailureHandling):
         extras.update(self.server_optimizer.collect_client_extras(trainer, module, client_id, self.round_idx,
                                                                   context=context))
         with torch.no_grad():
-            delta = torch._foreach_sub(self._params, self._global_params)
+            delta = torch._foreach_sub(self._params, self._start_params)  # x_i − x̂_t (x̂_t = x_t: no downlink)
             buffers = [b.detach().clone() for b in self._buffers]
         return self.build_update(client_id, delta, num_steps, loss, loss_steps, buffers, extras)
 

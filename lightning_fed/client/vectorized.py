@@ -622,7 +622,7 @@ class VectorizedExecutor(ClientExecutor):
         module = runner.trainer.lightning_module
         trainable, hparams, wrapper = self._setup(runner, key)
         names = ["module." + n for n, _, _ in trainable]
-        x_t = runner.global_params  # the federated parameters F only (frozen ones are shared, never stacked)
+        x_t = runner.client_start_params  # F only (frozen ones are shared, never stacked); x̂_t under a downlink
         at = {index: j for j, index in enumerate(runner.federated_positions)}  # module position -> position in F
         device = x_t[0].device
         n = len(members)

@@ -2,7 +2,8 @@
 
 Per client of a round's cohort (every sampled client that was available, including one that then fails):
 
-* **down** (the broadcast x_t): the federated parameters that travel — :func:`travelling_positions`: not frozen
+* **down** (the broadcast x_t; encoded, its size :meth:`~lightning_fed.communication.base.Compressor.size`, under
+  :class:`~lightning_fed.communication.downlink.DownlinkCompression`): the federated parameters that travel — :func:`travelling_positions`: not frozen
   (:func:`~lightning_fed.client.runner.federated_parameters`, so only the trainable ones under LoRA) and not kept on
   the client by a personal half (:class:`~lightning_fed.client.personal.LocalParts`: FedPer's head, FedBN's norm
   layers) — and the module's buffers not kept local, each ``numel × element_size`` bytes, and what a client half
@@ -100,7 +101,9 @@ def planned_bytes(runner: Any) -> tuple[int, int]:
     travelling = travelling_positions(runner.federated_positions, algorithms)
     buffers = tensor_bytes(runner.global_buffers[i] for i in travelling_buffers(len(runner.global_buffers), algorithms))
     sent = [runner.global_params[j] for j in travelling]
-    download = tensor_bytes(sent) + buffers + sum(int(a.download_bytes(sent)) for a in algorithms)
+    downlink = getattr(runner, "downlink", None)  # the broadcast encoded (DownlinkCompression), else raw
+    model = tensor_bytes(sent) if downlink is None else downlink.size(sent)
+    download = model + buffers + sum(int(a.download_bytes(sent)) for a in algorithms)
     compression = getattr(runner, "compression", None)
     if compression is None or not sent:
         return download, tensor_bytes(sent) + buffers

@@ -61,11 +61,13 @@ class QSGD(Compressor):
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         d, s = v.numel(), self.levels
         nbytes = self.size(d, v.element_size())
-        x = v.detach().to(torch.float64)
-        norm = float(torch.linalg.vector_norm(x))
+        # One float64 buffer, written in place: |v_i| (exact in float64), ‖v‖₂ = ‖|v|‖₂ (the same squares summed),
+        # r_i = |v_i|/‖v‖·s, then s·ξ_i = ⌊r_i + u_i⌋ (u_i promoted exactly) and its sign, v_i's.
+        level = v.detach().to(torch.float64, copy=True).abs_()
+        norm = float(torch.linalg.vector_norm(level))
         u = torch.rand(d, generator=generator)  # drawn even for v = 0: the draws stay aligned
         if norm == 0.0:
             return torch.zeros_like(v), nbytes
-        level = x.abs().div_(norm).mul_(s).add_(u.to(torch.float64)).floor_().clamp_(max=s)  # s·ξ_i = ⌊r_i + u_i⌋
+        level.div_(norm).mul_(s).add_(u).floor_().clamp_(max=s)
         sent_norm = float(np.float32(norm))  # the 32 bits sent
-        return torch.copysign(level, x).mul_(sent_norm / s).to(v.dtype), nbytes
+        return level.copysign_(v.detach()).mul_(sent_norm / s).to(v.dtype), nbytes

@@ -51,7 +51,7 @@ class Sign(Compressor):
 
     def compress(self, v: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, int]:
         d = v.numel()
-        sign = torch.where(v.detach() < 0, -1.0, 1.0).to(v.dtype)
+        sign = (v.detach() < 0).to(v.dtype).mul_(-2.0).add_(1.0)  # 1 − 2·[v_i < 0]: −1 or +1 (+1 for 0 and NaN)
         if not self.scaled:
             return sign, self.size(d, v.element_size())
         scale = float(np.float32(float(v.detach().to(torch.float64).abs().sum()) / d)) if d else 0.0

@@ -51,12 +51,13 @@ class UniformQuantization(Compressor):
         nbytes = self.size(d, v.element_size())
         if d == 0:
             return v.clone(), nbytes
-        x = v.detach().to(torch.float64)
-        lo = float(np.float32(float(x.min())))  # the 2 × 32 bits sent
-        hi = float(np.float32(float(x.max())))
+        low, high = torch.aminmax(v.detach())  # (exact in float64 too: a float64 holds every float16/32 value)
+        lo = float(np.float32(float(low)))  # the 2 × 32 bits sent
+        hi = float(np.float32(float(high)))
         if hi == lo:
             return torch.full_like(v, lo), nbytes
         top = 2 ** self.bits - 1
         step = (hi - lo) / top
-        q = torch.round((x - lo) / step).clamp_(0, top)
-        return (lo + q * step).to(v.dtype), nbytes
+        # One float64 buffer, written in place: q_i = round((v_i − lo)/Δ), decoded q_i·Δ + lo (= lo + q_i·Δ).
+        q = v.detach().to(torch.float64, copy=True).sub_(lo).div_(step).round_().clamp_(0, top)
+        return q.mul_(step).add_(lo).to(v.dtype), nbytes

@@ -34,6 +34,8 @@ class CohortSelection:
         unavailable: How many candidates dropped out (simulated device dropout).
         offline: How many clients drawn were offline at selection and so not sampled (only with a device model that
             has availability: :meth:`CohortSampler.select`'s ``is_online``; 0 otherwise; not in the repr).
+        offline_ids: Those clients, int64 ``[offline]``, in draw order (not in the repr, not compared): the clients
+            a round nobody could be asked in waits for (:func:`~lightning_fed.clock.plan_round`'s ``idle_until``).
 
     Example::
 
@@ -51,6 +53,7 @@ class CohortSelection:
     candidates: np.ndarray
     unavailable: int
     offline: int = field(default=0, repr=False)
+    offline_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False, compare=False)
 
 
 class CohortSampler:
@@ -188,12 +191,12 @@ class CohortSampler:
         num = min(num_clients, math.ceil(self.clients_per_round * (1.0 + self.over_selection)))
         rng = np.random.default_rng([self.seed, 0x5A3D, round_idx])
         candidates = rng.choice(num_clients, size=num, replace=False).astype(np.int64)
-        offline = 0
+        offline = np.zeros(0, dtype=np.int64)
         if is_online is not None:
             candidates, offline = _online_candidates(rng, candidates, num, num_clients, is_online, round_idx)
         available = self._drop(candidates, round_idx)
         return CohortSelection(available[: self.clients_per_round], candidates, int(len(candidates) - len(available)),
-                               offline)
+                               len(offline), offline)
 
     def available(self, candidates: np.ndarray, round_idx: int) -> np.ndarray:
         """The candidates of round ``round_idx`` that do not drop out (``client_dropout``), in order: those the
@@ -216,7 +219,7 @@ class CohortSampler:
         candidates = self._sweep_order[1][round_idx * c:(round_idx + 1) * c].copy()
         candidates, offline = _keep_online(candidates, is_online)
         available = self._drop(candidates, round_idx)
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)), offline)
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)), len(offline), offline)
 
     def _poisson(self, round_idx: int, num_clients: int, is_online: Optional[Callable] = None) -> CohortSelection:
         # N uniforms per round: client i joins iff its own draw u_i < q (the exact draws of the privacy analysis)
@@ -230,7 +233,7 @@ class CohortSampler:
             candidates = np.flatnonzero(draws < q).astype(np.int64)
         candidates, offline = _keep_online(candidates, is_online)
         available = self._drop(candidates, round_idx)
-        return CohortSelection(available, candidates, int(len(candidates) - len(available)), offline)
+        return CohortSelection(available, candidates, int(len(candidates) - len(available)), len(offline), offline)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"
@@ -243,17 +246,17 @@ def _online_mask(ids: np.ndarray, is_online: Callable[[np.ndarray], np.ndarray])
     return mask
 
 
-def _keep_online(candidates: np.ndarray, is_online: Optional[Callable]) -> tuple[np.ndarray, int]:
-    """The online ones of ``candidates`` (in order) and how many were offline."""
+def _keep_online(candidates: np.ndarray, is_online: Optional[Callable]) -> tuple[np.ndarray, np.ndarray]:
+    """The online ones of ``candidates`` (in order) and the offline ones."""
     if is_online is None or not len(candidates):
-        return candidates, 0
-    online = candidates[_online_mask(candidates, is_online)]
-    return online, int(len(candidates) - len(online))
+        return candidates, np.zeros(0, dtype=np.int64)
+    mask = _online_mask(candidates, is_online)
+    return candidates[mask], candidates[~mask]
 
 
 def _online_candidates(rng: np.random.Generator, first: np.ndarray, num: int, num_clients: int,
-                       is_online: Callable[[np.ndarray], np.ndarray], round_idx: int) -> tuple[np.ndarray, int]:
-    """The first ``num`` online clients of a seeded sequence of distinct draws and how many offline clients came
+                       is_online: Callable[[np.ndarray], np.ndarray], round_idx: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``num`` online clients of a seeded sequence of distinct draws and the offline clients that came
     before them. The sequence: ``first`` (the draw without availability), then further draws from ``rng`` with the
     clients already drawn skipped: one permutation of all N when N <= 2·limit (every client is then asked if need
     be), else blocks of ``max(num, 64)`` drawn without replacement, at most ``limit`` clients in all. Each draw is
@@ -292,5 +295,4 @@ def _online_candidates(rng: np.random.Generator, first: np.ndarray, num: int, nu
     if count >= num:  # the offline ones drawn before the num-th online one
         end = int(np.flatnonzero(online)[num - 1]) + 1
         order, online = order[:end], online[:end]
-    candidates = order[online]
-    return candidates, int(len(order) - len(candidates))
+    return order[online], order[~online]

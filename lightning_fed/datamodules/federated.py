@@ -512,8 +512,8 @@ class FederatedDataModule(L.LightningDataModule):
         round's start are sampled: at simulated ``time`` (seconds), by default the clock's (the round about to run).
 
         Raises:
-            RuntimeError: with availability, no client of the population online at that time (a round nobody trains
-                in takes no simulated time, so every later round would find the same).
+            RuntimeError: with availability, no client of the population online at that time (the sampler asked every
+                client; the message says when the first comes online).
         """
         model = self.device_model
         if model is None or not model.has_availability:
@@ -521,11 +521,11 @@ class FederatedDataModule(L.LightningDataModule):
         t = self.simulated_time.clock.elapsed_seconds if time is None else float(time)
         selection = self.cohorts.select(int(round_idx), self.num_clients, lambda ids: model.is_online(ids, t))
         if selection.offline >= self.num_clients:
+            back = float(model.next_online(selection.offline_ids, t).min())  # every client was asked already
             raise RuntimeError(
                 f"Round {round_idx}: none of the {self.num_clients} clients is online at simulated time {t:g} s "
-                f"({type(model).__name__}'s availability). A round nobody trains in takes no simulated time, so every "
-                "later round would find them offline too. Use more clients, another device seed, or a trace with "
-                "clients online then."
+                f"({type(model).__name__}'s availability); the first is back at {back:g} s. Use more clients, "
+                "another device seed, or a trace with clients online then."
             )
         return selection
 

@@ -32,8 +32,11 @@ class SimulatedTime:
     train; under ``deadline_policy="partial"`` a client runs the first k_i of its batches (:meth:`step_limit`, read
     by ``client_batches``: its update is the one after k_i steps, and ``ClientUpdate.num_steps`` = k_i, what
     FedNova normalises by). Clients that missed the deadline or went offline count as unavailable
-    (``round_clients_unavailable``). At the round's end (:meth:`end_round`) the clock advances by the round's time
-    and the round metrics :data:`~lightning_fed.clock.CLOCK_METRICS` are returned.
+    (``round_clients_unavailable``). A round nobody could be asked in (every client drawn offline at selection) waits,
+    without a deadline, until the first of them comes online (``DeviceModel.next_online``; see
+    :mod:`lightning_fed.clock` for empty rounds). At the round's end (:meth:`end_round`) the clock advances by the
+    round's time and the round metrics :data:`~lightning_fed.clock.CLOCK_METRICS` are returned (with
+    ``clock/offline_at_selection``, the cohort sampler's count of clients drawn offline).
 
     Args:
         device_model: A :class:`~lightning_fed.datamodules.devices.DeviceModel`, or ``None`` (default: off).
@@ -115,12 +118,13 @@ class SimulatedTime:
 
     def run_config(self) -> dict[str, Any]:
         """The settings for the checkpoints' run record (compared on resume): ``device_model`` (class path),
-        ``device_model.<arg>``, ``round_deadline``, ``deadline_policy``; ``{}`` when off."""
+        ``device_model.<name>`` (its ``run_settings()``: the constructor arguments, and a trace's content hash),
+        ``round_deadline``, ``deadline_policy``; ``{}`` when off."""
         if not self.active:
             return {}
         model = self.device_model
         out: dict[str, Any] = {"device_model": f"{type(model).__module__}.{type(model).__qualname__}"}
-        out.update({f"device_model.{k}": v for k, v in model.settings().items()})
+        out.update({f"device_model.{k}": v for k, v in model.run_settings().items()})
         out.update(async_settings(self.asynchronous, "."))
         return {**out, "round_deadline": self.round_deadline, "deadline_policy": self.deadline_policy}
 
@@ -165,11 +169,21 @@ class SimulatedTime:
         model, now = self.device_model, self.clock.elapsed_seconds
         online_until = model.online_until(ids, now) if model.has_availability else None
         plan = plan_round(now, ids, steps, download_bytes, upload_bytes, model.profiles(ids), self.round_deadline,
-                          self.deadline_policy, cohorts.clients_per_round if over else None, online_until)
+                          self.deadline_policy, cohorts.clients_per_round if over else None, online_until,
+                          self._idle_until(selection, ids), selection.offline)
         cut = {int(c): int(k) for c, k, s in zip(ids.tolist(), plan.steps.tolist(), steps) if 0 < k < len(s)}
         self._limits = (int(round_idx), cut)
         lost = int(np.isin(plan.status, (MISSED_DEADLINE, OFFLINE)).sum())
         return dataclasses.replace(selection, cohort=plan.kept, unavailable=selection.unavailable + lost), plan
+
+    def _idle_until(self, selection: CohortSelection, ids: np.ndarray) -> Optional[float]:
+        """A round nobody could be asked in, without a deadline: when the first client drawn offline comes online
+        (``None``, 0 s: someone is asked, there is a deadline, nobody was drawn offline, or none of them is ever
+        online again — nobody to wait for)."""
+        if len(ids) or len(selection.candidates) or self.round_deadline is not None or not len(selection.offline_ids):
+            return None
+        back = float(np.min(self.device_model.next_online(selection.offline_ids, self.clock.elapsed_seconds)))
+        return back if np.isfinite(back) else None
 
     def forecast(self, datamodule: Any, rounds: int, payload: Any) -> list[dict[int, int]]:
         """The first ``rounds`` rounds planned from a fresh clock, without changing this part's state: per round

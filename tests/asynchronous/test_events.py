@@ -45,3 +45,31 @@ def test_a_client_going_offline_first_reports_nothing_at_its_offline_time():
     ends, reports = report_times(8.0, np.array([0, 1]), [np.array([4]), np.array([8])], 0.0, 0.0, _GoesOffline())
     assert reports.tolist() == [True, False]
     np.testing.assert_array_equal(ends, [10.0, 11.0])
+
+
+def test_report_times_are_plan_rounds_bit_for_bit():
+    # issue #54's cost: report_times plans each dispatch in Python floats; the same bits as the clock's plan_round
+    # (no deadline) on log-normal devices, clients of 1..5 steps, some going offline mid-way
+    from lightning_fed.clock import KEPT, plan_round
+
+    rng = np.random.default_rng(0)
+    devices = ParametricDeviceModel(0.013, download_bytes_per_s=3e5, upload_bytes_per_s=1.7e5, latency_s=0.03,
+                                    compute_sigma=1.1, network_sigma=0.7, slow_fraction=0.2, seed=5)
+
+    class Leaving(ParametricDeviceModel):
+        def online_until(self, ids, t):
+            return t + 3.0 * rng_until[np.asarray(ids)]
+
+    rng_until = rng.random(64)
+    leaving = Leaving(**devices.settings())
+    ids = rng.permutation(64)[:40]
+    steps = [rng.integers(1, 33, size=rng.integers(1, 6)) for _ in ids]
+    for model in (devices, leaving):
+        ends, reports = report_times(12.34, ids, steps, 123457.0, 98765.0, model)
+        plan = plan_round(12.34, ids, steps, 123457.0, 98765.0, model.profiles(ids),
+                          online_until=model.online_until(ids, 12.34))
+        kept = plan.status == KEPT
+        expected = np.where(kept, 12.34 + plan.finish_s, np.maximum(model.online_until(ids, 12.34), 12.34))
+        np.testing.assert_array_equal(reports, kept)
+        np.testing.assert_array_equal(ends, expected)
+    assert 0 < reports.sum() < len(ids)  # some went offline first

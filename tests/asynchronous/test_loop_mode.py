@@ -136,11 +136,9 @@ def _refused(tmp_path, dm, server, match, **trainer_kwargs):
     ("clients_per_round", r"clients_per_round \(3\) must equal buffer_size \(2\)"),
     ("client_dropout", "client_dropout, over_selection and cohort_sampling"),
     ("norm_ratio", "max_update_norm_ratio"),
-    ("compression", "Compression .update compression. is not supported yet"),
 ])
 def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     from lightning_fed.algorithms.scaffold import SCAFFOLD
-    from lightning_fed.communication import Compression, TopK
 
     config = AsyncConfig(concurrency=2, buffer_size=2)
     dm = _datamodule(4, config, clients_per_round=3 if case == "clients_per_round" else 2,
@@ -148,8 +146,7 @@ def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     server = (SCAFFOLD(lr=1.0) if case == "scaffold" else
               DPFedAvg(clip_norm=1.0, noise_multiplier=1.0, target_delta=1e-3) if case == "dp" else FedAvg())
     kwargs = {"client_executor": "vectorized"} if case == "executor" else \
-        {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else \
-        {"client_algorithms": [Compression(TopK(fraction=0.5))]} if case == "compression" else {}
+        {"max_update_norm_ratio": 3.0} if case == "norm_ratio" else {}
     _refused(tmp_path, dm, server, f"Asynchronous training .* is refused: .*{match}", **kwargs)
 
 
@@ -201,3 +198,94 @@ def test_sigkill_mid_step_then_resume_equals_uninterrupted(tmp_path):
     assert a.async_simulation.state_dict()["in_flight"] == b.async_simulation.state_dict()["in_flight"]
     assert (a.clock.elapsed_seconds, a.async_simulation.dispatches) == (b.clock.elapsed_seconds,
                                                                          b.async_simulation.dispatches)
+
+
+def test_a_compressed_upload_is_timed_by_its_encoded_size(tmp_path):
+    """Issue #56's Compression under asynchronous training: the first report (K = 1) comes at download + compute +
+    upload of the top-1 encoding, k·(8 + 4) = 12 bytes (one float64 value, one int32 index), not the raw Δ_i's 32.
+    By hand: 4 clients of 12 samples, 3 steps of 4; the model's 4 float64 entries down (32 bytes at 100 B/s) and 12
+    bytes up at 2 B/s, 0.5 s latency each way, 0.01 s a sample."""
+    from lightning_fed.communication import Compression, TopK
+
+    devices = dict(seconds_per_sample=0.01, download_bytes_per_s=100.0, upload_bytes_per_s=2.0, latency_s=0.5)
+    config = AsyncConfig(concurrency=2, buffer_size=1)
+    _, trainer = _fit(tmp_path, _datamodule(4, config, devices), FedAvg(lr=1.0), 1,
+                      client_algorithms=[Compression(TopK(k=1))])
+    hand = (32 / 100.0 + 0.5) + 0.01 * 12 + (12 / 2.0 + 0.5)
+    assert trainer.fit_loop.round_metrics["clock/elapsed_seconds"] == pytest.approx(hand, rel=1e-12)
+    assert trainer.fit_loop.communication.total_bytes_up == 12  # the one buffered update, as encoded
+
+
+def test_error_feedback_in_the_degenerate_case_equals_synchronous_training_bit_for_bit(tmp_path):
+    """Compression(TopK(k=1), error_feedback=True) (Karimireddy et al. 2019, Alg. 2 EF-SGD l. 4-7): in the degenerate
+    case (K = concurrency = cohort = N = 2, equal devices, s ≡ 1) the model and each client's residual e_i after 3
+    server steps are the synchronous run's, bit for bit."""
+    from lightning_fed.communication import Compression, TopK
+
+    def run(name, config):
+        model, trainer = _fit(tmp_path / name, _datamodule(2, config), FedAvg(lr=1.0), 3,
+                              client_algorithms=[Compression(TopK(k=1), error_feedback=True)])
+        states = trainer.fit_loop.server_optimizer.client_states
+        return _weights(model), [states.row("Compression", c) for c in (0, 1)]
+
+    (a, residual_a), (s, residual_s) = (run("a", AsyncConfig(concurrency=2, buffer_size=2,
+                                                             staleness=StalenessWeighting("constant"))),
+                                        run("s", None))
+    assert all(torch.equal(p, q) for p, q in zip(a, s))
+    assert all(r is not None and torch.equal(r, q) for r, q in zip(residual_a, residual_s))
+    assert all(bool(r.abs().sum() > 0) for r in residual_a)  # top-1 of 4 entries leaves a residual
+
+
+def test_a_module_with_buffers_is_refused_with_the_reason(tmp_path):
+    """Issue #54 item 2, kept refused: BatchNorm's running statistics have no published asynchronous rule (FedBuff,
+    FedAsync step the parameters only); the refusal names the buffers and says so, before any client trains."""
+
+    class WithNorm(LinearRegression):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(3, dtype=torch.float64)
+
+        def training_step(self, batch, batch_idx):
+            return super().training_step((self.norm(batch[0]), batch[1]), batch_idx)
+
+    model = WithNorm()
+    before = _weights(model)
+    with pytest.raises(ValueError, match=r"buffers \(norm.running_mean, norm.running_var, norm.num_batches_tracked\): "
+                                         r"FedBuff \(Nguyen et al. 2022, Alg. 1\) and FedAsync .* publish no rule"):
+        federated_fit(tmp_path, model, _datamodule(4, AsyncConfig(concurrency=2, buffer_size=2)), FedAvg(), 1)
+    assert all(torch.equal(p, q) for p, q in zip(before, _weights(model)))
+
+
+def test_error_feedback_residual_is_kept_at_the_report_for_a_client_dispatched_twice_in_a_step(tmp_path):
+    """One client in flight, K = 2, and a seed whose first two dispatches draw the same client: it reports twice
+    from version 0 with the same Δ (same start, same batches), and its second report must start from the residual of
+    its first (EF-SGD, Karimireddy et al. 2019, Alg. 2 l. 4-7: p = Δ + e, send C(p), e ← p − C(p)). NumPy reference
+    from the uncompressed run's Δ."""
+    from lightning_fed.asynchronous import draw_client
+    from lightning_fed.communication import Compression, TopK
+
+    seed = next(s for s in range(100) if draw_client(s, 0, 2, ()) == draw_client(s, 1, 2, ()))
+    config = AsyncConfig(concurrency=1, buffer_size=2, staleness=StalenessWeighting("constant"), seed=seed)
+
+    def run(name, halves):
+        _, trainer = _fit(tmp_path / name, _datamodule(2, config), FedAvg(lr=1.0), 1, client_algorithms=halves)
+        buffered = trainer.fit_loop._async._buffer
+        flat = [torch.cat([t.reshape(-1) for t in u.delta]).numpy() for u in buffered]
+        return trainer, [u.client_id for u in buffered], flat
+
+    _, ids, (delta, again) = run("raw", [])
+    np.testing.assert_array_equal(delta, again)  # the same Δ twice
+    trainer, ids_ef, (sent1, sent2) = run("ef", [Compression(TopK(k=1), error_feedback=True)])
+    assert ids == ids_ef and ids[0] == ids[1]
+
+    def top1(v):
+        out = np.zeros_like(v)
+        out[np.argmax(np.abs(v))] = v[np.argmax(np.abs(v))]
+        return out
+
+    e1 = delta - top1(delta)
+    p2 = delta + e1
+    np.testing.assert_array_equal(sent1, top1(delta))
+    np.testing.assert_array_equal(sent2, top1(p2))
+    residual = trainer.fit_loop.server_optimizer.client_states.row("Compression", ids[0])
+    np.testing.assert_array_equal(residual.numpy(), p2 - top1(p2))

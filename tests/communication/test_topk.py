@@ -30,3 +30,14 @@ def test_56_top_k_ties_go_to_the_lower_index():
 def test_56_top_k_needs_exactly_one_of_k_and_fraction(kwargs):
     with pytest.raises(ArgumentError, match=r"`k`|`fraction`"):
         TopK(**kwargs)
+
+
+@pytest.mark.parametrize("d, k, seed", [(5000, 50, 0), (5000, 50, 1), (4096, 1000, 2), (20000, 7, 3)])
+def test_56_top_k_of_a_long_vector_with_many_ties_equals_its_numpy_transcription(d, k, seed):
+    # long enough for the candidate search of top_indices (d >= 1024, k <= d/4), with ties at the k-th largest
+    rng = np.random.default_rng(seed)
+    v = (rng.integers(-40, 41, size=d) / 8).astype(np.float32)
+    out, size = TopK(k=k).compress(torch.tensor(v))
+    want, want_size = topk(v, k)
+    np.testing.assert_array_equal(out.numpy(), want)
+    assert size == want_size

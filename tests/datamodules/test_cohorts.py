@@ -202,3 +202,26 @@ def test_availability_at_a_million_clients_asks_o_cohort_clients():
     with pytest.raises(RuntimeError, match=r"Round 5: only \d+ of the 10000 clients drawn were online at the round's "
                                            r"start, fewer than the 10 the cohort needs"):
         CohortSampler(clients_per_round=10, seed=0).select(5, 1_000_000, lambda ids: ids % 5000 == 0)
+
+
+def test_the_offline_clients_drawn_are_named_and_average_the_negative_hypergeometric_mean():
+    """``offline_ids``: the offline clients drawn before the cohort was full, in draw order (the reference's order of
+    draws); their count per round (``clock/offline_at_selection``) has the negative hypergeometric mean
+    r·(N − K)/(K + 1) for the r-th online draw of a uniform random order of N clients, K online (r = 3, N = 40,
+    K = 10: 90/11), its variance r(N − K)(N + 1)(K − r + 1)/((K + 1)²(K + 2)); 1,200 rounds, 5 σ bounds."""
+    online, n, r, rounds = set(range(0, 40, 4)), 40, 3, 1200
+    sampler = CohortSampler(clients_per_round=r, seed=3)
+    is_online = lambda ids: np.isin(ids, sorted(online))  # noqa: E731
+    counts = []
+    for t in range(rounds):
+        selection = sampler.select(t, n, is_online)
+        rng = np.random.default_rng([3, 0x5A3D, t])  # the reference's order of draws
+        order = rng.choice(n, size=r, replace=False).tolist()
+        if sum(i in online for i in order) < r:
+            order += [i for i in rng.permutation(n).tolist() if i not in order]
+        third = [k for k, i in enumerate(order) if i in online][r - 1]
+        assert selection.offline_ids.tolist() == [i for i in order[:third] if i not in online], t
+        counts.append(selection.offline)
+    k = len(online)
+    mean, var = r * (n - k) / (k + 1), r * (n - k) * (n + 1) * (k - r + 1) / ((k + 1) ** 2 * (k + 2))
+    assert abs(np.mean(counts) - mean) < 5 * np.sqrt(var / rounds), (np.mean(counts), mean)

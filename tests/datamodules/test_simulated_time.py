@@ -242,3 +242,28 @@ def test_54_asynchronous_needs_a_device_model_and_no_deadline_and_is_in_the_run_
         dm.simulated_time.forecast(dm, 2, 32)
     assert "asynchronous" not in FederatedDataModule(TensorDataset(torch.zeros(4, 1)),
                                                      device_model=ParametricDeviceModel(0.01)).run_config()
+
+
+def test_a_round_with_an_empty_poisson_sample_lasts_until_the_deadline_in_a_run(tmp_path):
+    """Issue #53: a round nobody reports in lasts what the server waits. Poisson cohorts of rate 1/6 (the documented
+    per-client draws u_i < q, by hand below): a round whose sample is empty lasts D = 4.2 s (before: 0 s); the others
+    last the latest finish of FINISH_FULL that fits D, or D when a sampled client missed it."""
+    _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=4.2, cohort_sampling="poisson",
+                   clients_per_round=1)
+    sampled = [np.flatnonzero(np.random.default_rng([0, 0x9015, r]).random(6) < 1 / 6) for r in range(6)]
+    expected = [4.2 if not len(s) or (FINISH_FULL[s] > 4.2).any() else FINISH_FULL[s].max() for s in sampled]
+    assert any(not len(s) for s in sampled) and any(len(s) for s in sampled)  # both cases in these rounds
+    _, trainer = _fit(tmp_path, dm, FedAvg(lr=1.0), rounds=6)
+    assert dm.simulated_time.clock.elapsed_seconds == pytest.approx(sum(expected), rel=1e-12)
+
+
+def test_a_run_where_every_client_misses_the_deadline_says_so_in_its_error(tmp_path):
+    """Before, the end-of-run error blamed ``client_dropout=0.0`` alone, though every client missed the deadline
+    (the fastest finishes at 3.3 s, the deadline is 1 s)."""
+    _, _, dm = _dm(device_model=CallableDeviceModel(table), round_deadline=1.0)
+    with pytest.warns(UserWarning, match=r"Round 0: no client reported back \(every sampled client dropped out or "
+                                         r"missed the round \(client_dropout=0.0; missed round_deadline=1.0 s"), \
+            pytest.raises(RuntimeError, match=r"3 round\(s\): every sampled client dropped out or missed the round "
+                                              r"\(client_dropout=0.0; missed round_deadline=1.0 s \(deadline_policy="
+                                              r"'drop'\); offline per the device_model's availability\)"):
+        _fit(tmp_path, dm, FedAvg(lr=1.0))

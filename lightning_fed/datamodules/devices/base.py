@@ -103,9 +103,9 @@ class DeviceModel:
     """The base of device models: per-client compute speed, bandwidths, latency and availability.
 
     A subclass implements :meth:`profiles` (O(len(client_ids)), deterministic by its settings); one with availability
-    (traces) overrides :meth:`online_until` and :meth:`is_online` too. The constructor's arguments, stored as
-    attributes of the same names, are its :meth:`settings` (recorded in checkpoints: a resume with other device
-    settings is refused like any other run setting).
+    (traces) overrides :meth:`online_until`, :meth:`is_online` and :meth:`next_online` too. The constructor's
+    arguments, stored as attributes of the same names, are its :meth:`settings` (recorded in checkpoints, with
+    :meth:`run_settings`: a resume with other device settings is refused like any other run setting).
 
     Example: every client on the same device, always online::
 
@@ -120,8 +120,8 @@ class DeviceModel:
         >>> model = SameDevice()
         >>> model.profiles(np.array([3, 9])).seconds_per_sample, model.is_online(np.array([3, 9]), t=10.0)
         (array([0.01, 0.01]), array([ True,  True]))
-        >>> model.online_until(np.array([3]), t=10.0), model.settings()
-        (array([inf]), {'seconds_per_sample': 0.01})
+        >>> model.online_until(np.array([3]), t=10.0), model.next_online(np.array([3]), t=10.0), model.settings()
+        (array([inf]), array([10.]), {'seconds_per_sample': 0.01})
     """
 
     def setup(self, num_clients: int) -> None:
@@ -142,6 +142,13 @@ class DeviceModel:
         """Whether each of ``client_ids`` is online at simulated time ``t``: bool ``[n]`` (default all ``True``)."""
         return np.ones(len(client_ids), dtype=bool)
 
+    def next_online(self, client_ids: np.ndarray, t: float) -> np.ndarray:
+        """The first simulated time ``>= t`` (seconds since the run's start) at which each of ``client_ids`` is
+        online: float64 ``[n]``; ``t`` for a client online at ``t`` (the default: always online), ``+inf`` for one
+        never online again. The clock waits until then in a round where nobody could be asked
+        (:func:`~lightning_fed.clock.plan_round`'s ``idle_until``)."""
+        return np.full(len(client_ids), float(t))
+
     @property
     def has_availability(self) -> bool:
         """Whether this model says when clients are offline (it overrides :meth:`is_online`): the cohort's sampling
@@ -152,6 +159,11 @@ class DeviceModel:
         """``{name: value}`` of the constructor arguments stored as attributes of the same name."""
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
         return {n: getattr(self, n) for n in names if hasattr(self, n)}
+
+    def run_settings(self) -> dict[str, Any]:
+        """The settings of the checkpoints' run record, compared on resume (default :meth:`settings`; a model that
+        reads files adds what tells their content apart, e.g. FedScaleDevices' SHA-256 of its traces)."""
+        return self.settings()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.settings().items())})"

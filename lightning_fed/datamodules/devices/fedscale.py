@@ -14,7 +14,7 @@ import numpy as np
 from lightning_fed.checks import check_int, check_non_negative
 from lightning_fed.datamodules.devices.base import DeviceModel, DeviceProfiles
 from lightning_fed.datamodules.devices.fedscale_files import (
-    MAX_TRACE_BYTES, read_behaviour_trace, read_capacity_trace,
+    MAX_TRACE_BYTES, read_behaviour_trace, read_capacity_trace, trace_sha256,
 )
 
 __all__ = ["FedScaleDevices", "trace_rows"]
@@ -137,8 +137,8 @@ class FedScaleDevices(DeviceModel):
                        upload_bytes_per_s=array([128000., 128000.]), latency_s=array([0., 0.]))
         >>> devices.is_online([0, 1], t=125.0).tolist(), devices.online_until([0], t=125.0).tolist()
         ([True, True], [140.0])
-        >>> devices.is_online([0], t=50.0).tolist()
-        [False]
+        >>> devices.is_online([0], t=50.0).tolist(), devices.next_online([0], t=50.0).tolist()  # back at 100 + 10
+        ([False], [110.0])
     """
 
     def __init__(self, capacity_file: str, behaviour_file: Optional[str] = None, seed: int = 0,
@@ -149,6 +149,8 @@ class FedScaleDevices(DeviceModel):
         self.capacity_file = os.fspath(capacity_file)
         self.behaviour_file = None if behaviour_file is None else os.fspath(behaviour_file)
         capacity = read_capacity_trace(self.capacity_file, self.max_bytes)
+        self._sha256 = {"capacity_sha256": trace_sha256(self.capacity_file, "capacity trace"),
+                        "behaviour_sha256": None}
         keys = sorted(capacity, key=_order)
         self._computation = np.array([capacity[k][0] for k in keys], dtype=np.float64)
         self._communication = np.array([capacity[k][1] for k in keys], dtype=np.float64)
@@ -157,6 +159,7 @@ class FedScaleDevices(DeviceModel):
         self._behaviour_keys: list[Any] = []
         if self.behaviour_file is not None:
             behaviour = read_behaviour_trace(self.behaviour_file, self.max_bytes)
+            self._sha256["behaviour_sha256"] = trace_sha256(self.behaviour_file, "behaviour trace")
             self._behaviour_keys = sorted(behaviour, key=_order)
             self._behaviour = []
             for k in self._behaviour_keys:
@@ -175,6 +178,14 @@ class FedScaleDevices(DeviceModel):
         settings; ``max_bytes`` only guards the reading)."""
         return {"capacity_file": self.capacity_file, "behaviour_file": self.behaviour_file, "seed": self.seed,
                 "augmentation_factor": self.augmentation_factor}
+
+    def run_settings(self) -> dict[str, Any]:
+        """:meth:`settings` and each trace file's content, for the checkpoints' run record: ``capacity_sha256`` and
+        ``behaviour_sha256`` (``None`` without a behaviour trace), ``"<sha256 hex> <path>"`` of the file's bytes when
+        the model was built (:func:`~lightning_fed.datamodules.devices.fedscale_files.trace_sha256`). A resume whose
+        trace was edited since the checkpoint is refused, the line naming the file (the path alone would not tell)."""
+        files = {"capacity_sha256": self.capacity_file, "behaviour_sha256": self.behaviour_file}
+        return {**self.settings(), **{k: None if v is None else f"{v} {files[k]}" for k, v in self._sha256.items()}}
 
     def trace_keys(self, client_ids: Any) -> tuple[list[Any], Optional[list[Any]]]:
         """The FedScale client ids (trace keys) whose capacity and behaviour rows each client replays (behaviour:
@@ -230,6 +241,28 @@ class FedScaleDevices(DeviceModel):
         t = float(t)
         return np.array([t if end < 0 else (math.inf if math.isinf(end) else t - pos + end)
                          for pos, end in self._where(client_ids, t)], dtype=np.float64)
+
+    def next_online(self, client_ids: Any, t: float) -> np.ndarray:
+        """The first simulated time ``>= t`` (seconds) at which each client is online: float64 ``[n]`` — ``t`` when
+        online at ``t``, else the start of its next interval (``t − (t mod finish_time) + active``, in this period or
+        the next), ``inf`` for a row with no interval within its period. O(n log intervals)."""
+        t = check_non_negative("t", t)
+        if self._behaviour is None:
+            return np.full(len(np.atleast_1d(client_ids)), t)
+        rows = trace_rows(client_ids, len(self._behaviour_keys), self.seed, BEHAVIOUR_STREAM)
+        return np.array([_next_start(self._behaviour[r], t) for r in rows.tolist()], dtype=np.float64)
+
+
+def _next_start(row: tuple[float, list[float], list[float], bool], t: float) -> float:
+    """The first time >= t at which a behaviour row (period, merged interval starts and ends, always) is online."""
+    finish, starts, ends, always = row
+    pos = math.fmod(t, finish)
+    k = bisect.bisect_right(starts, pos)
+    if always or (k > 0 and pos <= ends[k - 1]):
+        return t
+    if not starts:  # no interval within the period: never online
+        return math.inf
+    return t - pos + (starts[k] if k < len(starts) else finish + starts[0])
 
 
 def _order(key: Any) -> tuple:

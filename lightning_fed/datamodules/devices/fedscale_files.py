@@ -25,6 +25,7 @@ then strings, read back as integers when they are decimal integers).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -34,7 +35,8 @@ import pickle
 from pathlib import Path
 from typing import Any, Union
 
-__all__ = ["MAX_TRACE_BYTES", "TraceFileError", "read_trace", "read_capacity_trace", "read_behaviour_trace"]
+__all__ = ["MAX_TRACE_BYTES", "TraceFileError", "read_trace", "read_capacity_trace", "read_behaviour_trace",
+           "trace_sha256"]
 
 #: The largest trace file read by default (bytes): FedScale's own traces are a few hundred MB at most.
 MAX_TRACE_BYTES = 2 * 1024**3
@@ -197,3 +199,26 @@ def read_behaviour_trace(path: Union[str, os.PathLike],
                 )
         out[key] = (finish, active, inactive)
     return out
+
+
+def trace_sha256(path: Union[str, os.PathLike], what: str = "trace") -> str:
+    """The SHA-256 of a trace file's bytes, 64 hex digits (FIPS 180-4, :mod:`hashlib`), read in 1 MiB blocks: what a
+    run record holds to tell an edited trace from the one a checkpoint ran with.
+
+    Raises:
+        TraceFileError: no such file.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "trace.json"
+    >>> _ = f.write_bytes(b"abc")
+    >>> trace_sha256(f)  # FIPS 180-2's example "abc"
+    'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad'
+    """
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as err:
+        raise TraceFileError(f"{what} {str(path)!r}: cannot be read: {err}") from err
+    return digest.hexdigest()

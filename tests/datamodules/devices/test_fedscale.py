@@ -303,3 +303,127 @@ def test_the_cli_takes_fedscale_devices_on_a_task(tmp_path, monkeypatch):
     assert dm.device_model.settings() == {"capacity_file": "traces/client_device_capacity",
                                           "behaviour_file": "traces/client_behave_trace", "seed": 4,
                                           "augmentation_factor": 3.0}
+
+
+# --- the clock's leftovers: next online time, offline at selection, empty rounds, edited traces (issue #53) --------
+
+def reference_next_online(row: dict, t: float) -> float:
+    """The first time s >= t that FedScale's is_active rule says is online, scanning s = t, t + 0.25, ... (every
+    interval bound in BEHAVIOUR is an integer, so a first online time after t is on that grid when t is)."""
+    for k in range(int(4 * 2 * row["finish_time"]) + 1):
+        if reference_online(row, t + k / 4):
+            return t + k / 4
+    return np.inf
+
+
+def test_next_online_is_the_first_time_fedscale_is_active_says_online(traces):
+    devices = FedScaleDevices(*traces, seed=2)
+    ids = np.arange(40)
+    keys = [sorted(BEHAVIOUR)[reference_row(i, 4, 2, 1)] for i in ids.tolist()]
+    for t in np.concatenate([np.arange(0.0, 210.0, 2.25), [5.0, 5.25, 40.0, 40.25, 99.75, 1e6 + 12.5]]):
+        per_row = {k: reference_next_online(BEHAVIOUR[k], t) for k in BEHAVIOUR}
+        assert devices.next_online(ids, t).tolist() == [per_row[k] for k in keys], t
+    # by hand: row 1 (online [10, 40] of 100 s) at t = 50 is back at 110; row 2 ([0, 5] and [80, 100]) at 6: 80
+    assert reference_next_online(BEHAVIOUR[1], 50.0) == 110.0 and reference_next_online(BEHAVIOUR[2], 6.0) == 80.0
+    assert FedScaleDevices(traces[0]).next_online(ids[:2], 7.5).tolist() == [7.5, 7.5]  # no behaviour: always online
+
+
+def test_clients_offline_at_selection_are_logged_each_round(tmp_path):
+    """``clock/offline_at_selection``: the clients the fixed-size sampler drew and skipped as offline, counted by hand
+    from the documented rejection sampling (tests/datamodules/test_cohorts.py's reference) over the clients online
+    at each round's start: t = 0 (everyone), t = 9.0625 and 18.125 (row-2 clients offline over (5, 20))."""
+    from tests.datamodules.test_cohorts import reference_online_cohort
+
+    row_of = {i: sorted(TWO_BEHAVIOURS)[reference_row(i, 2, 3, 1)] for i in range(6)}
+    dm, record = _run_data(tmp_path), _RoundMetrics()
+    trainer = FederatedTrainer(max_epochs=3, callbacks=[FedAvg(), record], **quiet_trainer_kwargs(tmp_path))
+    trainer.fit(LinearRegression(), datamodule=dm)
+    expected = []
+    for r, t in enumerate((0.0, 9.0625, 18.125)):
+        online = {c for c in range(6) if reference_online(TWO_BEHAVIOURS[row_of[c]], t)}
+        expected.append(reference_online_cohort(0, r, 6, 3, online)[1])
+    assert [m["clock/offline_at_selection"] for m in record.rounds] == expected
+    assert expected[0] == 0 and sum(expected) > 0  # the case this test is about
+
+
+def _poisson_offline_dm(tmp_path, cohort_sampling="poisson", **kwargs):
+    """Four clients on behaviour row 2 alone (offline over (5, 20) of each 1,000 s), Poisson cohorts of rate 2/4."""
+    cap, beh = tmp_path / "cap", tmp_path / "beh"
+    cap.write_bytes(pickle.dumps(ONE_DEVICE))
+    beh.write_bytes(pickle.dumps({2: TWO_BEHAVIOURS[2]}))
+    x, y = regression_data(n=40)
+    dm = FederatedDataModule(TensorDataset(torch.tensor(x), torch.tensor(y)),
+                             partitioner=IIDPartitioner(num_clients=4, seed=0), clients_per_round=2, batch_size=5,
+                             cohort_sampling=cohort_sampling, device_model=FedScaleDevices(cap, beh), **kwargs)
+    dm.setup()
+    return dm
+
+
+def test_a_round_nobody_could_be_asked_in_waits_until_a_drawn_client_is_back(tmp_path):
+    """At t = 10 every client is offline until 20. A Poisson round whose sample (u_i < 1/2, the documented per-client
+    draws) is not empty asks nobody: it lasts 20 − 10 = 10 s, or D = 3 s with a deadline; an empty sample has nobody
+    to wait for: 0 s (as every round before this change)."""
+    sampled = {r: np.flatnonzero(np.random.default_rng([0, 0x9015, r]).random(4) < 0.5).tolist() for r in range(40)}
+    asked = next(r for r in range(40) if 0 < len(sampled[r]) < 4)
+    nobody = next(r for r in range(40) if not sampled[r])
+    for deadline, seconds in ((None, 10.0), (3.0, 3.0)):
+        dm = _poisson_offline_dm(tmp_path, round_deadline=deadline)
+        part = dm.simulated_time
+        part.clock.load_state_dict({"elapsed_seconds": 10.0, "rounds": asked})
+        selection = dm.select_cohort(asked)
+        assert selection.cohort.size == 0 and sorted(selection.offline_ids.tolist()) == sampled[asked]
+        _, plan = part.start_round(dm, selection, asked, 32, 32)
+        assert plan.round_seconds == seconds and plan.metrics()["clock/offline_at_selection"] == len(sampled[asked])
+        assert part.end_round(plan)["clock/elapsed_seconds"] == 10.0 + seconds
+    _, plan = part.start_round(dm, dm.select_cohort(nobody), nobody, 32, 32)
+    assert plan.round_seconds == 3.0  # the deadline
+    dm = _poisson_offline_dm(tmp_path)
+    dm.simulated_time.clock.load_state_dict({"elapsed_seconds": 10.0, "rounds": nobody})
+    assert dm.simulated_time.start_round(dm, dm.select_cohort(nobody), nobody, 32, 32)[1].round_seconds == 0.0
+
+
+def test_a_fixed_size_round_with_the_whole_population_offline_says_when_the_first_is_back(tmp_path):
+    """Row 2 alone (offline over (5, 20)): at t = 10 the sampler asked all 4 clients; by hand the first is back at
+    20 s (and at t = 1,010 at 1,020 s, the next period)."""
+    dm = _poisson_offline_dm(tmp_path, cohort_sampling="fixed_size")
+    for t, back in ((10.0, "20"), (1010.0, "1020")):
+        with pytest.raises(RuntimeError, match=rf"none of the 4 clients is online at simulated time {t:g} s "
+                                               rf"\(FedScaleDevices's availability\); the first is back at {back} s"):
+            dm.select_cohort(1, time=t)
+
+
+def test_a_resume_with_an_edited_trace_is_refused_naming_the_file(tmp_path):
+    """The run record holds each trace's SHA-256 (computed here with hashlib from the bytes written) and path; a
+    resume after the file was edited is refused, the line naming the file; the same files record the same."""
+    import hashlib
+
+    from tests.helpers import federated_fit
+
+    dm = _run_data(tmp_path)
+    cap, beh = tmp_path / "client_device_capacity", tmp_path / "client_behave_trace"
+    record = dm.run_config()
+    assert record["device_model.capacity_sha256"] == f"{hashlib.sha256(cap.read_bytes()).hexdigest()} {cap}"
+    assert record["device_model.behaviour_sha256"] == f"{hashlib.sha256(beh.read_bytes()).hexdigest()} {beh}"
+    assert "device_model/capacity_sha256" not in dm.settings()  # the run record only, not the HParams
+    assert FedScaleDevices(cap, beh, seed=3).run_settings() == dm.device_model.run_settings()
+    federated_fit(tmp_path, LinearRegression(), dm, FedAvg(), 1, ckpt_dir=tmp_path / "ckpt")
+    ckpt = str(tmp_path / "ckpt" / "last.ckpt")
+    old = hashlib.sha256(cap.read_bytes()).hexdigest()
+    cap.write_bytes(pickle.dumps({1: {"computation": 30.0, "communication": 8.0}}))  # _run_data writes ONE_DEVICE
+    edited = FedScaleDevices(cap, beh, seed=3)
+    new = hashlib.sha256(cap.read_bytes()).hexdigest()
+    x, y = regression_data(n=60)
+    data = TensorDataset(torch.tensor(x), torch.tensor(y))
+    again = FederatedDataModule(data, partitioner=IIDPartitioner(num_clients=6, seed=0), clients_per_round=3,
+                                batch_size=5, seed=0, device_model=edited)
+    with pytest.raises(ValueError, match=rf"device_model.capacity_sha256: '{old} {cap}' -> '{new} {cap}'"):
+        federated_fit(tmp_path, LinearRegression(), again, FedAvg(), 2, ckpt_path=ckpt)
+    # a checkpoint written before the hashes were recorded: they cannot be checked, a warning, not a refusal
+    saved = torch.load(ckpt, weights_only=True)
+    for key in ("device_model.capacity_sha256", "device_model.behaviour_sha256"):
+        del saved["lightning_fed"]["run_config"][key]
+    torch.save(saved, tmp_path / "older.ckpt")
+    with pytest.warns(UserWarning, match=r"written before these settings were recorded, so they cannot be checked: "
+                                         r"device_model.behaviour_sha256 \(now '[0-9a-f]{64} .+'\), "
+                                         r"device_model.capacity_sha256"):
+        federated_fit(tmp_path, LinearRegression(), again, FedAvg(), 2, ckpt_path=str(tmp_path / "older.ckpt"))
