@@ -21,7 +21,8 @@ then hf, tensor, ... per kind: the order alternates). Reported, as medians over 
 ``Dataset.from_dict``, PNG encoding for ``image``; the user's data preparation, not part of the fit), ``set-up``
 (``trainer.fit`` called → first round starts), ``round 0`` (holds the one-off conversion of the Hugging Face
 columns to tensors, at the first client's batches; for ``image``, the decoding of round 0's clients' images: later
-rounds decode those of clients not sampled before; the images decoded are kept at the end of ``fit``), ``round`` (median of the later rounds), ``fit`` (the whole
+rounds decode those of clients not sampled before; the images decoded are kept at the end of ``fit``), ``round``
+(median of the later rounds), ``fit`` (the whole
 ``trainer.fit``: set-up + all rounds) and ``fit ×`` (the median over repeats of the Hugging Face fit over the
 TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), ``cpu`` (the process CPU time of
 ``trainer.fit``, ``time.process_time``: less moved by other processes than wall time) and ``cpu ×`` (its paired ratio),

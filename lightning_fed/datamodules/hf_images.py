@@ -184,8 +184,8 @@ class PendingImages:
     """
 
     def __init__(self, name: str, out: torch.Tensor, pending: np.ndarray, values: Callable[[np.ndarray], list],
-                 decode: Callable[[Any], np.ndarray], store: Optional[Callable[[torch.Tensor, np.ndarray], None]] = None,
-                 new: int = 0) -> None:
+                 decode: Callable[[Any], np.ndarray],
+                 store: Optional[Callable[[torch.Tensor, np.ndarray], None]] = None, new: int = 0) -> None:
         self.name, self.out, self.pending = name, out, np.asarray(pending, dtype=bool)
         self._values, self._decode, self._store = values, decode, store
         self._left, self._new = int(self.pending.sum()), new

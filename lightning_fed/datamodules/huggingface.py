@@ -8,8 +8,8 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 list sizes once they are checked to be uniform; an ``Image`` column is decoded by ``datasets`` (the feature's own
 decoder, PIL; :mod:`~lightning_fed.datamodules.hf_images`): all rows at once into a column of its cache, which later
 runs reuse, or, for a federated fit's client batches, each row when a batch first holds it, the rows decoded so far
-kept in its cache for later runs. Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes
-through the torch formatter as before.
+kept in its cache for later runs. Any other column (structs, nulls, a format with ``dtype=`` or other keyword
+arguments) goes through the torch formatter as before.
 """
 
 from __future__ import annotations

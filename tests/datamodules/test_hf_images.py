@@ -119,7 +119,8 @@ def test_lazily_decoded_images_of_other_shapes_batch_as_a_data_loader_does():
     ds = ds.with_format("torch")
     columns = HFTensorColumns.from_dataset(ds, lazy_images=True)
     assert torch.equal(columns.get_batch(torch.tensor([1]))["image"], default_collate([ds[1]["image"]]))
-    assert torch.equal(columns.get_batch(torch.tensor([3, 0]))["image"], default_collate([ds[3]["image"], ds[0]["image"]]))
+    assert torch.equal(columns.get_batch(torch.tensor([3, 0]))["image"],
+                       default_collate([ds[3]["image"], ds[0]["image"]]))
     with pytest.raises(RuntimeError) as collated:
         default_collate([ds[0]["image"], ds[1]["image"]])
     with pytest.raises(RuntimeError) as raised:
