@@ -8,10 +8,11 @@ One kind of Hugging Face column per row of the report, each with a scalar label 
   array3d — the same images as an ``Array3D((1, 28, 28), "float32")`` feature;
   image   — the same images as uint8 pixels in an ``Image`` feature (PNG-encoded, as a dataset from the Hub or
             ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``), in memory (``Dataset.from_dict``):
-            all decoded by ``datasets`` at the first client batch, in memory, in every run;
+            each decoded by ``datasets`` when a client batch first holds it, in memory, in every run;
   image-disk — the same ``Image`` dataset written once with ``save_to_disk`` (before the repeats, to a temporary
-            folder) and read with ``load_from_disk``: variant ``hf`` is a first run (the decoded column that
-            ``datasets`` caches next to the files removed before it), ``hf-cached`` a later run (reading it).
+            folder) and read with ``load_from_disk``: variant ``hf`` is a first run (the decoded images that
+            ``datasets`` caches next to the files removed before it), ``hf-cached`` a later run of the same fit
+            (reading the images the run before it decoded and kept at its end).
 
 Against ``tensor``: a ``TensorDataset(images, labels)`` of what the torch format gives for that kind (float32
 ``[n, 1, 28, 28]``, or uint8 for ``image``), same partition, cohorts, batches and model, so the weights are the same.
@@ -20,7 +21,8 @@ then hf, tensor, ... per kind: the order alternates). Reported, as medians over 
 ``Dataset.from_dict``, PNG encoding for ``image``; the user's data preparation, not part of the fit), ``set-up``
 (``trainer.fit`` called → first round starts), ``round 0`` (holds the one-off conversion of the Hugging Face
 columns to tensors, at the first client's batches; for ``image``, the decoding of round 0's clients' images: later
-rounds decode those of clients not sampled before), ``round`` (median of the later rounds), ``fit`` (the whole
+rounds decode those of clients not sampled before; the images decoded are kept at the end of ``fit``), ``round``
+(median of the later rounds), ``fit`` (the whole
 ``trainer.fit``: set-up + all rounds) and ``fit ×`` (the median over repeats of the Hugging Face fit over the
 TensorDataset fit of the same repeat, which ran next to it: the target is ≤ 1.5), ``cpu`` (the process CPU time of
 ``trainer.fit``, ``time.process_time``: less moved by other processes than wall time) and ``cpu ×`` (its paired ratio),
@@ -95,8 +97,8 @@ def save_images(samples: int, data_dir: str) -> None:
 
 
 def _prepare_cache(kind: str, variant: str, args: argparse.Namespace) -> None:
-    """``image-disk``: remove the decoded column ``datasets`` cached next to the files before a first run (``hf``,
-    ``hf-arrow``); make it, untimed, before a later run (``hf-cached``) when no run left one."""
+    """``image-disk``: remove the decoded images ``datasets`` cached next to the files before a first run (``hf``,
+    ``hf-arrow``); before a later run (``hf-cached``) when no run left them, run the same fit once, untimed."""
     import glob
 
     if kind != "image-disk" or variant == "tensor":
@@ -106,9 +108,7 @@ def _prepare_cache(kind: str, variant: str, args: argparse.Namespace) -> None:
         for path in cached:
             os.remove(path)
     elif not cached:
-        from lightning_fed.datamodules.huggingface import HFTensorColumns
-
-        HFTensorColumns.from_dataset(make_data(kind, variant, args.samples, args.data_dir).with_format("torch"))
+        _fit(kind, variant, args)
 
 
 def run_once(kind: str, variant: str, args: argparse.Namespace) -> dict:

@@ -332,6 +332,12 @@ class FederatedDataModule(L.LightningDataModule):
         self._partition = partition
         self._setup_client_eval()
 
+    def teardown(self, stage: Optional[str] = None) -> None:
+        """At the end of ``fit`` (Lightning's hook): keep the images of a Hugging Face ``train_dataset`` that client
+        batches decoded in ``datasets``' cache for later runs (:meth:`DataSource.save_decoded_images
+        <lightning_fed.datamodules.source.DataSource.save_decoded_images>`)."""
+        self.data_source.save_decoded_images()
+
     def cached_partition(self, labels: Optional[np.ndarray]) -> Optional[Partition]:
         """A partition stored with the data, equal to what ``partitioner`` computes, or ``None`` (the default: the
         partitioner runs at :meth:`setup`). Task data modules that cache their data may cache its partition too

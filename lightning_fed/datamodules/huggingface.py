@@ -5,22 +5,23 @@ The conversion (:meth:`HFTensorColumns.from_dataset`) gives the tensors, dtypes 
 (``dataset.with_format("torch")[:]``) without its per-element recursion: a fixed-shape column of nested lists
 (``Dataset.from_dict`` of NumPy arrays; ``list``, ``large_list`` and ``fixed_size_list`` at any depth), an
 ``Array2D``–``Array5D`` feature or a scalar column is one NumPy view of its Arrow values buffer, reshaped by the
-list sizes once they are checked to be uniform; an ``Image`` column is decoded once by ``datasets`` (``Dataset.map``
-with the feature's own decoder, PIL) into a column of its cache, which later runs reuse (:func:`decoded_images`),
-and read the same way. Any other column (structs, nulls, a format with ``dtype=`` or other keyword arguments) goes
-through the torch formatter as before.
+list sizes once they are checked to be uniform; an ``Image`` column is decoded by ``datasets`` (the feature's own
+decoder, PIL; :mod:`~lightning_fed.datamodules.hf_images`): all rows at once into a column of its cache, which later
+runs reuse, or, for a federated fit's client batches, each row when a batch first holds it, the rows decoded so far
+kept in its cache for later runs. Any other column (structs, nulls, a format with ``dtype=`` or other keyword
+arguments) goes through the torch formatter as before.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-import warnings
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
+
+from lightning_fed.datamodules.hf_images import PendingImages, decoded_images, image_array, lazy_images
 
 #: Largest Hugging Face dataset (its formatted columns as tensors, bytes) that :class:`HFTensorColumns` holds in memory
 #: for client batches; larger ones are read through a ``DataLoader`` as before.
@@ -120,10 +121,13 @@ class HFTensorColumns:
 
     An ``Image`` column is decoded at the first ``get_batch``'s conversion by ``datasets``, every image by the
     feature's ``decode_example`` (PIL, as the torch format does), into a column of ``datasets``' cache
-    (:func:`decoded_images`): a ``cache-<fingerprint>.arrow`` file next to the files of a dataset read from disk,
-    which later runs read instead of decoding again (a changed dataset has another fingerprint); an in-memory
-    dataset's images are decoded in memory, at each conversion. A corrupt image fails the batch holding it (and
-    reading its column from ``columns``) with the torch format's error (PIL's), noting the column and row.
+    (:func:`~lightning_fed.datamodules.hf_images.decoded_images`): a ``cache-<fingerprint>.arrow`` file next to the
+    files of a dataset read from disk, which later runs read instead of decoding again (a changed dataset has
+    another fingerprint); an in-memory dataset's images are decoded in memory, at each conversion. With
+    ``from_dataset(..., lazy_images=True)`` (a federated fit's client batches) each image is decoded when a batch
+    first holds it instead, and :meth:`save_decoded` keeps the rows decoded so far in ``datasets``' cache for later
+    runs (:func:`~lightning_fed.datamodules.hf_images.lazy_images`). A corrupt image fails the batch holding it
+    (and reading its column from ``columns``) with the torch format's error (PIL's), noting the column and row.
 
     Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
     format than ``"torch"``, a column that is not one fixed-shape tensor (text, ragged sequences), or more than
@@ -145,9 +149,10 @@ class HFTensorColumns:
     """
 
     def __init__(self, columns: Mapping[str, Any], tuple_columns: Optional[Sequence[str]] = None) -> None:
-        self._tensors = {name: column.out if isinstance(column, _FailedImages) else column
+        self._tensors = {name: column.out if isinstance(column, PendingImages) else column
                          for name, column in columns.items()}
-        self._failed = [column for column in columns.values() if isinstance(column, _FailedImages)]
+        self._failed = [column for column in columns.values() if isinstance(column, PendingImages)]
+        self._pending = {column.name: column for column in self._failed}
         self.columns: Mapping[str, torch.Tensor] = _Columns(self._tensors, self._failed)
         self.tuple_columns = None if tuple_columns is None else tuple(tuple_columns)
 
@@ -165,13 +170,26 @@ class HFTensorColumns:
         for failed in self._failed:
             failed.decode(index)
         if self.tuple_columns is not None:
-            return tuple(self._tensors[name][index] for name in self.tuple_columns)
-        return {name: column[index] for name, column in self._tensors.items()}
+            return tuple(self._take(name, index) for name in self.tuple_columns)
+        return {name: self._take(name, index) for name in self._tensors}
+
+    def _take(self, name: str, index: torch.Tensor) -> torch.Tensor:
+        pending = self._pending.get(name)
+        return self._tensors[name][index] if pending is None else pending.take(index)
+
+    def save_decoded(self) -> None:
+        """Keep the rows of lazily decoded ``Image`` columns decoded since the last call for later runs (in
+        ``datasets``' cache, next to the files of a dataset read from disk; :meth:`PendingImages.save
+        <lightning_fed.datamodules.hf_images.PendingImages.save>`); nothing for other columns."""
+        for pending in self._failed:
+            pending.save()
 
     @classmethod
-    def from_dataset(cls, dataset: Any, limit: Optional[int] = None) -> Optional["HFTensorColumns"]:
+    def from_dataset(cls, dataset: Any, limit: Optional[int] = None,
+                     lazy_images: bool = False) -> Optional["HFTensorColumns"]:
         """The columns of ``dataset`` as tensors, or ``None`` when it cannot or should not be held (see above;
-        ``limit`` in bytes, default :data:`HF_TENSOR_LIMIT_BYTES` as it is at the call)."""
+        ``limit`` in bytes, default :data:`HF_TENSOR_LIMIT_BYTES` as it is at the call). ``lazy_images``: decode
+        an ``Image`` column's rows when a batch first holds them (default False: all at the conversion)."""
         limit = HF_TENSOR_LIMIT_BYTES if limit is None else limit
         if not is_hf_dataset(dataset) or len(dataset) == 0 or (dataset.format or {}).get("type") != "torch":
             return None
@@ -184,7 +202,7 @@ class HFTensorColumns:
         n = len(dataset)
         plans = {}
         for name in names:
-            plan = _plan_column(dataset, name, table.column(name), n)
+            plan = _plan_column(dataset, name, table.column(name), n, lazy_images)
             if plan is _NOT_A_TENSOR:
                 return None
             plans[name] = plan
@@ -273,7 +291,7 @@ def fixed_shape_values(array: Any) -> Optional[tuple[Any, tuple[int, ...]]]:
     return array, tuple(shape)
 
 
-def _plan_column(dataset: Any, name: str, chunked: Any, n: int) -> Any:
+def _plan_column(dataset: Any, name: str, chunked: Any, n: int, lazy: bool = False) -> Any:
     """``(bytes, convert)`` for column ``name`` (``convert()`` gives its ``[n, ...]`` tensor or ``_NOT_A_TENSOR``),
     or ``_NOT_A_TENSOR`` when the torch format does not give it as one tensor."""
     import pyarrow as pa
@@ -285,7 +303,7 @@ def _plan_column(dataset: Any, name: str, chunked: Any, n: int) -> Any:
             return _NOT_A_TENSOR  # dicts of bytes and path
         if chunked.null_count:
             return _plan_formatted(dataset, name)
-        return _plan_images(dataset, name, feature, chunked, n)
+        return _plan_images(dataset, name, feature, chunked, n, lazy)
     array = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     if isinstance(array.type, pa.ExtensionType):  # Array2D ... Array5D: nested lists underneath
         array = array.storage
@@ -320,148 +338,19 @@ def _plan_formatted(dataset: Any, name: str) -> Any:
     return len(dataset) * first.numel() * first.element_size(), lambda: _formatted_column(dataset, name)
 
 
-def _image_array(feature: Any, value: dict, token: Any) -> np.ndarray:
-    """One image as the torch formatter gives it, ``[C, H, W]`` (HWC transposed; a 2-D image gets C = 1)."""
-    image = np.asarray(feature.decode_example(value, token_per_repo_id=token))
-    return (image[:, :, np.newaxis] if image.ndim == 2 else image).transpose((2, 0, 1))
-
-
-class _DifferentImages(Exception):
-    """An image decoded to another shape or dtype than the first (the torch format gives a list of tensors)."""
-
-
-#: Bumped when :func:`_decode_images` changes what it writes: part of the fingerprint of the decoded column, with the
-#: versions of ``datasets`` and PIL, so that a cache written by other code is not read.
-_DECODED_IMAGES_VERSION = 1
-
-
-def _decode_images(batch: Any, feature: Any, shape: tuple[int, ...], dtype: str, token: Any, versions: Any) -> dict:
-    """``Dataset.map`` function (batched, ``"arrow"`` format, one ``Image`` column): each image decoded by the
-    feature's ``decode_example`` (PIL), as the torch formatter does, into ``pixels [B, prod(shape)]`` of ``dtype``
-    (each image ``[C, H, W]``, flattened), and
-    ``decoded [B]`` (bool). An image ``decode_example`` cannot decode is left as zeros with ``decoded`` False (its
-    error is raised again when a batch holds it); one of another shape or dtype raises :class:`_DifferentImages`."""
-    column = batch.column(0).combine_chunks()
-    payloads, paths = column.field("bytes").to_pylist(), column.field("path").to_pylist()
-    pixels, decoded = np.zeros((len(payloads), *shape), dtype=dtype), np.zeros(len(payloads), dtype=bool)
-    for i, (payload, path) in enumerate(zip(payloads, paths)):
-        try:
-            image = _image_array(feature, {"bytes": payload, "path": path}, token)
-        except Exception:  # noqa: BLE001 (raised again, with its row, by the batch that holds it)
-            continue
-        if image.shape != tuple(shape) or image.dtype != pixels.dtype:
-            raise _DifferentImages()
-        pixels[i], decoded[i] = image, True
-    return {"pixels": pixels.reshape(len(payloads), -1), "decoded": decoded}
-
-
-def decoded_images(dataset: Any, name: str, shape: Sequence[int], dtype: Any) -> Optional[tuple[np.ndarray, Any]]:
-    """The ``Image`` column ``name`` of a Hugging Face ``datasets.Dataset`` decoded by ``datasets`` (the feature's
-    ``decode_example``, PIL: the torch format's values) into a column of ``datasets``' cache, once:
-    ``(pixels, decoded)``, ``pixels`` a NumPy array ``[len(dataset), *shape]`` of ``dtype`` (the images as
-    ``[C, H, W]``, rows in the dataset's order, a selection's too) and ``decoded`` a ``pyarrow`` bool array, False
-    for the rows ``decode_example`` could not decode (zeros in ``pixels``); ``None`` when an image decodes to
-    another shape or dtype.
-
-    The column is made by ``Dataset.map``: for a dataset read from files (``load_dataset``, ``load_from_disk``) it
-    is written as a ``cache-<fingerprint>.arrow`` file next to those files and read back, memory-mapped, by later
-    runs instead of decoding again; the fingerprint is ``datasets``' (of the dataset, ``shape``, ``dtype``, the
-    feature, and the versions of ``datasets``, PIL and this decoding), so a changed dataset (another
-    ``save_to_disk``, a ``map``, ``filter`` or ``select``) gets a column of its own. An in-memory dataset
-    (``Dataset.from_dict``) has no files: its images are decoded in memory at every call. With
-    ``datasets.disable_caching()`` nothing is reused. Where the column cannot be written next to the dataset's files
-    (a read-only folder, a full disk: ``OSError``) the images are decoded in memory, with a ``UserWarning`` naming
-    the folder.
-
-    Example::
-
-        >>> import datasets
-        >>> from PIL import Image
-        >>> ds = datasets.Dataset.from_dict({"image": [Image.new("L", (3, 2), 7)]},
-        ...                                 features=datasets.Features({"image": datasets.Image()}))
-        >>> pixels, decoded = decoded_images(ds, "image", (1, 2, 3), "uint8")
-        >>> pixels.shape, int(pixels[0, 0, 1, 2]), decoded.to_pylist()
-        ((1, 1, 2, 3), 7, [True])
-    """
-    import PIL
-    import datasets
-
-    shape, dtype = tuple(int(s) for s in shape), np.dtype(dtype)
-    versions = (_DECODED_IMAGES_VERSION, datasets.__version__, PIL.__version__)
-    kwargs = {"feature": dataset.features[name], "shape": shape, "dtype": dtype.str, "versions": versions,
-              "token": getattr(dataset, "_token_per_repo_id", None)}
-    features = datasets.Features({"pixels": datasets.List(datasets.Value(dtype.name), length=math.prod(shape)),
-                                  "decoded": datasets.Value("bool")})  # pixels: fixed_size_list, read without checks
-    source = dataset.with_format("arrow", columns=[name])
-    map_kwargs = {"batched": True, "fn_kwargs": kwargs, "features": features, "remove_columns": dataset.column_names,
-                  "desc": f"Decoding the images of column {name!r}"}
-    try:
-        try:
-            table = source.map(_decode_images, **map_kwargs).data  # a new dataset: its rows, in order
-        except OSError as error:  # the dataset's folder cannot be written (read-only, full): decoded in memory
-            folders = sorted({str(Path(f["filename"]).parent) for f in dataset.cache_files})
-            warnings.warn(f"The images of column {name!r} are decoded in memory, at every run: `datasets` could not "
-                          f"write the decoded column next to the dataset's files in {', '.join(folders)} ({error}).",
-                          stacklevel=2)
-            table = source.map(_decode_images, keep_in_memory=True, **map_kwargs).data
-    except _DifferentImages:
-        return None
-    pixels, at = np.empty((len(dataset), *shape), dtype=dtype), 0
-    for chunk in table.column("pixels").chunks:  # each a view of the cache file's buffer, copied once
-        values = fixed_shape_values(chunk)
-        flat = values[0].to_numpy(zero_copy_only=False) if values is not None else np.empty(0, dtype=dtype)
-        if flat.size != len(chunk) * math.prod(shape):
-            return None
-        pixels[at : at + len(chunk)] = flat.reshape(len(chunk), *shape)
-        at += len(chunk)
-    return pixels, table.column("decoded").combine_chunks()
-
-
-class _FailedImages:
-    """The rows of an ``Image`` column that ``decode_example`` could not decode when the column was decoded
-    (:func:`decoded_images`): each decoded again when a batch first holds it, raising the torch format's error
-    (``decode_example``'s, with a note naming the column and row); one that decodes then fills its row of ``out``."""
-
-    def __init__(self, name: str, out: torch.Tensor, values: dict[int, dict], decode: Any) -> None:
-        self.name, self.out, self._values, self._decode = name, out, values, decode
-        self._rows = np.array(sorted(values), dtype=np.int64)
-
-    def decode(self, index: Optional[torch.Tensor] = None) -> None:
-        """Decode the failed rows of ``index`` (all when ``None``).
-
-        Raises:
-            Exception: the torch format's error for an image it cannot decode, with a note naming the column and
-                row; ValueError for an image decoded to another shape or dtype than the others."""
-        if not len(self._rows):
-            return
-        rows = self._rows if index is None else np.intersect1d(self._rows, np.asarray(index))
-        for row in rows.tolist():
-            try:
-                image = self._decode(self._values[row])
-            except Exception as error:  # the torch format's error, naming the row
-                if hasattr(error, "add_note"):
-                    error.add_note(f"Image column {self.name!r}, row {row}.")
-                raise
-            if tuple(image.shape) != tuple(self.out.shape[1:]) or torch.from_numpy(image).dtype != self.out.dtype:
-                raise ValueError(f"Image column {self.name!r}, row {row}: decoded to {image.dtype} "
-                                 f"{list(image.shape)}, the other images to {self.out.dtype} {list(self.out.shape[1:])}.")
-            self.out[row] = torch.from_numpy(image)
-            del self._values[row]
-            self._rows = self._rows[self._rows != row]
-
 
 class _Columns(Mapping):
     """``HFTensorColumns.columns``: the column tensors by name; reading an ``Image`` column with rows that failed
-    to decode (:class:`_FailedImages`) decodes them again (raising their error); names, ``len`` and ``in`` do not."""
+    to decode or are not decoded yet (:class:`~.hf_images.PendingImages`) decodes them (raising the error of one
+    that fails); names, ``len`` and ``in`` do not."""
 
     def __init__(self, tensors: dict[str, torch.Tensor], failed: list) -> None:
         self._tensors, self._failed = tensors, {column.name: column for column in failed}
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        tensor = self._tensors[name]
         if name in self._failed:
-            self._failed[name].decode()
-        return tensor
+            return self._failed[name].full()
+        return self._tensors[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
@@ -470,19 +359,22 @@ class _Columns(Mapping):
         return len(self._tensors)
 
 
-def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> Any:
-    """An ``Image`` column decoded once by ``datasets`` into its cache (:func:`decoded_images`, the shape and dtype
-    of its first image), then held as one ``[n, C, H, W]`` tensor; ``_NOT_A_TENSOR`` when the images differ in shape
-    or dtype. Rows ``decode_example`` could not decode raise its error when a batch holds them
-    (:class:`_FailedImages`)."""
+def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int, lazy: bool) -> Any:
+    """An ``Image`` column decoded once by ``datasets`` into its cache (:func:`~.hf_images.decoded_images`, the shape
+    and dtype of its first image), then held as one ``[n, C, H, W]`` tensor; ``_NOT_A_TENSOR`` when the images differ
+    in shape or dtype. Rows ``decode_example`` could not decode raise its error when a batch holds them
+    (:class:`~.hf_images.PendingImages`). With ``lazy``, every row is decoded when a batch first holds it
+    (:func:`~.hf_images.lazy_images`)."""
     token = getattr(dataset, "_token_per_repo_id", None)
-    first = _image_array(feature, array[0].as_py(), token)  # {"bytes", "path"}
+    first = image_array(feature, array[0].as_py(), token)  # {"bytes", "path"}
     try:
         torch.from_numpy(np.zeros(0, dtype=first.dtype))
     except TypeError:  # a pixel type torch has no dtype for: as the formatter does it
         return _plan_formatted(dataset, name)
 
     def convert() -> Any:
+        if lazy:
+            return lazy_images(dataset, name, array, first)
         found = decoded_images(dataset, name, first.shape, first.dtype)
         if found is None:
             return _NOT_A_TENSOR  # the formatter gives a list of tensors of different shapes or dtypes
@@ -490,9 +382,9 @@ def _plan_images(dataset: Any, name: str, feature: Any, array: Any, n: int) -> A
         out = torch.from_numpy(pixels)
         if decoded.false_count == 0:
             return out
-        failed = np.flatnonzero(~np.asarray(decoded.to_numpy(zero_copy_only=False))).tolist()
-        values = {i: array[i].as_py() for i in failed}
-        return _FailedImages(name, out, values, lambda value: _image_array(feature, value, token))
+        return PendingImages(name, out, ~np.asarray(decoded.to_numpy(zero_copy_only=False), dtype=bool),
+                             values=lambda rows: array.take(rows).to_pylist(),
+                             decode=lambda value: image_array(feature, value, token))
 
     return n * first.size * first.itemsize, convert
 

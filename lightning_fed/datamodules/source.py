@@ -245,7 +245,7 @@ class DataSource:
             return self._hf_columns[1]
         if not is_hf_dataset(self.train_dataset):
             return None
-        columns = HFTensorColumns.from_dataset(self.train_dataset)
+        columns = HFTensorColumns.from_dataset(self.train_dataset, lazy_images=True)
         if columns is not None:
             columns.tuple_columns = self.batch_columns
         self._hf_columns = (self.train_dataset, columns)
@@ -256,6 +256,14 @@ class DataSource:
                 f"{huggingface.HF_TENSOR_LIMIT_BYTES / 2**30:.0f} GiB are read through a DataLoader instead)."
             )
         return columns
+
+    def save_decoded_images(self) -> None:
+        """Keep the images of the Hugging Face ``train_dataset`` that client batches decoded (:meth:`tensor_columns`
+        decodes an ``Image`` column's rows when a batch first holds them) in ``datasets``' cache for later runs
+        (:meth:`HFTensorColumns.save_decoded <lightning_fed.datamodules.huggingface.HFTensorColumns.save_decoded>`);
+        nothing when there are none."""
+        if self._hf_columns is not None and self._hf_columns[1] is not None:
+            self._hf_columns[1].save_decoded()
 
     def collate_fn(self, dataset: Any) -> Optional[ColumnTuples]:
         """The ``collate_fn`` of a ``DataLoader`` over ``dataset``: with ``batch_columns``, tuples of those columns
