@@ -13,7 +13,10 @@ change of the machine's load touches them alike. Per task and variant, over all 
 median of the round's process CPU seconds (``round_cpu_s``; the same clients and local work in every variant, since
 the seed fixes the cohorts and the batches; CPU time is far less disturbed than the wall clock by other processes on
 a loaded machine) and of the loop's ``round_time_s`` (wall clock), each with its overhead over ``none`` in percent:
-100 · (median − median of ``none``) / median of ``none``.
+100 · (median − median of ``none``) / median of ``none``; and the median CPU seconds of ``Compression.encode`` a round
+(``encode_cpu_s``) with ``encode_pct`` = 100 · it / the median round CPU seconds of ``none`` — the compressor's own
+share of a round, which the whole round's CPU time (±10–30 % between identical rounds on a loaded 2-core machine)
+cannot resolve.
 The machine's load average is printed before and after.
 """
 
@@ -41,23 +44,37 @@ import communication_table as table  # noqa: E402
 
 
 class RoundCPUTime(Callback):
-    """Appends ``round,cpu_seconds`` to ``path`` at the end of every round (training epoch): the process CPU time
-    (``time.process_time``) from the round's start to its end."""
+    """Appends ``round,cpu_seconds,encode_seconds`` to ``path`` at the end of every round (training epoch): the
+    process CPU time (``time.process_time``) from the round's start to its end, and the thread CPU time spent in
+    ``Compression.encode`` in that round (the compressor's own work, timed as ``compression_cost.py`` times it: this
+    process only runs the benchmark, so the wrapper touches no one else's run)."""
 
     def __init__(self, path: str) -> None:
-        self.path, self._start = path, 0.0
+        from lightning_fed.communication import Compression
+
+        self.path, self._start, self.encode_s = path, 0.0, 0.0
+        original = Compression.encode
+
+        def encode(half, *args, **kwargs):
+            start = time.thread_time()
+            try:
+                return original(half, *args, **kwargs)
+            finally:
+                self.encode_s += time.thread_time() - start
+
+        Compression.encode = encode
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start = time.process_time()
+        self._start, self.encode_s = time.process_time(), 0.0
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         with open(self.path, "a") as f:
-            f.write(f"{trainer.current_epoch},{time.process_time() - self._start}\n")
+            f.write(f"{trainer.current_epoch},{time.process_time() - self._start},{self.encode_s}\n")
 
 
-def round_times(task: str, variant: str, rounds: int, workdir: Path) -> tuple[list[float], list[float]]:
-    """The process CPU seconds and the ``round_time_s`` of rounds 2..``rounds`` of one ``lightning-fed fit`` of
-    ``task``'s FedAvg config with ``variant``'s compressor."""
+def round_times(task: str, variant: str, rounds: int, workdir: Path) -> tuple[list[float], list[float], list[float]]:
+    """The process CPU seconds, the ``Compression.encode`` CPU seconds and the ``round_time_s`` of rounds
+    2..``rounds`` of one ``lightning-fed fit`` of ``task``'s FedAvg config with ``variant``'s compressor."""
     base = yaml.safe_load((ROOT / "examples" / f"{table.TABLE}_{task}_fedavg.yaml").read_text())
     cfg = table.config(base, variant, 0)
     cfg["trainer"]["max_epochs"] = rounds
@@ -79,8 +96,9 @@ def round_times(task: str, variant: str, rounds: int, workdir: Path) -> tuple[li
         raise SystemExit(f"{task}/{variant} failed (exit {proc.returncode}): see {folder / 'stderr.log'}")
     rows = list(csv.DictReader(next(folder.rglob("metrics.csv")).open()))
     times = {int(r["epoch"]): float(r["round_time_s"]) for r in rows if r.get("round_time_s")}
-    cpu = {int(e): float(c) for e, c in (line.split(",") for line in cpu_file.read_text().split())}
-    return [cpu[e] for e in sorted(cpu) if e >= 1], [times[e] for e in sorted(times) if e >= 1]
+    cpu = {int(e): (float(c), float(enc)) for e, c, enc in (line.split(",") for line in cpu_file.read_text().split())}
+    return ([cpu[e][0] for e in sorted(cpu) if e >= 1], [cpu[e][1] for e in sorted(cpu) if e >= 1],
+            [times[e] for e in sorted(times) if e >= 1])
 
 
 def main() -> None:
@@ -94,23 +112,27 @@ def main() -> None:
     variants = ["none"] + [v for v in args.variants if v != "none"]
     print(f"load average before: {os.getloadavg()}", flush=True)
     cpu: dict[tuple[str, str], list[float]] = {}
+    encode: dict[tuple[str, str], list[float]] = {}
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         for repeat in range(args.repeats):
             for task in args.tasks:
                 for variant in variants:
-                    got_cpu, got = round_times(task, variant, args.rounds, Path(workdir))
+                    got_cpu, got_encode, got = round_times(task, variant, args.rounds, Path(workdir))
                     cpu.setdefault((task, variant), []).extend(got_cpu)
+                    encode.setdefault((task, variant), []).extend(got_encode)
                     times.setdefault((task, variant), []).extend(got)
                     print(f"repeat {repeat} {task:11s} {variant:9s} cpu " + " ".join(f"{t:.3f}" for t in got_cpu)
-                          + " | wall " + " ".join(f"{t:.3f}" for t in got), flush=True)
+                          + " | encode " + " ".join(f"{t:.3f}" for t in got_encode) + " | wall " + " ".join(f"{t:.3f}" for t in got), flush=True)
     print(f"load average after: {os.getloadavg()}")
     rows = []
     for task in args.tasks:
         ref_cpu, ref_wall = statistics.median(cpu[task, "none"]), statistics.median(times[task, "none"])
         for variant in variants:
             c, w = statistics.median(cpu[task, variant]), statistics.median(times[task, variant])
+            e = statistics.median(encode[task, variant])
             rows.append({"task": task, "variant": variant, "rounds_measured": len(times[task, variant]),
+                         "encode_cpu_s": round(e, 4), "encode_pct": round(100 * e / ref_cpu, 2),
                          "round_cpu_s": round(c, 4), "cpu_overhead_pct": round(100 * (c - ref_cpu) / ref_cpu, 2),
                          "round_s": round(w, 4), "overhead_pct": round(100 * (w - ref_wall) / ref_wall, 2)})
     print(",".join(rows[0]))
