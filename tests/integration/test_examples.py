@@ -146,6 +146,8 @@ def test_example_runs_one_round_on_generated_data(config, tmp_path, monkeypatch)
             "0", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
             "--trainer.accelerator", "cpu",
             "--data.clients_per_round", "2"]
+    if "asynchronous" in init:  # an asynchronous epoch is one server step of buffer_size = clients_per_round updates
+        args += ["--data.asynchronous.buffer_size", "2", "--data.asynchronous.concurrency", "2"]
     if "partitioner" in init:  # few clients (a one-class-per-client split needs one per class)
         pathological = init["partitioner"]["class_path"].endswith("PathologicalPartitioner")
         args += ["--data.partitioner.init_args.num_clients", "10" if pathological else "4"]
