@@ -193,6 +193,7 @@ class PendingImages:
         self._shape, self._dtype = self._pixels.shape[1:], self._pixels.dtype
         self.odd: dict[int, torch.Tensor] = {}  # rows decoded to another shape or dtype than out's
         self._is_odd = np.zeros(len(self.pending), dtype=bool)
+        self._undecodable = np.zeros(len(self.pending), dtype=bool)  # failed in decode_ahead: left to the batches
 
     def take(self, index: torch.Tensor) -> torch.Tensor:
         """The batch of rows ``index`` (decoded by :meth:`decode` first): ``out[index]``, or, when it holds a row of
@@ -221,17 +222,35 @@ class PendingImages:
         Raises:
             Exception: the torch format's error for an image it cannot decode, with a note naming the column and
                 row."""
-        if not self._left:
-            return
+        if self._left:
+            self._decode_rows(self._pending_rows(index), strict=True)
+
+    def decode_ahead(self, index: Any) -> None:
+        """Decode the pending rows of ``index`` (int64 ``[k]``, rows may repeat: a client's local work, all its
+        batches) now, together, in row order: one Arrow take and one loop over ``decode_example``, instead of one
+        per batch between training steps. A row that cannot be decoded is left pending, without an error: the
+        batch that holds it raises it (:meth:`decode`), as without this call; it is not tried again here."""
+        if self._left:
+            rows = self._pending_rows(index)
+            self._decode_rows(rows[~self._undecodable[rows]], strict=False)
+
+    def _pending_rows(self, index: Any) -> np.ndarray:
+        """The pending rows of ``index`` (all when ``None``), each once, in row order."""
         if index is None:
-            rows = np.flatnonzero(self.pending)
-        else:
-            index = np.asarray(index, dtype=np.int64)
-            rows = np.unique(index[self.pending[index]])
+            return np.flatnonzero(self.pending)
+        index = np.asarray(index, dtype=np.int64)
+        return np.unique(index[self.pending[index]])
+
+    def _decode_rows(self, rows: np.ndarray, strict: bool) -> None:
+        """Decode ``rows`` (pending) into ``out``; an error is raised (``strict``, naming the row) or its row
+        marked undecodable and left pending."""
         for row, value in zip(rows.tolist(), self._values(rows) if len(rows) else []):
             try:
                 image = self._decode(value)
             except Exception as error:  # the torch format's error, naming the row
+                if not strict:
+                    self._undecodable[row] = True
+                    continue
                 if hasattr(error, "add_note"):
                     error.add_note(f"Image column {self.name!r}, row {row}.")
                 raise

@@ -173,6 +173,17 @@ class HFTensorColumns:
             return tuple(self._take(name, index) for name in self.tuple_columns)
         return {name: self._take(name, index) for name in self._tensors}
 
+    def decode_ahead(self, batches: Sequence[np.ndarray]) -> None:
+        """Decode the images of ``batches`` (int64 index arrays: a client's local work, the batches its loader
+        will take) not decoded yet, together, before the first is taken (:meth:`PendingImages.decode_ahead
+        <lightning_fed.datamodules.hf_images.PendingImages.decode_ahead>`; ``TensorBatches`` calls it when a
+        client's loader starts); the batches are the same. An image that cannot be decoded raises its error in the
+        batch that holds it, as before."""
+        if self._failed and len(batches):
+            index = np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches])
+            for pending in self._failed:
+                pending.decode_ahead(index)
+
     def _take(self, name: str, index: torch.Tensor) -> torch.Tensor:
         pending = self._pending.get(name)
         return self._tensors[name][index] if pending is None else pending.take(index)
