@@ -5,7 +5,8 @@
 * all rows at once (:func:`decoded_images`): one ``Dataset.map`` whose result ``datasets`` caches next to the
   dataset's files, by its fingerprint (``HFTensorColumns.from_dataset``'s default);
 * the rows a batch holds, when a batch first holds them (:func:`lazy_images`, a federated fit's client batches: a
-  run of a few rounds reads the rows of the clients it samples, a fraction of the dataset). The rows decoded so far
+  run of a few rounds reads the rows of the clients it samples, a fraction of the dataset; a client's rows are
+  decoded together when its loader starts, :meth:`PendingImages.decode_ahead`). The rows decoded so far
   are stored by ``Dataset.map`` in one ``cache-<fingerprint>.arrow`` file next to the dataset's files
   (:meth:`PendingImages.save`, at the end of the fit) and read back, memory-mapped, by later runs
   (``Dataset.from_file``), which decode only the rows no run has decoded yet.
@@ -229,7 +230,16 @@ class PendingImages:
         """Decode the pending rows of ``index`` (int64 ``[k]``, rows may repeat: a client's local work, all its
         batches) now, together, in row order: one Arrow take and one loop over ``decode_example``, instead of one
         per batch between training steps. A row that cannot be decoded is left pending, without an error: the
-        batch that holds it raises it (:meth:`decode`), as without this call; it is not tried again here."""
+        batch that holds it raises it (:meth:`decode`), as without this call; it is not tried again here.
+
+        Example::
+
+            >>> import numpy as np, torch
+            >>> images = PendingImages("image", torch.zeros(3, 1, 1, 1), np.ones(3, dtype=bool), values=list,
+            ...                        decode=lambda row: np.full((1, 1, 1), 10 * row, dtype=np.float32))
+            >>> images.decode_ahead(np.array([2, 0, 2])); images.pending.tolist(), images.out.flatten().tolist()
+            ([False, True, False], [0.0, 0.0, 20.0])
+        """
         if self._left:
             rows = self._pending_rows(index)
             self._decode_rows(rows[~self._undecodable[rows]], strict=False)
