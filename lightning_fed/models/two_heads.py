@@ -6,7 +6,7 @@ Chen, Chao, "On Bridging Generic and Personalized Federated Learning for Image C
 a feature extractor f(·; θ) shared by a generic head h(·; ψ) and a personal head h(·; φ_i), the personalised
 prediction adding the two heads' logits (:mod:`lightning_fed.algorithms.fedrod` has the method). The body and the
 generic head are :class:`~lightning_fed.models.mnist.MNISTMLP`'s (Karimi, Li, Li, Fed-LAMB, Sec. 4), so a FedRoD run
-starts from the MLP's initial weights. Nothing federated is in the model: :class:`~lightning_fed.callbacks.FedRoD`
+starts from the MLP's initial weights. Nothing federated is in the model: ``lightning_fed.callbacks.FedRoD``
 names its two heads (``generic_head="head"``, ``personal_head="personal_head"``, its defaults).
 """
 
