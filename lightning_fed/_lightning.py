@@ -58,6 +58,7 @@ REQUIRED_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loops.optimization.automatic", "ClosureResult.from_training_step_output"),
     ("lightning.pytorch.loops.optimization.automatic", "Closure.warning_cache"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection._extract_batch_size"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result", "_ResultCollection.metrics"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result", "_get_default_dtype"),
     ("lightning.fabric.utilities.apply_func", "_BLOCKING_DEVICE_TYPES"),
 )
@@ -71,6 +72,9 @@ INSTANCE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("Trainer", "_accelerator_connector"),
     ("Strategy", "_checkpoint_io"),
     ("_LoggerConnector", "_first_loop_iter"),
+    ("_LoggerConnector", "_progress_bar_metrics"),
+    ("_LoggerConnector", "_callback_metrics"),
+    ("_LoggerConnector", "_logged_metrics"),
     ("_TrainingEpochLoop", "_batches_that_stepped"),
     ("_TrainingEpochLoop", "automatic_optimization"),
     ("_TrainingEpochLoop", "manual_optimization"),
@@ -356,6 +360,20 @@ def start_logged_batch(trainer: Any, results: Any, batch: Any) -> None:
     results.batch = batch
     results.batch_size = None
     results.dataloader_idx = None
+
+
+def end_logged_batch(trainer: Any, results: Any) -> None:
+    """The logger connector's ``on_batch_end()`` with the trainer's current ``results`` already at hand: the values
+    ``results.metrics(on_step)`` gives (``on_step``: the connector has seen a batch, as its ``metrics`` property
+    decides) into its progress-bar, callback and logged metrics, then the results' batch and batch size dropped —
+    what ``on_batch_end`` does, without reading ``trainer._results`` (a walk of the trainer's state) three times."""
+    connector = trainer._logger_connector
+    metrics = results.metrics(connector._first_loop_iter is not None)
+    connector._progress_bar_metrics.update(metrics["pbar"])
+    connector._callback_metrics.update(metrics["callback"])
+    connector._logged_metrics.update(metrics["log"])
+    results.batch = None
+    results.batch_size = None
 
 
 def start_hook_value(trainer: Any, results: Any, metric: Any, fx: str) -> bool:

@@ -92,3 +92,35 @@ def test_missing_class_attribute_is_named_too(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(_lightning)
+
+
+@pytest.mark.parametrize("first_loop_iter", [True, False])
+def test_end_logged_batch_is_the_logger_connectors_on_batch_end(tmp_path, first_loop_iter):
+    """Issue #51: end_logged_batch(trainer, results) — on_batch_end with the result collection at hand — leaves the
+    callback, progress-bar and logged metrics and the results' batch exactly as the connector's own on_batch_end."""
+    import torch
+    from lightning.pytorch.trainer.states import RunningStage
+
+    after = []
+    for ours in (False, True):
+        trainer = FederatedTrainer(max_epochs=1, logger=False, default_root_dir=tmp_path)
+        trainer.state.stage = RunningStage.TRAINING
+        connector, results = trainer._logger_connector, trainer.fit_loop.epoch_loop._results
+        assert trainer._results is results
+        results.log("training_step", "loss", torch.tensor(1.5), prog_bar=True, on_step=True, on_epoch=False,
+                    batch_size=4)
+        results.log("training_step", "acc", torch.tensor(0.25), on_step=True, on_epoch=True, batch_size=4)
+        results.log("training_step", "quiet", torch.tensor(3.0), logger=False, on_step=True, on_epoch=False,
+                    batch_size=4)
+        results.log("training_step", "epoch_only", torch.tensor(2.0), on_step=False, on_epoch=True, batch_size=2)
+        connector._first_loop_iter, results.batch, results.batch_size = first_loop_iter, ("batch",), 4
+        connector._callback_metrics["earlier"] = torch.tensor(9.0)
+        if ours:
+            _lightning.end_logged_batch(trainer, results)
+        else:
+            connector.on_batch_end()
+        after.append(({k: v.item() for k, v in connector._callback_metrics.items()}, dict(connector._progress_bar_metrics),
+                      {k: v.item() for k, v in connector._logged_metrics.items()}, results.batch, results.batch_size))
+    assert after[0] == after[1]
+    assert after[0][0] == {"earlier": 9.0, "loss": 1.5, "acc": 0.25, "acc_step": 0.25, "quiet": 3.0}
+    assert after[0][1] == {"loss": 1.5} and after[0][3:] == (None, None)

@@ -435,7 +435,7 @@ class LeanLocalStep:
             self._touched.clear()
         if self._real_logged:
             self._add_step_values()  # the fast path's earlier values first: the round log adds in step order
-            pl_private.log_batch_end(trainer)
+            pl_private.end_logged_batch(trainer, results)  # (the logger connector's on_batch_end)
             self._round_log.after_step(results)
         else:
             pl_private.clear_logged_batch(results)
@@ -474,8 +474,8 @@ class LeanLocalStep:
             pl_private.set_metric_forward_cache(entry.metric, last)
             if not entry.on_epoch:
                 entry.metric.value = last
-        if stepped:
-            pl_private.log_batch_end(self._trainer)
+        if stepped:  # the logger connector's on_batch_end, with the client's result collection at hand
+            pl_private.end_logged_batch(self._trainer, self._collection)
         for entry in stepped:
             pl_private.set_metric_forward_cache(entry.metric, None)
             entry.last = None

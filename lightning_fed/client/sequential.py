@@ -20,6 +20,7 @@ from lightning_fed.client.distributed import assign_clients, gather_updates
 from lightning_fed.client.runner import ClientRunner
 from lightning_fed.client.update import ClientUpdate
 from lightning_fed.interrupts import ClientTimeLimit, ClientTimeout
+from lightning_fed.seeding import seed_sequence
 
 #: What :meth:`ClientExecutor.run_round` returns: the updates of the clients that reported back (cohort order) and
 #: ``(client id, reason)`` of those dropped (:meth:`ClientRunner.report_failure`).
@@ -28,8 +29,16 @@ RoundResult = tuple[list[ClientUpdate], list[tuple[int, str]]]
 
 def client_seed(seed: int, round_idx: int, client_id: int) -> int:
     """The torch seed of client ``client_id``'s local work in round ``round_idx`` (a pure function, so results do
-    not depend on the order or the process clients are trained in)."""
-    return int(np.random.SeedSequence([seed, 0x7C1E, round_idx, client_id]).generate_state(1, dtype=np.uint32)[0])
+    not depend on the order or the process clients are trained in): the first 32-bit word of
+    ``numpy.random.SeedSequence([seed, 0x7C1E, round_idx, client_id])``'s state (read as a ``uint32`` array when each
+    is below 2**32: :func:`~lightning_fed.seeding.seed_sequence`, the same state).
+
+    Example::
+
+        >>> client_seed(0, 3, 17) == int(np.random.SeedSequence([0, 0x7C1E, 3, 17]).generate_state(1)[0])
+        True
+    """
+    return int(seed_sequence(seed, 0x7C1E, round_idx, client_id).generate_state(1, dtype=np.uint32)[0])
 
 
 def seed_client(seed: int, device: torch.device) -> None:

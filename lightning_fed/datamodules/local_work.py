@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from lightning_fed.checks import ArgumentError
+from lightning_fed.seeding import default_rng
 
 from .partition import _check_int, _check_seed
 
@@ -317,8 +318,9 @@ def _epoch_order(n: int, data_order: str, seed: int, round_idx: int, cid: int, e
     if data_order == "none":
         return np.arange(n, dtype=np.int64)
     if data_order == "once":
-        return np.random.default_rng([seed, cid, _TAG_ONCE]).permutation(n)
-    return np.random.default_rng([seed, round_idx, cid, epoch, _TAG_RESHUFFLE]).permutation(n)
+        return default_rng(seed, cid, _TAG_ONCE).permutation(n)  # = np.random.default_rng([seed, cid, _TAG_ONCE])
+    # np.random.default_rng([seed, round_idx, cid, epoch, _TAG_RESHUFFLE]), seeded without reading a list
+    return default_rng(seed, round_idx, cid, epoch, _TAG_RESHUFFLE).permutation(n)
 
 
 def _batches_per_pass(n: int, batch_size: int, drop_last: bool) -> int:

@@ -173,6 +173,31 @@ def test_each_rounds_first_step_logs_through_the_fast_path_bit_for_bit(monkeypat
     assert lean_log.rows == full_log.rows and len(lean_rec.rounds) == 3
 
 
+def test_a_clients_end_updates_the_logged_metrics_without_the_connectors_on_batch_end(monkeypatch):
+    """Issue #51: at a lean client's end its last step values reach callback_metrics, progress_bar_metrics and
+    logged_metrics through _lightning.end_logged_batch with the client's result collection at hand (the connector's
+    on_batch_end reads trainer._results three times); the connector's own on_batch_end then runs once a round, at its
+    end. Every client's and round's metrics, the logger's rows and the weights equal Lightning's loop."""
+    from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
+
+    calls = []
+    real = _LoggerConnector.on_batch_end
+
+    def counting(self):
+        calls.append(self.trainer.current_epoch)
+        return real(self)
+
+    monkeypatch.setattr(_LoggerConnector, "on_batch_end", counting)
+    lean_model, full_model = MLP("step+epoch"), MLP("step+epoch")
+    lean, lean_rec, lean_log = fit(lean_model, lean=True)
+    assert lean.fit_loop.client_runner.step_path == "lean"
+    assert calls == [0, 1]  # the rounds' ends only (2 clients a round)
+    full, full_rec, full_log = fit(full_model, lean=False)
+    assert all(torch.equal(a, b) for a, b in zip(weights(lean_model), weights(full_model)))
+    assert lean_rec.after_client == full_rec.after_client and len(lean_rec.after_client) == 4
+    assert lean_rec.rounds == full_rec.rounds and lean_log.rows == full_log.rows
+
+
 class SkipsOddSteps(MLP):
     """Returns None (no backward, no loss reported) at odd steps and a dict with an extra key at even ones."""
 
