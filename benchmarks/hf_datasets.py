@@ -8,7 +8,8 @@ One kind of Hugging Face column per row of the report, each with a scalar label 
   array3d — the same images as an ``Array3D((1, 28, 28), "float32")`` feature;
   image   — the same images as uint8 pixels in an ``Image`` feature (PNG-encoded, as a dataset from the Hub or
             ``load_dataset("imagefolder")`` holds them; labels a ``ClassLabel``), in memory (``Dataset.from_dict``):
-            each decoded by ``datasets`` when a client batch first holds it, in memory, in every run;
+            each decoded by ``datasets`` when a client batch first holds it (a client's images together, when its
+            loader starts), in memory, in every run;
   image-disk — the same ``Image`` dataset written once with ``save_to_disk`` (before the repeats, to a temporary
             folder) and read with ``load_from_disk``: variant ``hf`` is a first run (the decoded images that
             ``datasets`` caches next to the files removed before it), ``hf-cached`` a later run of the same fit

@@ -57,6 +57,9 @@ class TensorBatches:
 
     def __iter__(self):
         get_batch = getattr(self.dataset, "get_batch", None)
+        decode_ahead = getattr(self.dataset, "decode_ahead", None)  # HFTensorColumns: its images, a client's at once
+        if decode_ahead is not None:
+            decode_ahead(self.batches)
         for idx in self.batches:
             index = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
             yield get_batch(index) if get_batch is not None else tuple(t[index] for t in self.dataset.tensors)

@@ -5,7 +5,8 @@
 * all rows at once (:func:`decoded_images`): one ``Dataset.map`` whose result ``datasets`` caches next to the
   dataset's files, by its fingerprint (``HFTensorColumns.from_dataset``'s default);
 * the rows a batch holds, when a batch first holds them (:func:`lazy_images`, a federated fit's client batches: a
-  run of a few rounds reads the rows of the clients it samples, a fraction of the dataset). The rows decoded so far
+  run of a few rounds reads the rows of the clients it samples, a fraction of the dataset; a client's rows are
+  decoded together when its loader starts, :meth:`PendingImages.decode_ahead`). The rows decoded so far
   are stored by ``Dataset.map`` in one ``cache-<fingerprint>.arrow`` file next to the dataset's files
   (:meth:`PendingImages.save`, at the end of the fit) and read back, memory-mapped, by later runs
   (``Dataset.from_file``), which decode only the rows no run has decoded yet.
@@ -193,6 +194,7 @@ class PendingImages:
         self._shape, self._dtype = self._pixels.shape[1:], self._pixels.dtype
         self.odd: dict[int, torch.Tensor] = {}  # rows decoded to another shape or dtype than out's
         self._is_odd = np.zeros(len(self.pending), dtype=bool)
+        self._undecodable = np.zeros(len(self.pending), dtype=bool)  # failed in decode_ahead: left to the batches
 
     def take(self, index: torch.Tensor) -> torch.Tensor:
         """The batch of rows ``index`` (decoded by :meth:`decode` first): ``out[index]``, or, when it holds a row of
@@ -221,17 +223,44 @@ class PendingImages:
         Raises:
             Exception: the torch format's error for an image it cannot decode, with a note naming the column and
                 row."""
-        if not self._left:
-            return
+        if self._left:
+            self._decode_rows(self._pending_rows(index), strict=True)
+
+    def decode_ahead(self, index: Any) -> None:
+        """Decode the pending rows of ``index`` (int64 ``[k]``, rows may repeat: a client's local work, all its
+        batches) now, together, in row order: one Arrow take and one loop over ``decode_example``, instead of one
+        per batch between training steps. A row that cannot be decoded is left pending, without an error: the
+        batch that holds it raises it (:meth:`decode`), as without this call; it is not tried again here.
+
+        Example::
+
+            >>> import numpy as np, torch
+            >>> images = PendingImages("image", torch.zeros(3, 1, 1, 1), np.ones(3, dtype=bool), values=list,
+            ...                        decode=lambda row: np.full((1, 1, 1), 10 * row, dtype=np.float32))
+            >>> images.decode_ahead(np.array([2, 0, 2])); images.pending.tolist(), images.out.flatten().tolist()
+            ([False, True, False], [0.0, 0.0, 20.0])
+        """
+        if self._left:
+            rows = self._pending_rows(index)
+            self._decode_rows(rows[~self._undecodable[rows]], strict=False)
+
+    def _pending_rows(self, index: Any) -> np.ndarray:
+        """The pending rows of ``index`` (all when ``None``), each once, in row order."""
         if index is None:
-            rows = np.flatnonzero(self.pending)
-        else:
-            index = np.asarray(index, dtype=np.int64)
-            rows = np.unique(index[self.pending[index]])
+            return np.flatnonzero(self.pending)
+        index = np.asarray(index, dtype=np.int64)
+        return np.unique(index[self.pending[index]])
+
+    def _decode_rows(self, rows: np.ndarray, strict: bool) -> None:
+        """Decode ``rows`` (pending) into ``out``; an error is raised (``strict``, naming the row) or its row
+        marked undecodable and left pending."""
         for row, value in zip(rows.tolist(), self._values(rows) if len(rows) else []):
             try:
                 image = self._decode(value)
             except Exception as error:  # the torch format's error, naming the row
+                if not strict:
+                    self._undecodable[row] = True
+                    continue
                 if hasattr(error, "add_note"):
                     error.add_note(f"Image column {self.name!r}, row {row}.")
                 raise

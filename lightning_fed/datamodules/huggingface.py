@@ -125,8 +125,9 @@ class HFTensorColumns:
     files of a dataset read from disk, which later runs read instead of decoding again (a changed dataset has
     another fingerprint); an in-memory dataset's images are decoded in memory, at each conversion. With
     ``from_dataset(..., lazy_images=True)`` (a federated fit's client batches) each image is decoded when a batch
-    first holds it instead, and :meth:`save_decoded` keeps the rows decoded so far in ``datasets``' cache for later
-    runs (:func:`~lightning_fed.datamodules.hf_images.lazy_images`). A corrupt image fails the batch holding it
+    first holds it instead (a client's images together when its loader starts: :meth:`decode_ahead`), and
+    :meth:`save_decoded` keeps the rows decoded so far in ``datasets``' cache for later runs
+    (:func:`~lightning_fed.datamodules.hf_images.lazy_images`). A corrupt image fails the batch holding it
     (and reading its column from ``columns``) with the torch format's error (PIL's), noting the column and row.
 
     Use :meth:`from_dataset`, which returns ``None`` (keep the ``DataLoader``) for datasets this cannot hold: another
@@ -172,6 +173,29 @@ class HFTensorColumns:
         if self.tuple_columns is not None:
             return tuple(self._take(name, index) for name in self.tuple_columns)
         return {name: self._take(name, index) for name in self._tensors}
+
+    def decode_ahead(self, batches: Sequence[np.ndarray]) -> None:
+        """Decode the images of ``batches`` (int64 index arrays: a client's local work, the batches its loader
+        will take) not decoded yet, together, before the first is taken (:meth:`PendingImages.decode_ahead
+        <lightning_fed.datamodules.hf_images.PendingImages.decode_ahead>`; ``TensorBatches`` calls it when a
+        client's loader starts); the batches are the same. An image that cannot be decoded raises its error in the
+        batch that holds it, as before.
+
+        Example::
+
+            >>> import datasets, numpy as np, torch
+            >>> from PIL import Image
+            >>> ds = datasets.Dataset.from_dict({"image": [Image.new("L", (2, 2), v) for v in (5, 6, 7)]},
+            ...                                 features=datasets.Features({"image": datasets.Image()}))
+            >>> cols = HFTensorColumns.from_dataset(ds.with_format("torch"), lazy_images=True)
+            >>> cols.decode_ahead([np.array([2]), np.array([1, 2])])  # rows 1 and 2 decoded now
+            >>> cols.get_batch(torch.tensor([1, 2]))["image"][:, 0, 0, 0].tolist()
+            [6, 7]
+        """
+        if self._failed and len(batches):
+            index = np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches])
+            for pending in self._failed:
+                pending.decode_ahead(index)
 
     def _take(self, name: str, index: torch.Tensor) -> torch.Tensor:
         pending = self._pending.get(name)
@@ -465,7 +489,9 @@ def image_column_problem(dataset: Any, shapes: bool = True) -> Optional[str]:
     images of different sizes (height × width from each PNG's IHDR header; and channels, from its colour type, when
     the feature has no ``mode`` to convert them to), which cannot be stacked into one tensor. Images stored as
     paths or in other formats (JPEG) are not judged. Only the formatted columns; a custom format
-    (``set_transform``) is not judged (its transform may handle them).
+    (``set_transform``) is not judged (its transform may handle them). The headers are read with NumPy from the
+    Arrow buffer (~3 ms for 6,000 images), not by PIL's lazy ``Image.open(...).size`` (~30 µs an image: 0.2 s at
+    every fit start for 6,000), and all of them: a sample would let the rows it should refuse fail their clients.
 
     Returns:
         A sentence naming the column, the rows and what is wrong with them.

@@ -129,3 +129,58 @@ def test_lazily_decoded_images_of_other_shapes_batch_as_a_data_loader_does():
     with pytest.raises(ValueError, match=r"Image column 'image': 1 row\(s\) decoded to another shape .* row 1: "
                                          r"torch.uint8 \[1, 5, 4\], the others torch.uint8 \[1, 4, 4\]"):
         columns.columns["image"]
+
+
+def _client_loader(images, seed=0):
+    """An in-memory dataset of ``images`` (row i: user i mod 4), its data module set up, a client without row 0
+    (decoded at the conversion, for the shape): ``(the torch-formatted dataset, the client's round-0 batches, its
+    loader)``."""
+    from lightning_fed.datamodules import FederatedDataModule, NaturalIdPartitioner
+
+    features = datasets.Features({"image": datasets.Image(), "user": datasets.Value("int64")})
+    ds = datasets.Dataset.from_dict({"image": images, "user": [i % 4 for i in range(len(images))]}, features=features)
+    dm = FederatedDataModule(ds, partitioner=NaturalIdPartitioner("user"), clients_per_round=1, batch_size=2,
+                             seed=seed)
+    dm.setup()
+    cid = next(c for c in range(4) if 0 not in {int(r) for b in dm.client_batches(c, 0) for r in b})
+    return ds.with_format("torch"), [b.tolist() for b in dm.client_batches(cid, 0)], dm.client_dataloader(cid, 0)
+
+
+def _collated(ds, batch):
+    return default_collate([ds[r]["image"] for r in batch])
+
+
+def test_a_client_s_images_are_decoded_together_when_its_loader_starts(monkeypatch):
+    """The rows of all a client's batches are decoded when its loader yields the first (one Arrow take and one loop
+    over decode_example, not one per batch between training steps; before, only the first batch's 2 of the 4 rows),
+    each once; the batches are the torch format's rows collated as a DataLoader does."""
+    ds, batches, loader = _client_loader([_png(16 * i) for i in range(ROWS)])
+    rows = {r for batch in batches for r in batch}
+    assert len(batches) == 2 and len(rows) == 4
+    calls = _count_decodes(monkeypatch)
+    taken = iter(loader)
+    first = next(taken)
+    assert len(calls) == len(rows)
+    taken = [first, *taken]
+    assert len(calls) == len(rows)
+    for batch, got in zip(batches, taken, strict=True):
+        assert torch.equal(got["image"], _collated(ds, batch))
+
+
+def test_an_image_that_cannot_be_decoded_fails_the_batch_holding_it_not_the_client_s_first_batch():
+    """Decoding a client's rows ahead does not move the error of a truncated PNG: the first batch is trained, the
+    batch holding it raises the torch format's error noting the column and row, in every loader that reaches it."""
+    images = [_png(16 * i) for i in range(ROWS)]
+    _, batches, _ = _client_loader(images)
+    bad = batches[1][0]
+    images[bad] = {"bytes": images[bad]["bytes"][:-20], "path": None}  # IHDR whole, image data cut
+    ds, batches, loader = _client_loader(images)
+    with pytest.raises(Exception) as formatter:
+        ds[bad]
+    for _ in range(2):
+        taken = iter(loader)
+        assert torch.equal(next(taken)["image"], _collated(ds, batches[0]))
+        with pytest.raises(type(formatter.value)) as raised:
+            next(taken)
+        assert str(raised.value) == str(formatter.value)
+        assert f"Image column 'image', row {bad}." in raised.value.__notes__
