@@ -50,26 +50,18 @@ class RoundCPUTime(Callback):
     process only runs the benchmark, so the wrapper touches no one else's run)."""
 
     def __init__(self, path: str) -> None:
+        from compression_cost import timed_encode
         from lightning_fed.communication import Compression
 
-        self.path, self._start, self.encode_s = path, 0.0, 0.0
-        original = Compression.encode
-
-        def encode(half, *args, **kwargs):
-            start = time.thread_time()
-            try:
-                return original(half, *args, **kwargs)
-            finally:
-                self.encode_s += time.thread_time() - start
-
-        Compression.encode = encode
+        self.path, self._start, self._encode_ms = path, 0.0, [0.0]
+        Compression.encode = timed_encode(self._encode_ms)[1]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start, self.encode_s = time.process_time(), 0.0
+        self._start, self._encode_ms[-1] = time.process_time(), 0.0
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         with open(self.path, "a") as f:
-            f.write(f"{trainer.current_epoch},{time.process_time() - self._start},{self.encode_s}\n")
+            f.write(f"{trainer.current_epoch},{time.process_time() - self._start},{self._encode_ms[-1] / 1e3}\n")
 
 
 def round_times(task: str, variant: str, rounds: int, workdir: Path) -> tuple[list[float], list[float], list[float]]:

@@ -756,7 +756,9 @@ BEGIN, END = "<!-- BEGIN REPRODUCTIONS (benchmarks/reproduce.py table --write) -
 
 def write_tables(readme: Path, tables: list[str]) -> None:
     """Rewrite the sections of ``tables`` (from the CSVs) in the block between :data:`BEGIN` and :data:`END` of
-    ``readme``; the block's other sections stay as they are, and the sections come in :data:`TABLES` order."""
+    ``readme``; the block's other sections stay as they are, and the sections come in :data:`TABLES` order. Writing
+    ``personalised_breadth`` also draws the figure its section embeds (``personalised_breadth.FIGURE``, under the
+    folder above ``readme``'s)."""
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
@@ -775,6 +777,8 @@ def write_tables(readme: Path, tables: list[str]) -> None:
         sections[t] = f"#### `{t}`\n\n{make_table(t)}\n"
     body = "\n".join(sections[t] for t in TABLES if t in sections)
     readme.write_text(head + BEGIN + "\n\n" + body + "\n" + END + tail)
+    if breadth.TABLE in tables:  # its section embeds its figure (../FIGURE from the README): from the same CSVs
+        breadth.figure(TABLES[breadth.TABLE](), personal_summary, readme.resolve().parents[1] / breadth.FIGURE)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

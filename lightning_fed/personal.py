@@ -221,7 +221,8 @@ def _kept_parts(half: Any) -> str:
 
 def warn_untrained_global_parts(trainer: Any, module: Any) -> None:
     """At fit start: a :class:`GlobalModelPartsWarning` for each client half that keeps parts of the model local
-    (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep, ...) when the global model is
+    (:class:`~lightning_fed.client.personal.LocalParts`: FedBN, FedPer, FedRep, ...; not FedRoD, whose global model
+    is its generic model: ``global_model_holds_unused_parts``) when the global model is
     evaluated centrally (``module`` overrides ``validation_step`` or ``test_step``, and ``limit_val_batches`` is
     not 0), naming the method, the parts and the metrics (see the module doc); nothing otherwise.
 
@@ -246,7 +247,8 @@ def warn_untrained_global_parts(trainer: Any, module: Any) -> None:
     from lightning_fed.client.personal import LocalParts
     from lightning_fed.evaluation import personal_halves
 
-    halves = [h for h in personal_halves(trainer) if isinstance(h, LocalParts)]
+    halves = [h for h in personal_halves(trainer)
+              if isinstance(h, LocalParts) and h.global_model_holds_unused_parts]
     validated = is_overridden("validation_step", module) and getattr(trainer, "limit_val_batches", 1) != 0
     tested = is_overridden("test_step", module)
     if not halves or not (validated or tested):

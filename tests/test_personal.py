@@ -183,6 +183,25 @@ def test_no_warning_where_the_global_model_is_the_trained_one(tmp_path, server):
     assert _warnings_of(tmp_path, make[server](), model) == []
 
 
+def test_no_warning_for_fedrod_whose_global_model_is_its_generic_model():
+    """FedRoD keeps the personal head local, but it starts at 0 (enforced at fit start), so the global model is the
+    paper's generic model (Chen & Chao 2022, G-FL): its `val_*` are no misreading, and no warning says otherwise."""
+    import warnings
+
+    from lightning_fed.algorithms.fedrod import FedRoD
+    from lightning_fed.personal import GlobalModelPartsWarning, warn_untrained_global_parts
+
+    def warned(server):
+        trainer = FederatedTrainer(callbacks=[server], logger=False, enable_progress_bar=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_untrained_global_parts(trainer, Validated())
+        return [w for w in caught if issubclass(w.category, GlobalModelPartsWarning)]
+
+    assert warned(FedRoD(generic_head="net.1", personal_head="net.2")) == []
+    assert len(warned(FedPer(head=["net.1"]))) == 1  # a method whose global model holds an unused part still warns
+
+
 def test_ditto_with_a_frozen_encoder_after_loading_a_checkpoint(tmp_path):
     """v_k covers the federated (trained) parameters only; read back by a trainer that only loaded the checkpoint
     (no fit told Ditto's half which parameters those are), the personal models are the fit's."""

@@ -87,6 +87,10 @@ class FedRoDClient(LocalParts):
         (FedRoDClient(generic_head='head', personal_head='personal_head'), 9)
     """
 
+    #: The personal head starts at 0 (checked at fit start), so the global model predicts with the generic head alone:
+    #: it is the paper's generic model (G-FL), and its central `val_*` are no misreading (no GlobalModelPartsWarning).
+    global_model_holds_unused_parts = False
+
     def __init__(self, generic_head: str = "head", personal_head: str = "personal_head") -> None:
         self.generic_head = _submodule_name("generic_head", generic_head)
         self.personal_head = _submodule_name("personal_head", personal_head)

@@ -276,6 +276,12 @@ class LocalParts(ClientAlgorithm):
         ValueError: LocalParts(names=['net.2'], types=[], predicate=None) keeps nothing of Module: no parameter or buffer is selected by names ['net.2'], types [] or the predicate.
     """
 
+    #: Whether the global model holds the kept parts at their initial values, which no client's model uses (FedBN,
+    #: FedPer, FedRep, ...: :func:`lightning_fed.personal.warn_untrained_global_parts` then warns at fit start).
+    #: ``False`` where the method defines the global model with them so (FedRoD: the personal head starts at 0, so the
+    #: global model is the paper's generic model).
+    global_model_holds_unused_parts: bool = True
+
     def __init__(self, names: Optional[Sequence[str]] = None, types: Optional[Sequence[type]] = None,
                  predicate: Optional[Union[str, Callable[[str, Tensor], bool]]] = None) -> None:
         names = [] if names is None else ([names] if isinstance(names, str) else list(names))

@@ -7,8 +7,9 @@ from lightning_fed.models.lora_lm import LoRACausalLM  # transformers/peft impor
 from lightning_fed.models.mnist import MNISTCNN, MNISTMLP
 from lightning_fed.models.resnet import ResNet9, ResNet18GN
 from lightning_fed.models.stackoverflow import StackOverflowNWP, StackOverflowTagLR
+from lightning_fed.models.two_heads import TwoHeadMLP
 
 __all__ = [
     "EMNISTAutoencoder", "EMNISTCNN", "FedAwareCNN", "LoRACausalLM", "MNISTCNN", "MNISTMLP", "ResNet18GN", "ResNet9",
-    "ShakespeareLSTM", "StackOverflowNWP", "StackOverflowTagLR",
+    "ShakespeareLSTM", "StackOverflowNWP", "StackOverflowTagLR", "TwoHeadMLP",
 ]
