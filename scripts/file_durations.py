@@ -5,7 +5,7 @@
     python scripts/file_durations.py /tmp/test.log > tests/durations.txt
 
 Each line of the output is ``<seconds> <file>``: the sum of the file's setup, call and teardown times in the log
-(pytest lists only those of 5 ms and more), longest first, with a ``#`` header saying how many tests were summed.
+(pytest lists only those of 5 ms and more), longest first, with a ``#`` header saying how many files were summed.
 """
 
 from __future__ import annotations
