@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 import torch
 
 
@@ -43,15 +45,24 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_two_gloo_processes_equal_one(tmp_path):
-    script = tmp_path / "train.py"
+def _train(folder: Path, name: str, *argv: str) -> dict:
+    """SCRIPT run in its own process with ``argv`` (devices [, processes per device]); what its rank 0 saved."""
+    script = folder / "train.py"
     script.write_text(SCRIPT.format(tests=str(Path(__file__).parent)))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    for devices in (1, 2):
-        subprocess.run([sys.executable, str(script), str(tmp_path / f"w{devices}.pt"), str(devices)], check=True,
-                       env=env, cwd=tmp_path, capture_output=True, timeout=300)
-    one = torch.load(tmp_path / "w1.pt", weights_only=True)
-    two = torch.load(tmp_path / "w2.pt", weights_only=True)
+    subprocess.run([sys.executable, str(script), str(folder / f"{name}.pt"), *argv], check=True, env=env, cwd=folder,
+                   capture_output=True, timeout=300)
+    return torch.load(folder / f"{name}.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def one(tmp_path_factory) -> dict:
+    """The one-process run (devices=1, strategy "auto") both equality tests compare with: one run for the file."""
+    return _train(tmp_path_factory.mktemp("one_process"), "w1", "1")
+
+
+def test_two_gloo_processes_equal_one(tmp_path, one):
+    two = _train(tmp_path, "w2", "2")
     assert one["world_size"] == 1 and two["world_size"] == 2
     # every rank takes the lean local step too (issue #33: it was switched off whenever the world size was not 1)
     assert one["step_path"] == two["step_path"] == "lean"
@@ -61,17 +72,10 @@ def test_two_gloo_processes_equal_one(tmp_path):
     assert abs(two["val_loss"] - one["val_loss"]) < 0.5
 
 
-def test_two_processes_on_one_device_equal_one(tmp_path):
+def test_two_processes_on_one_device_equal_one(tmp_path, one):
     """Issue #33 item 4: k = 2 processes per device (``FederatedDDPStrategy(processes_per_device=2)``, ``devices=1``,
     gloo) split the cohort as two devices do and end with one process's weights, bit for bit."""
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent)))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    for devices, per_device in ((1, 1), (1, 2)):
-        subprocess.run([sys.executable, str(script), str(tmp_path / f"w{per_device}.pt"), str(devices), str(per_device)],
-                       check=True, env=env, cwd=tmp_path, capture_output=True, timeout=300)
-    one = torch.load(tmp_path / "w1.pt", weights_only=True)
-    two = torch.load(tmp_path / "w2.pt", weights_only=True)
+    two = _train(tmp_path, "w2", "1", "2")
     assert one["world_size"] == 1 and two["world_size"] == 2 and two["step_path"] == "lean"
     for key, value in one["state"].items():
         torch.testing.assert_close(two["state"][key], value, rtol=0, atol=0)

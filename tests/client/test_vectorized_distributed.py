@@ -24,24 +24,27 @@ SCRIPT = textwrap.dedent(
     from lightning_fed.callbacks import FedAdam
     from lightning_fed.datamodules import DirichletPartitioner, FederatedDataModule
 
-    out, devices, executor = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    torch.manual_seed(0)
-    model = SmallClassifier(dropout=0.0)
-    train, _ = classification_dataset(n=1200, n_val=10)
-    dm = FederatedDataModule(train, partitioner=DirichletPartitioner(num_clients=12, alpha=0.5),
-                             clients_per_round=6, batch_size=8)
-    vectorized = VectorizedExecutor(on_unsupported="raise")
-    trainer = FederatedTrainer(
-        max_epochs=3, callbacks=[FedAdam(lr=0.05)], strategy="ddp" if devices > 1 else "auto",
-        client_executor=vectorized if executor == "vectorized" else "sequential",
-        accelerator="cpu", devices=devices, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    )
-    trainer.fit(model, datamodule=dm)
-    print("rank", trainer.global_rank, "fallback:", vectorized.fallback_reason, "steps:", trainer.global_step)
-    if trainer.global_rank == 0:
-        torch.save({{"state": model.state_dict(), "world_size": trainer.world_size,
-                    "loss": float(trainer.callback_metrics["round_train_loss"])}}, out)
+    # one fit per executor named (in one process: its start costs more than a fit), each from the same seed
+    folder, devices, executors = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    for name in executors:
+        executor = name.rstrip("0123456789")
+        torch.manual_seed(0)
+        model = SmallClassifier(dropout=0.0)
+        train, _ = classification_dataset(n=1200, n_val=10)
+        dm = FederatedDataModule(train, partitioner=DirichletPartitioner(num_clients=12, alpha=0.5),
+                                 clients_per_round=6, batch_size=8)
+        vectorized = VectorizedExecutor(on_unsupported="raise")
+        trainer = FederatedTrainer(
+            max_epochs=3, callbacks=[FedAdam(lr=0.05)], strategy="ddp" if devices > 1 else "auto",
+            client_executor=vectorized if executor == "vectorized" else "sequential",
+            accelerator="cpu", devices=devices, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+        )
+        trainer.fit(model, datamodule=dm)
+        print(name, "rank", trainer.global_rank, "fallback:", vectorized.fallback_reason, "steps:", trainer.global_step)
+        if trainer.global_rank == 0:
+            torch.save({{"state": model.state_dict(), "world_size": trainer.world_size,
+                        "loss": float(trainer.callback_metrics["round_train_loss"])}}, f"{{folder}}/{{name}}.pt")
     """
 )
 
@@ -51,13 +54,15 @@ def test_two_processes_vectorize_their_shares(tmp_path):
     script.write_text(SCRIPT.format(tests=str(Path(__file__).parent.parent)))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     outputs = {}
-    for name, devices, executor in (("v1", 1, "vectorized"), ("v2", 2, "vectorized"), ("s1", 1, "sequential")):
-        done = subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.pt"), str(devices), executor],
+    # one process: vectorized, then sequential; two processes: vectorized
+    for devices, names in ((1, ["vectorized1", "sequential1"]), (2, ["vectorized2"])):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path), str(devices), *names],
                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
-        outputs[name] = done.stdout
-    assert outputs["v2"].count("fallback: None") == 2, outputs["v2"]  # both ranks trained vectorized
-    one, two, seq = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("v1", "v2", "s1"))
+        outputs[devices] = done.stdout
+    assert outputs[2].count("fallback: None") == 2, outputs[2]  # both ranks trained vectorized
+    one, two, seq = (torch.load(tmp_path / f"{n}.pt", weights_only=True)
+                     for n in ("vectorized1", "vectorized2", "sequential1"))
     assert one["world_size"] == 1 and two["world_size"] == 2
     for key, value in one["state"].items():
         torch.testing.assert_close(two["state"][key], value, rtol=1e-5, atol=1e-6)
