@@ -26,6 +26,6 @@ PYEOF
 if [ -n "$missing" ]; then
   echo "build_docs: installing $(echo $missing)"
   # shellcheck disable=SC2086  # one requirement per word
-  "$PY" -m pip install -q --no-compile $missing  # byte-compiled on first import (see setup_env.sh)
+  "$PY" -m pip install -q $missing  # byte-compiled at install (see setup_env.sh)
 fi
 NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --clean --site-dir site "$@"

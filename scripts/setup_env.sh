@@ -9,11 +9,12 @@ fi
 # One pip run installs what is missing: torch + torchvision when they do not import, and the package (editable)
 # with the extras the tests need (`llm`: transformers + peft, for the federated LoRA tests) when pyproject.toml or
 # the extras changed or this checkout's package is not the one installed (an editable install follows code changes
-# by itself). --no-compile: each module is byte-compiled when first imported (Python writes its __pycache__ then),
-# not every module of torch, transformers, sympy, ... at install time, most of which no test imports (#52).
+# by itself). Modules are byte-compiled at install (pip's default), NOT with --no-compile: where the environment sets
+# PYTHONDONTWRITEBYTECODE=1 (this project's machines do) no import ever writes a .pyc, so every process would compile
+# torch, lightning, transformers, ... from source again (tried in #52: CI's tests 877 s -> 1,172 s).
 install=()
 if ! .venv/bin/python -c "import torch, torchvision" 2>/dev/null; then
-  .venv/bin/pip install -q --no-compile --upgrade pip
+  .venv/bin/pip install -q --upgrade pip
   install+=("torch==2.14.1" "torchvision==0.29.1")
 fi
 extras="test,llm"
@@ -26,7 +27,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] \
   package=1
 fi
 if [ ${#install[@]} -gt 0 ]; then
-  .venv/bin/pip install -q --no-compile "${install[@]}"
+  .venv/bin/pip install -q "${install[@]}"
 fi
 if [ "$package" = 1 ]; then
   echo "$want" > "$stamp"
