@@ -126,8 +126,36 @@ def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any]]]:
     for m in module.modules():
         if isinstance(m, Metric):
             keys = list(m._defaults) + ["_update_count", "_computed", "_forward_cache", "_is_synced", "_cache"]
-            saved.append((m, {k: copy.deepcopy(getattr(m, k)) for k in keys if hasattr(m, k)}))
+            saved.append((m, {k: _state_copy(getattr(m, k)) for k in keys if hasattr(m, k)}))
     return saved
+
+
+def _clonable(value: Any) -> bool:
+    """A plain dense contiguous tensor, a graph leaf not requiring grad, with no Python attributes: its clone is
+    what ``Tensor.__deepcopy__`` makes of it (same values, dtype, device, shape and strides)."""
+    return (type(value) is torch.Tensor and value.layout == torch.strided and value.grad_fn is None
+            and not value.requires_grad and value.is_contiguous() and not value.is_conj() and not value.is_neg()
+            and not value.__dict__)
+
+
+def _state_copy(value: Any) -> Any:
+    """``copy.deepcopy(value)`` for one metric state, with a fast path for what torchmetrics keeps (issue #55: the
+    deep copies were most of a personal step's cost): a plain contiguous tensor (:func:`_clonable`) is its
+    ``clone()``, a list or tuple of distinct such tensors a new one of clones, ``None``, bools, ints and floats
+    themselves (as ``deepcopy`` returns them); anything else ``copy.deepcopy(value)``.
+
+    >>> t = torch.tensor([1, 2])
+    >>> c = _state_copy([t, t + 1])
+    >>> torch.equal(c[0], t), c[0] is t, _state_copy(3), _state_copy({"a": [1]})
+    (True, False, 3, {'a': [1]})
+    """
+    if value is None or type(value) in (bool, int, float):
+        return value
+    if _clonable(value):
+        return value.clone()
+    if type(value) in (list, tuple) and all(_clonable(v) for v in value) and len({id(v) for v in value}) == len(value):
+        return type(value)(v.clone() for v in value)  # distinct tensors: deepcopy's memo would keep a repeat one
+    return copy.deepcopy(value)
 
 
 def _restore_metric_states(saved: list[tuple[Any, dict[str, Any]]]) -> None:
