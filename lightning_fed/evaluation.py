@@ -116,18 +116,41 @@ def _epoch_values(results: Any) -> dict[str, float]:
 _SwappedResults = _lightning.evaluation_results
 
 
-def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any]]]:
-    """A deep copy of every ``torchmetrics.Metric``'s accumulated state in ``module``."""
+def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """A copy of every ``torchmetrics.Metric``'s accumulated state in ``module`` (:func:`_state_copy`, as
+    ``copy.deepcopy``), with the state objects themselves (:func:`_restore_metric_states` leaves a state that is still
+    that object with equal values as it is)."""
     try:
         from torchmetrics import Metric
     except ImportError:  # pragma: no cover - torchmetrics ships with lightning
         return []
     saved = []
-    for m in module.modules():
+    for m in _modules(module):
         if isinstance(m, Metric):
             keys = list(m._defaults) + ["_update_count", "_computed", "_forward_cache", "_is_synced", "_cache"]
-            saved.append((m, {k: _state_copy(getattr(m, k)) for k in keys if hasattr(m, k)}))
+            now = {k: getattr(m, k) for k in keys if hasattr(m, k)}
+            saved.append((m, {k: _state_copy(v) for k, v in now.items()}, now))
     return saved
+
+
+def _modules(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """``list(module.modules())`` (the same modules in the same order), deduplicated by identity rather than by hash:
+    ``torchmetrics.Metric.__hash__`` hashes the metric's states (its ``id`` in it keeps it unique), and that made
+    each walk cost more than the personal step it guards (issue #55)."""
+    out: list[torch.nn.Module] = []
+    seen: set[int] = set()
+
+    def walk(m: torch.nn.Module) -> None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        out.append(m)
+        for child in m._modules.values():
+            if child is not None:
+                walk(child)
+
+    walk(module)
+    return out
 
 
 def _clonable(value: Any) -> bool:
@@ -158,10 +181,25 @@ def _state_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _restore_metric_states(saved: list[tuple[Any, dict[str, Any]]]) -> None:
-    for m, state in saved:
+def _unchanged(now: Any, before: Any, copied: Any) -> bool:
+    """Whether a metric state ``now`` is still the object ``before`` with the values it had (``copied``, its
+    :func:`_state_copy`): an immutable value (``None``, a bool, int or float) or a tensor equal to its copy."""
+    if now is not before:
+        return False
+    if before is None or type(before) in (bool, int, float):
+        return True
+    return (_clonable(before) and type(copied) is torch.Tensor and before.dtype == copied.dtype
+            and before.shape == copied.shape and bool(torch.equal(before, copied)))
+
+
+def _restore_metric_states(saved: list[tuple[Any, dict[str, Any], dict[str, Any]]]) -> None:
+    """Put back the states :func:`_metric_states` saved: a state still the same object with the same values stays
+    (a ``setattr`` on a Metric costs more than a personal step's arithmetic: issue #55), every other gets its copy."""
+    missing = object()
+    for m, state, before in saved:
         for k, v in state.items():
-            setattr(m, k, v)
+            if not _unchanged(getattr(m, k, missing), before[k], v):
+                setattr(m, k, v)
 
 
 # ---------------------------------------------------------------------------------------------------------------
