@@ -40,12 +40,25 @@ Workload: ``--samples`` (6,000) Fashion-MNIST-sized images (uniform random pixel
 
 ``hf-arrow`` reads the Hugging Face dataset through a ``DataLoader`` (one Arrow read and formatting per batch;
 forced with ``huggingface.HF_TENSOR_LIMIT_BYTES = 0``).
+
+``--decoders`` instead measures the PNG decoders themselves (no fit), on ``--samples`` of the same images as the
+``Image`` feature stores them (``encode_example``: PIL's PNG): the CPU time per image (``time.thread_time``, the
+fastest of ``--repeats`` passes) of ``decode_example`` (the package's path, ``hf_images.image_array``: PIL through
+``datasets``, as ``[C, H, W]``), ``pil-png`` (PIL alone: ``Image.open(..., formats=["PNG"])``, ``load``,
+``tobytes``; what is left of PIL without ``datasets``' steps) and ``torchvision`` (``torchvision.io.decode_png``,
+``ImageReadMode.UNCHANGED``); whether each gives ``decode_example``'s pixels for grey, RGB and RGBA images; and what
+each does with two corrupt PNGs — ``bad-crc`` (an image-data chunk whose checksum is wrong, its data intact) and
+``short`` (image data for half the rows, checksum right) — torchvision's run in a fresh process, as a crash ends it:
+``decodes``, ``raises <error>`` or ``killed by signal <n>``.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hf_datasets.py --decoders decode_example pil-png torchvision
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -54,6 +67,8 @@ import time
 from typing import Optional, Sequence
 
 KINDS = ("nested", "array3d", "image", "image-disk")
+DECODERS = ("decode_example", "pil-png", "torchvision")
+CORRUPTIONS = ("bad-crc", "short")
 VARIANTS = ("tensor", "hf", "hf-cached", "hf-arrow")
 FIELDS = ("build", "setup", "round0", "round", "fit", "cpu")
 
@@ -187,6 +202,124 @@ def _fit(kind: str, variant: str, args: argparse.Namespace) -> dict:
             "weights": float(sum(p.detach().double().sum() for p in model.parameters()))}
 
 
+def png_payloads(samples: int, mode: str = "L") -> list:
+    """``samples`` of the benchmark's images (numpy seed 0; ``mode`` ``"L"``, ``"RGB"`` or ``"RGBA"``: the grey
+    pixels repeated, alpha their complement) as PNG bytes, as the ``Image`` feature stores them
+    (``encode_example``)."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (samples, 28, 28), dtype=np.uint8)
+    stack = {"L": lambda p: p, "RGB": lambda p: np.stack([p, p // 2, 255 - p], axis=-1),
+             "RGBA": lambda p: np.stack([p, p // 2, p // 3, 255 - p], axis=-1)}[mode]
+    feature = datasets.Image()
+    return [feature.encode_example(Image.fromarray(stack(p), mode))["bytes"] for p in pixels]
+
+
+def _decoder(name: str):
+    """The decoder ``name`` (:data:`DECODERS`) as a function of PNG bytes giving a ``[C, H, W]`` uint8 array."""
+    import io
+
+    import numpy as np
+
+    if name == "decode_example":
+        import datasets
+
+        from lightning_fed.datamodules.hf_images import image_array
+
+        feature = datasets.Image()
+        return lambda payload: image_array(feature, {"bytes": payload, "path": None})
+    if name == "pil-png":
+        from PIL import Image
+
+        def pil_png(payload: bytes) -> np.ndarray:
+            image = Image.open(io.BytesIO(payload), formats=["PNG"])
+            image.load()
+            return np.frombuffer(image.tobytes(), np.uint8).reshape(image.height, image.width, -1).transpose(2, 0, 1)
+
+        return pil_png
+    import torch
+    from torchvision.io import ImageReadMode, decode_png
+
+    return lambda payload: decode_png(torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+                                      ImageReadMode.UNCHANGED).numpy()
+
+
+def corrupt_png(payload: bytes, corruption: str) -> bytes:
+    """``payload`` (a PIL-written PNG: signature, IHDR, one IDAT, IEND) with its IDAT chunk's checksum wrong
+    (``bad-crc``: the image data intact) or holding the rows of half the image (``short``: checksum right)."""
+    import struct
+    import zlib
+
+    length = struct.unpack(">I", payload[33:37])[0]
+    data, rest = payload[41 : 41 + length], payload[45 + length :]
+    if corruption == "bad-crc":
+        return payload[: 41 + length] + struct.pack(">I", zlib.crc32(b"IDAT" + data) ^ 1) + rest
+    rows = zlib.decompress(data)
+    data = zlib.compress(rows[: len(rows) // 2])
+    return payload[:33] + struct.pack(">I", len(data)) + b"IDAT" + data + struct.pack(">I", zlib.crc32(b"IDAT" + data)) \
+        + rest
+
+
+def _outcome_here(name: str, corruption: str) -> str:
+    """What decoder ``name`` does with a ``corruption`` of the first image, in this process: ``decodes`` or
+    ``raises <error>``."""
+    try:
+        _decoder(name)(corrupt_png(png_payloads(1)[0], corruption))
+        return "decodes"
+    except Exception as error:  # noqa: BLE001 (reported)
+        return f"raises {type(error).__name__}"
+
+
+def _corrupt_outcome(name: str, corruption: str) -> str:
+    """:func:`_outcome_here`, for ``torchvision`` in a fresh process (a crash ends it: ``killed by signal <n>``)."""
+    if name != "torchvision":
+        return _outcome_here(name, corruption)
+    code = (f"import sys; sys.path[:0] = {[os.path.dirname(os.path.abspath(__file__)), os.getcwd()]!r}\n"
+            "import warnings; warnings.simplefilter('ignore')\n"
+            f"import hf_datasets; print(hf_datasets._outcome_here({name!r}, {corruption!r}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if done.returncode < 0:
+        return f"killed by signal {-done.returncode}"
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if done.returncode == 0 and lines else f"exit {done.returncode}"
+
+
+def decoder_report(args: argparse.Namespace) -> dict:
+    """``--decoders``: ``{decoder: {"us": CPU µs an image, "same": bool, "bad-crc": outcome, "short": outcome}}``
+    (see the module docstring), printed as a table."""
+    import warnings
+
+    import numpy as np
+
+    payloads = png_payloads(args.samples)
+    reference = _decoder("decode_example")
+    modes = {mode: png_payloads(4, mode) for mode in ("L", "RGB", "RGBA")}
+    report: dict = {}
+    print(f"{args.samples} PNGs 28x28 grey as datasets' Image feature stores them; CPU time per image, fastest of "
+          f"{args.repeats}; load average (1 min) {os.getloadavg()[0]:.2f}")
+    print(f"{'decoder':15s} {'us/image':>9s}  {'same pixels':11s}  " + "  ".join(f"{c:18s}" for c in CORRUPTIONS))
+    for name in args.decoders:
+        decode = _decoder(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torchvision's deprecation warning, at every call
+            best = math.inf
+            for _ in range(args.repeats):
+                start = time.thread_time()
+                for payload in payloads:
+                    decode(payload)
+                best = min(best, time.thread_time() - start)
+            same = all(np.array_equal(decode(p), reference(p)) and decode(p).shape == reference(p).shape
+                       for values in modes.values() for p in values)
+        report[name] = {"us": best / len(payloads) * 1e6, "same": same,
+                        **{c: _corrupt_outcome(name, c) for c in CORRUPTIONS}}
+        print(f"{name:15s} {report[name]['us']:9.1f}  {str(same):11s}  "
+              + "  ".join(f"{report[name][c]:18s}" for c in CORRUPTIONS))
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f} after")
+    return report
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
@@ -200,12 +333,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--in-process", action="store_true",
                         help="run every fit in this process (tests; set-up times then share warm imports)")
+    parser.add_argument("--decoders", nargs="+", choices=DECODERS,
+                        help="measure these PNG decoders instead of fits (see the module docstring)")
     parser.add_argument("--only", nargs=2, metavar=("KIND", "VARIANT"), help=argparse.SUPPRESS)  # internal
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)  # internal: image-disk's files
     args = parser.parse_args(argv)
     for name in ("samples", "clients", "cohort", "batch", "rounds", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    if args.decoders:  # no fit
+        return args
     if args.cohort > args.clients:
         parser.error("--cohort must be <= --clients")
     if args.clients > args.samples:
@@ -218,6 +355,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     """Run the comparison; returns ``{kind: {variant: {field: median seconds}, ...}}`` and prints the table."""
     args = parse_args(argv)
+    if args.decoders:
+        return decoder_report(args)
     if args.only:
         print(json.dumps(run_once(args.only[0], args.only[1], args)))
         return {}
