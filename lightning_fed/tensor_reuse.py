@@ -33,20 +33,31 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-#: ``sys.getrefcount`` of a buffer that only the buffer list holds (the list's reference and the call's argument).
-_LIST_ONLY_REFS = 2
+def _counts(buffers: list[Tensor], i: int) -> tuple[int, int, int, int]:
+    """``buffers[i]``'s Python references, ``TensorImpl`` holders, storage users (with the one ``untyped_storage()``
+    makes while it is read) and weak references."""
+    t = buffers[i]
+    return (sys.getrefcount(buffers[i]), t._use_count(), torch._C._storage_Use_Count(t.untyped_storage()._cdata),
+            weakref.getweakrefcount(t))
+
+
+def _alone() -> Optional[tuple[int, int, int, int]]:
+    """:func:`_counts` of a tensor only a list holds, on this interpreter and torch (``None`` where torch lacks the
+    counts: then nothing is reused)."""
+    try:
+        return _counts([torch.empty(1)], 0)
+    except (AttributeError, RuntimeError):  # pragma: no cover - a torch without _use_count / _storage_Use_Count
+        return None
+
+
+_ALONE = _alone()
 
 
 def unshared(buffers: list[Tensor], i: int) -> bool:
-    """Whether ``buffers[i]`` is held by ``buffers`` alone: one Python reference (the list's), one ``TensorImpl``
-    holder, its storage used by this tensor only (``untyped_storage()`` adds its own count while it is read), and no
-    weak reference."""
-    t = buffers[i]
-    if sys.getrefcount(buffers[i]) != _LIST_ONLY_REFS + 1:  # (+1: `t` above)
-        return False
-    if t._use_count() != 1 or weakref.getweakrefcount(t):
-        return False
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) == 2
+    """Whether ``buffers[i]`` is held by ``buffers`` alone: no other Python reference, no other ``TensorImpl``
+    holder (an autograd graph, a DLPack capsule), no other tensor on its storage (a view, ``.data``, ``.detach()``,
+    a NumPy array) and no weak reference — the counts of a tensor only a list holds (measured once at import)."""
+    return _ALONE is not None and _counts(buffers, i) == _ALONE
 
 
 def fits(buffer: Tensor, like: Tensor, dtype: Optional[torch.dtype] = None) -> bool:
