@@ -122,29 +122,30 @@ def test_weighted_sum_into_given_tensors_and_scratch_is_the_same_sum_bit_for_bit
         assert (a.numpy() == r).all()
 
 
-def _mean_input(g, counts):
-    deltas = [[torch.randn(4, 3, generator=g), torch.randn(3, generator=g)] for _ in counts]
+def _mean_input(g, counts, dtype=torch.float32):
+    deltas = [[torch.randn(4, 3, generator=g).to(dtype), torch.randn(3, generator=g).to(dtype)] for _ in counts]
     return ClientDeltas(list(range(len(counts))), deltas, torch.tensor(counts, dtype=torch.float64))
 
 
-def test_weighted_mean_reuses_its_sums_and_result_across_rounds_and_matches_numpy_bit_for_bit():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weighted_mean_reuses_its_sums_and_result_across_rounds_and_matches_numpy_bit_for_bit(dtype):
     """Reddi et al. 2021, Alg. 1, l. 10: Δ_t = Σ_i |D_i|·Δ_i / Σ_j |D_j|, summed in float64 and rounded once to
-    float32 (WeightedMean's docstring); NumPy computes the same from the paper's formula."""
+    the parameters' dtype (WeightedMean's docstring); NumPy computes the same from the paper's formula."""
     g, stage, counts, info = torch.Generator().manual_seed(2), WeightedMean(), [5.0, 2.0, 9.0], RoundInfo(0, 0, 3, 3)
     addresses = None
     for round_idx in range(3):
-        x = _mean_input(g, counts)
+        x = _mean_input(g, counts, dtype)
         mean, _ = stage.apply(x, EmptyState(), info)
         reference = [(sum(c * d[j].double().numpy() for c, d in zip(counts, x.deltas)) / sum(counts)).astype(
-            np.float32) for j in range(2)]
-        assert all(m.dtype == torch.float32 and (m.numpy() == r).all() for m, r in zip(mean, reference))
+            np.float32 if dtype == torch.float32 else np.float64) for j in range(2)]
+        assert all(m.dtype == dtype and (m.numpy() == r).all() for m, r in zip(mean, reference))
         now = [m.data_ptr() for m in mean]
         assert addresses is None or now == addresses
         addresses = now
         del mean
-    kept, _ = stage.apply(_mean_input(g, counts), EmptyState(), info)  # a caller keeps this round's Δ_t
+    kept, _ = stage.apply(_mean_input(g, counts, dtype), EmptyState(), info)  # a caller keeps this round's Δ_t
     before = [t.clone() for t in kept]
-    other, _ = stage.apply(_mean_input(g, counts), EmptyState(), info)
+    other, _ = stage.apply(_mean_input(g, counts, dtype), EmptyState(), info)
     assert all(torch.equal(a, b) for a, b in zip(kept, before))
     assert other[0].data_ptr() != kept[0].data_ptr()
     assert copy.deepcopy(stage)._workspace._kept == {} and pickle.loads(pickle.dumps(stage))._workspace._kept == {}

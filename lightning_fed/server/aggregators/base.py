@@ -330,6 +330,8 @@ class WeightedMean(Stage):
             else None
         result = weighted_sum(x.deltas, x.counts.tolist(), out=sums, scratch=scratch)
         torch._foreach_div_(result, total)
+        if not converted:  # (acc.to(d.dtype) would be acc itself: the sums are the mean)
+            return result, state
         mean = work.take("mean", first) if sums is not None else None
         if mean is None:
             return [acc.to(d.dtype) for acc, d in zip(result, first)], state
