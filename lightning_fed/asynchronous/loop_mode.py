@@ -29,7 +29,9 @@ buffers, the synchronous mean of buffer values assumes one start version, and a 
 only), ``max_update_norm_ratio`` and ``on_nonfinite_server_step="restore"`` (both defined on a round),
 cohort-sampling options (``client_dropout``, ``over_selection``, ``cohort_sampling="poisson"``: the dispatches draw
 the clients) and ``clients_per_round`` other than ``buffer_size`` (the clients of one epoch), and
-``DownlinkCompression`` (a client starts from its exact model version here).
+``DownlinkCompression`` (a client starts from its exact model version here). Warned at fit start
+(:data:`NOT_THE_PAPERS_MEAN`): a buffer of K > 1 averaged with the server optimizer's ``weighting="num_samples"``
+(its default), where FedBuff's Alg. 1 takes the uniform mean (``weighting="uniform"``).
 
 Update compression (issue #56's ``Compression``) composes: a dispatch's upload is timed by Δ_i's encoded size
 (:func:`~lightning_fed.communication.bytes.planned_bytes`, as the synchronous clock plans a round), a stochastic
@@ -74,6 +76,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.asynchronous.simulation import AsyncSimulation, AsyncStep
@@ -142,7 +145,17 @@ def start_async_mode(loop: Any) -> Optional["AsyncLoopMode"]:
     why = refusal(loop)
     if why is not None:
         raise ValueError(f"Asynchronous training (the data module's `asynchronous`) is refused: {why}.")
+    if part.asynchronous.buffer_size > 1 and getattr(loop.server_optimizer, "weighting", None) == "num_samples":
+        rank_zero_warn(NOT_THE_PAPERS_MEAN, category=UserWarning)
     return AsyncLoopMode(loop, part)
+
+
+#: warned at fit start when the buffer (K > 1) is averaged with the server optimizer's default weighting
+NOT_THE_PAPERS_MEAN = (
+    "Asynchronous training averages the buffer with the server optimizer's weighting='num_samples' (w_i ∝ |D_i|, "
+    "its default, Reddi et al. 2021's synchronous choice); FedBuff (Nguyen et al. 2022, Alg. 1) averages the K "
+    "buffered updates uniformly, Δ̄ = (1/K)·Σ s(τ_i)·Δ_i. Give the server optimizer weighting='uniform' for the "
+    "paper's rule, or keep 'num_samples' knowingly.")
 
 
 class AsyncLoopMode:

@@ -150,6 +150,26 @@ def test_refusals_at_fit_start_say_why(tmp_path, case, match):
     _refused(tmp_path, dm, server, f"Asynchronous training .* is refused: .*{match}", **kwargs)
 
 
+@pytest.mark.parametrize("weighting, buffer_size, warned", [
+    (None, 2, True),         # FedAvg's default "num_samples": not FedBuff's Alg. 1 mean
+    ("uniform", 2, False),   # the paper's (1/K)·Σ s(τ_i)·Δ_i
+    (None, 1, False),        # K = 1 (FedAsync): one update, its weight is 1 either way
+])
+def test_a_buffer_averaged_by_samples_is_warned_as_not_the_papers_mean(tmp_path, weighting, buffer_size, warned):
+    """FedBuff (Nguyen et al. 2022, Alg. 1) averages the K buffered updates uniformly; the server optimizer's default
+    weighting is Reddi et al.'s sample weighting: a fit with K > 1 on the default says so at fit start."""
+    import warnings
+
+    from lightning_fed.asynchronous.loop_mode import NOT_THE_PAPERS_MEAN
+
+    config = AsyncConfig(concurrency=2, buffer_size=buffer_size, **({"mixing": 0.5} if buffer_size == 1 else {}))
+    server = FedAvg() if weighting is None else FedAvg(weighting=weighting)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(tmp_path, _datamodule(4, config), server, 1)
+    assert any(str(w.message) == NOT_THE_PAPERS_MEAN for w in caught) is warned
+
+
 KILLED_RUN = """
 import os, signal, sys
 import torch
