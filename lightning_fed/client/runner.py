@@ -46,6 +46,7 @@ from lightning_fed import _lightning as pl_private
 from lightning.pytorch.callbacks import Callback
 
 from lightning_fed.client.algorithm import ClientHalves
+from lightning_fed.tensor_reuse import DeltaBuffers
 from lightning_fed.client.failures import (  # noqa: F401  (re-exported: lightning_fed.client.runner's API)
     DEFAULT_MAX_CONSECUTIVE_CLIENT_FAILURES,
     FAILURE_POLICIES,
@@ -250,6 +251,7 @@ class ClientRunner(ClientFailureHandling):
         #: The run's :class:`~lightning_fed.communication.DownlinkCompression` half (``None``: x_t sent raw).
         self.downlink: Optional[Any] = None
         self._start_params: list[Tensor] = []  # x̂_t, what the clients start from (x_t itself without a downlink)
+        self._deltas = DeltaBuffers()  # Δ_i's CPU storage, reused from round to round where nobody kept it
 
     # ------------------------------------------------------------------ set-up (the loop)
     def setup(
@@ -333,6 +335,7 @@ class ClientRunner(ClientFailureHandling):
         """Snapshot x_t (the federated parameters only), the global buffers and the client optimizers'
         hyper-parameters for round ``round_idx``."""
         self.restart_round(round_idx)
+        self._deltas.new_round()
         self._optimizer_defaults = [
             [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
             for opt in self.trainer.optimizers
@@ -519,7 +522,7 @@ class ClientRunner(ClientFailureHandling):
         extras.update(self.server_optimizer.collect_client_extras(trainer, module, client_id, self.round_idx,
                                                                   context=context))
         with torch.no_grad():
-            delta = torch._foreach_sub(self._params, self._start_params)  # x_i − x̂_t (x̂_t = x_t: no downlink)
+            delta = self._deltas.delta(self._params, self._start_params)  # x_i − x̂_t (x̂_t = x_t: no downlink)
             buffers = [b.detach().clone() for b in self._buffers]
         return self.build_update(client_id, delta, num_steps, loss, loss_steps, buffers, extras)
 

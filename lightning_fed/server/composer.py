@@ -214,7 +214,10 @@ class ServerComposer:
             x = ClientDeltas([u.client_id for u in updates], [self.client_delta(u) for u in updates],
                              self.client_weight_counts(updates), list(updates))
             info = RoundInfo(self.num_steps, 0, len(updates), len(updates))
-            return WeightedMean().apply(x, EmptyState(), info)[0]
+            mean = self.__dict__.get("_weighted_mean")  # (one kept: its workspace is reused from round to round)
+            if mean is None:
+                mean = self._weighted_mean = WeightedMean()
+            return mean.apply(x, EmptyState(), info)[0]
         # The chain's client transforms apply themselves to the raw deltas and weighting counts.
         counts = self.weighting_counts(updates) if updates else torch.zeros(0, dtype=torch.float64)
         x = ClientDeltas([u.client_id for u in updates], [u.delta for u in updates], counts, list(updates), template)

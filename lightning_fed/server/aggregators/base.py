@@ -21,6 +21,8 @@ from typing import Any, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from lightning_fed.tensor_reuse import Workspace
+
 #: The stage kinds, in the order a chain runs them.
 KINDS = ("transform", "reduce", "delta")
 
@@ -234,7 +236,8 @@ def accumulation_dtype(t: Tensor) -> torch.dtype:
 
 
 def weighted_sum(deltas: Sequence[Sequence[Tensor]], coefficients: Sequence[float], accumulate: bool = True,
-                 skip_zero: bool = False) -> list[Tensor]:
+                 skip_zero: bool = False, out: Optional[list[Tensor]] = None,
+                 scratch: Optional[list[Tensor]] = None) -> list[Tensor]:
     """Σ_i a_i·Δ_i, one tensor per parameter: the one weighted sum of client updates (the weighted mean, DP's
     mean, the robust reducers' means, FedNova's normalised sum, FedMGDA+'s min-norm combination, FedDyn's Σ_k Δ_k,
     Fed-LAMB's moment averages; SCAFFOLD's c ← c + Δc_i/N stays a running in-place update of its state, Alg. 1 l. 17).
@@ -250,19 +253,38 @@ def weighted_sum(deltas: Sequence[Sequence[Tensor]], coefficients: Sequence[floa
         accumulate: Sum in the accumulation dtype (default ``True``); ``False``: in the first client's dtypes.
         skip_zero: Leave out clients with a_i = 0 after the first (default ``False``; adding 0·Δ_i can turn a −0.0
             into 0.0, so a caller that skipped them keeps its bits).
+        out: Tensors to hold the sum (the result's dtypes, shapes, strides; e.g. a
+            :class:`~lightning_fed.tensor_reuse.Workspace`'s), returned; default new ones. The same numbers.
+        scratch: Tensors of ``out``'s dtypes each client's Δ_i is copied into before it is added (the conversion
+            ``add_`` would make in a new tensor for every client); default none. The same numbers.
 
     Example::
 
         >>> weighted_sum([[torch.tensor([1.0])], [torch.tensor([4.0])]], [1.0, 2.0])  # 1·1 + 2·4, in float64
         [tensor([9.], dtype=torch.float64)]
     """
-    result = [torch.mul(d.to(accumulation_dtype(d)) if accumulate else d, coefficients[0]) for d in deltas[0]]
+    if out is None:
+        result = [_times(d.to(accumulation_dtype(d)) if accumulate else d, d, coefficients[0]) for d in deltas[0]]
+    else:  # (a copy then the product in place: d.to(dtype) · a_0 exactly)
+        result = out
+        torch._foreach_copy_(result, list(deltas[0]))
+        torch._foreach_mul_(result, coefficients[0])
     for a, delta in zip(coefficients[1:], deltas[1:]):
         if skip_zero and a == 0.0:
+            continue
+        if scratch is not None:  # Δ_i in the sum's dtype (exact), then the same addition on equal operands
+            torch._foreach_copy_(scratch, list(delta))
+            torch._foreach_add_(result, scratch, alpha=a)
             continue
         torch._foreach_add_(result, [d if d.device == r.device else d.to(r.device) for d, r in zip(delta, result)],
                             alpha=a)
     return result
+
+
+def _times(t: Tensor, d: Tensor, a: float) -> Tensor:
+    """``t · a`` as a new tensor: in place when ``t`` is already a new tensor (``d.to(dtype)``'s copy; the same
+    product, one model-sized block fewer), else ``torch.mul`` (``t`` is the client's own ``d``)."""
+    return t.mul_(a) if t is not d else torch.mul(t, a)
 
 
 def state_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -292,12 +314,29 @@ class WeightedMean(Stage):
 
     kind = "reduce"
 
+    def __init__(self) -> None:
+        # the sums, the float64 copy of a client's Δ_i and the mean, reused from round to round on the CPU
+        # (lightning_fed.tensor_reuse: freed each round, glibc's heap would hand them back and fault them in again)
+        self._workspace = Workspace()
+
     def apply(self, x: ClientDeltas, state: NamedTuple, info: RoundInfo) -> tuple[list[Tensor], NamedTuple]:
         total = float(x.counts.sum())
-        first = x.deltas[0]
-        result = weighted_sum(x.deltas, x.counts.tolist())
+        first = list(x.deltas[0])
+        work = self.__dict__.get("_workspace") or Workspace()
+        dtypes = [accumulation_dtype(d) for d in first]
+        sums = work.take("sums", first, dtypes)
+        converted = any(d.dtype != dtype for d, dtype in zip(first, dtypes))
+        scratch = work.take("scratch", first, dtypes) if sums is not None and converted and len(x.deltas) > 1 \
+            else None
+        result = weighted_sum(x.deltas, x.counts.tolist(), out=sums, scratch=scratch)
         torch._foreach_div_(result, total)
-        return [acc.to(d.dtype) for acc, d in zip(result, first)], state
+        if not converted:  # (acc.to(d.dtype) would be acc itself: the sums are the mean)
+            return result, state
+        mean = work.take("mean", first) if sums is not None else None
+        if mean is None:
+            return [acc.to(d.dtype) for acc, d in zip(result, first)], state
+        torch._foreach_copy_(mean, result)  # (rounded once to the parameters' dtype, as acc.to(d.dtype))
+        return mean, state
 
 
 def check_chain(stages: Sequence[Stage]) -> list[Stage]:
