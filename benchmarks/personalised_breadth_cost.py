@@ -1,15 +1,17 @@
 """Issue #55: what a round of each personalised-breadth method costs, before and after a change (CPU time).
 
-``python benchmarks/personalised_breadth_cost.py run BEFORE_SRC AFTER_SRC OUT_DIR [ROUNDS] [METHOD ...]`` runs, for
-each of the two source trees (a folder holding a ``lightning_fed`` package, e.g. ``git archive main lightning_fed``
-unpacked, and the worktree), one process that fits every method's ``examples/personalised_breadth_<method>.yaml``
-(Fashion-MNIST, Dirichlet(0.1), 100 clients) for ``ROUNDS`` rounds (default 4) with one evaluation of every client
-at the last round, one thread, no logger; the two processes alternate (before, after, before, after), the load
-average recorded beside each. Per method it writes ``OUT_DIR/<tree>_<rep>.json``: each round's thread CPU seconds
-(the federated round, ``FederatedFitLoop._synchronous_round``), the whole fit's process CPU seconds (data loading,
-sanity check and evaluation included), and a SHA-256 of the final global model's ``state_dict`` and of the logged
-metrics, so ``compare OUT_DIR`` prints medians (rounds 1.., round 0 left out) and whether before and after agree bit
-for bit. The examples' data section is used as is (``data_dir: data``: run from a folder where ``data/`` holds the
+``python benchmarks/personalised_breadth_cost.py run BEFORE_SRC AFTER_SRC OUT_DIR [ROUNDS] [reps=N] [METHOD ...]``
+runs, for each of two source trees (a folder holding a ``lightning_fed`` package: e.g. ``git archive main
+lightning_fed`` unpacked, and the worktree), one process that fits every method's
+``examples/personalised_breadth_<method>.yaml`` (Fashion-MNIST, Dirichlet(0.1), 100 clients) for ``ROUNDS`` rounds
+(default 4) with one evaluation of every client at the last round, one thread, no logger; the two processes
+alternate (before, after, before, after: ``reps``, default 2), the load average recorded beside each method. It
+writes ``OUT_DIR/<tree>_<rep>.json``: per method each round's thread CPU seconds (the federated round,
+``FederatedFitLoop._synchronous_round``), the whole fit's process CPU seconds (data loading, sanity check and the
+evaluation included), a SHA-256 of the final global model's ``state_dict`` and the logged metrics.
+``compare OUT_DIR`` prints per method the median and mean round (round 0 left out) before and after and whether
+every run agrees bit for bit (weights and metrics; those with ``time`` in their name, wall-clock seconds, left
+out). The examples' data section is used as is (``data_dir: data``: run it from a folder whose ``data/`` holds the
 data sets).
 """
 
@@ -83,7 +85,7 @@ def fit_all(examples: Path, rounds: int, methods: list[str]) -> dict:
         trainer = trainers[-1]
         out[method] = {"round_cpu_s": list(times), "fit_cpu_s": cpu, "load": os.getloadavg()[0],
                        "weights": _digest(trainer.lightning_module.state_dict()),
-                       "metrics": _digest({k: v for k, v in trainer.callback_metrics.items()})}
+                       "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}
         print(method, json.dumps(out[method]), flush=True)
     return out
 
@@ -104,16 +106,18 @@ def run(before: Path, after: Path, out_dir: Path, rounds: int, methods: list[str
 def compare(out_dir: Path) -> None:
     runs = {p.stem: json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))}
     methods = next(iter(runs.values())).keys()
-    print("| method | before s/round | after s/round | after/before | fit CPU before → after s | bit for bit |")
+    print("| method | before s/round, median (mean) | after | after/before | fit CPU before → after s | bit for bit |")
     print("|---|---|---|---|---|---|")
     for m in methods:
         per = {t: [s for k, r in runs.items() if k.startswith(t) for s in r[m]["round_cpu_s"][1:]]
                for t in ("before", "after")}
         fit = {t: statistics.median(r[m]["fit_cpu_s"] for k, r in runs.items() if k.startswith(t))
                for t in ("before", "after")}
-        same = len({(r[m]["weights"], r[m]["metrics"]) for r in runs.values()}) == 1
+        same = len({(r[m]["weights"], json.dumps({k: v for k, v in sorted(r[m]["metrics"].items())
+                                                   if "time" not in k})) for r in runs.values()}) == 1
         b, a = statistics.median(per["before"]), statistics.median(per["after"])
-        print(f"| {m} | {b:.2f} | {a:.2f} | {a / b:.2f} | {fit['before']:.0f} → {fit['after']:.0f} | "
+        mb, ma = statistics.mean(per["before"]), statistics.mean(per["after"])
+        print(f"| {m} | {b:.2f} ({mb:.2f}) | {a:.2f} ({ma:.2f}) | {a / b:.2f} ({ma / mb:.2f}) | {fit['before']:.0f} → {fit['after']:.0f} | "
               f"{'yes' if same else 'NO'} |")
 
 
@@ -121,7 +125,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         rest = sys.argv[5:]
         rounds = int(rest[0]) if rest and rest[0].isdigit() else 4
-        chosen = [m for m in rest if not m.isdigit()] or list(METHODS)
-        run(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), rounds, chosen)
+        reps = [int(a.split("=")[1]) for a in rest if a.startswith("reps=")] or [2]
+        chosen = [m for m in rest if not m.isdigit() and "=" not in m] or list(METHODS)
+        run(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), rounds, chosen, reps[0])
     else:
         compare(Path(sys.argv[2]))
