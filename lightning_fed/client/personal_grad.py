@@ -112,20 +112,16 @@ class PointGradients:
     Attributes:
         saved: The parameters' values on entry (detached clones, one per parameter).
 
-    Example: f(w) = (w·x − 1)² at w = 2 and 3, x = 3 (∇ = 30, 48); the module is as it was afterwards::
+    Example: Lightning's ``BoringModel`` (a ``Linear(32, 2)``, the MSE to 1) at the point 0 with the input 1:
+    ∇_bias = 2·(0 − 1)/2 = −1 per output, ∇_weight = −1·x; the module keeps its own weights::
 
-        >>> import lightning as L
-        >>> class M(L.LightningModule):
-        ...     def __init__(self):
-        ...         super().__init__()
-        ...         self.w = torch.nn.Parameter(torch.zeros(1))
-        ...     def training_step(self, batch, batch_idx):
-        ...         return ((self.w * batch - 1.0) ** 2).sum()
-        >>> m, x = M(), torch.tensor([3.0])
-        >>> with PointGradients(m, [m.w]) as at:
-        ...     grads = [at.gradient([torch.tensor([v])], x) for v in (2.0, 3.0)]
-        >>> grads, m.w.detach()
-        ([[tensor([30.])], [tensor([48.])]], tensor([0.]))
+        >>> from lightning.pytorch.demos.boring_classes import BoringModel
+        >>> m = BoringModel()
+        >>> params, before = list(m.parameters()), m.layer.bias.detach().clone()
+        >>> with PointGradients(m, params) as at:
+        ...     w_grad, b_grad = at.gradient([torch.zeros_like(p) for p in params], torch.ones(1, 32))
+        >>> b_grad, bool((w_grad == -1).all()), torch.equal(m.layer.bias, before)
+        (tensor([-1., -1.]), True, True)
     """
 
     def __init__(self, module: Any, params: Sequence[Tensor]) -> None:
