@@ -359,7 +359,9 @@ def table_clock(runs: list[Run]) -> str:
         lines.append(f"| {CLOCK_NAMES[method]} | {len(done)} of {len(members)} | " + " | ".join(cells) + " | "
                      f"{mean_std([s['final'] for s in done])} | {mean_std([s['hours'] for s in done])} | "
                      f"{mean_std([s['missed'] for s in done])} |")
-    return "\n".join(lines)
+    import shakespeare_async_table as fedbuff
+
+    return "\n".join(lines + ["", fedbuff.figure_line()])
 
 
 #: issue #54's example: FedBuff vs synchronous FedAdam with a deadline (benchmarks/shakespeare_async_table.py)
@@ -767,7 +769,8 @@ def write_tables(readme: Path, tables: list[str]) -> None:
     """Rewrite the sections of ``tables`` (from the CSVs) in the block between :data:`BEGIN` and :data:`END` of
     ``readme``; the block's other sections stay as they are, and the sections come in :data:`TABLES` order. Writing
     ``personalised_breadth`` also draws the figure its section embeds (``personalised_breadth.FIGURE``, under the
-    folder above ``readme``'s)."""
+    folder above ``readme``'s); writing ``shakespeare_clock`` or ``shakespeare_async`` draws the figure both embed
+    (:func:`clock_figure`)."""
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{readme} has no {BEGIN} ... {END} block")
@@ -788,6 +791,19 @@ def write_tables(readme: Path, tables: list[str]) -> None:
     readme.write_text(head + BEGIN + "\n\n" + body + "\n" + END + tail)
     if breadth.TABLE in tables:  # its section embeds its figure (../FIGURE from the README): from the same CSVs
         breadth.figure(TABLES[breadth.TABLE](), personal_summary, readme.resolve().parents[1] / breadth.FIGURE)
+    if {"shakespeare_clock", "shakespeare_async"} & set(tables):  # both sections embed the time figure
+        clock_figure(readme.resolve().parents[1])
+
+
+def clock_figure(root: Path) -> Path:
+    """``shakespeare_clock``'s three methods and ``shakespeare_async``'s FedBuff: validation accuracy against
+    simulated hours from their CSVs (:func:`shakespeare_async_table.figure`), at ``root / FIGURE``."""
+    import shakespeare_async_table as fedbuff
+
+    groups = {m: [r for r in shakespeare_clock() if r.labels["method"] == m] for m in CLOCK_METHODS}
+    groups["fedbuff"] = shakespeare_async()
+    labels = {**CLOCK_NAMES, "fedbuff": "FedBuff, K = 10, concurrency 100 (Alg. 1)"}
+    return fedbuff.figure(groups, read_csv, series, root / fedbuff.FIGURE, labels)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -32,6 +32,11 @@ STEPS, VAL_EVERY = 1000, 50
 AT_HOURS = 1.0
 SEEDS = (0, 1, 2)
 TARGETS = (0.35, 0.40, 0.45)
+#: the figure of validation accuracy against simulated time, relative to the repository root (the ``shakespeare_clock``
+#: and ``shakespeare_async`` sections of examples/README.md embed it as ``../`` + this)
+FIGURE = "docs/images/shakespeare_time.png"
+#: the figure's line colour per method (``shakespeare_clock``'s three and FedBuff)
+COLOURS = {"fedbuff": "tab:red", "fedadam": "tab:blue", "fedavg": "tab:green", "fednova": "tab:orange"}
 NAMES = {"fedbuff": "FedBuff (K = 10, concurrency 100, s(τ) = 1/√(1 + τ)), Alg. 1's server SGD, η_g = 1",
          "fedadam": "FedAdam, synchronous, 60 s deadline (shakespeare_clock)",
          "fedavg": "FedAvg, synchronous, 60 s deadline (shakespeare_clock)"}
@@ -84,6 +89,46 @@ def table(runs: list, synchronous: dict, read_csv: Callable[[Path], list[dict]],
         cells = target_cells(done, TARGETS)
         lines.append(f"| {NAMES[method]} | {len(done)} of {len(members)} | " + " | ".join(cells) + " | "
                      + " | ".join(mean_std([s[key] for s in done]) for key in COLUMNS) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", figure_line()])
 
 
+
+
+def figure_line() -> str:
+    """The markdown line that embeds :data:`FIGURE` in examples/README.md."""
+    return f"![validation accuracy against simulated hours, per run](../{FIGURE})"
+
+
+def figure(groups: dict, read_csv: Callable[[Path], list[dict]], series: Callable, path: Path,
+           labels: dict, dpi: int = 120) -> Path:
+    """Validation accuracy (%) against simulated hours, one line per finished run, one colour per method
+    (:data:`COLOURS`); ``groups`` maps a method to its ``reproduce.Run`` list (runs without a CSV are left out) and
+    ``labels`` a method to its legend text. Written to ``path`` (PNG, matplotlib's Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for method, members in groups.items():
+        finished = [r for r in members if r.csv_path.is_file()]
+        for i, run in enumerate(finished):
+            rows = read_csv(run.csv_path)
+            elapsed = dict(series(rows, "clock/elapsed_seconds"))
+            points = [(elapsed[r] / 3600, 100 * a) for r, a in series(rows, "val_acc") if r in elapsed]
+            ax.plot(*zip(*points), color=COLOURS[method], alpha=0.8, lw=1.2,
+                    label=f"{labels[method]} ({len(finished)} of {len(members)} seeds)" if i == 0 else None)
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", va="center")
+    ax.set_xlabel("simulated hours")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title("Shakespeare on simulated devices (shakespeare_clock, shakespeare_async): one line per seed",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path

@@ -50,8 +50,38 @@ def test_54_table_compares_at_equal_simulated_time(reproduce, tmp_path):
     _csv(reproduce, sync[0].csv_path, 8, 1000.0, [0.35, 0.39, 0.40, 0.44], None)
     text = table.table(runs, {"fedadam": sync, "fedavg": []}, reproduce.read_csv, reproduce.series,
                        reproduce.mean_std, reproduce.target_cells)
-    rows = [line.split(" | ")[1:] for line in text.splitlines()[2:]]
+    lines = text.splitlines()
+    rows = [line.split(" | ")[1:] for line in lines[2:5]]
     # seeds, hours to 35/40/45 %, val_acc at 1 h, final, updates an hour (80 updates / 2 h, / 8000/3600 h), staleness
     assert rows[0] == ["1 of 1", "1.00", "1.50", "2.00", "36.00", "46.00", "40.00", "9.00 |"]
     assert rows[1] == ["1 of 1", "0.56", "1.67", "– (0 of 1)", "35.00", "44.00", "36.00", "0.00 |"]
     assert rows[2] == ["0 of 0", "–", "–", "–", "–", "–", "–", "– |"]
+    assert lines[5:] == ["", "![validation accuracy against simulated hours, per run](../docs/images/shakespeare_time.png)"]
+
+
+def test_54_writing_either_section_draws_the_time_figure_from_the_csvs(reproduce, tmp_path, monkeypatch):
+    """``reproduce.py table shakespeare_clock|shakespeare_async --write`` draws ``docs/images/shakespeare_time.png``
+    beside the README from the committed CSVs: one line per finished run (the runs of the CSVs written here)."""
+    import matplotlib
+
+    monkeypatch.setattr(reproduce, "RESULTS", tmp_path / "results")
+    _csv(reproduce, tmp_path / "results" / "shakespeare_clock" / "fedavg_seed0.csv", 8, 1000.0,
+         [0.35, 0.39, 0.40, 0.44], None)
+    _csv(reproduce, tmp_path / "results" / "shakespeare_async" / "fedbuff_seed1.csv", 8, 900.0,
+         [0.30, 0.36, 0.41, 0.46], 9.0)
+    readme = tmp_path / "repo" / "examples" / "README.md"
+    readme.parent.mkdir(parents=True)
+    readme.write_text(f"intro\n{reproduce.BEGIN}\n{reproduce.END}\n")
+    drawn = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", _counting(matplotlib.axes.Axes.plot, drawn))
+    reproduce.write_tables(readme, ["shakespeare_clock"])
+    png = tmp_path / "repo" / "docs" / "images" / "shakespeare_time.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and len(drawn) == 2
+    assert readme.read_text().count("../docs/images/shakespeare_time.png") == 1
+
+
+def _counting(plot, drawn):
+    def wrapper(self, *args, **kwargs):
+        drawn.append(args)
+        return plot(self, *args, **kwargs)
+    return wrapper
