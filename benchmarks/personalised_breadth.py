@@ -43,6 +43,18 @@ at load average ≈ 9 took 0.37–0.41 s per round: at that pace the table is �
 third of the table. Runs are listed seed 0 first, the Fashion-MNIST Dirichlet 100-client setting first within a
 seed, so the most-cited rows finish first (FedRoD's and IFCA's runs after all the others, in the same order).
 
+Re-measured 2026-12-07 (session 6, after the personal-step cost fixes of issue #55; :data:`COST` left as it was:
+these are CPU seconds for 7 of its 13 methods, not the wall clock it holds): thread CPU seconds of a federated round
+(the Fashion-MNIST Dirichlet 100-client config, rounds 1-3 of a 4-round fit, medians over 2 interleaved runs of
+main and of the change, one thread, load average ≈ 6; ``benchmarks/personalised_breadth_cost.py``), before → after:
+FedAvg 0.36 → 0.33, pFedMe 2.88 → 2.32 (≈ 7× FedAvg: K = 5 inner gradients and the training step's own per local
+step, the arithmetic's 6×), FedALA 0.95 → 0.73 (mean 3.79 → 2.61 with the round of the clients' ALA start phases),
+APFL 1.14 → 0.86, Ditto 0.78 → 0.66, Per-FedAvg 0.95 → 0.72, FedBABU 0.34 → 0.27, IFCA 0.99 → 0.57; a fit's CPU
+outside its rounds (data, sanity check, the last round's evaluation of all 100 clients) ≈ 2-3 s, except FedBABU's
+fine-tuning evaluation 23.5 → 17.5 s and IFCA's 8.5 → 4.6 s; importing ``lightning_fed.cli`` (Lightning, torchmetrics,
+torchvision, transformers) ≈ 11 s of CPU per run. Every weight and metric equal bit for bit (benchmarks/README.md,
+"Issue #55: the breadth table's cost").
+
 Published numbers (:data:`PUBLISHED`): only what could be found and read here, with its source; every other cell says
 "no published number". None of them is the same setting (model, rounds, client count, data), so they are context,
 not a target. FedRoD and IFCA have none: the stored text of PFLlib's benchmark page ends before any FedRoD row (its

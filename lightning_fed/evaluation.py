@@ -116,24 +116,90 @@ def _epoch_values(results: Any) -> dict[str, float]:
 _SwappedResults = _lightning.evaluation_results
 
 
-def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any]]]:
-    """A deep copy of every ``torchmetrics.Metric``'s accumulated state in ``module``."""
+def _metric_states(module: torch.nn.Module) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """A copy of every ``torchmetrics.Metric``'s accumulated state in ``module`` (:func:`_state_copy`, as
+    ``copy.deepcopy``), with the state objects themselves (:func:`_restore_metric_states` leaves a state that is still
+    that object with equal values as it is)."""
     try:
         from torchmetrics import Metric
     except ImportError:  # pragma: no cover - torchmetrics ships with lightning
         return []
     saved = []
-    for m in module.modules():
+    for m in _modules(module):
         if isinstance(m, Metric):
             keys = list(m._defaults) + ["_update_count", "_computed", "_forward_cache", "_is_synced", "_cache"]
-            saved.append((m, {k: copy.deepcopy(getattr(m, k)) for k in keys if hasattr(m, k)}))
+            now = {k: getattr(m, k) for k in keys if hasattr(m, k)}
+            saved.append((m, {k: _state_copy(v) for k, v in now.items()}, now))
     return saved
 
 
-def _restore_metric_states(saved: list[tuple[Any, dict[str, Any]]]) -> None:
-    for m, state in saved:
+def _modules(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """``list(module.modules())`` (the same modules in the same order), deduplicated by identity rather than by hash:
+    ``torchmetrics.Metric.__hash__`` hashes the metric's states (its ``id`` in it keeps it unique), and that made
+    each walk cost more than the personal step it guards (issue #55)."""
+    out: list[torch.nn.Module] = []
+    seen: set[int] = set()
+
+    def walk(m: torch.nn.Module) -> None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        out.append(m)
+        for child in m._modules.values():
+            if child is not None:
+                walk(child)
+
+    walk(module)
+    return out
+
+
+def _clonable(value: Any) -> bool:
+    """A plain dense contiguous tensor, a graph leaf not requiring grad, with no Python attributes: its clone is
+    what ``Tensor.__deepcopy__`` makes of it (same values, dtype, device, shape and strides)."""
+    return (type(value) is torch.Tensor and value.layout == torch.strided and value.grad_fn is None
+            and not value.requires_grad and value.is_contiguous() and not value.is_conj() and not value.is_neg()
+            and not value.__dict__)
+
+
+def _state_copy(value: Any) -> Any:
+    """``copy.deepcopy(value)`` for one metric state, with a fast path for what torchmetrics keeps (issue #55: the
+    deep copies were most of a personal step's cost): a plain contiguous tensor (:func:`_clonable`) is its
+    ``clone()``, a list or tuple of distinct such tensors a new one of clones, ``None``, bools, ints and floats
+    themselves (as ``deepcopy`` returns them); anything else ``copy.deepcopy(value)``.
+
+    >>> t = torch.tensor([1, 2])
+    >>> c = _state_copy([t, t + 1])
+    >>> torch.equal(c[0], t), c[0] is t, _state_copy(3), _state_copy({"a": [1]})
+    (True, False, 3, {'a': [1]})
+    """
+    if value is None or type(value) in (bool, int, float):
+        return value
+    if _clonable(value):
+        return value.clone()
+    if type(value) in (list, tuple) and all(_clonable(v) for v in value) and len({id(v) for v in value}) == len(value):
+        return type(value)(v.clone() for v in value)  # distinct tensors: deepcopy's memo would keep a repeat one
+    return copy.deepcopy(value)
+
+
+def _unchanged(now: Any, before: Any, copied: Any) -> bool:
+    """Whether a metric state ``now`` is still the object ``before`` with the values it had (``copied``, its
+    :func:`_state_copy`): an immutable value (``None``, a bool, int or float) or a tensor equal to its copy."""
+    if now is not before:
+        return False
+    if before is None or type(before) in (bool, int, float):
+        return True
+    return (_clonable(before) and type(copied) is torch.Tensor and before.dtype == copied.dtype
+            and before.shape == copied.shape and bool(torch.equal(before, copied)))
+
+
+def _restore_metric_states(saved: list[tuple[Any, dict[str, Any], dict[str, Any]]]) -> None:
+    """Put back the states :func:`_metric_states` saved: a state still the same object with the same values stays
+    (a ``setattr`` on a Metric costs more than a personal step's arithmetic: issue #55), every other gets its copy."""
+    missing = object()
+    for m, state, before in saved:
         for k, v in state.items():
-            setattr(m, k, v)
+            if not _unchanged(getattr(m, k, missing), before[k], v):
+                setattr(m, k, v)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -348,3 +348,44 @@ def read_only_dir(path):
         return
     with tmpfs(path, "size=64k,ro") as mounted:
         yield mounted
+
+
+class MetricBNClassifier(L.LightningModule):
+    """A tiny classifier whose ``training_step`` changes state besides the loss (issue #55's exactness tests of the
+    personal steps): BatchNorm's running statistics (buffers) and a torchmetrics accuracy it updates and logs."""
+
+    def __init__(self, d: int = 4, classes: int = 3, seed: int = 0) -> None:
+        super().__init__()
+        from torchmetrics.classification import MulticlassAccuracy
+
+        torch.manual_seed(seed)
+        self.net = torch.nn.Sequential(torch.nn.Linear(d, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(),
+                                       torch.nn.Linear(5, classes))
+        self.train_acc = MulticlassAccuracy(num_classes=classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=classes, average="micro")
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.train_acc(logits, y)
+        self.log("train_acc", self.train_acc)
+        return torch.nn.functional.cross_entropy(logits, y)
+
+
+def classifier_batches(n: int = 3, size: int = 6, d: int = 4, classes: int = 3, seed: int = 1) -> list:
+    """``n`` mini-batches ``(x [size, d] float32, y [size] int64)`` for :class:`MetricBNClassifier`."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(size, d, generator=g), torch.randint(0, classes, (size,), generator=g)) for _ in range(n)]
+
+
+def gradient_at_copy(model: MetricBNClassifier, point, batch) -> list:
+    """∇f(θ; ξ) of :class:`MetricBNClassifier`'s cross-entropy the plain way: a deep copy of ``model`` (its buffers
+    as they are now) with ``point`` in its parameters, one forward and ``torch.autograd.grad``."""
+    import copy
+
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, v in zip(ref.parameters(), point):
+            p.copy_(v)
+    loss = F.cross_entropy(ref.net(batch[0]), batch[1])
+    return list(torch.autograd.grad(loss, list(ref.parameters())))

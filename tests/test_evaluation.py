@@ -651,3 +651,29 @@ def test_50_no_warning_with_federated_evaluation_or_without_a_personal_half(tmp_
             warnings.simplefilter("always")
             trainer.fit(LinearRegression(lr=0.05), datamodule=dm)
         assert not [w for w in seen if "personal model" in str(w.message)]
+
+
+def test_metric_states_are_put_back_as_deep_copies_would_be():
+    """Issue #55's cost change around a personal step: the saved metric states (clones instead of deep copies; the
+    modules walked by identity) are put back with the values a deep copy keeps, and a metric the step did not touch
+    keeps its own state objects."""
+    import copy
+
+    from helpers import MetricBNClassifier, classifier_batches
+    from lightning_fed.evaluation import _metric_states, _modules, _restore_metric_states
+
+    model = MetricBNClassifier()
+    model.again = model.net[0]  # a module reachable twice: modules() yields it once
+    assert [id(m) for m in _modules(model)] == [id(m) for m in model.modules()]
+    (x, y), (x2, y2) = classifier_batches(2)
+    model.train_acc(model.net(x), y)
+    keys = [*model.train_acc._defaults, "_update_count", "_computed", "_forward_cache"]
+    want = {k: copy.deepcopy(getattr(model.train_acc, k)) for k in keys}
+    untouched = {k: getattr(model.val_acc, k) for k in model.val_acc._defaults}
+    saved = _metric_states(model)
+    model.train_acc(model.net(x2), y2)  # the personal step updates the metric in place
+    _restore_metric_states(saved)
+    for k, v in want.items():
+        got = getattr(model.train_acc, k)
+        assert torch.equal(got, v) if isinstance(v, torch.Tensor) else got == v, k
+    assert all(getattr(model.val_acc, k) is v for k, v in untouched.items())

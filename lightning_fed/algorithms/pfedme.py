@@ -45,7 +45,7 @@ from torch import Tensor
 from lightning_fed.callbacks.fedavg import FedAvg
 from lightning_fed.checks import check_positive, check_positive_int
 from lightning_fed.client.algorithm import ClientAlgorithm, flat, unflat
-from lightning_fed.client.personal_grad import StepBatches, loss_gradient_at, parameter_names, parameters_named
+from lightning_fed.client.personal_grad import PointGradients, StepBatches, parameter_names, parameters_named
 from lightning_fed.server.aggregators.base import Stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,14 +101,17 @@ class PFedMeClient(ClientAlgorithm):
         if self._batches is None:
             return
         batch_idx, batch = self._batches.next()
-        w = [p.detach().clone() for p in self._params]
-        theta = self._theta
-        for _ in range(self.inner_steps):
-            g = loss_gradient_at(module, self._params, theta, batch, batch_idx)
-            if g is None:
-                return
-            with torch.no_grad():
-                theta = [t - self.personal_lr * (gi + self.lam * (t - wi)) for t, gi, wi in zip(theta, g, w)]
+        with torch.no_grad():
+            theta = [t.clone() for t in self._theta]
+        with PointGradients(module, self._params) as at:  # one save/restore of w for the K gradients
+            w = at.saved
+            for _ in range(self.inner_steps):
+                g = at.gradient(theta, batch, batch_idx)
+                if g is None:
+                    return
+                with torch.no_grad():  # θ ← θ − ν·(g + λ(θ − w)), in place: the same operations in the same order
+                    for t, gi, wi in zip(theta, g, w):
+                        t.sub_(torch.sub(t, wi).mul_(self.lam).add_(gi).mul_(self.personal_lr))
         self._theta = theta
         with torch.no_grad():
             for p, wi, t in zip(self._params, w, theta):

@@ -8,7 +8,9 @@ adapted w̃) on the same mini-batch as the step.
 * :func:`loss_gradient_at` — ∇f(θ; ξ) for any point θ, by the module's own ``training_step``
   (:func:`~lightning_fed.client.personal.personal_step`: ``self.log`` and torchmetrics states kept apart) and
   ``torch.autograd.grad``; the module's parameters, their ``.grad`` and its buffers are as they were afterwards;
-* :func:`hessian_vector_product_at` — ∇²f(θ; ξ)·u by double backward (Pearlmutter's exact product).
+* :func:`hessian_vector_product_at` — ∇²f(θ; ξ)·u by double backward (Pearlmutter's exact product);
+* :class:`PointGradients` — several of them on one module with one save and restore of its parameters (pFedMe's K
+  inner steps).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from torch import Tensor
 
 from lightning_fed.client.personal import personal_step
 
-__all__ = ["StepBatches", "hessian_vector_product_at", "loss_gradient_at", "parameter_names", "parameters_named"]
+__all__ = ["PointGradients", "StepBatches", "hessian_vector_product_at", "loss_gradient_at", "parameter_names",
+           "parameters_named"]
 
 
 def parameter_names(module: Any, params: Sequence[Tensor]) -> list[str]:
@@ -92,27 +95,76 @@ class StepBatches:
 def _differentiate_at(module: Any, params: list[Tensor], point: Sequence[Tensor], batch: Any, batch_idx: int,
                       vector: Optional[Sequence[Tensor]] = None) -> Optional[list[Tensor]]:
     """∇f(θ; ξ) (``vector`` ``None``) or ∇²f(θ; ξ)·``vector`` at θ = ``point``, the module put back afterwards."""
-    with torch.no_grad():
-        saved = [p.detach().clone() for p in params]
-        buffers = [b.detach().clone() for b in module.buffers()]
-        for p, v in zip(params, point):
-            p.copy_(v)
-    try:
+    with PointGradients(module, params) as at:
+        return at.gradient(point, batch, batch_idx, vector)
+
+
+class PointGradients:
+    """A context for several :func:`loss_gradient_at` calls on one module (pFedMe's K inner steps): the parameters
+    and buffers are saved once on entry and put back once on exit (each call saves and restores them), the buffers
+    also before each gradient, so every :meth:`gradient` equals :func:`loss_gradient_at` with the same arguments
+    bit for bit (issue #55: the per-call saves and ``module.buffers()`` walks were a pFedMe round's cost).
+
+    Args:
+        module: The LightningModule (its ``training_step`` defines f).
+        params: The parameters to differentiate (tensors of ``module`` that require grad).
+
+    Attributes:
+        saved: The parameters' values on entry (detached clones, one per parameter).
+
+    Example: Lightning's ``BoringModel`` (a ``Linear(32, 2)``, the MSE to 1) at the point 0 with the input 1:
+    ∇_bias = 2·(0 − 1)/2 = −1 per output, ∇_weight = −1·x; the module keeps its own weights::
+
+        >>> from lightning.pytorch.demos.boring_classes import BoringModel
+        >>> m = BoringModel()
+        >>> params, before = list(m.parameters()), m.layer.bias.detach().clone()
+        >>> with PointGradients(m, params) as at:
+        ...     w_grad, b_grad = at.gradient([torch.zeros_like(p) for p in params], torch.ones(1, 32))
+        >>> b_grad, bool((w_grad == -1).all()), torch.equal(m.layer.bias, before)
+        (tensor([-1., -1.]), True, True)
+    """
+
+    def __init__(self, module: Any, params: Sequence[Tensor]) -> None:
+        self.module, self.params = module, list(params)
+        self.saved: list[Tensor] = []
+        self._buffers: list[Tensor] = []
+        self._saved_buffers: list[Tensor] = []
+
+    def __enter__(self) -> "PointGradients":
+        self._buffers = list(self.module.buffers())
+        with torch.no_grad():
+            self.saved = [p.detach().clone() for p in self.params]
+            self._saved_buffers = [b.detach().clone() for b in self._buffers]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with torch.no_grad():
+            for p, v in zip(self.params, self.saved):
+                p.copy_(v)
+            self._restore_buffers()
+
+    def _restore_buffers(self) -> None:
+        for b, v in zip(self._buffers, self._saved_buffers):
+            b.copy_(v)
+
+    def gradient(self, point: Sequence[Tensor], batch: Any, batch_idx: int = 0,
+                 vector: Optional[Sequence[Tensor]] = None) -> Optional[list[Tensor]]:
+        """∇f(θ; ξ) (``vector`` ``None``) or ∇²f(θ; ξ)·``vector`` at θ = ``point``, as :func:`loss_gradient_at` /
+        :func:`hessian_vector_product_at` (``None`` when ``training_step`` returned no loss)."""
+        params = self.params
+        with torch.no_grad():
+            self._restore_buffers()
+            for p, v in zip(params, point):
+                p.copy_(v)
         with torch.enable_grad():
-            loss = personal_step(module, batch, batch_idx)
+            loss = personal_step(self.module, batch, batch_idx)
             if loss is None:
                 return None
             out = torch.autograd.grad(loss, params, create_graph=vector is not None, allow_unused=True)
             if vector is not None:
                 used = [(g * u.to(g)).sum() for g, u in zip(out, vector) if g is not None and g.requires_grad]
                 out = torch.autograd.grad(sum(used), params, allow_unused=True) if used else [None] * len(params)
-    finally:
-        with torch.no_grad():
-            for p, v in zip(params, saved):
-                p.copy_(v)
-            for b, v in zip(module.buffers(), buffers):
-                b.copy_(v)
-    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, out)]
+        return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, out)]
 
 
 def loss_gradient_at(module: Any, params: Sequence[Tensor], point: Sequence[Tensor], batch: Any,

@@ -94,3 +94,33 @@ def test_the_ready_made_name_only_fixes_parts():
     from helpers import assert_ready_made_name
 
     assert_ready_made_name(PFedMe)
+
+
+def test_the_inner_steps_equal_the_plain_out_of_place_loop_bit_for_bit():
+    """Issue #55's cost change (Alg. 1, l. 6-8): the K inner steps by one ``PointGradients`` with in-place θ updates
+    give the θ̃ and the gradient λ(w − θ̃) of the plain loop — a fresh copy of the model per gradient and
+    θ ← θ − ν·(∇f(θ) + λ(θ − w)) out of place — bit for bit, over 2 local steps (the second warm-started from the
+    first's θ̃), with BatchNorm and a metric the training step updates."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from helpers import MetricBNClassifier, classifier_batches, gradient_at_copy
+    from lightning_fed.algorithms.pfedme import PFedMeClient
+
+    model, batches, lam, nu, k = MetricBNClassifier().train(), classifier_batches(2), 15.0, 0.05, 3
+    half = PFedMeClient(lam=lam, inner_steps=k, personal_lr=nu)
+    half.start(model, SimpleNamespace(parameters=lambda m: list(m.parameters()), client_batches=lambda: batches),
+               None)
+    theta = [p.detach().clone() for p in model.parameters()]
+    for batch in batches:
+        w = [p.detach().clone() for p in model.parameters()]
+        for _ in range(k):
+            g = gradient_at_copy(model, theta, batch)
+            theta = [t - nu * (gi + lam * (t - wi)) for t, gi, wi in zip(theta, g, w)]
+        half.before_optimizer_step(model, None)
+        assert all(torch.equal(a, b) for a, b in zip(half._theta, theta))
+        assert all(torch.equal(p.grad, lam * (wi - t)) for p, wi, t in zip(model.parameters(), w, theta))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(0.01 * p.grad)  # l. 8: the client's SGD step

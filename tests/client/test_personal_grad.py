@@ -72,3 +72,29 @@ def test_with_a_frozen_encoder_the_personal_steps_cover_only_the_trained_paramet
     half.personal_model(frozen, table.get(table.ids()[0]))
     reference.fit_loop.client_runner.client_halves.algorithms[0].personal_model(head_only, expected.get(table.ids()[0]))
     assert torch.equal(frozen.encoder.weight, encoder) and same_head(frozen, head_only)
+
+
+def test_point_gradients_equal_the_plain_gradient_bit_for_bit_and_put_the_module_back():
+    """Issue #55's cost change: several gradients in one :class:`PointGradients` (one save/restore of the
+    parameters) equal, bit for bit, the gradient of a fresh copy of the model at each point and
+    :func:`loss_gradient_at`; afterwards the parameters, BatchNorm's running statistics (changed by every
+    ``training_step`` in train mode) and the metric the step updates are as they were."""
+    from helpers import MetricBNClassifier, classifier_batches, gradient_at_copy
+    from lightning_fed.client.personal_grad import PointGradients
+
+    model = MetricBNClassifier().train()
+    params = list(model.parameters())
+    before = [t.detach().clone() for t in [*params, *model.buffers()]]
+    metric_before = {k: getattr(model.train_acc, k).clone() for k in model.train_acc._defaults}
+    gen = torch.Generator().manual_seed(3)
+    points = [[p.detach() + 0.1 * torch.randn(p.shape, generator=gen) for p in params] for _ in range(3)]
+    batches = classifier_batches(3)
+    want = [gradient_at_copy(model, pt, b) for pt, b in zip(points, batches)]
+    with PointGradients(model, params) as at:
+        got = [at.gradient(pt, b, i) for i, (pt, b) in enumerate(zip(points, batches))]
+    plain = [loss_gradient_at(model, params, pt, b, i) for i, (pt, b) in enumerate(zip(points, batches))]
+    for g, p, w in zip(got, plain, want):
+        assert all(torch.equal(a, b) for a, b in zip(g, w)) and all(torch.equal(a, b) for a, b in zip(p, w))
+    assert all(torch.equal(a, b) for a, b in zip([*params, *model.buffers()], before))
+    assert all(torch.equal(getattr(model.train_acc, k), v) for k, v in metric_before.items())
+    assert model.train_acc._update_count == 0
